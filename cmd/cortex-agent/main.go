@@ -1,0 +1,53 @@
+// Command cortex-agent runs inside a neuron and serves the host's commands
+// over the channel. It is built static (CGO_ENABLED=0) and kept small.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/nsys-cortex/cortex/internal/agent"
+	"github.com/nsys-cortex/cortex/internal/protocol"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+func main() {
+	var cfg agent.Config
+	showVersion := flag.Bool("version", false, "print the version and exit")
+	flag.StringVar(&cfg.ID, "id", "", "the neuron id this agent serves")
+	flag.StringVar(&cfg.ChannelDir, "channel-dir", "", "directory to watch for host sockets")
+	flag.StringVar(&cfg.Connect, "connect", "", "a single host socket to dial (instead of -channel-dir)")
+	flag.StringVar(&cfg.Root, "root", "/", "confine file operations to this directory")
+	flag.StringVar(&cfg.Workdir, "workdir", "", "default working directory (default: the root)")
+	flag.BoolVar(&cfg.Subreaper, "subreaper", false, "adopt orphaned descendants so shutdown ends them")
+	flag.Parse()
+	if *showVersion {
+		fmt.Printf("cortex-agent %s (protocol %s)\n", version, protocol.Version())
+		return
+	}
+	if flag.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "cortex-agent: unexpected arguments %q\n", flag.Args())
+		os.Exit(2)
+	}
+	cfg.Version = version
+	cfg.Logger = log.New(os.Stderr, "cortex-agent["+cfg.ID+"] ", log.LstdFlags|log.Lmicroseconds)
+	a, err := agent.New(cfg)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "cortex-agent: %v\n", err)
+		os.Exit(1)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	signal.Ignore(syscall.SIGHUP, syscall.SIGPIPE)
+	if err := a.Run(ctx); err != nil {
+		cfg.Logger.Printf("stopped: %v", err)
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,238 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"net"
+	"os"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nsys-cortex/cortex/internal/protocol"
+)
+
+// Config configures an agent.
+type Config struct {
+	// ID is the neuron id, announced in the hello.
+	ID string
+	// Root confines file operations: every path must resolve inside it, and
+	// symlinks may not lead out. "/" (or empty) means the whole filesystem,
+	// for sandboxes whose own boundary is the confinement.
+	Root string
+	// Workdir is the default working directory and the base of relative paths.
+	// It must lie inside Root.
+	Workdir string
+	// ChannelDir is watched for host sockets (*.sock); the agent dials each
+	// one it finds and serves every host that listens there.
+	ChannelDir string
+	// Connect is a single host socket to dial instead of watching a directory.
+	Connect string
+	// Token is sent in the hello where the transport needs one.
+	Token string
+	// Version is this agent's software version.
+	Version string
+	// Subreaper makes the agent adopt orphaned descendants so that shutdown
+	// ends them too.
+	Subreaper bool
+	// Logger receives diagnostics; nil means the standard logger.
+	Logger *log.Logger
+}
+
+// Agent serves the protocol for one neuron.
+type Agent struct {
+	cfg     Config
+	fs      *fsys
+	procs   *procTable
+	reaper  *reaper
+	pid     int
+	started time.Time
+
+	commands     atomic.Int64
+	sessionCount atomic.Int64
+
+	stopOnce sync.Once
+	stopped  chan struct{} // closed when Stop is called
+	grace    time.Duration
+}
+
+// New checks cfg and returns an agent.
+func New(cfg Config) (*Agent, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = log.Default()
+	}
+	if cfg.Version == "" {
+		cfg.Version = "dev"
+	}
+	fs, err := newFsys(cfg.Root, cfg.Workdir)
+	if err != nil {
+		return nil, err
+	}
+	a := &Agent{cfg: cfg, fs: fs, pid: os.Getpid(), started: time.Now(),
+		stopped: make(chan struct{}), grace: 2 * time.Second}
+	a.reaper = newReaper(cfg.Subreaper)
+	a.procs = newProcTable(a)
+	return a, nil
+}
+
+func (a *Agent) logf(format string, args ...any) { a.cfg.Logger.Printf(format, args...) }
+
+// Stop asks the agent to shut down: Run returns after every child has ended.
+func (a *Agent) Stop(grace time.Duration) {
+	a.stopOnce.Do(func() {
+		if grace > 0 {
+			a.grace = grace
+		}
+		close(a.stopped)
+	})
+}
+
+// Run connects to hosts and serves them until ctx is cancelled, Stop is
+// called, a host sends shutdown, or the channel directory disappears. Before
+// it returns, every process the agent started has been ended.
+func (a *Agent) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-a.stopped:
+		case <-ctx.Done():
+		}
+		cancel()
+	}()
+	stopReaper := a.reaper.start()
+	var err error
+	switch {
+	case a.cfg.Connect != "":
+		err = a.dialLoop(ctx, a.cfg.Connect)
+	case a.cfg.ChannelDir != "":
+		err = a.watchLoop(ctx, a.cfg.ChannelDir)
+	default:
+		err = errors.New("agent: no channel directory or socket to connect to")
+	}
+	a.procs.killAll(a.grace)
+	stopReaper()
+	return err
+}
+
+// ServeConn serves a single host connection until it ends (for tests and
+// transports that hand the agent an established connection).
+func (a *Agent) ServeConn(ctx context.Context, conn net.Conn) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-a.stopped:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return a.serve(ctx, conn)
+}
+
+// Close ends every process the agent started (ServeConn users call it).
+func (a *Agent) Close() { a.procs.killAll(a.grace) }
+
+// dialLoop keeps one host socket connected, redialling with backoff.
+func (a *Agent) dialLoop(ctx context.Context, path string) error {
+	backoff := 5 * time.Millisecond
+	for ctx.Err() == nil {
+		conn, err := protocol.DialUnix(ctx, path)
+		if err == nil {
+			backoff = 5 * time.Millisecond
+			if serr := a.serve(ctx, conn); serr != nil {
+				a.logf("session with %s: %v", path, serr)
+			}
+			continue
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, time.Second)
+	}
+	return nil
+}
+
+func (a *Agent) dispatch(req *request) (any, []byte, error) {
+	switch req.cmd {
+	case protocol.CmdExec:
+		return a.exec(req)
+	case protocol.CmdFileWrite:
+		return a.fileWrite(req)
+	case protocol.CmdFileRead:
+		return a.fileRead(req)
+	case protocol.CmdFileList:
+		return a.fileList(req)
+	case protocol.CmdStat:
+		return a.stat(req)
+	case protocol.CmdFileExists:
+		return a.fileExists(req)
+	case protocol.CmdMkdir:
+		return a.mkdir(req)
+	case protocol.CmdResolvePath:
+		return a.resolvePath(req)
+	case protocol.CmdFileRemove:
+		return a.fileRemove(req)
+	case protocol.CmdFileMove:
+		return a.fileMove(req)
+	case protocol.CmdHealth:
+		return a.health(), nil, nil
+	case protocol.CmdShutdown:
+		var args protocol.ShutdownArgs
+		if err := req.decode(&args); err != nil {
+			return nil, nil, err
+		}
+		// Answer first, then stop.
+		req.after = append(req.after, func() { a.Stop(time.Duration(args.GraceMs) * time.Millisecond) })
+		return struct{}{}, nil, nil
+	case protocol.CmdProcStart:
+		return a.procStart(req)
+	case protocol.CmdPtySpawn:
+		return a.ptySpawn(req)
+	case protocol.CmdProcInput, protocol.CmdPtyWrite:
+		return a.procInput(req)
+	case protocol.CmdProcSignal:
+		return a.procSignal(req)
+	case protocol.CmdProcList:
+		return a.procList(req)
+	case protocol.CmdProcAttach:
+		return a.procAttach(req)
+	case protocol.CmdPtyRead:
+		return a.ptyRead(req)
+	case protocol.CmdPtyResize:
+		return a.ptyResize(req)
+	case protocol.CmdPtyClose:
+		return a.ptyClose(req)
+	}
+	return nil, nil, protocol.Errorf(protocol.CodeUnsupported, "command %q is not supported by cortex-agent %s (protocol %s)",
+		req.cmd, a.cfg.Version, protocol.Version())
+}
+
+func (a *Agent) health() *protocol.HealthResult {
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	procs, ptys := a.procs.counts()
+	return &protocol.HealthResult{
+		Version: a.cfg.Version, Protocol: protocol.Version(), PID: a.pid,
+		UptimeMs: time.Since(a.started).Milliseconds(), RSSBytes: rss(), HeapBytes: int64(ms.HeapAlloc),
+		Commands: a.commands.Load(), Processes: procs, Ptys: ptys, Goroutines: runtime.NumGoroutine(),
+		Sessions: int(a.sessionCount.Load()), Root: a.fs.root, Workdir: a.fs.workdir,
+	}
+}
+
+// rss reads the resident set size from /proc.
+func rss() int64 {
+	b, err := os.ReadFile("/proc/self/statm")
+	if err != nil {
+		return 0
+	}
+	var size, res int64
+	if _, err := fmt.Sscan(string(b), &size, &res); err != nil {
+		return 0
+	}
+	return res * int64(os.Getpagesize())
+}

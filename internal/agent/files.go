@@ -1,0 +1,320 @@
+package agent
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"syscall"
+
+	"github.com/nsys-cortex/cortex/internal/protocol"
+)
+
+func (a *Agent) fileWrite(req *request) (any, []byte, error) {
+	var args protocol.FileWriteArgs
+	if err := req.decode(&args); err != nil {
+		return nil, nil, err
+	}
+	switch {
+	case args.Offset < 0:
+		return nil, nil, protocol.Errorf(protocol.CodeBadRequest, "file_write %s: negative offset %d", args.Path, args.Offset)
+	case args.Truncate && args.Offset != 0:
+		return nil, nil, protocol.Errorf(protocol.CodeBadRequest, "file_write %s: truncate needs offset 0", args.Path)
+	case args.Atomic && (args.Offset != 0 || args.Append):
+		return nil, nil, protocol.Errorf(protocol.CodeBadRequest, "file_write %s: atomic writes replace the whole file (no offset, no append)", args.Path)
+	}
+	perm := fs.FileMode(args.Mode & 0o7777)
+	if perm == 0 {
+		perm = 0o644
+	}
+	if args.Parents {
+		if _, err := a.fs.mkdir(parentOf(args.Path), true, 0o755); err != nil {
+			return nil, nil, err
+		}
+	}
+	if args.Atomic {
+		return a.writeAtomic(args.Path, req.body, perm)
+	}
+	flag := os.O_WRONLY | os.O_CREATE
+	if args.Truncate {
+		flag |= os.O_TRUNC
+	}
+	if args.Append {
+		flag |= os.O_APPEND
+	}
+	f, abs, err := a.fs.openFile(args.Path, flag, perm)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer f.Close()
+	var n int
+	if args.Append {
+		n, err = f.Write(req.body)
+	} else {
+		n, err = f.WriteAt(req.body, args.Offset)
+	}
+	if err != nil {
+		return nil, nil, pathError("write", abs, err)
+	}
+	st, err := f.Stat()
+	if err != nil {
+		return nil, nil, pathError("stat", abs, err)
+	}
+	if err := f.Close(); err != nil {
+		return nil, nil, pathError("write", abs, err)
+	}
+	return &protocol.FileWriteResult{Written: n, Size: st.Size()}, nil, nil
+}
+
+// writeAtomic writes data to a temporary file beside p and renames it over p.
+func (a *Agent) writeAtomic(p string, data []byte, perm fs.FileMode) (any, []byte, error) {
+	// Write through a symlink to its target, as `echo > link` would, rather
+	// than replacing the link; a link that leads out is refused.
+	abs, _, err := a.fs.resolve(p)
+	if err != nil {
+		return nil, nil, err
+	}
+	if st, _, err := a.fs.stat(abs, true); err == nil {
+		if st.IsDir() {
+			return nil, nil, protocol.Errorf(protocol.CodeBadRequest, "write %s: is a directory", abs)
+		}
+		perm = st.Mode().Perm() // keep the mode of the file being replaced
+	}
+	var rnd [6]byte
+	rand.Read(rnd[:])
+	tmp := filepath.Join(filepath.Dir(abs), "."+filepath.Base(abs)+".cortex-"+hex.EncodeToString(rnd[:]))
+	f, _, err := a.fs.openFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, perm)
+	if err != nil {
+		return nil, nil, err
+	}
+	_, werr := f.Write(data)
+	cerr := f.Close()
+	if werr == nil {
+		werr = cerr
+	}
+	if werr == nil {
+		werr = a.fs.rename(tmp, abs)
+	}
+	if werr != nil {
+		a.fs.remove(tmp, false) // best effort: the temporary file is ours
+		return nil, nil, pathError("write", abs, werr)
+	}
+	return &protocol.FileWriteResult{Written: len(data), Size: int64(len(data))}, nil, nil
+}
+
+func parentOf(p string) string {
+	d := filepath.Dir(p)
+	if d == "" {
+		return "."
+	}
+	return d
+}
+
+func (a *Agent) fileRead(req *request) (any, []byte, error) {
+	var args protocol.FileReadArgs
+	if err := req.decode(&args); err != nil {
+		return nil, nil, err
+	}
+	if args.Offset < 0 || args.Length < 0 {
+		return nil, nil, protocol.Errorf(protocol.CodeBadRequest, "file_read %s: negative offset or length", args.Path)
+	}
+	length := args.Length
+	if length == 0 {
+		length = protocol.ChunkSize
+	}
+	if length > protocol.MaxBody {
+		return nil, nil, protocol.Errorf(protocol.CodeTooLarge, "file_read %s: length %d exceeds %d; read in chunks", args.Path, length, protocol.MaxBody)
+	}
+	f, abs, err := a.fs.openFile(args.Path, os.O_RDONLY, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, nil, pathError("stat", abs, err)
+	}
+	if st.IsDir() {
+		return nil, nil, protocol.Errorf(protocol.CodeBadRequest, "read %s: is a directory", abs)
+	}
+	want := length
+	if st.Mode().IsRegular() && st.Size() > 0 {
+		want = max(0, min(length, st.Size()-args.Offset))
+	} else {
+		want = min(length, 64<<10) // /proc files and devices report no size
+	}
+	buf, release := getBuf(int(want))
+	req.after = append(req.after, release) // the response is written from buf
+	n, err := f.ReadAt(buf, args.Offset)
+	eof := errors.Is(err, io.EOF)
+	if err != nil && !eof {
+		return nil, nil, pathError("read", abs, err)
+	}
+	size := st.Size()
+	if st.Mode().IsRegular() {
+		eof = eof || args.Offset+int64(n) >= size
+	}
+	return &protocol.FileReadResult{N: n, Size: size, EOF: eof}, buf[:n], nil
+}
+
+func (a *Agent) fileList(req *request) (any, []byte, error) {
+	var args protocol.FileListArgs
+	if err := req.decode(&args); err != nil {
+		return nil, nil, err
+	}
+	limit := args.Limit
+	if limit <= 0 || limit > protocol.MaxListEntries {
+		limit = protocol.MaxListEntries
+	}
+	if args.Offset < 0 {
+		return nil, nil, protocol.Errorf(protocol.CodeBadRequest, "file_list %s: negative offset", args.Path)
+	}
+	d, abs, err := a.fs.openFile(args.Path, os.O_RDONLY|syscall.O_DIRECTORY, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer d.Close()
+	names, err := d.Readdirnames(-1)
+	if err != nil {
+		return nil, nil, pathError("list", abs, err)
+	}
+	slices.Sort(names)
+	res := &protocol.FileListResult{Path: abs, Total: len(names), Entries: []protocol.FileInfo{}}
+	if args.Offset >= len(names) {
+		return res, nil, nil
+	}
+	page := names[args.Offset:]
+	if len(page) > limit {
+		page, res.More = page[:limit], true
+	}
+	for _, name := range page {
+		fi, err := statAt(d, name)
+		if err != nil {
+			continue // removed since the listing: leave it out
+		}
+		fi.Path = filepath.Join(abs, name)
+		res.Entries = append(res.Entries, fi)
+	}
+	return res, nil, nil
+}
+
+func (a *Agent) stat(req *request) (any, []byte, error) {
+	var args protocol.StatArgs
+	if err := req.decode(&args); err != nil {
+		return nil, nil, err
+	}
+	st, abs, err := a.fs.stat(args.Path, !args.NoFollow)
+	if err != nil {
+		return nil, nil, err
+	}
+	fi := infoOf(st)
+	fi.Path = abs
+	if fi.Type == protocol.TypeSymlink {
+		fi.Target, _ = a.fs.readlink(abs) // the stat succeeded; a vanished link just has no target
+	}
+	return &fi, nil, nil
+}
+
+func (a *Agent) fileExists(req *request) (any, []byte, error) {
+	var args protocol.PathArgs
+	if err := req.decode(&args); err != nil {
+		return nil, nil, err
+	}
+	st, _, err := a.fs.stat(args.Path, true)
+	if protocol.HasCode(err, protocol.CodeNotFound) {
+		return &protocol.ExistsResult{}, nil, nil
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	return &protocol.ExistsResult{Exists: true, Type: typeOf(st.Mode())}, nil, nil
+}
+
+func (a *Agent) mkdir(req *request) (any, []byte, error) {
+	var args protocol.MkdirArgs
+	if err := req.decode(&args); err != nil {
+		return nil, nil, err
+	}
+	perm := fs.FileMode(args.Mode & 0o7777)
+	if perm == 0 {
+		perm = 0o755
+	}
+	abs, err := a.fs.mkdir(args.Path, !args.NoParents, perm)
+	if err != nil {
+		return nil, nil, err
+	}
+	return &protocol.PathArgs{Path: abs}, nil, nil
+}
+
+func (a *Agent) resolvePath(req *request) (any, []byte, error) {
+	var args protocol.PathArgs
+	if err := req.decode(&args); err != nil {
+		return nil, nil, err
+	}
+	p, exists, err := a.fs.resolve(args.Path)
+	if err != nil {
+		return nil, nil, err
+	}
+	return &protocol.ResolveResult{Path: p, Exists: exists}, nil, nil
+}
+
+func (a *Agent) fileRemove(req *request) (any, []byte, error) {
+	var args protocol.RemoveArgs
+	if err := req.decode(&args); err != nil {
+		return nil, nil, err
+	}
+	abs, err := a.fs.remove(args.Path, args.Recursive)
+	if err != nil {
+		return nil, nil, err
+	}
+	return &protocol.PathArgs{Path: abs}, nil, nil
+}
+
+func (a *Agent) fileMove(req *request) (any, []byte, error) {
+	var args protocol.MoveArgs
+	if err := req.decode(&args); err != nil {
+		return nil, nil, err
+	}
+	if args.From == "" || args.To == "" {
+		return nil, nil, protocol.Errorf(protocol.CodeBadRequest, "file_move: give both from and to")
+	}
+	if _, _, err := a.fs.stat(args.From, false); err != nil {
+		return nil, nil, err
+	}
+	if args.NoReplace {
+		if _, _, err := a.fs.stat(args.To, false); err == nil {
+			return nil, nil, protocol.Errorf(protocol.CodeBadRequest, "file_move: %s already exists", args.To)
+		}
+	}
+	if args.Parents {
+		if _, err := a.fs.mkdir(parentOf(args.To), true, 0o755); err != nil {
+			return nil, nil, err
+		}
+	}
+	if err := a.fs.rename(args.From, args.To); err != nil {
+		return nil, nil, err
+	}
+	to, _ := a.fs.abs(args.To) // rename succeeded, so the path is valid
+	return &protocol.PathArgs{Path: to}, nil, nil
+}
+
+func typeOf(m fs.FileMode) string {
+	switch {
+	case m.IsRegular():
+		return protocol.TypeFile
+	case m.IsDir():
+		return protocol.TypeDir
+	case m&fs.ModeSymlink != 0:
+		return protocol.TypeSymlink
+	}
+	return protocol.TypeOther
+}
+
+func infoOf(st fs.FileInfo) protocol.FileInfo {
+	return protocol.FileInfo{Name: st.Name(), Type: typeOf(st.Mode()), Size: st.Size(),
+		Mode: uint32(st.Mode().Perm()), ModTime: st.ModTime().UTC()}
+}

@@ -1,0 +1,425 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/nsys-cortex/cortex/internal/protocol"
+)
+
+// helloTimeout bounds the handshake.
+const helloTimeout = 10 * time.Second
+
+// session serves one host connection. Requests run concurrently, each in its
+// own goroutine; the session owns them and cancels them all when the
+// connection ends.
+type session struct {
+	a    *Agent
+	conn net.Conn
+	r    *protocol.Reader
+	peer protocol.Hello
+	caps map[string]bool
+
+	wmu  sync.Mutex // serialises frame writes
+	wbuf []byte
+
+	mu   sync.Mutex
+	reqs map[uint64]*request
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// request is one in-flight command.
+type request struct {
+	s      *session
+	id     uint64
+	cmd    protocol.Cmd
+	data   json.RawMessage
+	body   []byte
+	ctx    context.Context
+	cancel context.CancelFunc
+	out    *credit // what the host lets us send on this request's streams
+	in     *inbox  // stdin frames from the host, when the command takes them
+	after  []func() // run once the response is written
+}
+
+// serve runs the session until the connection ends or ctx is cancelled.
+func (a *Agent) serve(ctx context.Context, conn net.Conn) error {
+	s := &session{a: a, conn: conn, r: protocol.NewReader(conn, protocol.MaxBody), reqs: map[uint64]*request{}}
+	s.ctx, s.cancel = context.WithCancel(ctx)
+	defer s.cancel()
+	stop := context.AfterFunc(s.ctx, func() { conn.Close() })
+	defer stop()
+	defer conn.Close()
+
+	if err := s.handshake(); err != nil {
+		return fmt.Errorf("handshake: %w", err)
+	}
+	a.sessionCount.Add(1)
+	defer a.sessionCount.Add(-1)
+	err := s.readLoop()
+	s.cancel()
+	conn.Close()
+	s.wg.Wait()
+	return err
+}
+
+func (s *session) handshake() error {
+	conn := s.conn
+	conn.SetDeadline(time.Now().Add(helloTimeout))
+	defer conn.SetDeadline(time.Time{})
+	caps := make([]string, 0, len(protocol.Commands()))
+	for _, c := range protocol.Commands() {
+		caps = append(caps, string(c))
+	}
+	hello := protocol.Hello{
+		Protocol: protocol.Version(), Role: protocol.RoleAgent, Software: "cortex-agent " + s.a.cfg.Version,
+		Caps: caps, Neuron: s.a.cfg.ID, PID: s.a.pid, Token: s.a.cfg.Token,
+		MaxBody: protocol.MaxBody, Window: protocol.DefaultWindow,
+	}
+	data, _ := json.Marshal(hello) // plain struct: cannot fail
+	if err := s.write(&protocol.Header{Kind: protocol.KindHello, Data: data}, nil); err != nil {
+		return err
+	}
+	f, err := s.r.Read()
+	if err != nil {
+		return err
+	}
+	if f.Kind != protocol.KindHello {
+		return fmt.Errorf("first frame from host is %q, want hello", f.Kind)
+	}
+	if err := json.Unmarshal(f.Data, &s.peer); err != nil {
+		return fmt.Errorf("host hello: %v", err)
+	}
+	major, _, err := protocol.ParseVersion(s.peer.Protocol)
+	if err != nil {
+		return err
+	}
+	if major != protocol.Major {
+		return fmt.Errorf("host speaks protocol %s, this agent %s", s.peer.Protocol, protocol.Version())
+	}
+	s.caps = map[string]bool{}
+	for _, c := range s.peer.Caps {
+		s.caps[c] = true
+	}
+	return nil
+}
+
+func (s *session) readLoop() error {
+	for {
+		var h protocol.Header
+		n, err := s.r.ReadHeader(&h)
+		if err != nil {
+			if errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) || s.ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		var body []byte
+		release := func() {}
+		if n > 0 {
+			if h.Kind == protocol.KindRequest {
+				body, release = getBuf(n) // given back when the request is done
+			} else {
+				body = make([]byte, n)
+			}
+			if err := s.r.ReadBody(body); err != nil {
+				return err
+			}
+		}
+		switch h.Kind {
+		case protocol.KindRequest:
+			s.start(&h, body, release)
+		case protocol.KindCancel:
+			if req := s.lookup(h.ID); req != nil {
+				req.cancel()
+			}
+		case protocol.KindWindow:
+			if req := s.lookup(h.ID); req != nil && h.Credit > 0 {
+				req.out.add(h.Credit)
+			}
+		case protocol.KindInput:
+			if req := s.lookup(h.ID); req != nil && req.in != nil {
+				if err := req.in.put(body, h.EOF); err != nil {
+					return fmt.Errorf("request %d: %w", h.ID, err)
+				}
+			}
+		default:
+			// A host never sends responses, events or a second hello; ignoring
+			// them keeps a confused host from breaking other requests.
+			s.a.logf("ignoring %q frame from host", h.Kind)
+		}
+	}
+}
+
+func (s *session) lookup(id uint64) *request {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.reqs[id]
+}
+
+// start registers the request and runs it in its own goroutine; release
+// gives back the body's buffer once the request is done.
+func (s *session) start(h *protocol.Header, body []byte, release func()) {
+	s.a.commands.Add(1)
+	ctx, cancel := context.WithCancel(s.ctx)
+	if h.TimeoutMs > 0 {
+		// The host gives up at this deadline; stop working for it then too.
+		ctx, cancel = context.WithTimeout(s.ctx, time.Duration(h.TimeoutMs)*time.Millisecond)
+	}
+	req := &request{s: s, id: h.ID, cmd: h.Cmd, data: h.Data, body: body, ctx: ctx, cancel: cancel,
+		out: newCredit(s.peer.Window)}
+	if h.Cmd == protocol.CmdExec && takesStdinStream(h.Data) {
+		req.in = newInbox(protocol.DefaultWindow)
+	}
+	s.mu.Lock()
+	if _, dup := s.reqs[h.ID]; dup || h.ID == 0 {
+		s.mu.Unlock()
+		cancel()
+		release()
+		s.respond(h.ID, nil, nil, protocol.Errorf(protocol.CodeBadRequest, "request id %d is zero or already in use", h.ID))
+		return
+	}
+	s.reqs[h.ID] = req
+	s.mu.Unlock()
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		defer func() {
+			cancel()
+			s.mu.Lock()
+			delete(s.reqs, h.ID)
+			s.mu.Unlock()
+		}()
+		result, rbody, err := s.a.dispatch(req)
+		s.respond(h.ID, result, rbody, err)
+		release()
+		for _, f := range req.after {
+			f()
+		}
+	}()
+}
+
+// respond sends the final response of a request.
+func (s *session) respond(id uint64, result any, body []byte, err error) {
+	h := &protocol.Header{Kind: protocol.KindResponse, ID: id}
+	if err != nil {
+		h.Err = toWireError(err)
+		body = nil
+	} else if result != nil {
+		data, merr := json.Marshal(result)
+		if merr != nil {
+			h.Err = protocol.Errorf(protocol.CodeInternal, "encoding result: %v", merr)
+			body = nil
+		} else {
+			h.Data = data
+		}
+	}
+	if werr := s.write(h, body); werr != nil && s.ctx.Err() == nil {
+		s.a.logf("writing response %d: %v", id, werr)
+		s.conn.Close()
+	}
+}
+
+// write sends one frame; safe for concurrent use.
+func (s *session) write(h *protocol.Header, body []byte) error {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	var err error
+	s.wbuf, err = protocol.AppendFrame(s.wbuf[:0], h, len(body))
+	if err != nil {
+		return err
+	}
+	if len(body) == 0 {
+		_, err = s.conn.Write(s.wbuf)
+		return err
+	}
+	bufs := net.Buffers{s.wbuf, body}
+	_, err = bufs.WriteTo(s.conn)
+	return err
+}
+
+// send streams data on one of the request's streams, waiting for credit.
+func (r *request) send(stream string, off int64, data []byte) error {
+	for len(data) > 0 {
+		n, err := r.out.take(r.ctx, len(data))
+		if err != nil {
+			return err
+		}
+		if err := r.s.write(&protocol.Header{Kind: protocol.KindEvent, ID: r.id, Stream: stream, Offset: off}, data[:n]); err != nil {
+			return err
+		}
+		data = data[n:]
+		off += int64(n)
+	}
+	return nil
+}
+
+// event sends a small JSON event that needs no credit.
+func (r *request) event(stream string, v any) error {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return r.s.write(&protocol.Header{Kind: protocol.KindEvent, ID: r.id, Stream: stream, Data: data}, nil)
+}
+
+// grant gives the host credit for n more input bytes.
+func (r *request) grant(n int) error {
+	return r.s.write(&protocol.Header{Kind: protocol.KindWindow, ID: r.id, Credit: int64(n)}, nil)
+}
+
+// decode unmarshals the request's arguments into v.
+func (r *request) decode(v any) error {
+	if len(r.data) == 0 {
+		return nil
+	}
+	if err := json.Unmarshal(r.data, v); err != nil {
+		return protocol.Errorf(protocol.CodeBadRequest, "%s: bad arguments: %v", r.cmd, err)
+	}
+	return nil
+}
+
+// credit is a byte budget refilled by window frames.
+type credit struct {
+	mu     sync.Mutex
+	n      int64
+	notify chan struct{}
+}
+
+func newCredit(initial int64) *credit {
+	if initial <= 0 {
+		initial = protocol.DefaultWindow
+	}
+	return &credit{n: initial, notify: make(chan struct{}, 1)}
+}
+
+func (c *credit) add(n int64) {
+	c.mu.Lock()
+	c.n += n
+	c.mu.Unlock()
+	select {
+	case c.notify <- struct{}{}:
+	default:
+	}
+}
+
+// take waits until some credit is available and takes up to want bytes of it.
+func (c *credit) take(ctx context.Context, want int) (int, error) {
+	for {
+		c.mu.Lock()
+		if c.n > 0 {
+			n := min(int64(want), c.n)
+			c.n -= n
+			c.mu.Unlock()
+			return int(n), nil
+		}
+		c.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-c.notify:
+		}
+	}
+}
+
+// inbox queues input frames for a request, bounded by the credit granted.
+type inbox struct {
+	mu      sync.Mutex
+	chunks  [][]byte
+	queued  int
+	limit   int
+	eof     bool
+	notify  chan struct{}
+	aborted bool
+}
+
+func newInbox(limit int) *inbox { return &inbox{limit: limit, notify: make(chan struct{}, 1)} }
+
+func (b *inbox) put(p []byte, eof bool) error {
+	b.mu.Lock()
+	defer func() {
+		b.mu.Unlock()
+		select {
+		case b.notify <- struct{}{}:
+		default:
+		}
+	}()
+	if b.aborted {
+		return nil // the consumer is gone; drop silently
+	}
+	if b.queued+len(p) > b.limit {
+		return fmt.Errorf("host sent %d input bytes beyond the window", b.queued+len(p)-b.limit)
+	}
+	if len(p) > 0 {
+		b.chunks = append(b.chunks, p)
+		b.queued += len(p)
+	}
+	b.eof = b.eof || eof
+	return nil
+}
+
+// next returns the next chunk, or io.EOF after the host's EOF.
+func (b *inbox) next(ctx context.Context) ([]byte, error) {
+	for {
+		b.mu.Lock()
+		if len(b.chunks) > 0 {
+			p := b.chunks[0]
+			b.chunks = slices.Delete(b.chunks, 0, 1)
+			b.queued -= len(p)
+			b.mu.Unlock()
+			return p, nil
+		}
+		eof := b.eof
+		b.mu.Unlock()
+		if eof {
+			return nil, io.EOF
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-b.notify:
+		}
+	}
+}
+
+// abort drops whatever is queued and everything that arrives later.
+func (b *inbox) abort() {
+	b.mu.Lock()
+	b.aborted = true
+	b.chunks = nil
+	b.queued = 0
+	b.mu.Unlock()
+}
+
+// takesStdinStream peeks at exec arguments for stdin: "stream".
+func takesStdinStream(data json.RawMessage) bool {
+	var a struct {
+		Stdin string `json:"stdin"`
+	}
+	return json.Unmarshal(data, &a) == nil && a.Stdin == protocol.StdinStream
+}
+
+// toWireError maps any error onto the closed set of codes.
+func toWireError(err error) *protocol.Error {
+	var pe *protocol.Error
+	if errors.As(err, &pe) {
+		return pe
+	}
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return protocol.Errorf(protocol.CodeTimeout, "%v", err)
+	case errors.Is(err, context.Canceled):
+		return protocol.Errorf(protocol.CodeTimeout, "cancelled: %v", err)
+	}
+	return fsError(err)
+}

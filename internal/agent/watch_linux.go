@@ -1,0 +1,156 @@
+package agent
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/nsys-cortex/cortex/internal/protocol"
+)
+
+// SocketSuffix marks a host's listening socket in a channel directory.
+// Hosts create it under a dot-name and rename it into place once listening,
+// so the agent never dials a socket that is not ready.
+const SocketSuffix = ".sock"
+
+// watchLoop serves every host socket that appears in dir until ctx ends or
+// dir itself is removed (the neuron was destroyed). It waits on inotify, so
+// an idle agent uses no CPU; where inotify is unavailable it rescans the
+// directory once a second.
+func (a *Agent) watchLoop(ctx context.Context, dir string) error {
+	w, err := newDirWatch(dir)
+	if err != nil {
+		a.logf("inotify on %s unavailable (%v); polling every second", dir, err)
+	}
+	var (
+		mu        sync.Mutex
+		connected = map[string]bool{}
+		sessions  sync.WaitGroup
+	)
+	defer sessions.Wait()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if w != nil {
+		stop := context.AfterFunc(ctx, w.close)
+		defer stop()
+		defer w.close()
+	}
+	scan := func() bool {
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			return !errors.Is(err, os.ErrNotExist)
+		}
+		for _, e := range entries {
+			name := e.Name()
+			if !strings.HasSuffix(name, SocketSuffix) || strings.HasPrefix(name, ".") || e.Type()&os.ModeSocket == 0 {
+				continue
+			}
+			path := filepath.Join(dir, name)
+			mu.Lock()
+			busy := connected[path]
+			connected[path] = true
+			mu.Unlock()
+			if busy {
+				continue
+			}
+			sessions.Add(1)
+			go func() {
+				defer sessions.Done()
+				defer func() { mu.Lock(); delete(connected, path); mu.Unlock() }()
+				a.serveHost(ctx, path)
+			}()
+		}
+		return true
+	}
+	for ctx.Err() == nil {
+		if !scan() {
+			a.logf("channel directory %s is gone; shutting down", dir)
+			return nil
+		}
+		if w == nil {
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+			}
+			continue
+		}
+		gone, err := w.wait()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		if gone {
+			a.logf("channel directory %s was removed; shutting down", dir)
+			return nil
+		}
+	}
+	return nil
+}
+
+// serveHost dials one host socket and serves it until the host goes away.
+// A socket nobody listens on any more is a leftover of a host that died
+// without cleaning up; it is removed.
+func (a *Agent) serveHost(ctx context.Context, path string) {
+	conn, err := protocol.DialUnix(ctx, path)
+	if err != nil {
+		if errors.Is(err, syscall.ECONNREFUSED) {
+			os.Remove(path)
+		}
+		return
+	}
+	if err := a.serve(ctx, conn); err != nil {
+		a.logf("session with %s: %v", filepath.Base(path), err)
+	}
+}
+
+// dirWatch reports entries created in or moved into a directory, and the
+// directory's own removal.
+type dirWatch struct {
+	f    *os.File
+	buf  []byte
+	once sync.Once
+}
+
+func newDirWatch(dir string) (*dirWatch, error) {
+	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
+	if err != nil {
+		return nil, err
+	}
+	mask := uint32(unix.IN_CREATE | unix.IN_MOVED_TO | unix.IN_DELETE_SELF | unix.IN_MOVE_SELF)
+	if _, err := unix.InotifyAddWatch(fd, dir, mask); err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	// Non-blocking, so the runtime poller owns it and close interrupts a read.
+	return &dirWatch{f: os.NewFile(uintptr(fd), "inotify:"+dir), buf: make([]byte, 64<<10)}, nil
+}
+
+// wait blocks until something happens; gone reports the directory's removal.
+func (w *dirWatch) wait() (gone bool, err error) {
+	n, err := w.f.Read(w.buf)
+	if err != nil {
+		return false, err
+	}
+	// struct inotify_event { int32 wd; uint32 mask, cookie, len; char name[len]; }
+	for off := 0; off+unix.SizeofInotifyEvent <= n; {
+		mask := binary.NativeEndian.Uint32(w.buf[off+4:])
+		nameLen := binary.NativeEndian.Uint32(w.buf[off+12:])
+		if mask&(unix.IN_DELETE_SELF|unix.IN_MOVE_SELF|unix.IN_IGNORED) != 0 {
+			gone = true
+		}
+		off += unix.SizeofInotifyEvent + int(nameLen)
+	}
+	return gone, nil
+}
+
+func (w *dirWatch) close() { w.once.Do(func() { w.f.Close() }) }

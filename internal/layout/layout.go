@@ -1,0 +1,94 @@
+// Package layout names the paths under the Cortex home directory
+// (~/.nsys-cortex by default):
+//
+//	overlays/<id>/      a neuron's persistent data and its state file
+//	sockets/<id>/       the channel directory of a neuron (0700)
+//	snapshots/<id>/     snapshots of a neuron's overlay
+//	images/ sessions/ logs/ bin/ config.json
+//
+// It is a foundation package: standard library only, no I/O but lookups of
+// the environment and the user's home.
+package layout
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+)
+
+// Environment variables that move the tree.
+const (
+	EnvHome         = "NSYS_CORTEX_HOME"
+	EnvOverlayStore = "NSYS_CORTEX_OVERLAY_STORE_DIR"
+)
+
+// Layout is a resolved home tree.
+type Layout struct {
+	// Home is the root of the tree.
+	Home string
+	// Overlays holds one directory per neuron (NSYS_CORTEX_OVERLAY_STORE_DIR moves it).
+	Overlays string
+}
+
+// FromEnv resolves the layout from the environment.
+func FromEnv() (Layout, error) {
+	home := os.Getenv(EnvHome)
+	if home == "" {
+		uh, err := os.UserHomeDir()
+		if err != nil || uh == "" {
+			return Layout{}, errors.New("cannot find the home directory: set NSYS_CORTEX_HOME")
+		}
+		home = filepath.Join(uh, ".nsys-cortex")
+	}
+	return New(home, os.Getenv(EnvOverlayStore))
+}
+
+// New returns the layout rooted at home, with overlays under overlayStore
+// when that is not empty. Both are made absolute.
+func New(home, overlayStore string) (Layout, error) {
+	h, err := filepath.Abs(home)
+	if err != nil {
+		return Layout{}, err
+	}
+	l := Layout{Home: h, Overlays: filepath.Join(h, "overlays")}
+	if overlayStore != "" {
+		if l.Overlays, err = filepath.Abs(overlayStore); err != nil {
+			return Layout{}, err
+		}
+	}
+	return l, nil
+}
+
+// OverlayDir is the persistent directory of neuron id.
+func (l Layout) OverlayDir(id string) string { return filepath.Join(l.Overlays, id) }
+
+// SocketsDir holds the channel directories.
+func (l Layout) SocketsDir() string { return filepath.Join(l.Home, "sockets") }
+
+// ChannelDir is the channel directory of neuron id for a backend; backends
+// other than process nest under their mode name so a neuron's id is unique per
+// backend directory.
+func (l Layout) ChannelDir(mode, id string) string {
+	if mode == "" || mode == "process" {
+		return filepath.Join(l.SocketsDir(), id)
+	}
+	return filepath.Join(l.SocketsDir(), mode, id)
+}
+
+// SnapshotsDir holds the snapshots of neuron id.
+func (l Layout) SnapshotsDir(id string) string { return filepath.Join(l.Home, "snapshots", id) }
+
+// ImagesDir holds neuron images and root filesystems.
+func (l Layout) ImagesDir() string { return filepath.Join(l.Home, "images") }
+
+// SessionsDir holds agent sessions.
+func (l Layout) SessionsDir() string { return filepath.Join(l.Home, "sessions") }
+
+// LogsDir holds logs.
+func (l Layout) LogsDir() string { return filepath.Join(l.Home, "logs") }
+
+// BinDir holds the unpacked agent binaries, by content hash.
+func (l Layout) BinDir() string { return filepath.Join(l.Home, "bin") }
+
+// ConfigFile is the configuration file.
+func (l Layout) ConfigFile() string { return filepath.Join(l.Home, "config.json") }

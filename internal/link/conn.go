@@ -1,0 +1,412 @@
+package link
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/nsys-cortex/cortex/internal/protocol"
+)
+
+// DefaultTimeout bounds a request that names no timeout of its own.
+const DefaultTimeout = 30 * time.Second
+
+// NoTimeout, as a Request's Timeout, waits as long as the context allows.
+const NoTimeout time.Duration = -1
+
+// maxQueuedEvents bounds the events without a body (gaps, notices) queued for
+// one request; an agent that floods them is cut off.
+const maxQueuedEvents = 4096
+
+// Request is one command for the agent.
+type Request struct {
+	Cmd  protocol.Cmd
+	Args any
+	Body []byte
+	// Timeout is how long to wait for the response: 0 means DefaultTimeout,
+	// NoTimeout means only ctx bounds it. The agent is told, and stops too.
+	Timeout time.Duration
+	// Into, when big enough, receives the response body without a copy.
+	Into []byte
+}
+
+// Response is a successful response.
+type Response struct {
+	Data json.RawMessage
+	Body []byte
+}
+
+// Decode unmarshals the response data into v.
+func (r *Response) Decode(v any) error {
+	if len(r.Data) == 0 {
+		return nil
+	}
+	if err := json.Unmarshal(r.Data, v); err != nil {
+		return protocol.Errorf(protocol.CodeInternal, "agent sent a result that does not decode: %v", err)
+	}
+	return nil
+}
+
+// Event is stream data (or a small JSON event) for a request.
+type Event struct {
+	Stream string
+	Offset int64
+	Data   json.RawMessage
+	Body   []byte
+}
+
+// Conn is an established connection to one agent, after the hello exchange.
+// Requests are multiplexed on it by id; it is safe for concurrent use.
+type Conn struct {
+	nc   net.Conn
+	r    *protocol.Reader
+	peer protocol.Hello
+	caps map[string]bool
+
+	wmu  sync.Mutex
+	wbuf []byte
+
+	mu      sync.Mutex
+	nextID  uint64
+	pending map[uint64]*call
+	err     error // set once, when the connection ends
+	done    chan struct{}
+}
+
+// call is a request waiting for its response.
+type call struct {
+	id     uint64
+	cmd    protocol.Cmd
+	into   []byte
+	res    chan result // capacity 1
+	stream *streamState
+}
+
+type result struct {
+	resp *Response
+	err  error
+}
+
+// HandshakeOptions checks the agent's hello.
+type HandshakeOptions struct {
+	// Neuron, when set, must equal the id in the agent's hello.
+	Neuron string
+	// Token, when set, must equal the agent's token.
+	Token string
+	// Software names the host in its hello.
+	Software string
+	// Timeout bounds the exchange (default 10 s).
+	Timeout time.Duration
+}
+
+// Handshake exchanges hellos on nc and returns the connection, or closes nc
+// and says why the agent was refused.
+func Handshake(nc net.Conn, o HandshakeOptions) (*Conn, error) {
+	if o.Timeout == 0 {
+		o.Timeout = 10 * time.Second
+	}
+	c := &Conn{nc: nc, r: protocol.NewReader(nc, protocol.MaxBody), pending: map[uint64]*call{}, done: make(chan struct{})}
+	if err := c.hello(o); err != nil {
+		nc.Close()
+		return nil, err
+	}
+	go c.readLoop()
+	return c, nil
+}
+
+func (c *Conn) hello(o HandshakeOptions) error {
+	c.nc.SetDeadline(time.Now().Add(o.Timeout))
+	defer c.nc.SetDeadline(time.Time{})
+	caps := []string{}
+	me := protocol.Hello{Protocol: protocol.Version(), Role: protocol.RoleHost, Software: o.Software, Caps: caps,
+		MaxBody: protocol.MaxBody, Window: protocol.DefaultWindow}
+	data, _ := json.Marshal(me) // plain struct: cannot fail
+	if err := c.write(&protocol.Header{Kind: protocol.KindHello, Data: data}, nil); err != nil {
+		return fmt.Errorf("sending hello: %w", err)
+	}
+	f, err := c.r.Read()
+	if err != nil {
+		return fmt.Errorf("reading the agent's hello: %w", err)
+	}
+	if f.Kind != protocol.KindHello {
+		return fmt.Errorf("agent's first frame is %q, not hello", f.Kind)
+	}
+	if err := json.Unmarshal(f.Data, &c.peer); err != nil {
+		return fmt.Errorf("agent's hello does not decode: %v", err)
+	}
+	major, _, err := protocol.ParseVersion(c.peer.Protocol)
+	if err != nil {
+		return fmt.Errorf("agent's hello: %w", err)
+	}
+	if major != protocol.Major {
+		return fmt.Errorf("agent %q speaks protocol %s but this host speaks %s: install a matching cortex-agent",
+			c.peer.Software, c.peer.Protocol, protocol.Version())
+	}
+	if c.peer.Role != protocol.RoleAgent {
+		return fmt.Errorf("peer announced role %q, want agent", c.peer.Role)
+	}
+	if o.Neuron != "" && c.peer.Neuron != o.Neuron {
+		return fmt.Errorf("agent serves neuron %q, want %q", c.peer.Neuron, o.Neuron)
+	}
+	if o.Token != "" && !tokenEqual(c.peer.Token, o.Token) {
+		return errors.New("agent presented a wrong token")
+	}
+	c.caps = map[string]bool{}
+	for _, cp := range c.peer.Caps {
+		c.caps[cp] = true
+	}
+	return nil
+}
+
+// Peer returns the agent's hello.
+func (c *Conn) Peer() protocol.Hello { return c.peer }
+
+// Supports reports whether the agent announced cmd.
+func (c *Conn) Supports(cmd protocol.Cmd) bool { return c.caps[string(cmd)] }
+
+// Done is closed when the connection has ended.
+func (c *Conn) Done() <-chan struct{} { return c.done }
+
+// Err says why the connection ended (nil while it is up).
+func (c *Conn) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
+}
+
+// Close ends the connection; pending requests fail with NOT_RUNNING.
+func (c *Conn) Close() error {
+	c.fail(errors.New("connection closed by the host"))
+	return nil
+}
+
+// fail ends the connection once, failing every pending request at once.
+func (c *Conn) fail(cause error) {
+	c.mu.Lock()
+	if c.err != nil {
+		c.mu.Unlock()
+		return
+	}
+	c.err = cause
+	pending := c.pending
+	c.pending = map[uint64]*call{}
+	c.mu.Unlock()
+	c.nc.Close()
+	err := c.notRunning()
+	for _, cl := range pending {
+		cl.finish(result{err: err})
+	}
+	close(c.done)
+}
+
+func (c *Conn) notRunning() error {
+	c.mu.Lock()
+	cause := c.err
+	c.mu.Unlock()
+	who := "the agent"
+	if c.peer.Neuron != "" {
+		who = "the agent of neuron " + c.peer.Neuron
+	}
+	return protocol.Errorf(protocol.CodeNotRunning, "%s is not connected: %v", who, cause)
+}
+
+func (c *Conn) readLoop() {
+	for {
+		var h protocol.Header
+		n, err := c.r.ReadHeader(&h)
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				err = errors.New("agent disconnected")
+			}
+			c.fail(err)
+			return
+		}
+		cl := c.lookup(h.ID, h.Kind == protocol.KindResponse)
+		var body []byte
+		if n > 0 {
+			if cl != nil && h.Kind == protocol.KindResponse && len(cl.into) >= n {
+				body = cl.into[:n]
+			} else if cl != nil {
+				body = make([]byte, n)
+			}
+			if body == nil {
+				err = c.r.Discard(n) // a late answer to an abandoned request
+			} else {
+				err = c.r.ReadBody(body)
+			}
+			if err != nil {
+				c.fail(err)
+				if cl != nil {
+					// A response call was already taken out of pending.
+					cl.finish(result{err: c.notRunning()})
+				}
+				return
+			}
+		}
+		if cl == nil {
+			continue
+		}
+		switch h.Kind {
+		case protocol.KindResponse:
+			if h.Err != nil {
+				cl.finish(result{err: h.Err.Normalize()})
+			} else {
+				cl.finish(result{resp: &Response{Data: h.Data, Body: body}})
+			}
+		case protocol.KindEvent:
+			if cl.stream == nil {
+				c.fail(fmt.Errorf("agent sent a stream event for request %d (%s), which streams nothing", h.ID, cl.cmd))
+				return
+			}
+			if err := cl.stream.push(&Event{Stream: h.Stream, Offset: h.Offset, Data: h.Data, Body: body}); err != nil {
+				c.fail(fmt.Errorf("request %d (%s): %w", h.ID, cl.cmd, err))
+				return
+			}
+		case protocol.KindWindow:
+			if cl.stream != nil && h.Credit > 0 {
+				cl.stream.sendCredit.add(h.Credit)
+			}
+		default:
+			c.fail(fmt.Errorf("agent sent a %q frame, which only hosts send", h.Kind))
+			return
+		}
+	}
+}
+
+// lookup finds the call for id; a response also removes it.
+func (c *Conn) lookup(id uint64, remove bool) *call {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	cl := c.pending[id]
+	if remove && cl != nil {
+		delete(c.pending, id)
+	}
+	return cl
+}
+
+func (cl *call) finish(r result) {
+	select {
+	case cl.res <- r:
+	default: // already finished
+	}
+	if cl.stream != nil {
+		cl.stream.wake()
+	}
+}
+
+// write sends one frame; safe for concurrent use.
+func (c *Conn) write(h *protocol.Header, body []byte) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	var err error
+	c.wbuf, err = protocol.AppendFrame(c.wbuf[:0], h, len(body))
+	if err != nil {
+		return err
+	}
+	if len(body) == 0 {
+		_, err = c.nc.Write(c.wbuf)
+		return err
+	}
+	bufs := net.Buffers{c.wbuf, body}
+	_, err = bufs.WriteTo(c.nc)
+	return err
+}
+
+// start registers a call and sends its request frame.
+func (c *Conn) start(req *Request, stream *streamState) (*call, time.Duration, error) {
+	if !c.caps[string(req.Cmd)] {
+		return nil, 0, protocol.Errorf(protocol.CodeUnsupported, "the agent (%s, protocol %s) does not support %q",
+			c.peer.Software, c.peer.Protocol, req.Cmd)
+	}
+	var data json.RawMessage
+	if req.Args != nil {
+		var err error
+		if data, err = json.Marshal(req.Args); err != nil {
+			return nil, 0, protocol.Errorf(protocol.CodeBadRequest, "%s: arguments do not encode: %v", req.Cmd, err)
+		}
+	}
+	if len(req.Body) > c.peer.MaxBody && c.peer.MaxBody > 0 {
+		return nil, 0, protocol.Errorf(protocol.CodeTooLarge, "%s: body of %d bytes exceeds the agent's limit of %d", req.Cmd, len(req.Body), c.peer.MaxBody)
+	}
+	timeout := req.Timeout
+	if timeout == 0 {
+		timeout = DefaultTimeout
+	}
+	c.mu.Lock()
+	if c.err != nil {
+		c.mu.Unlock()
+		return nil, 0, c.notRunning()
+	}
+	c.nextID++
+	cl := &call{id: c.nextID, cmd: req.Cmd, into: req.Into, res: make(chan result, 1), stream: stream}
+	c.pending[cl.id] = cl
+	c.mu.Unlock()
+	h := &protocol.Header{Kind: protocol.KindRequest, ID: cl.id, Cmd: req.Cmd, Data: data}
+	if timeout > 0 {
+		h.TimeoutMs = max(1, timeout.Milliseconds())
+	}
+	if err := c.write(h, req.Body); err != nil {
+		c.lookup(cl.id, true)
+		if errors.Is(err, protocol.ErrFrameTooLarge) {
+			return nil, 0, protocol.Errorf(protocol.CodeTooLarge, "%s: %v", req.Cmd, err)
+		}
+		c.fail(fmt.Errorf("writing to the agent: %w", err))
+		return nil, 0, c.notRunning()
+	}
+	return cl, timeout, nil
+}
+
+// abandon forgets a call and tells the agent to stop working on it. It
+// reports false when the response is already being delivered: the caller
+// must then take it from cl.res (its body may be landing in cl.into).
+func (c *Conn) abandon(cl *call) bool {
+	if c.lookup(cl.id, true) == nil {
+		return false
+	}
+	c.write(&protocol.Header{Kind: protocol.KindCancel, ID: cl.id}, nil) // a dead connection needs no cancel
+	return true
+}
+
+// Call sends a request and waits for its response.
+func (c *Conn) Call(ctx context.Context, req *Request) (*Response, error) {
+	cl, timeout, err := c.start(req, nil)
+	if err != nil {
+		return nil, err
+	}
+	var timer <-chan time.Time
+	if timeout > 0 {
+		t := time.NewTimer(timeout)
+		defer t.Stop()
+		timer = t.C
+	}
+	select {
+	case r := <-cl.res:
+		return r.resp, r.err
+	case <-timer:
+		if !c.abandon(cl) {
+			r := <-cl.res
+			return r.resp, r.err
+		}
+		return nil, protocol.Errorf(protocol.CodeTimeout, "%s: no answer from the agent within %s", req.Cmd, timeout)
+	case <-ctx.Done():
+		if !c.abandon(cl) {
+			r := <-cl.res
+			return r.resp, r.err
+		}
+		return nil, ctxError(req.Cmd, ctx)
+	}
+}
+
+// ctxError reports why ctx ended: a deadline is a TIMEOUT, a cancellation
+// keeps context.Canceled in the chain.
+func ctxError(cmd protocol.Cmd, ctx context.Context) error {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return protocol.Errorf(protocol.CodeTimeout, "%s: deadline exceeded", cmd)
+	}
+	return fmt.Errorf("%s: %w", cmd, ctx.Err())
+}

@@ -1,0 +1,384 @@
+package link
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"path"
+	"sync"
+	"time"
+
+	"github.com/nsys-cortex/cortex/internal/protocol"
+)
+
+// pipelineDepth is how many chunks of one file are in flight at once.
+const pipelineDepth = 4
+
+// WriteOptions shape a file write.
+type WriteOptions struct {
+	// Mode of a new file (default 0644; an existing file keeps its mode).
+	Mode fs.FileMode
+	// Parents creates missing parent directories.
+	Parents bool
+}
+
+func (o *WriteOptions) mode() uint32 {
+	if o == nil {
+		return 0
+	}
+	return uint32(o.Mode.Perm())
+}
+
+func (o *WriteOptions) parents() bool { return o != nil && o.Parents }
+
+// WriteFile replaces the file at p with data. Readers see the old content
+// or the new, never a mix: small files are written in one atomic request,
+// large ones into a temporary file beside p that is renamed over it.
+func (c *Client) WriteFile(ctx context.Context, p string, data []byte, o *WriteOptions) error {
+	_, err := c.writeFile(ctx, p, chunkSource{data: data}, o)
+	return err
+}
+
+// WriteFileFrom streams r into the file at p (as WriteFile) and returns the
+// number of bytes written.
+func (c *Client) WriteFileFrom(ctx context.Context, p string, r io.Reader, o *WriteOptions) (int64, error) {
+	return c.writeFile(ctx, p, chunkSource{r: r}, o)
+}
+
+// chunkSource yields a file's content in chunks: slices of data without a
+// copy, or reads from r into pooled buffers.
+type chunkSource struct {
+	data []byte
+	r    io.Reader
+	off  int
+}
+
+// next returns the next chunk (empty at the end) and a release func.
+func (s *chunkSource) next() ([]byte, func(), error) {
+	if s.r == nil {
+		n := min(protocol.ChunkSize, len(s.data)-s.off)
+		p := s.data[s.off : s.off+n]
+		s.off += n
+		return p, func() {}, nil
+	}
+	buf := chunkPool.Get().(*[]byte)
+	n, err := io.ReadFull(s.r, *buf)
+	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+		err = nil
+	}
+	if err != nil {
+		chunkPool.Put(buf)
+		return nil, nil, fmt.Errorf("reading the source: %w", err)
+	}
+	return (*buf)[:n], func() { chunkPool.Put(buf) }, nil
+}
+
+var chunkPool = sync.Pool{New: func() any { b := make([]byte, protocol.ChunkSize); return &b }}
+
+func (c *Client) writeFile(ctx context.Context, p string, src chunkSource, o *WriteOptions) (int64, error) {
+	first, release, err := src.next()
+	if err != nil {
+		return 0, err
+	}
+	args := &protocol.FileWriteArgs{Path: p, Mode: o.mode(), Parents: o.parents()}
+	if len(first) < protocol.ChunkSize {
+		// The whole file fits in one request: write it atomically there.
+		defer release()
+		args.Atomic = true
+		_, err := c.call(ctx, protocol.CmdFileWrite, args, first, nil)
+		return int64(len(first)), err
+	}
+	// Large: stream chunks into a temporary file beside p, then rename it.
+	if args.Parents {
+		if _, err := c.Mkdir(ctx, path.Dir(p)); err != nil {
+			release()
+			return 0, err
+		}
+		args.Parents = false
+	}
+	if args.Mode == 0 {
+		if st, err := c.Stat(ctx, p); err == nil && st.Type == protocol.TypeFile {
+			args.Mode = st.Mode // keep the mode of the file being replaced
+		}
+	}
+	var rnd [6]byte
+	rand.Read(rnd[:])
+	tmp := path.Join(path.Dir(p), "."+path.Base(p)+".cortex-"+hex.EncodeToString(rnd[:]))
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		firstErr error
+		slots    = make(chan struct{}, pipelineDepth)
+		off      int64
+	)
+	setErr := func(err error) {
+		mu.Lock()
+		if firstErr == nil {
+			firstErr = err
+		}
+		mu.Unlock()
+	}
+	failed := func() bool { mu.Lock(); defer mu.Unlock(); return firstErr != nil }
+	chunk := first
+	for len(chunk) > 0 && !failed() {
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			setErr(ctxError(protocol.CmdFileWrite, ctx))
+			release()
+			chunk = nil
+			continue
+		}
+		a := *args
+		a.Path, a.Offset = tmp, off
+		wg.Add(1)
+		go func(p []byte, release func()) {
+			defer wg.Done()
+			defer func() { <-slots }()
+			defer release()
+			if _, err := c.call(ctx, protocol.CmdFileWrite, &a, p, nil); err != nil {
+				setErr(err)
+			}
+		}(chunk, release)
+		off += int64(len(chunk))
+		if len(chunk) < protocol.ChunkSize {
+			break
+		}
+		if chunk, release, err = src.next(); err != nil {
+			setErr(err)
+			break
+		}
+		if len(chunk) == 0 {
+			release()
+		}
+	}
+	wg.Wait()
+	if firstErr == nil {
+		_, firstErr = c.call(ctx, protocol.CmdFileMove, &protocol.MoveArgs{From: tmp, To: p}, nil, nil)
+	}
+	if firstErr != nil {
+		// Leave nothing behind; the target was never touched.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		c.call(cctx, protocol.CmdFileRemove, &protocol.RemoveArgs{Path: tmp}, nil, nil)
+		cancel()
+		return 0, firstErr
+	}
+	return off, nil
+}
+
+// ReadFile returns the whole content of the file at p.
+func (c *Client) ReadFile(ctx context.Context, p string) ([]byte, error) {
+	st, err := c.Stat(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	if st.Type == protocol.TypeDir {
+		return nil, protocol.Errorf(protocol.CodeBadRequest, "read %s: is a directory", st.Path)
+	}
+	buf := make([]byte, st.Size)
+	n, eof, err := c.readInto(ctx, p, buf)
+	if err != nil {
+		return nil, err
+	}
+	buf = buf[:n]
+	// A file that grew, shrank, or reports no size (/proc): read to the end.
+	for !eof {
+		res, body, err := c.readChunk(ctx, p, int64(len(buf)), nil)
+		if err != nil {
+			return nil, err
+		}
+		buf = append(buf, body...)
+		eof = res.EOF || res.N == 0
+	}
+	return buf, nil
+}
+
+// readInto fills buf from the start of the file with pipelined chunk reads
+// that land directly in buf. It returns how much of buf was filled and
+// whether the agent saw the end of the file there.
+func (c *Client) readInto(ctx context.Context, p string, buf []byte) (int64, bool, error) {
+	type part struct {
+		off int64
+		n   int
+		eof bool
+		err error
+	}
+	chunks := (len(buf) + protocol.ChunkSize - 1) / protocol.ChunkSize
+	results := make([]part, chunks)
+	slots := make(chan struct{}, pipelineDepth)
+	var wg sync.WaitGroup
+	for i := 0; i < chunks; i++ {
+		off := i * protocol.ChunkSize
+		dst := buf[off:min(len(buf), off+protocol.ChunkSize)]
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			wg.Wait()
+			return 0, false, ctxError(protocol.CmdFileRead, ctx)
+		}
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			defer func() { <-slots }()
+			res, body, err := c.readChunk(ctx, p, int64(off), dst)
+			if err == nil && len(body) > 0 && &body[0] != &dst[0] {
+				copy(dst, body)
+			}
+			results[i] = part{off: int64(off), err: err}
+			if res != nil {
+				results[i].n, results[i].eof = res.N, res.EOF
+			}
+		}(i)
+	}
+	wg.Wait()
+	var filled int64
+	eof := false
+	for _, r := range results {
+		if r.err != nil {
+			return 0, false, r.err
+		}
+		if r.off != filled {
+			break // an earlier chunk came back short: the file shrank
+		}
+		filled += int64(r.n)
+		eof = r.eof
+	}
+	return filled, eof, nil
+}
+
+func (c *Client) readChunk(ctx context.Context, p string, off int64, into []byte) (*protocol.FileReadResult, []byte, error) {
+	length := int64(protocol.ChunkSize)
+	if into != nil {
+		length = int64(len(into))
+	}
+	resp, err := c.c.Call(ctx, &Request{Cmd: protocol.CmdFileRead, Args: &protocol.FileReadArgs{Path: p, Offset: off, Length: length}, Into: into})
+	if err != nil {
+		return nil, nil, err
+	}
+	var res protocol.FileReadResult
+	if err := resp.Decode(&res); err != nil {
+		return nil, nil, err
+	}
+	if res.N != len(resp.Body) {
+		return nil, nil, protocol.Errorf(protocol.CodeInternal, "file_read: agent announced %d bytes and sent %d", res.N, len(resp.Body))
+	}
+	return &res, resp.Body, nil
+}
+
+// ReadFileTo streams the file at p into w and returns the bytes copied.
+// Chunks are read ahead, pipelineDepth at a time, into reused buffers.
+func (c *Client) ReadFileTo(ctx context.Context, p string, w io.Writer) (int64, error) {
+	type pending struct {
+		done chan struct{}
+		buf  *[]byte
+		res  *protocol.FileReadResult
+		body []byte
+		err  error
+	}
+	issue := func(off int64) *pending {
+		pd := &pending{done: make(chan struct{}), buf: chunkPool.Get().(*[]byte)}
+		go func() {
+			defer close(pd.done)
+			pd.res, pd.body, pd.err = c.readChunk(ctx, p, off, *pd.buf)
+		}()
+		return pd
+	}
+	var (
+		queue []*pending
+		next  int64
+		total int64
+	)
+	defer func() {
+		for _, pd := range queue {
+			<-pd.done // every reader goroutine ends before we return
+			chunkPool.Put(pd.buf)
+		}
+	}()
+	for {
+		for len(queue) < pipelineDepth {
+			queue = append(queue, issue(next))
+			next += protocol.ChunkSize
+		}
+		pd := queue[0]
+		<-pd.done
+		queue = queue[1:]
+		err := pd.err
+		if err == nil {
+			_, err = w.Write(pd.body)
+			total += int64(len(pd.body))
+		}
+		chunkPool.Put(pd.buf)
+		if err != nil {
+			return total, err
+		}
+		if pd.res.EOF || pd.res.N < protocol.ChunkSize {
+			return total, nil
+		}
+	}
+}
+
+// Stat describes the file at p, following symlinks.
+func (c *Client) Stat(ctx context.Context, p string) (*protocol.FileInfo, error) {
+	var fi protocol.FileInfo
+	_, err := c.call(ctx, protocol.CmdStat, &protocol.StatArgs{Path: p}, nil, &fi)
+	return &fi, err
+}
+
+// Lstat describes the file at p; a symlink is described itself.
+func (c *Client) Lstat(ctx context.Context, p string) (*protocol.FileInfo, error) {
+	var fi protocol.FileInfo
+	_, err := c.call(ctx, protocol.CmdStat, &protocol.StatArgs{Path: p, NoFollow: true}, nil, &fi)
+	return &fi, err
+}
+
+// Exists reports whether p exists.
+func (c *Client) Exists(ctx context.Context, p string) (bool, error) {
+	var r protocol.ExistsResult
+	_, err := c.call(ctx, protocol.CmdFileExists, &protocol.PathArgs{Path: p}, nil, &r)
+	return r.Exists, err
+}
+
+// List returns the entries of directory p, sorted by name.
+func (c *Client) List(ctx context.Context, p string) ([]protocol.FileInfo, error) {
+	var all []protocol.FileInfo
+	for {
+		var page protocol.FileListResult
+		if _, err := c.call(ctx, protocol.CmdFileList, &protocol.FileListArgs{Path: p, Offset: len(all)}, nil, &page); err != nil {
+			return nil, err
+		}
+		all = append(all, page.Entries...)
+		if !page.More || len(page.Entries) == 0 {
+			return all, nil
+		}
+	}
+}
+
+// Mkdir creates directory p and its parents; it returns the absolute path.
+func (c *Client) Mkdir(ctx context.Context, p string) (string, error) {
+	var r protocol.PathArgs
+	_, err := c.call(ctx, protocol.CmdMkdir, &protocol.MkdirArgs{Path: p}, nil, &r)
+	return r.Path, err
+}
+
+// Resolve returns p as an absolute path inside the neuron, symlinks resolved.
+func (c *Client) Resolve(ctx context.Context, p string) (*protocol.ResolveResult, error) {
+	var r protocol.ResolveResult
+	_, err := c.call(ctx, protocol.CmdResolvePath, &protocol.PathArgs{Path: p}, nil, &r)
+	return &r, err
+}
+
+// Remove removes p; recursive removes a directory and its contents.
+func (c *Client) Remove(ctx context.Context, p string, recursive bool) error {
+	_, err := c.call(ctx, protocol.CmdFileRemove, &protocol.RemoveArgs{Path: p, Recursive: recursive}, nil, nil)
+	return err
+}
+
+// Move renames from to to (replacing to unless args.NoReplace).
+func (c *Client) Move(ctx context.Context, args *protocol.MoveArgs) error {
+	_, err := c.call(ctx, protocol.CmdFileMove, args, nil, nil)
+	return err
+}

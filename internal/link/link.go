@@ -1,0 +1,263 @@
+package link
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/nsys-cortex/cortex/internal/protocol"
+)
+
+// EventKind says what happened to a link's agent connection.
+type EventKind int
+
+// Link events.
+const (
+	Connected EventKind = iota + 1
+	Disconnected
+	// Refused: a peer connected but failed the handshake (wrong neuron,
+	// token or protocol version); Err says why.
+	Refused
+)
+
+func (k EventKind) String() string {
+	switch k {
+	case Connected:
+		return "neuron-connected"
+	case Disconnected:
+		return "neuron-disconnected"
+	case Refused:
+		return "agent-refused"
+	}
+	return fmt.Sprintf("EventKind(%d)", int(k))
+}
+
+// ConnEvent reports an agent connecting or disconnecting.
+type ConnEvent struct {
+	Kind   EventKind
+	Neuron string
+	Peer   protocol.Hello
+	Err    error // why it disconnected
+}
+
+// Options configure a Link.
+type Options struct {
+	// Neuron is the id the agent must announce.
+	Neuron string
+	// Token, when set, must be presented by the agent.
+	Token string
+	// Software names the host in its hello.
+	Software string
+	// OnEvent is called (from the link's goroutines, one at a time) when the
+	// agent connects or disconnects.
+	OnEvent func(ConnEvent)
+}
+
+// Link is the host end of one neuron's channel in this process: a Unix
+// socket it listens on and the agent connection that arrives there. When
+// the agent goes away every pending request fails at once with NOT_RUNNING
+// and a neuron-disconnected event fires; an agent that connects again is
+// taken up, so a restarted agent works without a new Link.
+type Link struct {
+	path string
+	ln   *net.UnixListener
+	opts Options
+
+	mu     sync.Mutex
+	conn   *Conn
+	ready  chan struct{} // closed while conn is set
+	closed bool
+	done   chan struct{} // closed by Close
+	wg     sync.WaitGroup
+	evMu   sync.Mutex // serialises OnEvent calls
+}
+
+// Listen creates the socket at path (its directory 0700, the socket 0600)
+// and starts accepting the agent. The socket appears under its final name
+// only once it is listening, so an agent watching the directory can dial it
+// as soon as it sees it.
+func Listen(path string, o Options) (*Link, error) {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("channel directory: %w", err)
+	}
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("channel directory: %w", err)
+	}
+	var rnd [6]byte
+	rand.Read(rnd[:])
+	tmp := filepath.Join(dir, ".listen-"+hex.EncodeToString(rnd[:]))
+	ln, err := protocol.ListenUnix(tmp)
+	if err != nil {
+		return nil, fmt.Errorf("listening on %s: %w", path, err)
+	}
+	ln.SetUnlinkOnClose(false) // the socket is renamed; Close removes it by its final name
+	if err := os.Chmod(tmp, 0o600); err != nil {
+		ln.Close()
+		os.Remove(tmp)
+		return nil, err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		ln.Close()
+		os.Remove(tmp)
+		return nil, fmt.Errorf("placing socket %s: %w", path, err)
+	}
+	l := &Link{path: path, ln: ln, opts: o, ready: make(chan struct{}), done: make(chan struct{})}
+	l.wg.Add(1)
+	go l.acceptLoop()
+	return l, nil
+}
+
+// Path returns the socket's path.
+func (l *Link) Path() string { return l.path }
+
+func (l *Link) acceptLoop() {
+	defer l.wg.Done()
+	for {
+		nc, err := l.ln.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) {
+				select {
+				case <-l.done:
+					return
+				case <-time.After(50 * time.Millisecond):
+				}
+			}
+			continue
+		}
+		l.wg.Add(1)
+		go func() {
+			defer l.wg.Done()
+			c, err := Handshake(nc, HandshakeOptions{Neuron: l.opts.Neuron, Token: l.opts.Token, Software: l.opts.Software})
+			if err != nil {
+				// Handshake closed it; a refused peer gets nothing more.
+				l.emit(ConnEvent{Kind: Refused, Neuron: l.opts.Neuron, Err: err})
+				return
+			}
+			l.install(c)
+		}()
+	}
+}
+
+// install makes c the current connection and watches it.
+func (l *Link) install(c *Conn) {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		c.Close()
+		return
+	}
+	old := l.conn
+	l.conn = c
+	close(l.ready)
+	l.wg.Add(1)
+	l.mu.Unlock()
+	if old != nil {
+		old.Close() // the agent reconnected; the old connection is dead anyway
+	}
+	l.emit(ConnEvent{Kind: Connected, Neuron: c.peer.Neuron, Peer: c.peer})
+	go func() {
+		defer l.wg.Done()
+		<-c.Done()
+		l.mu.Lock()
+		if l.conn == c {
+			l.conn = nil
+			l.ready = make(chan struct{})
+		}
+		l.mu.Unlock()
+		l.emit(ConnEvent{Kind: Disconnected, Neuron: c.peer.Neuron, Peer: c.peer, Err: c.Err()})
+	}()
+}
+
+func (l *Link) emit(ev ConnEvent) {
+	if l.opts.OnEvent == nil {
+		return
+	}
+	l.evMu.Lock()
+	defer l.evMu.Unlock()
+	l.opts.OnEvent(ev)
+}
+
+// Conn returns the current connection, or NOT_RUNNING when no agent is connected.
+func (l *Link) Conn() (*Conn, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.conn == nil {
+		return nil, protocol.Errorf(protocol.CodeNotRunning, "the agent of neuron %s is not connected", l.opts.Neuron)
+	}
+	return l.conn, nil
+}
+
+// WaitConnected waits for an agent to connect.
+func (l *Link) WaitConnected(ctx context.Context) (*Conn, error) {
+	for {
+		l.mu.Lock()
+		c, ready, closed := l.conn, l.ready, l.closed
+		l.mu.Unlock()
+		if closed {
+			return nil, protocol.Errorf(protocol.CodeNotRunning, "the link of neuron %s is closed", l.opts.Neuron)
+		}
+		if c != nil {
+			return c, nil
+		}
+		select {
+		case <-ready:
+		case <-l.done:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// Call sends a request on the current connection.
+func (l *Link) Call(ctx context.Context, req *Request) (*Response, error) {
+	c, err := l.Conn()
+	if err != nil {
+		return nil, err
+	}
+	return c.Call(ctx, req)
+}
+
+// Stream sends a streaming request on the current connection.
+func (l *Link) Stream(ctx context.Context, req *Request) (*Stream, error) {
+	c, err := l.Conn()
+	if err != nil {
+		return nil, err
+	}
+	return c.Stream(ctx, req)
+}
+
+// Close stops listening, removes the socket, ends the connection and waits
+// for the link's goroutines.
+func (l *Link) Close() error {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return nil
+	}
+	l.closed = true
+	c := l.conn
+	close(l.done)
+	l.mu.Unlock()
+	err := l.ln.Close()
+	os.Remove(l.path)
+	if c != nil {
+		c.Close()
+	}
+	l.wg.Wait()
+	return err
+}
+
+func tokenEqual(a, b string) bool { return subtle.ConstantTimeCompare([]byte(a), []byte(b)) == 1 }

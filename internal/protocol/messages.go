@@ -1,0 +1,429 @@
+package protocol
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Version of the protocol. Peers with the same Major interoperate; a newer
+// minor never sends a command or field the older side did not announce.
+const (
+	Major = 1
+	Minor = 0
+)
+
+// Version returns "Major.Minor".
+func Version() string { return fmt.Sprintf("%d.%d", Major, Minor) }
+
+// ParseVersion parses "MAJOR.MINOR".
+func ParseVersion(s string) (major, minor int, err error) {
+	a, b, ok := strings.Cut(s, ".")
+	if !ok {
+		return 0, 0, fmt.Errorf("protocol version %q: want MAJOR.MINOR", s)
+	}
+	if major, err = strconv.Atoi(a); err != nil || major < 0 {
+		return 0, 0, fmt.Errorf("protocol version %q: bad major", s)
+	}
+	if minor, err = strconv.Atoi(b); err != nil || minor < 0 {
+		return 0, 0, fmt.Errorf("protocol version %q: bad minor", s)
+	}
+	return major, minor, nil
+}
+
+// Cmd names a request.
+type Cmd string
+
+// The commands. The first fifteen are the seed's; the rest add background
+// processes and two file operations.
+const (
+	CmdExec        Cmd = "exec"
+	CmdFileWrite   Cmd = "file_write"
+	CmdFileRead    Cmd = "file_read"
+	CmdFileList    Cmd = "file_list"
+	CmdStat        Cmd = "stat"
+	CmdFileExists  Cmd = "file_exists"
+	CmdMkdir       Cmd = "mkdir"
+	CmdResolvePath Cmd = "resolve_path"
+	CmdHealth      Cmd = "health"
+	CmdShutdown    Cmd = "shutdown"
+	CmdPtySpawn    Cmd = "pty_spawn"
+	CmdPtyWrite    Cmd = "pty_write"
+	CmdPtyRead     Cmd = "pty_read"
+	CmdPtyResize   Cmd = "pty_resize"
+	CmdPtyClose    Cmd = "pty_close"
+	CmdProcStart   Cmd = "proc_start"
+	CmdProcInput   Cmd = "proc_input"
+	CmdProcSignal  Cmd = "proc_signal"
+	CmdProcList    Cmd = "proc_list"
+	CmdProcAttach  Cmd = "proc_attach"
+	CmdFileRemove  Cmd = "file_remove"
+	CmdFileMove    Cmd = "file_move"
+)
+
+// Commands returns every command this version defines.
+func Commands() []Cmd {
+	return []Cmd{CmdExec, CmdFileWrite, CmdFileRead, CmdFileList, CmdStat, CmdFileExists, CmdMkdir,
+		CmdResolvePath, CmdHealth, CmdShutdown, CmdPtySpawn, CmdPtyWrite, CmdPtyRead, CmdPtyResize,
+		CmdPtyClose, CmdProcStart, CmdProcInput, CmdProcSignal, CmdProcList, CmdProcAttach,
+		CmdFileRemove, CmdFileMove}
+}
+
+// Roles in a hello.
+const (
+	RoleAgent = "agent"
+	RoleHost  = "host"
+)
+
+// Hello is the payload of the first frame each way.
+type Hello struct {
+	Protocol string `json:"protocol"` // "MAJOR.MINOR"
+	Role     string `json:"role"`     // agent or host
+	Software string `json:"software"` // e.g. "cortex-agent 0.1.0"
+	// Caps lists the commands (and feature words) the sender accepts.
+	Caps []string `json:"caps"`
+	// Neuron is the id the agent serves.
+	Neuron string `json:"neuron,omitempty"`
+	PID    int    `json:"pid,omitempty"`
+	// Token authenticates the agent where the transport needs it (TCP).
+	Token string `json:"token,omitempty"`
+	// MaxBody is the largest body the sender accepts.
+	MaxBody int `json:"maxBody,omitempty"`
+	// Window is the initial stream credit the sender grants.
+	Window int64 `json:"window,omitempty"`
+}
+
+// Stream names.
+const (
+	StreamStdout = "stdout"
+	StreamStderr = "stderr"
+	StreamStdin  = "stdin"
+	StreamOutput = "output" // a PTY's merged output
+	StreamGap    = "gap"    // bytes a replay could not return (overwritten in the ring)
+)
+
+// Command is what to run: exactly one of Argv or Shell.
+type Command struct {
+	// Argv is run directly (Argv[0] looked up in PATH).
+	Argv []string `json:"argv,omitempty"`
+	// Shell is a command line run by /bin/sh -c.
+	Shell string `json:"shell,omitempty"`
+	// Cwd is the working directory; empty means the neuron's workdir.
+	Cwd string `json:"cwd,omitempty"`
+	// Env adds or replaces KEY=VALUE entries in the neuron's environment.
+	Env []string `json:"env,omitempty"`
+}
+
+// Validate checks the command's shape.
+func (c *Command) Validate() error {
+	switch {
+	case len(c.Argv) == 0 && c.Shell == "":
+		return Errorf(CodeBadRequest, "command: give argv or shell")
+	case len(c.Argv) > 0 && c.Shell != "":
+		return Errorf(CodeBadRequest, "command: give argv or shell, not both")
+	case len(c.Argv) > 0 && c.Argv[0] == "":
+		return Errorf(CodeBadRequest, "command: argv[0] is empty")
+	}
+	for _, kv := range c.Env {
+		k, _, ok := strings.Cut(kv, "=")
+		if !ok || k == "" || strings.ContainsAny(k, "\x00") {
+			return Errorf(CodeBadRequest, "command: env entry %q is not KEY=VALUE", kv)
+		}
+	}
+	return nil
+}
+
+// Stdin modes for exec.
+const (
+	StdinNone   = ""       // /dev/null
+	StdinBody   = "body"   // the request body is all of stdin
+	StdinStream = "stream" // stdin arrives in input frames, ended by one with EOF
+)
+
+// ExecArgs runs a command to completion.
+type ExecArgs struct {
+	Command
+	Stdin string `json:"stdin,omitempty"`
+	// TimeoutMs kills the command's process group after this long; 0 means none.
+	TimeoutMs int64 `json:"timeoutMs,omitempty"`
+	// MaxOutput caps each of stdout and stderr kept in the result (bytes).
+	// Without Stream it defaults to DefaultMaxOutput and may not exceed MaxExecOutput.
+	MaxOutput int64 `json:"maxOutput,omitempty"`
+	// Stream sends output as events while the command runs instead of in the result.
+	Stream bool `json:"stream,omitempty"`
+}
+
+// Output caps for exec.
+const (
+	DefaultMaxOutput = 1 << 20
+	MaxExecOutput    = (MaxBody - (1 << 20)) / 2
+)
+
+// ExecResult ends an exec. Without Stream the body is stdout followed by stderr.
+type ExecResult struct {
+	// ExitCode is the exit status; 128+N when killed by signal N; 127 when the
+	// program was not found, 126 when it could not be run.
+	ExitCode int `json:"exitCode"`
+	// Signal names the signal that ended the process ("SIGKILL"), if one did.
+	Signal          string `json:"signal,omitempty"`
+	TimedOut        bool   `json:"timedOut,omitempty"`
+	StdoutLen       int64  `json:"stdoutLen"`
+	StderrLen       int64  `json:"stderrLen"`
+	StdoutTruncated bool   `json:"stdoutTruncated,omitempty"`
+	StderrTruncated bool   `json:"stderrTruncated,omitempty"`
+	DurationUs      int64  `json:"durationUs"`
+	PID             int    `json:"pid,omitempty"`
+}
+
+// Duration returns how long the command ran.
+func (r *ExecResult) Duration() time.Duration { return time.Duration(r.DurationUs) * time.Microsecond }
+
+// FileWriteArgs writes the request body into a file at Offset.
+type FileWriteArgs struct {
+	Path   string `json:"path"`
+	Offset int64  `json:"offset,omitempty"`
+	// Truncate truncates the file first (only with Offset 0).
+	Truncate bool `json:"truncate,omitempty"`
+	// Append writes at the end, ignoring Offset.
+	Append bool `json:"append,omitempty"`
+	// Mode is the permission of a new file (default 0644).
+	Mode uint32 `json:"mode,omitempty"`
+	// Parents creates missing parent directories.
+	Parents bool `json:"parents,omitempty"`
+	// Atomic writes the body to a temporary file beside Path and renames it
+	// over Path: readers see the old or the new content, never a mix.
+	Atomic bool `json:"atomic,omitempty"`
+}
+
+// FileWriteResult reports a write.
+type FileWriteResult struct {
+	Written int   `json:"written"`
+	Size    int64 `json:"size"`
+}
+
+// FileReadArgs reads up to Length bytes at Offset; the body holds them.
+type FileReadArgs struct {
+	Path   string `json:"path"`
+	Offset int64  `json:"offset,omitempty"`
+	// Length defaults to ChunkSize and may not exceed MaxBody.
+	Length int64 `json:"length,omitempty"`
+}
+
+// FileReadResult describes the bytes in the body.
+type FileReadResult struct {
+	N    int   `json:"n"`
+	Size int64 `json:"size"`
+	EOF  bool  `json:"eof"`
+}
+
+// File types in FileInfo.
+const (
+	TypeFile    = "file"
+	TypeDir     = "dir"
+	TypeSymlink = "symlink"
+	TypeOther   = "other"
+)
+
+// FileInfo describes a file.
+type FileInfo struct {
+	Name    string    `json:"name"`
+	Path    string    `json:"path,omitempty"`
+	Type    string    `json:"type"`
+	Size    int64     `json:"size"`
+	Mode    uint32    `json:"mode"`
+	ModTime time.Time `json:"modTime"`
+	Target  string    `json:"target,omitempty"` // a symlink's target
+}
+
+// PathArgs names one path.
+type PathArgs struct {
+	Path string `json:"path"`
+}
+
+// StatArgs stats a path; NoFollow reports a symlink itself.
+type StatArgs struct {
+	Path     string `json:"path"`
+	NoFollow bool   `json:"noFollow,omitempty"`
+}
+
+// FileListArgs lists a directory, sorted by name, from entry Offset.
+type FileListArgs struct {
+	Path   string `json:"path"`
+	Offset int    `json:"offset,omitempty"`
+	// Limit defaults to (and may not exceed) MaxListEntries.
+	Limit int `json:"limit,omitempty"`
+}
+
+// MaxListEntries is the most entries one file_list returns.
+const MaxListEntries = 2000
+
+// FileListResult is one page of a listing.
+type FileListResult struct {
+	Path    string     `json:"path"`
+	Entries []FileInfo `json:"entries"`
+	// More is true when entries after this page exist.
+	More  bool `json:"more,omitempty"`
+	Total int  `json:"total"`
+}
+
+// ExistsResult answers file_exists.
+type ExistsResult struct {
+	Exists bool   `json:"exists"`
+	Type   string `json:"type,omitempty"`
+}
+
+// MkdirArgs creates a directory (with its parents unless NoParents).
+type MkdirArgs struct {
+	Path      string `json:"path"`
+	NoParents bool   `json:"noParents,omitempty"`
+	Mode      uint32 `json:"mode,omitempty"`
+}
+
+// ResolveResult is an absolute path as seen inside the neuron.
+type ResolveResult struct {
+	Path   string `json:"path"`
+	Exists bool   `json:"exists"`
+}
+
+// RemoveArgs removes a path; Recursive removes a directory tree.
+type RemoveArgs struct {
+	Path      string `json:"path"`
+	Recursive bool   `json:"recursive,omitempty"`
+}
+
+// MoveArgs renames From to To, replacing To unless NoReplace.
+type MoveArgs struct {
+	From      string `json:"from"`
+	To        string `json:"to"`
+	NoReplace bool   `json:"noReplace,omitempty"`
+	Parents   bool   `json:"parents,omitempty"`
+}
+
+// HealthResult reports the agent's state.
+type HealthResult struct {
+	Version    string `json:"version"`
+	Protocol   string `json:"protocol"`
+	PID        int    `json:"pid"`
+	UptimeMs   int64  `json:"uptimeMs"`
+	RSSBytes   int64  `json:"rssBytes"`
+	HeapBytes  int64  `json:"heapBytes"`
+	Commands   int64  `json:"commands"`
+	Processes  int    `json:"processes"`
+	Ptys       int    `json:"ptys"`
+	Goroutines int    `json:"goroutines"`
+	Sessions   int    `json:"sessions"`
+	Root       string `json:"root"`
+	Workdir    string `json:"workdir"`
+}
+
+// ShutdownArgs stops the agent: every child gets SIGTERM, then SIGKILL after GraceMs.
+type ShutdownArgs struct {
+	GraceMs int64 `json:"graceMs,omitempty"`
+}
+
+// ProcStartArgs starts a background process that outlives the request.
+type ProcStartArgs struct {
+	Command
+	// Stdin keeps a pipe open for proc_input; otherwise stdin is /dev/null.
+	Stdin bool `json:"stdin,omitempty"`
+	// RingBytes sizes each of the stdout and stderr replay buffers.
+	RingBytes int `json:"ringBytes,omitempty"`
+}
+
+// Ring sizes for process output.
+const (
+	DefaultRingBytes = 1 << 20
+	MaxRingBytes     = 64 << 20
+)
+
+// PtySpawnArgs starts a process on a new pseudo-terminal.
+type PtySpawnArgs struct {
+	Command
+	Cols      int `json:"cols,omitempty"`
+	Rows      int `json:"rows,omitempty"`
+	RingBytes int `json:"ringBytes,omitempty"`
+}
+
+// ProcRef names a process (or PTY) by its pid.
+type ProcRef struct {
+	PID int `json:"pid"`
+}
+
+// ProcInputArgs writes the body to a process's stdin (or PTY); EOF closes it.
+type ProcInputArgs struct {
+	PID int  `json:"pid"`
+	EOF bool `json:"eof,omitempty"`
+}
+
+// ProcSignalArgs signals a process's whole process group.
+type ProcSignalArgs struct {
+	PID    int    `json:"pid"`
+	Signal string `json:"signal"` // "TERM", "SIGKILL", "9", ...
+}
+
+// PtyResizeArgs resizes a PTY.
+type PtyResizeArgs struct {
+	PID  int `json:"pid"`
+	Cols int `json:"cols"`
+	Rows int `json:"rows"`
+}
+
+// ProcInfo describes a background process or PTY.
+type ProcInfo struct {
+	PID       int       `json:"pid"`
+	Argv      []string  `json:"argv"`
+	Cwd       string    `json:"cwd"`
+	Pty       bool      `json:"pty,omitempty"`
+	Started   time.Time `json:"started"`
+	Running   bool      `json:"running"`
+	ExitCode  int       `json:"exitCode"`
+	Signal    string    `json:"signal,omitempty"`
+	Ended     time.Time `json:"ended,omitzero"`
+	StdoutEnd int64     `json:"stdoutEnd"` // total bytes the process wrote to stdout (or the PTY)
+	StderrEnd int64     `json:"stderrEnd"`
+	Cols      int       `json:"cols,omitempty"`
+	Rows      int       `json:"rows,omitempty"`
+}
+
+// ProcListResult lists processes and PTYs, newest last.
+type ProcListResult struct {
+	Processes []ProcInfo `json:"processes"`
+}
+
+// ProcAttachArgs replays a process's output from the given offsets and, with
+// Follow, keeps streaming it until the process exits. Events carry Stream and
+// Offset; a "gap" event says how many bytes were lost to the ring's bound.
+type ProcAttachArgs struct {
+	PID          int   `json:"pid"`
+	StdoutOffset int64 `json:"stdoutOffset,omitempty"`
+	StderrOffset int64 `json:"stderrOffset,omitempty"`
+	Follow       bool  `json:"follow,omitempty"`
+}
+
+// PtyReadArgs reads a PTY's output from Offset. Without Follow it returns what
+// is there (waiting up to WaitMs for something) in the body; with Follow it
+// streams output events until the PTY's process exits.
+type PtyReadArgs struct {
+	PID    int   `json:"pid"`
+	Offset int64 `json:"offset,omitempty"`
+	Max    int   `json:"max,omitempty"`
+	WaitMs int64 `json:"waitMs,omitempty"`
+	Follow bool  `json:"follow,omitempty"`
+}
+
+// PtyReadResult describes a non-following read: the body holds bytes
+// [Offset, Next).
+type PtyReadResult struct {
+	Offset  int64     `json:"offset"`
+	Next    int64     `json:"next"`
+	Dropped int64     `json:"dropped,omitempty"`
+	Info    *ProcInfo `json:"info,omitempty"`
+}
+
+// GapEvent is the payload of a "gap" event.
+type GapEvent struct {
+	Stream string `json:"stream"`
+	From   int64  `json:"from"`
+	To     int64  `json:"to"`
+}

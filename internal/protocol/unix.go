@@ -1,0 +1,50 @@
+package protocol
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+)
+
+// MaxSocketPath is the longest path bind(2) and connect(2) take for a Unix socket.
+const MaxSocketPath = 107
+
+// ListenUnix listens on the Unix socket path. A path longer than the kernel
+// allows is reached through its directory's /proc/self/fd entry, so a deep
+// home directory or a long neuron id never breaks the channel.
+func ListenUnix(path string) (*net.UnixListener, error) {
+	var ln *net.UnixListener
+	err := viaShortPath(path, func(p string) (err error) {
+		ln, err = net.ListenUnix("unix", &net.UnixAddr{Name: p, Net: "unix"})
+		return err
+	})
+	return ln, err
+}
+
+// DialUnix dials the Unix socket path, of any length (see ListenUnix).
+func DialUnix(ctx context.Context, path string) (net.Conn, error) {
+	var c net.Conn
+	err := viaShortPath(path, func(p string) (err error) {
+		c, err = (&net.Dialer{}).DialContext(ctx, "unix", p)
+		return err
+	})
+	return c, err
+}
+
+func viaShortPath(path string, f func(string) error) error {
+	if len(path) <= MaxSocketPath {
+		return f(path)
+	}
+	d, err := os.Open(filepath.Dir(path))
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	short := fmt.Sprintf("/proc/self/fd/%d/%s", d.Fd(), filepath.Base(path))
+	if len(short) > MaxSocketPath {
+		return fmt.Errorf("socket name %s is too long", filepath.Base(path))
+	}
+	return f(short)
+}

@@ -1,0 +1,120 @@
+package sandbox
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/nsys-cortex/cortex/internal/protocol"
+)
+
+// NotFoundError: no neuron has this id (no state, no overlay).
+type NotFoundError struct {
+	ID string
+}
+
+func (e *NotFoundError) Error() string {
+	return fmt.Sprintf("neuron %q not found (nsys-cortex list shows the neurons there are)", e.ID)
+}
+
+// NotRunningError: the neuron exists but its agent is not running.
+type NotRunningError struct {
+	ID     string
+	Reason string
+}
+
+func (e *NotRunningError) Error() string {
+	msg := fmt.Sprintf("neuron %q is not running", e.ID)
+	if e.Reason != "" {
+		msg += ": " + e.Reason
+	}
+	return msg + " (nsys-cortex create " + e.ID + " starts it again with its data)"
+}
+
+// OwnedElsewhereError: another live process owns the neuron.
+type OwnedElsewhereError struct {
+	ID     string
+	Owner  *Owner
+	Reason string
+}
+
+func (e *OwnedElsewhereError) Error() string {
+	msg := fmt.Sprintf("neuron %q is owned by another process", e.ID)
+	if e.Owner != nil {
+		msg = fmt.Sprintf("neuron %q is owned by %s (pid %d)", e.ID, e.Owner.Command, e.Owner.PID)
+	}
+	if e.Reason != "" {
+		msg += ": " + e.Reason
+	}
+	return msg
+}
+
+// AlreadyRunningError: Create was asked for a neuron that is running.
+type AlreadyRunningError struct {
+	State *State
+}
+
+func (e *AlreadyRunningError) Error() string {
+	return fmt.Sprintf("neuron %q is already running (mode %s, pid %d)", e.State.ID, e.State.Mode, e.State.PID)
+}
+
+// CapacityError: the machine (or a configured ceiling) has no room.
+type CapacityError struct {
+	Reason string
+}
+
+func (e *CapacityError) Error() string { return "no capacity for another neuron: " + e.Reason }
+
+// UnavailableError: a mode cannot run here, or refuses to without consent.
+type UnavailableError struct {
+	Mode   string
+	Reason string
+}
+
+func (e *UnavailableError) Error() string { return fmt.Sprintf("mode %s is unavailable: %s", e.Mode, e.Reason) }
+
+// InvalidError: the request itself is wrong (a bad id, a bad option).
+type InvalidError struct {
+	Reason string
+}
+
+func (e *InvalidError) Error() string { return e.Reason }
+
+// BootError: the agent did not come up.
+type BootError struct {
+	ID     string
+	Reason string
+	// Log is the tail of the agent's log, when there is one.
+	Log string
+}
+
+func (e *BootError) Error() string {
+	msg := fmt.Sprintf("neuron %q did not start: %s", e.ID, e.Reason)
+	if e.Log != "" {
+		msg += "\nlast lines of the agent's log:\n" + e.Log
+	}
+	return msg
+}
+
+// IsNotFound reports whether err means an unknown neuron (or a missing file).
+func IsNotFound(err error) bool {
+	var e *NotFoundError
+	return errors.As(err, &e) || protocol.HasCode(err, protocol.CodeNotFound)
+}
+
+// IsNotRunning reports whether err means the neuron's agent is gone.
+func IsNotRunning(err error) bool {
+	var e *NotRunningError
+	return errors.As(err, &e) || protocol.HasCode(err, protocol.CodeNotRunning)
+}
+
+// IsOwnedElsewhere reports whether err means another process owns the neuron.
+func IsOwnedElsewhere(err error) bool {
+	var e *OwnedElsewhereError
+	return errors.As(err, &e)
+}
+
+// IsInvalid reports whether err means a bad request.
+func IsInvalid(err error) bool {
+	var e *InvalidError
+	return errors.As(err, &e) || protocol.HasCode(err, protocol.CodeBadRequest)
+}

@@ -1,0 +1,299 @@
+package process
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/nsys-cortex/cortex/internal/ids"
+	"github.com/nsys-cortex/cortex/internal/link"
+	"github.com/nsys-cortex/cortex/internal/sandbox"
+	"github.com/nsys-cortex/cortex/internal/store"
+)
+
+// connectTimeout bounds the wait for a running agent to dial a new host socket.
+const connectTimeout = 5 * time.Second
+
+// Get returns the state of neuron id, found in three tiers: what this
+// process holds, the state file with a liveness check of its agent, and
+// an overlay directory without a state file (an agent may still run for it).
+func (m *Manager) Get(ctx context.Context, id string) (*sandbox.State, error) {
+	if err := validID(id); err != nil {
+		return nil, err
+	}
+	if exists, mine := m.ownOverlay(id); !exists || !mine {
+		return nil, &sandbox.NotFoundError{ID: id}
+	}
+	return m.inspect(id), nil
+}
+
+// List returns every process-mode neuron, running or stopped.
+func (m *Manager) List(ctx context.Context) ([]*sandbox.State, error) {
+	entries, err := os.ReadDir(m.lay.Overlays)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("listing %s: %w", m.lay.Overlays, err)
+	}
+	var out []*sandbox.State
+	for _, e := range entries {
+		id := e.Name()
+		if !e.IsDir() || ids.Validate(id) != nil {
+			continue
+		}
+		if _, mine := m.ownOverlay(id); mine {
+			out = append(out, m.inspect(id))
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out, nil
+}
+
+// inspect works out a neuron's state from what is on disk and in /proc,
+// clearing what is stale on the way.
+func (m *Manager) inspect(id string) *sandbox.State {
+	m.mu.Lock()
+	if n := m.neurons[id]; n != nil && n.state.Status == sandbox.StatusRunning && store.Alive(n.state.PID, n.state.PIDStart) {
+		st := n.state.Copy()
+		m.mu.Unlock()
+		st.Owner = readOwner(m.overlay(id))
+		return st
+	}
+	m.mu.Unlock()
+
+	st, err := m.readState(id)
+	if err == nil {
+		alive := store.Alive(st.PID, st.PIDStart)
+		switch {
+		case st.Pending:
+			if m.sweepPending(id, st) {
+				return m.stopped(id)
+			}
+			st.Status = sandbox.StatusPending
+			return st
+		case alive:
+			st.Status = sandbox.StatusRunning
+			st.Owner = readOwner(m.overlay(id))
+			return st
+		}
+		lock := m.lockFor(id) // stale: the agent died without cleaning up
+		m.releaseDead(id, lock)
+		lock.Release()
+		return m.stopped(id)
+	}
+	// No usable state file: an agent may still serve this overlay.
+	for _, ap := range store.FindAgents(m.lay.SocketsDir()) {
+		if ap.ID == id && ap.ChannelDir == m.socketDir(id) {
+			start, _ := store.ProcStart(ap.PID)
+			st := m.stopped(id)
+			st.Status, st.PID, st.PIDStart, st.SocketDir = sandbox.StatusRunning, ap.PID, start, ap.ChannelDir
+			return st
+		}
+	}
+	return m.stopped(id)
+}
+
+// stopped is the state of a neuron of which only the overlay exists.
+func (m *Manager) stopped(id string) *sandbox.State {
+	st := &sandbox.State{ID: id, Mode: Mode, Status: sandbox.StatusStopped, Workdir: m.workdir(id), OverlayPath: m.overlay(id)}
+	if fi, err := os.Stat(filepath.Join(m.overlay(id), ".mode")); err == nil {
+		st.CreatedAt = fi.ModTime().UTC()
+	}
+	return st
+}
+
+// sweepPending kills the agent of a pending state whose creator is gone (its
+// lock is free) or that has been pending for longer than pendingSweepAge:
+// a host that crashed mid-create leaves nothing behind. It reports whether
+// the neuron was swept.
+func (m *Manager) sweepPending(id string, st *sandbox.State) bool {
+	lock := m.lockFor(id)
+	creatorGone, _ := lock.TryExclusive()
+	if !creatorGone && time.Since(st.CreatedAt) < pendingSweepAge {
+		return false
+	}
+	if store.Alive(st.PID, st.PIDStart) {
+		syscall.Kill(st.PID, syscall.SIGKILL)
+		for i := 0; i < 200 && store.Alive(st.PID, st.PIDStart); i++ {
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	m.clear(id)
+	lock.Release()
+	return true
+}
+
+// Destroy stops neuron id and everything its agent started. The overlay is
+// kept unless opts.Wipe. Processes merely using the neuron do not stop a
+// destroy; an exclusive owner does.
+func (m *Manager) Destroy(ctx context.Context, id string, opts sandbox.DestroyOptions) error {
+	if err := validID(id); err != nil {
+		return err
+	}
+	exists, mine := m.ownOverlay(id)
+	if !exists || !mine {
+		return &sandbox.NotFoundError{ID: id}
+	}
+	m.mu.Lock()
+	n := m.neurons[id]
+	delete(m.neurons, id)
+	m.mu.Unlock()
+	lock := m.lockFor(id)
+	if n != nil {
+		n.link.Close()
+		lock = n.lock
+	}
+	defer lock.Release()
+	if got, err := lock.TryExclusive(); err != nil {
+		return err
+	} else if !got {
+		if shared, err := lock.TryShared(); err != nil {
+			return err
+		} else if !shared {
+			return &sandbox.OwnedElsewhereError{ID: id, Owner: readOwner(m.overlay(id)), Reason: "it cannot be destroyed from here"}
+		}
+	}
+	if st, err := m.readState(id); err == nil {
+		m.kill(st.PID, st.PIDStart)
+	}
+	for _, ap := range store.FindAgents(m.lay.SocketsDir()) {
+		if ap.ID == id && ap.ChannelDir == m.socketDir(id) {
+			m.kill(ap.PID, 0)
+		}
+	}
+	m.clear(id)
+	os.Remove(filepath.Join(m.overlay(id), ".owner"))
+	if opts.Wipe {
+		if err := os.RemoveAll(m.overlay(id)); err != nil {
+			return fmt.Errorf("wiping the overlay of %s: %w", id, err)
+		}
+		os.Remove(m.logFile(id))
+	}
+	return nil
+}
+
+// Connect returns a client on neuron id's channel: this process listens on a
+// socket of its own in the channel directory and the agent dials it.
+func (m *Manager) Connect(ctx context.Context, id string) (*link.Client, error) {
+	if err := validID(id); err != nil {
+		return nil, err
+	}
+	m.connMu.Lock()
+	defer m.connMu.Unlock()
+	m.mu.Lock()
+	n := m.neurons[id]
+	m.mu.Unlock()
+	if n != nil {
+		if _, err := n.link.Conn(); err == nil {
+			return n.link.Client(), nil
+		}
+		if !store.Alive(n.state.PID, n.state.PIDStart) {
+			return nil, &sandbox.NotRunningError{ID: id, Reason: "its agent died"}
+		}
+		// Alive but disconnected: it redials this socket when it notices.
+		if _, err := m.waitAgent(ctx, n, connectTimeout); err != nil {
+			return nil, &sandbox.NotRunningError{ID: id, Reason: err.Error()}
+		}
+		return n.link.Client(), nil
+	}
+	st, err := m.Get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if st.Status != sandbox.StatusRunning {
+		return nil, &sandbox.NotRunningError{ID: id, Reason: "it is " + string(st.Status)}
+	}
+	lock := m.lockFor(id)
+	take := lock.TryShared
+	if m.env.Exclusive {
+		take = lock.TryExclusive
+	}
+	if got, err := take(); err != nil {
+		return nil, err
+	} else if !got {
+		return nil, &sandbox.OwnedElsewhereError{ID: id, Owner: readOwner(m.overlay(id)),
+			Reason: "its channel is reserved for that process (use its API instead)"}
+	}
+	n = &neuron{id: id, lock: lock, state: st, refused: make(chan error, 1)}
+	if n.link, err = m.listen(n); err != nil {
+		lock.Release()
+		return nil, err
+	}
+	if _, err := m.waitAgent(ctx, n, connectTimeout); err != nil {
+		n.link.Close()
+		lock.Release()
+		if !store.Alive(st.PID, st.PIDStart) {
+			return nil, &sandbox.NotRunningError{ID: id, Reason: "its agent died"}
+		}
+		return nil, err
+	}
+	m.hold(n)
+	return n.link.Client(), nil
+}
+
+// Close releases every channel and lock this process holds. Neurons keep running.
+func (m *Manager) Close() error {
+	m.mu.Lock()
+	held := m.neurons
+	m.neurons = map[string]*neuron{}
+	m.mu.Unlock()
+	for _, n := range held {
+		n.link.Close()
+		if n.lock.Held() == syscall.LOCK_EX && m.env.Exclusive {
+			os.Remove(filepath.Join(m.overlay(n.id), ".owner"))
+		}
+		n.lock.Release()
+	}
+	m.wg.Wait()
+	return nil
+}
+
+// CleanupOrphans kills agents that run for this home but that no state file
+// knows about. It is never called automatically.
+func (m *Manager) CleanupOrphans(ctx context.Context) ([]string, error) {
+	var killed []string
+	for _, ap := range store.FindAgents(m.lay.SocketsDir()) {
+		if ap.ChannelDir != m.socketDir(ap.ID) {
+			continue // another mode's agent
+		}
+		if st, err := m.readState(ap.ID); err == nil && st.PID == ap.PID {
+			continue
+		}
+		m.kill(ap.PID, 0)
+		killed = append(killed, fmt.Sprintf("%s (pid %d)", ap.ID, ap.PID))
+	}
+	return killed, nil
+}
+
+// writeOwner records this process as the exclusive owner of an overlay.
+func writeOwner(overlay string) {
+	cmd := strings.Join(store.Cmdline(os.Getpid()), " ")
+	if len(cmd) > 200 {
+		cmd = cmd[:200]
+	}
+	start, _ := store.ProcStart(os.Getpid())
+	o := ownerRecord{Owner: sandbox.Owner{PID: os.Getpid(), Command: cmd, Since: time.Now().UTC()}, Start: start}
+	store.WriteJSON(filepath.Join(overlay, ".owner"), &o, 0o600) // advisory: the lock is what counts
+}
+
+type ownerRecord struct {
+	sandbox.Owner
+	Start uint64 `json:"start"`
+}
+
+// readOwner returns the exclusive owner of an overlay if it is still alive.
+func readOwner(overlay string) *sandbox.Owner {
+	var o ownerRecord
+	if store.ReadJSON(filepath.Join(overlay, ".owner"), &o) != nil || !store.Alive(o.PID, o.Start) {
+		return nil
+	}
+	return &o.Owner
+}

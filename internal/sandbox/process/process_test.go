@@ -1,0 +1,36 @@
+package process_test
+
+import (
+	"fmt"
+	"os"
+	"testing"
+
+	"github.com/nsys-cortex/cortex/internal/sandbox"
+	"github.com/nsys-cortex/cortex/internal/sandbox/process"
+	"github.com/nsys-cortex/cortex/internal/sandbox/sandboxtest"
+)
+
+var agentBin string
+
+func TestMain(m *testing.M) {
+	bin, err := sandboxtest.BuildAgent()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	agentBin = bin
+	os.Setenv(sandbox.EnvAllowInsecure, "1")
+	os.Exit(m.Run())
+}
+
+func env(t *testing.T) sandbox.Env {
+	return sandbox.Env{AgentBinary: func() (string, error) { return agentBin, nil }}
+}
+
+func TestConformance(t *testing.T) {
+	sandboxtest.Run(t, sandboxtest.Config{
+		New:      func(e sandbox.Env) sandbox.Manager { return process.New(e) },
+		Env:      env,
+		Confined: true,
+	})
+}

@@ -1,0 +1,252 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/nsys-cortex/cortex/internal/ids"
+	"github.com/nsys-cortex/cortex/internal/layout"
+)
+
+// Environment variables of mode selection.
+const (
+	EnvMode          = "NSYS_CORTEX_MODE"
+	EnvAllowInsecure = "NSYS_CORTEX_ALLOW_INSECURE_DEV"
+	ModeAuto         = "auto"
+)
+
+// AllowInsecure reports whether the operator acknowledged that process mode
+// is not a security boundary.
+func AllowInsecure() bool { return os.Getenv(EnvAllowInsecure) == "1" }
+
+// Check is the result of a mode's self-check.
+type Check struct {
+	Mode string `json:"mode"`
+	// OK means the mode can create neurons on this machine now.
+	OK bool `json:"ok"`
+	// Isolating is false for modes that are not a security boundary.
+	Isolating bool `json:"isolating"`
+	// Summary is one line a person reads.
+	Summary string `json:"summary"`
+	// Items are the individual requirements.
+	Items []CheckItem `json:"items,omitempty"`
+}
+
+// CheckItem is one requirement of a mode.
+type CheckItem struct {
+	Name   string `json:"name"`
+	OK     bool   `json:"ok"`
+	Detail string `json:"detail"`
+}
+
+// Backend is one isolation mode that can be registered.
+type Backend struct {
+	// Name is the mode's name.
+	Name string
+	// Rank orders auto resolution: higher first. Modes with Isolating false
+	// are never chosen by auto unless the operator allowed insecure mode.
+	Rank int
+	// Isolating is false for modes that are not a security boundary.
+	Isolating bool
+	// New builds the mode's manager.
+	New func(Env) (Manager, error)
+	// SelfCheck reports whether this machine can run the mode.
+	SelfCheck func(context.Context, Env) Check
+}
+
+// Env is what every backend is built from.
+type Env struct {
+	Layout layout.Layout
+	// AgentBinary returns the path of the cortex-agent to put in neurons.
+	AgentBinary func() (string, error)
+	// Exclusive makes the manager the sole owner of the neurons it touches
+	// (a daemon); other processes then get OwnedElsewhereError.
+	Exclusive bool
+}
+
+// Set holds the registered modes and the managers built from them; it routes
+// calls about an existing neuron to the mode that runs it.
+type Set struct {
+	env      Env
+	backends []Backend
+
+	mu       sync.Mutex
+	managers map[string]Manager
+}
+
+// NewSet returns a set of the given backends.
+func NewSet(env Env, backends ...Backend) *Set {
+	bs := slices.Clone(backends)
+	sort.SliceStable(bs, func(i, j int) bool { return bs[i].Rank > bs[j].Rank })
+	return &Set{env: env, backends: bs, managers: map[string]Manager{}}
+}
+
+// Modes returns the registered mode names, in auto order.
+func (s *Set) Modes() []string {
+	out := make([]string, len(s.backends))
+	for i, b := range s.backends {
+		out[i] = b.Name
+	}
+	return out
+}
+
+func (s *Set) backend(mode string) (Backend, error) {
+	for _, b := range s.backends {
+		if b.Name == mode {
+			return b, nil
+		}
+	}
+	return Backend{}, &InvalidError{Reason: fmt.Sprintf("unknown mode %q (this build has: auto, %s)", mode, strings.Join(s.Modes(), ", "))}
+}
+
+// Manager returns the manager of mode, building it on first use.
+func (s *Set) Manager(mode string) (Manager, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if m, ok := s.managers[mode]; ok {
+		return m, nil
+	}
+	b, err := s.backend(mode)
+	if err != nil {
+		return nil, err
+	}
+	m, err := b.New(s.env)
+	if err != nil {
+		return nil, err
+	}
+	s.managers[mode] = m
+	return m, nil
+}
+
+// Checks runs every mode's self-check.
+func (s *Set) Checks(ctx context.Context) []Check {
+	out := make([]Check, 0, len(s.backends))
+	for _, b := range s.backends {
+		c := b.SelfCheck(ctx, s.env)
+		c.Mode, c.Isolating = b.Name, b.Isolating
+		out = append(out, c)
+	}
+	return out
+}
+
+// Resolve picks the manager for mode. For "auto" (or "") it takes the
+// highest-ranked isolating mode whose self-check passes; a non-isolating mode
+// only when the operator allowed insecure mode. The reason says why.
+func (s *Set) Resolve(ctx context.Context, mode string) (Manager, string, error) {
+	if mode == "" {
+		mode = os.Getenv(EnvMode)
+	}
+	if mode != "" && mode != ModeAuto {
+		m, err := s.Manager(mode)
+		return m, "requested", err
+	}
+	var skipped []string
+	for _, b := range s.backends {
+		c := b.SelfCheck(ctx, s.env)
+		switch {
+		case !b.Isolating && !AllowInsecure():
+			skipped = append(skipped, fmt.Sprintf("%s: not a security boundary; set %s=1 to use it", b.Name, EnvAllowInsecure))
+			continue
+		case !c.OK:
+			skipped = append(skipped, fmt.Sprintf("%s: %s", b.Name, c.Summary))
+			continue
+		}
+		m, err := s.Manager(b.Name)
+		if err != nil {
+			return nil, "", err
+		}
+		reason := "the best mode whose self-check passes"
+		if len(skipped) > 0 {
+			reason += " (skipped " + strings.Join(skipped, "; ") + ")"
+		}
+		if !b.Isolating {
+			reason = fmt.Sprintf("%s=1 allows it and no isolating mode is available", EnvAllowInsecure)
+			if len(skipped) > 0 {
+				reason += " (" + strings.Join(skipped, "; ") + ")"
+			}
+		}
+		return m, reason, nil
+	}
+	return nil, "", &UnavailableError{Mode: ModeAuto, Reason: "no mode can run here: " + strings.Join(skipped, "; ")}
+}
+
+// Find returns the manager and state of neuron ref, which is an id or a
+// unique prefix of one.
+func (s *Set) Find(ctx context.Context, ref string) (Manager, *State, error) {
+	if err := ids.Validate(ref); err != nil {
+		return nil, nil, &InvalidError{Reason: err.Error()}
+	}
+	for _, b := range s.backends {
+		m, err := s.Manager(b.Name)
+		if err != nil {
+			continue // a mode that cannot even be built knows no neurons
+		}
+		st, err := m.Get(ctx, ref)
+		if err == nil {
+			return m, st, nil
+		}
+		var nf *NotFoundError
+		if !errors.As(err, &nf) {
+			return nil, nil, err
+		}
+	}
+	// Not an exact id: try it as a prefix.
+	all, err := s.List(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	var match []*State
+	for _, st := range all {
+		if strings.HasPrefix(st.ID, ref) {
+			match = append(match, st)
+		}
+	}
+	switch len(match) {
+	case 0:
+		return nil, nil, &NotFoundError{ID: ref}
+	case 1:
+		m, err := s.Manager(match[0].Mode)
+		return m, match[0], err
+	}
+	names := make([]string, len(match))
+	for i, st := range match {
+		names[i] = st.ID
+	}
+	return nil, nil, &InvalidError{Reason: fmt.Sprintf("%q matches several neurons: %s", ref, strings.Join(names, ", "))}
+}
+
+// List returns the neurons of every mode, sorted by id.
+func (s *Set) List(ctx context.Context) ([]*State, error) {
+	var all []*State
+	for _, b := range s.backends {
+		m, err := s.Manager(b.Name)
+		if err != nil {
+			continue
+		}
+		l, err := m.List(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("listing %s neurons: %w", b.Name, err)
+		}
+		all = append(all, l...)
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].ID < all[j].ID })
+	return all, nil
+}
+
+// Close closes every manager built.
+func (s *Set) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var errs []error
+	for _, m := range s.managers {
+		errs = append(errs, m.Close())
+	}
+	s.managers = map[string]Manager{}
+	return errors.Join(errs...)
+}

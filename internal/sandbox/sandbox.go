@@ -1,0 +1,127 @@
+// Package sandbox defines how Cortex runs neurons, independent of the
+// isolation that runs them.
+//
+// A neuron is an isolated Linux environment with an agent inside (see
+// internal/agent) and a persistent overlay on the host that holds everything
+// the neuron changed. A Manager runs neurons with one isolation mode
+// ("process", "nsbox", "docker", ...); every mode implements the same
+// interface and passes the same conformance suite (sandboxtest), so code
+// above this package never asks which mode it talks to.
+//
+// Lifecycle of a neuron:
+//
+//	Create   the overlay is made (or found again: the same id gets its data
+//	         back), a state file is written with pending=true, the agent is
+//	         started and connects; pending is cleared. The neuron is running.
+//	Connect  returns a typed client on the channel; any process may connect
+//	         to a running neuron unless another process owns it exclusively.
+//	(death)  an agent that dies flips the neuron to stopped; calls fail with
+//	         NOT_RUNNING; its state file and sockets are released. The overlay
+//	         stays, and the next Create with the same id replaces the corpse.
+//	Destroy  stops the agent and everything it started; the overlay stays
+//	         unless Wipe is set.
+//
+// Neurons outlive the process that created them: List and Get in one process
+// see neurons another process created (state files with liveness checks, then
+// overlay directories without one).
+package sandbox
+
+import (
+	"context"
+	"time"
+
+	"github.com/nsys-cortex/cortex/internal/link"
+)
+
+// Status is where a neuron is in its lifecycle.
+type Status string
+
+// Statuses.
+const (
+	StatusPending Status = "pending" // being created
+	StatusRunning Status = "running" // its agent is alive
+	StatusStopped Status = "stopped" // only its overlay exists
+)
+
+// State is the record of one neuron.
+type State struct {
+	ID     string `json:"id"`
+	Mode   string `json:"mode"`
+	Status Status `json:"status"`
+	// PID is the agent's process id on the host (0 when stopped).
+	PID int `json:"pid,omitempty"`
+	// PIDStart is the agent's start time in clock ticks since boot, which
+	// tells the agent apart from a later process that reused its pid.
+	PIDStart uint64 `json:"pidStart,omitempty"`
+	// SocketDir is the channel directory: hosts listen in it, the agent dials.
+	SocketDir string `json:"socketDir,omitempty"`
+	// Workdir is the workspace as seen inside the neuron (default cwd).
+	Workdir string `json:"workdir"`
+	// OverlayPath is the host directory that persists the neuron's changes.
+	OverlayPath string    `json:"overlayPath"`
+	CreatedAt   time.Time `json:"createdAt"`
+	// Pending is true from before the agent starts until it has connected.
+	Pending      bool   `json:"pending,omitempty"`
+	AgentVersion string `json:"agentVersion,omitempty"`
+	// Owner is the process that owns the neuron exclusively, if any.
+	Owner *Owner `json:"owner,omitempty"`
+}
+
+// Owner describes a process holding a neuron.
+type Owner struct {
+	PID     int       `json:"pid"`
+	Command string    `json:"command"`
+	Since   time.Time `json:"since"`
+}
+
+// CreateOptions shape a new neuron.
+type CreateOptions struct {
+	// Env is added to the neuron's environment (KEY=VALUE); nothing of the
+	// operator's environment enters a neuron unless named here.
+	Env []string
+	// BootTimeout bounds the wait for the agent (default 10 s).
+	BootTimeout time.Duration
+}
+
+// DestroyOptions shape a destroy.
+type DestroyOptions struct {
+	// Wipe also deletes the overlay: the neuron's data is gone for good.
+	Wipe bool
+}
+
+// Manager runs neurons in one isolation mode.
+type Manager interface {
+	// Mode names the isolation ("process", "nsbox", ...).
+	Mode() string
+	// Create starts neuron id, reattaching its overlay if one exists.
+	Create(ctx context.Context, id string, opts CreateOptions) (*State, error)
+	// Get returns the neuron's current state.
+	Get(ctx context.Context, id string) (*State, error)
+	// List returns every neuron this mode knows, running or stopped.
+	List(ctx context.Context) ([]*State, error)
+	// Destroy stops the neuron; with Wipe its overlay is deleted too.
+	Destroy(ctx context.Context, id string, opts DestroyOptions) error
+	// Connect returns a client on the running neuron's channel.
+	Connect(ctx context.Context, id string) (*link.Client, error)
+	// Close releases what this process holds (channels, locks); neurons keep running.
+	Close() error
+}
+
+// OrphanCleaner is implemented by modes that can find agents no state file
+// knows about. It is never called automatically.
+type OrphanCleaner interface {
+	CleanupOrphans(ctx context.Context) ([]string, error)
+}
+
+// DefaultBootTimeout bounds the wait for a new agent.
+const DefaultBootTimeout = 10 * time.Second
+
+// Copy returns a copy of s that shares nothing with it.
+func (s *State) Copy() *State {
+	c := *s
+	if s.Owner != nil {
+		o := *s.Owner
+		c.Owner = &o
+	}
+	return &c
+}

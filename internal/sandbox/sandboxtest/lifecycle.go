@@ -1,0 +1,189 @@
+package sandboxtest
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nsys-cortex/cortex/internal/link"
+	"github.com/nsys-cortex/cortex/internal/protocol"
+	"github.com/nsys-cortex/cortex/internal/sandbox"
+)
+
+func testPersistence(t *testing.T, f *fixture) {
+	m, c := f.running("keep")
+	ctx := f.ctx
+	if err := c.WriteFile(ctx, "work/keep.txt", []byte("survives"), &link.WriteOptions{Parents: true}); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := c.Exec(ctx, &link.ExecRequest{Command: sh("echo cached > \"$HOME/.cached\"; mkdir -p lib && echo installed > lib/pkg")}); err != nil || res.ExitCode != 0 {
+		t.Fatalf("%v %+v", err, res)
+	}
+	if err := m.Destroy(ctx, "keep", sandbox.DestroyOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	st, err := m.Get(ctx, "keep")
+	if err != nil || st.Status != sandbox.StatusStopped {
+		t.Fatalf("after destroy: %+v %v", st, err)
+	}
+	all, err := m.List(ctx)
+	if err != nil || len(all) != 1 || all[0].Status != sandbox.StatusStopped {
+		t.Fatalf("stopped neurons are listed: %+v %v", all, err)
+	}
+	// Recreate under the same id: everything is back.
+	m2 := f.manager()
+	f.create(m2, "keep")
+	c2, err := m2.Connect(ctx, "keep")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := c2.ReadFile(ctx, "work/keep.txt"); err != nil || string(got) != "survives" {
+		t.Fatalf("file after recreate: %q %v", got, err)
+	}
+	res, err := c2.Exec(ctx, &link.ExecRequest{Command: sh("cat \"$HOME/.cached\" lib/pkg")})
+	if err != nil || string(res.Stdout) != "cached\ninstalled\n" {
+		t.Fatalf("after recreate: %q %v", res.Stdout, err)
+	}
+	// Wipe: gone for good.
+	if err := m2.Destroy(ctx, "keep", sandbox.DestroyOptions{Wipe: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m2.Get(ctx, "keep"); !sandbox.IsNotFound(err) {
+		t.Fatalf("after wipe: %v, want NotFoundError", err)
+	}
+	f.create(m2, "keep")
+	c3, err := m2.Connect(ctx, "keep")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := c3.Exists(ctx, "work/keep.txt"); err != nil || ok {
+		t.Fatalf("wiped file came back: %v %v", ok, err)
+	}
+}
+
+func testDeath(t *testing.T, f *fixture) {
+	m, c := f.running("mortal")
+	ctx := f.ctx
+	st, err := m.Get(ctx, "mortal")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.WriteFile(ctx, "data", []byte("kept"), nil); err != nil {
+		t.Fatal(err)
+	}
+	// A long command is pending when the agent dies.
+	started := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		close(started)
+		_, err := c.Exec(context.Background(), &link.ExecRequest{Command: sh("echo $$ > sleeper.pid; exec sleep 60"), Timeout: link.NoTimeout})
+		done <- err
+	}()
+	<-started
+	waitFor(t, 5*time.Second, "the sleeper to start", func() bool { ok, _ := c.Exists(ctx, "sleeper.pid"); return ok })
+	var sleeper int
+	waitFor(t, 5*time.Second, "the sleeper's pid", func() bool {
+		b, _ := c.ReadFile(ctx, "sleeper.pid")
+		if len(strings.TrimSpace(string(b))) == 0 {
+			return false
+		}
+		sleeper = parsePID(t, b)
+		return true
+	})
+	killed := time.Now()
+	f.kill(st)
+	select {
+	case err := <-done:
+		if !sandbox.IsNotRunning(err) {
+			t.Fatalf("pending exec: %v, want NOT_RUNNING", err)
+		}
+		if d := time.Since(killed); d > time.Second {
+			t.Fatalf("pending exec failed only after %s (want within 1 s)", d)
+		}
+		t.Logf("pending exec failed %s after the kill", time.Since(killed))
+	case <-time.After(10 * time.Second):
+		t.Fatal("pending exec hangs after the agent died")
+	}
+	if _, err := c.Health(ctx); !sandbox.IsNotRunning(err) {
+		t.Fatalf("later call: %v, want NOT_RUNNING", err)
+	}
+	waitFor(t, 5*time.Second, "the neuron to be stopped", func() bool {
+		st, err := m.Get(ctx, "mortal")
+		return err == nil && st.Status == sandbox.StatusStopped
+	})
+	waitFor(t, 5*time.Second, "the agent's command to die with it", func() bool { return !alive(sleeper) })
+	if _, err := m.Connect(ctx, "mortal"); !sandbox.IsNotRunning(err) {
+		t.Fatalf("connect to a dead neuron: %v, want NotRunningError", err)
+	}
+	// Create replaces the corpse; the data is still there.
+	f.create(m, "mortal")
+	c2, err := m.Connect(ctx, "mortal")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := c2.ReadFile(ctx, "data"); err != nil || string(got) != "kept" {
+		t.Fatalf("after recreate: %q %v", got, err)
+	}
+}
+
+func testDiscovery(t *testing.T, f *fixture) {
+	m1, c1 := f.running("seen")
+	ctx := f.ctx
+	st1, _ := m1.Get(ctx, "seen")
+	m2 := f.manager() // another host process
+	all, err := m2.List(ctx)
+	if err != nil || len(all) != 1 || all[0].ID != "seen" || all[0].Status != sandbox.StatusRunning || all[0].PID != st1.PID {
+		t.Fatalf("list from another manager: %+v %v", all, err)
+	}
+	c2, err := m2.Connect(ctx, "seen")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []*link.Client{c1, c2, c1} {
+		res, err := c.Exec(ctx, &link.ExecRequest{Command: protocol.Command{Argv: []string{"echo", "hi"}}})
+		if err != nil || string(res.Stdout) != "hi\n" {
+			t.Fatalf("exec: %q %v", res.Stdout, err)
+		}
+	}
+	if err := m2.Destroy(ctx, "seen", sandbox.DestroyOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "the first host to see the neuron stop", func() bool {
+		_, err := c1.Health(ctx)
+		return sandbox.IsNotRunning(err)
+	})
+	if st, err := m1.Get(ctx, "seen"); err != nil || st.Status != sandbox.StatusStopped {
+		t.Fatalf("first manager after destroy elsewhere: %+v %v", st, err)
+	}
+}
+
+func testOwnership(t *testing.T, f *fixture) {
+	ctx := f.ctx
+	exclusive := f.env
+	exclusive.Exclusive = true
+	owner := f.cfg.New(exclusive)
+	f.mgrs = append(f.mgrs, owner)
+	f.create(owner, "owned")
+	other := f.manager()
+	var oe *sandbox.OwnedElsewhereError
+	if _, err := other.Connect(ctx, "owned"); !errors.As(err, &oe) {
+		t.Fatalf("connect to an owned neuron: %v, want OwnedElsewhereError", err)
+	}
+	if err := other.Destroy(ctx, "owned", sandbox.DestroyOptions{}); !errors.As(err, &oe) {
+		t.Fatalf("destroy an owned neuron: %v, want OwnedElsewhereError", err)
+	}
+	if st, err := other.Get(ctx, "owned"); err != nil || st.Status != sandbox.StatusRunning || st.Owner == nil {
+		t.Fatalf("get of an owned neuron: %+v %v", st, err)
+	}
+	// The owner lets go; anyone may use it again.
+	owner.Close()
+	c, err := other.Connect(ctx, "owned")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Health(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

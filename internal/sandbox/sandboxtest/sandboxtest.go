@@ -1,0 +1,288 @@
+// Package sandboxtest is the conformance suite every sandbox backend runs
+// unchanged: lifecycle, exec, files, background processes, PTYs,
+// persistence across destroy/recreate, agent death, and discovery across
+// host processes. A backend's test calls Run with a Config that builds its
+// manager; nothing here knows any backend.
+package sandboxtest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nsys-cortex/cortex/internal/layout"
+	"github.com/nsys-cortex/cortex/internal/sandbox"
+)
+
+// Config describes the backend under test.
+type Config struct {
+	// New builds a manager over env. The suite calls it more than once per
+	// env to stand in for separate host processes.
+	New func(env sandbox.Env) sandbox.Manager
+	// Env returns the environment for a fresh home directory (the suite
+	// fills in Layout).
+	Env func(t *testing.T) sandbox.Env
+	// Confined is true when file operations are confined to the workdir, so
+	// that ".." and symlinks out of it must fail with PATH_ESCAPE.
+	Confined bool
+	// Kill kills a neuron's agent from outside; the default SIGKILLs State.PID.
+	Kill func(t *testing.T, st *sandbox.State)
+}
+
+// ShortTempDir returns a fresh directory with a short path (Unix socket
+// paths are limited) that is removed when the test ends.
+func ShortTempDir(t testing.TB) string {
+	t.Helper()
+	d, err := os.MkdirTemp("", "cx")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(d) })
+	return d
+}
+
+// fixture is one test's home directory and the managers over it.
+type fixture struct {
+	t    *testing.T
+	cfg  Config
+	env  sandbox.Env
+	ctx  context.Context
+	mgrs []sandbox.Manager
+}
+
+func newFixture(t *testing.T, cfg Config) *fixture {
+	t.Helper()
+	env := cfg.Env(t)
+	lay, err := layout.New(filepath.Join(ShortTempDir(t), "h"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	env.Layout = lay
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	f := &fixture{t: t, cfg: cfg, env: env, ctx: ctx}
+	t.Cleanup(func() {
+		// Destroy whatever the test left running, then close every manager.
+		m := f.manager()
+		if all, err := m.List(context.Background()); err == nil {
+			for _, st := range all {
+				m.Destroy(context.Background(), st.ID, sandbox.DestroyOptions{Wipe: true})
+			}
+		}
+		for _, m := range f.mgrs {
+			m.Close()
+		}
+		cancel()
+	})
+	return f
+}
+
+// manager returns a new manager over the fixture's home: another "process".
+func (f *fixture) manager() sandbox.Manager {
+	m := f.cfg.New(f.env)
+	f.mgrs = append(f.mgrs, m)
+	return m
+}
+
+func (f *fixture) create(m sandbox.Manager, id string) *sandbox.State {
+	f.t.Helper()
+	st, err := m.Create(f.ctx, id, sandbox.CreateOptions{})
+	if err != nil {
+		f.t.Fatalf("create %s: %v", id, err)
+	}
+	return st
+}
+
+func (f *fixture) kill(st *sandbox.State) {
+	f.t.Helper()
+	if f.cfg.Kill != nil {
+		f.cfg.Kill(f.t, st)
+		return
+	}
+	if err := syscall.Kill(st.PID, syscall.SIGKILL); err != nil {
+		f.t.Fatalf("kill agent %d: %v", st.PID, err)
+	}
+}
+
+// Run runs the whole suite.
+func Run(t *testing.T, cfg Config) {
+	if cfg.New == nil || cfg.Env == nil {
+		t.Fatal("sandboxtest: Config needs New and Env")
+	}
+	t.Run("Lifecycle", func(t *testing.T) { testLifecycle(t, newFixture(t, cfg)) })
+	t.Run("InvalidIDs", func(t *testing.T) { testInvalidIDs(t, newFixture(t, cfg)) })
+	t.Run("Exec", func(t *testing.T) { testExec(t, newFixture(t, cfg)) })
+	t.Run("Files", func(t *testing.T) { testFiles(t, newFixture(t, cfg)) })
+	t.Run("Processes", func(t *testing.T) { testProcesses(t, newFixture(t, cfg)) })
+	t.Run("Pty", func(t *testing.T) { testPty(t, newFixture(t, cfg)) })
+	t.Run("Persistence", func(t *testing.T) { testPersistence(t, newFixture(t, cfg)) })
+	t.Run("Death", func(t *testing.T) { testDeath(t, newFixture(t, cfg)) })
+	t.Run("Discovery", func(t *testing.T) { testDiscovery(t, newFixture(t, cfg)) })
+	t.Run("Ownership", func(t *testing.T) { testOwnership(t, newFixture(t, cfg)) })
+	t.Run("NoLeaks", func(t *testing.T) { testNoLeaks(t, cfg) })
+}
+
+func testLifecycle(t *testing.T, f *fixture) {
+	m := f.manager()
+	st := f.create(m, "life")
+	if st.Status != sandbox.StatusRunning || st.PID <= 0 || st.Pending || st.Mode != m.Mode() || st.Workdir == "" || st.OverlayPath == "" {
+		t.Fatalf("state after create: %+v", st)
+	}
+	got, err := m.Get(f.ctx, "life")
+	if err != nil || got.Status != sandbox.StatusRunning || got.PID != st.PID {
+		t.Fatalf("get: %+v, %v", got, err)
+	}
+	all, err := m.List(f.ctx)
+	if err != nil || len(all) != 1 || all[0].ID != "life" {
+		t.Fatalf("list: %+v, %v", all, err)
+	}
+	_, err = m.Create(f.ctx, "life", sandbox.CreateOptions{})
+	var ar *sandbox.AlreadyRunningError
+	if !errors.As(err, &ar) || ar.State.PID != st.PID {
+		t.Fatalf("create of a running neuron: %v, want AlreadyRunningError", err)
+	}
+	c, err := m.Connect(f.ctx, "life")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := c.Health(f.ctx)
+	if err != nil || h.PID <= 0 || h.Protocol == "" || h.UptimeMs < 0 {
+		t.Fatalf("health: %+v, %v", h, err)
+	}
+	if err := m.Destroy(f.ctx, "life", sandbox.DestroyOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	got, err = m.Get(f.ctx, "life")
+	if err != nil || got.Status != sandbox.StatusStopped || got.PID != 0 {
+		t.Fatalf("get after destroy: %+v, %v", got, err)
+	}
+	if alive(st.PID) {
+		t.Fatalf("agent %d still alive after destroy", st.PID)
+	}
+	if _, err := c.Health(f.ctx); !sandbox.IsNotRunning(err) {
+		t.Fatalf("health after destroy: %v, want NOT_RUNNING", err)
+	}
+	if _, err := m.Connect(f.ctx, "life"); !sandbox.IsNotRunning(err) {
+		t.Fatalf("connect after destroy: %v, want NotRunningError", err)
+	}
+	for _, op := range []func() error{
+		func() error { _, err := m.Get(f.ctx, "nope"); return err },
+		func() error { return m.Destroy(f.ctx, "nope", sandbox.DestroyOptions{}) },
+		func() error { _, err := m.Connect(f.ctx, "nope"); return err },
+	} {
+		if err := op(); !sandbox.IsNotFound(err) {
+			t.Fatalf("unknown id: %v, want NotFoundError", err)
+		}
+	}
+}
+
+func testInvalidIDs(t *testing.T, f *fixture) {
+	m := f.manager()
+	for _, id := range []string{"", "a/b", "..", ".hidden", "-flag", "a b", "x\x00y", "é", strings.Repeat("a", 65)} {
+		if _, err := m.Create(f.ctx, id, sandbox.CreateOptions{}); !sandbox.IsInvalid(err) {
+			t.Errorf("create %q: %v, want InvalidError", id, err)
+		}
+		if _, err := m.Get(f.ctx, id); !sandbox.IsInvalid(err) {
+			t.Errorf("get %q: %v, want InvalidError", id, err)
+		}
+	}
+	if _, err := m.Create(f.ctx, strings.Repeat("a", 64), sandbox.CreateOptions{}); err != nil {
+		t.Fatalf("a 64-character id must work: %v", err)
+	}
+}
+
+// waitFor polls cond until it holds or d passes.
+func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", d, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func alive(pid int) bool {
+	if pid <= 0 {
+		return false
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	i := strings.LastIndexByte(string(b), ')')
+	return i > 0 && len(b) > i+2 && b[i+2] != 'Z'
+}
+
+// testNoLeaks checks that a full lifecycle leaves no goroutine behind.
+func testNoLeaks(t *testing.T, cfg Config) {
+	before := runtime.NumGoroutine()
+	func() {
+		f := &fixture{t: t, cfg: cfg, env: cfg.Env(t), ctx: context.Background()}
+		lay, err := layout.New(filepath.Join(ShortTempDir(t), "h"), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.env.Layout = lay
+		m := f.manager()
+		st := f.create(m, "leak")
+		c, err := m.Connect(f.ctx, st.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < 3; i++ {
+			if _, err := c.Health(f.ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := m.Destroy(f.ctx, st.ID, sandbox.DestroyOptions{Wipe: true}); err != nil {
+			t.Fatal(err)
+		}
+		m.Close()
+	}()
+	var after int
+	waitForNoError(5*time.Second, func() bool { after = runtime.NumGoroutine(); return after <= before })
+	if after > before {
+		buf := make([]byte, 1<<20)
+		t.Fatalf("goroutines: %d before, %d after\n%s", before, after, buf[:runtime.Stack(buf, true)])
+	}
+}
+
+func waitForNoError(d time.Duration, cond func() bool) {
+	deadline := time.Now().Add(d)
+	for !cond() && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+var buildOnce sync.Once
+var buildPath string
+var buildErr error
+
+// BuildAgent builds cmd/cortex-agent (static) once per test binary and
+// returns its path. moduleRoot is found from the working directory.
+func BuildAgent() (string, error) {
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "cxagent")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		buildPath = filepath.Join(dir, "cortex-agent")
+		cmd := exec.Command("go", "build", "-o", buildPath, "github.com/nsys-cortex/cortex/cmd/cortex-agent")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("building cortex-agent: %v\n%s", err, out)
+		}
+	})
+	return buildPath, buildErr
+}

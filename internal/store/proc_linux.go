@@ -1,0 +1,99 @@
+package store
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// ProcStart returns the start time of process pid (clock ticks since boot)
+// and whether it is alive; a zombie counts as dead.
+func ProcStart(pid int) (uint64, bool) {
+	if pid <= 0 {
+		return 0, false
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, false
+	}
+	// The command name (field 2) may hold spaces and parens: parse after its last ')'.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, false
+	}
+	fields := strings.Fields(string(b[i+1:]))
+	// fields[0] is the state (field 3); the start time is field 22.
+	if len(fields) < 20 || fields[0] == "Z" || fields[0] == "X" {
+		return 0, false
+	}
+	start, err := strconv.ParseUint(fields[19], 10, 64)
+	if err != nil {
+		return 0, false
+	}
+	return start, true
+}
+
+// Alive reports whether pid is alive and is the process that started at start
+// (so a pid reused by another process does not count).
+func Alive(pid int, start uint64) bool {
+	s, ok := ProcStart(pid)
+	return ok && (start == 0 || s == start)
+}
+
+// Cmdline returns the argv of process pid.
+func Cmdline(pid int) []string {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+	if err != nil || len(b) == 0 {
+		return nil
+	}
+	return strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
+}
+
+// AgentProcess is a cortex-agent process found in /proc.
+type AgentProcess struct {
+	PID        int
+	ID         string
+	ChannelDir string
+}
+
+// FindAgents lists running cortex-agent processes whose channel directory
+// lies under socketsDir: the last resort when a state file is lost.
+func FindAgents(socketsDir string) []AgentProcess {
+	entries, _ := os.ReadDir("/proc")
+	var out []AgentProcess
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		argv := Cmdline(pid)
+		if len(argv) == 0 || !strings.HasPrefix(filepath.Base(argv[0]), "cortex-agent") {
+			continue
+		}
+		ap := AgentProcess{PID: pid, ID: flagValue(argv, "id"), ChannelDir: flagValue(argv, "channel-dir")}
+		if ap.ID == "" || ap.ChannelDir == "" || !strings.HasPrefix(ap.ChannelDir, socketsDir+string(filepath.Separator)) {
+			continue
+		}
+		if _, alive := ProcStart(pid); alive {
+			out = append(out, ap)
+		}
+	}
+	return out
+}
+
+// flagValue finds -name VALUE, --name VALUE or --name=VALUE in argv.
+func flagValue(argv []string, name string) string {
+	for i, a := range argv {
+		for _, p := range []string{"-" + name, "--" + name} {
+			if a == p && i+1 < len(argv) {
+				return argv[i+1]
+			}
+			if v, ok := strings.CutPrefix(a, p+"="); ok {
+				return v
+			}
+		}
+	}
+	return ""
+}
