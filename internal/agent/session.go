@@ -47,8 +47,8 @@ type request struct {
 	body   []byte
 	ctx    context.Context
 	cancel context.CancelFunc
-	out    *credit // what the host lets us send on this request's streams
-	in     *inbox  // stdin frames from the host, when the command takes them
+	out    *credit  // what the host lets us send on this request's streams
+	in     *inbox   // stdin frames from the host, when the command takes them
 	after  []func() // run once the response is written
 }
 

@@ -70,7 +70,9 @@ type UnavailableError struct {
 	Reason string
 }
 
-func (e *UnavailableError) Error() string { return fmt.Sprintf("mode %s is unavailable: %s", e.Mode, e.Reason) }
+func (e *UnavailableError) Error() string {
+	return fmt.Sprintf("mode %s is unavailable: %s", e.Mode, e.Reason)
+}
 
 // InvalidError: the request itself is wrong (a bad id, a bad option).
 type InvalidError struct {

@@ -91,12 +91,14 @@ func New(env sandbox.Env) *Manager {
 // Mode returns "process".
 func (m *Manager) Mode() string { return Mode }
 
-func (m *Manager) overlay(id string) string  { return m.lay.OverlayDir(id) }
+func (m *Manager) overlay(id string) string   { return m.lay.OverlayDir(id) }
 func (m *Manager) stateFile(id string) string { return filepath.Join(m.overlay(id), ".neuron.json") }
 func (m *Manager) home(id string) string      { return filepath.Join(m.overlay(id), "home") }
 func (m *Manager) workdir(id string) string   { return filepath.Join(m.home(id), "workspace") }
 func (m *Manager) socketDir(id string) string { return m.lay.ChannelDir(Mode, id) }
-func (m *Manager) logFile(id string) string   { return filepath.Join(m.lay.LogsDir(), "neurons", id+".log") }
+func (m *Manager) logFile(id string) string {
+	return filepath.Join(m.lay.LogsDir(), "neurons", id+".log")
+}
 func (m *Manager) lockFor(id string) *store.Lock {
 	return store.NewLock(filepath.Join(m.overlay(id), ".lock"))
 }
