@@ -18,6 +18,7 @@ type pair struct {
 	link   *link.Link
 	client *link.Client
 	root   string
+	chdir  string
 	agent  *agent.Agent
 	stop   func()
 }
@@ -45,7 +46,22 @@ func newPair(t testing.TB, opts ...func(*agent.Config)) *pair {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := agent.Config{ID: "t1", Root: root, ChannelDir: chdir, Version: "test", Logger: log.New(io.Discard, "", 0)}
+	p := &pair{link: l, client: l.Client(), root: root, chdir: chdir}
+	p.stop = newAgentOn(t, p, opts...)
+	wctx, wcancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer wcancel()
+	if _, err := l.WaitConnected(wctx); err != nil {
+		t.Fatalf("agent did not connect: %v", err)
+	}
+	t.Cleanup(func() { p.stop(); l.Close() })
+	return p
+}
+
+// newAgentOn runs an agent for p's root and channel directory; the returned
+// func stops it (and may be called more than once).
+func newAgentOn(t testing.TB, p *pair, opts ...func(*agent.Config)) func() {
+	t.Helper()
+	cfg := agent.Config{ID: "t1", Root: p.root, ChannelDir: p.chdir, Version: "test", Logger: log.New(io.Discard, "", 0)}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -53,16 +69,9 @@ func newPair(t testing.TB, opts ...func(*agent.Config)) *pair {
 	if err != nil {
 		t.Fatal(err)
 	}
+	p.agent = a
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); a.Run(ctx) }()
-	wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
-	defer wcancel()
-	if _, err := l.WaitConnected(wctx); err != nil {
-		t.Fatalf("agent did not connect: %v", err)
-	}
-	p := &pair{link: l, client: l.Client(), root: root, agent: a}
-	p.stop = func() { cancel(); <-done }
-	t.Cleanup(func() { p.stop(); l.Close() })
-	return p
+	return func() { cancel(); <-done }
 }

@@ -87,6 +87,20 @@ func NewSet(env Env, backends ...Backend) *Set {
 	return &Set{env: env, backends: bs, managers: map[string]Manager{}}
 }
 
+// PlannedModes are the modes of the design (DESIGN.md), built or not.
+var PlannedModes = []string{"firecracker", "docker", "nsbox", "kube", "process"}
+
+// Missing returns the planned modes this build does not register.
+func (s *Set) Missing() []string {
+	var out []string
+	for _, p := range PlannedModes {
+		if !slices.Contains(s.Modes(), p) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
 // Modes returns the registered mode names, in auto order.
 func (s *Set) Modes() []string {
 	out := make([]string, len(s.backends))

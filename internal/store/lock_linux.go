@@ -42,7 +42,20 @@ func (l *Lock) try(how int) (bool, error) {
 			l.f = f
 		}
 		err := unix.Flock(int(l.f.Fd()), how|unix.LOCK_NB)
+		if errors.Is(err, unix.EWOULDBLOCK) && l.held != 0 && l.held != how {
+			// A failed conversion has already dropped the lock we held
+			// (flock(2) converts by removing first): take it back.
+			if unix.Flock(int(l.f.Fd()), l.held|unix.LOCK_NB) != nil {
+				l.held = 0
+			}
+		}
 		if errors.Is(err, unix.EWOULDBLOCK) {
+			if l.held == 0 {
+				// Holding nothing, keep no descriptor: the next try opens the
+				// file afresh, in case it was replaced meanwhile.
+				l.f.Close()
+				l.f = nil
+			}
 			return false, nil
 		}
 		if err != nil {

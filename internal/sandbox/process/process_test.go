@@ -13,6 +13,9 @@ import (
 var agentBin string
 
 func TestMain(m *testing.M) {
+	if mode := os.Getenv("CORTEX_FAKE_AGENT"); mode != "" {
+		fakeAgent(mode)
+	}
 	bin, err := sandboxtest.BuildAgent()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -1,0 +1,34 @@
+# Nsys Cortex build. `make` builds bin/nsys-cortex with the static agent
+# embedded (and bin/cortex-agent beside it); `make test` runs every test.
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -s -w -X main.version=$(VERSION)
+GO ?= go
+
+.PHONY: all build agent test race fuzz bench lint clean demo
+
+all: build
+
+agent:
+	mkdir -p bin
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/cortex-agent ./cmd/cortex-agent
+
+build: agent
+	cp bin/cortex-agent internal/agentbin/cortex-agent.bin
+	CGO_ENABLED=0 $(GO) build -trimpath -tags cortex_embed_agent -ldflags '$(LDFLAGS)' -o bin/nsys-cortex ./cmd/nsys-cortex
+
+# The test command (README, .ci/run): vet, the import rules, and every test
+# with the race detector against real agent processes.
+test:
+	scripts/test.sh
+
+fuzz:
+	$(GO) test ./internal/protocol -run '^$$' -fuzz FuzzReader -fuzztime $${FUZZTIME:-2m}
+
+bench:
+	scripts/bench.sh
+
+demo: build
+	scripts/demo.sh
+
+clean:
+	rm -rf bin internal/agentbin/cortex-agent.bin

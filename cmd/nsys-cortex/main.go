@@ -1,0 +1,31 @@
+// Command nsys-cortex is the host CLI of Nsys Cortex. It composes the
+// registered isolation modes and hands them to the command line.
+package main
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/nsys-cortex/cortex/internal/agentbin"
+	"github.com/nsys-cortex/cortex/internal/cli"
+	"github.com/nsys-cortex/cortex/internal/sandbox"
+	"github.com/nsys-cortex/cortex/internal/sandbox/process"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	app := &cli.App{
+		Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr,
+		Version:       version,
+		Backends:      []sandbox.Backend{process.Backend()},
+		AgentEmbedded: agentbin.Embedded(),
+	}
+	code := app.Run(ctx, os.Args[1:])
+	stop()
+	os.Exit(code)
+}

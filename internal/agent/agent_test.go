@@ -1,0 +1,207 @@
+package agent
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"io"
+	"log"
+	"net"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nsys-cortex/cortex/internal/protocol"
+)
+
+// socketPair returns two connected Unix stream sockets.
+func socketPair(t *testing.T) (net.Conn, net.Conn) {
+	t.Helper()
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := func(fd int) net.Conn {
+		f := os.NewFile(uintptr(fd), "sock")
+		defer f.Close()
+		c, err := net.FileConn(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	return conn(fds[0]), conn(fds[1])
+}
+
+// rawHost speaks the protocol by hand to an agent served in-process.
+type rawHost struct {
+	t    *testing.T
+	conn net.Conn
+	r    *protocol.Reader
+	done chan error
+	root string
+}
+
+func newRawHost(t *testing.T) *rawHost {
+	t.Helper()
+	root := t.TempDir()
+	a, err := New(Config{ID: "raw", Root: root, Version: "test", Logger: log.New(io.Discard, "", 0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hostEnd, agentEnd := socketPair(t)
+	h := &rawHost{t: t, conn: hostEnd, r: protocol.NewReader(hostEnd, 0), done: make(chan error, 1), root: root}
+	go func() { h.done <- a.ServeConn(context.Background(), agentEnd) }()
+	t.Cleanup(func() {
+		hostEnd.Close()
+		<-h.done
+		a.Close()
+	})
+	return h
+}
+
+func (h *rawHost) send(hd *protocol.Header, v any, body []byte) {
+	h.t.Helper()
+	if v != nil {
+		hd.Data, _ = json.Marshal(v)
+	}
+	if err := protocol.WriteFrame(h.conn, hd, body); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+func (h *rawHost) read() *protocol.Frame {
+	h.t.Helper()
+	h.conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	f, err := h.r.Read()
+	if err != nil {
+		h.t.Fatalf("read: %v", err)
+	}
+	return f
+}
+
+// hello completes the handshake and returns the agent's hello.
+func (h *rawHost) hello() protocol.Hello {
+	h.t.Helper()
+	f := h.read()
+	var peer protocol.Hello
+	if f.Kind != protocol.KindHello || json.Unmarshal(f.Data, &peer) != nil {
+		h.t.Fatalf("first frame: %+v", f.Header)
+	}
+	h.send(&protocol.Header{Kind: protocol.KindHello}, protocol.Hello{Protocol: protocol.Version(), Role: protocol.RoleHost, Window: protocol.DefaultWindow}, nil)
+	return peer
+}
+
+func TestHelloAnnouncesEveryCommand(t *testing.T) {
+	h := newRawHost(t)
+	peer := h.hello()
+	if peer.Role != protocol.RoleAgent || peer.Neuron != "raw" || peer.Protocol != protocol.Version() || peer.MaxBody != protocol.MaxBody {
+		t.Fatalf("%+v", peer)
+	}
+	caps := map[string]bool{}
+	for _, c := range peer.Caps {
+		caps[c] = true
+	}
+	for _, c := range protocol.Commands() {
+		if !caps[string(c)] {
+			t.Errorf("hello does not announce %s", c)
+		}
+	}
+}
+
+func TestUnknownCommandIsUnsupported(t *testing.T) {
+	h := newRawHost(t)
+	h.hello()
+	h.send(&protocol.Header{Kind: protocol.KindRequest, ID: 1, Cmd: "teleport"}, struct{}{}, nil)
+	f := h.read()
+	if f.Kind != protocol.KindResponse || f.ID != 1 || f.Err == nil || f.Err.Code != protocol.CodeUnsupported {
+		t.Fatalf("%+v", f.Header)
+	}
+	// The session goes on.
+	h.send(&protocol.Header{Kind: protocol.KindRequest, ID: 2, Cmd: protocol.CmdHealth}, struct{}{}, nil)
+	if f := h.read(); f.ID != 2 || f.Err != nil {
+		t.Fatalf("%+v", f.Header)
+	}
+}
+
+func TestBadArgumentsAndIDs(t *testing.T) {
+	h := newRawHost(t)
+	h.hello()
+	h.send(&protocol.Header{Kind: protocol.KindRequest, ID: 1, Cmd: protocol.CmdStat, Data: json.RawMessage(`{"path":12}`)}, nil, nil)
+	if f := h.read(); f.Err == nil || f.Err.Code != protocol.CodeBadRequest {
+		t.Fatalf("wrong argument type: %+v", f.Header)
+	}
+	h.send(&protocol.Header{Kind: protocol.KindRequest, ID: 0, Cmd: protocol.CmdHealth}, struct{}{}, nil)
+	if f := h.read(); f.Err == nil || f.Err.Code != protocol.CodeBadRequest {
+		t.Fatalf("request id 0: %+v", f.Header)
+	}
+	h.send(&protocol.Header{Kind: protocol.KindRequest, ID: 5, Cmd: protocol.CmdFileRead}, protocol.FileReadArgs{Path: "x", Length: protocol.MaxBody + 1}, nil)
+	if f := h.read(); f.Err == nil || f.Err.Code != protocol.CodeTooLarge {
+		t.Fatalf("oversized read: %+v", f.Header)
+	}
+}
+
+func TestOversizedFrameClosesTheSession(t *testing.T) {
+	h := newRawHost(t)
+	h.hello()
+	var p [protocol.PrefixSize]byte
+	binary.BigEndian.PutUint32(p[0:], 2)
+	binary.BigEndian.PutUint32(p[4:], 1<<31) // a 2 GiB body
+	h.conn.Write(p[:])
+	h.conn.Write([]byte("{}"))
+	select {
+	case err := <-h.done:
+		if !errors.Is(err, protocol.ErrFrameTooLarge) {
+			t.Fatalf("session ended with %v, want ErrFrameTooLarge", err)
+		}
+		h.done <- err // for the cleanup
+	case <-time.After(5 * time.Second):
+		t.Fatal("the agent kept the session open after an oversized frame")
+	}
+}
+
+func TestWrongProtocolMajorIsRefused(t *testing.T) {
+	h := newRawHost(t)
+	h.read() // the agent's hello
+	h.send(&protocol.Header{Kind: protocol.KindHello}, protocol.Hello{Protocol: "2.0", Role: protocol.RoleHost}, nil)
+	select {
+	case err := <-h.done:
+		if err == nil {
+			t.Fatal("a host with protocol 2.0 was accepted")
+		}
+		h.done <- err
+	case <-time.After(5 * time.Second):
+		t.Fatal("session stayed open")
+	}
+}
+
+func TestCancelKillsTheCommand(t *testing.T) {
+	h := newRawHost(t)
+	h.hello()
+	pidFile := filepath.Join(h.root, "pid")
+	h.send(&protocol.Header{Kind: protocol.KindRequest, ID: 1, Cmd: protocol.CmdExec}, protocol.ExecArgs{Command: protocol.Command{Shell: "echo $$ > pid; exec sleep 60"}}, nil)
+	var pid int
+	for i := 0; i < 500; i++ {
+		if b, err := os.ReadFile(pidFile); err == nil && len(b) > 1 {
+			json.Unmarshal(b[:len(b)-1], &pid)
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if pid == 0 {
+		t.Fatal("command did not start")
+	}
+	h.send(&protocol.Header{Kind: protocol.KindCancel, ID: 1}, nil, nil)
+	deadline := time.Now().Add(5 * time.Second)
+	for syscall.Kill(pid, 0) == nil {
+		var ws syscall.WaitStatus
+		if time.Now().After(deadline) {
+			t.Fatalf("process %d survived cancel", pid)
+		}
+		syscall.Wait4(pid, &ws, syscall.WNOHANG, nil)
+		time.Sleep(10 * time.Millisecond)
+	}
+}

@@ -1,0 +1,150 @@
+// Package cli is the nsys-cortex command line: cobra commands over the
+// sandbox set. It never names a backend; cmd/nsys-cortex hands it the
+// registered ones.
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+
+	"github.com/spf13/cobra"
+
+	"github.com/nsys-cortex/cortex/internal/layout"
+	"github.com/nsys-cortex/cortex/internal/protocol"
+	"github.com/nsys-cortex/cortex/internal/sandbox"
+	"github.com/nsys-cortex/cortex/internal/store"
+)
+
+// Exit codes of the CLI's own failures (as docker run uses them); exec
+// passes the command's own status through.
+const (
+	ExitFailure  = 125 // the CLI (or Cortex) failed
+	ExitNoInvoke = 126 // the command could not be invoked
+	ExitNotFound = 127 // the command was not found
+)
+
+// App is the command line application.
+type App struct {
+	Stdin          io.Reader
+	Stdout, Stderr io.Writer
+	// Version of this build.
+	Version string
+	// Backends are the isolation modes compiled in.
+	Backends []sandbox.Backend
+	// AgentEmbedded is the agent binary built into this executable, if any.
+	AgentEmbedded []byte
+
+	once   sync.Once
+	set    *sandbox.Set
+	lay    layout.Layout
+	setErr error
+}
+
+// exitError carries an exit status through cobra.
+type exitError struct{ code int }
+
+func (e *exitError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
+
+// Run runs the command line and returns the process exit status.
+func (a *App) Run(ctx context.Context, args []string) int {
+	root := a.rootCommand()
+	root.SetArgs(args)
+	root.SetIn(a.Stdin)
+	root.SetOut(a.Stdout)
+	root.SetErr(a.Stderr)
+	err := root.ExecuteContext(ctx)
+	if a.set != nil {
+		a.set.Close()
+	}
+	if err == nil {
+		return 0
+	}
+	var ee *exitError
+	if errors.As(err, &ee) {
+		return ee.code
+	}
+	fmt.Fprintf(a.Stderr, "nsys-cortex: %s\n", describe(err))
+	return ExitFailure
+}
+
+// describe turns an error into the message a person reads.
+func describe(err error) string {
+	var pe *protocol.Error
+	if errors.As(err, &pe) {
+		return fmt.Sprintf("%s (%s)", err.Error(), pe.Code)
+	}
+	return err.Error()
+}
+
+func (a *App) rootCommand() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "nsys-cortex",
+		Short: "Isolated Linux environments (neurons) for AI agents",
+		Long: `nsys-cortex gives every AI agent its own isolated Linux environment, a neuron,
+and keeps Linux authority on the host. Everything an agent changes inside a
+neuron survives destroy and create under the same id.
+
+Home: ~/.nsys-cortex (NSYS_CORTEX_HOME). Mode: auto (NSYS_CORTEX_MODE).`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.AddCommand(
+		a.createCommand(), a.listCommand(), a.statusCommand(), a.destroyCommand(),
+		a.execCommand(), a.shellCommand(), a.cpCommand(), a.psCommand(), a.logsCommand(), a.killCommand(),
+		a.doctorCommand(), a.versionCommand(), a.cleanupOrphansCommand(),
+	)
+	return root
+}
+
+// sandboxes returns the set of modes over the home directory.
+func (a *App) sandboxes() (*sandbox.Set, error) {
+	a.once.Do(func() {
+		a.lay, a.setErr = layout.FromEnv()
+		if a.setErr != nil {
+			return
+		}
+		var binOnce sync.Once
+		var bin string
+		var binErr error
+		env := sandbox.Env{Layout: a.lay, AgentBinary: func() (string, error) {
+			binOnce.Do(func() { bin, binErr = store.AgentBinary(a.lay.BinDir(), a.AgentEmbedded) })
+			return bin, binErr
+		}}
+		a.set = sandbox.NewSet(env, a.Backends...)
+	})
+	return a.set, a.setErr
+}
+
+// neuronArgs completes neuron ids.
+func (a *App) neuronArgs(cmd *cobra.Command, args []string, _ string) ([]string, cobra.ShellCompDirective) {
+	if len(args) > 0 {
+		return nil, cobra.ShellCompDirectiveNoFileComp
+	}
+	set, err := a.sandboxes()
+	if err != nil {
+		return nil, cobra.ShellCompDirectiveError
+	}
+	all, err := set.List(cmd.Context())
+	if err != nil {
+		return nil, cobra.ShellCompDirectiveError
+	}
+	out := make([]string, 0, len(all))
+	for _, st := range all {
+		out = append(out, st.ID+"\t"+string(st.Status))
+	}
+	return out, cobra.ShellCompDirectiveNoFileComp
+}
+
+// isTerminal reports whether f is a terminal.
+func isTerminal(r io.Reader) bool {
+	f, ok := r.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}

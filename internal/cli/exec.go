@@ -1,0 +1,350 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	"github.com/nsys-cortex/cortex/internal/link"
+	"github.com/nsys-cortex/cortex/internal/protocol"
+	"github.com/nsys-cortex/cortex/internal/sandbox"
+)
+
+// connect finds a running neuron by id (or unique prefix) and connects.
+func (a *App) connect(ctx context.Context, ref string) (*link.Client, *sandbox.State, error) {
+	set, err := a.sandboxes()
+	if err != nil {
+		return nil, nil, err
+	}
+	m, st, err := set.Find(ctx, ref)
+	if err != nil {
+		return nil, nil, err
+	}
+	c, err := m.Connect(ctx, st.ID)
+	return c, st, err
+}
+
+// interrupted maps a cancelled context to the shell's status for SIGINT.
+func interrupted(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return &exitError{code: 130}
+	}
+	return err
+}
+
+func (a *App) execCommand() *cobra.Command {
+	var (
+		cwd                      string
+		env                      []string
+		timeout                  time.Duration
+		interactive, tty, detach bool
+	)
+	cmd := &cobra.Command{
+		Use:   "exec ID [flags] [--] COMMAND [ARG...]",
+		Short: "Run a command in a neuron; exits with the command's status",
+		Long: `Exec runs COMMAND in the neuron and streams its output as it comes. The exit
+status is the command's own (128+N when a signal N ended it; 127 when it was
+not found). Stdin is forwarded when it is not a terminal (-i forwards a
+terminal too); -t runs the command on a PTY; -d starts it in the background
+and prints its pid (see ps, logs, kill). There is no timeout unless --timeout.`,
+		Args:              cobra.MinimumNArgs(2),
+		ValidArgsFunction: a.neuronArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			c, _, err := a.connect(ctx, args[0])
+			if err != nil {
+				return err
+			}
+			argv := args[1:]
+			if argv[0] == "--" {
+				argv = argv[1:]
+			}
+			if len(argv) == 0 {
+				return errors.New("exec: no command given (nsys-cortex exec ID -- COMMAND [ARG...])")
+			}
+			command := protocol.Command{Argv: argv, Cwd: cwd, Env: env}
+			switch {
+			case detach && tty:
+				return errors.New("-d and -t cannot be combined")
+			case detach:
+				info, err := c.ProcStart(ctx, &protocol.ProcStartArgs{Command: command, Stdin: interactive})
+				if err != nil {
+					return err
+				}
+				fmt.Fprintln(a.Stdout, info.PID)
+				return nil
+			case tty:
+				code, err := a.runPty(ctx, c, command)
+				if err != nil {
+					return interrupted(ctx, err)
+				}
+				return exitCode(code)
+			}
+			req := &link.ExecRequest{Command: command, Stdout: a.Stdout, Stderr: a.Stderr, Timeout: link.NoTimeout}
+			if timeout > 0 {
+				req.Timeout = timeout
+			}
+			if interactive || !isTerminal(a.Stdin) {
+				req.Stdin = a.Stdin
+			}
+			res, err := c.Exec(ctx, req)
+			if err != nil {
+				return interrupted(ctx, err)
+			}
+			if res.TimedOut {
+				fmt.Fprintf(a.Stderr, "nsys-cortex: command timed out after %s and was killed\n", timeout)
+			}
+			return exitCode(res.ExitCode)
+		},
+	}
+	cmd.Flags().SetInterspersed(false) // everything after ID belongs to the command
+	cmd.Flags().StringVarP(&cwd, "cwd", "w", "", "working directory inside the neuron (default: its workdir)")
+	cmd.Flags().StringArrayVarP(&env, "env", "e", nil, "set KEY=VALUE for the command (repeatable)")
+	cmd.Flags().DurationVar(&timeout, "timeout", 0, "kill the command after this long (e.g. 30s)")
+	cmd.Flags().BoolVarP(&interactive, "interactive", "i", false, "forward stdin even when it is a terminal")
+	cmd.Flags().BoolVarP(&tty, "tty", "t", false, "run the command on a pseudo-terminal")
+	cmd.Flags().BoolVarP(&detach, "detach", "d", false, "start in the background and print the pid")
+	return cmd
+}
+
+func exitCode(code int) error {
+	if code == 0 {
+		return nil
+	}
+	return &exitError{code: code}
+}
+
+func (a *App) shellCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:               "shell ID",
+		Short:             "Open an interactive shell in a neuron",
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: a.neuronArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if !isTerminal(a.Stdin) {
+				return errors.New("shell needs a terminal on stdin; to run a script use: nsys-cortex exec ID -- sh -s < script")
+			}
+			ctx := cmd.Context()
+			c, _, err := a.connect(ctx, args[0])
+			if err != nil {
+				return err
+			}
+			code, err := a.runPty(ctx, c, protocol.Command{
+				Shell: "if command -v bash >/dev/null 2>&1; then exec bash -l; else exec sh -l; fi",
+			})
+			if err != nil {
+				return interrupted(ctx, err)
+			}
+			return exitCode(code)
+		},
+	}
+}
+
+// runPty runs command on a PTY in the neuron wired to this terminal: raw
+// mode, input forwarded, output streamed, the size kept in step on
+// SIGWINCH. It returns the command's exit status.
+func (a *App) runPty(ctx context.Context, c *link.Client, command protocol.Command) (int, error) {
+	cols, rows := 80, 24
+	fd := -1
+	if f, ok := a.Stdin.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+		fd = int(f.Fd())
+		if w, h, err := term.GetSize(fd); err == nil {
+			cols, rows = w, h
+		}
+	}
+	if !hasEnvKey(command.Env, "TERM") {
+		if t := os.Getenv("TERM"); t != "" {
+			command.Env = append(command.Env, "TERM="+t)
+		}
+	}
+	info, err := c.PtySpawn(ctx, &protocol.PtySpawnArgs{Command: command, Cols: cols, Rows: rows})
+	if err != nil {
+		return 0, err
+	}
+	if fd >= 0 {
+		old, err := term.MakeRaw(fd)
+		if err != nil {
+			return 0, fmt.Errorf("terminal: %w", err)
+		}
+		defer term.Restore(fd, old)
+		winch := make(chan os.Signal, 1)
+		signal.Notify(winch, syscall.SIGWINCH)
+		defer signal.Stop(winch)
+		go func() {
+			for range winch {
+				if w, h, err := term.GetSize(fd); err == nil {
+					c.PtyResize(ctx, info.PID, w, h) // a lost resize is corrected by the next one
+				}
+			}
+		}()
+	}
+	go func() {
+		// Input ends with our stdin or with the session; a read that blocks
+		// on the terminal ends with the process.
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := a.Stdin.Read(buf)
+			if n > 0 {
+				if c.PtyWrite(ctx, info.PID, append([]byte(nil), buf[:n]...)) != nil {
+					return
+				}
+			}
+			if err != nil {
+				if fd < 0 {
+					c.ProcInput(ctx, info.PID, nil, true) // ^D: end of input
+				}
+				return
+			}
+		}
+	}()
+	res, err := c.PtyFollow(ctx, info.PID, 0, func(_ string, _ int64, p []byte) error {
+		_, err := a.Stdout.Write(p)
+		return err
+	})
+	if err != nil {
+		// Leave no shell running behind an interrupted session.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		c.PtyClose(cctx, info.PID)
+		cancel()
+		return 0, err
+	}
+	if res.Info == nil {
+		return 0, errors.New("pty: the agent reported no exit status")
+	}
+	return res.Info.ExitCode, nil
+}
+
+func hasEnvKey(env []string, key string) bool {
+	for _, kv := range env {
+		if strings.HasPrefix(kv, key+"=") {
+			return true
+		}
+	}
+	return false
+}
+
+func (a *App) psCommand() *cobra.Command {
+	var out outputFlags
+	cmd := &cobra.Command{
+		Use:               "ps ID",
+		Short:             "List a neuron's background processes and terminals",
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: a.neuronArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			mode, err := out.mode("json", "yaml", "name")
+			if err != nil {
+				return err
+			}
+			c, _, err := a.connect(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			list, err := c.ProcList(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if list == nil {
+				list = []protocol.ProcInfo{}
+			}
+			items := make([]any, len(list))
+			for i := range list {
+				items[i] = list[i]
+			}
+			if done, err := out.emit(a.Stdout, mode, list, items); done {
+				return err
+			}
+			if mode == "name" {
+				for _, p := range list {
+					fmt.Fprintln(a.Stdout, p.PID)
+				}
+				return nil
+			}
+			var rows [][]string
+			for _, p := range list {
+				status := "running"
+				if !p.Running {
+					status = "exited " + strconv.Itoa(p.ExitCode)
+					if p.Signal != "" {
+						status += " (" + p.Signal + ")"
+					}
+				}
+				kind := "proc"
+				if p.Pty {
+					kind = "pty"
+				}
+				rows = append(rows, []string{strconv.Itoa(p.PID), kind, status, ago(p.Started), strings.Join(p.Argv, " ")})
+			}
+			return table(a.Stdout, []string{"PID", "KIND", "STATUS", "STARTED", "COMMAND"}, rows)
+		},
+	}
+	out.add(cmd, "json, yaml, name")
+	return cmd
+}
+
+func (a *App) logsCommand() *cobra.Command {
+	var follow bool
+	cmd := &cobra.Command{
+		Use:               "logs ID PID",
+		Short:             "Print a background process's output (kept in a bounded buffer)",
+		Args:              cobra.ExactArgs(2),
+		ValidArgsFunction: a.neuronArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			pid, err := strconv.Atoi(args[1])
+			if err != nil {
+				return fmt.Errorf("PID %q is not a number", args[1])
+			}
+			ctx := cmd.Context()
+			c, _, err := a.connect(ctx, args[0])
+			if err != nil {
+				return err
+			}
+			_, err = c.ProcAttach(ctx, &protocol.ProcAttachArgs{PID: pid, Follow: follow}, func(stream string, off int64, p []byte) error {
+				switch {
+				case stream == protocol.StreamStderr:
+					_, err := a.Stderr.Write(p)
+					return err
+				case strings.HasPrefix(stream, protocol.StreamGap):
+					fmt.Fprintf(a.Stderr, "[earlier output of %s was dropped; resuming at byte %d]\n", strings.TrimPrefix(stream, protocol.StreamGap+":"), off)
+					return nil
+				}
+				_, err := a.Stdout.Write(p)
+				return err
+			})
+			return interrupted(ctx, err)
+		},
+	}
+	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing until the process exits")
+	return cmd
+}
+
+func (a *App) killCommand() *cobra.Command {
+	var sig string
+	cmd := &cobra.Command{
+		Use:               "kill ID PID",
+		Short:             "Signal a background process (and its process group)",
+		Args:              cobra.ExactArgs(2),
+		ValidArgsFunction: a.neuronArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			pid, err := strconv.Atoi(args[1])
+			if err != nil {
+				return fmt.Errorf("PID %q is not a number", args[1])
+			}
+			c, _, err := a.connect(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			return c.ProcSignal(cmd.Context(), pid, sig)
+		},
+	}
+	cmd.Flags().StringVarP(&sig, "signal", "s", "TERM", "signal to send (TERM, KILL, INT, HUP, or a number)")
+	return cmd
+}

@@ -1,0 +1,354 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/nsys-cortex/cortex/internal/ids"
+	"github.com/nsys-cortex/cortex/internal/protocol"
+	"github.com/nsys-cortex/cortex/internal/sandbox"
+)
+
+func (a *App) createCommand() *cobra.Command {
+	var mode string
+	var env []string
+	var boot time.Duration
+	cmd := &cobra.Command{
+		Use:   "create [ID]",
+		Short: "Create a neuron (or bring one back with its data); prints its id",
+		Long: `Create starts a neuron and prints its id (a new one when ID is omitted).
+A neuron created again under an id it had before gets all its data back.
+
+--mode auto (the default, or NSYS_CORTEX_MODE) picks the best isolation this
+machine can run and says on stderr which it chose and why.`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			set, err := a.sandboxes()
+			if err != nil {
+				return err
+			}
+			id := ids.New()
+			if len(args) == 1 {
+				id = args[0]
+			}
+			m, why, err := set.Resolve(cmd.Context(), mode)
+			if err != nil {
+				return err
+			}
+			if why != "requested" {
+				fmt.Fprintf(a.Stderr, "mode: %s (%s)\n", m.Mode(), why)
+			}
+			st, err := m.Create(cmd.Context(), id, sandbox.CreateOptions{Env: env, BootTimeout: boot})
+			var ar *sandbox.AlreadyRunningError
+			if errors.As(err, &ar) {
+				fmt.Fprintf(a.Stderr, "%s is already running (mode %s, pid %d)\n", ar.State.ID, ar.State.Mode, ar.State.PID)
+				fmt.Fprintln(a.Stdout, ar.State.ID)
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(a.Stdout, st.ID)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&mode, "mode", "", "isolation mode: auto or one of the modes `nsys-cortex doctor` lists")
+	cmd.Flags().StringArrayVarP(&env, "env", "e", nil, "set KEY=VALUE in the neuron's environment (repeatable)")
+	cmd.Flags().DurationVar(&boot, "boot-timeout", sandbox.DefaultBootTimeout, "how long to wait for the neuron's agent")
+	return cmd
+}
+
+func (a *App) listCommand() *cobra.Command {
+	var out outputFlags
+	cmd := &cobra.Command{
+		Use:     "list",
+		Aliases: []string{"ls"},
+		Short:   "List neurons, running and stopped",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			mode, err := out.mode("json", "yaml", "wide", "name")
+			if err != nil {
+				return err
+			}
+			set, err := a.sandboxes()
+			if err != nil {
+				return err
+			}
+			all, err := set.List(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if all == nil {
+				all = []*sandbox.State{}
+			}
+			items := make([]any, len(all))
+			for i, st := range all {
+				items[i] = st
+			}
+			if done, err := out.emit(a.Stdout, mode, all, items); done {
+				return err
+			}
+			if mode == "name" {
+				for _, st := range all {
+					fmt.Fprintln(a.Stdout, st.ID)
+				}
+				return nil
+			}
+			header := []string{"ID", "MODE", "STATUS", "PID", "CREATED"}
+			if mode == "wide" {
+				header = append(header, "WORKDIR", "OVERLAY")
+			}
+			var rows [][]string
+			for _, st := range all {
+				r := []string{st.ID, st.Mode, string(st.Status), pidText(st.PID), ago(st.CreatedAt)}
+				if mode == "wide" {
+					r = append(r, st.Workdir, st.OverlayPath)
+				}
+				rows = append(rows, r)
+			}
+			return table(a.Stdout, header, rows)
+		},
+	}
+	out.add(cmd, "json, yaml, wide, name")
+	return cmd
+}
+
+func pidText(pid int) string {
+	if pid <= 0 {
+		return "-"
+	}
+	return strconv.Itoa(pid)
+}
+
+func ago(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	d := time.Since(t).Round(time.Second)
+	switch {
+	case d < time.Minute:
+		return d.String() + " ago"
+	case d < time.Hour:
+		return fmt.Sprintf("%dm ago", int(d.Minutes()))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh ago", int(d.Hours()))
+	}
+	return t.Local().Format("2006-01-02")
+}
+
+// statusView is what `status` reports: the state and, for a running neuron
+// this process can reach, the agent's health.
+type statusView struct {
+	*sandbox.State
+	Health *protocol.HealthResult `json:"health,omitempty"`
+}
+
+func (a *App) statusCommand() *cobra.Command {
+	var out outputFlags
+	cmd := &cobra.Command{
+		Use:               "status ID",
+		Short:             "Show a neuron's state (and its agent's health when it runs)",
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: a.neuronArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			mode, err := out.mode("json", "yaml", "name")
+			if err != nil {
+				return err
+			}
+			set, err := a.sandboxes()
+			if err != nil {
+				return err
+			}
+			m, st, err := set.Find(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			v := statusView{State: st}
+			if st.Status == sandbox.StatusRunning {
+				if c, err := m.Connect(cmd.Context(), st.ID); err == nil {
+					v.Health, _ = c.Health(cmd.Context()) // health is a bonus: the state stands alone
+				}
+			}
+			if done, err := out.emit(a.Stdout, mode, v, []any{v}); done {
+				return err
+			}
+			if mode == "name" {
+				fmt.Fprintln(a.Stdout, st.ID)
+				return nil
+			}
+			rows := [][]string{
+				{"id", st.ID}, {"mode", st.Mode}, {"status", string(st.Status)}, {"pid", pidText(st.PID)},
+				{"workdir", st.Workdir}, {"overlay", st.OverlayPath}, {"created", ago(st.CreatedAt)},
+			}
+			if st.Owner != nil {
+				rows = append(rows, []string{"owner", fmt.Sprintf("%s (pid %d)", st.Owner.Command, st.Owner.PID)})
+			}
+			if h := v.Health; h != nil {
+				rows = append(rows, []string{"agent", fmt.Sprintf("%s, protocol %s", h.Version, h.Protocol)},
+					[]string{"uptime", (time.Duration(h.UptimeMs) * time.Millisecond).Round(time.Second).String()},
+					[]string{"memory", fmt.Sprintf("%.1f MiB resident", float64(h.RSSBytes)/(1<<20))},
+					[]string{"commands", strconv.FormatInt(h.Commands, 10)},
+					[]string{"processes", fmt.Sprintf("%d background, %d terminals", h.Processes, h.Ptys)})
+			}
+			for _, r := range rows {
+				fmt.Fprintf(a.Stdout, "%-10s %s\n", r[0]+":", r[1])
+			}
+			return nil
+		},
+	}
+	out.add(cmd, "json, yaml, name")
+	return cmd
+}
+
+func (a *App) destroyCommand() *cobra.Command {
+	var wipe bool
+	cmd := &cobra.Command{
+		Use:   "destroy ID...",
+		Short: "Stop neurons (their data stays unless --wipe)",
+		Long: `Destroy stops a neuron and every process in it. Its data (the overlay) stays,
+so create with the same id brings it back; --wipe deletes the data for good.`,
+		Aliases:           []string{"rm"},
+		Args:              cobra.MinimumNArgs(1),
+		ValidArgsFunction: a.neuronArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			set, err := a.sandboxes()
+			if err != nil {
+				return err
+			}
+			var errs []error
+			for _, ref := range args {
+				m, st, err := set.Find(cmd.Context(), ref)
+				if err == nil {
+					err = m.Destroy(cmd.Context(), st.ID, sandbox.DestroyOptions{Wipe: wipe})
+				}
+				if err != nil {
+					errs = append(errs, err)
+					continue
+				}
+				fmt.Fprintln(a.Stdout, st.ID)
+			}
+			return errors.Join(errs...)
+		},
+	}
+	cmd.Flags().BoolVar(&wipe, "wipe", false, "also delete the neuron's data")
+	return cmd
+}
+
+func (a *App) doctorCommand() *cobra.Command {
+	var out outputFlags
+	cmd := &cobra.Command{
+		Use:   "doctor",
+		Short: "Show what each isolation mode needs and whether this machine has it",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			mode, err := out.mode("json", "yaml")
+			if err != nil {
+				return err
+			}
+			set, err := a.sandboxes()
+			if err != nil {
+				return err
+			}
+			checks := set.Checks(cmd.Context())
+			auto := "refuses"
+			if m, why, err := set.Resolve(cmd.Context(), sandbox.ModeAuto); err == nil {
+				auto = m.Mode() + ": " + why
+			} else {
+				auto = "refuses: " + err.Error()
+			}
+			report := struct {
+				Home   string          `json:"home"`
+				Auto   string          `json:"auto"`
+				Modes  []sandbox.Check `json:"modes"`
+				System string          `json:"system"`
+			}{a.lay.Home, auto, checks, runtime.GOOS + "/" + runtime.GOARCH}
+			if done, err := out.emit(a.Stdout, mode, report, []any{report}); done {
+				return err
+			}
+			fmt.Fprintf(a.Stdout, "home: %s\n", a.lay.Home)
+			for _, c := range checks {
+				mark := "ok  "
+				if !c.OK {
+					mark = "no  "
+				}
+				iso := "isolating"
+				if !c.Isolating {
+					iso = "NOT isolating"
+				}
+				fmt.Fprintf(a.Stdout, "\n%s%s (%s): %s\n", mark, c.Mode, iso, c.Summary)
+				for _, it := range c.Items {
+					m := "+"
+					if !it.OK {
+						m = "-"
+					}
+					fmt.Fprintf(a.Stdout, "    %s %s: %s\n", m, it.Name, it.Detail)
+				}
+			}
+			fmt.Fprintf(a.Stdout, "\nauto: %s\n", auto)
+			if missing := set.Missing(); len(missing) > 0 {
+				fmt.Fprintf(a.Stdout, "\nnot in this build yet: %s (see docs/modes.md)\n", strings.Join(missing, ", "))
+			}
+			return nil
+		},
+	}
+	out.add(cmd, "json, yaml")
+	return cmd
+}
+
+func (a *App) versionCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print the version",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			agent := "not embedded"
+			if len(a.AgentEmbedded) > 0 {
+				agent = fmt.Sprintf("embedded (%d bytes)", len(a.AgentEmbedded))
+			}
+			fmt.Fprintf(a.Stdout, "nsys-cortex %s\nprotocol %s\nagent %s\n%s %s/%s\n", a.Version, protocol.Version(), agent,
+				runtime.Version(), runtime.GOOS, runtime.GOARCH)
+			return nil
+		},
+	}
+}
+
+func (a *App) cleanupOrphansCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "cleanup-orphans",
+		Short: "Kill agents that run for this home but that no neuron's state knows",
+		Long: `cleanup-orphans finds cortex-agent processes serving this home directory whose
+neuron has no state file naming them, and kills them. Cortex never does this on
+its own; run it from operator scripts when needed.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			set, err := a.sandboxes()
+			if err != nil {
+				return err
+			}
+			for _, name := range set.Modes() {
+				m, err := set.Manager(name)
+				if err != nil {
+					continue
+				}
+				oc, ok := m.(sandbox.OrphanCleaner)
+				if !ok {
+					continue
+				}
+				killed, err := oc.CleanupOrphans(cmd.Context())
+				if err != nil {
+					return err
+				}
+				for _, k := range killed {
+					fmt.Fprintf(a.Stdout, "killed %s orphan %s\n", name, k)
+				}
+			}
+			return nil
+		},
+	}
+}

@@ -1,0 +1,179 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"sort"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"text/template"
+
+	"github.com/spf13/cobra"
+)
+
+// outputFlags are the -o/--json/--format flags every read command has.
+type outputFlags struct {
+	output string
+	json   bool
+	format string
+}
+
+func (o *outputFlags) add(cmd *cobra.Command, formats string) {
+	cmd.Flags().StringVarP(&o.output, "output", "o", "", "output format: "+formats)
+	cmd.Flags().BoolVar(&o.json, "json", false, "short for -o json")
+	cmd.Flags().StringVar(&o.format, "format", "", "format each item with a Go template (e.g. '{{.ID}} {{.Status}}')")
+}
+
+// mode returns the chosen format, checked against the allowed ones.
+func (o *outputFlags) mode(allowed ...string) (string, error) {
+	m := o.output
+	if o.json {
+		if m != "" && m != "json" {
+			return "", fmt.Errorf("--json and -o %s contradict each other", m)
+		}
+		m = "json"
+	}
+	if o.format != "" {
+		if m != "" {
+			return "", fmt.Errorf("--format and -o %s contradict each other", m)
+		}
+		return "template", nil
+	}
+	if m == "" {
+		return "table", nil
+	}
+	for _, a := range allowed {
+		if a == m {
+			return m, nil
+		}
+	}
+	return "", fmt.Errorf("unknown output format %q (choose from %s)", m, strings.Join(allowed, ", "))
+}
+
+// emit writes v (a value or a slice of them) as JSON, YAML or through the
+// template; it reports false when the format is a table for the caller to draw.
+func (o *outputFlags) emit(w io.Writer, mode string, v any, items []any) (bool, error) {
+	switch mode {
+	case "json":
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return true, enc.Encode(v)
+	case "yaml":
+		var generic any
+		b, err := json.Marshal(v)
+		if err != nil {
+			return true, err
+		}
+		if err := json.Unmarshal(b, &generic); err != nil {
+			return true, err
+		}
+		writeYAML(w, generic, 0, false)
+		return true, nil
+	case "template":
+		tmpl, err := template.New("format").Parse(o.format)
+		if err != nil {
+			return true, fmt.Errorf("--format: %w", err)
+		}
+		for _, it := range items {
+			if err := tmpl.Execute(w, it); err != nil {
+				return true, fmt.Errorf("--format: %w", err)
+			}
+			fmt.Fprintln(w)
+		}
+		return true, nil
+	}
+	return false, nil
+}
+
+// table writes aligned columns.
+func table(w io.Writer, header []string, rows [][]string) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, strings.Join(header, "\t"))
+	for _, r := range rows {
+		fmt.Fprintln(tw, strings.Join(r, "\t"))
+	}
+	return tw.Flush()
+}
+
+// writeYAML writes a JSON-decoded value as block YAML.
+func writeYAML(w io.Writer, v any, indent int, inList bool) {
+	pad := strings.Repeat("  ", indent)
+	switch x := v.(type) {
+	case map[string]any:
+		if len(x) == 0 {
+			fmt.Fprintln(w, "{}")
+			return
+		}
+		keys := make([]string, 0, len(x))
+		for k := range x {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for i, k := range keys {
+			p := pad
+			if inList && i == 0 {
+				p = ""
+			}
+			switch x[k].(type) {
+			case map[string]any, []any:
+				if isEmpty(x[k]) {
+					fmt.Fprintf(w, "%s%s: %s\n", p, k, emptyYAML(x[k]))
+					continue
+				}
+				fmt.Fprintf(w, "%s%s:\n", p, k)
+				writeYAML(w, x[k], indent+1, false)
+			default:
+				fmt.Fprintf(w, "%s%s: %s\n", p, k, yamlScalar(x[k]))
+			}
+		}
+	case []any:
+		if len(x) == 0 {
+			fmt.Fprintln(w, pad+"[]")
+			return
+		}
+		for _, it := range x {
+			switch it.(type) {
+			case map[string]any:
+				fmt.Fprintf(w, "%s- ", pad)
+				writeYAML(w, it, indent+1, true)
+			default:
+				fmt.Fprintf(w, "%s- %s\n", pad, yamlScalar(it))
+			}
+		}
+	default:
+		fmt.Fprintln(w, pad+yamlScalar(x))
+	}
+}
+
+func isEmpty(v any) bool {
+	switch x := v.(type) {
+	case map[string]any:
+		return len(x) == 0
+	case []any:
+		return len(x) == 0
+	}
+	return false
+}
+
+func emptyYAML(v any) string {
+	if _, ok := v.([]any); ok {
+		return "[]"
+	}
+	return "{}"
+}
+
+func yamlScalar(v any) string {
+	switch x := v.(type) {
+	case nil:
+		return "null"
+	case bool:
+		return strconv.FormatBool(x)
+	case float64:
+		return strconv.FormatFloat(x, 'f', -1, 64)
+	case string:
+		return strconv.Quote(x)
+	}
+	return fmt.Sprint(v)
+}

@@ -1,0 +1,128 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/nsys-cortex/cortex/internal/link"
+)
+
+func TestAgentEnvScrubsSecrets(t *testing.T) {
+	host := []string{
+		"PATH=/usr/bin", "LANG=C.UTF-8", "LC_ALL=C", "TERM=xterm", "HOME=/root", "USER=me",
+		"OPENAI_API_KEY=sk-1", "ANTHROPIC_API_KEY=sk-2", "AWS_SECRET_ACCESS_KEY=a", "AWS_REGION=eu",
+		"SSH_AUTH_SOCK=/tmp/ssh", "GITHUB_TOKEN=g", "GH_TOKEN=h", "NPM_TOKEN=n", "DATABASE_PASSWORD=p",
+		"NSYS_CORTEX_API_TOKEN=t", "KUBECONFIG=/k", "DOCKER_HOST=unix:///x", "MY_SECRET=s", "LC_TOKEN=bad",
+	}
+	got := AgentEnv(host, "HOME=/neuron", "EXTRA=1")
+	want := map[string]bool{"PATH=/usr/bin": true, "LANG=C.UTF-8": true, "LC_ALL=C": true, "TERM=xterm": true,
+		"USER=me": true, "HOME=/neuron": true, "EXTRA=1": true}
+	if len(got) != len(want) {
+		t.Fatalf("got %v", got)
+	}
+	for _, kv := range got {
+		if !want[kv] {
+			t.Errorf("leaked or wrong: %s", kv)
+		}
+	}
+}
+
+// fakeManager is an in-memory Manager for the Set's routing.
+type fakeManager struct {
+	mode    string
+	neurons map[string]*State
+}
+
+func (f *fakeManager) Mode() string { return f.mode }
+func (f *fakeManager) Create(_ context.Context, id string, _ CreateOptions) (*State, error) {
+	st := &State{ID: id, Mode: f.mode, Status: StatusRunning}
+	f.neurons[id] = st
+	return st, nil
+}
+func (f *fakeManager) Get(_ context.Context, id string) (*State, error) {
+	if st, ok := f.neurons[id]; ok {
+		return st, nil
+	}
+	return nil, &NotFoundError{ID: id}
+}
+func (f *fakeManager) List(context.Context) ([]*State, error) {
+	var out []*State
+	for _, st := range f.neurons {
+		out = append(out, st)
+	}
+	return out, nil
+}
+func (f *fakeManager) Destroy(context.Context, string, DestroyOptions) error { return nil }
+func (f *fakeManager) Connect(context.Context, string) (*link.Client, error) { return nil, nil }
+func (f *fakeManager) Close() error                                          { return nil }
+
+func backend(name string, rank int, isolating, ok bool, m *fakeManager) Backend {
+	return Backend{Name: name, Rank: rank, Isolating: isolating,
+		New: func(Env) (Manager, error) { return m, nil },
+		SelfCheck: func(context.Context, Env) Check {
+			return Check{OK: ok, Summary: map[bool]string{true: "ready", false: "missing a piece"}[ok]}
+		}}
+}
+
+func TestResolveAuto(t *testing.T) {
+	ctx := context.Background()
+	dev := &fakeManager{mode: "dev", neurons: map[string]*State{}}
+	iso := &fakeManager{mode: "iso", neurons: map[string]*State{}}
+	broken := &fakeManager{mode: "broken", neurons: map[string]*State{}}
+	t.Setenv(EnvMode, "")
+	t.Setenv(EnvAllowInsecure, "")
+	set := NewSet(Env{}, backend("dev", 0, false, true, dev), backend("iso", 10, true, true, iso), backend("broken", 20, true, false, broken))
+	m, why, err := set.Resolve(ctx, "")
+	if err != nil || m.Mode() != "iso" || !strings.Contains(why, "broken: missing a piece") {
+		t.Fatalf("%v %q %v", m, why, err)
+	}
+	// Without an isolating mode, auto refuses unless insecure mode is allowed.
+	set = NewSet(Env{}, backend("dev", 0, false, true, dev), backend("broken", 20, true, false, broken))
+	var ue *UnavailableError
+	if _, _, err := set.Resolve(ctx, "auto"); !errors.As(err, &ue) || !strings.Contains(err.Error(), EnvAllowInsecure) {
+		t.Fatalf("%v", err)
+	}
+	t.Setenv(EnvAllowInsecure, "1")
+	if m, why, err := set.Resolve(ctx, "auto"); err != nil || m.Mode() != "dev" || !strings.Contains(why, EnvAllowInsecure) {
+		t.Fatalf("%v %q %v", m, why, err)
+	}
+	// An explicit mode is taken as asked; an unknown one is refused by name.
+	if m, _, err := set.Resolve(ctx, "broken"); err != nil || m.Mode() != "broken" {
+		t.Fatalf("%v %v", m, err)
+	}
+	t.Setenv(EnvMode, "nope")
+	if _, _, err := set.Resolve(ctx, ""); !IsInvalid(err) || !strings.Contains(err.Error(), "nope") {
+		t.Fatalf("%v", err)
+	}
+}
+
+func TestFindByIDAndPrefix(t *testing.T) {
+	ctx := context.Background()
+	a := &fakeManager{mode: "a", neurons: map[string]*State{"alpha": {ID: "alpha", Mode: "a"}, "alps": {ID: "alps", Mode: "a"}}}
+	b := &fakeManager{mode: "b", neurons: map[string]*State{"beta": {ID: "beta", Mode: "b"}}}
+	set := NewSet(Env{}, backend("a", 1, true, true, a), backend("b", 0, true, true, b))
+	for ref, want := range map[string]string{"alpha": "alpha", "beta": "beta", "be": "beta", "alph": "alpha"} {
+		m, st, err := set.Find(ctx, ref)
+		if err != nil || st.ID != want || m.Mode() != st.Mode {
+			t.Errorf("%s: %v %v", ref, st, err)
+		}
+	}
+	if _, _, err := set.Find(ctx, "al"); !IsInvalid(err) || !strings.Contains(err.Error(), "alpha") {
+		t.Fatalf("ambiguous: %v", err)
+	}
+	if _, _, err := set.Find(ctx, "gamma"); !IsNotFound(err) {
+		t.Fatalf("%v", err)
+	}
+	if _, _, err := set.Find(ctx, "../x"); !IsInvalid(err) {
+		t.Fatalf("%v", err)
+	}
+	all, _ := set.List(ctx)
+	if len(all) != 3 || all[0].ID != "alpha" || all[2].ID != "beta" {
+		t.Fatalf("%v", all)
+	}
+	if missing := set.Missing(); len(missing) != len(PlannedModes) {
+		t.Fatalf("%v", missing)
+	}
+}

@@ -1,0 +1,215 @@
+package store
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// A reader never sees a half-written file, however the writes interleave.
+func TestWriteJSONIsAtomic(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "state.json")
+	type rec struct {
+		N    int
+		Fill string
+	}
+	if err := WriteJSON(p, rec{0, strings.Repeat("x", 100000)}, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	var bad error
+	var mu sync.Mutex
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			var r rec
+			if err := ReadJSON(p, &r); err != nil || len(r.Fill) != 100000 {
+				mu.Lock()
+				bad = errors.Join(bad, err)
+				mu.Unlock()
+			}
+		}
+	}()
+	for i := 1; i < 300; i++ {
+		if err := WriteJSON(p, rec{i, strings.Repeat(string(rune('a'+i%26)), 100000)}, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(stop)
+	wg.Wait()
+	if bad != nil {
+		t.Fatalf("a reader saw a partial file: %v", bad)
+	}
+	entries, _ := os.ReadDir(filepath.Dir(p))
+	if len(entries) != 1 {
+		t.Fatalf("temporary files left: %v", entries)
+	}
+	st, _ := os.Stat(p)
+	if st.Mode().Perm() != 0o600 {
+		t.Fatalf("mode %v", st.Mode())
+	}
+}
+
+func TestReadJSONErrors(t *testing.T) {
+	d := t.TempDir()
+	var v map[string]any
+	if err := ReadJSON(filepath.Join(d, "missing"), &v); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("%v", err)
+	}
+	os.WriteFile(filepath.Join(d, "bad"), []byte("{half"), 0o600)
+	if err := ReadJSON(filepath.Join(d, "bad"), &v); err == nil || !strings.Contains(err.Error(), "corrupt") {
+		t.Fatalf("%v", err)
+	}
+}
+
+func TestLockSharedAndExclusive(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "lock")
+	a, b, c := NewLock(p), NewLock(p), NewLock(p)
+	defer a.Release()
+	defer b.Release()
+	defer c.Release()
+	mustGet := func(got bool, err error, want bool, what string) {
+		t.Helper()
+		if err != nil || got != want {
+			t.Fatalf("%s: %v %v, want %v", what, got, err, want)
+		}
+	}
+	ok, err := a.TryShared()
+	mustGet(ok, err, true, "a shared")
+	ok, err = b.TryShared()
+	mustGet(ok, err, true, "b shared beside a")
+	ok, err = c.TryExclusive()
+	mustGet(ok, err, false, "c exclusive while shared")
+	a.Release()
+	b.Release()
+	ok, err = c.TryExclusive()
+	mustGet(ok, err, true, "c exclusive when free")
+	ok, err = a.TryShared()
+	mustGet(ok, err, false, "a shared while exclusive")
+	// A failed upgrade keeps the shared lock it started from.
+	c.Release()
+	ok, err = a.TryShared()
+	mustGet(ok, err, true, "a shared again")
+	ok, err = b.TryShared()
+	mustGet(ok, err, true, "b shared again")
+	ok, err = a.TryExclusive()
+	mustGet(ok, err, false, "a upgrade beside b")
+	ok, err = c.TryExclusive()
+	mustGet(ok, err, false, "c exclusive: a must still hold its shared lock")
+	b.Release()
+	ok, err = c.TryExclusive()
+	mustGet(ok, err, false, "c exclusive: a still shares")
+	a.Release()
+	ok, err = c.TryExclusive()
+	mustGet(ok, err, true, "c exclusive at last")
+	// Wiping the file under a holder: a new lock on the new file must not
+	// be fooled by the old inode.
+	os.Remove(p)
+	ok, err = a.TryExclusive()
+	mustGet(ok, err, true, "a on the new file")
+}
+
+// The kernel drops a lock when its holder dies.
+func TestLockDiesWithItsHolder(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "lock")
+	cmd := exec.Command("flock", "-x", p, "sleep", "30")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Skipf("flock(1) unavailable: %v", err)
+	}
+	l := NewLock(p)
+	defer l.Release()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		ok, _ := l.TryShared()
+		if !ok {
+			break // the child holds it
+		}
+		l.Release()
+		if time.Now().After(deadline) {
+			t.Fatal("the child never took the lock")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) // flock and the sleep that inherited its descriptor
+	cmd.Wait()
+	if ok, err := l.TryExclusive(); !ok || err != nil {
+		t.Fatalf("lock not released by the dead holder: %v %v", ok, err)
+	}
+}
+
+func TestProcStartAndAlive(t *testing.T) {
+	start, ok := ProcStart(os.Getpid())
+	if !ok || start == 0 {
+		t.Fatal("own process")
+	}
+	if !Alive(os.Getpid(), start) || Alive(os.Getpid(), start+1) {
+		t.Fatal("start time must identify the process")
+	}
+	cmd := exec.Command("true")
+	cmd.Start()
+	pid := cmd.Process.Pid
+	time.Sleep(50 * time.Millisecond) // a zombie until waited for
+	if _, ok := ProcStart(pid); ok {
+		t.Fatal("a zombie counts as alive")
+	}
+	cmd.Wait()
+	if Alive(0, 0) || Alive(-1, 0) {
+		t.Fatal("bad pids")
+	}
+}
+
+func TestFlagValue(t *testing.T) {
+	argv := []string{"/x/cortex-agent", "--id", "demo", "-channel-dir=/h/sockets/demo", "--root"}
+	if flagValue(argv, "id") != "demo" || flagValue(argv, "channel-dir") != "/h/sockets/demo" || flagValue(argv, "root") != "" {
+		t.Fatal(argv)
+	}
+}
+
+func TestAgentBinary(t *testing.T) {
+	d := t.TempDir()
+	t.Setenv(EnvAgentBin, "")
+	// Embedded: unpacked once by content hash, executable.
+	p, err := AgentBinary(filepath.Join(d, "bin"), []byte("#!/bin/sh\necho agent\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := os.Stat(p)
+	if err != nil || st.Mode().Perm() != 0o755 || !strings.HasPrefix(filepath.Base(p), "cortex-agent-") {
+		t.Fatalf("%s %v %v", p, st, err)
+	}
+	p2, _ := AgentBinary(filepath.Join(d, "bin"), []byte("#!/bin/sh\necho agent\n"))
+	p3, _ := AgentBinary(filepath.Join(d, "bin"), []byte("#!/bin/sh\necho other\n"))
+	if p2 != p || p3 == p {
+		t.Fatalf("content addressing: %s %s %s", p, p2, p3)
+	}
+	// The environment wins, and a bad one is a clear error.
+	t.Setenv(EnvAgentBin, filepath.Join(d, "nope"))
+	if _, err := AgentBinary(d, []byte("x")); err == nil || !strings.Contains(err.Error(), EnvAgentBin) {
+		t.Fatalf("%v", err)
+	}
+	os.WriteFile(filepath.Join(d, "noexec"), []byte("x"), 0o644)
+	t.Setenv(EnvAgentBin, filepath.Join(d, "noexec"))
+	if _, err := AgentBinary(d, nil); err == nil || !strings.Contains(err.Error(), "not executable") {
+		t.Fatalf("%v", err)
+	}
+	// Nothing anywhere: the error says how to fix it.
+	t.Setenv(EnvAgentBin, "")
+	if _, err := AgentBinary(d, nil); err == nil || !strings.Contains(err.Error(), "make build") {
+		t.Fatalf("%v", err)
+	}
+}
