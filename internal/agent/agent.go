@@ -48,6 +48,7 @@ type Agent struct {
 	fs      *fsys
 	procs   *procTable
 	reaper  *reaper
+	workers *workers
 	pid     int
 	started time.Time
 
@@ -74,6 +75,7 @@ func New(cfg Config) (*Agent, error) {
 	a := &Agent{cfg: cfg, fs: fs, pid: os.Getpid(), started: time.Now(),
 		stopped: make(chan struct{}), grace: 2 * time.Second}
 	a.reaper = newReaper(cfg.Subreaper)
+	a.workers = newWorkers()
 	a.procs = newProcTable(a)
 	return a, nil
 }
@@ -114,6 +116,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		err = errors.New("agent: no channel directory or socket to connect to")
 	}
 	a.procs.killAll(a.grace)
+	a.workers.close()
 	stopReaper()
 	return err
 }
@@ -133,8 +136,12 @@ func (a *Agent) ServeConn(ctx context.Context, conn net.Conn) error {
 	return a.serve(ctx, conn)
 }
 
-// Close ends every process the agent started (ServeConn users call it).
-func (a *Agent) Close() { a.procs.killAll(a.grace) }
+// Close ends every process the agent started and its idle workers
+// (ServeConn users call it).
+func (a *Agent) Close() {
+	a.procs.killAll(a.grace)
+	a.workers.close()
+}
 
 // dialLoop keeps one host socket connected, redialling with backoff.
 func (a *Agent) dialLoop(ctx context.Context, path string) error {

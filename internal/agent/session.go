@@ -54,6 +54,7 @@ type request struct {
 
 // serve runs the session until the connection ends or ctx is cancelled.
 func (a *Agent) serve(ctx context.Context, conn net.Conn) error {
+	protocol.TuneConn(conn)
 	s := &session{a: a, conn: conn, r: protocol.NewReader(conn, protocol.MaxBody), reqs: map[uint64]*request{}}
 	s.ctx, s.cancel = context.WithCancel(ctx)
 	defer s.cancel()
@@ -192,7 +193,7 @@ func (s *session) start(h *protocol.Header, body []byte, release func()) {
 	s.reqs[h.ID] = req
 	s.mu.Unlock()
 	s.wg.Add(1)
-	go func() {
+	s.a.workers.run(func() {
 		defer s.wg.Done()
 		defer func() {
 			cancel()
@@ -206,7 +207,7 @@ func (s *session) start(h *protocol.Header, body []byte, release func()) {
 		for _, f := range req.after {
 			f()
 		}
-	}()
+	})
 }
 
 // respond sends the final response of a request.

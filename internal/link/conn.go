@@ -110,6 +110,7 @@ func Handshake(nc net.Conn, o HandshakeOptions) (*Conn, error) {
 	if o.Timeout == 0 {
 		o.Timeout = 10 * time.Second
 	}
+	protocol.TuneConn(nc)
 	c := &Conn{nc: nc, r: protocol.NewReader(nc, protocol.MaxBody), pending: map[uint64]*call{}, done: make(chan struct{})}
 	if err := c.hello(o); err != nil {
 		nc.Close()

@@ -193,11 +193,17 @@ func (l *Link) emit(ev ConnEvent) {
 // Conn returns the current connection, or NOT_RUNNING when no agent is connected.
 func (l *Link) Conn() (*Conn, error) {
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.conn == nil {
+	c := l.conn
+	l.mu.Unlock()
+	if c == nil {
 		return nil, protocol.Errorf(protocol.CodeNotRunning, "the agent of neuron %s is not connected", l.opts.Neuron)
 	}
-	return l.conn, nil
+	select {
+	case <-c.Done(): // ended; the watcher has not cleared it yet
+		return nil, c.notRunning()
+	default:
+	}
+	return c, nil
 }
 
 // WaitConnected waits for an agent to connect.
@@ -210,7 +216,19 @@ func (l *Link) WaitConnected(ctx context.Context) (*Conn, error) {
 			return nil, protocol.Errorf(protocol.CodeNotRunning, "the link of neuron %s is closed", l.opts.Neuron)
 		}
 		if c != nil {
-			return c, nil
+			select {
+			case <-c.Done():
+				// Ended: wait for the watcher to clear it and a new one to come.
+				select {
+				case <-l.done:
+				case <-ctx.Done():
+					return nil, ctx.Err()
+				case <-time.After(time.Millisecond):
+				}
+				continue
+			default:
+				return c, nil
+			}
 		}
 		select {
 		case <-ready:

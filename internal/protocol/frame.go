@@ -30,7 +30,7 @@ const (
 	// chunks of at most ChunkSize.
 	MaxBody = 16 << 20
 	// ChunkSize is the size in which files are moved.
-	ChunkSize = 4 << 20
+	ChunkSize = 2 << 20
 	// DefaultWindow is the credit each stream starts with: how many body
 	// bytes one side may send on a stream before the other grants more.
 	DefaultWindow = 4 << 20

@@ -48,3 +48,20 @@ func viaShortPath(path string, f func(string) error) error {
 	}
 	return f(short)
 }
+
+// SocketBuffer is the send and receive buffer the channel asks for: big
+// enough that a whole chunk moves with few wakeups (the kernel caps it at
+// net.core.wmem_max / rmem_max).
+const SocketBuffer = 4 << 20
+
+// TuneConn sizes a channel connection's socket buffers.
+func TuneConn(c net.Conn) {
+	type buffered interface {
+		SetReadBuffer(int) error
+		SetWriteBuffer(int) error
+	}
+	if b, ok := c.(buffered); ok {
+		b.SetReadBuffer(SocketBuffer)  // a refusal leaves the default, which works, only slower
+		b.SetWriteBuffer(SocketBuffer) // likewise
+	}
+}

@@ -1,0 +1,364 @@
+package main_test
+
+// End-to-end tests of the nsys-cortex binary: every command runs as its own
+// process against real agents, as a user's shell would run them.
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/creack/pty"
+)
+
+var binDir string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "cxbin")
+	if err != nil {
+		panic(err)
+	}
+	binDir = dir
+	// No embedded agent here: the CLI finds cortex-agent beside itself.
+	for _, b := range []string{"nsys-cortex", "cortex-agent"} {
+		cmd := exec.Command("go", "build", "-o", filepath.Join(dir, b), "github.com/nsys-cortex/cortex/cmd/"+b)
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "building %s: %v\n%s", b, err, out)
+			os.Exit(1)
+		}
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// cli runs nsys-cortex against one home directory.
+type cli struct {
+	t    *testing.T
+	home string
+	env  []string
+}
+
+func newCLI(t *testing.T) *cli {
+	d, err := os.MkdirTemp("", "cx")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &cli{t: t, home: filepath.Join(d, "h")}
+	c.env = append(os.Environ(), "NSYS_CORTEX_HOME="+c.home, "NSYS_CORTEX_ALLOW_INSECURE_DEV=1", "NSYS_CORTEX_MODE=", "NSYS_CORTEX_AGENT_BIN=")
+	t.Cleanup(func() {
+		out, _, _ := c.run("", "list", "-o", "name")
+		for _, id := range strings.Fields(out) {
+			c.run("", "destroy", "--wipe", id)
+		}
+		os.RemoveAll(d)
+	})
+	return c
+}
+
+func (c *cli) command(args ...string) *exec.Cmd {
+	cmd := exec.Command(filepath.Join(binDir, "nsys-cortex"), args...)
+	cmd.Env = c.env
+	return cmd
+}
+
+// run runs the CLI with stdin and returns stdout, stderr and the exit status.
+func (c *cli) run(stdin string, args ...string) (string, string, int) {
+	c.t.Helper()
+	cmd := c.command(args...)
+	var out, errb bytes.Buffer
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = strings.NewReader(stdin), &out, &errb
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		c.t.Fatalf("running %v: %v", args, err)
+	}
+	return out.String(), errb.String(), code
+}
+
+// ok runs the CLI and fails the test unless it exits 0.
+func (c *cli) ok(args ...string) string {
+	c.t.Helper()
+	out, errs, code := c.run("", args...)
+	if code != 0 {
+		c.t.Fatalf("nsys-cortex %s: exit %d\nstdout: %s\nstderr: %s", strings.Join(args, " "), code, out, errs)
+	}
+	return out
+}
+
+func TestLifecycleAcrossProcesses(t *testing.T) {
+	c := newCLI(t)
+	out, errs, code := c.run("", "create", "demo")
+	if code != 0 || out != "demo\n" || !strings.Contains(errs, "mode: process") {
+		t.Fatalf("create: %d %q %q", code, out, errs)
+	}
+	gen := strings.TrimSpace(c.ok("create"))
+	if !regexp.MustCompile(`^n[a-z0-9]{9}$`).MatchString(gen) {
+		t.Fatalf("generated id %q", gen)
+	}
+	var list []map[string]any
+	if err := json.Unmarshal([]byte(c.ok("list", "--json")), &list); err != nil || len(list) != 2 {
+		t.Fatalf("list: %v %v", list, err)
+	}
+	for _, st := range list {
+		if st["status"] != "running" || st["mode"] != "process" || st["pid"].(float64) <= 0 {
+			t.Fatalf("listed state %v", st)
+		}
+	}
+	if name := c.ok("list", "-o", "name"); name != "demo\n"+gen+"\n" && name != gen+"\ndemo\n" {
+		t.Fatalf("list -o name: %q", name)
+	}
+	if out := c.ok("list", "--format", "{{.ID}}={{.Status}}"); !strings.Contains(out, "demo=running") {
+		t.Fatalf("--format: %q", out)
+	}
+	var status map[string]any
+	if err := json.Unmarshal([]byte(c.ok("status", "demo", "-o", "json")), &status); err != nil || status["health"] == nil {
+		t.Fatalf("status: %v %v", status, err)
+	}
+	// Again: already running is not an error and prints the id.
+	if out, errs, code := c.run("", "create", "demo"); code != 0 || out != "demo\n" || !strings.Contains(errs, "already running") {
+		t.Fatalf("create again: %d %q %q", code, out, errs)
+	}
+	c.ok("exec", "demo", "--", "sh", "-c", "echo persisted > kept.txt")
+	c.ok("destroy", "demo")
+	if out := c.ok("status", "demo", "--format", "{{.Status}}"); out != "stopped\n" {
+		t.Fatalf("after destroy: %q", out)
+	}
+	if _, errs, code := c.run("", "exec", "demo", "true"); code != 125 || !strings.Contains(errs, "not running") {
+		t.Fatalf("exec in a stopped neuron: %d %q", code, errs)
+	}
+	c.ok("create", "demo")
+	if out := c.ok("exec", "demo", "cat", "kept.txt"); out != "persisted\n" {
+		t.Fatalf("after recreate: %q", out)
+	}
+	c.ok("destroy", "--wipe", "demo", gen)
+	if _, errs, code := c.run("", "status", "demo"); code != 125 || !strings.Contains(errs, "not found") {
+		t.Fatalf("after wipe: %d %q", code, errs)
+	}
+}
+
+func TestExecPassesThrough(t *testing.T) {
+	c := newCLI(t)
+	c.ok("create", "ex")
+	out, errs, code := c.run("", "exec", "ex", "--", "sh", "-c", "echo out; echo err >&2; exit 3")
+	if out != "out\n" || errs != "err\n" || code != 3 {
+		t.Fatalf("%q %q %d", out, errs, code)
+	}
+	if _, _, code := c.run("", "exec", "ex", "sh", "-c", "kill -TERM $$"); code != 128+15 {
+		t.Fatalf("signal: %d", code)
+	}
+	if _, errs, code := c.run("", "exec", "ex", "no-such-cmd"); code != 127 || !strings.Contains(errs, "no-such-cmd") {
+		t.Fatalf("missing program: %d %q", code, errs)
+	}
+	if out, _, code := c.run("streamed\ninput\n", "exec", "ex", "--", "sort", "-r"); out != "streamed\ninput\n" || code != 0 {
+		t.Fatalf("stdin: %q %d", out, code)
+	}
+	if _, errs, code := c.run("", "exec", "-w", "/", "ex", "pwd"); code != 125 || !strings.Contains(errs, "PATH_ESCAPE") {
+		t.Fatalf("a working directory outside the workdir: %d %q", code, errs)
+	}
+	if out := c.ok("exec", "-e", "A=b c", "ex", "sh", "-c", "echo $A"); out != "b c\n" {
+		t.Fatalf("env: %q", out)
+	}
+	if _, errs, code := c.run("", "exec", "--timeout", "200ms", "ex", "sleep", "30"); code != 137 || !strings.Contains(errs, "timed out") {
+		t.Fatalf("timeout: %d %q", code, errs)
+	}
+	// A unique prefix names the neuron.
+	if out := c.ok("exec", "e", "echo", "prefix"); out != "prefix\n" {
+		t.Fatalf("prefix: %q", out)
+	}
+	// -t runs on a PTY even without a terminal of our own.
+	if out, _, code := c.run("", "exec", "-t", "ex", "sh", "-c", "tty; exit 4"); code != 4 || !strings.Contains(out, "/dev/pts/") {
+		t.Fatalf("-t: %d %q", code, out)
+	}
+}
+
+func TestInterruptKillsTheRemoteCommand(t *testing.T) {
+	c := newCLI(t)
+	c.ok("create", "int")
+	cmd := c.command("exec", "int", "sh", "-c", "echo $$ > sleeper.pid; exec sleep 60")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var pid int
+	for i := 0; i < 500 && pid == 0; i++ {
+		time.Sleep(10 * time.Millisecond)
+		out, _, code := c.run("", "exec", "int", "cat", "sleeper.pid")
+		if code == 0 {
+			pid, _ = strconv.Atoi(strings.TrimSpace(out))
+		}
+	}
+	if pid == 0 {
+		t.Fatal("the remote command never started")
+	}
+	cmd.Process.Signal(os.Interrupt)
+	err := cmd.Wait()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 130 {
+		t.Fatalf("interrupted CLI: %v", err)
+	}
+	for i := 0; syscall.Kill(pid, 0) == nil; i++ {
+		if i > 500 {
+			t.Fatalf("the remote command %d outlived the interrupted CLI", pid)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestCopy(t *testing.T) {
+	c := newCLI(t)
+	c.ok("create", "cp")
+	local := t.TempDir()
+	data := bytes.Repeat([]byte("0123456789"), 1_000_000) // 10 MB: several chunks
+	os.WriteFile(filepath.Join(local, "big.bin"), data, 0o640)
+	c.ok("cp", filepath.Join(local, "big.bin"), "cp:in/")
+	if out := c.ok("exec", "cp", "sh", "-c", "wc -c < in/big.bin; stat -c %a in/big.bin"); out != "10000000\n640\n" {
+		t.Fatalf("inside: %q", out)
+	}
+	c.ok("cp", "cp:in/big.bin", filepath.Join(local, "back.bin"))
+	if back, _ := os.ReadFile(filepath.Join(local, "back.bin")); !bytes.Equal(back, data) {
+		t.Fatal("copy out differs")
+	}
+	// An absolute neuron path is the path inside the neuron.
+	wd := strings.TrimSpace(c.ok("exec", "cp", "pwd"))
+	c.ok("cp", "cp:"+wd+"/in/big.bin", filepath.Join(local, "abs.bin"))
+	// Trees, both ways.
+	os.MkdirAll(filepath.Join(local, "tree/a/b"), 0o755)
+	os.WriteFile(filepath.Join(local, "tree/a/b/f"), []byte("deep"), 0o600)
+	c.ok("cp", filepath.Join(local, "tree"), "cp:")
+	if out := c.ok("exec", "cp", "cat", "tree/a/b/f"); out != "deep" {
+		t.Fatalf("tree in: %q", out)
+	}
+	c.ok("cp", "cp:tree", filepath.Join(local, "tree2"))
+	if b, _ := os.ReadFile(filepath.Join(local, "tree2/a/b/f")); string(b) != "deep" {
+		t.Fatalf("tree out: %q", b)
+	}
+	// Stdin and stdout.
+	if _, _, code := c.run("piped", "cp", "-", "cp:piped.txt"); code != 0 {
+		t.Fatal("cp -")
+	}
+	if out := c.ok("cp", "cp:piped.txt", "-"); out != "piped" {
+		t.Fatalf("cp to -: %q", out)
+	}
+	// Leaving the workdir is refused and names the reason.
+	if _, errs, code := c.run("", "cp", "cp:../../.neuron.json", filepath.Join(local, "x")); code != 125 || !strings.Contains(errs, "PATH_ESCAPE") {
+		t.Fatalf("escape: %d %q", code, errs)
+	}
+	if _, errs, code := c.run("", "cp", "cp:missing", local); code != 125 || !strings.Contains(errs, "NOT_FOUND") {
+		t.Fatalf("missing: %d %q", code, errs)
+	}
+}
+
+func TestBackgroundProcesses(t *testing.T) {
+	c := newCLI(t)
+	c.ok("create", "bg")
+	pid := strings.TrimSpace(c.ok("exec", "-d", "bg", "sh", "-c", "echo started; sleep 0.5; echo finished"))
+	if _, err := strconv.Atoi(pid); err != nil {
+		t.Fatalf("exec -d printed %q", pid)
+	}
+	// The CLI that started it has exited; another one follows its output.
+	if out := c.ok("logs", "-f", "bg", pid); out != "started\nfinished\n" {
+		t.Fatalf("logs -f: %q", out)
+	}
+	if out := c.ok("ps", "bg"); !strings.Contains(out, pid) || !strings.Contains(out, "exited 0") {
+		t.Fatalf("ps: %q", out)
+	}
+	long := strings.TrimSpace(c.ok("exec", "-d", "bg", "sleep", "60"))
+	c.ok("kill", "-s", "KILL", "bg", long)
+	var procs []map[string]any
+	for i := 0; i < 100; i++ {
+		json.Unmarshal([]byte(c.ok("ps", "bg", "--json")), &procs)
+		if len(procs) == 2 && procs[1]["running"] == false {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if procs[1]["signal"] != "SIGKILL" {
+		t.Fatalf("after kill: %v", procs)
+	}
+}
+
+func TestShellOnARealTerminal(t *testing.T) {
+	c := newCLI(t)
+	c.ok("create", "sh")
+	cmd := c.command("shell", "sh")
+	tty, err := pty.StartWithSize(cmd, &pty.Winsize{Cols: 91, Rows: 33})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tty.Close()
+	var out bytes.Buffer
+	copied := make(chan struct{})
+	go func() { io.Copy(&out, tty); close(copied) }()
+	tty.Write([]byte("stty size; echo $((40+2)); exit 7\n"))
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err = <-done:
+	case <-time.After(20 * time.Second):
+		cmd.Process.Kill()
+		t.Fatalf("shell did not exit; output so far: %q", out.String())
+	}
+	tty.Close()
+	<-copied
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 7 {
+		t.Fatalf("shell exit: %v; output %q", err, out.String())
+	}
+	if !strings.Contains(out.String(), "42") || !strings.Contains(out.String(), "33 91") {
+		t.Fatalf("shell output: %q", out.String())
+	}
+	// Without a terminal, shell says what to do instead.
+	if _, errs, code := c.run("", "shell", "sh"); code != 125 || !strings.Contains(errs, "terminal") {
+		t.Fatalf("%d %q", code, errs)
+	}
+}
+
+func TestErrorsAreClear(t *testing.T) {
+	c := newCLI(t)
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"create", "a/b"}, "contains '/'"},
+		{[]string{"create", strings.Repeat("x", 65)}, "limit 64"},
+		{[]string{"exec", "nope", "true"}, "not found"},
+		{[]string{"create", "--mode", "warp", "x"}, `unknown mode "warp"`},
+		{[]string{"list", "-o", "xml"}, "unknown output format"},
+		{[]string{"destroy", "ghost"}, "not found"},
+		{[]string{"cp", "a", "b"}, "neither side names a neuron"},
+	}
+	for _, tc := range cases {
+		_, errs, code := c.run("", tc.args...)
+		if code != 125 || !strings.Contains(errs, tc.want) {
+			t.Errorf("%v: exit %d, stderr %q; want 125 and %q", tc.args, code, errs, tc.want)
+		}
+	}
+	// Without consent, process mode refuses and says why.
+	env := []string{}
+	for _, kv := range c.env {
+		if !strings.HasPrefix(kv, "NSYS_CORTEX_ALLOW_INSECURE_DEV=") {
+			env = append(env, kv)
+		}
+	}
+	c.env = env
+	if _, errs, code := c.run("", "create", "x"); code != 125 || !strings.Contains(errs, "NSYS_CORTEX_ALLOW_INSECURE_DEV=1") {
+		t.Fatalf("%d %q", code, errs)
+	}
+	if out := c.ok("doctor"); !strings.Contains(out, "process") || !strings.Contains(out, "NSYS_CORTEX_ALLOW_INSECURE_DEV") {
+		t.Fatalf("doctor: %q", out)
+	}
+	if out := c.ok("version"); !strings.Contains(out, "protocol 1.0") {
+		t.Fatalf("version: %q", out)
+	}
+}
