@@ -27,8 +27,7 @@ type session struct {
 	peer protocol.Hello
 	caps map[string]bool
 
-	wmu  sync.Mutex // serialises frame writes
-	wbuf []byte
+	w *protocol.FrameWriter
 
 	mu   sync.Mutex
 	reqs map[uint64]*request
@@ -47,15 +46,15 @@ type request struct {
 	body   []byte
 	ctx    context.Context
 	cancel context.CancelFunc
-	out    *credit  // what the host lets us send on this request's streams
-	in     *inbox   // stdin frames from the host, when the command takes them
-	after  []func() // run once the response is written
+	out    *protocol.Credit // what the host lets us send on this request's streams
+	in     *inbox           // stdin frames from the host, when the command takes them
+	after  []func()         // run once the response is written
 }
 
 // serve runs the session until the connection ends or ctx is cancelled.
 func (a *Agent) serve(ctx context.Context, conn net.Conn) error {
 	protocol.TuneConn(conn)
-	s := &session{a: a, conn: conn, r: protocol.NewReader(conn, protocol.MaxBody), reqs: map[uint64]*request{}}
+	s := &session{a: a, conn: conn, r: protocol.NewReader(conn, protocol.MaxBody), w: protocol.NewFrameWriter(conn), reqs: map[uint64]*request{}}
 	s.ctx, s.cancel = context.WithCancel(ctx)
 	defer s.cancel()
 	stop := context.AfterFunc(s.ctx, func() { conn.Close() })
@@ -146,7 +145,7 @@ func (s *session) readLoop() error {
 			}
 		case protocol.KindWindow:
 			if req := s.lookup(h.ID); req != nil && h.Credit > 0 {
-				req.out.add(h.Credit)
+				req.out.Add(h.Credit)
 			}
 		case protocol.KindInput:
 			if req := s.lookup(h.ID); req != nil && req.in != nil {
@@ -178,7 +177,7 @@ func (s *session) start(h *protocol.Header, body []byte, release func()) {
 		ctx, cancel = context.WithTimeout(s.ctx, time.Duration(h.TimeoutMs)*time.Millisecond)
 	}
 	req := &request{s: s, id: h.ID, cmd: h.Cmd, data: h.Data, body: body, ctx: ctx, cancel: cancel,
-		out: newCredit(s.peer.Window)}
+		out: protocol.NewCredit(s.peer.Window)}
 	if h.Cmd == protocol.CmdExec && takesStdinStream(h.Data) {
 		req.in = newInbox(protocol.DefaultWindow)
 	}
@@ -232,27 +231,12 @@ func (s *session) respond(id uint64, result any, body []byte, err error) {
 }
 
 // write sends one frame; safe for concurrent use.
-func (s *session) write(h *protocol.Header, body []byte) error {
-	s.wmu.Lock()
-	defer s.wmu.Unlock()
-	var err error
-	s.wbuf, err = protocol.AppendFrame(s.wbuf[:0], h, len(body))
-	if err != nil {
-		return err
-	}
-	if len(body) == 0 {
-		_, err = s.conn.Write(s.wbuf)
-		return err
-	}
-	bufs := net.Buffers{s.wbuf, body}
-	_, err = bufs.WriteTo(s.conn)
-	return err
-}
+func (s *session) write(h *protocol.Header, body []byte) error { return s.w.Write(h, body) }
 
 // send streams data on one of the request's streams, waiting for credit.
 func (r *request) send(stream string, off int64, data []byte) error {
 	for len(data) > 0 {
-		n, err := r.out.take(r.ctx, len(data))
+		n, err := r.out.Take(r.ctx, len(data))
 		if err != nil {
 			return err
 		}
@@ -288,49 +272,6 @@ func (r *request) decode(v any) error {
 		return protocol.Errorf(protocol.CodeBadRequest, "%s: bad arguments: %v", r.cmd, err)
 	}
 	return nil
-}
-
-// credit is a byte budget refilled by window frames.
-type credit struct {
-	mu     sync.Mutex
-	n      int64
-	notify chan struct{}
-}
-
-func newCredit(initial int64) *credit {
-	if initial <= 0 {
-		initial = protocol.DefaultWindow
-	}
-	return &credit{n: initial, notify: make(chan struct{}, 1)}
-}
-
-func (c *credit) add(n int64) {
-	c.mu.Lock()
-	c.n += n
-	c.mu.Unlock()
-	select {
-	case c.notify <- struct{}{}:
-	default:
-	}
-}
-
-// take waits until some credit is available and takes up to want bytes of it.
-func (c *credit) take(ctx context.Context, want int) (int, error) {
-	for {
-		c.mu.Lock()
-		if c.n > 0 {
-			n := min(int64(want), c.n)
-			c.n -= n
-			c.mu.Unlock()
-			return int(n), nil
-		}
-		c.mu.Unlock()
-		select {
-		case <-ctx.Done():
-			return 0, ctx.Err()
-		case <-c.notify:
-		}
-	}
 }
 
 // inbox queues input frames for a request, bounded by the credit granted.

@@ -290,6 +290,16 @@ func (a *App) psCommand() *cobra.Command {
 	return cmd
 }
 
+// process connects to neuron ref and parses the pid of one of its processes.
+func (a *App) process(ctx context.Context, ref, pidArg string) (*link.Client, int, error) {
+	pid, err := strconv.Atoi(pidArg)
+	if err != nil || pid <= 0 {
+		return nil, 0, fmt.Errorf("PID %q is not a process id", pidArg)
+	}
+	c, _, err := a.connect(ctx, ref)
+	return c, pid, err
+}
+
 func (a *App) logsCommand() *cobra.Command {
 	var follow bool
 	cmd := &cobra.Command{
@@ -298,12 +308,8 @@ func (a *App) logsCommand() *cobra.Command {
 		Args:              cobra.ExactArgs(2),
 		ValidArgsFunction: a.neuronArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			pid, err := strconv.Atoi(args[1])
-			if err != nil {
-				return fmt.Errorf("PID %q is not a number", args[1])
-			}
 			ctx := cmd.Context()
-			c, _, err := a.connect(ctx, args[0])
+			c, pid, err := a.process(ctx, args[0], args[1])
 			if err != nil {
 				return err
 			}
@@ -334,11 +340,7 @@ func (a *App) killCommand() *cobra.Command {
 		Args:              cobra.ExactArgs(2),
 		ValidArgsFunction: a.neuronArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			pid, err := strconv.Atoi(args[1])
-			if err != nil {
-				return fmt.Errorf("PID %q is not a number", args[1])
-			}
-			c, _, err := a.connect(cmd.Context(), args[0])
+			c, pid, err := a.process(cmd.Context(), args[0], args[1])
 			if err != nil {
 				return err
 			}

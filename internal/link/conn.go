@@ -68,8 +68,7 @@ type Conn struct {
 	peer protocol.Hello
 	caps map[string]bool
 
-	wmu  sync.Mutex
-	wbuf []byte
+	w *protocol.FrameWriter
 
 	mu      sync.Mutex
 	nextID  uint64
@@ -111,7 +110,7 @@ func Handshake(nc net.Conn, o HandshakeOptions) (*Conn, error) {
 		o.Timeout = 10 * time.Second
 	}
 	protocol.TuneConn(nc)
-	c := &Conn{nc: nc, r: protocol.NewReader(nc, protocol.MaxBody), pending: map[uint64]*call{}, done: make(chan struct{})}
+	c := &Conn{nc: nc, r: protocol.NewReader(nc, protocol.MaxBody), w: protocol.NewFrameWriter(nc), pending: map[uint64]*call{}, done: make(chan struct{})}
 	if err := c.hello(o); err != nil {
 		nc.Close()
 		return nil, err
@@ -270,7 +269,7 @@ func (c *Conn) readLoop() {
 			}
 		case protocol.KindWindow:
 			if cl.stream != nil && h.Credit > 0 {
-				cl.stream.sendCredit.add(h.Credit)
+				cl.stream.sendCredit.Add(h.Credit)
 			}
 		default:
 			c.fail(fmt.Errorf("agent sent a %q frame, which only hosts send", h.Kind))
@@ -301,22 +300,7 @@ func (cl *call) finish(r result) {
 }
 
 // write sends one frame; safe for concurrent use.
-func (c *Conn) write(h *protocol.Header, body []byte) error {
-	c.wmu.Lock()
-	defer c.wmu.Unlock()
-	var err error
-	c.wbuf, err = protocol.AppendFrame(c.wbuf[:0], h, len(body))
-	if err != nil {
-		return err
-	}
-	if len(body) == 0 {
-		_, err = c.nc.Write(c.wbuf)
-		return err
-	}
-	bufs := net.Buffers{c.wbuf, body}
-	_, err = bufs.WriteTo(c.nc)
-	return err
-}
+func (c *Conn) write(h *protocol.Header, body []byte) error { return c.w.Write(h, body) }
 
 // start registers a call and sends its request frame.
 func (c *Conn) start(req *Request, stream *streamState) (*call, time.Duration, error) {

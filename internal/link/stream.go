@@ -21,12 +21,12 @@ type streamState struct {
 	window    int64
 	notify    chan struct{}
 
-	sendCredit *credit
+	sendCredit *protocol.Credit
 }
 
 func newStreamState(agentWindow int64) *streamState {
 	return &streamState{allowance: protocol.DefaultWindow, window: protocol.DefaultWindow,
-		notify: make(chan struct{}, 1), sendCredit: newCredit(agentWindow)}
+		notify: make(chan struct{}, 1), sendCredit: protocol.NewCredit(agentWindow)}
 }
 
 func (st *streamState) wake() {
@@ -157,7 +157,7 @@ func (s *Stream) finish(r result) {
 	if !s.finished {
 		s.finished, s.res = true, r
 		s.cancel()
-		s.st.sendCredit.close()
+		s.st.sendCredit.Close()
 	}
 }
 
@@ -174,7 +174,7 @@ func (s *Stream) Send(p []byte) error {
 	s.sendMu.Lock()
 	defer s.sendMu.Unlock()
 	for len(p) > 0 {
-		n, err := s.st.sendCredit.take(s.ctx, min(len(p), protocol.ChunkSize))
+		n, err := s.st.sendCredit.Take(s.ctx, min(len(p), protocol.ChunkSize))
 		if err != nil {
 			return s.sendErr(err)
 		}
@@ -191,7 +191,7 @@ func (s *Stream) sendErr(err error) error {
 	if s.c.Err() != nil {
 		return s.c.notRunning()
 	}
-	if err == errCreditClosed {
+	if err == protocol.ErrCreditClosed {
 		return io.ErrClosedPipe // the request finished; it reads no more input
 	}
 	return err
@@ -217,64 +217,4 @@ func (s *Stream) Close() {
 		}
 	}
 	s.cancel()
-}
-
-// credit is a byte budget the peer refills.
-type credit struct {
-	mu     sync.Mutex
-	n      int64
-	closed bool
-	notify chan struct{}
-}
-
-var errCreditClosed = fmt.Errorf("stream finished")
-
-func newCredit(initial int64) *credit {
-	if initial <= 0 {
-		initial = protocol.DefaultWindow
-	}
-	return &credit{n: initial, notify: make(chan struct{}, 1)}
-}
-
-func (c *credit) add(n int64) {
-	c.mu.Lock()
-	c.n += n
-	c.mu.Unlock()
-	c.poke()
-}
-
-func (c *credit) close() {
-	c.mu.Lock()
-	c.closed = true
-	c.mu.Unlock()
-	c.poke()
-}
-
-func (c *credit) poke() {
-	select {
-	case c.notify <- struct{}{}:
-	default:
-	}
-}
-
-func (c *credit) take(ctx context.Context, want int) (int, error) {
-	for {
-		c.mu.Lock()
-		if c.closed {
-			c.mu.Unlock()
-			return 0, errCreditClosed
-		}
-		if c.n > 0 {
-			n := min(int64(want), c.n)
-			c.n -= n
-			c.mu.Unlock()
-			return int(n), nil
-		}
-		c.mu.Unlock()
-		select {
-		case <-ctx.Done():
-			return 0, ctx.Err()
-		case <-c.notify:
-		}
-	}
 }

@@ -3,6 +3,7 @@
 // the hello handshake, the commands with their arguments and results, and the
 // closed set of error codes. See docs/protocol.md.
 //
-// It is a foundation package: it imports only the standard library and holds
-// no connection state.
+// It also holds the two small primitives both ends share: a FrameWriter that
+// serialises frames onto a connection, and the Credit of a stream's flow
+// control. It is a foundation package: standard library only.
 package protocol

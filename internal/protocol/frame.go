@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 )
 
 // Frame layout on the wire (all integers big-endian):
@@ -217,18 +216,7 @@ func appendJSON(dst []byte, v any) ([]byte, error) {
 	return append(dst, b...), nil
 }
 
-// WriteFrame writes one frame to w with a single write (writev where w is a
-// socket). It is not safe for concurrent use on the same w; callers serialise.
+// WriteFrame writes one frame to w (see FrameWriter for concurrent use).
 func WriteFrame(w io.Writer, h *Header, body []byte) error {
-	buf, err := AppendFrame(make([]byte, 0, 256), h, len(body))
-	if err != nil {
-		return err
-	}
-	if len(body) == 0 {
-		_, err = w.Write(buf)
-		return err
-	}
-	bufs := net.Buffers{buf, body}
-	_, err = bufs.WriteTo(w)
-	return err
+	return NewFrameWriter(w).Write(h, body)
 }
