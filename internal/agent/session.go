@@ -25,7 +25,6 @@ type session struct {
 	conn net.Conn
 	r    *protocol.Reader
 	peer protocol.Hello
-	caps map[string]bool
 
 	w *protocol.FrameWriter
 
@@ -86,32 +85,9 @@ func (s *session) handshake() error {
 		Caps: caps, Neuron: s.a.cfg.ID, PID: s.a.pid, Token: s.a.cfg.Token,
 		MaxBody: protocol.MaxBody, Window: protocol.DefaultWindow,
 	}
-	data, _ := json.Marshal(hello) // plain struct: cannot fail
-	if err := s.write(&protocol.Header{Kind: protocol.KindHello, Data: data}, nil); err != nil {
-		return err
-	}
-	f, err := s.r.Read()
-	if err != nil {
-		return err
-	}
-	if f.Kind != protocol.KindHello {
-		return fmt.Errorf("first frame from host is %q, want hello", f.Kind)
-	}
-	if err := json.Unmarshal(f.Data, &s.peer); err != nil {
-		return fmt.Errorf("host hello: %v", err)
-	}
-	major, _, err := protocol.ParseVersion(s.peer.Protocol)
-	if err != nil {
-		return err
-	}
-	if major != protocol.Major {
-		return fmt.Errorf("host speaks protocol %s, this agent %s", s.peer.Protocol, protocol.Version())
-	}
-	s.caps = map[string]bool{}
-	for _, c := range s.peer.Caps {
-		s.caps[c] = true
-	}
-	return nil
+	var err error
+	s.peer, err = protocol.ExchangeHello(s.w, s.r, hello, protocol.RoleHost)
+	return err
 }
 
 func (s *session) readLoop() error {

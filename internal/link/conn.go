@@ -125,30 +125,9 @@ func (c *Conn) hello(o HandshakeOptions) error {
 	caps := []string{}
 	me := protocol.Hello{Protocol: protocol.Version(), Role: protocol.RoleHost, Software: o.Software, Caps: caps,
 		MaxBody: protocol.MaxBody, Window: protocol.DefaultWindow}
-	data, _ := json.Marshal(me) // plain struct: cannot fail
-	if err := c.write(&protocol.Header{Kind: protocol.KindHello, Data: data}, nil); err != nil {
-		return fmt.Errorf("sending hello: %w", err)
-	}
-	f, err := c.r.Read()
-	if err != nil {
-		return fmt.Errorf("reading the agent's hello: %w", err)
-	}
-	if f.Kind != protocol.KindHello {
-		return fmt.Errorf("agent's first frame is %q, not hello", f.Kind)
-	}
-	if err := json.Unmarshal(f.Data, &c.peer); err != nil {
-		return fmt.Errorf("agent's hello does not decode: %v", err)
-	}
-	major, _, err := protocol.ParseVersion(c.peer.Protocol)
-	if err != nil {
-		return fmt.Errorf("agent's hello: %w", err)
-	}
-	if major != protocol.Major {
-		return fmt.Errorf("agent %q speaks protocol %s but this host speaks %s: install a matching cortex-agent",
-			c.peer.Software, c.peer.Protocol, protocol.Version())
-	}
-	if c.peer.Role != protocol.RoleAgent {
-		return fmt.Errorf("peer announced role %q, want agent", c.peer.Role)
+	var err error
+	if c.peer, err = protocol.ExchangeHello(c.w, c.r, me, protocol.RoleAgent); err != nil {
+		return err
 	}
 	if o.Neuron != "" && c.peer.Neuron != o.Neuron {
 		return fmt.Errorf("agent serves neuron %q, want %q", c.peer.Neuron, o.Neuron)

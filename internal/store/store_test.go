@@ -147,8 +147,20 @@ func TestLockDiesWithItsHolder(t *testing.T) {
 	}
 	syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) // flock and the sleep that inherited its descriptor
 	cmd.Wait()
-	if ok, err := l.TryExclusive(); !ok || err != nil {
-		t.Fatalf("lock not released by the dead holder: %v %v", ok, err)
+	// The sleep is not our child: its exit (and the lock's release) follows
+	// the SIGKILL asynchronously.
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		ok, err := l.TryExclusive()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("lock not released by its dead holder")
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 
