@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -10,6 +11,8 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -203,5 +206,84 @@ func TestCancelKillsTheCommand(t *testing.T) {
 		}
 		syscall.Wait4(pid, &ws, syscall.WNOHANG, nil)
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// The shutdown command ends every process the agent started, then Run returns.
+func TestShutdownEndsChildren(t *testing.T) {
+	dir := t.TempDir()
+	a, err := New(Config{ID: "sd", Root: dir, Version: "test", Logger: log.New(io.Discard, "", 0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hostEnd, agentEnd := socketPair(t)
+	defer hostEnd.Close()
+	done := make(chan error, 1)
+	go func() { done <- a.ServeConn(context.Background(), agentEnd) }()
+	h := &rawHost{t: t, conn: hostEnd, r: protocol.NewReader(hostEnd, 0)}
+	h.hello()
+	h.send(&protocol.Header{Kind: protocol.KindRequest, ID: 1, Cmd: protocol.CmdProcStart}, protocol.ProcStartArgs{Command: protocol.Command{Shell: "sleep 60 & sleep 60"}}, nil)
+	f := h.read()
+	var info protocol.ProcInfo
+	if f.Err != nil || json.Unmarshal(f.Data, &info) != nil || info.PID == 0 {
+		t.Fatalf("%+v", f.Header)
+	}
+	h.send(&protocol.Header{Kind: protocol.KindRequest, ID: 2, Cmd: protocol.CmdShutdown}, protocol.ShutdownArgs{GraceMs: 500}, nil)
+	if f := h.read(); f.ID != 2 || f.Err != nil {
+		t.Fatalf("shutdown: %+v", f.Header)
+	}
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the session did not end after shutdown")
+	}
+	a.Close()
+	if live := liveInGroup(info.PID); len(live) > 0 {
+		t.Fatalf("processes %v of group %d survived shutdown", live, info.PID)
+	}
+}
+
+// liveInGroup lists the processes of group pgid that are not zombies.
+func liveInGroup(pgid int) []int {
+	var live []int
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+2:]))
+		if len(f) > 2 && f[2] == strconv.Itoa(pgid) && f[0] != "Z" {
+			live = append(live, pid)
+		}
+	}
+	return live
+}
+
+// An agent whose channel directory is removed (its neuron was destroyed
+// while it was not looking) ends its processes and exits.
+func TestChannelDirRemovalStopsTheAgent(t *testing.T) {
+	base := t.TempDir()
+	ch := filepath.Join(base, "ch")
+	os.MkdirAll(ch, 0o700)
+	a, err := New(Config{ID: "gone", Root: base, ChannelDir: ch, Version: "test", Logger: log.New(io.Discard, "", 0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- a.Run(context.Background()) }()
+	time.Sleep(50 * time.Millisecond)
+	os.RemoveAll(ch)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the agent kept running without its channel directory")
 	}
 }

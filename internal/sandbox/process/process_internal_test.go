@@ -323,3 +323,32 @@ func TestLongPaths(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// NSYS_CORTEX_OVERLAY_STORE_DIR keeps neuron data apart from the home tree.
+func TestOverlayStoreElsewhere(t *testing.T) {
+	base := sandboxtest.ShortTempDir(t)
+	lay, _ := layout.New(filepath.Join(base, "h"), filepath.Join(base, "store"))
+	e := env(t)
+	e.Layout = lay
+	m := process.New(e)
+	defer m.Close()
+	ctx := context.Background()
+	st, err := m.Create(ctx, "apart", sandbox.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Destroy(ctx, "apart", sandbox.DestroyOptions{Wipe: true})
+	if st.OverlayPath != filepath.Join(base, "store", "apart") || !strings.HasPrefix(st.Workdir, st.OverlayPath) {
+		t.Fatalf("%+v", st)
+	}
+	c, _ := m.Connect(ctx, "apart")
+	if err := c.WriteFile(ctx, "f", []byte("x"), nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(base, "store", "apart", "home", "workspace", "f")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(base, "h", "overlays")); !os.IsNotExist(err) {
+		t.Fatalf("data landed in the home tree too: %v", err)
+	}
+}
