@@ -98,12 +98,17 @@ func (a *Agent) Stop(grace time.Duration) {
 func (a *Agent) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	// On shutdown, processes are ended while the sessions wind down (their
+	// requests wait for those processes), never after.
+	ended := make(chan struct{})
 	go func() {
+		defer close(ended)
 		select {
 		case <-a.stopped:
 		case <-ctx.Done():
 		}
 		cancel()
+		a.procs.killAll(a.grace)
 	}()
 	stopReaper := a.reaper.start()
 	var err error
@@ -115,7 +120,8 @@ func (a *Agent) Run(ctx context.Context) error {
 	default:
 		err = errors.New("agent: no channel directory or socket to connect to")
 	}
-	a.procs.killAll(a.grace)
+	cancel()
+	<-ended
 	a.workers.close()
 	stopReaper()
 	return err

@@ -4,9 +4,9 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"io"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -36,8 +36,9 @@ func (a *Agent) exec(req *request) (any, []byte, error) {
 		return nil, nil, protocol.Errorf(protocol.CodeBadRequest, "exec: negative maxOutput")
 	case !args.Stream && limit == 0:
 		limit = protocol.DefaultMaxOutput
-	case !args.Stream && limit > protocol.MaxExecOutput:
-		return nil, nil, protocol.Errorf(protocol.CodeTooLarge, "exec: maxOutput %d exceeds %d; use stream for more", limit, protocol.MaxExecOutput)
+	case !args.Stream && limit > min(protocol.MaxExecOutput, (req.maxBody()-(1<<20))/2):
+		return nil, nil, protocol.Errorf(protocol.CodeTooLarge, "exec: maxOutput %d exceeds %d; use stream for more",
+			limit, min(protocol.MaxExecOutput, (req.maxBody()-(1<<20))/2))
 	}
 	started := time.Now()
 	cmd, err := a.prepare(&args.Command)
@@ -69,54 +70,63 @@ func (a *Agent) exec(req *request) (any, []byte, error) {
 	defer outR.Close()
 	defer errR.Close()
 	cmd.Stdout, cmd.Stderr = outW, errW
-	var inW *os.File
-	switch args.Stdin {
-	case protocol.StdinBody:
-		cmd.Stdin = bytes.NewReader(req.body)
-	case protocol.StdinStream:
-		var inR *os.File
+	// Stdin, when there is any, is a pipe fed by our own goroutine (never
+	// os/exec's copier, whose end Wait would wait for): once the command
+	// exits, closing our end stops the feeding even if a descendant holds
+	// the other end and never reads.
+	var inR, inW *os.File
+	if args.Stdin != protocol.StdinNone {
 		if inR, inW, err = os.Pipe(); err != nil {
 			outW.Close()
 			errW.Close()
 			return nil, nil, err
 		}
 		cmd.Stdin = inR
-		defer inR.Close()
-		defer inW.Close()
 	}
 
 	err = a.reaper.startChild(cmd.Start, func() int { return cmd.Process.Pid })
 	outW.Close()
 	errW.Close()
+	if inR != nil {
+		inR.Close()
+	}
 	if err != nil {
+		if inW != nil {
+			inW.Close()
+		}
 		return a.notRunnableResult(req, &args, &notRunnable{code: 126, msg: err.Error()}, started)
 	}
 	pid := cmd.Process.Pid
 	stopKill := context.AfterFunc(ctx, func() { syscall.Kill(-pid, syscall.SIGKILL) })
 	if inW != nil {
-		pumpCtx, stopPump := context.WithCancel(ctx)
-		pumped := make(chan struct{})
-		go func() { defer close(pumped); pumpInput(pumpCtx, req, inW) }()
-		defer func() { stopPump(); inW.Close(); <-pumped }()
+		feedCtx, stopFeed := context.WithCancel(ctx)
+		fed := make(chan struct{})
+		go func() {
+			defer close(fed)
+			defer inW.Close() // the command sees EOF
+			if args.Stdin == protocol.StdinBody {
+				inW.Write(req.body) // a command that stops reading ends this write with EPIPE
+				return
+			}
+			pumpInput(feedCtx, req, inW)
+		}()
+		defer func() { stopFeed(); inW.Close(); <-fed }()
 	}
 
 	stdout := &capture{req: req, stream: protocol.StreamStdout, live: args.Stream, limit: limit}
 	stderr := &capture{req: req, stream: protocol.StreamStderr, live: args.Stream, limit: limit}
+	outD, errD := newDrainer(outR), newDrainer(errR)
 	var wg sync.WaitGroup
 	wg.Add(2)
-	go func() { defer wg.Done(); stdout.drain(outR) }()
-	go func() { defer wg.Done(); stderr.drain(errR) }()
+	go func() { defer wg.Done(); stdout.truncated = outD.run(stdout.take) || stdout.truncated }()
+	go func() { defer wg.Done(); stderr.truncated = errD.run(stderr.take) || stderr.truncated }()
 
 	waitErr := cmd.Wait()
 	a.reaper.forget(pid)
 	stopKill()
-	// Output normally ends with the process; if a descendant still holds the
-	// pipes, stop reading after a short grace instead of hanging.
-	if !waitTimeout(&wg, drainGrace) {
-		outR.SetReadDeadline(time.Now())
-		errR.SetReadDeadline(time.Now())
-		wg.Wait()
-	}
+	outD.exited()
+	errD.exited()
+	wg.Wait()
 	if waitErr != nil && cmd.ProcessState == nil {
 		return nil, nil, protocol.Errorf(protocol.CodeInternal, "exec: waiting for %s: %v", args.Argv, waitErr)
 	}
@@ -154,7 +164,6 @@ func (a *Agent) notRunnableResult(req *request, args *protocol.ExecArgs, nr *not
 // pumpInput copies the host's stdin frames into the command, granting the
 // host credit for each chunk consumed.
 func pumpInput(ctx context.Context, req *request, w *os.File) {
-	defer w.Close() // the command sees EOF
 	for {
 		p, err := req.in.next(ctx)
 		if err != nil {
@@ -182,19 +191,6 @@ type capture struct {
 	err       error // the first failure to send, live only
 }
 
-func (c *capture) drain(r io.Reader) {
-	p := make([]byte, 64<<10)
-	for {
-		k, err := r.Read(p)
-		if k > 0 {
-			c.take(p[:k])
-		}
-		if err != nil {
-			return
-		}
-	}
-}
-
 func (c *capture) take(p []byte) {
 	if c.limit > 0 && c.n+int64(len(p)) > c.limit {
 		p = p[:c.limit-c.n]
@@ -218,14 +214,49 @@ func (c *capture) take(p []byte) {
 	c.n += int64(len(p))
 }
 
-// waitTimeout waits for wg up to d and reports whether it finished.
-func waitTimeout(wg *sync.WaitGroup, d time.Duration) bool {
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
-	select {
-	case <-done:
-		return true
-	case <-time.After(d):
-		return false
+// drainer reads one output pipe of a process to its end. While the process
+// runs it reads for as long as there is output. Once the process has exited
+// it reads only what keeps coming: a read that waits drainGrace for data
+// ends it (something the process left behind holds the pipe open), and so
+// does more than postExitCap bytes (something left behind keeps writing).
+// Time spent handing data on (waiting for the host's credit) never counts.
+type drainer struct {
+	f    *os.File
+	done atomic.Bool
+}
+
+// postExitCap bounds what is still read after the process has exited:
+// generous for what sat in the pipe, small for a runaway descendant.
+const postExitCap = 1 << 20
+
+func newDrainer(f *os.File) *drainer { return &drainer{f: f} }
+
+// exited says the process has exited: reads from now on are bounded.
+func (d *drainer) exited() {
+	d.done.Store(true)
+	d.f.SetReadDeadline(time.Now().Add(drainGrace))
+}
+
+// run reads until the end and hands every chunk to sink. It reports
+// whether output was cut off after the process exited.
+func (d *drainer) run(sink func([]byte)) (cut bool) {
+	buf := make([]byte, 64<<10)
+	var after int
+	for {
+		if d.done.Load() {
+			d.f.SetReadDeadline(time.Now().Add(drainGrace))
+		}
+		n, err := d.f.Read(buf)
+		if n > 0 {
+			if d.done.Load() {
+				if after += n; after > postExitCap {
+					return true
+				}
+			}
+			sink(buf[:n])
+		}
+		if err != nil {
+			return false // EOF, or nothing more within the grace period
+		}
 	}
 }

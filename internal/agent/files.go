@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"syscall"
 
 	"github.com/nsys-cortex/cortex/internal/protocol"
@@ -106,12 +107,18 @@ func (a *Agent) writeAtomic(p string, data []byte, perm fs.FileMode) (any, []byt
 	return &protocol.FileWriteResult{Written: len(data), Size: int64(len(data))}, nil, nil
 }
 
+// parentOf returns the directory part of p without cleaning it, so that a
+// ".." in it keeps its meaning after the symlinks before it.
 func parentOf(p string) string {
-	d := filepath.Dir(p)
-	if d == "" {
+	p = strings.TrimRight(p, "/")
+	i := strings.LastIndexByte(p, '/')
+	switch {
+	case i < 0:
 		return "."
+	case i == 0:
+		return "/"
 	}
-	return d
+	return p[:i]
 }
 
 func (a *Agent) fileRead(req *request) (any, []byte, error) {
@@ -126,8 +133,8 @@ func (a *Agent) fileRead(req *request) (any, []byte, error) {
 	if length == 0 {
 		length = protocol.ChunkSize
 	}
-	if length > protocol.MaxBody {
-		return nil, nil, protocol.Errorf(protocol.CodeTooLarge, "file_read %s: length %d exceeds %d; read in chunks", args.Path, length, protocol.MaxBody)
+	if limit := req.maxBody(); length > limit {
+		return nil, nil, protocol.Errorf(protocol.CodeTooLarge, "file_read %s: length %d exceeds %d; read in chunks", args.Path, length, limit)
 	}
 	f, abs, err := a.fs.openFile(args.Path, os.O_RDONLY, 0)
 	if err != nil {
@@ -155,11 +162,16 @@ func (a *Agent) fileRead(req *request) (any, []byte, error) {
 		return nil, nil, pathError("read", abs, err)
 	}
 	size := st.Size()
-	if st.Mode().IsRegular() {
+	if st.Mode().IsRegular() && size > 0 {
 		eof = eof || args.Offset+int64(n) >= size
 	}
+	// A file that reports no size (/proc) ends only where a read comes back short.
+	eof = eof || (n < len(buf) && size == 0)
 	return &protocol.FileReadResult{N: n, Size: size, EOF: eof}, buf[:n], nil
 }
+
+// maxListBytes bounds the JSON of one file_list page (frames carry 1 MiB headers).
+const maxListBytes = 256 << 10
 
 func (a *Agent) fileList(req *request) (any, []byte, error) {
 	var args protocol.FileListArgs
@@ -191,13 +203,23 @@ func (a *Agent) fileList(req *request) (any, []byte, error) {
 	if len(page) > limit {
 		page, res.More = page[:limit], true
 	}
+	size := 0
+	res.Next = args.Offset
 	for _, name := range page {
 		fi, err := statAt(d, name)
-		if err != nil {
-			continue // removed since the listing: leave it out
-		}
-		fi.Path = filepath.Join(abs, name)
-		res.Entries = append(res.Entries, fi)
+		if err == nil {
+			fi.Path = filepath.Join(abs, name)
+			// Keep the page well inside a frame header whatever the names' lengths.
+			if size += len(fi.Name) + len(fi.Path) + len(fi.Target) + 128; size > maxListBytes && len(res.Entries) > 0 {
+				res.More = true
+				break
+			}
+			res.Entries = append(res.Entries, fi)
+		} // else: removed since the listing; leave it out
+		res.Next++
+	}
+	if !res.More {
+		res.Next = 0 // nothing more to ask for
 	}
 	return res, nil, nil
 }
@@ -285,17 +307,16 @@ func (a *Agent) fileMove(req *request) (any, []byte, error) {
 	if _, _, err := a.fs.stat(args.From, false); err != nil {
 		return nil, nil, err
 	}
-	if args.NoReplace {
-		if _, _, err := a.fs.stat(args.To, false); err == nil {
-			return nil, nil, protocol.Errorf(protocol.CodeBadRequest, "file_move: %s already exists", args.To)
-		}
-	}
 	if args.Parents {
 		if _, err := a.fs.mkdir(parentOf(args.To), true, 0o755); err != nil {
 			return nil, nil, err
 		}
 	}
-	if err := a.fs.rename(args.From, args.To); err != nil {
+	move := a.fs.rename
+	if args.NoReplace {
+		move = a.fs.renameNoReplace
+	}
+	if err := move(args.From, args.To); err != nil {
 		return nil, nil, err
 	}
 	to, _ := a.fs.abs(args.To) // rename succeeded, so the path is valid

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"syscall"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/nsys-cortex/cortex/internal/protocol"
 )
 
@@ -209,8 +211,10 @@ func (f *fsys) remove(p string, recursive bool) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if abs == f.root || abs == f.workdir || abs == "/" {
-		return abs, protocol.Errorf(protocol.CodeBadRequest, "refusing to remove %s: it is the neuron's root or workdir", abs)
+	if entry, err := f.resolveEntry(p); err != nil {
+		return abs, err
+	} else if f.protected(entry) {
+		return abs, protocol.Errorf(protocol.CodeBadRequest, "refusing to remove %s: it is the neuron's root or workdir (or one of its parents)", entry)
 	}
 	if _, _, err := f.stat(p, false); err != nil {
 		return abs, err
@@ -243,8 +247,10 @@ func (f *fsys) rename(from, to string) error {
 	if err != nil {
 		return err
 	}
-	if fabs == f.root || fabs == f.workdir {
-		return protocol.Errorf(protocol.CodeBadRequest, "refusing to move %s: it is the neuron's root or workdir", fabs)
+	if entry, err := f.resolveEntry(from); err != nil {
+		return err
+	} else if f.protected(entry) {
+		return protocol.Errorf(protocol.CodeBadRequest, "refusing to move %s: it is the neuron's root or workdir (or one of its parents)", entry)
 	}
 	if f.r != nil {
 		err = f.r.Rename(fname, tname)
@@ -260,33 +266,89 @@ func (f *fsys) rename(from, to string) error {
 	return nil
 }
 
-// resolve returns the absolute neuron path of p with every symlink in its
-// existing part resolved, refusing results outside the root.
-func (f *fsys) resolve(p string) (string, bool, error) {
-	abs, err := f.abs(p)
+// renameNoReplace renames from to to unless to exists, atomically
+// (renameat2 RENAME_NOREPLACE), on directory descriptors opened beneath the
+// root so neither name can be redirected out of it.
+func (f *fsys) renameNoReplace(from, to string) error {
+	fdir, fbase, err := f.openParent(from)
 	if err != nil {
+		return err
+	}
+	defer fdir.Close()
+	tdir, tbase, err := f.openParent(to)
+	if err != nil {
+		return err
+	}
+	defer tdir.Close()
+	err = unix.Renameat2(int(fdir.Fd()), fbase, int(tdir.Fd()), tbase, unix.RENAME_NOREPLACE)
+	switch {
+	case errors.Is(err, unix.EEXIST):
+		return protocol.Errorf(protocol.CodeBadRequest, "move %s to %s: the target already exists", from, to)
+	case errors.Is(err, unix.EXDEV):
+		return protocol.Errorf(protocol.CodeBadRequest, "move %s to %s: they are on different filesystems", from, to)
+	case err != nil:
+		return pathError("move", from+" -> "+to, err)
+	}
+	return nil
+}
+
+// openParent opens the directory holding p (beneath the root) and returns
+// it with p's last component.
+func (f *fsys) openParent(p string) (*os.File, string, error) {
+	base := filepath.Base(p)
+	if base == "." || base == ".." || base == "/" {
+		return nil, "", protocol.Errorf(protocol.CodeBadRequest, "path %s does not name a directory entry", p)
+	}
+	d, _, err := f.openFile(parentOf(p), os.O_RDONLY|syscall.O_DIRECTORY, 0)
+	if err != nil {
+		return nil, "", err
+	}
+	return d, base, nil
+}
+
+// resolve returns the absolute neuron path p names, with every symlink in
+// its existing part resolved as the kernel resolves it: components in
+// order, ".." applying to where the walk has got to (after the symlinks
+// before it). Anything that leaves the root is refused; so is an absolute
+// symlink when confined (os.Root does not follow those either). exists
+// reports whether the whole path exists.
+func (f *fsys) resolve(p string) (string, bool, error) {
+	if _, err := f.abs(p); err != nil {
 		return "", false, err
 	}
-	// Walk from the root, one component at a time, so a symlink can be
-	// checked before anything beyond it is looked at.
-	rest := strings.Split(strings.TrimPrefix(strings.TrimPrefix(abs, f.root), "/"), "/")
+	full := p
+	if !filepath.IsAbs(full) {
+		full = f.workdir + "/" + full
+	}
+	rel := full
+	if f.root != "/" {
+		var ok bool
+		if rel, ok = strings.CutPrefix(full, f.root); !ok || (rel != "" && rel[0] != '/') {
+			return "", false, f.escape(p)
+		}
+	}
+	comps := splitPath(rel)
 	cur := f.root
-	for hops := 0; len(rest) > 0; {
-		c := rest[0]
-		rest = rest[1:]
-		if c == "" || c == "." {
+	for hops := 0; len(comps) > 0; {
+		c := comps[0]
+		comps = comps[1:]
+		if c == ".." {
+			if cur == f.root {
+				if f.root == "/" {
+					continue // "/.." is "/"
+				}
+				return "", false, f.escape(p)
+			}
+			cur = filepath.Dir(cur)
 			continue
 		}
 		next := filepath.Join(cur, c)
-		if !within(f.root, next) {
-			return "", false, protocol.Errorf(protocol.CodePathEscape, "path %s leads outside the neuron's root %s", abs, f.root)
-		}
 		st, _, err := f.stat(next, false)
 		if protocol.HasCode(err, protocol.CodeNotFound) {
-			// The rest does not exist: the answer is lexical from here on.
-			out := filepath.Join(append([]string{next}, rest...)...)
+			// The rest does not exist, so it holds no symlinks: it is lexical.
+			out := filepath.Clean(filepath.Join(append([]string{next}, comps...)...))
 			if !within(f.root, out) {
-				return "", false, protocol.Errorf(protocol.CodePathEscape, "path %s leads outside the neuron's root %s", abs, f.root)
+				return "", false, f.escape(p)
 			}
 			return out, false, nil
 		}
@@ -298,28 +360,57 @@ func (f *fsys) resolve(p string) (string, bool, error) {
 			continue
 		}
 		if hops++; hops > 40 {
-			return "", false, protocol.Errorf(protocol.CodeBadRequest, "path %s: too many levels of symbolic links", abs)
+			return "", false, protocol.Errorf(protocol.CodeBadRequest, "path %s: too many levels of symbolic links", p)
 		}
 		target, err := f.readlink(next)
 		if err != nil {
 			return "", false, err
 		}
-		if filepath.IsAbs(target) && f.r != nil {
-			return "", false, protocol.Errorf(protocol.CodePathEscape,
-				"path %s goes through the absolute symlink %s -> %s, which the neuron's file API does not follow", abs, next, target)
+		if filepath.IsAbs(target) {
+			if f.r != nil {
+				return "", false, protocol.Errorf(protocol.CodePathEscape,
+					"path %s goes through the absolute symlink %s -> %s, which the neuron's file API does not follow", p, next, target)
+			}
+			cur = "/"
 		}
-		if !filepath.IsAbs(target) {
-			target = filepath.Join(cur, target)
-		}
-		target = filepath.Clean(target)
-		if !within(f.root, target) {
-			return "", false, protocol.Errorf(protocol.CodePathEscape, "path %s goes through the symlink %s, which points outside the neuron's root", abs, next)
-		}
-		rest = append(strings.Split(strings.TrimPrefix(strings.TrimPrefix(target, f.root), "/"), "/"), rest...)
-		cur = f.root
+		comps = append(splitPath(target), comps...)
 	}
 	return cur, true, nil
 }
+
+// resolveEntry resolves p up to its last component, which is not followed:
+// the path of the directory entry itself (a symlink names the link).
+func (f *fsys) resolveEntry(p string) (string, error) {
+	base := filepath.Base(p)
+	if base == "." || base == ".." || base == "/" || strings.HasSuffix(p, "/") {
+		out, _, err := f.resolve(p)
+		return out, err
+	}
+	dir, _, err := f.resolve(parentOf(p))
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(dir, base), nil
+}
+
+func (f *fsys) escape(p string) error {
+	return protocol.Errorf(protocol.CodePathEscape, "path %s leads outside the neuron's root %s", p, f.root)
+}
+
+// splitPath splits a slash path into its components, dropping empty ones and ".".
+func splitPath(p string) []string {
+	var out []string
+	for _, c := range strings.Split(p, "/") {
+		if c != "" && c != "." {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// protected reports whether removing or moving the resolved path p would
+// take the root or the workdir with it.
+func (f *fsys) protected(p string) bool { return p == "/" || within(p, f.root) || within(p, f.workdir) }
 
 // errEscape is the message os.Root gives when a path would leave the root.
 const errEscapeMessage = "path escapes from parent"

@@ -26,11 +26,12 @@ const (
 // running, and their output keeps accumulating in bounded rings, while no
 // host is connected.
 type procTable struct {
-	a     *Agent
-	mu    sync.Mutex
-	procs map[int]*proc
-	order []int // pids in start order
-	wg    sync.WaitGroup
+	a       *Agent
+	mu      sync.Mutex
+	procs   map[int]*proc
+	order   []int // pids in start order
+	pending int   // slots reserved for processes being started
+	wg      sync.WaitGroup
 }
 
 // proc is one background process or PTY.
@@ -87,15 +88,40 @@ func (t *procTable) get(pid int) (*proc, error) {
 	return p, nil
 }
 
-func (t *procTable) add(p *proc) error {
+// reserve claims a table slot before a process starts, so a full table
+// refuses the start instead of leaving an untracked process running.
+func (t *procTable) reserve() error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if len(t.procs) >= maxProcs {
+	if len(t.procs)+t.pending >= maxProcs {
+		t.evictExited()
+	}
+	if len(t.procs)+t.pending >= maxProcs {
 		return protocol.Errorf(protocol.CodeTooLarge, "too many processes (%d); end some first", maxProcs)
 	}
+	t.pending++
+	return nil
+}
+
+func (t *procTable) unreserve() {
+	t.mu.Lock()
+	t.pending--
+	t.mu.Unlock()
+}
+
+// add records a started process in the slot reserve claimed.
+func (t *procTable) add(p *proc) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.pending--
 	t.procs[p.pid] = p
 	t.order = append(t.order, p.pid)
-	// Forget the oldest exited processes beyond the bound.
+	t.evictExited()
+}
+
+// evictExited forgets the oldest exited processes beyond keepExited.
+// t.mu is held.
+func (t *procTable) evictExited() {
 	var exited []int
 	for _, pid := range t.order {
 		q := t.procs[pid]
@@ -109,7 +135,6 @@ func (t *procTable) add(p *proc) error {
 		delete(t.procs, pid)
 		t.order = slices.DeleteFunc(t.order, func(x int) bool { return x == pid })
 	}
-	return nil
 }
 
 func ringSize(n int) (int, error) {
@@ -123,11 +148,19 @@ func ringSize(n int) (int, error) {
 }
 
 // start starts a background process with pipes.
-func (t *procTable) start(c *protocol.Command, withStdin bool, ringBytes int) (*proc, error) {
+func (t *procTable) start(c *protocol.Command, withStdin bool, ringBytes int) (p *proc, err error) {
 	size, err := ringSize(ringBytes)
 	if err != nil {
 		return nil, err
 	}
+	if err := t.reserve(); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if p == nil {
+			t.unreserve()
+		}
+	}()
 	cmd, err := t.a.prepare(c)
 	if err != nil {
 		return nil, runnableError(err)
@@ -168,18 +201,27 @@ func (t *procTable) start(c *protocol.Command, withStdin bool, ringBytes int) (*
 		}
 		return nil, protocol.Errorf(protocol.CodePermission, "starting %v: %v", cmd.Args, err)
 	}
-	p := &proc{pid: cmd.Process.Pid, argv: cmd.Args, cwd: cmd.Dir, started: time.Now(), cmd: cmd,
+	p = &proc{pid: cmd.Process.Pid, argv: cmd.Args, cwd: cmd.Dir, started: time.Now(), cmd: cmd,
 		out: newRing(size), errOut: newRing(size), done: make(chan struct{}), stdin: inW}
 	t.run(p, []*os.File{outR, errR}, []*ring{p.out, p.errOut})
-	return p, t.add(p)
+	t.add(p)
+	return p, nil
 }
 
 // startPty starts a process on a new pseudo-terminal.
-func (t *procTable) startPty(c *protocol.Command, cols, rows, ringBytes int) (*proc, error) {
+func (t *procTable) startPty(c *protocol.Command, cols, rows, ringBytes int) (p *proc, err error) {
 	size, err := ringSize(ringBytes)
 	if err != nil {
 		return nil, err
 	}
+	if err := t.reserve(); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if p == nil {
+			t.unreserve()
+		}
+	}()
 	if cols == 0 {
 		cols = 80
 	}
@@ -208,10 +250,11 @@ func (t *procTable) startPty(c *protocol.Command, cols, rows, ringBytes int) (*p
 	if err != nil {
 		return nil, protocol.Errorf(protocol.CodeInternal, "pty: starting %v: %v", cmd.Args, err)
 	}
-	p := &proc{pid: cmd.Process.Pid, argv: cmd.Args, cwd: cmd.Dir, started: time.Now(), cmd: cmd, isPty: true,
+	p = &proc{pid: cmd.Process.Pid, argv: cmd.Args, cwd: cmd.Dir, started: time.Now(), cmd: cmd, isPty: true,
 		out: newRing(size), done: make(chan struct{}), stdin: tty, tty: tty, cols: cols, rows: rows}
 	t.run(p, []*os.File{tty}, []*ring{p.out})
-	return p, t.add(p)
+	t.add(p)
+	return p, nil
 }
 
 func runnableError(err error) error {
@@ -228,21 +271,14 @@ func hasEnv(env []string, key string) bool { return envValue(env, key) != "" }
 // for it to exit. The table owns them; killAll waits for them.
 func (t *procTable) run(p *proc, outs []*os.File, rings []*ring) {
 	var readers sync.WaitGroup
+	drainers := make([]*drainer, len(outs))
 	for i, f := range outs {
+		drainers[i] = newDrainer(f)
 		readers.Add(1)
-		go func(f *os.File, r *ring) {
+		go func(d *drainer, r *ring) {
 			defer readers.Done()
-			buf := make([]byte, 32<<10)
-			for {
-				n, err := f.Read(buf)
-				if n > 0 {
-					r.Write(buf[:n])
-				}
-				if err != nil {
-					return // EOF, or EIO once a PTY's last holder is gone
-				}
-			}
-		}(f, rings[i])
+			d.run(func(b []byte) { r.Write(b) }) // EOF, or EIO once a PTY's last holder is gone
+		}(drainers[i], rings[i])
 	}
 	t.wg.Add(1)
 	go func() {
@@ -250,12 +286,10 @@ func (t *procTable) run(p *proc, outs []*os.File, rings []*ring) {
 		p.cmd.Wait()
 		t.a.reaper.forget(p.pid)
 		code, sig := exitStatus(p.cmd.ProcessState)
-		if !waitTimeout(&readers, drainGrace) {
-			for _, f := range outs {
-				f.SetReadDeadline(time.Now())
-			}
-			readers.Wait()
+		for _, d := range drainers {
+			d.exited()
 		}
+		readers.Wait()
 		p.inMu.Lock()
 		for _, f := range outs {
 			f.Close()
@@ -317,11 +351,22 @@ func (p *proc) write(ctx context.Context, data []byte, eof bool) error {
 		}
 		return protocol.Errorf(protocol.CodeBadRequest, "process %d was started without stdin (or its stdin was closed)", p.pid)
 	}
-	stop := context.AfterFunc(ctx, func() { p.stdin.SetWriteDeadline(time.Now()) })
-	defer func() {
-		if !stop() {
-			p.stdin.SetWriteDeadline(time.Time{})
+	// Cancellation interrupts a write the process does not read; the
+	// watcher is gone before the deadline is cleared for the next write.
+	f := p.stdin
+	stop, watched := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(watched)
+		select {
+		case <-ctx.Done():
+			f.SetWriteDeadline(time.Now())
+		case <-stop:
 		}
+	}()
+	defer func() {
+		close(stop)
+		<-watched
+		f.SetWriteDeadline(time.Time{})
 	}()
 	if len(data) > 0 {
 		if _, err := p.stdin.Write(data); err != nil {

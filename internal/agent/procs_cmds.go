@@ -210,7 +210,7 @@ func (a *Agent) ptyRead(req *request) (any, []byte, error) {
 		left := time.Until(deadline)
 		if len(data) > 0 || eof || left <= 0 {
 			info := p.info()
-			return &protocol.PtyReadResult{Offset: start, Next: start + int64(len(data)), Dropped: start - args.Offset, Info: &info}, data, nil
+			return &protocol.PtyReadResult{Offset: start, Next: start + int64(len(data)), Dropped: max(0, start-args.Offset), Info: &info}, data, nil
 		}
 		select {
 		case <-wake:

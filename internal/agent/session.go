@@ -147,10 +147,13 @@ func (s *session) lookup(id uint64) *request {
 // gives back the body's buffer once the request is done.
 func (s *session) start(h *protocol.Header, body []byte, release func()) {
 	s.a.commands.Add(1)
-	ctx, cancel := context.WithCancel(s.ctx)
+	var ctx context.Context
+	var cancel context.CancelFunc
 	if h.TimeoutMs > 0 {
 		// The host gives up at this deadline; stop working for it then too.
 		ctx, cancel = context.WithTimeout(s.ctx, time.Duration(h.TimeoutMs)*time.Millisecond)
+	} else {
+		ctx, cancel = context.WithCancel(s.ctx)
 	}
 	req := &request{s: s, id: h.ID, cmd: h.Cmd, data: h.Data, body: body, ctx: ctx, cancel: cancel,
 		out: protocol.NewCredit(s.peer.Window)}
@@ -200,7 +203,13 @@ func (s *session) respond(id uint64, result any, body []byte, err error) {
 			h.Data = data
 		}
 	}
-	if werr := s.write(h, body); werr != nil && s.ctx.Err() == nil {
+	werr := s.write(h, body)
+	if errors.Is(werr, protocol.ErrFrameTooLarge) {
+		// Nothing was written: answer with an error that fits instead.
+		werr = s.write(&protocol.Header{Kind: protocol.KindResponse, ID: id,
+			Err: protocol.Errorf(protocol.CodeTooLarge, "the result does not fit in a frame (%v); ask for less at a time", werr)}, nil)
+	}
+	if werr != nil && s.ctx.Err() == nil {
 		s.a.logf("writing response %d: %v", id, werr)
 		s.conn.Close()
 	}
@@ -237,6 +246,14 @@ func (r *request) event(stream string, v any) error {
 // grant gives the host credit for n more input bytes.
 func (r *request) grant(n int) error {
 	return r.s.write(&protocol.Header{Kind: protocol.KindWindow, ID: r.id, Credit: int64(n)}, nil)
+}
+
+// maxBody is the largest body the host accepts.
+func (r *request) maxBody() int64 {
+	if m := r.s.peer.MaxBody; m > 0 && m < protocol.MaxBody {
+		return int64(m)
+	}
+	return protocol.MaxBody
 }
 
 // decode unmarshals the request's arguments into v.

@@ -97,19 +97,35 @@ func (a *Agent) watchLoop(ctx context.Context, dir string) error {
 	return nil
 }
 
-// serveHost dials one host socket and serves it until the host goes away.
-// A socket nobody listens on any more is a leftover of a host that died
-// without cleaning up; it is removed.
+// serveHost dials one host socket and serves it for as long as the host
+// listens there. A session that ends while the socket is still in place (the
+// host closed just that connection) is dialled again after a pause that
+// grows while sessions keep ending quickly. A socket nobody listens on any
+// more is a leftover of a host that died without cleaning up; it is removed.
 func (a *Agent) serveHost(ctx context.Context, path string) {
-	conn, err := protocol.DialUnix(ctx, path)
-	if err != nil {
-		if errors.Is(err, syscall.ECONNREFUSED) {
-			os.Remove(path)
+	const minPause, maxPause = 10 * time.Millisecond, 10 * time.Second
+	pause := minPause
+	for ctx.Err() == nil {
+		conn, err := protocol.DialUnix(ctx, path)
+		if err != nil {
+			if errors.Is(err, syscall.ECONNREFUSED) {
+				os.Remove(path)
+			}
+			return
 		}
-		return
-	}
-	if err := a.serve(ctx, conn); err != nil {
-		a.logf("session with %s: %v", filepath.Base(path), err)
+		started := time.Now()
+		if err := a.serve(ctx, conn); err != nil {
+			a.logf("session with %s: %v", filepath.Base(path), err)
+		}
+		if time.Since(started) > maxPause {
+			pause = minPause
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(pause):
+		}
+		pause = min(2*pause, maxPause)
 	}
 }
 

@@ -97,7 +97,7 @@ func (c *Client) Exec(ctx context.Context, r *ExecRequest) (*ExecResult, error) 
 		if err := resp.Decode(&res.ExecResult); err != nil {
 			return nil, err
 		}
-		if res.StdoutLen < 0 || res.StdoutLen+res.StderrLen != int64(len(resp.Body)) {
+		if res.StdoutLen < 0 || res.StderrLen < 0 || res.StdoutLen+res.StderrLen != int64(len(resp.Body)) {
 			return nil, protocol.Errorf(protocol.CodeInternal, "exec: agent reported %d+%d output bytes but sent %d",
 				res.StdoutLen, res.StderrLen, len(resp.Body))
 		}

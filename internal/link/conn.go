@@ -353,16 +353,35 @@ func (c *Conn) Call(ctx context.Context, req *Request) (*Response, error) {
 		return r.resp, r.err
 	case <-timer:
 		if !c.abandon(cl) {
-			r := <-cl.res
+			r := c.landing(cl)
 			return r.resp, r.err
 		}
 		return nil, protocol.Errorf(protocol.CodeTimeout, "%s: no answer from the agent within %s", req.Cmd, timeout)
 	case <-ctx.Done():
 		if !c.abandon(cl) {
-			r := <-cl.res
+			r := c.landing(cl)
 			return r.resp, r.err
 		}
 		return nil, ctxError(req.Cmd, ctx)
+	}
+}
+
+// stallTimeout bounds how long a response whose header has arrived may take
+// to deliver its body before the agent is taken for stuck.
+const stallTimeout = 10 * time.Second
+
+// landing waits for a response that is already being read; an agent that
+// stops in the middle of a frame loses its connection rather than hanging
+// the caller past its deadline.
+func (c *Conn) landing(cl *call) result {
+	t := time.NewTimer(stallTimeout)
+	defer t.Stop()
+	select {
+	case r := <-cl.res:
+		return r
+	case <-t.C:
+		c.fail(errors.New("the agent stopped in the middle of a frame"))
+		return <-cl.res
 	}
 }
 

@@ -100,6 +100,13 @@ func (c *Client) writeFile(ctx context.Context, p string, src chunkSource, o *Wr
 		}
 		args.Parents = false
 	}
+	// Write through a symlink to its target, as the one-request path does.
+	target, err := c.Resolve(ctx, p)
+	if err != nil {
+		release()
+		return 0, err
+	}
+	p = target.Path
 	if args.Mode == 0 {
 		if st, err := c.Stat(ctx, p); err == nil && st.Type == protocol.TypeFile {
 			args.Mode = st.Mode // keep the mode of the file being replaced
@@ -263,8 +270,8 @@ func (c *Client) readChunk(ctx context.Context, p string, off int64, into []byte
 	if err := resp.Decode(&res); err != nil {
 		return nil, nil, err
 	}
-	if res.N != len(resp.Body) {
-		return nil, nil, protocol.Errorf(protocol.CodeInternal, "file_read: agent announced %d bytes and sent %d", res.N, len(resp.Body))
+	if res.N != len(resp.Body) || int64(res.N) > length || res.N < 0 {
+		return nil, nil, protocol.Errorf(protocol.CodeInternal, "file_read: asked for %d bytes; the agent announced %d and sent %d", length, res.N, len(resp.Body))
 	}
 	return &res, resp.Body, nil
 }
@@ -345,15 +352,17 @@ func (c *Client) Exists(ctx context.Context, p string) (bool, error) {
 // List returns the entries of directory p, sorted by name.
 func (c *Client) List(ctx context.Context, p string) ([]protocol.FileInfo, error) {
 	var all []protocol.FileInfo
+	next := 0
 	for {
 		var page protocol.FileListResult
-		if _, err := c.call(ctx, protocol.CmdFileList, &protocol.FileListArgs{Path: p, Offset: len(all)}, nil, &page); err != nil {
+		if _, err := c.call(ctx, protocol.CmdFileList, &protocol.FileListArgs{Path: p, Offset: next}, nil, &page); err != nil {
 			return nil, err
 		}
 		all = append(all, page.Entries...)
-		if !page.More || len(page.Entries) == 0 {
+		if !page.More || page.Next <= next {
 			return all, nil
 		}
+		next = page.Next
 	}
 }
 

@@ -151,7 +151,10 @@ func (l *Link) acceptLoop() {
 	}
 }
 
-// install makes c the current connection and watches it.
+// install makes c the current connection and watches it. While a live
+// connection exists a second one is refused: the agent dials each host
+// socket once, so a second caller is a stray or an impostor, and letting it
+// in would hand it the channel.
 func (l *Link) install(c *Conn) {
 	l.mu.Lock()
 	if l.closed {
@@ -159,14 +162,26 @@ func (l *Link) install(c *Conn) {
 		c.Close()
 		return
 	}
-	old := l.conn
+	if cur := l.conn; cur != nil {
+		select {
+		case <-cur.Done():
+			// Ended; its watcher has not cleared it yet. Take the new one.
+		default:
+			l.mu.Unlock()
+			c.Close()
+			l.emit(ConnEvent{Kind: Refused, Neuron: l.opts.Neuron, Peer: c.peer,
+				Err: errors.New("a second connection while the agent's first is still up")})
+			return
+		}
+	}
 	l.conn = c
-	close(l.ready)
+	select {
+	case <-l.ready: // already closed for the ended connection
+	default:
+		close(l.ready)
+	}
 	l.wg.Add(1)
 	l.mu.Unlock()
-	if old != nil {
-		old.Close() // the agent reconnected; the old connection is dead anyway
-	}
 	l.emit(ConnEvent{Kind: Connected, Neuron: c.peer.Neuron, Peer: c.peer})
 	go func() {
 		defer l.wg.Done()

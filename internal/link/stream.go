@@ -138,7 +138,7 @@ func (s *Stream) Recv() (*Event, error) {
 			s.finish(r)
 		case <-s.ctx.Done():
 			if !s.c.abandon(s.cl) {
-				s.finish(<-s.cl.res)
+				s.finish(s.c.landing(s.cl))
 				continue
 			}
 			s.finish(result{err: s.ctxErr()})
@@ -211,7 +211,7 @@ func (s *Stream) CloseSend() error {
 func (s *Stream) Close() {
 	if !s.finished {
 		if !s.c.abandon(s.cl) {
-			s.finish(<-s.cl.res)
+			s.finish(s.c.landing(s.cl))
 		} else {
 			s.finish(result{err: fmt.Errorf("%s: stream closed", s.cl.cmd)})
 		}

@@ -262,8 +262,10 @@ const MaxListEntries = 2000
 type FileListResult struct {
 	Path    string     `json:"path"`
 	Entries []FileInfo `json:"entries"`
-	// More is true when entries after this page exist.
+	// More is true when entries after this page exist; Next is the offset
+	// to ask for them with.
 	More  bool `json:"more,omitempty"`
+	Next  int  `json:"next,omitempty"`
 	Total int  `json:"total"`
 }
 

@@ -97,3 +97,29 @@ func flagValue(argv []string, name string) string {
 	}
 	return ""
 }
+
+// SessionMembers lists the live processes of session sid.
+func SessionMembers(sid int) []int {
+	var out []int
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 {
+			continue
+		}
+		// After the command name: state, ppid, pgrp, session, ...
+		f := strings.Fields(string(b[i+1:]))
+		if len(f) > 3 && f[0] != "Z" && f[3] == strconv.Itoa(sid) {
+			out = append(out, pid)
+		}
+	}
+	return out
+}

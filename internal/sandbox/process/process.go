@@ -216,10 +216,11 @@ func (m *Manager) Create(ctx context.Context, id string, opts sandbox.CreateOpti
 		time.Sleep(10 * time.Millisecond)
 		got, err = lock.TryExclusive()
 	}
-	if err != nil {
-		return nil, err
-	}
-	if !got {
+	if err != nil || !got {
+		lock.Release() // a corpse's lock this process held is let go as well
+		if err != nil {
+			return nil, err
+		}
 		return nil, m.busy(ctx, id)
 	}
 	st, err := m.create(ctx, id, bin, lock, opts)
@@ -529,10 +530,17 @@ func (m *Manager) clear(id string) {
 
 // kill ends agent pid (if it is still the process that started at start):
 // SIGTERM lets it end its children, SIGKILL follows after a grace period.
+// Whatever is left in the agent's session (it leads one) is killed too, so
+// a forced kill does not leave the agent's commands behind.
 func (m *Manager) kill(pid int, start uint64) {
 	if !store.Alive(pid, start) {
 		return
 	}
+	defer func() {
+		for _, p := range store.SessionMembers(pid) {
+			syscall.Kill(p, syscall.SIGKILL)
+		}
+	}()
 	syscall.Kill(pid, syscall.SIGTERM)
 	deadline := time.Now().Add(5 * time.Second)
 	for time.Now().Before(deadline) {

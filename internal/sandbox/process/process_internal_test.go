@@ -1,6 +1,7 @@
 package process_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -351,4 +352,38 @@ func TestOverlayStoreElsewhere(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(base, "h", "overlays")); !os.IsNotExist(err) {
 		t.Fatalf("data landed in the home tree too: %v", err)
 	}
+}
+
+// Destroy ends everything the neuron started, also a detached (setsid)
+// descendant that holds a command's stdin.
+func TestDestroyEndsDetachedDescendants(t *testing.T) {
+	m, _ := newManager(t)
+	ctx := context.Background()
+	if _, err := m.Create(ctx, "surv", sandbox.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := m.Connect(ctx, "surv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := c.Exec(ctx, &link.ExecRequest{
+		Command: protocol.Command{Shell: "exec 3<&0; setsid sleep 313 <&3 & echo $! > holder.pid; exit 0"},
+		Stdin:   bytes.NewReader(make([]byte, 200<<10)), Timeout: link.NoTimeout})
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("%v %+v", err, res)
+	}
+	b, err := c.ReadFile(ctx, "holder.pid")
+	if err != nil {
+		t.Fatal(err)
+	}
+	holder, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	if !store.Alive(holder, 0) {
+		t.Fatalf("holder %d is not running", holder)
+	}
+	start := time.Now()
+	if err := m.Destroy(ctx, "surv", sandbox.DestroyOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("destroy took %s", time.Since(start))
+	waitGone(t, holder)
 }
