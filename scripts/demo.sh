@@ -35,7 +35,8 @@ say "echo 'some input' | $cx exec demo -- tr a-z A-Z"
 echo 'some input' | $cx exec demo -- tr a-z A-Z
 say "$cx exec demo -- sh -c 'exit 42'; echo \"exit status: \$?\""
 $cx exec demo -- sh -c 'exit 42' || echo "exit status: $?"
-run $cx cp README.md demo:docs/README.md
+run $cx exec demo -- mkdir -p docs
+run $cx cp README.md demo:docs/
 run $cx exec demo -- ls -la docs
 run $cx destroy demo
 run $cx status demo

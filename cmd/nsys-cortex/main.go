@@ -18,7 +18,13 @@ import (
 var version = "dev"
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// SIGINT, SIGTERM and SIGHUP cancel what is running (the remote command
+	// is killed, temporary files are removed); the exit status then names
+	// the signal (128+N).
+	ctx, cancel := context.WithCancelCause(context.Background())
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+	go func() { cancel(cli.SignalCause{Signal: (<-sigs).(syscall.Signal)}) }()
 	app := &cli.App{
 		Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr,
 		Version:       version,
@@ -26,6 +32,6 @@ func main() {
 		AgentEmbedded: agentbin.Embedded(),
 	}
 	code := app.Run(ctx, os.Args[1:])
-	stop()
+	signal.Stop(sigs)
 	os.Exit(code)
 }

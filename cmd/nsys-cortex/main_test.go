@@ -172,12 +172,8 @@ func TestExecPassesThrough(t *testing.T) {
 	if out := c.ok("exec", "-e", "A=b c", "ex", "sh", "-c", "echo $A"); out != "b c\n" {
 		t.Fatalf("env: %q", out)
 	}
-	if _, errs, code := c.run("", "exec", "--timeout", "200ms", "ex", "sleep", "30"); code != 137 || !strings.Contains(errs, "timed out") {
+	if _, errs, code := c.run("", "exec", "--timeout", "200ms", "ex", "sleep", "30"); code != 124 || !strings.Contains(errs, "--timeout") {
 		t.Fatalf("timeout: %d %q", code, errs)
-	}
-	// A unique prefix names the neuron.
-	if out := c.ok("exec", "e", "echo", "prefix"); out != "prefix\n" {
-		t.Fatalf("prefix: %q", out)
 	}
 	// -t runs on a PTY even without a terminal of our own.
 	if out, _, code := c.run("", "exec", "-t", "ex", "sh", "-c", "tty; exit 4"); code != 4 || !strings.Contains(out, "/dev/pts/") {
@@ -222,6 +218,10 @@ func TestCopy(t *testing.T) {
 	local := t.TempDir()
 	data := bytes.Repeat([]byte("0123456789"), 1_000_000) // 10 MB: several chunks
 	os.WriteFile(filepath.Join(local, "big.bin"), data, 0o640)
+	if _, errs, code := c.run("", "cp", filepath.Join(local, "big.bin"), "cp:in/"); code != 125 || !strings.Contains(errs, "does not exist") {
+		t.Fatalf("into a missing directory: %d %q", code, errs)
+	}
+	c.ok("exec", "cp", "mkdir", "in")
 	c.ok("cp", filepath.Join(local, "big.bin"), "cp:in/")
 	if out := c.ok("exec", "cp", "sh", "-c", "wc -c < in/big.bin; stat -c %a in/big.bin"); out != "10000000\n640\n" {
 		t.Fatalf("inside: %q", out)
@@ -233,23 +233,40 @@ func TestCopy(t *testing.T) {
 	// An absolute neuron path is the path inside the neuron.
 	wd := strings.TrimSpace(c.ok("exec", "cp", "pwd"))
 	c.ok("cp", "cp:"+wd+"/in/big.bin", filepath.Join(local, "abs.bin"))
-	// Trees, both ways.
-	os.MkdirAll(filepath.Join(local, "tree/a/b"), 0o755)
-	os.WriteFile(filepath.Join(local, "tree/a/b/f"), []byte("deep"), 0o600)
-	c.ok("cp", filepath.Join(local, "tree"), "cp:")
-	if out := c.ok("exec", "cp", "cat", "tree/a/b/f"); out != "deep" {
-		t.Fatalf("tree in: %q", out)
-	}
-	c.ok("cp", "cp:tree", filepath.Join(local, "tree2"))
-	if b, _ := os.ReadFile(filepath.Join(local, "tree2/a/b/f")); string(b) != "deep" {
-		t.Fatalf("tree out: %q", b)
-	}
 	// Stdin and stdout.
 	if _, _, code := c.run("piped", "cp", "-", "cp:piped.txt"); code != 0 {
 		t.Fatal("cp -")
 	}
 	if out := c.ok("cp", "cp:piped.txt", "-"); out != "piped" {
 		t.Fatalf("cp to -: %q", out)
+	}
+	// Trees, both ways, symlinks kept as links.
+	os.MkdirAll(filepath.Join(local, "tree/a/b"), 0o755)
+	os.WriteFile(filepath.Join(local, "tree/a/b/f"), []byte("deep"), 0o600)
+	os.Symlink("b/f", filepath.Join(local, "tree/a/link"))
+	c.ok("cp", filepath.Join(local, "tree"), "cp:")
+	if out := c.ok("exec", "cp", "sh", "-c", "cat tree/a/b/f; readlink tree/a/link"); out != "deepb/f\n" {
+		t.Fatalf("tree in: %q", out)
+	}
+	c.ok("cp", "cp:tree", filepath.Join(local, "tree2"))
+	if b, _ := os.ReadFile(filepath.Join(local, "tree2/a/b/f")); string(b) != "deep" {
+		t.Fatalf("tree out: %q", b)
+	}
+	if target, err := os.Readlink(filepath.Join(local, "tree2/a/link")); err != nil || target != "b/f" {
+		t.Fatalf("symlink out: %q %v", target, err)
+	}
+	// Nothing is created on the host where the destination's directory is missing.
+	if _, errs, code := c.run("", "cp", "cp:piped.txt", filepath.Join(local, "no/such/x")); code != 125 || !strings.Contains(errs, "does not exist") {
+		t.Fatalf("missing host directory: %d %q", code, errs)
+	}
+	if _, err := os.Stat(filepath.Join(local, "no")); !os.IsNotExist(err) {
+		t.Fatal("cp created directories on the host")
+	}
+	// A FIFO is not a file: cp says so instead of blocking on it.
+	fifo := filepath.Join(local, "fifo")
+	syscall.Mkfifo(fifo, 0o600)
+	if _, errs, code := c.run("", "cp", fifo, "cp:"); code != 125 || !strings.Contains(errs, "not a regular file") {
+		t.Fatalf("fifo: %d %q", code, errs)
 	}
 	// Leaving the workdir is refused and names the reason.
 	if _, errs, code := c.run("", "cp", "cp:../../.neuron.json", filepath.Join(local, "x")); code != 125 || !strings.Contains(errs, "PATH_ESCAPE") {
@@ -360,5 +377,103 @@ func TestErrorsAreClear(t *testing.T) {
 	}
 	if out := c.ok("version"); !strings.Contains(out, "protocol 1.0") {
 		t.Fatalf("version: %q", out)
+	}
+}
+
+// An upload cut short (the CLI killed outright) leaves no temporary file
+// in the neuron, and the destination untouched.
+func TestInterruptedUploadLeavesNothing(t *testing.T) {
+	c := newCLI(t)
+	c.ok("create", "up")
+	c.ok("exec", "up", "sh", "-c", "echo old > big")
+	cmd := c.command("cp", "-", "up:big")
+	pw, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	chunk := make([]byte, 1<<20)
+	for i := 0; i < 12; i++ { // several chunks reach the neuron
+		pw.Write(chunk)
+	}
+	for i := 0; ; i++ {
+		out := c.ok("exec", "up", "sh", "-c", "ls -a | grep -c cortex- || true")
+		if strings.TrimSpace(out) != "0" {
+			break
+		}
+		if i > 500 {
+			t.Fatal("the upload never started")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cmd.Process.Kill()
+	cmd.Wait()
+	for i := 0; ; i++ {
+		out := c.ok("exec", "up", "sh", "-c", "ls -a | grep -c cortex- || true")
+		if strings.TrimSpace(out) == "0" {
+			break
+		}
+		if i > 500 {
+			t.Fatalf("temporary file left behind: %q", c.ok("exec", "up", "ls", "-la"))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if out := c.ok("exec", "up", "cat", "big"); out != "old\n" {
+		t.Fatalf("destination changed: %q", out)
+	}
+}
+
+func TestExecOptions(t *testing.T) {
+	c := newCLI(t)
+	c.ok("create", "opt")
+	// -n: the loop's input is not eaten.
+	out, _, code := c.run("a\nb\nc\n", "exec", "-n", "opt", "cat")
+	if code != 0 || out != "" {
+		t.Fatalf("-n: %q %d", out, code)
+	}
+	// --timeout is 124, with or without -t.
+	if _, errs, code := c.run("", "exec", "--timeout", "300ms", "opt", "sleep", "30"); code != 124 || !strings.Contains(errs, "--timeout") {
+		t.Fatalf("timeout: %d %q", code, errs)
+	}
+	if _, _, code := c.run("", "exec", "-t", "--timeout", "300ms", "opt", "sleep", "30"); code != 124 {
+		t.Fatalf("-t timeout: %d", code)
+	}
+	// A missing program is 127 with a PTY too.
+	if _, errs, code := c.run("", "exec", "-t", "opt", "no-such-cmd"); code != 127 || !strings.Contains(errs, "no-such-cmd") {
+		t.Fatalf("-t missing: %d %q", code, errs)
+	}
+	for _, bad := range [][]string{
+		{"exec", "-d", "-i", "opt", "cat"}, {"exec", "-d", "--timeout", "1s", "opt", "sleep", "5"},
+		{"exec", "--timeout", "-1s", "opt", "true"}, {"exec", "-d", "-t", "opt", "sh"},
+	} {
+		if _, errs, code := c.run("", bad...); code != 125 || errs == "" {
+			t.Errorf("%v: %d %q", bad, code, errs)
+		}
+	}
+	// SIGTERM to the CLI is 143, and the command dies with it.
+	cmd := c.command("exec", "opt", "sleep", "60")
+	cmd.Start()
+	time.Sleep(300 * time.Millisecond)
+	cmd.Process.Signal(syscall.SIGTERM)
+	if err := cmd.Wait(); err == nil || err.(*exec.ExitError).ExitCode() != 143 {
+		t.Fatalf("SIGTERM: %v", err)
+	}
+}
+
+// Destroy takes exact ids only: "job1" never means "job10".
+func TestNoPrefixForNames(t *testing.T) {
+	c := newCLI(t)
+	c.ok("create", "job10")
+	if _, errs, code := c.run("", "destroy", "--wipe", "job1"); code != 125 || !strings.Contains(errs, "not found") {
+		t.Fatalf("%d %q", code, errs)
+	}
+	if _, errs, code := c.run("", "exec", "job1", "true"); code != 125 || !strings.Contains(errs, "not found") {
+		t.Fatalf("%d %q", code, errs)
+	}
+	gen := strings.TrimSpace(c.ok("create"))
+	if out := c.ok("exec", gen[:5], "echo", "generated ids take prefixes"); out == "" {
+		t.Fatal("prefix of a generated id")
 	}
 }

@@ -192,6 +192,8 @@ func (a *Agent) dispatch(req *request) (any, []byte, error) {
 		return a.fileRemove(req)
 	case protocol.CmdFileMove:
 		return a.fileMove(req)
+	case protocol.CmdSymlink:
+		return a.symlink(req)
 	case protocol.CmdHealth:
 		return a.health(), nil, nil
 	case protocol.CmdShutdown:

@@ -52,6 +52,9 @@ func (a *Agent) fileWrite(req *request) (any, []byte, error) {
 		return nil, nil, err
 	}
 	defer f.Close()
+	if args.Temp {
+		req.s.trackTemp(abs)
+	}
 	var n int
 	if args.Append {
 		n, err = f.Write(req.body)
@@ -319,6 +322,9 @@ func (a *Agent) fileMove(req *request) (any, []byte, error) {
 	if err := move(args.From, args.To); err != nil {
 		return nil, nil, err
 	}
+	if from, err := a.fs.abs(args.From); err == nil {
+		req.s.untrackTemp(from) // an upload's temporary file has reached its place
+	}
 	to, _ := a.fs.abs(args.To) // rename succeeded, so the path is valid
 	return &protocol.PathArgs{Path: to}, nil, nil
 }
@@ -338,4 +344,19 @@ func typeOf(m fs.FileMode) string {
 func infoOf(st fs.FileInfo) protocol.FileInfo {
 	return protocol.FileInfo{Name: st.Name(), Type: typeOf(st.Mode()), Size: st.Size(),
 		Mode: uint32(st.Mode().Perm()), ModTime: st.ModTime().UTC()}
+}
+
+func (a *Agent) symlink(req *request) (any, []byte, error) {
+	var args protocol.SymlinkArgs
+	if err := req.decode(&args); err != nil {
+		return nil, nil, err
+	}
+	if args.Target == "" || strings.IndexByte(args.Target, 0) >= 0 {
+		return nil, nil, protocol.Errorf(protocol.CodeBadRequest, "file_symlink %s: the target is empty or holds a NUL byte", args.Path)
+	}
+	abs, err := a.fs.symlink(args.Target, args.Path)
+	if err != nil {
+		return nil, nil, err
+	}
+	return &protocol.PathArgs{Path: abs}, nil, nil
 }

@@ -168,6 +168,22 @@ func (f *fsys) stat(p string, follow bool) (fs.FileInfo, string, error) {
 	return st, abs, nil
 }
 
+func (f *fsys) symlink(target, p string) (string, error) {
+	name, abs, err := f.name(p)
+	if err != nil {
+		return "", err
+	}
+	if f.r != nil {
+		err = f.r.Symlink(target, name)
+	} else {
+		err = os.Symlink(target, name)
+	}
+	if err != nil {
+		return abs, pathError("symlink", abs, err)
+	}
+	return abs, nil
+}
+
 func (f *fsys) readlink(p string) (string, error) {
 	name, abs, err := f.name(p)
 	if err != nil {

@@ -28,8 +28,9 @@ type session struct {
 
 	w *protocol.FrameWriter
 
-	mu   sync.Mutex
-	reqs map[uint64]*request
+	mu    sync.Mutex
+	reqs  map[uint64]*request
+	temps map[string]bool // temporary files of uploads not yet moved into place
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -69,7 +70,39 @@ func (a *Agent) serve(ctx context.Context, conn net.Conn) error {
 	s.cancel()
 	conn.Close()
 	s.wg.Wait()
+	s.dropTemps()
 	return err
+}
+
+// trackTemp records an upload's temporary file; untrackTemp forgets it once
+// it has been moved into place.
+func (s *session) trackTemp(abs string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.temps == nil {
+		s.temps = map[string]bool{}
+	}
+	s.temps[abs] = true
+}
+
+func (s *session) untrackTemp(abs string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.temps, abs)
+}
+
+// dropTemps removes the temporary files of uploads the host abandoned (its
+// connection ended before they were moved into place).
+func (s *session) dropTemps() {
+	s.mu.Lock()
+	temps := s.temps
+	s.temps = nil
+	s.mu.Unlock()
+	for p := range temps {
+		if _, err := s.a.fs.remove(p, false); err != nil && !protocol.HasCode(err, protocol.CodeNotFound) {
+			s.a.logf("removing the abandoned upload %s: %v", p, err)
+		}
+	}
 }
 
 func (s *session) handshake() error {

@@ -44,8 +44,12 @@ type App struct {
 	setErr error
 }
 
-// exitError carries an exit status through cobra.
-type exitError struct{ code int }
+// exitError carries an exit status through cobra, and a message for
+// stderr when there is one.
+type exitError struct {
+	code int
+	msg  string
+}
 
 func (e *exitError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
 
@@ -65,6 +69,9 @@ func (a *App) Run(ctx context.Context, args []string) int {
 	}
 	var ee *exitError
 	if errors.As(err, &ee) {
+		if ee.msg != "" {
+			fmt.Fprintf(a.Stderr, "nsys-cortex: %s\n", ee.msg)
+		}
 		return ee.code
 	}
 	fmt.Fprintf(a.Stderr, "nsys-cortex: %s\n", describe(err))

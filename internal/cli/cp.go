@@ -52,14 +52,20 @@ func (a *App) cpCommand() *cobra.Command {
 	return &cobra.Command{
 		Use:   "cp SRC DST",
 		Short: "Copy files and directories between the host and neurons",
-		Long: `cp copies a file or a directory tree. A neuron path is written ID:path: a
-relative path is taken from the neuron's workdir, an absolute one is the path
-as the neuron sees it (in process mode it must lie inside the workdir). "-" is
-stdin (as SRC) or stdout (as DST), for a single file.
+		Long: `cp copies a file or a directory tree (files, directories and symlinks;
+contents and permission bits, not owners or times). A neuron path is written
+ID:path: a relative path is taken from the neuron's workdir, an absolute one
+is the path as the neuron sees it (in process mode it must lie inside the
+workdir). Copying into an existing directory puts the source inside it;
+otherwise the destination's directory must exist. "-" is stdin (as SRC) or
+stdout (as DST), for a single file. An interrupted copy leaves the
+destination as it was.
 
-  nsys-cortex cp ./report.csv demo:data/       # into the neuron's workdir/data/
+  nsys-cortex cp ./report.csv demo:            # into the neuron's workdir
   nsys-cortex cp demo:out/result.json .        # out of it
-  nsys-cortex cp demo:src other:src            # between neurons`,
+  nsys-cortex cp ./src demo:src                # a tree
+  nsys-cortex cp demo:src other:src            # between neurons
+  tar c . | nsys-cortex cp - demo:code.tar     # a stream`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
@@ -93,7 +99,15 @@ func (a *App) copy(ctx context.Context, src, dst location) error {
 		if dst.neuron == "" {
 			return errors.New("cp: - needs a neuron on the other side")
 		}
-		_, err := dst.client.WriteFileFrom(ctx, dst.path, a.Stdin, &link.WriteOptions{Parents: true})
+		if into, err := isDir(ctx, dst); err != nil {
+			return err
+		} else if into {
+			return fmt.Errorf("cp: %s is a directory; name the file to write stdin to", dst)
+		}
+		if err := parentExists(ctx, dst); err != nil {
+			return err
+		}
+		_, err := dst.client.WriteFileFrom(ctx, dst.path, a.Stdin, nil)
 		return err
 	}
 	srcDir, srcMode, err := a.statSource(ctx, src)
@@ -107,12 +121,22 @@ func (a *App) copy(ctx context.Context, src, dst location) error {
 		_, err := src.client.ReadFileTo(ctx, src.path, a.Stdout)
 		return err
 	}
-	// Copying into an existing directory (or a path ending in /) puts the
-	// source inside it, under its own name.
-	if into, err := isDir(ctx, dst); err != nil {
+	// Copying into an existing directory puts the source inside it, under
+	// its own name; otherwise the destination is the new name, and its
+	// directory must exist (as with cp and docker cp).
+	into, err := isDir(ctx, dst)
+	if err != nil {
 		return err
-	} else if into || strings.HasSuffix(dst.path, "/") {
+	}
+	switch {
+	case into:
 		dst.path = joinFor(dst, baseName(src))
+	case strings.HasSuffix(dst.path, "/"):
+		return fmt.Errorf("cp: destination directory %s does not exist", dst)
+	default:
+		if err := parentExists(ctx, dst); err != nil {
+			return err
+		}
 	}
 	if srcDir {
 		return a.copyTree(ctx, src, dst)
@@ -120,17 +144,25 @@ func (a *App) copy(ctx context.Context, src, dst location) error {
 	return copyFile(ctx, src, dst, srcMode)
 }
 
+// statSource checks the source is a file or a directory (following a
+// symlink named on the command line, as cp does).
 func (a *App) statSource(ctx context.Context, src location) (bool, fs.FileMode, error) {
 	if src.neuron == "" {
 		st, err := os.Stat(src.path)
 		if err != nil {
 			return false, 0, err
 		}
+		if !st.IsDir() && !st.Mode().IsRegular() {
+			return false, 0, fmt.Errorf("cp: %s is not a regular file or a directory (to send a stream, use - and a pipe)", src)
+		}
 		return st.IsDir(), st.Mode().Perm(), nil
 	}
 	fi, err := src.client.Stat(ctx, src.path)
 	if err != nil {
 		return false, 0, err
+	}
+	if fi.Type != protocol.TypeDir && fi.Type != protocol.TypeFile {
+		return false, 0, fmt.Errorf("cp: %s is not a regular file or a directory", src)
 	}
 	return fi.Type == protocol.TypeDir, fs.FileMode(fi.Mode), nil
 }
@@ -151,6 +183,22 @@ func isDir(ctx context.Context, l location) (bool, error) {
 		return false, err
 	}
 	return fi.Type == protocol.TypeDir, nil
+}
+
+// parentExists checks that the directory a new file goes into exists.
+func parentExists(ctx context.Context, l location) error {
+	parent := location{neuron: l.neuron, client: l.client, path: filepath.Dir(l.path)}
+	if l.neuron != "" {
+		parent.path = path.Dir(l.path)
+	}
+	ok, err := isDir(ctx, parent)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return fmt.Errorf("cp: destination directory %s does not exist", parent)
+	}
+	return nil
 }
 
 func baseName(l location) string {
@@ -176,12 +224,9 @@ func copyFile(ctx context.Context, src, dst location, mode fs.FileMode) error {
 			return err
 		}
 		defer f.Close()
-		_, err = dst.client.WriteFileFrom(ctx, dst.path, f, &link.WriteOptions{Mode: mode, Parents: true})
+		_, err = dst.client.WriteFileFrom(ctx, dst.path, f, &link.WriteOptions{Mode: mode})
 		return err
 	case dst.neuron == "":
-		if err := os.MkdirAll(filepath.Dir(dst.path), 0o755); err != nil {
-			return err
-		}
 		tmp, err := os.CreateTemp(filepath.Dir(dst.path), "."+filepath.Base(dst.path)+".cortex-*")
 		if err != nil {
 			return err
@@ -207,7 +252,7 @@ func copyFile(ctx context.Context, src, dst location, mode fs.FileMode) error {
 		pw.CloseWithError(err)
 		done <- err
 	}()
-	_, werr := dst.client.WriteFileFrom(ctx, dst.path, pr, &link.WriteOptions{Mode: mode, Parents: true})
+	_, werr := dst.client.WriteFileFrom(ctx, dst.path, pr, &link.WriteOptions{Mode: mode})
 	pr.CloseWithError(werr) // unblocks the reader if the writer gave up
 	if rerr := <-done; rerr != nil && werr == nil {
 		return rerr
@@ -215,78 +260,129 @@ func copyFile(ctx context.Context, src, dst location, mode fs.FileMode) error {
 	return werr
 }
 
-// copyTree copies a directory tree; symlinks are reported and skipped.
+// entry is one item of a tree being copied.
+type entry struct {
+	rel    string
+	kind   string // protocol.TypeFile, TypeDir or TypeSymlink
+	mode   fs.FileMode
+	target string // of a symlink
+}
+
+// copyTree copies a directory tree: files, directories and symlinks (kept
+// as links, never followed). Anything else is reported and makes cp fail.
 func (a *App) copyTree(ctx context.Context, src, dst location) error {
-	type entry struct {
-		rel  string
-		dir  bool
-		mode fs.FileMode
+	entries, skipped, err := a.walk(ctx, src)
+	if err != nil {
+		return err
 	}
+	for _, e := range entries {
+		s, d := src, dst
+		s.path, d.path = joinFor(src, e.rel), joinFor(dst, e.rel)
+		var err error
+		switch e.kind {
+		case protocol.TypeFile:
+			err = copyFile(ctx, s, d, e.mode)
+		case protocol.TypeDir:
+			err = makeDir(ctx, d, e.mode)
+		case protocol.TypeSymlink:
+			err = makeSymlink(ctx, d, e.target)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if skipped > 0 {
+		return fmt.Errorf("cp: skipped %d entries that are neither files, directories nor symlinks", skipped)
+	}
+	return nil
+}
+
+// walk lists a tree, the root first, parents before children.
+func (a *App) walk(ctx context.Context, src location) ([]entry, int, error) {
 	var entries []entry
+	skipped := 0
 	if src.neuron == "" {
 		err := filepath.WalkDir(src.path, func(p string, d fs.DirEntry, err error) error {
 			if err != nil {
 				return err
 			}
 			rel, _ := filepath.Rel(src.path, p)
+			e := entry{rel: filepath.ToSlash(rel)}
+			switch {
+			case d.Type()&fs.ModeSymlink != 0:
+				e.kind = protocol.TypeSymlink
+				if e.target, err = os.Readlink(p); err != nil {
+					return err
+				}
+			case d.IsDir():
+				e.kind = protocol.TypeDir
+			case d.Type().IsRegular():
+				e.kind = protocol.TypeFile
+			default:
+				fmt.Fprintf(a.Stderr, "cp: skipping %s (not a file, directory or symlink)\n", p)
+				skipped++
+				return nil
+			}
 			info, err := d.Info()
 			if err != nil {
 				return err
 			}
-			if d.Type()&fs.ModeSymlink != 0 || !(d.IsDir() || d.Type().IsRegular()) {
-				fmt.Fprintf(a.Stderr, "cp: skipping %s (not a file or directory)\n", p)
-				return nil
-			}
-			entries = append(entries, entry{filepath.ToSlash(rel), d.IsDir(), info.Mode().Perm()})
+			e.mode = info.Mode().Perm()
+			entries = append(entries, e)
 			return nil
 		})
+		return entries, skipped, err
+	}
+	var walk func(rel string) error
+	walk = func(rel string) error {
+		list, err := src.client.List(ctx, path.Join(src.path, rel))
 		if err != nil {
 			return err
 		}
-	} else {
-		var walk func(rel string) error
-		walk = func(rel string) error {
-			list, err := src.client.List(ctx, path.Join(src.path, rel))
-			if err != nil {
-				return err
-			}
-			for _, fi := range list {
-				r := path.Join(rel, fi.Name)
-				switch fi.Type {
-				case protocol.TypeDir:
-					entries = append(entries, entry{r, true, fs.FileMode(fi.Mode)})
-					if err := walk(r); err != nil {
-						return err
-					}
-				case protocol.TypeFile:
-					entries = append(entries, entry{r, false, fs.FileMode(fi.Mode)})
-				default:
-					fmt.Fprintf(a.Stderr, "cp: skipping %s:%s (%s)\n", src.neuron, path.Join(src.path, r), fi.Type)
+		for _, fi := range list {
+			e := entry{rel: path.Join(rel, fi.Name), kind: fi.Type, mode: fs.FileMode(fi.Mode), target: fi.Target}
+			switch fi.Type {
+			case protocol.TypeDir:
+				entries = append(entries, e)
+				if err := walk(e.rel); err != nil {
+					return err
 				}
+			case protocol.TypeFile, protocol.TypeSymlink:
+				entries = append(entries, e)
+			default:
+				fmt.Fprintf(a.Stderr, "cp: skipping %s:%s (%s)\n", src.neuron, path.Join(src.path, e.rel), fi.Type)
+				skipped++
 			}
-			return nil
 		}
-		entries = append(entries, entry{".", true, 0o755})
-		if err := walk("."); err != nil {
+		return nil
+	}
+	entries = append(entries, entry{rel: ".", kind: protocol.TypeDir, mode: 0o755})
+	return entries, skipped, walk(".")
+}
+
+func makeDir(ctx context.Context, d location, mode fs.FileMode) error {
+	if d.neuron == "" {
+		if err := os.Mkdir(d.path, mode|0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+			return err
+		}
+		return nil
+	}
+	_, err := d.client.Mkdir(ctx, d.path)
+	return err
+}
+
+// makeSymlink creates (or replaces) the symlink d pointing at target.
+func makeSymlink(ctx context.Context, d location, target string) error {
+	if d.neuron == "" {
+		if fi, err := os.Lstat(d.path); err == nil && fi.Mode()&fs.ModeSymlink != 0 {
+			os.Remove(d.path) // replace an old link, as cp -a does
+		}
+		return os.Symlink(target, d.path)
+	}
+	if fi, err := d.client.Lstat(ctx, d.path); err == nil && fi.Type == protocol.TypeSymlink {
+		if err := d.client.Remove(ctx, d.path, false); err != nil {
 			return err
 		}
 	}
-	for _, e := range entries {
-		s, d := src, dst
-		s.path, d.path = joinFor(src, e.rel), joinFor(dst, e.rel)
-		if !e.dir {
-			if err := copyFile(ctx, s, d, e.mode); err != nil {
-				return err
-			}
-			continue
-		}
-		if d.neuron == "" {
-			if err := os.MkdirAll(d.path, e.mode|0o700); err != nil {
-				return err
-			}
-		} else if _, err := d.client.Mkdir(ctx, d.path); err != nil {
-			return err
-		}
-	}
-	return nil
+	return d.client.Symlink(ctx, target, d.path)
 }

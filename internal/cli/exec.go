@@ -33,29 +33,46 @@ func (a *App) connect(ctx context.Context, ref string) (*link.Client, *sandbox.S
 	return c, st, err
 }
 
-// interrupted maps a cancelled context to the shell's status for SIGINT.
+// SignalCause is the cause of a context cancelled by a signal.
+type SignalCause struct{ Signal syscall.Signal }
+
+func (s SignalCause) Error() string { return "interrupted by " + s.Signal.String() }
+
+// ExitTimeout is the status of a command killed by --timeout (as timeout(1)).
+const ExitTimeout = 124
+
+// interrupted maps a cancelled context to the shell's status for the
+// signal that cancelled it (130 for SIGINT, 143 for SIGTERM).
 func interrupted(ctx context.Context, err error) error {
-	if ctx.Err() != nil {
-		return &exitError{code: 130}
+	if ctx.Err() == nil {
+		return err
 	}
-	return err
+	var sc SignalCause
+	if errors.As(context.Cause(ctx), &sc) {
+		return &exitError{code: 128 + int(sc.Signal)}
+	}
+	return &exitError{code: 130}
 }
 
 func (a *App) execCommand() *cobra.Command {
 	var (
-		cwd                      string
-		env                      []string
-		timeout                  time.Duration
-		interactive, tty, detach bool
+		cwd                               string
+		env                               []string
+		timeout                           time.Duration
+		interactive, tty, detach, noStdin bool
 	)
 	cmd := &cobra.Command{
-		Use:   "exec ID [flags] [--] COMMAND [ARG...]",
+		Use:   "exec [flags] ID [--] COMMAND [ARG...]",
 		Short: "Run a command in a neuron; exits with the command's status",
 		Long: `Exec runs COMMAND in the neuron and streams its output as it comes. The exit
 status is the command's own (128+N when a signal N ended it; 127 when it was
-not found). Stdin is forwarded when it is not a terminal (-i forwards a
-terminal too); -t runs the command on a PTY; -d starts it in the background
-and prints its pid (see ps, logs, kill). There is no timeout unless --timeout.`,
+not found; 124 when --timeout killed it). Flags go before ID.
+
+Stdin is forwarded when it is not a terminal, so in a "while read" loop give
+-n (or </dev/null) or exec eats the loop's input; -i forwards a terminal too.
+-t runs the command on a PTY. -d starts it in the background, with no stdin,
+and prints its pid (see ps, logs, kill). There is no timeout unless --timeout.
+Ctrl-C (or SIGTERM, SIGHUP) kills the command in the neuron.`,
 		Args:              cobra.MinimumNArgs(2),
 		ValidArgsFunction: a.neuronArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -72,18 +89,16 @@ and prints its pid (see ps, logs, kill). There is no timeout unless --timeout.`,
 				return errors.New("exec: no command given (nsys-cortex exec ID -- COMMAND [ARG...])")
 			}
 			command := protocol.Command{Argv: argv, Cwd: cwd, Env: env}
-			switch {
-			case detach && tty:
-				return errors.New("-d and -t cannot be combined")
-			case detach:
-				info, err := c.ProcStart(ctx, &protocol.ProcStartArgs{Command: command, Stdin: interactive})
+			if detach {
+				info, err := c.ProcStart(ctx, &protocol.ProcStartArgs{Command: command})
 				if err != nil {
-					return err
+					return spawnError(err)
 				}
 				fmt.Fprintln(a.Stdout, info.PID)
 				return nil
-			case tty:
-				code, err := a.runPty(ctx, c, command)
+			}
+			if tty {
+				code, err := a.runPty(ctx, c, command, timeout)
 				if err != nil {
 					return interrupted(ctx, err)
 				}
@@ -93,7 +108,7 @@ and prints its pid (see ps, logs, kill). There is no timeout unless --timeout.`,
 			if timeout > 0 {
 				req.Timeout = timeout
 			}
-			if interactive || !isTerminal(a.Stdin) {
+			if !noStdin && (interactive || !isTerminal(a.Stdin)) {
 				req.Stdin = a.Stdin
 			}
 			res, err := c.Exec(ctx, req)
@@ -101,7 +116,8 @@ and prints its pid (see ps, logs, kill). There is no timeout unless --timeout.`,
 				return interrupted(ctx, err)
 			}
 			if res.TimedOut {
-				fmt.Fprintf(a.Stderr, "nsys-cortex: command timed out after %s and was killed\n", timeout)
+				fmt.Fprintf(a.Stderr, "nsys-cortex: the command ran past --timeout %s and was killed\n", timeout)
+				return exitCode(ExitTimeout)
 			}
 			return exitCode(res.ExitCode)
 		},
@@ -112,8 +128,36 @@ and prints its pid (see ps, logs, kill). There is no timeout unless --timeout.`,
 	cmd.Flags().DurationVar(&timeout, "timeout", 0, "kill the command after this long (e.g. 30s)")
 	cmd.Flags().BoolVarP(&interactive, "interactive", "i", false, "forward stdin even when it is a terminal")
 	cmd.Flags().BoolVarP(&tty, "tty", "t", false, "run the command on a pseudo-terminal")
-	cmd.Flags().BoolVarP(&detach, "detach", "d", false, "start in the background and print the pid")
+	cmd.Flags().BoolVarP(&detach, "detach", "d", false, "start in the background (no stdin) and print the pid")
+	cmd.Flags().BoolVarP(&noStdin, "no-stdin", "n", false, "do not forward stdin (the command reads /dev/null)")
+	cmd.PreRunE = func(cmd *cobra.Command, args []string) error {
+		switch {
+		case timeout < 0:
+			return fmt.Errorf("--timeout %s is negative", timeout)
+		case detach && tty:
+			return errors.New("-d and -t cannot be combined")
+		case detach && interactive:
+			return errors.New("-d and -i cannot be combined: a background process reads no stdin")
+		case detach && timeout > 0:
+			return errors.New("--timeout applies to commands exec waits for; stop a background one with kill")
+		case noStdin && interactive:
+			return errors.New("-n and -i contradict each other")
+		}
+		return nil
+	}
 	return cmd
+}
+
+// spawnError reports a program that could not start with the shell's status
+// (127 not found, 126 not runnable) and the reason on stderr.
+func spawnError(err error) error {
+	switch {
+	case protocol.HasCode(err, protocol.CodeNotFound):
+		return &exitError{code: ExitNotFound, msg: describe(err)}
+	case protocol.HasCode(err, protocol.CodePermission):
+		return &exitError{code: ExitNoInvoke, msg: describe(err)}
+	}
+	return err
 }
 
 func exitCode(code int) error {
@@ -140,7 +184,7 @@ func (a *App) shellCommand() *cobra.Command {
 			}
 			code, err := a.runPty(ctx, c, protocol.Command{
 				Shell: "if command -v bash >/dev/null 2>&1; then exec bash -l; else exec sh -l; fi",
-			})
+			}, 0)
 			if err != nil {
 				return interrupted(ctx, err)
 			}
@@ -151,8 +195,9 @@ func (a *App) shellCommand() *cobra.Command {
 
 // runPty runs command on a PTY in the neuron wired to this terminal: raw
 // mode, input forwarded, output streamed, the size kept in step on
-// SIGWINCH. It returns the command's exit status.
-func (a *App) runPty(ctx context.Context, c *link.Client, command protocol.Command) (int, error) {
+// SIGWINCH. It returns the command's exit status (ExitTimeout when timeout,
+// if set, ran out first).
+func (a *App) runPty(ctx context.Context, c *link.Client, command protocol.Command, timeout time.Duration) (int, error) {
 	cols, rows := 80, 24
 	fd := -1
 	if f, ok := a.Stdin.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
@@ -168,7 +213,13 @@ func (a *App) runPty(ctx context.Context, c *link.Client, command protocol.Comma
 	}
 	info, err := c.PtySpawn(ctx, &protocol.PtySpawnArgs{Command: command, Cols: cols, Rows: rows})
 	if err != nil {
-		return 0, err
+		return 0, spawnError(err)
+	}
+	followCtx := ctx
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		followCtx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
 	}
 	if fd >= 0 {
 		old, err := term.MakeRaw(fd)
@@ -206,7 +257,7 @@ func (a *App) runPty(ctx context.Context, c *link.Client, command protocol.Comma
 			}
 		}
 	}()
-	res, err := c.PtyFollow(ctx, info.PID, 0, func(_ string, _ int64, p []byte) error {
+	res, err := c.PtyFollow(followCtx, info.PID, 0, func(_ string, _ int64, p []byte) error {
 		_, err := a.Stdout.Write(p)
 		return err
 	})
@@ -215,6 +266,13 @@ func (a *App) runPty(ctx context.Context, c *link.Client, command protocol.Comma
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		c.PtyClose(cctx, info.PID)
 		cancel()
+		if ctx.Err() == nil && followCtx.Err() != nil {
+			if fd >= 0 {
+				fmt.Fprint(a.Stdout, "\r\n")
+			}
+			fmt.Fprintf(a.Stderr, "nsys-cortex: the command ran past --timeout %s and was killed\n", timeout)
+			return ExitTimeout, nil
+		}
 		return 0, err
 	}
 	if res.Info == nil {
@@ -281,12 +339,12 @@ func (a *App) psCommand() *cobra.Command {
 				if p.Pty {
 					kind = "pty"
 				}
-				rows = append(rows, []string{strconv.Itoa(p.PID), kind, status, ago(p.Started), strings.Join(p.Argv, " ")})
+				rows = append(rows, []string{strconv.Itoa(p.PID), kind, status, ago(p.Started), commandLine(p.Argv)})
 			}
 			return table(a.Stdout, []string{"PID", "KIND", "STATUS", "STARTED", "COMMAND"}, rows)
 		},
 	}
-	out.add(cmd, "json, yaml, name")
+	out.add(cmd, "json, yaml, name", "{{.PID}} {{.Running}} {{.ExitCode}}")
 	return cmd
 }
 
@@ -349,4 +407,17 @@ func (a *App) killCommand() *cobra.Command {
 	}
 	cmd.Flags().StringVarP(&sig, "signal", "s", "TERM", "signal to send (TERM, KILL, INT, HUP, or a number)")
 	return cmd
+}
+
+// commandLine renders argv for a table: arguments with spaces or control
+// characters are quoted so that no argument can break the layout.
+func commandLine(argv []string) string {
+	out := make([]string, len(argv))
+	for i, a := range argv {
+		out[i] = a
+		if a == "" || strings.ContainsFunc(a, func(r rune) bool { return r <= ' ' || r == 0x7f || r == '"' || r == '\'' }) {
+			out[i] = strconv.Quote(a)
+		}
+	}
+	return strings.Join(out, " ")
 }

@@ -36,6 +36,9 @@ machine can run and says on stderr which it chose and why.`,
 			id := ids.New()
 			if len(args) == 1 {
 				id = args[0]
+				if err := ids.Validate(id); err != nil {
+					return err
+				}
 			}
 			m, why, err := set.Resolve(cmd.Context(), mode)
 			if err != nil {
@@ -47,7 +50,11 @@ machine can run and says on stderr which it chose and why.`,
 			st, err := m.Create(cmd.Context(), id, sandbox.CreateOptions{Env: env, BootTimeout: boot})
 			var ar *sandbox.AlreadyRunningError
 			if errors.As(err, &ar) {
-				fmt.Fprintf(a.Stderr, "%s is already running (mode %s, pid %d)\n", ar.State.ID, ar.State.Mode, ar.State.PID)
+				fmt.Fprintf(a.Stderr, "%s is already running (mode %s, pid %d)", ar.State.ID, ar.State.Mode, ar.State.PID)
+				if cmd.Flags().Changed("env") || cmd.Flags().Changed("boot-timeout") {
+					fmt.Fprint(a.Stderr, "; the options given were not applied: destroy it first to change them")
+				}
+				fmt.Fprintln(a.Stderr)
 				fmt.Fprintln(a.Stdout, ar.State.ID)
 				return nil
 			}
@@ -58,8 +65,8 @@ machine can run and says on stderr which it chose and why.`,
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&mode, "mode", "", "isolation mode: auto or one of the modes `nsys-cortex doctor` lists")
-	cmd.Flags().StringArrayVarP(&env, "env", "e", nil, "set KEY=VALUE in the neuron's environment (repeatable)")
+	cmd.Flags().StringVar(&mode, "mode", "", "isolation mode: auto, or one of the modes doctor lists")
+	cmd.Flags().StringArrayVarP(&env, "env", "e", nil, "set KEY=VALUE in the neuron's environment, for this run of it (repeatable)")
 	cmd.Flags().DurationVar(&boot, "boot-timeout", sandbox.DefaultBootTimeout, "how long to wait for the neuron's agent")
 	return cmd
 }
@@ -115,7 +122,7 @@ func (a *App) listCommand() *cobra.Command {
 			return table(a.Stdout, header, rows)
 		},
 	}
-	out.add(cmd, "json, yaml, wide, name")
+	out.add(cmd, "json, yaml, wide, name", "{{.ID}} {{.Status}}")
 	return cmd
 }
 
@@ -202,7 +209,7 @@ func (a *App) statusCommand() *cobra.Command {
 			return nil
 		},
 	}
-	out.add(cmd, "json, yaml, name")
+	out.add(cmd, "json, yaml, name", "{{.Status}} {{.PID}}")
 	return cmd
 }
 
@@ -223,7 +230,7 @@ so create with the same id brings it back; --wipe deletes the data for good.`,
 			}
 			var errs []error
 			for _, ref := range args {
-				m, st, err := set.Find(cmd.Context(), ref)
+				m, st, err := set.FindExact(cmd.Context(), ref) // never a prefix: destroy loses data
 				if err == nil {
 					err = m.Destroy(cmd.Context(), st.ID, sandbox.DestroyOptions{Wipe: wipe})
 				}
@@ -297,7 +304,7 @@ func (a *App) doctorCommand() *cobra.Command {
 			return nil
 		},
 	}
-	out.add(cmd, "json, yaml")
+	out.add(cmd, "json, yaml", "{{.Auto}}")
 	return cmd
 }
 

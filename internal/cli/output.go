@@ -20,10 +20,10 @@ type outputFlags struct {
 	format string
 }
 
-func (o *outputFlags) add(cmd *cobra.Command, formats string) {
+func (o *outputFlags) add(cmd *cobra.Command, formats, example string) {
 	cmd.Flags().StringVarP(&o.output, "output", "o", "", "output format: "+formats)
 	cmd.Flags().BoolVar(&o.json, "json", false, "short for -o json")
-	cmd.Flags().StringVar(&o.format, "format", "", "format each item with a Go template (e.g. '{{.ID}} {{.Status}}')")
+	cmd.Flags().StringVar(&o.format, "format", "", "format each item with a Go template, e.g. '"+example+"' ({{json .}} prints an item as JSON)")
 }
 
 // mode returns the chosen format, checked against the allowed ones.
@@ -72,7 +72,10 @@ func (o *outputFlags) emit(w io.Writer, mode string, v any, items []any) (bool, 
 		writeYAML(w, generic, 0, false)
 		return true, nil
 	case "template":
-		tmpl, err := template.New("format").Parse(o.format)
+		tmpl, err := template.New("format").Funcs(template.FuncMap{"json": func(v any) (string, error) {
+			b, err := json.Marshal(v)
+			return string(b), err
+		}}).Parse(o.format)
 		if err != nil {
 			return true, fmt.Errorf("--format: %w", err)
 		}

@@ -6,6 +6,7 @@ package ids
 import (
 	"crypto/rand"
 	"fmt"
+	"strings"
 )
 
 // MaxLen is the longest id accepted.
@@ -24,16 +25,28 @@ func Validate(id string) error {
 	if id[0] == '.' || id[0] == '-' {
 		return fmt.Errorf("neuron id %q must not start with %q", id, id[0])
 	}
-	for i := 0; i < len(id); i++ {
-		c := id[i]
+	for _, c := range id {
 		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
-			return fmt.Errorf("neuron id %q contains %q: use only letters, digits, '.', '_' and '-'", id, c)
+			return fmt.Errorf("neuron id %q contains %q: use only ASCII letters, digits, '.', '_' and '-'", id, c)
 		}
 	}
 	return nil
 }
 
 const alphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
+
+// Generated reports whether id has the shape New gives ids.
+func Generated(id string) bool {
+	if len(id) != 10 || id[0] != 'n' {
+		return false
+	}
+	for i := 1; i < len(id); i++ {
+		if !strings.ContainsRune(alphabet, rune(id[i])) {
+			return false
+		}
+	}
+	return true
+}
 
 // New returns a fresh random id: "n" followed by 9 characters of [a-z0-9].
 func New() string {

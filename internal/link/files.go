@@ -141,7 +141,7 @@ func (c *Client) writeFile(ctx context.Context, p string, src chunkSource, o *Wr
 			continue
 		}
 		a := *args
-		a.Path, a.Offset = tmp, off
+		a.Path, a.Offset, a.Temp = tmp, off, true
 		wg.Add(1)
 		go func(p []byte, release func()) {
 			defer wg.Done()
@@ -383,6 +383,12 @@ func (c *Client) Resolve(ctx context.Context, p string) (*protocol.ResolveResult
 // Remove removes p; recursive removes a directory and its contents.
 func (c *Client) Remove(ctx context.Context, p string, recursive bool) error {
 	_, err := c.call(ctx, protocol.CmdFileRemove, &protocol.RemoveArgs{Path: p, Recursive: recursive}, nil, nil)
+	return err
+}
+
+// Symlink creates the symbolic link p pointing at target.
+func (c *Client) Symlink(ctx context.Context, target, p string) error {
+	_, err := c.call(ctx, protocol.CmdSymlink, &protocol.SymlinkArgs{Path: p, Target: target}, nil, nil)
 	return err
 }
 

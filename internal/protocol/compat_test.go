@@ -52,7 +52,7 @@ func sampleFrames() map[string][]byte {
 	cmd := Command{Argv: []string{"ls", "-la"}, Cwd: "src", Env: []string{"A=1"}}
 	reqs := map[Cmd]any{
 		CmdExec:        ExecArgs{Command: cmd, Stdin: StdinBody, TimeoutMs: 5000, MaxOutput: 1024, Stream: true},
-		CmdFileWrite:   FileWriteArgs{Path: "a.txt", Offset: 4, Mode: 0o644, Parents: true},
+		CmdFileWrite:   FileWriteArgs{Path: "a.txt", Offset: 4, Mode: 0o644, Parents: true, Temp: true},
 		CmdFileRead:    FileReadArgs{Path: "a.txt", Offset: 0, Length: 4096},
 		CmdFileList:    FileListArgs{Path: ".", Offset: 0, Limit: 100},
 		CmdStat:        StatArgs{Path: "a.txt", NoFollow: true},
@@ -73,6 +73,7 @@ func sampleFrames() map[string][]byte {
 		CmdProcAttach:  ProcAttachArgs{PID: 8, StdoutOffset: 3, StderrOffset: 0, Follow: true},
 		CmdFileRemove:  RemoveArgs{Path: "d", Recursive: true},
 		CmdFileMove:    MoveArgs{From: "a.txt", To: "b.txt", NoReplace: true},
+		CmdSymlink:     SymlinkArgs{Path: "link", Target: "a.txt"},
 	}
 	for i, c := range Commands() {
 		add("req-"+string(c), Header{Kind: KindRequest, ID: uint64(i + 1), Cmd: c, TimeoutMs: 30000}, reqs[c], []byte("body"))
@@ -129,6 +130,8 @@ func argsFor(c Cmd) any {
 		return &RemoveArgs{}
 	case CmdFileMove:
 		return &MoveArgs{}
+	case CmdSymlink:
+		return &SymlinkArgs{}
 	}
 	return &PathArgs{}
 }

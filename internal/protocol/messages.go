@@ -60,6 +60,7 @@ const (
 	CmdProcAttach  Cmd = "proc_attach"
 	CmdFileRemove  Cmd = "file_remove"
 	CmdFileMove    Cmd = "file_move"
+	CmdSymlink     Cmd = "file_symlink"
 )
 
 // Commands returns every command this version defines.
@@ -67,7 +68,7 @@ func Commands() []Cmd {
 	return []Cmd{CmdExec, CmdFileWrite, CmdFileRead, CmdFileList, CmdStat, CmdFileExists, CmdMkdir,
 		CmdResolvePath, CmdHealth, CmdShutdown, CmdPtySpawn, CmdPtyWrite, CmdPtyRead, CmdPtyResize,
 		CmdPtyClose, CmdProcStart, CmdProcInput, CmdProcSignal, CmdProcList, CmdProcAttach,
-		CmdFileRemove, CmdFileMove}
+		CmdFileRemove, CmdFileMove, CmdSymlink}
 }
 
 // Roles in a hello.
@@ -194,6 +195,10 @@ type FileWriteArgs struct {
 	// Atomic writes the body to a temporary file beside Path and renames it
 	// over Path: readers see the old or the new content, never a mix.
 	Atomic bool `json:"atomic,omitempty"`
+	// Temp marks Path as the temporary file of an upload in progress: the
+	// agent removes it if the connection ends before a file_move takes it
+	// into place.
+	Temp bool `json:"temp,omitempty"`
 }
 
 // FileWriteResult reports a write.
@@ -300,6 +305,13 @@ type MoveArgs struct {
 	To        string `json:"to"`
 	NoReplace bool   `json:"noReplace,omitempty"`
 	Parents   bool   `json:"parents,omitempty"`
+}
+
+// SymlinkArgs creates the symbolic link Path pointing at Target (stored as
+// given; the file API never follows links that leave the root).
+type SymlinkArgs struct {
+	Path   string `json:"path"`
+	Target string `json:"target"`
 }
 
 // HealthResult reports the agent's state.

@@ -16,10 +16,13 @@ func (e *NotFoundError) Error() string {
 	return fmt.Sprintf("neuron %q not found (nsys-cortex list shows the neurons there are)", e.ID)
 }
 
-// NotRunningError: the neuron exists but its agent is not running.
+// NotRunningError: the neuron exists but its agent is not running (or not
+// answering).
 type NotRunningError struct {
 	ID     string
 	Reason string
+	// Hint says what to do; empty means "create it again".
+	Hint string
 }
 
 func (e *NotRunningError) Error() string {
@@ -27,7 +30,11 @@ func (e *NotRunningError) Error() string {
 	if e.Reason != "" {
 		msg += ": " + e.Reason
 	}
-	return msg + " (nsys-cortex create " + e.ID + " starts it again with its data)"
+	hint := e.Hint
+	if hint == "" {
+		hint = "nsys-cortex create " + e.ID + " starts it again with its data"
+	}
+	return msg + " (" + hint + ")"
 }
 
 // OwnedElsewhereError: another live process owns the neuron.

@@ -190,9 +190,20 @@ func (s *Set) Resolve(ctx context.Context, mode string) (Manager, string, error)
 	return nil, "", &UnavailableError{Mode: ModeAuto, Reason: "no mode can run here: " + strings.Join(skipped, "; ")}
 }
 
-// Find returns the manager and state of neuron ref, which is an id or a
-// unique prefix of one.
+// Find returns the manager and state of neuron ref: an exact id, or a
+// unique prefix (at least three characters) of a generated id. Ids people
+// choose are names and must be given in full, so that "job1" never means
+// "job10"; see FindExact for commands that destroy.
 func (s *Set) Find(ctx context.Context, ref string) (Manager, *State, error) {
+	return s.find(ctx, ref, true)
+}
+
+// FindExact is Find without prefixes.
+func (s *Set) FindExact(ctx context.Context, id string) (Manager, *State, error) {
+	return s.find(ctx, id, false)
+}
+
+func (s *Set) find(ctx context.Context, ref string, prefixes bool) (Manager, *State, error) {
 	if err := ids.Validate(ref); err != nil {
 		return nil, nil, &InvalidError{Reason: err.Error()}
 	}
@@ -210,14 +221,17 @@ func (s *Set) Find(ctx context.Context, ref string) (Manager, *State, error) {
 			return nil, nil, err
 		}
 	}
-	// Not an exact id: try it as a prefix.
+	// Not an exact id: try it as a prefix of a generated id.
+	if !prefixes || len(ref) < 3 {
+		return nil, nil, &NotFoundError{ID: ref}
+	}
 	all, err := s.List(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
 	var match []*State
 	for _, st := range all {
-		if strings.HasPrefix(st.ID, ref) {
+		if ids.Generated(st.ID) && strings.HasPrefix(st.ID, ref) {
 			match = append(match, st)
 		}
 	}

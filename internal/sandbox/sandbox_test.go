@@ -100,26 +100,34 @@ func TestResolveAuto(t *testing.T) {
 
 func TestFindByIDAndPrefix(t *testing.T) {
 	ctx := context.Background()
-	a := &fakeManager{mode: "a", neurons: map[string]*State{"alpha": {ID: "alpha", Mode: "a"}, "alps": {ID: "alps", Mode: "a"}}}
+	a := &fakeManager{mode: "a", neurons: map[string]*State{
+		"job1": {ID: "job1", Mode: "a"}, "job10": {ID: "job10", Mode: "a"},
+		"nabc123456": {ID: "nabc123456", Mode: "a"}, "nabd987654": {ID: "nabd987654", Mode: "a"}}}
 	b := &fakeManager{mode: "b", neurons: map[string]*State{"beta": {ID: "beta", Mode: "b"}}}
 	set := NewSet(Env{}, backend("a", 1, true, true, a), backend("b", 0, true, true, b))
-	for ref, want := range map[string]string{"alpha": "alpha", "beta": "beta", "be": "beta", "alph": "alpha"} {
+	for ref, want := range map[string]string{"job1": "job1", "job10": "job10", "beta": "beta", "nabc": "nabc123456", "nabd9": "nabd987654"} {
 		m, st, err := set.Find(ctx, ref)
 		if err != nil || st.ID != want || m.Mode() != st.Mode {
 			t.Errorf("%s: %v %v", ref, st, err)
 		}
 	}
-	if _, _, err := set.Find(ctx, "al"); !IsInvalid(err) || !strings.Contains(err.Error(), "alpha") {
+	// Names are never completed: "job" is not "job1", "bet" is not "beta".
+	for _, ref := range []string{"job", "bet", "na", "gamma"} {
+		if _, _, err := set.Find(ctx, ref); !IsNotFound(err) {
+			t.Errorf("%s: %v, want NotFoundError", ref, err)
+		}
+	}
+	if _, _, err := set.Find(ctx, "nab"); !IsInvalid(err) || !strings.Contains(err.Error(), "nabc123456") {
 		t.Fatalf("ambiguous: %v", err)
 	}
-	if _, _, err := set.Find(ctx, "gamma"); !IsNotFound(err) {
-		t.Fatalf("%v", err)
+	if _, _, err := set.FindExact(ctx, "nabc"); !IsNotFound(err) {
+		t.Fatalf("exact: %v", err)
 	}
 	if _, _, err := set.Find(ctx, "../x"); !IsInvalid(err) {
 		t.Fatalf("%v", err)
 	}
 	all, _ := set.List(ctx)
-	if len(all) != 3 || all[0].ID != "alpha" || all[2].ID != "beta" {
+	if len(all) != 5 || all[0].ID != "beta" {
 		t.Fatalf("%v", all)
 	}
 	if missing := set.Missing(); len(missing) != len(PlannedModes) {

@@ -123,3 +123,18 @@ func SessionMembers(sid int) []int {
 	}
 	return out
 }
+
+// HasEnv reports whether process pid has the KEY=VALUE entry kv in its
+// environment (as it was when the process started).
+func HasEnv(pid int, kv string) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
+	if err != nil {
+		return false
+	}
+	for _, e := range bytes.Split(b, []byte{0}) {
+		if string(e) == kv {
+			return true
+		}
+	}
+	return false
+}

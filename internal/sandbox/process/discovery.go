@@ -126,6 +126,7 @@ func (m *Manager) sweepPending(id string, st *sandbox.State) bool {
 			time.Sleep(5 * time.Millisecond)
 		}
 	}
+	m.bury(id, st.PID)
 	m.clear(id)
 	lock.Release()
 	return true
@@ -162,11 +163,11 @@ func (m *Manager) Destroy(ctx context.Context, id string, opts sandbox.DestroyOp
 		}
 	}
 	if st, err := m.readState(id); err == nil {
-		m.kill(st.PID, st.PIDStart)
+		m.kill(id, st.PID, st.PIDStart)
 	}
 	for _, ap := range store.FindAgents(m.lay.SocketsDir()) {
 		if ap.ID == id && ap.ChannelDir == m.socketDir(id) {
-			m.kill(ap.PID, 0)
+			m.kill(id, ap.PID, 0)
 		}
 	}
 	m.clear(id)
@@ -200,7 +201,7 @@ func (m *Manager) Connect(ctx context.Context, id string) (*link.Client, error) 
 		}
 		// Alive but disconnected: it redials this socket when it notices.
 		if _, err := m.waitAgent(ctx, n, connectTimeout); err != nil {
-			return nil, &sandbox.NotRunningError{ID: id, Reason: err.Error()}
+			return nil, m.unresponsive(n.state, err)
 		}
 		return n.link.Client(), nil
 	}
@@ -230,13 +231,24 @@ func (m *Manager) Connect(ctx context.Context, id string) (*link.Client, error) 
 	if _, err := m.waitAgent(ctx, n, connectTimeout); err != nil {
 		n.link.Close()
 		lock.Release()
-		if !store.Alive(st.PID, st.PIDStart) {
-			return nil, &sandbox.NotRunningError{ID: id, Reason: "its agent died"}
-		}
-		return nil, err
+		return nil, m.unresponsive(st, err)
 	}
 	m.hold(n)
 	return n.link.Client(), nil
+}
+
+// unresponsive explains why a running neuron's agent could not be reached.
+func (m *Manager) unresponsive(st *sandbox.State, err error) error {
+	if !store.Alive(st.PID, st.PIDStart) {
+		return &sandbox.NotRunningError{ID: st.ID, Reason: "its agent died"}
+	}
+	var be *sandbox.BootError
+	if !errors.As(err, &be) {
+		return err // cancelled, or refused: as it is
+	}
+	return &sandbox.NotRunningError{ID: st.ID, Reason: fmt.Sprintf(
+		"its agent (pid %d) is alive but did not answer within %s: it may be stopped or stuck (its log: %s)", st.PID, connectTimeout, m.logFile(st.ID)),
+		Hint: "nsys-cortex destroy " + st.ID + " and create it again to restart it; its data stays"}
 }
 
 // Close releases every channel and lock this process holds. Neurons keep running.
@@ -267,7 +279,7 @@ func (m *Manager) CleanupOrphans(ctx context.Context) ([]string, error) {
 		if st, err := m.readState(ap.ID); err == nil && st.PID == ap.PID {
 			continue
 		}
-		m.kill(ap.PID, 0)
+		m.kill(ap.ID, ap.PID, 0)
 		killed = append(killed, fmt.Sprintf("%s (pid %d)", ap.ID, ap.PID))
 	}
 	return killed, nil

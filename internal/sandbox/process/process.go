@@ -248,14 +248,14 @@ func (m *Manager) create(ctx context.Context, id, bin string, lock *store.Lock, 
 			old.Status = sandbox.StatusRunning
 			return nil, &sandbox.AlreadyRunningError{State: old}
 		}
-		m.kill(old.PID, old.PIDStart)
+		m.kill(id, old.PID, old.PIDStart)
 		m.clear(id)
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		m.clear(id) // a corrupt state file: the agent it named is found below
 	}
 	for _, ap := range store.FindAgents(m.lay.SocketsDir()) {
 		if ap.ID == id && ap.ChannelDir == m.socketDir(id) {
-			m.kill(ap.PID, 0) // an agent whose state file was lost
+			m.kill(id, ap.PID, 0) // an agent whose state file was lost
 		}
 	}
 
@@ -438,7 +438,7 @@ func (m *Manager) logTail(id string) string {
 // abort undoes a failed create: the agent is killed and the state cleared.
 func (m *Manager) abort(n *neuron) {
 	n.link.Close()
-	m.kill(n.state.PID, n.state.PIDStart)
+	m.kill(n.id, n.state.PID, n.state.PIDStart)
 	m.clear(n.id)
 }
 
@@ -514,10 +514,12 @@ func (m *Manager) releaseDead(id string, lock *store.Lock) {
 		return
 	}
 	if lock.Held() == unix.LOCK_EX {
+		m.bury(id, st.PID)
 		m.clear(id)
 		return
 	}
 	if ok, _ := lock.TryExclusive(); ok {
+		m.bury(id, st.PID)
 		m.clear(id)
 	}
 }
@@ -530,17 +532,13 @@ func (m *Manager) clear(id string) {
 
 // kill ends agent pid (if it is still the process that started at start):
 // SIGTERM lets it end its children, SIGKILL follows after a grace period.
-// Whatever is left in the agent's session (it leads one) is killed too, so
-// a forced kill does not leave the agent's commands behind.
-func (m *Manager) kill(pid int, start uint64) {
+// Then whatever the agent's commands left behind is killed too (bury), so
+// neither a forced kill nor an agent that died earlier leaves them running.
+func (m *Manager) kill(id string, pid int, start uint64) {
+	defer m.bury(id, pid)
 	if !store.Alive(pid, start) {
 		return
 	}
-	defer func() {
-		for _, p := range store.SessionMembers(pid) {
-			syscall.Kill(p, syscall.SIGKILL)
-		}
-	}()
 	syscall.Kill(pid, syscall.SIGTERM)
 	deadline := time.Now().Add(5 * time.Second)
 	for time.Now().Before(deadline) {
@@ -552,5 +550,20 @@ func (m *Manager) kill(pid int, start uint64) {
 	syscall.Kill(pid, syscall.SIGKILL)
 	for i := 0; i < 200 && store.Alive(pid, start); i++ {
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// bury kills the processes a dead agent of neuron id left behind: the
+// members of the session it led that carry the neuron's mark in their
+// environment (both checks, so a reused pid never costs a stranger).
+func (m *Manager) bury(id string, agentPID int) {
+	if agentPID <= 0 {
+		return
+	}
+	mark := "NSYS_CORTEX_NEURON=" + id
+	for _, p := range store.SessionMembers(agentPID) {
+		if store.HasEnv(p, mark) {
+			syscall.Kill(p, syscall.SIGKILL)
+		}
 	}
 }

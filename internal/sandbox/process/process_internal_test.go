@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -386,4 +387,40 @@ func TestDestroyEndsDetachedDescendants(t *testing.T) {
 	}
 	t.Logf("destroy took %s", time.Since(start))
 	waitGone(t, holder)
+}
+
+// An agent killed from outside (kill -9) leaves its commands' children
+// behind for a moment; the next look at the neuron ends them.
+func TestKilledAgentLeavesNothingBehind(t *testing.T) {
+	m, e := newManager(t)
+	ctx := context.Background()
+	st, err := m.Create(ctx, "k9", sandbox.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _ := m.Connect(ctx, "k9")
+	if _, err := c.ProcStart(ctx, &protocol.ProcStartArgs{Command: protocol.Command{Shell: "sleep 702 & echo $! > bg.pid; wait"}}); err != nil {
+		t.Fatal(err)
+	}
+	var bg int
+	for i := 0; i < 500 && bg == 0; i++ {
+		time.Sleep(10 * time.Millisecond)
+		if b, err := c.ReadFile(ctx, "bg.pid"); err == nil {
+			bg, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+		}
+	}
+	if bg == 0 {
+		t.Fatal("no background pid")
+	}
+	m.Close() // as if the CLI that created it had exited
+	syscall.Kill(st.PID, syscall.SIGKILL)
+	waitGone(t, st.PID)
+	m2 := process.New(e) // another host process
+
+	defer m2.Close()
+	got, err := m2.Get(ctx, "k9")
+	if err != nil || got.Status != sandbox.StatusStopped {
+		t.Fatalf("%+v %v", got, err)
+	}
+	waitGone(t, bg)
 }
