@@ -175,12 +175,14 @@ func (c *Conn) fail(cause error) {
 	pending := c.pending
 	c.pending = map[uint64]*call{}
 	c.mu.Unlock()
+	// Done closes before any caller learns of the failure, so whoever saw a
+	// call fail never finds the connection still looking alive.
+	close(c.done)
 	c.nc.Close()
 	err := c.notRunning()
 	for _, cl := range pending {
 		cl.finish(result{err: err})
 	}
-	close(c.done)
 }
 
 func (c *Conn) notRunning() error {

@@ -81,6 +81,18 @@ func (e *UnavailableError) Error() string {
 	return fmt.Sprintf("mode %s is unavailable: %s", e.Mode, e.Reason)
 }
 
+// UnenforceableError: a policy was asked for that the mode cannot enforce
+// here; the neuron is not created (never a silent downgrade).
+type UnenforceableError struct {
+	Mode   string
+	Policy string
+	Reason string
+}
+
+func (e *UnenforceableError) Error() string {
+	return fmt.Sprintf("mode %s cannot enforce %s: %s", e.Mode, e.Policy, e.Reason)
+}
+
 // InvalidError: the request itself is wrong (a bad id, a bad option).
 type InvalidError struct {
 	Reason string

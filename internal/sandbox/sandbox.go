@@ -28,6 +28,7 @@ package sandbox
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/nsys-cortex/cortex/internal/link"
@@ -81,6 +82,67 @@ type CreateOptions struct {
 	Env []string
 	// BootTimeout bounds the wait for the agent (default 10 s).
 	BootTimeout time.Duration
+	// Network says what the neuron may reach.
+	Network Network
+	// Limits are resource ceilings; zero fields take the mode's defaults.
+	Limits Limits
+	// Image is the root filesystem to base the neuron on (a directory, or a
+	// name the mode knows); empty means the mode's default.
+	Image string
+}
+
+// NetworkMode names what a neuron can reach.
+type NetworkMode string
+
+// Network modes.
+const (
+	// NetworkDefault is the mode's default: none wherever the mode can enforce it.
+	NetworkDefault NetworkMode = ""
+	// NetworkNone gives the neuron its loopback only.
+	NetworkNone NetworkMode = "none"
+	// NetworkEgress lets the neuron reach only the allow-listed destinations.
+	NetworkEgress NetworkMode = "egress"
+	// NetworkFull gives the neuron the host's network.
+	NetworkFull NetworkMode = "full"
+)
+
+// ParseNetworkMode checks a network mode name.
+func ParseNetworkMode(s string) (NetworkMode, error) {
+	switch m := NetworkMode(s); m {
+	case NetworkDefault, NetworkNone, NetworkEgress, NetworkFull:
+		return m, nil
+	}
+	return "", &InvalidError{Reason: fmt.Sprintf("network %q: choose none, egress or full", s)}
+}
+
+// Network is a neuron's network policy.
+type Network struct {
+	Mode NetworkMode `json:"mode,omitempty"`
+	// Allow lists what egress may reach: "host", "host:port", "*.domain",
+	// "CIDR" or "CIDR:port".
+	Allow []string `json:"allow,omitempty"`
+}
+
+// Limits are resource ceilings; a zero field means the mode's default.
+type Limits struct {
+	MemoryBytes int64   `json:"memoryBytes,omitempty"`
+	Pids        int     `json:"pids,omitempty"`
+	CPUs        float64 `json:"cpus,omitempty"`
+}
+
+// Refuse returns an UnenforceableError when opts ask for any isolation a
+// mode that enforces none cannot give (a network other than full, limits,
+// an image).
+func (o *CreateOptions) Refuse(mode, why string) error {
+	switch {
+	case o.Network.Mode != NetworkDefault && o.Network.Mode != NetworkFull:
+		return &UnenforceableError{Mode: mode, Policy: "network " + string(o.Network.Mode), Reason: why}
+	case o.Limits != Limits{}:
+		return &UnenforceableError{Mode: mode, Policy: "resource limits", Reason: why}
+	case o.Image != "":
+		return &UnenforceableError{Mode: mode, Policy: "an image", Reason: why}
+	}
+	return nil
 }
 
 // DestroyOptions shape a destroy.

@@ -22,12 +22,13 @@ import (
 	"github.com/nsys-cortex/cortex/internal/link"
 	"github.com/nsys-cortex/cortex/internal/protocol"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
+	"github.com/nsys-cortex/cortex/internal/sandbox/internal/lifecycle"
 	"github.com/nsys-cortex/cortex/internal/sandbox/process"
 )
 
 // benchManager returns a manager over a home under dir (the file system the
 // neuron's files live on matters for file benchmarks).
-func benchManager(b *testing.B, dir string) *process.Manager {
+func benchManager(b *testing.B, dir string) *lifecycle.Manager {
 	b.Helper()
 	home, err := os.MkdirTemp(dir, "cxb")
 	if err != nil {
@@ -46,7 +47,7 @@ func benchManager(b *testing.B, dir string) *process.Manager {
 	return m
 }
 
-func running(b *testing.B, m *process.Manager, id string) (*sandbox.State, *link.Client) {
+func running(b *testing.B, m *lifecycle.Manager, id string) (*sandbox.State, *link.Client) {
 	b.Helper()
 	ctx := context.Background()
 	st, err := m.Create(ctx, id, sandbox.CreateOptions{})

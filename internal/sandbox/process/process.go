@@ -5,45 +5,27 @@
 // only protections are a scrubbed environment and file operations confined
 // to the neuron's workspace.
 //
-// On disk, per neuron:
-//
-//	overlays/<id>/.neuron.json   state (written before boot with pending=true)
-//	overlays/<id>/.lock          ownership lock (flock)
-//	overlays/<id>/.mode          "process": which mode made this overlay
-//	overlays/<id>/home/          $HOME of the neuron's commands
-//	overlays/<id>/home/workspace the workdir and the root of file operations
-//	sockets/<id>/                channel directory (0700): one socket per host process
-//	logs/neurons/<id>.log        the agent's own log
+// Its overlay holds home/ (the commands' $HOME), home/workspace (the
+// workdir, and the root of file operations) and tmp/ ($TMPDIR); the common
+// lifecycle (internal/sandbox/internal/lifecycle) does the rest.
 package process
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
-	"time"
 
-	"golang.org/x/sys/unix"
-
-	"github.com/nsys-cortex/cortex/internal/ids"
 	"github.com/nsys-cortex/cortex/internal/layout"
-	"github.com/nsys-cortex/cortex/internal/link"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
-	"github.com/nsys-cortex/cortex/internal/store"
+	"github.com/nsys-cortex/cortex/internal/sandbox/internal/lifecycle"
 )
 
 // Mode is this backend's name.
 const Mode = "process"
-
-// pendingSweepAge is how old a pending state must be before another process
-// kills its agent as an orphan, even if its creator still holds the lock.
-const pendingSweepAge = 60 * time.Second
 
 // Backend registers process mode.
 func Backend() sandbox.Backend {
@@ -54,60 +36,77 @@ func Backend() sandbox.Backend {
 	}
 }
 
-// Manager runs process-mode neurons.
-type Manager struct {
-	env sandbox.Env
-	lay layout.Layout
+// New returns a process-mode manager.
+func New(env sandbox.Env) *lifecycle.Manager { return lifecycle.New(env, runtime{}) }
 
-	mu      sync.Mutex
-	neurons map[string]*neuron // the neurons this process holds
-	connMu  sync.Mutex         // one Connect at a time, so a neuron gets one channel
-	// wg tracks disconnect handlers. The goroutine that reaps an agent this
-	// process started is owned by that agent: it ends when the agent does.
-	wg sync.WaitGroup
-}
+var _ sandbox.Manager = (*lifecycle.Manager)(nil)
+var _ sandbox.OrphanCleaner = (*lifecycle.Manager)(nil)
 
-// neuron is a neuron this process holds: its channel, its lock, and (when
-// this process started it) the agent process.
-type neuron struct {
-	id    string
-	link  *link.Link
-	lock  *store.Lock
-	state *sandbox.State
-	// exited is closed when the agent this process started has been reaped.
-	exited chan struct{}
-	// refused receives why a connecting agent failed the handshake.
-	refused chan error
-}
+// runtime is process mode's part of the lifecycle.
+type runtime struct{}
 
-var _ sandbox.Manager = (*Manager)(nil)
-var _ sandbox.OrphanCleaner = (*Manager)(nil)
+func (runtime) Mode() string { return Mode }
 
-// New returns a manager over env.Layout.
-func New(env sandbox.Env) *Manager {
-	return &Manager{env: env, lay: env.Layout, neurons: map[string]*neuron{}}
-}
-
-// Mode returns "process".
-func (m *Manager) Mode() string { return Mode }
-
-func (m *Manager) overlay(id string) string   { return m.lay.OverlayDir(id) }
-func (m *Manager) stateFile(id string) string { return filepath.Join(m.overlay(id), ".neuron.json") }
-func (m *Manager) home(id string) string      { return filepath.Join(m.overlay(id), "home") }
-func (m *Manager) workdir(id string) string   { return filepath.Join(m.home(id), "workspace") }
-func (m *Manager) socketDir(id string) string { return m.lay.ChannelDir(Mode, id) }
-func (m *Manager) logFile(id string) string {
-	return filepath.Join(m.lay.LogsDir(), "neurons", id+".log")
-}
-func (m *Manager) lockFor(id string) *store.Lock {
-	return store.NewLock(filepath.Join(m.overlay(id), ".lock"))
-}
-
-func validID(id string) error {
-	if err := ids.Validate(id); err != nil {
-		return &sandbox.InvalidError{Reason: err.Error()}
+func (runtime) Allow() error {
+	if !sandbox.AllowInsecure() {
+		return &sandbox.UnavailableError{Mode: Mode, Reason: "process mode is not a security boundary: commands run as you " +
+			"and can read your files. Set NSYS_CORTEX_ALLOW_INSECURE_DEV=1 to acknowledge that, or use an isolating mode"}
 	}
 	return nil
+}
+
+func home(lay layout.Layout, id string) string { return filepath.Join(lay.OverlayDir(id), "home") }
+
+func (runtime) Workdir(lay layout.Layout, id string) string {
+	return filepath.Join(home(lay, id), "workspace")
+}
+
+// Prepare makes the workspace and tmp directories. Process mode enforces no
+// policy: a network or resource policy other than the defaults is refused.
+func (r runtime) Prepare(lay layout.Layout, id string, opts sandbox.CreateOptions) error {
+	if err := opts.Refuse(Mode, "process mode isolates nothing"); err != nil {
+		return err
+	}
+	for _, d := range []string{r.Workdir(lay, id), filepath.Join(lay.OverlayDir(id), "tmp")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Start runs the agent detached from the caller's session (so it outlives
+// this process) with a scrubbed environment.
+func (r runtime) Start(req *lifecycle.StartRequest) (*exec.Cmd, error) {
+	env := sandbox.AgentEnv(os.Environ(), append([]string{
+		"HOME=" + home(req.Layout, req.ID), "TMPDIR=" + filepath.Join(req.Layout.OverlayDir(req.ID), "tmp"),
+		"NSYS_CORTEX_NEURON=" + req.ID, "SHELL=/bin/sh",
+	}, req.Options.Env...)...)
+	if !hasKey(env, "PATH") {
+		env = append(env, "PATH=/usr/local/bin:/usr/bin:/bin")
+	}
+	cmd := &exec.Cmd{
+		Path: req.AgentBin,
+		Args: []string{req.AgentBin, "--id", req.ID, "--channel-dir", req.SocketDir, "--root", req.Workdir,
+			"--workdir", req.Workdir, "--subreaper"},
+		Env: env, Dir: req.Workdir, Stdout: req.Log, Stderr: req.Log,
+		SysProcAttr: &syscall.SysProcAttr{Setsid: true},
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting %s: %w", req.AgentBin, err)
+	}
+	return cmd, nil
+}
+
+func (runtime) Released(layout.Layout, string) {}
+
+func hasKey(env []string, key string) bool {
+	for _, kv := range env {
+		if strings.HasPrefix(kv, key+"=") {
+			return true
+		}
+	}
+	return false
 }
 
 // SelfCheck reports what process mode needs: the agent binary, and the
@@ -137,433 +136,4 @@ func SelfCheck(_ context.Context, env sandbox.Env) sandbox.Check {
 		c.Summary = "ready (no isolation: development only)"
 	}
 	return c
-}
-
-// readMode returns the mode recorded in an overlay ("" when none).
-func (m *Manager) readMode(id string) string {
-	b, err := os.ReadFile(filepath.Join(m.overlay(id), ".mode"))
-	if err != nil {
-		return ""
-	}
-	return strings.TrimSpace(string(b))
-}
-
-// ownOverlay reports whether the overlay of id exists and belongs to this mode.
-func (m *Manager) ownOverlay(id string) (exists, mine bool) {
-	if _, err := os.Stat(m.overlay(id)); err != nil {
-		return false, false
-	}
-	md := m.readMode(id)
-	return true, md == Mode || md == ""
-}
-
-func (m *Manager) readState(id string) (*sandbox.State, error) {
-	var st sandbox.State
-	if err := store.ReadJSON(m.stateFile(id), &st); err != nil {
-		return nil, err
-	}
-	return &st, nil
-}
-
-func (m *Manager) writeState(st *sandbox.State) error {
-	return store.WriteJSON(m.stateFile(st.ID), st, 0o600)
-}
-
-// Create starts neuron id.
-func (m *Manager) Create(ctx context.Context, id string, opts sandbox.CreateOptions) (*sandbox.State, error) {
-	if err := validID(id); err != nil {
-		return nil, err
-	}
-	if !sandbox.AllowInsecure() {
-		return nil, &sandbox.UnavailableError{Mode: Mode, Reason: "process mode is not a security boundary: commands run as you " +
-			"and can read your files. Set NSYS_CORTEX_ALLOW_INSECURE_DEV=1 to acknowledge that, or use an isolating mode"}
-	}
-	for _, kv := range opts.Env {
-		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
-			return nil, &sandbox.InvalidError{Reason: fmt.Sprintf("environment entry %q is not KEY=VALUE", kv)}
-		}
-	}
-	bin, err := m.env.AgentBinary()
-	if err != nil {
-		return nil, &sandbox.UnavailableError{Mode: Mode, Reason: err.Error()}
-	}
-	if exists, mine := m.ownOverlay(id); exists && !mine {
-		return nil, &sandbox.InvalidError{Reason: fmt.Sprintf("neuron %q holds data of mode %s: create it with --mode %s, or destroy it with --wipe first",
-			id, m.readMode(id), m.readMode(id))}
-	}
-	if err := os.MkdirAll(m.overlay(id), 0o700); err != nil {
-		return nil, fmt.Errorf("overlay of %s: %w", id, err)
-	}
-	m.mu.Lock()
-	n := m.neurons[id]
-	if n != nil && store.Alive(n.state.PID, n.state.PIDStart) {
-		st := n.state.Copy()
-		m.mu.Unlock()
-		return nil, &sandbox.AlreadyRunningError{State: st}
-	}
-	if n != nil {
-		delete(m.neurons, id) // a corpse this process held: let go of it
-	}
-	m.mu.Unlock()
-	lock := m.lockFor(id)
-	if n != nil {
-		n.link.Close()
-		lock = n.lock
-	}
-	got, err := lock.TryExclusive()
-	// A holder may be letting go right now (its agent died): give it a moment.
-	for i := 0; err == nil && !got && i < 50; i++ {
-		time.Sleep(10 * time.Millisecond)
-		got, err = lock.TryExclusive()
-	}
-	if err != nil || !got {
-		lock.Release() // a corpse's lock this process held is let go as well
-		if err != nil {
-			return nil, err
-		}
-		return nil, m.busy(ctx, id)
-	}
-	st, err := m.create(ctx, id, bin, lock, opts)
-	if err != nil {
-		lock.Release()
-		return nil, err
-	}
-	return st, nil
-}
-
-// busy explains why the lock of id is taken.
-func (m *Manager) busy(ctx context.Context, id string) error {
-	if st, err := m.Get(ctx, id); err == nil && st.Status == sandbox.StatusRunning {
-		return &sandbox.AlreadyRunningError{State: st}
-	}
-	return &sandbox.OwnedElsewhereError{ID: id, Owner: readOwner(m.overlay(id)), Reason: "another process is creating or destroying it"}
-}
-
-// create does the work of Create under the exclusive lock.
-func (m *Manager) create(ctx context.Context, id, bin string, lock *store.Lock, opts sandbox.CreateOptions) (*sandbox.State, error) {
-	// Whatever ran before: a live agent is kept, a dead or half-created one
-	// is cleared away (create replaces a corpse).
-	if old, err := m.readState(id); err == nil {
-		if store.Alive(old.PID, old.PIDStart) && !old.Pending {
-			old.Status = sandbox.StatusRunning
-			return nil, &sandbox.AlreadyRunningError{State: old}
-		}
-		m.kill(id, old.PID, old.PIDStart)
-		m.clear(id)
-	} else if !errors.Is(err, fs.ErrNotExist) {
-		m.clear(id) // a corrupt state file: the agent it named is found below
-	}
-	for _, ap := range store.FindAgents(m.lay.SocketsDir()) {
-		if ap.ID == id && ap.ChannelDir == m.socketDir(id) {
-			m.kill(id, ap.PID, 0) // an agent whose state file was lost
-		}
-	}
-
-	if err := os.WriteFile(filepath.Join(m.overlay(id), ".mode"), []byte(Mode+"\n"), 0o600); err != nil {
-		return nil, err
-	}
-	for _, d := range []string{m.workdir(id), filepath.Join(m.overlay(id), "tmp"), filepath.Dir(m.logFile(id))} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			return nil, err
-		}
-	}
-	st := &sandbox.State{ID: id, Mode: Mode, Status: sandbox.StatusPending, Pending: true, SocketDir: m.socketDir(id),
-		Workdir: m.workdir(id), OverlayPath: m.overlay(id), CreatedAt: time.Now().UTC()}
-	if err := m.writeState(st); err != nil {
-		return nil, err
-	}
-	os.RemoveAll(st.SocketDir) // sockets of hosts that are gone
-	n := &neuron{id: id, lock: lock, state: st, exited: make(chan struct{}), refused: make(chan error, 1)}
-	var err error
-	if n.link, err = m.listen(n); err != nil {
-		m.clear(id)
-		return nil, err
-	}
-	cmd, err := m.spawn(id, bin, opts.Env)
-	if err != nil {
-		n.link.Close()
-		m.clear(id)
-		return nil, &sandbox.BootError{ID: id, Reason: err.Error()}
-	}
-	st.PID = cmd.Process.Pid
-	st.PIDStart, _ = store.ProcStart(st.PID)
-	go func() {
-		cmd.Wait() // reap our child whenever it ends
-		close(n.exited)
-	}()
-	if err := m.writeState(st); err != nil {
-		m.abort(n)
-		return nil, err
-	}
-	boot := opts.BootTimeout
-	if boot <= 0 {
-		boot = sandbox.DefaultBootTimeout
-	}
-	conn, err := m.waitAgent(ctx, n, boot)
-	if err != nil {
-		m.abort(n)
-		return nil, err
-	}
-	st.Pending, st.Status = false, sandbox.StatusRunning
-	st.AgentVersion = conn.Peer().Software
-	if err := m.writeState(st); err != nil {
-		m.abort(n)
-		return nil, err
-	}
-	out := st.Copy()
-	m.hold(n)
-	return out, nil
-}
-
-// spawn starts the agent, detached from the caller's session so it outlives
-// this process, with a scrubbed environment.
-func (m *Manager) spawn(id, bin string, extraEnv []string) (*exec.Cmd, error) {
-	logf, err := os.OpenFile(m.logFile(id), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return nil, err
-	}
-	defer logf.Close() // the child has its own copy
-	env := sandbox.AgentEnv(os.Environ(), append([]string{
-		"HOME=" + m.home(id), "TMPDIR=" + filepath.Join(m.overlay(id), "tmp"),
-		"NSYS_CORTEX_NEURON=" + id, "SHELL=/bin/sh",
-	}, extraEnv...)...)
-	if !hasKey(env, "PATH") {
-		env = append(env, "PATH=/usr/local/bin:/usr/bin:/bin")
-	}
-	cmd := &exec.Cmd{
-		Path: bin,
-		Args: []string{bin, "--id", id, "--channel-dir", m.socketDir(id), "--root", m.workdir(id),
-			"--workdir", m.workdir(id), "--subreaper"},
-		Env: env, Dir: m.workdir(id), Stdout: logf, Stderr: logf,
-		SysProcAttr: &syscall.SysProcAttr{Setsid: true},
-	}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("starting %s: %w", bin, err)
-	}
-	return cmd, nil
-}
-
-func hasKey(env []string, key string) bool {
-	for _, kv := range env {
-		if strings.HasPrefix(kv, key+"=") {
-			return true
-		}
-	}
-	return false
-}
-
-// listen opens this process's socket in the neuron's channel directory.
-func (m *Manager) listen(n *neuron) (*link.Link, error) {
-	id := n.id
-	name := fmt.Sprintf("h%d-%s%s", os.Getpid(), ids.New()[1:7], ".sock")
-	l, err := link.Listen(filepath.Join(m.socketDir(id), name), link.Options{
-		Neuron: id, Software: "nsys-cortex",
-		OnEvent: func(ev link.ConnEvent) { m.onEvent(n, ev) },
-	})
-	if err != nil {
-		return nil, fmt.Errorf("channel of %s: %w", id, err)
-	}
-	return l, nil
-}
-
-// waitAgent waits for the agent to connect, giving up at once when it
-// exits, refuses the handshake, or dies.
-func (m *Manager) waitAgent(ctx context.Context, n *neuron, timeout time.Duration) (*link.Conn, error) {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	type res struct {
-		c   *link.Conn
-		err error
-	}
-	ch := make(chan res, 1)
-	go func() { c, err := n.link.WaitConnected(ctx); ch <- res{c, err} }()
-	var pidDone <-chan struct{} = n.exited
-	if pidDone == nil {
-		pidDone = watchPID(ctx, n.state.PID)
-	}
-	select {
-	case r := <-ch:
-		if r.err == nil {
-			return r.c, nil
-		}
-		if ctx.Err() != nil && errors.Is(r.err, context.DeadlineExceeded) {
-			return nil, &sandbox.BootError{ID: n.id, Reason: fmt.Sprintf("the agent (pid %d) did not connect within %s", n.state.PID, timeout), Log: m.logTail(n.id)}
-		}
-		return nil, r.err
-	case <-pidDone:
-		cancel()
-		<-ch
-		return nil, &sandbox.BootError{ID: n.id, Reason: fmt.Sprintf("the agent (pid %d) exited before it connected", n.state.PID), Log: m.logTail(n.id)}
-	case err := <-n.refused:
-		cancel()
-		<-ch
-		return nil, &sandbox.BootError{ID: n.id, Reason: "the agent was refused: " + err.Error(), Log: m.logTail(n.id)}
-	}
-}
-
-// watchPID returns a channel closed when pid exits (or ctx ends), using a
-// pidfd so a process that is not our child can be watched without polling.
-func watchPID(ctx context.Context, pid int) <-chan struct{} {
-	done := make(chan struct{})
-	fd, err := unix.PidfdOpen(pid, 0)
-	if err != nil {
-		close(done) // no such process
-		return done
-	}
-	f := os.NewFile(uintptr(fd), "pidfd")
-	go func() {
-		defer close(done)
-		defer f.Close()
-		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
-		for ctx.Err() == nil {
-			n, err := unix.Poll(fds, 100)
-			if n > 0 || (err != nil && !errors.Is(err, unix.EINTR)) {
-				return
-			}
-		}
-	}()
-	return done
-}
-
-// logTail returns the last lines of the agent's log.
-func (m *Manager) logTail(id string) string {
-	b, err := os.ReadFile(m.logFile(id))
-	if err != nil || len(b) == 0 {
-		return ""
-	}
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	return "  " + strings.Join(lines[max(0, len(lines)-10):], "\n  ")
-}
-
-// abort undoes a failed create: the agent is killed and the state cleared.
-func (m *Manager) abort(n *neuron) {
-	n.link.Close()
-	m.kill(n.id, n.state.PID, n.state.PIDStart)
-	m.clear(n.id)
-}
-
-// hold records n as held by this process; the exclusive lock taken for the
-// create is downgraded to shared unless this process owns neurons exclusively.
-func (m *Manager) hold(n *neuron) {
-	if !m.env.Exclusive {
-		n.lock.TryShared()
-	} else {
-		writeOwner(m.overlay(n.id))
-	}
-	m.mu.Lock()
-	if old := m.neurons[n.id]; old != nil && old != n {
-		old.link.Close()
-		old.lock.Release()
-	}
-	m.neurons[n.id] = n
-	m.mu.Unlock()
-}
-
-// onEvent handles the agent connecting, failing the handshake, and
-// disconnecting.
-func (m *Manager) onEvent(n *neuron, ev link.ConnEvent) {
-	id := n.id
-	if ev.Kind == link.Refused {
-		select {
-		case n.refused <- ev.Err:
-		default:
-		}
-		return
-	}
-	if ev.Kind != link.Disconnected {
-		return
-	}
-	m.mu.Lock()
-	held := m.neurons[id] == n
-	pid, start := n.state.PID, n.state.PIDStart
-	m.mu.Unlock()
-	if !held {
-		return // not held yet (a create in progress handles it) or already let go
-	}
-	m.wg.Add(1)
-	go func() {
-		defer m.wg.Done()
-		// A dying agent closes its sockets before it is gone: give it a moment.
-		for i := 0; i < 100 && store.Alive(pid, start); i++ {
-			time.Sleep(5 * time.Millisecond)
-		}
-		if store.Alive(pid, start) {
-			return // alive: it redials (or Connect will say it cannot)
-		}
-		m.mu.Lock()
-		mine := m.neurons[id] == n
-		if mine {
-			delete(m.neurons, id)
-		}
-		m.mu.Unlock()
-		if !mine {
-			return // not held yet (a create in progress handles it) or already let go
-		}
-		n.link.Close()
-		m.releaseDead(id, n.lock)
-		n.lock.Release()
-	}()
-}
-
-// releaseDead frees the state file and channel directory of a neuron whose
-// agent died, unless another process is in the middle of creating it. lock
-// is the neuron's lock as this process holds it (or an unheld one).
-func (m *Manager) releaseDead(id string, lock *store.Lock) {
-	st, err := m.readState(id)
-	if err != nil || store.Alive(st.PID, st.PIDStart) {
-		return
-	}
-	if lock.Held() == unix.LOCK_EX {
-		m.bury(id, st.PID)
-		m.clear(id)
-		return
-	}
-	if ok, _ := lock.TryExclusive(); ok {
-		m.bury(id, st.PID)
-		m.clear(id)
-	}
-}
-
-// clear removes a neuron's state file and channel directory (not its data).
-func (m *Manager) clear(id string) {
-	os.Remove(m.stateFile(id))
-	os.RemoveAll(m.socketDir(id))
-}
-
-// kill ends agent pid (if it is still the process that started at start):
-// SIGTERM lets it end its children, SIGKILL follows after a grace period.
-// Then whatever the agent's commands left behind is killed too (bury), so
-// neither a forced kill nor an agent that died earlier leaves them running.
-func (m *Manager) kill(id string, pid int, start uint64) {
-	defer m.bury(id, pid)
-	if !store.Alive(pid, start) {
-		return
-	}
-	syscall.Kill(pid, syscall.SIGTERM)
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
-		if !store.Alive(pid, start) {
-			return
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	syscall.Kill(pid, syscall.SIGKILL)
-	for i := 0; i < 200 && store.Alive(pid, start); i++ {
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
-// bury kills the processes a dead agent of neuron id left behind: the
-// members of the session it led that carry the neuron's mark in their
-// environment (both checks, so a reused pid never costs a stranger).
-func (m *Manager) bury(id string, agentPID int) {
-	if agentPID <= 0 {
-		return
-	}
-	mark := "NSYS_CORTEX_NEURON=" + id
-	for _, p := range store.SessionMembers(agentPID) {
-		if store.HasEnv(p, mark) {
-			syscall.Kill(p, syscall.SIGKILL)
-		}
-	}
 }

@@ -19,13 +19,14 @@ import (
 	"github.com/nsys-cortex/cortex/internal/link"
 	"github.com/nsys-cortex/cortex/internal/protocol"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
+	"github.com/nsys-cortex/cortex/internal/sandbox/internal/lifecycle"
 	"github.com/nsys-cortex/cortex/internal/sandbox/process"
 	"github.com/nsys-cortex/cortex/internal/sandbox/sandboxtest"
 	"github.com/nsys-cortex/cortex/internal/store"
 )
 
 // newManager returns a process manager over a fresh short home.
-func newManager(t *testing.T) (*process.Manager, sandbox.Env) {
+func newManager(t *testing.T) (*lifecycle.Manager, sandbox.Env) {
 	t.Helper()
 	lay, err := layout.New(filepath.Join(sandboxtest.ShortTempDir(t), "h"), "")
 	if err != nil {

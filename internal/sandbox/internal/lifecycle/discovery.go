@@ -1,4 +1,4 @@
-package process
+package lifecycle
 
 import (
 	"context"
@@ -103,7 +103,7 @@ func (m *Manager) inspect(id string) *sandbox.State {
 
 // stopped is the state of a neuron of which only the overlay exists.
 func (m *Manager) stopped(id string) *sandbox.State {
-	st := &sandbox.State{ID: id, Mode: Mode, Status: sandbox.StatusStopped, Workdir: m.workdir(id), OverlayPath: m.overlay(id)}
+	st := &sandbox.State{ID: id, Mode: m.rt.Mode(), Status: sandbox.StatusStopped, Workdir: m.workdir(id), OverlayPath: m.overlay(id)}
 	if fi, err := os.Stat(filepath.Join(m.overlay(id), ".mode")); err == nil {
 		st.CreatedAt = fi.ModTime().UTC()
 	}

@@ -1,0 +1,44 @@
+package lifecycle
+
+import (
+	"os"
+	"os/exec"
+
+	"github.com/nsys-cortex/cortex/internal/layout"
+	"github.com/nsys-cortex/cortex/internal/sandbox"
+)
+
+// LegacyMode is the mode an overlay without a .mode marker belongs to.
+const LegacyMode = "process"
+
+// Runtime is what a backend adds to the common lifecycle: its overlay
+// layout and how its agent starts.
+type Runtime interface {
+	// Mode names the backend.
+	Mode() string
+	// Allow says whether the backend may create a neuron now (nil) or why not.
+	Allow() error
+	// Workdir is the neuron's workdir as the neuron sees it.
+	Workdir(lay layout.Layout, id string) string
+	// Prepare makes the neuron's overlay ready under lay.OverlayDir(id) and
+	// refuses options the backend cannot enforce.
+	Prepare(lay layout.Layout, id string, opts sandbox.CreateOptions) error
+	// Start starts the agent detached from the caller (its own session) and
+	// returns the process whose pid stands for the neuron: killing it ends
+	// the neuron. Its stdout and stderr go to req.Log.
+	Start(req *StartRequest) (*exec.Cmd, error)
+	// Released is called once a neuron's agent is gone for good (destroyed,
+	// dead and cleared): the runtime frees what it held for it.
+	Released(lay layout.Layout, id string)
+}
+
+// StartRequest is everything Start needs.
+type StartRequest struct {
+	ID        string
+	Layout    layout.Layout
+	AgentBin  string
+	SocketDir string // host path of the channel directory
+	Workdir   string // as the neuron sees it
+	Log       *os.File
+	Options   sandbox.CreateOptions
+}
