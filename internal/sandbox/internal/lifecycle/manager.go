@@ -15,7 +15,6 @@
 //	logs/neurons/<id>.log        the agent's own log
 package lifecycle
 
-
 import (
 	"context"
 	"errors"
