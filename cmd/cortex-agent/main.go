@@ -9,9 +9,11 @@ import (
 	"log"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/nsys-cortex/cortex/internal/agent"
+	"github.com/nsys-cortex/cortex/internal/agent/confine"
 	"github.com/nsys-cortex/cortex/internal/protocol"
 )
 
@@ -19,6 +21,18 @@ import (
 var version = "dev"
 
 func main() {
+	// "cortex-agent init" is PID 1 of a namespace sandbox (see confine.Init).
+	if len(os.Args) > 1 && os.Args[1] == "init" {
+		os.Exit(confine.Init())
+	}
+	// "cortex-agent probe DIR" is nsbox's self-check of overlayfs.
+	if len(os.Args) == 3 && os.Args[1] == "probe" {
+		if err := confine.Probe(os.Args[2]); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		return
+	}
 	var cfg agent.Config
 	showVersion := flag.Bool("version", false, "print the version and exit")
 	flag.StringVar(&cfg.ID, "id", "", "the neuron id this agent serves")
@@ -27,6 +41,7 @@ func main() {
 	flag.StringVar(&cfg.Root, "root", "/", "confine file operations to this directory")
 	flag.StringVar(&cfg.Workdir, "workdir", "", "default working directory (default: the root)")
 	flag.BoolVar(&cfg.Subreaper, "subreaper", false, "adopt orphaned descendants so shutdown ends them")
+	confined := flag.Bool(strings.TrimPrefix(protocol.ConfineFlag, "--"), false, "confine this process (no_new_privs, seccomp, Landlock) before serving")
 	flag.Parse()
 	if *showVersion {
 		fmt.Printf("cortex-agent %s (protocol %s)\n", version, protocol.Version())
@@ -35,6 +50,12 @@ func main() {
 	if flag.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "cortex-agent: unexpected arguments %q\n", flag.Args())
 		os.Exit(2)
+	}
+	if *confined {
+		if err := confine.Apply(); err != nil {
+			fmt.Fprintf(os.Stderr, "cortex-agent: %v\n", err)
+			os.Exit(1)
+		}
 	}
 	cfg.Version = version
 	cfg.Logger = log.New(os.Stderr, "cortex-agent["+cfg.ID+"] ", log.LstdFlags|log.Lmicroseconds)

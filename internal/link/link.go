@@ -60,6 +60,14 @@ type Options struct {
 	// OnEvent is called (from the link's goroutines, one at a time) when the
 	// agent connects or disconnects.
 	OnEvent func(ConnEvent)
+	// Owner, when set, is given the socket and its directory, for an agent
+	// that runs as another user (a sandbox's unprivileged uid).
+	Owner *Owner
+}
+
+// Owner is a uid and gid.
+type Owner struct {
+	UID, GID int
 }
 
 // Link is the host end of one neuron's channel in this process: a Unix
@@ -105,6 +113,15 @@ func Listen(path string, o Options) (*Link, error) {
 		ln.Close()
 		os.Remove(tmp)
 		return nil, err
+	}
+	if o.Owner != nil {
+		for _, p := range []string{dir, tmp} {
+			if err := os.Lchown(p, o.Owner.UID, o.Owner.GID); err != nil {
+				ln.Close()
+				os.Remove(tmp)
+				return nil, fmt.Errorf("giving %s to uid %d: %w", p, o.Owner.UID, err)
+			}
+		}
 	}
 	if err := os.Rename(tmp, path); err != nil {
 		ln.Close()

@@ -84,17 +84,16 @@ func testExec(t *testing.T, f *fixture) {
 	})
 	t.Run("Cancel", func(t *testing.T) {
 		cctx, cancel := context.WithCancel(ctx)
-		go func() { time.Sleep(100 * time.Millisecond); cancel() }()
-		_, err := c.Exec(cctx, &link.ExecRequest{Command: sh("echo $$ > cancelled.pid; exec sleep 30"), Timeout: link.NoTimeout})
+		sleeper := uniqueSleep()
+		go func() {
+			waitFor(t, 5*time.Second, "the command to start", func() bool { return len(hostProcesses(sleeper)) > 0 })
+			cancel()
+		}()
+		_, err := c.Exec(cctx, &link.ExecRequest{Command: sh("exec " + strings.Join(sleeper, " ")), Timeout: link.NoTimeout})
 		if err == nil {
 			t.Fatal("cancelled exec returned no error")
 		}
-		pidb, err := c.ReadFile(ctx, "cancelled.pid")
-		if err != nil {
-			t.Fatal(err)
-		}
-		pid := parsePID(t, pidb)
-		waitFor(t, 5*time.Second, "the cancelled command to be killed", func() bool { return !alive(pid) })
+		waitFor(t, 5*time.Second, "the cancelled command to be killed", func() bool { return len(hostProcesses(sleeper)) == 0 })
 	})
 	t.Run("StdinBodyAndStream", func(t *testing.T) {
 		res := run(t, &link.ExecRequest{Command: sh("tr a-z A-Z"), Stdin: strings.NewReader("shout")})

@@ -74,24 +74,13 @@ func testDeath(t *testing.T, f *fixture) {
 		t.Fatal(err)
 	}
 	// A long command is pending when the agent dies.
-	started := make(chan struct{})
+	sleeper := uniqueSleep()
 	done := make(chan error, 1)
 	go func() {
-		close(started)
-		_, err := c.Exec(context.Background(), &link.ExecRequest{Command: sh("echo $$ > sleeper.pid; exec sleep 60"), Timeout: link.NoTimeout})
+		_, err := c.Exec(context.Background(), &link.ExecRequest{Command: sh("exec " + strings.Join(sleeper, " ")), Timeout: link.NoTimeout})
 		done <- err
 	}()
-	<-started
-	waitFor(t, 5*time.Second, "the sleeper to start", func() bool { ok, _ := c.Exists(ctx, "sleeper.pid"); return ok })
-	var sleeper int
-	waitFor(t, 5*time.Second, "the sleeper's pid", func() bool {
-		b, _ := c.ReadFile(ctx, "sleeper.pid")
-		if len(strings.TrimSpace(string(b))) == 0 {
-			return false
-		}
-		sleeper = parsePID(t, b)
-		return true
-	})
+	waitFor(t, 5*time.Second, "the sleeper to start", func() bool { return len(hostProcesses(sleeper)) > 0 })
 	killed := time.Now()
 	f.kill(st)
 	select {
@@ -113,7 +102,7 @@ func testDeath(t *testing.T, f *fixture) {
 		st, err := m.Get(ctx, "mortal")
 		return err == nil && st.Status == sandbox.StatusStopped
 	})
-	waitFor(t, 5*time.Second, "the agent's command to die with it", func() bool { return !alive(sleeper) })
+	waitFor(t, 5*time.Second, "the agent's command to die with it", func() bool { return len(hostProcesses(sleeper)) == 0 })
 	if _, err := m.Connect(ctx, "mortal"); !sandbox.IsNotRunning(err) {
 		t.Fatalf("connect to a dead neuron: %v, want NotRunningError", err)
 	}

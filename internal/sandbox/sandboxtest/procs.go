@@ -110,20 +110,12 @@ func testProcesses(t *testing.T, f *fixture) {
 			t.Fatalf("%q %+v %v", out.get("stdout"), end, err)
 		}
 		// A signal reaches the whole process group: the shell and its child.
-		info, err = c.ProcStart(ctx, &protocol.ProcStartArgs{Command: sh("sleep 30 & echo $! > child.pid; wait")})
+		child := uniqueSleep()
+		info, err = c.ProcStart(ctx, &protocol.ProcStartArgs{Command: sh(strings.Join(child, " ") + " & wait")})
 		if err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, 5*time.Second, "child.pid", func() bool { ok, _ := c.Exists(ctx, "child.pid"); return ok })
-		var childPID int
-		waitFor(t, 5*time.Second, "child pid written", func() bool {
-			b, _ := c.ReadFile(ctx, "child.pid")
-			if len(bytes.TrimSpace(b)) == 0 {
-				return false
-			}
-			childPID = parsePID(t, b)
-			return true
-		})
+		waitFor(t, 5*time.Second, "the child to start", func() bool { return len(hostProcesses(child)) > 0 })
 		if err := c.ProcSignal(ctx, info.PID, "TERM"); err != nil {
 			t.Fatal(err)
 		}
@@ -131,7 +123,7 @@ func testProcesses(t *testing.T, f *fixture) {
 		if err != nil || end.Running || end.Signal != "SIGTERM" {
 			t.Fatalf("after TERM: %+v %v", end, err)
 		}
-		waitFor(t, 5*time.Second, "the group's child to die", func() bool { return !alive(childPID) })
+		waitFor(t, 5*time.Second, "the group's child to die", func() bool { return len(hostProcesses(child)) == 0 })
 		if err := c.ProcSignal(ctx, info.PID, "TERM"); !protocol.HasCode(err, protocol.CodeNotFound) {
 			t.Fatalf("signal an exited process: %v, want NOT_FOUND", err)
 		}

@@ -13,8 +13,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -209,6 +211,35 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// uniqueSleep returns the argv of a sleep no other test runs: its argv
+// finds it among the host's processes whatever pid namespace it runs in.
+func uniqueSleep() []string {
+	return []string{"sleep", fmt.Sprintf("%d", 100000+int64(os.Getpid()%1000)*100+sleepSeq.Add(1))}
+}
+
+var sleepSeq atomic.Int64
+
+// hostProcesses lists the live host processes whose argv is argv.
+func hostProcesses(argv []string) []int {
+	want := strings.Join(argv, "\x00")
+	var out []int
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if err != nil || strings.TrimRight(string(b), "\x00") != want {
+			continue
+		}
+		if alive(pid) {
+			out = append(out, pid)
+		}
+	}
+	return out
 }
 
 func alive(pid int) bool {

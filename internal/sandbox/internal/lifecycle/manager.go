@@ -288,10 +288,13 @@ func (m *Manager) spawn(id, bin string, opts sandbox.CreateOptions) (*exec.Cmd, 
 func (m *Manager) listen(n *neuron) (*link.Link, error) {
 	id := n.id
 	name := fmt.Sprintf("h%d-%s%s", os.Getpid(), ids.New()[1:7], ".sock")
-	l, err := link.Listen(filepath.Join(m.socketDir(id), name), link.Options{
-		Neuron: id, Software: "nsys-cortex",
-		OnEvent: func(ev link.ConnEvent) { m.onEvent(n, ev) },
-	})
+	opts := link.Options{Neuron: id, Software: "nsys-cortex", OnEvent: func(ev link.ConnEvent) { m.onEvent(n, ev) }}
+	if so, ok := m.rt.(SocketOwner); ok {
+		if uid, gid, ok := so.SocketOwner(m.lay, id); ok {
+			opts.Owner = &link.Owner{UID: uid, GID: gid}
+		}
+	}
+	l, err := link.Listen(filepath.Join(m.socketDir(id), name), opts)
 	if err != nil {
 		return nil, fmt.Errorf("channel of %s: %w", id, err)
 	}

@@ -42,3 +42,9 @@ type StartRequest struct {
 	Log       *os.File
 	Options   sandbox.CreateOptions
 }
+
+// SocketOwner is implemented by runtimes whose agent runs as another host
+// user than the host process: the channel sockets are given to that user.
+type SocketOwner interface {
+	SocketOwner(lay layout.Layout, id string) (uid, gid int, ok bool)
+}

@@ -1,0 +1,256 @@
+package confine
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/nsys-cortex/cortex/internal/protocol"
+)
+
+// ConfigFD is the descriptor Init reads its configuration from.
+const ConfigFD = 3
+
+// Init is the whole life of the sandbox's first process: it reads the
+// configuration, builds the root, starts the agent and reaps until the agent
+// exits. It returns the exit status for os.Exit.
+func Init() int {
+	logf := func(format string, args ...any) { fmt.Fprintf(os.Stderr, "cortex-agent init: "+format+"\n", args...) }
+	f := os.NewFile(ConfigFD, "sandbox-config")
+	var cfg protocol.SandboxInit
+	err := json.NewDecoder(f).Decode(&cfg)
+	f.Close()
+	if err != nil {
+		logf("reading the sandbox configuration: %v", err)
+		return 1
+	}
+	// Nothing untrusted may ptrace or read this process's memory.
+	unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
+	if err := build(&cfg); err != nil {
+		logf("%v", err)
+		return 1
+	}
+	cmd, err := startAgent(&cfg)
+	if err != nil {
+		logf("starting the agent: %v", err)
+		return 1
+	}
+	return supervise(cmd.Process.Pid)
+}
+
+// build makes the neuron's root and moves into it.
+func build(cfg *protocol.SandboxInit) error {
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return fmt.Errorf("mount: making / private: %w", err)
+	}
+	root := cfg.Root.Target
+	if err := mountOverlay(cfg.Root, root); err != nil {
+		return err
+	}
+	for _, o := range cfg.Overlays {
+		if err := mountOverlay(o, filepath.Join(root, o.Target)); err != nil {
+			return err
+		}
+	}
+	if err := mountSpecial(cfg, root); err != nil {
+		return err
+	}
+	for _, b := range cfg.Binds {
+		if err := bind(b, root); err != nil {
+			return err
+		}
+	}
+	if err := unix.Sethostname([]byte(cfg.Hostname)); err != nil {
+		return fmt.Errorf("hostname: %w", err)
+	}
+	if cfg.Network == "none" {
+		if err := loopbackUp(); err != nil {
+			return fmt.Errorf("network: bringing up lo: %w", err)
+		}
+	}
+	return pivot(root)
+}
+
+func mountOverlay(o protocol.OverlayMount, target string) error {
+	if len(o.Lower) == 0 {
+		return fmt.Errorf("mount: overlay for %s has no lower layer", o.Target)
+	}
+	for _, p := range append(append([]string{}, o.Lower...), o.Upper, o.Work) {
+		if strings.ContainsAny(p, ",:") {
+			return fmt.Errorf("mount: overlay path %q holds ',' or ':'", p)
+		}
+	}
+	data := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,userxattr", strings.Join(o.Lower, ":"), o.Upper, o.Work)
+	if err := os.MkdirAll(target, 0o755); err != nil {
+		return fmt.Errorf("mount: %s: %w", target, err)
+	}
+	if err := unix.Mount("overlay", target, "overlay", 0, data); err != nil {
+		return fmt.Errorf("mount: overlay on %s (%s): %w", o.Target, data, err)
+	}
+	return nil
+}
+
+// mountSpecial mounts /proc, a minimal /dev, and private /tmp and /run.
+func mountSpecial(cfg *protocol.SandboxInit, root string) error {
+	type m struct {
+		src, target, fstype string
+		flags               uintptr
+		data                string
+	}
+	tmp := "mode=1777"
+	if cfg.TmpBytes > 0 {
+		tmp += fmt.Sprintf(",size=%d", cfg.TmpBytes)
+	}
+	mounts := []m{
+		{"proc", "/proc", "proc", unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC, ""},
+		{"tmpfs", "/dev", "tmpfs", unix.MS_NOSUID | unix.MS_STRICTATIME, "mode=755,size=65536k"},
+		{"devpts", "/dev/pts", "devpts", unix.MS_NOSUID | unix.MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620"},
+		{"tmpfs", "/dev/shm", "tmpfs", unix.MS_NOSUID | unix.MS_NODEV, "mode=1777"},
+		{"tmpfs", "/tmp", "tmpfs", unix.MS_NOSUID | unix.MS_NODEV, tmp},
+		{"tmpfs", "/run", "tmpfs", unix.MS_NOSUID | unix.MS_NODEV, "mode=755"},
+	}
+	for _, mt := range mounts {
+		target := filepath.Join(root, mt.target)
+		if err := os.MkdirAll(target, 0o755); err != nil {
+			return fmt.Errorf("mount: %s: %w", mt.target, err)
+		}
+		if err := unix.Mount(mt.src, target, mt.fstype, mt.flags, mt.data); err != nil {
+			return fmt.Errorf("mount: %s on %s: %w", mt.fstype, mt.target, err)
+		}
+	}
+	for _, dev := range []string{"null", "zero", "full", "random", "urandom", "tty"} {
+		target := filepath.Join(root, "dev", dev)
+		if err := os.WriteFile(target, nil, 0o666); err != nil {
+			return fmt.Errorf("mount: /dev/%s: %w", dev, err)
+		}
+		if err := unix.Mount("/dev/"+dev, target, "", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("mount: /dev/%s: %w", dev, err)
+		}
+	}
+	for name, target := range map[string]string{"ptmx": "pts/ptmx", "fd": "/proc/self/fd", "stdin": "/proc/self/fd/0",
+		"stdout": "/proc/self/fd/1", "stderr": "/proc/self/fd/2"} {
+		if err := os.Symlink(target, filepath.Join(root, "dev", name)); err != nil {
+			return fmt.Errorf("mount: /dev/%s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+func bind(b protocol.BindMount, root string) error {
+	target := filepath.Join(root, b.Target)
+	st, err := os.Stat(b.Source)
+	if err != nil {
+		return fmt.Errorf("mount: bind source %s: %w", b.Source, err)
+	}
+	if st.IsDir() {
+		err = os.MkdirAll(target, 0o755)
+	} else if err = os.MkdirAll(filepath.Dir(target), 0o755); err == nil {
+		err = os.WriteFile(target, nil, 0o600)
+	}
+	if err != nil {
+		return fmt.Errorf("mount: bind target %s: %w", b.Target, err)
+	}
+	if err := unix.Mount(b.Source, target, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+		return fmt.Errorf("mount: binding %s at %s: %w", b.Source, b.Target, err)
+	}
+	if b.ReadOnly {
+		if err := unix.Mount("", target, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
+			return fmt.Errorf("mount: making %s read-only: %w", b.Target, err)
+		}
+	}
+	return nil
+}
+
+// pivot makes root the root of this mount namespace and drops the old one,
+// so nothing of the host outside the declared mounts stays reachable.
+func pivot(root string) error {
+	if err := unix.Chdir(root); err != nil {
+		return fmt.Errorf("mount: %w", err)
+	}
+	if err := unix.PivotRoot(".", "."); err != nil {
+		return fmt.Errorf("mount: pivot_root: %w", err)
+	}
+	if err := unix.Unmount(".", unix.MNT_DETACH); err != nil {
+		return fmt.Errorf("mount: detaching the old root: %w", err)
+	}
+	return unix.Chdir("/")
+}
+
+// loopbackUp brings up lo in the new network namespace.
+func loopbackUp() error {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	ifr, err := unix.NewIfreq("lo")
+	if err != nil {
+		return err
+	}
+	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
+		return err
+	}
+	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP | unix.IFF_RUNNING)
+	return unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr)
+}
+
+// startAgent starts the agent in a user namespace of its own, where it is an
+// unprivileged user with no capabilities, under the rlimits.
+func startAgent(cfg *protocol.SandboxInit) (*exec.Cmd, error) {
+	for _, rl := range cfg.Rlimits {
+		lim := unix.Rlimit{Cur: rl.Value, Max: rl.Value}
+		if err := unix.Setrlimit(rl.Resource, &lim); err != nil {
+			return nil, fmt.Errorf("resource limit %d: %w", rl.Resource, err)
+		}
+	}
+	cmd := &exec.Cmd{
+		Path: "/proc/self/exe", Args: append([]string{"cortex-agent"}, cfg.AgentArgs...),
+		Env: cfg.Env, Dir: cfg.Workdir, Stdout: os.Stderr, Stderr: os.Stderr,
+		SysProcAttr: &syscall.SysProcAttr{
+			Cloneflags:                 syscall.CLONE_NEWUSER,
+			UidMappings:                []syscall.SysProcIDMap{{ContainerID: cfg.UID, HostID: cfg.OuterUID, Size: 1}},
+			GidMappings:                []syscall.SysProcIDMap{{ContainerID: cfg.GID, HostID: cfg.OuterGID, Size: 1}},
+			GidMappingsEnableSetgroups: false,
+			Credential:                 &syscall.Credential{Uid: uint32(cfg.UID), Gid: uint32(cfg.GID), NoSetGroups: true},
+			Pdeathsig:                  syscall.SIGKILL,
+		},
+	}
+	return cmd, cmd.Start()
+}
+
+// supervise reaps every process that ends up with PID 1 and passes
+// termination signals on to the agent; when the agent exits, so does the
+// sandbox (and the kernel ends whatever is left in it).
+func supervise(agent int) int {
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, unix.SIGTERM, unix.SIGINT, unix.SIGHUP)
+	go func() {
+		for s := range sigs {
+			unix.Kill(agent, s.(syscall.Signal))
+		}
+	}()
+	for {
+		var ws unix.WaitStatus
+		pid, err := unix.Wait4(-1, &ws, 0, nil)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return 1
+		}
+		if pid == agent {
+			if ws.Signaled() {
+				return 128 + int(ws.Signal())
+			}
+			return ws.ExitStatus()
+		}
+	}
+}

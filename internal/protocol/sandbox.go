@@ -1,0 +1,66 @@
+package protocol
+
+// SandboxInit is what the host hands the first process of a namespace
+// sandbox (`cortex-agent init`, PID 1 of the neuron) on file descriptor 3:
+// how to build the neuron's root, and how to start its agent. All paths
+// are host paths unless named "inside".
+type SandboxInit struct {
+	ID       string `json:"id"`
+	Hostname string `json:"hostname"`
+	// Root is the overlay that becomes "/".
+	Root OverlayMount `json:"root"`
+	// Overlays are mounted on top, at their inside Target (e.g. /usr).
+	Overlays []OverlayMount `json:"overlays,omitempty"`
+	// Binds are bind mounts of host paths at inside targets.
+	Binds []BindMount `json:"binds,omitempty"`
+	// Network is "none" (loopback only, in a new network namespace) or
+	// "full" (the host's network namespace was kept).
+	Network string `json:"network"`
+	// UID and GID are the agent's identity inside ("agent", 1000).
+	UID int `json:"uid"`
+	GID int `json:"gid"`
+	// OuterUID and OuterGID are what UID and GID map to in the sandbox's
+	// first user namespace (the agent runs in a nested one of its own).
+	OuterUID int `json:"outerUid"`
+	OuterGID int `json:"outerGid"`
+	// Rlimits are set on the agent and everything it starts.
+	Rlimits []Rlimit `json:"rlimits,omitempty"`
+	// TmpBytes sizes the private /tmp (0: the kernel's default).
+	TmpBytes int64 `json:"tmpBytes,omitempty"`
+	// AgentArgs are the agent's arguments (after the program name).
+	AgentArgs []string `json:"agentArgs"`
+	// Env is the agent's whole environment.
+	Env []string `json:"env"`
+	// Workdir is the agent's working directory, inside.
+	Workdir string `json:"workdir"`
+	// Chown lists inside paths made the agent's own when they are created.
+	Chown []string `json:"chown,omitempty"`
+}
+
+// OverlayMount is an overlayfs mount.
+type OverlayMount struct {
+	Target string   `json:"target"` // inside; "/" for the root
+	Lower  []string `json:"lower"`  // topmost first
+	Upper  string   `json:"upper"`
+	Work   string   `json:"work"`
+}
+
+// BindMount is a bind mount of a host path.
+type BindMount struct {
+	Source   string `json:"source"`
+	Target   string `json:"target"` // inside
+	ReadOnly bool   `json:"readOnly,omitempty"`
+}
+
+// Rlimit is one resource limit (RLIMIT_* number, soft = hard).
+type Rlimit struct {
+	Resource int    `json:"resource"`
+	Value    uint64 `json:"value"`
+}
+
+// Agent flags a sandbox adds for its agent.
+const (
+	// ConfineFlag makes the agent confine itself (no_new_privs, seccomp,
+	// Landlock where the kernel has it) before it serves anything.
+	ConfineFlag = "--confine"
+)

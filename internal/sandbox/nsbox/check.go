@@ -1,0 +1,107 @@
+package nsbox
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+
+	"github.com/nsys-cortex/cortex/internal/sandbox"
+)
+
+// probeResult is what this machine offers nsbox, one item a capability.
+type probeResult struct {
+	userns, overlay, seccomp, landlock, cgroups, egress sandbox.CheckItem
+}
+
+var probes sync.Map // home -> *probeResult
+
+// probe checks this machine once per process (and home).
+func probe(env sandbox.Env) *probeResult {
+	if p, ok := probes.Load(env.Layout.Home); ok {
+		return p.(*probeResult)
+	}
+	p := runProbe(env)
+	probes.Store(env.Layout.Home, p)
+	return p
+}
+
+func runProbe(env sandbox.Env) *probeResult {
+	p := &probeResult{
+		userns:   sandbox.CheckItem{Name: "user namespaces"},
+		overlay:  sandbox.CheckItem{Name: "overlayfs in a user namespace"},
+		seccomp:  sandbox.CheckItem{Name: "seccomp"},
+		landlock: sandbox.CheckItem{Name: "Landlock"},
+		cgroups:  sandbox.CheckItem{Name: "cgroups"},
+		egress:   sandbox.CheckItem{Name: "network egress allow-lists"},
+	}
+	bin, err := env.AgentBinary()
+	if err != nil {
+		p.userns.Detail = err.Error()
+		p.overlay.Detail = "needs the agent"
+	} else {
+		p.userns, p.overlay = probeNamespaces(env, bin)
+	}
+	if b, err := os.ReadFile("/proc/self/status"); err == nil && bytes.Contains(b, []byte("\nSeccomp:")) {
+		p.seccomp.OK, p.seccomp.Detail = true, "filter mode available"
+	} else {
+		p.seccomp.Detail = "the kernel reports no seccomp support"
+	}
+	if lsm, err := os.ReadFile("/sys/kernel/security/lsm"); err == nil && bytes.Contains(lsm, []byte("landlock")) {
+		p.landlock.Detail = "the kernel has Landlock, but this build does not apply it yet; the namespaces and seccomp are the boundary"
+	} else {
+		p.landlock.Detail = "not in this kernel (or securityfs is not mounted); the namespaces and seccomp are the boundary"
+	}
+	if cg := detectCgroups(); cg != nil {
+		p.cgroups.OK, p.cgroups.Detail = true, cg.describe()+": memory, process and CPU ceilings"
+	} else {
+		p.cgroups.Detail = "none usable (v2 needs memory and pids delegated; v1 needs root): process ceilings by RLIMIT_NPROC, memory only by RLIMIT_AS when asked, no CPU limit"
+	}
+	p.egress.Detail = "not in this build: network none (default) and full work; egress with an allow-list is refused"
+	return p
+}
+
+// probeNamespaces starts `cortex-agent probe` in new user, mount and pid
+// namespaces, which mounts an overlay there.
+func probeNamespaces(env sandbox.Env, bin string) (userns, overlay sandbox.CheckItem) {
+	userns = sandbox.CheckItem{Name: "user namespaces"}
+	overlay = sandbox.CheckItem{Name: "overlayfs in a user namespace"}
+	base := env.Layout.Overlays
+	if err := os.MkdirAll(base, 0o755); err != nil {
+		base = os.TempDir()
+	}
+	dir, err := os.MkdirTemp(base, ".nsbox-probe-")
+	if err != nil {
+		userns.Detail = err.Error()
+		return
+	}
+	defer os.RemoveAll(dir)
+	var out bytes.Buffer
+	cmd := exec.Command(bin, "probe", filepath.Join(dir, "p"))
+	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Cloneflags:  syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID,
+		UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getuid(), Size: 1}},
+		GidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getgid(), Size: 1}},
+	}
+	if err := cmd.Start(); err != nil {
+		userns.Detail = fmt.Sprintf("cannot create one: %v (check kernel.unprivileged_userns_clone and user.max_user_namespaces)", err)
+		overlay.Detail = "needs user namespaces"
+		return
+	}
+	userns.OK, userns.Detail = true, "available"
+	if err := cmd.Wait(); err != nil {
+		overlay.Detail = strings.TrimSpace(out.String())
+		if overlay.Detail == "" {
+			overlay.Detail = err.Error()
+		}
+		overlay.Detail += " (needs Linux 5.11 or newer)"
+		return
+	}
+	overlay.OK, overlay.Detail = true, "available on "+base
+	return
+}

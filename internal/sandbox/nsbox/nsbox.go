@@ -1,0 +1,348 @@
+// Package nsbox runs each neuron in its own set of Linux namespaces (user,
+// mount, pid, network, ipc, uts) with no daemon and no image registry: the
+// default isolation on a fresh machine.
+//
+// The host starts `cortex-agent init` in new namespaces (Go clone flags; see
+// docs/nsbox.md for why not bubblewrap). As PID 1 it mounts the neuron's
+// root — a read-only base (the host's /usr and an /etc subset, or an image
+// directory) under a writable overlay whose upper layer persists in
+// overlays/<id>/ — with its own /proc, a minimal /dev and a private /tmp,
+// pivots into it, and starts the agent in a nested user namespace as the
+// unprivileged user "agent" (uid 1000) with no capabilities, no_new_privs
+// and a seccomp filter. Resource ceilings come from cgroups (v2 or v1),
+// with rlimits where no cgroup can be had.
+package nsbox
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"hash/fnv"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+
+	"github.com/nsys-cortex/cortex/internal/layout"
+	"github.com/nsys-cortex/cortex/internal/protocol"
+	"github.com/nsys-cortex/cortex/internal/sandbox"
+	"github.com/nsys-cortex/cortex/internal/sandbox/internal/lifecycle"
+)
+
+// Mode is this backend's name.
+const Mode = "nsbox"
+
+// Inside identity and paths.
+const (
+	AgentUID   = 1000
+	AgentGID   = 1000
+	AgentHome  = "/home/agent"
+	Workspace  = AgentHome + "/workspace"
+	ChannelDir = "/run/nsys-cortex"
+)
+
+// Backend registers nsbox.
+func Backend() sandbox.Backend {
+	return sandbox.Backend{
+		Name: Mode, Rank: 10, Isolating: true,
+		New:       func(env sandbox.Env) (sandbox.Manager, error) { return New(env), nil },
+		SelfCheck: SelfCheck,
+	}
+}
+
+// New returns an nsbox manager.
+func New(env sandbox.Env) *lifecycle.Manager {
+	return lifecycle.New(env, &runtime{env: env})
+}
+
+var _ lifecycle.Runtime = (*runtime)(nil)
+var _ lifecycle.SocketOwner = (*runtime)(nil)
+
+type runtime struct {
+	env sandbox.Env
+	mu  sync.Mutex
+}
+
+func (r *runtime) Mode() string { return Mode }
+
+func (r *runtime) Allow() error {
+	if c := probe(r.env); !c.userns.OK {
+		return &sandbox.UnavailableError{Mode: Mode, Reason: c.userns.Detail}
+	}
+	return nil
+}
+
+func (r *runtime) Workdir(layout.Layout, string) string { return Workspace }
+
+// The neuron's overlay directory holds:
+//
+//	upper/root, work/root   the root overlay (everything outside /usr)
+//	upper/usr, work/usr     the /usr overlay (host base only)
+//	root/                   the mount point of the new root
+//	.uid                    the host uid the agent runs as
+//	.cgroups                the cgroups it was put in
+func upper(lay layout.Layout, id, layer string) string {
+	return filepath.Join(lay.OverlayDir(id), "upper", layer)
+}
+func work(lay layout.Layout, id, layer string) string {
+	return filepath.Join(lay.OverlayDir(id), "work", layer)
+}
+
+// identity is who the neuron is on the host.
+type identity struct {
+	// outer is the host uid/gid of the sandbox's PID 1: the host process's
+	// own (it must reach the home tree to mount from it).
+	outerUID, outerGID int
+	// agent is the host uid/gid the agent and its commands run as: the
+	// host process's own when it is not root; when it is root, an
+	// unprivileged uid of the neuron's own, so that nothing in a neuron is
+	// root on the host or shares a uid with another neuron.
+	agentUID, agentGID int
+}
+
+func (id identity) rootHost() bool { return id.outerUID == 0 }
+
+// neuronUID is the host uid of neuron id when the host runs as root.
+func neuronUID(id string) int {
+	h := fnv.New32a()
+	h.Write([]byte(id))
+	return 2_000_000_000 + int(h.Sum32()%1_000_000)
+}
+
+// identityOf reads (or makes) the neuron's identity; it stays the same for
+// the life of the overlay whatever the formula of later versions.
+func identityOf(lay layout.Layout, id string) (identity, error) {
+	me := identity{outerUID: os.Getuid(), outerGID: os.Getgid(), agentUID: os.Getuid(), agentGID: os.Getgid()}
+	if !me.rootHost() {
+		return me, nil
+	}
+	f := filepath.Join(lay.OverlayDir(id), ".uid")
+	if b, err := os.ReadFile(f); err == nil {
+		if n, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && n > 0 {
+			me.agentUID, me.agentGID = n, n
+			return me, nil
+		}
+	}
+	n := neuronUID(id)
+	if err := os.WriteFile(f, []byte(strconv.Itoa(n)+"\n"), 0o600); err != nil {
+		return me, err
+	}
+	me.agentUID, me.agentGID = n, n
+	return me, nil
+}
+
+// SocketOwner gives the channel to the agent's host uid when it differs.
+func (r *runtime) SocketOwner(lay layout.Layout, id string) (int, int, bool) {
+	who, err := identityOf(lay, id)
+	if err != nil || !who.rootHost() {
+		return 0, 0, false
+	}
+	return who.agentUID, who.agentGID, true
+}
+
+// Prepare checks the policy can be enforced here and lays out the overlay.
+func (r *runtime) Prepare(lay layout.Layout, id string, opts sandbox.CreateOptions) error {
+	switch opts.Network.Mode {
+	case sandbox.NetworkDefault, sandbox.NetworkNone, sandbox.NetworkFull:
+	case sandbox.NetworkEgress:
+		return &sandbox.UnenforceableError{Mode: Mode, Policy: "network egress",
+			Reason: "allow-listed egress needs the egress proxy, which this build does not have yet; use none or full"}
+	default:
+		return &sandbox.InvalidError{Reason: fmt.Sprintf("network %q: choose none, egress or full", opts.Network.Mode)}
+	}
+	if len(opts.Network.Allow) > 0 && opts.Network.Mode != sandbox.NetworkEgress {
+		return &sandbox.InvalidError{Reason: "a network allow-list goes with network egress"}
+	}
+	if _, err := r.ceilings(opts.Limits); err != nil {
+		return err
+	}
+	who, err := identityOf(lay, id)
+	if err != nil {
+		return err
+	}
+	if opts.Image != "" {
+		if st, err := os.Stat(filepath.Join(opts.Image, "bin", "sh")); err != nil || st.IsDir() {
+			return &sandbox.InvalidError{Reason: fmt.Sprintf("image %s is not a root filesystem (it has no /bin/sh)", opts.Image)}
+		}
+	} else if _, err := ensureBase(lay); err != nil {
+		return fmt.Errorf("nsbox base root: %w", err)
+	}
+	layers := []string{"root"}
+	if opts.Image == "" {
+		layers = append(layers, "usr")
+	}
+	for _, l := range layers {
+		for _, d := range []string{upper(lay, id, l), work(lay, id, l)} {
+			if err := os.MkdirAll(d, 0o755); err != nil {
+				return err
+			}
+		}
+	}
+	if err := os.MkdirAll(filepath.Join(lay.OverlayDir(id), "root"), 0o755); err != nil {
+		return err
+	}
+	// What the agent owns inside: its home, /opt, and (over the host's /usr)
+	// /usr/local, so that pip/npm-style installs land and persist.
+	owned := []string{filepath.Join(upper(lay, id, "root"), AgentHome), filepath.Join(upper(lay, id, "root"), Workspace),
+		filepath.Join(upper(lay, id, "root"), "opt")}
+	if opts.Image == "" {
+		owned = append(owned, filepath.Join(upper(lay, id, "usr"), "local"))
+	}
+	for _, d := range owned {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
+		if who.rootHost() {
+			if err := os.Lchown(d, who.agentUID, who.agentGID); err != nil {
+				return err
+			}
+		}
+	}
+	return writeNeuronEtc(filepath.Join(upper(lay, id, "root"), "etc"), id)
+}
+
+// Start starts PID 1 of the sandbox in new namespaces, puts it in its
+// cgroups, and then hands it its configuration.
+func (r *runtime) Start(req *lifecycle.StartRequest) (*exec.Cmd, error) {
+	lay, id, opts := req.Layout, req.ID, req.Options
+	who, err := identityOf(lay, id)
+	if err != nil {
+		return nil, err
+	}
+	ceil, err := r.ceilings(opts.Limits)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := r.plan(req, who, ceil)
+	if err != nil {
+		return nil, err
+	}
+	flags := uintptr(syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWUTS | syscall.CLONE_NEWIPC)
+	if cfg.Network == "none" {
+		flags |= syscall.CLONE_NEWNET
+	}
+	uids := []syscall.SysProcIDMap{{ContainerID: 0, HostID: who.outerUID, Size: 1}}
+	gids := []syscall.SysProcIDMap{{ContainerID: 0, HostID: who.outerGID, Size: 1}}
+	if who.rootHost() {
+		uids = append(uids, syscall.SysProcIDMap{ContainerID: AgentUID, HostID: who.agentUID, Size: 1})
+		gids = append(gids, syscall.SysProcIDMap{ContainerID: AgentGID, HostID: who.agentGID, Size: 1})
+		cfg.OuterUID, cfg.OuterGID = AgentUID, AgentGID
+	}
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	defer pw.Close()
+	cmd := &exec.Cmd{
+		Path: req.AgentBin,
+		// --id and --channel-dir are not read by init; they let discovery
+		// (and cleanup-orphans) recognise the neuron in /proc.
+		Args:       []string{req.AgentBin, "init", "--id", id, "--channel-dir", req.SocketDir},
+		Env:        []string{},
+		Dir:        "/",
+		Stdout:     req.Log,
+		Stderr:     req.Log,
+		ExtraFiles: []*os.File{pr},
+		SysProcAttr: &syscall.SysProcAttr{
+			Setsid:     true,
+			Cloneflags: flags,
+			// Set by the kernel for the new namespaces' first process.
+			UidMappings: uids, GidMappings: gids, GidMappingsEnableSetgroups: false,
+		},
+	}
+	err = cmd.Start()
+	pr.Close()
+	if err != nil {
+		return nil, fmt.Errorf("starting the sandbox (%s): %w", req.AgentBin, err)
+	}
+	abort := func(err error) (*exec.Cmd, error) {
+		cmd.Process.Kill()
+		cmd.Wait()
+		return nil, err
+	}
+	if ceil.cgroup != nil {
+		if err := ceil.cgroup.create(lay, id, cmd.Process.Pid); err != nil {
+			return abort(err)
+		}
+	}
+	if err := json.NewEncoder(pw).Encode(cfg); err != nil {
+		return abort(fmt.Errorf("sending the sandbox its configuration: %w", err))
+	}
+	return cmd, nil
+}
+
+// plan builds the sandbox's configuration.
+func (r *runtime) plan(req *lifecycle.StartRequest, who identity, ceil *ceilings) (*protocol.SandboxInit, error) {
+	lay, id, opts := req.Layout, req.ID, req.Options
+	cfg := &protocol.SandboxInit{
+		ID: id, Hostname: id, Network: "none", UID: AgentUID, GID: AgentGID,
+		Root: protocol.OverlayMount{Target: filepath.Join(lay.OverlayDir(id), "root"),
+			Upper: upper(lay, id, "root"), Work: work(lay, id, "root")},
+		Binds:     []protocol.BindMount{{Source: req.SocketDir, Target: ChannelDir}},
+		Rlimits:   ceil.rlimits,
+		AgentArgs: []string{"--id", id, "--channel-dir", ChannelDir, "--root", "/", "--workdir", Workspace, "--subreaper", protocol.ConfineFlag},
+		Workdir:   Workspace,
+	}
+	if opts.Network.Mode == sandbox.NetworkFull {
+		cfg.Network = "full"
+	}
+	if opts.Image != "" {
+		cfg.Root.Lower = []string{opts.Image}
+	} else {
+		base, err := ensureBase(lay)
+		if err != nil {
+			return nil, err
+		}
+		cfg.Root.Lower = []string{base}
+		for _, d := range hostTrees() {
+			layer := strings.TrimPrefix(d, "/")
+			if err := os.MkdirAll(upper(lay, id, layer), 0o755); err != nil {
+				return nil, err
+			}
+			if err := os.MkdirAll(work(lay, id, layer), 0o755); err != nil {
+				return nil, err
+			}
+			cfg.Overlays = append(cfg.Overlays, protocol.OverlayMount{Target: d, Lower: []string{d},
+				Upper: upper(lay, id, layer), Work: work(lay, id, layer)})
+		}
+	}
+	cfg.Env = sandbox.AgentEnv(nil, append([]string{
+		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+		"HOME=" + AgentHome, "USER=agent", "LOGNAME=agent", "SHELL=" + shellFor(opts.Image),
+		"LANG=C.UTF-8", "TMPDIR=/tmp", "NSYS_CORTEX_NEURON=" + id,
+	}, opts.Env...)...)
+	return cfg, nil
+}
+
+// shellFor picks bash when the root the neuron gets has it: the image's,
+// or the host's /usr.
+func shellFor(image string) string {
+	if _, err := os.Stat(filepath.Join(image, "/usr/bin/bash")); err == nil {
+		return "/bin/bash"
+	}
+	return "/bin/sh"
+}
+
+// Released frees the neuron's cgroups once its agent is gone.
+func (r *runtime) Released(lay layout.Layout, id string) { removeCgroups(lay, id) }
+
+// SelfCheck reports each capability nsbox relies on.
+func SelfCheck(_ context.Context, env sandbox.Env) sandbox.Check {
+	p := probe(env)
+	c := sandbox.Check{Mode: Mode, Items: []sandbox.CheckItem{p.userns, p.overlay, p.seccomp, p.landlock, p.cgroups, p.egress}}
+	c.OK = p.userns.OK && p.overlay.OK && p.seccomp.OK
+	switch {
+	case !p.userns.OK:
+		c.Summary = "user namespaces do not work here: " + p.userns.Detail
+	case !p.overlay.OK:
+		c.Summary = "overlayfs in a user namespace does not work here: " + p.overlay.Detail
+	case !p.seccomp.OK:
+		c.Summary = "seccomp is missing: " + p.seccomp.Detail
+	default:
+		c.Summary = "ready"
+	}
+	return c
+}

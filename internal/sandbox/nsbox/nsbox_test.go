@@ -1,0 +1,51 @@
+package nsbox_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+
+	"github.com/nsys-cortex/cortex/internal/sandbox"
+	"github.com/nsys-cortex/cortex/internal/sandbox/nsbox"
+	"github.com/nsys-cortex/cortex/internal/sandbox/sandboxtest"
+)
+
+var agentBin string
+
+func TestMain(m *testing.M) {
+	bin, err := sandboxtest.BuildAgent()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	agentBin = bin
+	os.Exit(m.Run())
+}
+
+func env(t *testing.T) sandbox.Env {
+	return sandbox.Env{AgentBinary: func() (string, error) { return agentBin, nil }}
+}
+
+// requireNsbox skips (saying why) where this machine cannot run nsbox; in
+// CI it can, and .ci/run makes sure nothing skips there.
+func requireNsbox(t *testing.T) {
+	e := env(t)
+	e.Layout.Home = sandboxtest.ShortTempDir(t)
+	e.Layout.Overlays = e.Layout.Home
+	if c := nsbox.SelfCheck(context.Background(), e); !c.OK {
+		if os.Getenv("NSYS_CORTEX_REQUIRE_NSBOX") == "1" {
+			t.Fatalf("nsbox cannot run here: %s", c.Summary)
+		}
+		t.Skipf("nsbox cannot run here: %s", c.Summary)
+	}
+}
+
+func TestConformance(t *testing.T) {
+	requireNsbox(t)
+	sandboxtest.Run(t, sandboxtest.Config{
+		New:      func(e sandbox.Env) sandbox.Manager { return nsbox.New(e) },
+		Env:      env,
+		Confined: false,
+	})
+}
