@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -43,20 +44,21 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// cli runs nsys-cortex against one home directory.
+// cli runs nsys-cortex against one home directory, in one mode.
 type cli struct {
 	t    *testing.T
 	home string
+	mode string
 	env  []string
 }
 
-func newCLI(t *testing.T) *cli {
+func newCLI(t *testing.T, mode string) *cli {
 	d, err := os.MkdirTemp("", "cx")
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &cli{t: t, home: filepath.Join(d, "h")}
-	c.env = append(os.Environ(), "NSYS_CORTEX_HOME="+c.home, "NSYS_CORTEX_ALLOW_INSECURE_DEV=1", "NSYS_CORTEX_MODE=", "NSYS_CORTEX_AGENT_BIN=")
+	c := &cli{t: t, home: filepath.Join(d, "h"), mode: mode}
+	c.env = append(os.Environ(), "NSYS_CORTEX_HOME="+c.home, "NSYS_CORTEX_ALLOW_INSECURE_DEV=1", "NSYS_CORTEX_MODE="+mode, "NSYS_CORTEX_AGENT_BIN=")
 	t.Cleanup(func() {
 		out, _, _ := c.run("", "list", "-o", "name")
 		for _, id := range strings.Fields(out) {
@@ -65,6 +67,38 @@ func newCLI(t *testing.T) *cli {
 		os.RemoveAll(d)
 	})
 	return c
+}
+
+// modes are the isolation modes this machine runs: nsbox where its
+// self-check passes (everywhere in CI), and process.
+func modes(t *testing.T) []string {
+	c := newCLI(t, "")
+	var report struct {
+		Modes []struct {
+			Mode string `json:"mode"`
+			OK   bool   `json:"ok"`
+		} `json:"modes"`
+	}
+	if err := json.Unmarshal([]byte(c.ok("doctor", "--json")), &report); err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, m := range report.Modes {
+		if m.OK {
+			out = append(out, m.Mode)
+		}
+	}
+	if os.Getenv("NSYS_CORTEX_REQUIRE_NSBOX") == "1" && !slices.Contains(out, "nsbox") {
+		t.Fatal("nsbox cannot run here")
+	}
+	return out
+}
+
+// eachMode runs f against every mode this machine runs.
+func eachMode(t *testing.T, f func(t *testing.T, c *cli)) {
+	for _, mode := range modes(t) {
+		t.Run(mode, func(t *testing.T) { f(t, newCLI(t, mode)) })
+	}
 }
 
 func (c *cli) command(args ...string) *exec.Cmd {
@@ -100,249 +134,286 @@ func (c *cli) ok(args ...string) string {
 }
 
 func TestLifecycleAcrossProcesses(t *testing.T) {
-	c := newCLI(t)
-	out, errs, code := c.run("", "create", "demo")
-	if code != 0 || out != "demo\n" || !strings.Contains(errs, "mode: process") {
-		t.Fatalf("create: %d %q %q", code, out, errs)
-	}
-	gen := strings.TrimSpace(c.ok("create"))
-	if !regexp.MustCompile(`^n[a-z0-9]{9}$`).MatchString(gen) {
-		t.Fatalf("generated id %q", gen)
-	}
-	var list []map[string]any
-	if err := json.Unmarshal([]byte(c.ok("list", "--json")), &list); err != nil || len(list) != 2 {
-		t.Fatalf("list: %v %v", list, err)
-	}
-	for _, st := range list {
-		if st["status"] != "running" || st["mode"] != "process" || st["pid"].(float64) <= 0 {
-			t.Fatalf("listed state %v", st)
+	eachMode(t, func(t *testing.T, c *cli) {
+		out, errs, code := c.run("", "create", "demo")
+		if code != 0 || out != "demo\n" || strings.Contains(errs, "mode:") {
+			t.Fatalf("create: %d %q %q", code, out, errs)
 		}
-	}
-	if name := c.ok("list", "-o", "name"); name != "demo\n"+gen+"\n" && name != gen+"\ndemo\n" {
-		t.Fatalf("list -o name: %q", name)
-	}
-	if out := c.ok("list", "--format", "{{.ID}}={{.Status}}"); !strings.Contains(out, "demo=running") {
-		t.Fatalf("--format: %q", out)
-	}
-	var status map[string]any
-	if err := json.Unmarshal([]byte(c.ok("status", "demo", "-o", "json")), &status); err != nil || status["health"] == nil {
-		t.Fatalf("status: %v %v", status, err)
-	}
-	// Again: already running is not an error and prints the id.
-	if out, errs, code := c.run("", "create", "demo"); code != 0 || out != "demo\n" || !strings.Contains(errs, "already running") {
-		t.Fatalf("create again: %d %q %q", code, out, errs)
-	}
-	c.ok("exec", "demo", "--", "sh", "-c", "echo persisted > kept.txt")
-	c.ok("destroy", "demo")
-	if out := c.ok("status", "demo", "--format", "{{.Status}}"); out != "stopped\n" {
-		t.Fatalf("after destroy: %q", out)
-	}
-	if _, errs, code := c.run("", "exec", "demo", "true"); code != 125 || !strings.Contains(errs, "not running") {
-		t.Fatalf("exec in a stopped neuron: %d %q", code, errs)
-	}
-	c.ok("create", "demo")
-	if out := c.ok("exec", "demo", "cat", "kept.txt"); out != "persisted\n" {
-		t.Fatalf("after recreate: %q", out)
-	}
-	c.ok("destroy", "--wipe", "demo", gen)
-	if _, errs, code := c.run("", "status", "demo"); code != 125 || !strings.Contains(errs, "not found") {
-		t.Fatalf("after wipe: %d %q", code, errs)
-	}
+		gen := strings.TrimSpace(c.ok("create"))
+		if !regexp.MustCompile(`^n[a-z0-9]{9}$`).MatchString(gen) {
+			t.Fatalf("generated id %q", gen)
+		}
+		var list []map[string]any
+		if err := json.Unmarshal([]byte(c.ok("list", "--json")), &list); err != nil || len(list) != 2 {
+			t.Fatalf("list: %v %v", list, err)
+		}
+		for _, st := range list {
+			if st["status"] != "running" || st["mode"] != c.mode || st["pid"].(float64) <= 0 {
+				t.Fatalf("listed state %v", st)
+			}
+		}
+		if name := c.ok("list", "-o", "name"); name != "demo\n"+gen+"\n" && name != gen+"\ndemo\n" {
+			t.Fatalf("list -o name: %q", name)
+		}
+		if out := c.ok("list", "--format", "{{.ID}}={{.Status}}"); !strings.Contains(out, "demo=running") {
+			t.Fatalf("--format: %q", out)
+		}
+		var status map[string]any
+		if err := json.Unmarshal([]byte(c.ok("status", "demo", "-o", "json")), &status); err != nil || status["health"] == nil {
+			t.Fatalf("status: %v %v", status, err)
+		}
+		// Again: already running is not an error and prints the id.
+		if out, errs, code := c.run("", "create", "demo"); code != 0 || out != "demo\n" || !strings.Contains(errs, "already running") {
+			t.Fatalf("create again: %d %q %q", code, out, errs)
+		}
+		c.ok("exec", "demo", "--", "sh", "-c", "echo persisted > kept.txt")
+		c.ok("destroy", "demo")
+		if out := c.ok("status", "demo", "--format", "{{.Status}}"); out != "stopped\n" {
+			t.Fatalf("after destroy: %q", out)
+		}
+		if _, errs, code := c.run("", "exec", "demo", "true"); code != 125 || !strings.Contains(errs, "not running") {
+			t.Fatalf("exec in a stopped neuron: %d %q", code, errs)
+		}
+		c.ok("create", "demo")
+		if out := c.ok("exec", "demo", "cat", "kept.txt"); out != "persisted\n" {
+			t.Fatalf("after recreate: %q", out)
+		}
+		c.ok("destroy", "--wipe", "demo", gen)
+		if _, errs, code := c.run("", "status", "demo"); code != 125 || !strings.Contains(errs, "not found") {
+			t.Fatalf("after wipe: %d %q", code, errs)
+		}
+	})
 }
 
 func TestExecPassesThrough(t *testing.T) {
-	c := newCLI(t)
-	c.ok("create", "ex")
-	out, errs, code := c.run("", "exec", "ex", "--", "sh", "-c", "echo out; echo err >&2; exit 3")
-	if out != "out\n" || errs != "err\n" || code != 3 {
-		t.Fatalf("%q %q %d", out, errs, code)
-	}
-	if _, _, code := c.run("", "exec", "ex", "sh", "-c", "kill -TERM $$"); code != 128+15 {
-		t.Fatalf("signal: %d", code)
-	}
-	if _, errs, code := c.run("", "exec", "ex", "no-such-cmd"); code != 127 || !strings.Contains(errs, "no-such-cmd") {
-		t.Fatalf("missing program: %d %q", code, errs)
-	}
-	if out, _, code := c.run("streamed\ninput\n", "exec", "ex", "--", "sort", "-r"); out != "streamed\ninput\n" || code != 0 {
-		t.Fatalf("stdin: %q %d", out, code)
-	}
-	if _, errs, code := c.run("", "exec", "-w", "/", "ex", "pwd"); code != 125 || !strings.Contains(errs, "PATH_ESCAPE") {
-		t.Fatalf("a working directory outside the workdir: %d %q", code, errs)
-	}
-	if out := c.ok("exec", "-e", "A=b c", "ex", "sh", "-c", "echo $A"); out != "b c\n" {
-		t.Fatalf("env: %q", out)
-	}
-	if _, errs, code := c.run("", "exec", "--timeout", "200ms", "ex", "sleep", "30"); code != 124 || !strings.Contains(errs, "--timeout") {
-		t.Fatalf("timeout: %d %q", code, errs)
-	}
-	// -t runs on a PTY even without a terminal of our own.
-	if out, _, code := c.run("", "exec", "-t", "ex", "sh", "-c", "tty; exit 4"); code != 4 || !strings.Contains(out, "/dev/pts/") {
-		t.Fatalf("-t: %d %q", code, out)
-	}
+	eachMode(t, func(t *testing.T, c *cli) {
+		c.ok("create", "ex")
+		out, errs, code := c.run("", "exec", "ex", "--", "sh", "-c", "echo out; echo err >&2; exit 3")
+		if out != "out\n" || errs != "err\n" || code != 3 {
+			t.Fatalf("%q %q %d", out, errs, code)
+		}
+		if _, _, code := c.run("", "exec", "ex", "sh", "-c", "kill -TERM $$"); code != 128+15 {
+			t.Fatalf("signal: %d", code)
+		}
+		if _, errs, code := c.run("", "exec", "ex", "no-such-cmd"); code != 127 || !strings.Contains(errs, "no-such-cmd") {
+			t.Fatalf("missing program: %d %q", code, errs)
+		}
+		if out, _, code := c.run("streamed\ninput\n", "exec", "ex", "--", "sort", "-r"); out != "streamed\ninput\n" || code != 0 {
+			t.Fatalf("stdin: %q %d", out, code)
+		}
+		if c.mode == "process" {
+			if _, errs, code := c.run("", "exec", "-w", "/", "ex", "pwd"); code != 125 || !strings.Contains(errs, "PATH_ESCAPE") {
+				t.Fatalf("a working directory outside the workdir: %d %q", code, errs)
+			}
+		} else if out := c.ok("exec", "-w", "/", "ex", "pwd"); out != "/\n" {
+			t.Fatalf("-w / in a sandbox: %q", out)
+		}
+		if out := c.ok("exec", "-e", "A=b c", "ex", "sh", "-c", "echo $A"); out != "b c\n" {
+			t.Fatalf("env: %q", out)
+		}
+		if _, errs, code := c.run("", "exec", "--timeout", "200ms", "ex", "sleep", "30"); code != 124 || !strings.Contains(errs, "--timeout") {
+			t.Fatalf("timeout: %d %q", code, errs)
+		}
+		// -t runs on a PTY even without a terminal of our own.
+		if out, _, code := c.run("", "exec", "-t", "ex", "sh", "-c", "tty; exit 4"); code != 4 || !strings.Contains(out, "/dev/pts/") {
+			t.Fatalf("-t: %d %q", code, out)
+		}
+	})
 }
 
 func TestInterruptKillsTheRemoteCommand(t *testing.T) {
-	c := newCLI(t)
-	c.ok("create", "int")
-	cmd := c.command("exec", "int", "sh", "-c", "echo $$ > sleeper.pid; exec sleep 60")
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	var pid int
-	for i := 0; i < 500 && pid == 0; i++ {
-		time.Sleep(10 * time.Millisecond)
-		out, _, code := c.run("", "exec", "int", "cat", "sleeper.pid")
-		if code == 0 {
-			pid, _ = strconv.Atoi(strings.TrimSpace(out))
+	eachMode(t, func(t *testing.T, c *cli) {
+		c.ok("create", "int")
+		marker := fmt.Sprintf("%d", 600000+os.Getpid()%100000)
+		cmd := c.command("exec", "int", "sh", "-c", "exec sleep "+marker)
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		running := func() bool { return len(hostProcesses("sleep", marker)) > 0 }
+		for i := 0; !running(); i++ {
+			if i > 500 {
+				t.Fatal("the remote command never started")
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		cmd.Process.Signal(os.Interrupt)
+		err := cmd.Wait()
+		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 130 {
+			t.Fatalf("interrupted CLI: %v", err)
+		}
+		for i := 0; running(); i++ {
+			if i > 500 {
+				t.Fatal("the remote command outlived the interrupted CLI")
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	})
+}
+
+// hostProcesses lists live host processes whose argv is argv (whatever pid
+// namespace they run in).
+func hostProcesses(argv ...string) []int {
+	want := strings.Join(argv, "\x00")
+	var out []int
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if err != nil || strings.TrimRight(string(b), "\x00") != want {
+			continue
+		}
+		if st, err := os.ReadFile("/proc/" + e.Name() + "/stat"); err == nil && !bytes.Contains(st, []byte(") Z ")) {
+			out = append(out, pid)
 		}
 	}
-	if pid == 0 {
-		t.Fatal("the remote command never started")
-	}
-	cmd.Process.Signal(os.Interrupt)
-	err := cmd.Wait()
-	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 130 {
-		t.Fatalf("interrupted CLI: %v", err)
-	}
-	for i := 0; syscall.Kill(pid, 0) == nil; i++ {
-		if i > 500 {
-			t.Fatalf("the remote command %d outlived the interrupted CLI", pid)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	return out
 }
 
 func TestCopy(t *testing.T) {
-	c := newCLI(t)
-	c.ok("create", "cp")
-	local := t.TempDir()
-	data := bytes.Repeat([]byte("0123456789"), 1_000_000) // 10 MB: several chunks
-	os.WriteFile(filepath.Join(local, "big.bin"), data, 0o640)
-	if _, errs, code := c.run("", "cp", filepath.Join(local, "big.bin"), "cp:in/"); code != 125 || !strings.Contains(errs, "does not exist") {
-		t.Fatalf("into a missing directory: %d %q", code, errs)
-	}
-	c.ok("exec", "cp", "mkdir", "in")
-	c.ok("cp", filepath.Join(local, "big.bin"), "cp:in/")
-	if out := c.ok("exec", "cp", "sh", "-c", "wc -c < in/big.bin; stat -c %a in/big.bin"); out != "10000000\n640\n" {
-		t.Fatalf("inside: %q", out)
-	}
-	c.ok("cp", "cp:in/big.bin", filepath.Join(local, "back.bin"))
-	if back, _ := os.ReadFile(filepath.Join(local, "back.bin")); !bytes.Equal(back, data) {
-		t.Fatal("copy out differs")
-	}
-	// An absolute neuron path is the path inside the neuron.
-	wd := strings.TrimSpace(c.ok("exec", "cp", "pwd"))
-	c.ok("cp", "cp:"+wd+"/in/big.bin", filepath.Join(local, "abs.bin"))
-	// Stdin and stdout.
-	if _, _, code := c.run("piped", "cp", "-", "cp:piped.txt"); code != 0 {
-		t.Fatal("cp -")
-	}
-	if out := c.ok("cp", "cp:piped.txt", "-"); out != "piped" {
-		t.Fatalf("cp to -: %q", out)
-	}
-	// Trees, both ways, symlinks kept as links.
-	os.MkdirAll(filepath.Join(local, "tree/a/b"), 0o755)
-	os.WriteFile(filepath.Join(local, "tree/a/b/f"), []byte("deep"), 0o600)
-	os.Symlink("b/f", filepath.Join(local, "tree/a/link"))
-	c.ok("cp", filepath.Join(local, "tree"), "cp:")
-	if out := c.ok("exec", "cp", "sh", "-c", "cat tree/a/b/f; readlink tree/a/link"); out != "deepb/f\n" {
-		t.Fatalf("tree in: %q", out)
-	}
-	c.ok("cp", "cp:tree", filepath.Join(local, "tree2"))
-	if b, _ := os.ReadFile(filepath.Join(local, "tree2/a/b/f")); string(b) != "deep" {
-		t.Fatalf("tree out: %q", b)
-	}
-	if target, err := os.Readlink(filepath.Join(local, "tree2/a/link")); err != nil || target != "b/f" {
-		t.Fatalf("symlink out: %q %v", target, err)
-	}
-	// Nothing is created on the host where the destination's directory is missing.
-	if _, errs, code := c.run("", "cp", "cp:piped.txt", filepath.Join(local, "no/such/x")); code != 125 || !strings.Contains(errs, "does not exist") {
-		t.Fatalf("missing host directory: %d %q", code, errs)
-	}
-	if _, err := os.Stat(filepath.Join(local, "no")); !os.IsNotExist(err) {
-		t.Fatal("cp created directories on the host")
-	}
-	// A FIFO is not a file: cp says so instead of blocking on it.
-	fifo := filepath.Join(local, "fifo")
-	syscall.Mkfifo(fifo, 0o600)
-	if _, errs, code := c.run("", "cp", fifo, "cp:"); code != 125 || !strings.Contains(errs, "not a regular file") {
-		t.Fatalf("fifo: %d %q", code, errs)
-	}
-	// Leaving the workdir is refused and names the reason.
-	if _, errs, code := c.run("", "cp", "cp:../../.neuron.json", filepath.Join(local, "x")); code != 125 || !strings.Contains(errs, "PATH_ESCAPE") {
-		t.Fatalf("escape: %d %q", code, errs)
-	}
-	if _, errs, code := c.run("", "cp", "cp:missing", local); code != 125 || !strings.Contains(errs, "NOT_FOUND") {
-		t.Fatalf("missing: %d %q", code, errs)
-	}
+	eachMode(t, func(t *testing.T, c *cli) {
+		c.ok("create", "cp")
+		local := t.TempDir()
+		data := bytes.Repeat([]byte("0123456789"), 1_000_000) // 10 MB: several chunks
+		os.WriteFile(filepath.Join(local, "big.bin"), data, 0o640)
+		if _, errs, code := c.run("", "cp", filepath.Join(local, "big.bin"), "cp:in/"); code != 125 || !strings.Contains(errs, "does not exist") {
+			t.Fatalf("into a missing directory: %d %q", code, errs)
+		}
+		c.ok("exec", "cp", "mkdir", "in")
+		c.ok("cp", filepath.Join(local, "big.bin"), "cp:in/")
+		if out := c.ok("exec", "cp", "sh", "-c", "wc -c < in/big.bin; stat -c %a in/big.bin"); out != "10000000\n640\n" {
+			t.Fatalf("inside: %q", out)
+		}
+		c.ok("cp", "cp:in/big.bin", filepath.Join(local, "back.bin"))
+		if back, _ := os.ReadFile(filepath.Join(local, "back.bin")); !bytes.Equal(back, data) {
+			t.Fatal("copy out differs")
+		}
+		// An absolute neuron path is the path inside the neuron.
+		wd := strings.TrimSpace(c.ok("exec", "cp", "pwd"))
+		c.ok("cp", "cp:"+wd+"/in/big.bin", filepath.Join(local, "abs.bin"))
+		// Stdin and stdout.
+		if _, _, code := c.run("piped", "cp", "-", "cp:piped.txt"); code != 0 {
+			t.Fatal("cp -")
+		}
+		if out := c.ok("cp", "cp:piped.txt", "-"); out != "piped" {
+			t.Fatalf("cp to -: %q", out)
+		}
+		// Trees, both ways, symlinks kept as links.
+		os.MkdirAll(filepath.Join(local, "tree/a/b"), 0o755)
+		os.WriteFile(filepath.Join(local, "tree/a/b/f"), []byte("deep"), 0o600)
+		os.Symlink("b/f", filepath.Join(local, "tree/a/link"))
+		c.ok("cp", filepath.Join(local, "tree"), "cp:")
+		if out := c.ok("exec", "cp", "sh", "-c", "cat tree/a/b/f; readlink tree/a/link"); out != "deepb/f\n" {
+			t.Fatalf("tree in: %q", out)
+		}
+		c.ok("cp", "cp:tree", filepath.Join(local, "tree2"))
+		if b, _ := os.ReadFile(filepath.Join(local, "tree2/a/b/f")); string(b) != "deep" {
+			t.Fatalf("tree out: %q", b)
+		}
+		if target, err := os.Readlink(filepath.Join(local, "tree2/a/link")); err != nil || target != "b/f" {
+			t.Fatalf("symlink out: %q %v", target, err)
+		}
+		// Nothing is created on the host where the destination's directory is missing.
+		if _, errs, code := c.run("", "cp", "cp:piped.txt", filepath.Join(local, "no/such/x")); code != 125 || !strings.Contains(errs, "does not exist") {
+			t.Fatalf("missing host directory: %d %q", code, errs)
+		}
+		if _, err := os.Stat(filepath.Join(local, "no")); !os.IsNotExist(err) {
+			t.Fatal("cp created directories on the host")
+		}
+		// A FIFO is not a file: cp says so instead of blocking on it.
+		fifo := filepath.Join(local, "fifo")
+		syscall.Mkfifo(fifo, 0o600)
+		if _, errs, code := c.run("", "cp", fifo, "cp:"); code != 125 || !strings.Contains(errs, "not a regular file") {
+			t.Fatalf("fifo: %d %q", code, errs)
+		}
+		// Leaving the workdir is refused and names the reason.
+		if c.mode == "process" {
+			if _, errs, code := c.run("", "cp", "cp:../../.neuron.json", filepath.Join(local, "x")); code != 125 || !strings.Contains(errs, "PATH_ESCAPE") {
+				t.Fatalf("escape: %d %q", code, errs)
+			}
+		} else {
+			// In a sandbox an absolute path is the neuron's own: its /etc/passwd, not the host's.
+			c.ok("cp", "cp:/etc/passwd", filepath.Join(local, "passwd"))
+			if b, _ := os.ReadFile(filepath.Join(local, "passwd")); !strings.Contains(string(b), "agent:x:1000") {
+				t.Fatalf("the neuron's /etc/passwd: %q", b)
+			}
+		}
+		if _, errs, code := c.run("", "cp", "cp:missing", local); code != 125 || !strings.Contains(errs, "NOT_FOUND") {
+			t.Fatalf("missing: %d %q", code, errs)
+		}
+	})
 }
 
 func TestBackgroundProcesses(t *testing.T) {
-	c := newCLI(t)
-	c.ok("create", "bg")
-	pid := strings.TrimSpace(c.ok("exec", "-d", "bg", "sh", "-c", "echo started; sleep 0.5; echo finished"))
-	if _, err := strconv.Atoi(pid); err != nil {
-		t.Fatalf("exec -d printed %q", pid)
-	}
-	// The CLI that started it has exited; another one follows its output.
-	if out := c.ok("logs", "-f", "bg", pid); out != "started\nfinished\n" {
-		t.Fatalf("logs -f: %q", out)
-	}
-	if out := c.ok("ps", "bg"); !strings.Contains(out, pid) || !strings.Contains(out, "exited 0") {
-		t.Fatalf("ps: %q", out)
-	}
-	long := strings.TrimSpace(c.ok("exec", "-d", "bg", "sleep", "60"))
-	c.ok("kill", "-s", "KILL", "bg", long)
-	var procs []map[string]any
-	for i := 0; i < 100; i++ {
-		json.Unmarshal([]byte(c.ok("ps", "bg", "--json")), &procs)
-		if len(procs) == 2 && procs[1]["running"] == false {
-			break
+	eachMode(t, func(t *testing.T, c *cli) {
+		c.ok("create", "bg")
+		pid := strings.TrimSpace(c.ok("exec", "-d", "bg", "sh", "-c", "echo started; sleep 0.5; echo finished"))
+		if _, err := strconv.Atoi(pid); err != nil {
+			t.Fatalf("exec -d printed %q", pid)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if procs[1]["signal"] != "SIGKILL" {
-		t.Fatalf("after kill: %v", procs)
-	}
+		// The CLI that started it has exited; another one follows its output.
+		if out := c.ok("logs", "-f", "bg", pid); out != "started\nfinished\n" {
+			t.Fatalf("logs -f: %q", out)
+		}
+		if out := c.ok("ps", "bg"); !strings.Contains(out, pid) || !strings.Contains(out, "exited 0") {
+			t.Fatalf("ps: %q", out)
+		}
+		long := strings.TrimSpace(c.ok("exec", "-d", "bg", "sleep", "60"))
+		c.ok("kill", "-s", "KILL", "bg", long)
+		var procs []map[string]any
+		for i := 0; i < 100; i++ {
+			json.Unmarshal([]byte(c.ok("ps", "bg", "--json")), &procs)
+			if len(procs) == 2 && procs[1]["running"] == false {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if procs[1]["signal"] != "SIGKILL" {
+			t.Fatalf("after kill: %v", procs)
+		}
+	})
 }
 
 func TestShellOnARealTerminal(t *testing.T) {
-	c := newCLI(t)
-	c.ok("create", "sh")
-	cmd := c.command("shell", "sh")
-	tty, err := pty.StartWithSize(cmd, &pty.Winsize{Cols: 91, Rows: 33})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tty.Close()
-	var out bytes.Buffer
-	copied := make(chan struct{})
-	go func() { io.Copy(&out, tty); close(copied) }()
-	tty.Write([]byte("stty size; echo $((40+2)); exit 7\n"))
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	select {
-	case err = <-done:
-	case <-time.After(20 * time.Second):
-		cmd.Process.Kill()
-		t.Fatalf("shell did not exit; output so far: %q", out.String())
-	}
-	tty.Close()
-	<-copied
-	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 7 {
-		t.Fatalf("shell exit: %v; output %q", err, out.String())
-	}
-	if !strings.Contains(out.String(), "42") || !strings.Contains(out.String(), "33 91") {
-		t.Fatalf("shell output: %q", out.String())
-	}
-	// Without a terminal, shell says what to do instead.
-	if _, errs, code := c.run("", "shell", "sh"); code != 125 || !strings.Contains(errs, "terminal") {
-		t.Fatalf("%d %q", code, errs)
-	}
+	eachMode(t, func(t *testing.T, c *cli) {
+		c.ok("create", "sh")
+		cmd := c.command("shell", "sh")
+		tty, err := pty.StartWithSize(cmd, &pty.Winsize{Cols: 91, Rows: 33})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tty.Close()
+		var out bytes.Buffer
+		copied := make(chan struct{})
+		go func() { io.Copy(&out, tty); close(copied) }()
+		tty.Write([]byte("stty size; echo $((40+2)); exit 7\n"))
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		select {
+		case err = <-done:
+		case <-time.After(20 * time.Second):
+			cmd.Process.Kill()
+			t.Fatalf("shell did not exit; output so far: %q", out.String())
+		}
+		tty.Close()
+		<-copied
+		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 7 {
+			t.Fatalf("shell exit: %v; output %q", err, out.String())
+		}
+		if !strings.Contains(out.String(), "42") || !strings.Contains(out.String(), "33 91") {
+			t.Fatalf("shell output: %q", out.String())
+		}
+		// Without a terminal, shell says what to do instead.
+		if _, errs, code := c.run("", "shell", "sh"); code != 125 || !strings.Contains(errs, "terminal") {
+			t.Fatalf("%d %q", code, errs)
+		}
+	})
 }
 
 func TestErrorsAreClear(t *testing.T) {
-	c := newCLI(t)
+	c := newCLI(t, "process")
 	cases := []struct {
 		args []string
 		want string
@@ -383,88 +454,100 @@ func TestErrorsAreClear(t *testing.T) {
 // An upload cut short (the CLI killed outright) leaves no temporary file
 // in the neuron, and the destination untouched.
 func TestInterruptedUploadLeavesNothing(t *testing.T) {
-	c := newCLI(t)
-	c.ok("create", "up")
-	c.ok("exec", "up", "sh", "-c", "echo old > big")
-	cmd := c.command("cp", "-", "up:big")
-	pw, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	chunk := make([]byte, 1<<20)
-	for i := 0; i < 12; i++ { // several chunks reach the neuron
-		pw.Write(chunk)
-	}
-	for i := 0; ; i++ {
-		out := c.ok("exec", "up", "sh", "-c", "ls -a | grep -c cortex- || true")
-		if strings.TrimSpace(out) != "0" {
-			break
+	eachMode(t, func(t *testing.T, c *cli) {
+		c.ok("create", "up")
+		c.ok("exec", "up", "sh", "-c", "echo old > big")
+		cmd := c.command("cp", "-", "up:big")
+		pw, err := cmd.StdinPipe()
+		if err != nil {
+			t.Fatal(err)
 		}
-		if i > 500 {
-			t.Fatal("the upload never started")
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	cmd.Process.Kill()
-	cmd.Wait()
-	for i := 0; ; i++ {
-		out := c.ok("exec", "up", "sh", "-c", "ls -a | grep -c cortex- || true")
-		if strings.TrimSpace(out) == "0" {
-			break
+		chunk := make([]byte, 1<<20)
+		for i := 0; i < 12; i++ { // several chunks reach the neuron
+			pw.Write(chunk)
 		}
-		if i > 500 {
-			t.Fatalf("temporary file left behind: %q", c.ok("exec", "up", "ls", "-la"))
+		for i := 0; ; i++ {
+			out := c.ok("exec", "up", "sh", "-c", "ls -a | grep -c cortex- || true")
+			if strings.TrimSpace(out) != "0" {
+				break
+			}
+			if i > 500 {
+				t.Fatal("the upload never started")
+			}
+			time.Sleep(10 * time.Millisecond)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	if out := c.ok("exec", "up", "cat", "big"); out != "old\n" {
-		t.Fatalf("destination changed: %q", out)
-	}
+		cmd.Process.Kill()
+		cmd.Wait()
+		for i := 0; ; i++ {
+			out := c.ok("exec", "up", "sh", "-c", "ls -a | grep -c cortex- || true")
+			if strings.TrimSpace(out) == "0" {
+				break
+			}
+			if i > 500 {
+				t.Fatalf("temporary file left behind: %q", c.ok("exec", "up", "ls", "-la"))
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		if out := c.ok("exec", "up", "cat", "big"); out != "old\n" {
+			t.Fatalf("destination changed: %q", out)
+		}
+	})
 }
 
 func TestExecOptions(t *testing.T) {
-	c := newCLI(t)
-	c.ok("create", "opt")
-	// -n: the loop's input is not eaten.
-	out, _, code := c.run("a\nb\nc\n", "exec", "-n", "opt", "cat")
-	if code != 0 || out != "" {
-		t.Fatalf("-n: %q %d", out, code)
-	}
-	// --timeout is 124, with or without -t.
-	if _, errs, code := c.run("", "exec", "--timeout", "300ms", "opt", "sleep", "30"); code != 124 || !strings.Contains(errs, "--timeout") {
-		t.Fatalf("timeout: %d %q", code, errs)
-	}
-	if _, _, code := c.run("", "exec", "-t", "--timeout", "300ms", "opt", "sleep", "30"); code != 124 {
-		t.Fatalf("-t timeout: %d", code)
-	}
-	// A missing program is 127 with a PTY too.
-	if _, errs, code := c.run("", "exec", "-t", "opt", "no-such-cmd"); code != 127 || !strings.Contains(errs, "no-such-cmd") {
-		t.Fatalf("-t missing: %d %q", code, errs)
-	}
-	for _, bad := range [][]string{
-		{"exec", "-d", "-i", "opt", "cat"}, {"exec", "-d", "--timeout", "1s", "opt", "sleep", "5"},
-		{"exec", "--timeout", "-1s", "opt", "true"}, {"exec", "-d", "-t", "opt", "sh"},
-	} {
-		if _, errs, code := c.run("", bad...); code != 125 || errs == "" {
-			t.Errorf("%v: %d %q", bad, code, errs)
+	eachMode(t, func(t *testing.T, c *cli) {
+		c.ok("create", "opt")
+		// -n: the loop's input is not eaten.
+		out, _, code := c.run("a\nb\nc\n", "exec", "-n", "opt", "cat")
+		if code != 0 || out != "" {
+			t.Fatalf("-n: %q %d", out, code)
 		}
-	}
-	// SIGTERM to the CLI is 143, and the command dies with it.
-	cmd := c.command("exec", "opt", "sleep", "60")
-	cmd.Start()
-	time.Sleep(300 * time.Millisecond)
-	cmd.Process.Signal(syscall.SIGTERM)
-	if err := cmd.Wait(); err == nil || err.(*exec.ExitError).ExitCode() != 143 {
-		t.Fatalf("SIGTERM: %v", err)
-	}
+		// --timeout is 124, with or without -t.
+		if _, errs, code := c.run("", "exec", "--timeout", "300ms", "opt", "sleep", "30"); code != 124 || !strings.Contains(errs, "--timeout") {
+			t.Fatalf("timeout: %d %q", code, errs)
+		}
+		if _, _, code := c.run("", "exec", "-t", "--timeout", "300ms", "opt", "sleep", "30"); code != 124 {
+			t.Fatalf("-t timeout: %d", code)
+		}
+		// A missing program is 127 with a PTY too.
+		if _, errs, code := c.run("", "exec", "-t", "opt", "no-such-cmd"); code != 127 || !strings.Contains(errs, "no-such-cmd") {
+			t.Fatalf("-t missing: %d %q", code, errs)
+		}
+		for _, bad := range [][]string{
+			{"exec", "-d", "-i", "opt", "cat"}, {"exec", "-d", "--timeout", "1s", "opt", "sleep", "5"},
+			{"exec", "--timeout", "-1s", "opt", "true"}, {"exec", "-d", "-t", "opt", "sh"},
+		} {
+			if _, errs, code := c.run("", bad...); code != 125 || errs == "" {
+				t.Errorf("%v: %d %q", bad, code, errs)
+			}
+		}
+		// SIGTERM to the CLI is 143, and the command dies with it.
+		cmd := c.command("exec", "opt", "sleep", "60")
+		cmd.Start()
+		time.Sleep(300 * time.Millisecond)
+		cmd.Process.Signal(syscall.SIGTERM)
+		if err := cmd.Wait(); err == nil || err.(*exec.ExitError).ExitCode() != 143 {
+			t.Fatalf("SIGTERM: %v", err)
+		}
+	})
 }
 
 // Destroy takes exact ids only: "job1" never means "job10".
+// With no mode given, create picks the best one and says which.
+func TestAutoPicksTheBestMode(t *testing.T) {
+	ms := modes(t)
+	c := newCLI(t, "")
+	out, errs, code := c.run("", "create", "auto1")
+	if code != 0 || out != "auto1\n" || !strings.Contains(errs, "mode: "+ms[0]+" (") {
+		t.Fatalf("%d %q %q (modes here: %v)", code, out, errs, ms)
+	}
+}
+
 func TestNoPrefixForNames(t *testing.T) {
-	c := newCLI(t)
+	c := newCLI(t, "process")
 	c.ok("create", "job10")
 	if _, errs, code := c.run("", "destroy", "--wipe", "job1"); code != 125 || !strings.Contains(errs, "not found") {
 		t.Fatalf("%d %q", code, errs)

@@ -3,6 +3,7 @@ package cli
 import (
 	"errors"
 	"fmt"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -16,9 +17,11 @@ import (
 )
 
 func (a *App) createCommand() *cobra.Command {
-	var mode string
-	var env []string
+	var mode, network, memory, image string
+	var env, allow []string
 	var boot time.Duration
+	var pids int
+	var cpus float64
 	cmd := &cobra.Command{
 		Use:   "create [ID]",
 		Short: "Create a neuron (or bring one back with its data); prints its id",
@@ -47,7 +50,22 @@ machine can run and says on stderr which it chose and why.`,
 			if why != "requested" {
 				fmt.Fprintf(a.Stderr, "mode: %s (%s)\n", m.Mode(), why)
 			}
-			st, err := m.Create(cmd.Context(), id, sandbox.CreateOptions{Env: env, BootTimeout: boot})
+			opts := sandbox.CreateOptions{Env: env, BootTimeout: boot, Image: image,
+				Limits: sandbox.Limits{Pids: pids, CPUs: cpus}, Network: sandbox.Network{Allow: allow}}
+			if opts.Network.Mode, err = sandbox.ParseNetworkMode(network); err != nil {
+				return err
+			}
+			if memory != "" {
+				if opts.Limits.MemoryBytes, err = parseBytes(memory); err != nil {
+					return fmt.Errorf("--memory: %w", err)
+				}
+			}
+			if image != "" {
+				if opts.Image, err = filepath.Abs(image); err != nil {
+					return err
+				}
+			}
+			st, err := m.Create(cmd.Context(), id, opts)
 			var ar *sandbox.AlreadyRunningError
 			if errors.As(err, &ar) {
 				fmt.Fprintf(a.Stderr, "%s is already running (mode %s, pid %d)", ar.State.ID, ar.State.Mode, ar.State.PID)
@@ -68,7 +86,37 @@ machine can run and says on stderr which it chose and why.`,
 	cmd.Flags().StringVar(&mode, "mode", "", "isolation mode: auto, or one of the modes doctor lists")
 	cmd.Flags().StringArrayVarP(&env, "env", "e", nil, "set KEY=VALUE in the neuron's environment, for this run of it (repeatable)")
 	cmd.Flags().DurationVar(&boot, "boot-timeout", sandbox.DefaultBootTimeout, "how long to wait for the neuron's agent")
+	cmd.Flags().StringVar(&network, "network", "", "none (loopback only; the default where enforceable), egress (with --allow), or full")
+	cmd.Flags().StringArrayVar(&allow, "allow", nil, "with --network egress: a host, host:port, *.domain or CIDR it may reach (repeatable)")
+	cmd.Flags().StringVar(&memory, "memory", "", "memory ceiling, e.g. 512m or 2g (default 2g where enforceable)")
+	cmd.Flags().IntVar(&pids, "pids", 0, "process ceiling (default 1024 where enforceable)")
+	cmd.Flags().Float64Var(&cpus, "cpus", 0, "CPU ceiling in cores, e.g. 1.5 (default none)")
+	cmd.Flags().StringVar(&image, "image", "", "a root filesystem directory to base the neuron on (default: the host's /usr and /etc subset)")
 	return cmd
+}
+
+// parseBytes reads 512, 512k, 64m, 2g (powers of 1024; a trailing b or ib is allowed).
+func parseBytes(s string) (int64, error) {
+	t := strings.ToLower(strings.TrimSpace(s))
+	t = strings.TrimSuffix(strings.TrimSuffix(t, "b"), "i")
+	mult := int64(1)
+	if n := len(t); n > 0 {
+		switch t[n-1] {
+		case 'k':
+			mult, t = 1<<10, t[:n-1]
+		case 'm':
+			mult, t = 1<<20, t[:n-1]
+		case 'g':
+			mult, t = 1<<30, t[:n-1]
+		case 't':
+			mult, t = 1<<40, t[:n-1]
+		}
+	}
+	n, err := strconv.ParseFloat(t, 64)
+	if err != nil || n <= 0 {
+		return 0, fmt.Errorf("%q is not a size (like 512m or 2g)", s)
+	}
+	return int64(n * float64(mult)), nil
 }
 
 func (a *App) listCommand() *cobra.Command {

@@ -9,7 +9,9 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -43,7 +45,7 @@ func Init() int {
 		logf("starting the agent: %v", err)
 		return 1
 	}
-	return supervise(cmd.Process.Pid)
+	return supervise(&cfg, cmd.Process.Pid)
 }
 
 // build makes the neuron's root and moves into it.
@@ -226,17 +228,31 @@ func startAgent(cfg *protocol.SandboxInit) (*exec.Cmd, error) {
 	return cmd, cmd.Start()
 }
 
-// supervise reaps every process that ends up with PID 1 and passes
-// termination signals on to the agent; when the agent exits, so does the
-// sandbox (and the kernel ends whatever is left in it).
-func supervise(agent int) int {
+// Restarts of a crashed or killed agent: at most maxRestarts within
+// restartWindow, then the sandbox gives up.
+const (
+	maxRestarts   = 5
+	restartWindow = 30 * time.Second
+)
+
+// supervise reaps every process that ends up with PID 1, passes termination
+// signals on to the agent, and starts the agent again if something killed
+// it (its commands run as the same user and can: kill -9 -1); the new agent
+// dials the host again. When the agent exits on its own, or was asked to
+// stop, so does the sandbox, and the kernel ends whatever is left in it.
+func supervise(cfg *protocol.SandboxInit, agent int) int {
+	var stopping atomic.Bool
+	current := atomic.Int64{}
+	current.Store(int64(agent))
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, unix.SIGTERM, unix.SIGINT, unix.SIGHUP)
 	go func() {
 		for s := range sigs {
-			unix.Kill(agent, s.(syscall.Signal))
+			stopping.Store(true)
+			unix.Kill(int(current.Load()), s.(syscall.Signal))
 		}
 	}()
+	var restarts []time.Time
 	for {
 		var ws unix.WaitStatus
 		pid, err := unix.Wait4(-1, &ws, 0, nil)
@@ -246,11 +262,31 @@ func supervise(agent int) int {
 		if err != nil {
 			return 1
 		}
-		if pid == agent {
-			if ws.Signaled() {
-				return 128 + int(ws.Signal())
-			}
-			return ws.ExitStatus()
+		if pid != int(current.Load()) {
+			continue // an orphan, reaped
 		}
+		status := ws.ExitStatus()
+		if ws.Signaled() {
+			status = 128 + int(ws.Signal())
+		}
+		if stopping.Load() || (ws.Exited() && ws.ExitStatus() == 0) {
+			return status
+		}
+		now := time.Now()
+		restarts = append(restarts, now)
+		for len(restarts) > 0 && now.Sub(restarts[0]) > restartWindow {
+			restarts = restarts[1:]
+		}
+		if len(restarts) > maxRestarts {
+			fmt.Fprintf(os.Stderr, "cortex-agent init: the agent ended (status %d) %d times within %s; giving up\n", status, len(restarts), restartWindow)
+			return status
+		}
+		fmt.Fprintf(os.Stderr, "cortex-agent init: the agent ended (status %d); starting it again\n", status)
+		cmd, err := startAgent(cfg)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "cortex-agent init: restarting the agent: %v\n", err)
+			return 1
+		}
+		current.Store(int64(cmd.Process.Pid))
 	}
 }

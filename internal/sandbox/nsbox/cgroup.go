@@ -326,4 +326,3 @@ func cgroupUsage(lay layout.Layout, id string) (memory int64, pids int64) {
 }
 
 func waitTick() { time.Sleep(10 * time.Millisecond) }
-

@@ -1,0 +1,407 @@
+package nsbox_test
+
+// Security regression tests: from inside a real neuron, everything a
+// neuron must not do is tried, and must fail.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nsys-cortex/cortex/internal/layout"
+	"github.com/nsys-cortex/cortex/internal/link"
+	"github.com/nsys-cortex/cortex/internal/protocol"
+	"github.com/nsys-cortex/cortex/internal/sandbox"
+	"github.com/nsys-cortex/cortex/internal/sandbox/internal/lifecycle"
+	"github.com/nsys-cortex/cortex/internal/sandbox/nsbox"
+	"github.com/nsys-cortex/cortex/internal/sandbox/sandboxtest"
+)
+
+// neuron is one running neuron for a test.
+type neuron struct {
+	t   *testing.T
+	m   *lifecycle.Manager
+	env sandbox.Env
+	st  *sandbox.State
+	c   *link.Client
+	ctx context.Context
+}
+
+func newNeuron(t *testing.T, id string, opts sandbox.CreateOptions) *neuron {
+	t.Helper()
+	requireNsbox(t)
+	e := env(t)
+	lay, err := layout.New(filepath.Join(sandboxtest.ShortTempDir(t), "h"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Layout = lay
+	m := nsbox.New(e)
+	ctx := context.Background()
+	st, err := m.Create(ctx, id, opts)
+	if err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	t.Cleanup(func() {
+		m.Destroy(ctx, id, sandbox.DestroyOptions{Wipe: true})
+		m.Close()
+	})
+	c, err := m.Connect(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &neuron{t: t, m: m, env: e, st: st, c: c, ctx: ctx}
+}
+
+// sh runs a shell command inside and returns its result.
+func (n *neuron) sh(script string) *link.ExecResult {
+	n.t.Helper()
+	res, err := n.c.Exec(n.ctx, &link.ExecRequest{Command: protocol.Command{Shell: script}, Timeout: time.Minute})
+	if err != nil {
+		n.t.Fatalf("exec %q: %v", script, err)
+	}
+	return res
+}
+
+// cgroupPids reads how many processes the neuron's pids cgroup counts.
+func (n *neuron) cgroupPids() int {
+	n.t.Helper()
+	var dirs []string
+	b, err := os.ReadFile(filepath.Join(n.st.OverlayPath, ".cgroups"))
+	if err != nil || json.Unmarshal(b, &dirs) != nil {
+		n.t.Fatalf("the neuron has no cgroups: %v", err)
+	}
+	for _, d := range dirs {
+		if b, err := os.ReadFile(filepath.Join(d, "pids.current")); err == nil {
+			v, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+			return v
+		}
+	}
+	n.t.Fatal("no pids.current")
+	return 0
+}
+
+// cgroupPidsMaxHits reads how often the neuron's pids ceiling refused a fork.
+func (n *neuron) cgroupPidsMaxHits() int {
+	var dirs []string
+	b, _ := os.ReadFile(filepath.Join(n.st.OverlayPath, ".cgroups"))
+	json.Unmarshal(b, &dirs)
+	for _, d := range dirs {
+		if b, err := os.ReadFile(filepath.Join(d, "pids.events")); err == nil {
+			var hits int
+			fmt.Sscanf(string(b), "max %d", &hits)
+			return hits
+		}
+	}
+	return 0
+}
+
+var buildEscape = sync.OnceValues(func() (string, error) {
+	dir, err := os.MkdirTemp("", "cxescape")
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, "escape")
+	cmd := exec.Command("go", "build", "-o", bin, "./testdata/escape")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("%v\n%s", err, out)
+	}
+	return bin, nil
+})
+
+// install copies the escape program into the neuron.
+func (n *neuron) install() {
+	n.t.Helper()
+	bin, err := buildEscape()
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	data, err := os.ReadFile(bin)
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	if err := n.c.WriteFile(n.ctx, "escape", data, &link.WriteOptions{Mode: 0o755}); err != nil {
+		n.t.Fatal(err)
+	}
+}
+
+func TestEscapesFail(t *testing.T) {
+	n := newNeuron(t, "sec", sandbox.CreateOptions{})
+	n.install()
+	planted := filepath.Join(sandboxtest.ShortTempDir(t), "planted-secret")
+	os.WriteFile(planted, []byte("host secret"), 0o644)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	host := exec.Command("sleep", "300")
+	host.Start()
+	defer func() { host.Process.Kill(); host.Wait() }()
+	port := ln.Addr().(*net.TCPAddr).Port
+	// $PPID of the shell is the agent.
+	res := n.sh(fmt.Sprintf("./escape -file %s -port %d -pid %d -agent $PPID", planted, port, host.Process.Pid))
+	var results map[string]string
+	if err := json.Unmarshal(res.Stdout, &results); err != nil || len(results) < 20 {
+		t.Fatalf("escape program: %v\nstdout %s\nstderr %s", err, res.Stdout, res.Stderr)
+	}
+	for attempt, outcome := range results {
+		if !strings.HasPrefix(outcome, "denied") {
+			t.Errorf("%s: %s", attempt, outcome)
+		} else {
+			t.Logf("%-28s %s", attempt, outcome)
+		}
+	}
+	if _, err := os.Stat("/usr/bin/cortex-escape-test"); err == nil {
+		t.Fatal("the neuron wrote into the host's /usr")
+	}
+}
+
+func TestIdentity(t *testing.T) {
+	n := newNeuron(t, "who", sandbox.CreateOptions{})
+	out := string(n.sh("id -u; id -g; grep -E '^(CapEff|CapPrm|NoNewPrivs|Seccomp):' /proc/self/status; hostname; echo made > owned; ls /proc | grep -c '^[0-9]'").Stdout)
+	lines := strings.Fields(out)
+	want := []string{"1000", "1000", "CapPrm:", "0000000000000000", "CapEff:", "0000000000000000", "NoNewPrivs:", "1", "Seccomp:", "2", "who"}
+	for i, w := range want {
+		if i >= len(lines) || lines[i] != w {
+			t.Fatalf("inside: %q, want %q at %d", out, w, i)
+		}
+	}
+	// A file the agent makes is not root's on the host.
+	upper := filepath.Join(n.st.OverlayPath, "upper", "root", "home", "agent", "workspace", "owned")
+	st, err := os.Stat(upper)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if uid := st.Sys().(*syscall.Stat_t).Uid; uid == 0 {
+		t.Fatal("a file made in the neuron belongs to root on the host")
+	} else if os.Getuid() == 0 && uid < 1_000_000 {
+		t.Fatalf("as root, the neuron should run as a high unprivileged uid, not %d", uid)
+	}
+	// Only the neuron's own processes are visible.
+	if procs, _ := strconv.Atoi(lines[len(lines)-1]); procs > 10 {
+		t.Fatalf("%d processes visible in the neuron", procs)
+	}
+}
+
+func TestNoHostSecrets(t *testing.T) {
+	for k, v := range map[string]string{"OPENAI_API_KEY": "sk-leak", "AWS_SECRET_ACCESS_KEY": "leak", "GITHUB_TOKEN": "leak", "SSH_AUTH_SOCK": "/leak"} {
+		t.Setenv(k, v)
+	}
+	n := newNeuron(t, "env", sandbox.CreateOptions{Env: []string{"GRANTED=yes"}})
+	out := string(n.sh("env; cat /proc/1/environ 2>/dev/null | tr '\\0' '\\n'").Stdout)
+	if strings.Contains(out, "leak") || !strings.Contains(out, "GRANTED=yes") || !strings.Contains(out, "HOME=/home/agent") {
+		t.Fatalf("environment inside:\n%s", out)
+	}
+}
+
+func TestNetwork(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Write([]byte("hello from the host\n"))
+			c.Close()
+		}
+	}()
+	port := ln.Addr().(*net.TCPAddr).Port
+	probe := fmt.Sprintf("exec 3<>/dev/tcp/127.0.0.1/%d && head -1 <&3", port)
+	none := newNeuron(t, "netnone", sandbox.CreateOptions{})
+	if res := none.sh("bash -c '" + probe + "' 2>&1; ls /sys/class/net 2>/dev/null; cat /proc/net/dev | tail -n +3 | cut -d: -f1"); res.ExitCode == 0 && strings.Contains(string(res.Stdout), "hello") {
+		t.Fatalf("network none reached the host's loopback: %q", res.Stdout)
+	} else if ifaces := strings.Fields(string(res.Stdout)); len(ifaces) == 0 || ifaces[len(ifaces)-1] != "lo" {
+		t.Logf("interfaces: %q", res.Stdout)
+	}
+	full := newNeuron(t, "netfull", sandbox.CreateOptions{Network: sandbox.Network{Mode: sandbox.NetworkFull}})
+	if res := full.sh("bash -c '" + probe + "'"); res.ExitCode != 0 || !strings.Contains(string(res.Stdout), "hello") {
+		t.Fatalf("network full could not reach the host: %d %q %q", res.ExitCode, res.Stdout, res.Stderr)
+	}
+	lay, _ := layout.New(sandboxtest.ShortTempDir(t), "")
+	e := env(t)
+	e.Layout = lay
+	m := nsbox.New(e)
+	defer m.Close()
+	_, err = m.Create(context.Background(), "egress", sandbox.CreateOptions{Network: sandbox.Network{Mode: sandbox.NetworkEgress, Allow: []string{"example.com"}}})
+	var ue *sandbox.UnenforceableError
+	if !asErr(err, &ue) {
+		t.Fatalf("egress without the proxy: %v, want UnenforceableError", err)
+	}
+}
+
+func asErr[T error](err error, target *T) bool {
+	for err != nil {
+		if e, ok := err.(T); ok {
+			*target = e
+			return true
+		}
+		u, ok := err.(interface{ Unwrap() error })
+		if !ok {
+			return false
+		}
+		err = u.Unwrap()
+	}
+	return false
+}
+
+// What an agent installs into the root (/usr/local, /opt, its home) and
+// writes anywhere writable survives destroy and create; the base does not
+// change; --wipe removes it all.
+func TestRootPersistence(t *testing.T) {
+	n := newNeuron(t, "persist", sandbox.CreateOptions{})
+	base := filepath.Join(n.env.Layout.ImagesDir(), "nsbox-base", "etc", "passwd")
+	before, _ := os.ReadFile(base)
+	res := n.sh(`set -e
+mkdir -p /usr/local/lib/python3/site-packages/pkg && echo installed > /usr/local/lib/python3/site-packages/pkg/__init__.py
+printf '#!/bin/sh\necho tool ran\n' > /usr/local/bin/mytool && chmod +x /usr/local/bin/mytool
+echo opt > /opt/data; mkdir -p ~/.config && echo cfg > ~/.config/app
+echo tmp > /tmp/scratch
+(echo intruder::0:0::/:/bin/sh >> /etc/passwd) 2>/dev/null || true`)
+	if res.ExitCode != 0 {
+		t.Fatalf("%d %s", res.ExitCode, res.Stderr)
+	}
+	if err := n.m.Destroy(n.ctx, "persist", sandbox.DestroyOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.m.Create(n.ctx, "persist", sandbox.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := n.m.Connect(n.ctx, "persist")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.c = c
+	out := string(n.sh("cat /usr/local/lib/python3/site-packages/pkg/__init__.py; mytool; cat /opt/data ~/.config/app; cat /tmp/scratch 2>&1 || echo no-tmp").Stdout)
+	if out != "installed\ntool ran\nopt\ncfg\nno-tmp\n" && !strings.HasSuffix(out, "No such file or directory\nno-tmp\n") {
+		t.Fatalf("after recreate: %q", out)
+	}
+	if after, _ := os.ReadFile(base); !bytes.Equal(before, after) {
+		t.Fatal("the shared base root changed")
+	}
+	if err := n.m.Destroy(n.ctx, "persist", sandbox.DestroyOptions{Wipe: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(n.st.OverlayPath); !os.IsNotExist(err) {
+		t.Fatal("--wipe left the overlay")
+	}
+}
+
+// A fork bomb and a memory hog stop at their ceilings; the host stays fine.
+func TestCeilings(t *testing.T) {
+	n := newNeuron(t, "bomb", sandbox.CreateOptions{Limits: sandbox.Limits{Pids: 64, MemoryBytes: 128 << 20}})
+	n.install()
+	start := time.Now()
+	bomb, err := n.c.ProcStart(n.ctx, &protocol.ProcStartArgs{Command: protocol.Command{Shell: "bomb() { bomb | bomb & }; bomb"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Second)
+	count := n.cgroupPids()
+	if count <= 0 || count > 64 {
+		t.Fatalf("the fork bomb reached %d processes (limit 64)", count)
+	}
+	if hits := n.cgroupPidsMaxHits(); hits == 0 {
+		t.Fatal("the bomb never reached the process ceiling: the test proves nothing")
+	} else {
+		t.Logf("fork bomb refused %d forks at the ceiling; %d processes after %s", hits, count, time.Since(start))
+	}
+	for i := 0; i < 50 && n.cgroupPids() > 10; i++ {
+		n.c.ProcSignal(n.ctx, bomb.PID, "KILL")
+		time.Sleep(50 * time.Millisecond)
+	}
+	hog := n.sh("./escape -hog 536870912")
+	if hog.ExitCode == 0 || strings.Contains(string(hog.Stdout), "allocated") {
+		t.Fatalf("a 512 MiB allocation under a 128 MiB ceiling succeeded: %+v %q", hog.ExecResult, hog.Stdout)
+	}
+	t.Logf("memory hog ended with %d %s", hog.ExitCode, hog.Signal)
+	// The neuron still works, and so does the host.
+	if out := string(n.sh("echo alive").Stdout); out != "alive\n" {
+		t.Fatalf("after the ceilings: %q", out)
+	}
+	if err := exec.Command("true").Run(); err != nil {
+		t.Fatalf("the host cannot start a process: %v", err)
+	}
+}
+
+// Destroy leaves nothing of the neuron running.
+func TestDestroyEndsEverything(t *testing.T) {
+	n := newNeuron(t, "gone", sandbox.CreateOptions{})
+	if _, err := n.c.ProcStart(n.ctx, &protocol.ProcStartArgs{Command: protocol.Command{Shell: "setsid sleep 7001 & nohup sleep 7002 & sleep 7003"}}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if err := n.m.Destroy(n.ctx, "gone", sandbox.DestroyOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		left := 0
+		entries, _ := os.ReadDir("/proc")
+		for _, e := range entries {
+			b, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+			if s := string(b); strings.HasPrefix(s, "sleep\x00700") || strings.Contains(s, "--id\x00gone\x00") {
+				if st, _ := os.ReadFile("/proc/" + e.Name() + "/stat"); !bytes.Contains(st, []byte(") Z ")) {
+					left++
+				}
+			}
+		}
+		if left == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d processes of the neuron survived destroy", left)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Commands run as the agent's user and can kill it (kill -9 -1 is a common
+// cleanup idiom): PID 1 starts it again and the host reconnects.
+func TestAgentKilledFromInsideComesBack(t *testing.T) {
+	n := newNeuron(t, "phoenix", sandbox.CreateOptions{})
+	_, err := n.c.Exec(n.ctx, &link.ExecRequest{Command: protocol.Command{Shell: "kill -9 -1"}, Timeout: time.Minute})
+	if !sandbox.IsNotRunning(err) {
+		t.Fatalf("kill -9 -1: %v", err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		res, err := n.c.Exec(n.ctx, &link.ExecRequest{Command: protocol.Command{Shell: "echo back"}})
+		if err == nil && string(res.Stdout) == "back\n" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the agent did not come back: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if st, err := n.m.Get(n.ctx, "phoenix"); err != nil || st.Status != sandbox.StatusRunning || st.PID != n.st.PID {
+		t.Fatalf("%+v %v", st, err)
+	}
+}

@@ -1,0 +1,104 @@
+// Command escape tries, from inside a neuron, everything a neuron must not
+// be able to do, and prints one JSON object: attempt -> "denied: why" or
+// "ALLOWED". The security tests copy it into a neuron and run it there.
+//
+//	escape -file PATH -port N -pid N -agent N   the escapes
+//	escape -hog BYTES                    allocate and touch BYTES of memory
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+func main() {
+	file := flag.String("file", "", "a host file planted outside the neuron")
+	port := flag.Int("port", 0, "a TCP port listening on the host's loopback")
+	pid := flag.Int("pid", 0, "a host process")
+	agent := flag.Int("agent", 0, "the agent's pid (inside)")
+	hog := flag.Int64("hog", 0, "allocate this many bytes and touch them")
+	flag.Parse()
+	if *hog > 0 {
+		b := make([]byte, *hog)
+		for i := 0; i < len(b); i += 4096 {
+			b[i] = 1
+		}
+		fmt.Println("allocated", len(b))
+		return
+	}
+	res := map[string]string{}
+	try := func(name string, err error) {
+		if err == nil {
+			res[name] = "ALLOWED"
+		} else {
+			res[name] = "denied: " + err.Error()
+		}
+	}
+	_, err := os.ReadFile(*file)
+	try("read planted host file", err)
+	c, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(*port), 2*time.Second)
+	if c != nil {
+		c.Close()
+	}
+	try("connect to host loopback", err)
+	try("signal host process", unix.Kill(*pid, 0))
+	try("mount tmpfs", unix.Mount("tmpfs", "/tmp", "tmpfs", 0, ""))
+	try("umount /proc", unix.Unmount("/proc", unix.MNT_DETACH))
+	try("pivot_root", unix.PivotRoot("/tmp", "/tmp"))
+	try("chroot", unix.Chroot("/tmp"))
+	_, _, e := unix.Syscall(unix.SYS_PTRACE, unix.PTRACE_ATTACH, uintptr(*agent), 0)
+	try("ptrace the agent", errnoErr(e))
+	_, err = os.ReadFile(fmt.Sprintf("/proc/%d/environ", *agent))
+	try("read the agent's environment", err)
+	_, err = os.ReadFile(fmt.Sprintf("/proc/%d/mem", *agent))
+	try("read the agent's memory", err)
+	_, _, e = unix.Syscall(unix.SYS_PTRACE, unix.PTRACE_ATTACH, 1, 0)
+	try("ptrace pid 1", errnoErr(e))
+	img := []byte("\x7fELF")
+	_, _, e = unix.Syscall(unix.SYS_INIT_MODULE, uintptr(unsafe.Pointer(&img[0])), uintptr(len(img)), uintptr(unsafe.Pointer(&[]byte{0}[0])))
+	try("init_module", errnoErr(e))
+	fd, _ := unix.Open("/proc/self/exe", unix.O_RDONLY, 0)
+	_, _, e = unix.Syscall(unix.SYS_FINIT_MODULE, uintptr(fd), uintptr(unsafe.Pointer(&[]byte{0}[0])), 0)
+	try("finit_module", errnoErr(e))
+	_, _, e = unix.Syscall(unix.SYS_UNSHARE, unix.CLONE_NEWUSER, 0, 0)
+	try("unshare a user namespace", errnoErr(e))
+	_, _, e = unix.Syscall(unix.SYS_UNSHARE, unix.CLONE_NEWNS, 0, 0)
+	try("unshare a mount namespace", errnoErr(e))
+	nsfd, _ := unix.Open("/proc/1/ns/mnt", unix.O_RDONLY, 0)
+	_, _, e = unix.Syscall(unix.SYS_SETNS, uintptr(nsfd), 0, 0)
+	try("setns", errnoErr(e))
+	_, _, e = unix.Syscall(unix.SYS_BPF, 0, 0, 0)
+	try("bpf", errnoErr(e))
+	_, _, e = unix.Syscall6(unix.SYS_PERF_EVENT_OPEN, 0, 0, ^uintptr(0), ^uintptr(0), 0, 0)
+	try("perf_event_open", errnoErr(e))
+	_, _, e = unix.Syscall(unix.SYS_KEYCTL, 0, 0, 0)
+	try("keyctl", errnoErr(e))
+	_, _, e = unix.Syscall(unix.SYS_USERFAULTFD, 0, 0, 0)
+	try("userfaultfd", errnoErr(e))
+	_, _, e = unix.Syscall(unix.SYS_OPEN_BY_HANDLE_AT, 0, 0, 0)
+	try("open_by_handle_at", errnoErr(e))
+	_, _, e = unix.Syscall6(unix.SYS_KEXEC_LOAD, 0, 0, 0, 0, 0, 0)
+	try("kexec_load", errnoErr(e))
+	try("setuid 0", syscall.Setuid(0))
+	try("write the host's /usr", os.WriteFile("/usr/bin/cortex-escape-test", []byte("x"), 0o755))
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	data := [2]unix.CapUserData{{Effective: 1 << unix.CAP_SYS_ADMIN, Permitted: 1 << unix.CAP_SYS_ADMIN}}
+	try("raise CAP_SYS_ADMIN", unix.Capset(&hdr, &data[0]))
+	json.NewEncoder(os.Stdout).Encode(res)
+}
+
+func errnoErr(e syscall.Errno) error {
+	if e == 0 {
+		return nil
+	}
+	return e
+}
