@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -51,17 +50,17 @@ func (r *runtime) ceilings(lim sandbox.Limits) (*ceilings, error) {
 		return c, nil
 	}
 	// No cgroup: rlimits. Processes are counted per user namespace, so
-	// RLIMIT_NPROC caps this neuron alone. Memory has only RLIMIT_AS
-	// (address space, not resident memory), used when asked for; there is
-	// no rlimit for a CPU rate.
+	// RLIMIT_NPROC caps this neuron alone. No rlimit caps resident memory
+	// (RLIMIT_AS counts reserved address space: the agent itself would not
+	// start under a realistic one) or a CPU rate: asked for, they are refused.
+	const noCgroup = "no usable cgroup here (v2 with the controller delegated to this user, or v1 as root)"
 	if lim.CPUs > 0 {
-		return nil, &sandbox.UnenforceableError{Mode: Mode, Policy: "a CPU limit",
-			Reason: "no usable cgroup (v2 with the cpu controller delegated, or v1 as root) and no rlimit caps a CPU rate"}
+		return nil, &sandbox.UnenforceableError{Mode: Mode, Policy: "a CPU limit", Reason: noCgroup}
+	}
+	if lim.MemoryBytes > 0 {
+		return nil, &sandbox.UnenforceableError{Mode: Mode, Policy: "a memory limit", Reason: noCgroup}
 	}
 	c.rlimits = append(c.rlimits, protocol.Rlimit{Resource: unix.RLIMIT_NPROC, Value: uint64(want.Pids)})
-	if lim.MemoryBytes > 0 {
-		c.rlimits = append(c.rlimits, protocol.Rlimit{Resource: syscall.RLIMIT_AS, Value: uint64(lim.MemoryBytes)})
-	}
 	return c, nil
 }
 

@@ -59,7 +59,7 @@ func runProbe(env sandbox.Env) *probeResult {
 	if cg := detectCgroups(); cg != nil {
 		p.cgroups.OK, p.cgroups.Detail = true, cg.describe()+": memory, process and CPU ceilings"
 	} else {
-		p.cgroups.Detail = "none usable (v2 needs memory and pids delegated; v1 needs root): process ceilings by RLIMIT_NPROC, memory only by RLIMIT_AS when asked, no CPU limit"
+		p.cgroups.Detail = "none usable (v2 needs memory and pids delegated; v1 needs root): processes are capped by RLIMIT_NPROC; memory and CPU limits are refused"
 	}
 	p.egress.Detail = "not in this build: network none (default) and full work; egress with an allow-list is refused"
 	return p

@@ -81,6 +81,7 @@ func (r *runtime) Workdir(layout.Layout, string) string { return Workspace }
 //
 //	upper/root, work/root   the root overlay (everything outside /usr)
 //	upper/usr, work/usr     the /usr overlay (host base only)
+//	usr-local/              the neuron's /usr/local (host base only)
 //	root/                   the mount point of the new root
 //	.uid                    the host uid the agent runs as
 //	.cgroups                the cgroups it was put in
@@ -89,6 +90,12 @@ func upper(lay layout.Layout, id, layer string) string {
 }
 func work(lay layout.Layout, id, layer string) string {
 	return filepath.Join(lay.OverlayDir(id), "work", layer)
+}
+
+// usrLocal is the neuron's own /usr/local (the host's is left out: it holds
+// what the host's administrator installed by hand).
+func usrLocal(lay layout.Layout, id string) string {
+	return filepath.Join(lay.OverlayDir(id), "usr-local")
 }
 
 // identity is who the neuron is on the host.
@@ -184,12 +191,15 @@ func (r *runtime) Prepare(lay layout.Layout, id string, opts sandbox.CreateOptio
 	if err := os.MkdirAll(filepath.Join(lay.OverlayDir(id), "root"), 0o755); err != nil {
 		return err
 	}
-	// What the agent owns inside: its home, /opt, and (over the host's /usr)
-	// /usr/local, so that pip/npm-style installs land and persist.
+	// What the agent owns inside: its home, /opt, and /usr/local (a
+	// directory of the neuron's own, not the host's), so that pip- and
+	// npm-style installs land and persist.
 	owned := []string{filepath.Join(upper(lay, id, "root"), AgentHome), filepath.Join(upper(lay, id, "root"), Workspace),
 		filepath.Join(upper(lay, id, "root"), "opt")}
 	if opts.Image == "" {
-		owned = append(owned, filepath.Join(upper(lay, id, "usr"), "local"))
+		for _, d := range []string{"", "bin", "sbin", "lib", "include", "share", "etc", "src"} {
+			owned = append(owned, filepath.Join(usrLocal(lay, id), d))
+		}
 	}
 	for _, d := range owned {
 		if err := os.MkdirAll(d, 0o755); err != nil {
@@ -308,6 +318,7 @@ func (r *runtime) plan(req *lifecycle.StartRequest, who identity, ceil *ceilings
 			cfg.Overlays = append(cfg.Overlays, protocol.OverlayMount{Target: d, Lower: []string{d},
 				Upper: upper(lay, id, layer), Work: work(lay, id, layer)})
 		}
+		cfg.Binds = append(cfg.Binds, protocol.BindMount{Source: usrLocal(lay, id), Target: "/usr/local"})
 	}
 	cfg.Env = sandbox.AgentEnv(nil, append([]string{
 		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",

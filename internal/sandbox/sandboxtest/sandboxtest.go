@@ -300,8 +300,12 @@ var buildPath string
 var buildErr error
 
 // BuildAgent builds cmd/cortex-agent (static) once per test binary and
-// returns its path. moduleRoot is found from the working directory.
+// returns its path; NSYS_CORTEX_TEST_AGENT names a prebuilt one instead
+// (for test binaries run where no Go toolchain is, as another user).
 func BuildAgent() (string, error) {
+	if p := os.Getenv("NSYS_CORTEX_TEST_AGENT"); p != "" {
+		return p, nil
+	}
 	buildOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "cxagent")
 		if err != nil {
