@@ -3,7 +3,12 @@ package protocol
 // SandboxInit is what the host hands the first process of a namespace
 // sandbox (`cortex-agent init`, PID 1 of the neuron) on file descriptor 3:
 // how to build the neuron's root, and how to start its agent. All paths
-// are host paths unless named "inside".
+// are host paths unless named "inside". The JSON string SandboxGoAhead
+// follows on the same descriptor once the host has put the sandbox into its
+// cgroups: the agent starts only then.
+const SandboxGoAhead = "go"
+
+// SandboxInit is the configuration of a namespace sandbox.
 type SandboxInit struct {
 	ID       string `json:"id"`
 	Hostname string `json:"hostname"`

@@ -18,7 +18,8 @@ import (
 	"github.com/nsys-cortex/cortex/internal/protocol"
 )
 
-// ConfigFD is the descriptor Init reads its configuration from.
+// ConfigFD is the descriptor Init reads its configuration from (see
+// protocol.SandboxInit).
 const ConfigFD = 3
 
 // Init is the whole life of the sandbox's first process: it reads the
@@ -27,10 +28,10 @@ const ConfigFD = 3
 func Init() int {
 	logf := func(format string, args ...any) { fmt.Fprintf(os.Stderr, "cortex-agent init: "+format+"\n", args...) }
 	f := os.NewFile(ConfigFD, "sandbox-config")
+	defer f.Close()
+	dec := json.NewDecoder(f)
 	var cfg protocol.SandboxInit
-	err := json.NewDecoder(f).Decode(&cfg)
-	f.Close()
-	if err != nil {
+	if err := dec.Decode(&cfg); err != nil {
 		logf("reading the sandbox configuration: %v", err)
 		return 1
 	}
@@ -38,6 +39,14 @@ func Init() int {
 	unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
 	if err := build(&cfg); err != nil {
 		logf("%v", err)
+		return 1
+	}
+	// The host puts this process into its cgroups while the root is being
+	// built; it says "go" once that is done, and only then may anything be
+	// started (a child forked before would escape the ceilings).
+	var goAhead string
+	if err := dec.Decode(&goAhead); err != nil || goAhead != protocol.SandboxGoAhead {
+		logf("waiting for the host's go-ahead: %q %v", goAhead, err)
 		return 1
 	}
 	cmd, err := startAgent(&cfg)

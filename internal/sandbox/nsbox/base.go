@@ -160,11 +160,20 @@ func writeNeuronEtc(etc, id string) error {
 	if err := os.MkdirAll(etc, 0o755); err != nil {
 		return err
 	}
-	hosts := fmt.Sprintf("127.0.0.1\tlocalhost\n127.0.1.1\t%s\n::1\tlocalhost ip6-localhost ip6-loopback\n", id)
-	if err := store.WriteFileAtomic(filepath.Join(etc, "hosts"), []byte(hosts), 0o644); err != nil {
-		return err
+	files := map[string]string{
+		"hosts":    fmt.Sprintf("127.0.0.1\tlocalhost\n127.0.1.1\t%s\n::1\tlocalhost ip6-localhost ip6-loopback\n", id),
+		"hostname": id + "\n",
 	}
-	return store.WriteFileAtomic(filepath.Join(etc, "hostname"), []byte(id+"\n"), 0o644)
+	for name, content := range files {
+		p := filepath.Join(etc, name)
+		if b, err := os.ReadFile(p); err == nil && string(b) == content {
+			continue // a neuron created again: nothing to do
+		}
+		if err := store.WriteFileAtomic(p, []byte(content), 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // copyTree copies files, directories and symlinks (as links), skipping what

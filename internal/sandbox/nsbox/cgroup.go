@@ -282,11 +282,11 @@ func removeCgroups(lay layout.Layout, id string) {
 	for _, d := range dirs {
 		// The kernel tears the pid namespace down asynchronously: wait for
 		// the cgroup to empty (a busy one cannot be removed).
-		for i := 0; i < 200; i++ {
+		for pause := time.Millisecond; pause < 3*time.Second; pause *= 2 {
 			if err := os.Remove(d); err == nil || errors.Is(err, os.ErrNotExist) {
 				break
 			}
-			waitTick()
+			time.Sleep(pause)
 		}
 	}
 	os.Remove(f)

@@ -202,16 +202,26 @@ func (r *runtime) Prepare(lay layout.Layout, id string, opts sandbox.CreateOptio
 		}
 	}
 	for _, d := range owned {
-		if err := os.MkdirAll(d, 0o755); err != nil {
+		if err := ensureOwned(d, who); err != nil {
 			return err
-		}
-		if who.rootHost() {
-			if err := os.Lchown(d, who.agentUID, who.agentGID); err != nil {
-				return err
-			}
 		}
 	}
 	return writeNeuronEtc(filepath.Join(upper(lay, id, "root"), "etc"), id)
+}
+
+// ensureOwned makes directory d, owned by the agent's host uid.
+func ensureOwned(d string, who identity) error {
+	if st, err := os.Stat(d); err == nil {
+		if s, ok := st.Sys().(*syscall.Stat_t); ok && int(s.Uid) == who.agentUID {
+			return nil // a neuron created again: nothing to do
+		}
+	} else if err := os.MkdirAll(d, 0o755); err != nil {
+		return err
+	}
+	if who.rootHost() {
+		return os.Lchown(d, who.agentUID, who.agentGID)
+	}
+	return nil
 }
 
 // Start starts PID 1 of the sandbox in new namespaces, puts it in its
@@ -273,13 +283,19 @@ func (r *runtime) Start(req *lifecycle.StartRequest) (*exec.Cmd, error) {
 		cmd.Wait()
 		return nil, err
 	}
+	// The sandbox builds its root while its cgroups are made; it starts
+	// nothing before the go-ahead.
+	enc := json.NewEncoder(pw)
+	if err := enc.Encode(cfg); err != nil {
+		return abort(fmt.Errorf("sending the sandbox its configuration: %w", err))
+	}
 	if ceil.cgroup != nil {
 		if err := ceil.cgroup.create(lay, id, cmd.Process.Pid); err != nil {
 			return abort(err)
 		}
 	}
-	if err := json.NewEncoder(pw).Encode(cfg); err != nil {
-		return abort(fmt.Errorf("sending the sandbox its configuration: %w", err))
+	if err := enc.Encode(protocol.SandboxGoAhead); err != nil {
+		return abort(fmt.Errorf("telling the sandbox to go ahead: %w", err))
 	}
 	return cmd, nil
 }

@@ -313,7 +313,8 @@ func BuildAgent() (string, error) {
 			return
 		}
 		buildPath = filepath.Join(dir, "cortex-agent")
-		cmd := exec.Command("go", "build", "-o", buildPath, "github.com/nsys-cortex/cortex/cmd/cortex-agent")
+		// As make builds it: static, stripped.
+		cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", buildPath, "github.com/nsys-cortex/cortex/cmd/cortex-agent")
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			buildErr = fmt.Errorf("building cortex-agent: %v\n%s", err, out)

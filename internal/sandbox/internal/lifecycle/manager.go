@@ -210,9 +210,14 @@ func (m *Manager) create(ctx context.Context, id, bin string, lock *store.Lock, 
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		m.clear(id) // a corrupt state file: the agent it named is found below
 	}
-	for _, ap := range store.FindAgents(m.lay.SocketsDir()) {
-		if ap.ID == id && ap.ChannelDir == m.socketDir(id) {
-			m.kill(id, ap.PID, 0) // an agent whose state file was lost
+	// An agent whose state file was lost: it watches its channel directory
+	// (and exits when that goes), so without the directory there is none
+	// and /proc need not be searched.
+	if _, err := os.Stat(m.socketDir(id)); err == nil {
+		for _, ap := range store.FindAgents(m.lay.SocketsDir()) {
+			if ap.ID == id && ap.ChannelDir == m.socketDir(id) {
+				m.kill(id, ap.PID, 0)
+			}
 		}
 	}
 
