@@ -19,8 +19,8 @@ say "$cx create demo"
 if ! $cx create demo 2>/tmp/nsys-cortex-demo.err; then
 	cat /tmp/nsys-cortex-demo.err
 	echo
-	echo "No isolating mode is available on this machine yet, so the demo uses process"
-	echo "mode, which is NOT a security boundary (commands run as you). It needs consent:"
+	echo "No isolating mode can run on this machine (see doctor above), so the demo uses"
+	echo "process mode, which is NOT a security boundary (commands run as you). It needs consent:"
 	say "export NSYS_CORTEX_ALLOW_INSECURE_DEV=1"
 	export NSYS_CORTEX_ALLOW_INSECURE_DEV=1
 	run $cx create demo
@@ -29,8 +29,9 @@ else
 fi
 rm -f /tmp/nsys-cortex-demo.err
 run $cx list
-run $cx exec demo -- sh -c 'echo "hello from $(hostname), in $(pwd)"; uname -sr'
+run $cx exec demo -- sh -c 'echo "hello from $(hostname), in $(pwd), as $(id -un)"; uname -sr'
 run $cx exec demo -- sh -c 'echo "written at $(date -u +%T)" > notes.txt; mkdir -p .cache && echo cached > .cache/pkg'
+run $cx exec demo -- sh -c 'ps -e; ls /home /root 2>&1 | head -3' 
 say "echo 'some input' | $cx exec demo -- tr a-z A-Z"
 echo 'some input' | $cx exec demo -- tr a-z A-Z
 say "$cx exec demo -- sh -c 'exit 42'; echo \"exit status: \$?\""

@@ -21,7 +21,25 @@ go test -count=1 ./internal/archtest
 if [ -x ../shared/tools/layercheck ]; then ../shared/tools/layercheck; fi
 
 step "go test -race"
+# Where nsbox can run (CI), its tests may not skip.
+if [ "${NSYS_CORTEX_REQUIRE_NSBOX:-}" = 1 ]; then export NSYS_CORTEX_REQUIRE_NSBOX; fi
 go test -race -count=1 -timeout 15m ./...
+
+# nsbox also runs for users who are not root (rootless: one host uid, no
+# cgroups). As root, run its tests again as an unprivileged user.
+if [ "$(id -u)" = 0 ] && command -v runuser >/dev/null; then
+	step "nsbox tests as an unprivileged user"
+	user=nsys-cortex-test
+	id "$user" >/dev/null 2>&1 || useradd --system --create-home "$user"
+	dir=$(mktemp -d /tmp/nsys-cortex-rootless.XXXXXX)
+	trap 'rm -rf "$dir"' EXIT
+	CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$dir/cortex-agent" ./cmd/cortex-agent
+	CGO_ENABLED=0 go build -o "$dir/escape" ./internal/sandbox/nsbox/testdata/escape
+	go test -c -o "$dir/nsbox.test" ./internal/sandbox/nsbox
+	chmod -R a+rx "$dir"
+	(cd /tmp && runuser -u "$user" -- env NSYS_CORTEX_TEST_AGENT="$dir/cortex-agent" NSYS_CORTEX_TEST_ESCAPE="$dir/escape" \
+		NSYS_CORTEX_REQUIRE_NSBOX="${NSYS_CORTEX_REQUIRE_NSBOX:-}" "$dir/nsbox.test" -test.count=1 -test.timeout 10m)
+fi
 
 step "fuzz the frame decoder (${FUZZTIME:=20s})"
 go test ./internal/protocol -run '^$' -fuzz FuzzReader -fuzztime "$FUZZTIME"
