@@ -33,6 +33,14 @@ func main() {
 		}
 		return
 	}
+	// "cortex-agent probe-network" is its self-check of network egress.
+	if len(os.Args) == 2 && os.Args[1] == "probe-network" {
+		if err := confine.ProbeNetwork(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		return
+	}
 	var cfg agent.Config
 	showVersion := flag.Bool("version", false, "print the version and exit")
 	flag.StringVar(&cfg.ID, "id", "", "the neuron id this agent serves")

@@ -560,3 +560,31 @@ func TestNoPrefixForNames(t *testing.T) {
 		t.Fatal("prefix of a generated id")
 	}
 }
+
+// --allow means network egress: a mode that can enforce it gives the
+// neuron its proxy; one that cannot refuses, naming the policy; a bad entry
+// is named.
+func TestCreateAllow(t *testing.T) {
+	eachMode(t, func(t *testing.T, c *cli) {
+		out, errs, code := c.run("", "create", "--allow", "pypi.org:443", "web")
+		if c.mode == "process" {
+			if code != 125 || !strings.Contains(errs, "cannot enforce network egress") {
+				t.Fatalf("process mode with an allow-list: exit %d, %q", code, errs)
+			}
+			return
+		}
+		if _, errs, code := c.run("", "create", "--allow", "pypi.org", "--allow", "https://files.example", "bad"); code != 125 ||
+			!strings.Contains(errs, `"https://files.example": write a host name`) {
+			t.Fatalf("a URL in the allow-list: exit %d, %q", code, errs)
+		}
+		if code != 0 || out != "web\n" {
+			t.Fatalf("create --allow: exit %d, %q %q", code, out, errs)
+		}
+		if env := c.ok("exec", "web", "--", "sh", "-c", "echo $https_proxy"); env != "http://127.0.0.1:3128\n" {
+			t.Fatalf("https_proxy inside: %q", env)
+		}
+		if list := c.ok("list", "-o", "name"); list != "web\n" {
+			t.Fatalf("list after a refused create and a good one: %q", list)
+		}
+	})
+}

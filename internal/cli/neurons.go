@@ -29,7 +29,12 @@ func (a *App) createCommand() *cobra.Command {
 A neuron created again under an id it had before gets all its data back.
 
 --mode auto (the default, or NSYS_CORTEX_MODE) picks the best isolation this
-machine can run and says on stderr which it chose and why.`,
+machine can run and says on stderr which it chose and why.
+
+The network is none (a loopback of its own) unless asked: --allow gives the
+neuron an HTTP proxy (http_proxy and https_proxy are set) that reaches only
+what the allow-list names, and nothing else is routed; --network full gives
+it the host's network.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			set, err := a.sandboxes()
@@ -54,6 +59,9 @@ machine can run and says on stderr which it chose and why.`,
 				Limits: sandbox.Limits{Pids: pids, CPUs: cpus}, Network: sandbox.Network{Allow: allow}}
 			if opts.Network.Mode, err = sandbox.ParseNetworkMode(network); err != nil {
 				return err
+			}
+			if len(allow) > 0 && opts.Network.Mode == sandbox.NetworkDefault {
+				opts.Network.Mode = sandbox.NetworkEgress // --allow says what egress reaches
 			}
 			if memory != "" {
 				if opts.Limits.MemoryBytes, err = parseBytes(memory); err != nil {
@@ -87,7 +95,7 @@ machine can run and says on stderr which it chose and why.`,
 	cmd.Flags().StringArrayVarP(&env, "env", "e", nil, "set KEY=VALUE in the neuron's environment, for this run of it (repeatable)")
 	cmd.Flags().DurationVar(&boot, "boot-timeout", sandbox.DefaultBootTimeout, "how long to wait for the neuron's agent")
 	cmd.Flags().StringVar(&network, "network", "", "none (loopback only; the default where enforceable), egress (with --allow), or full")
-	cmd.Flags().StringArrayVar(&allow, "allow", nil, "with --network egress: a host, host:port, *.domain or CIDR it may reach (repeatable)")
+	cmd.Flags().StringArrayVar(&allow, "allow", nil, "what --network egress may reach: host[:port], *.domain[:port], address or CIDR[:port] (repeatable; implies --network egress)")
 	cmd.Flags().StringVar(&memory, "memory", "", "memory ceiling, e.g. 512m or 2g (default 2g where enforceable)")
 	cmd.Flags().IntVar(&pids, "pids", 0, "process ceiling (default 1024 where enforceable)")
 	cmd.Flags().Float64Var(&cpus, "cpus", 0, "CPU ceiling in cores, e.g. 1.5 (default none)")

@@ -18,9 +18,13 @@ type SandboxInit struct {
 	Overlays []OverlayMount `json:"overlays,omitempty"`
 	// Binds are bind mounts of host paths at inside targets.
 	Binds []BindMount `json:"binds,omitempty"`
-	// Network is "none" (loopback only, in a new network namespace) or
-	// "full" (the host's network namespace was kept).
+	// Network is "none" (loopback only, in a new network namespace),
+	// "full" (the host's network namespace was kept) or "egress": PID 1
+	// keeps the host's network namespace, gives the agent and everything
+	// it starts a new one with only a loopback, and serves Egress there.
 	Network string `json:"network"`
+	// Egress is what PID 1 enforces when Network is "egress".
+	Egress *SandboxEgress `json:"egress,omitempty"`
 	// UID and GID are the agent's identity inside ("agent", 1000).
 	UID int `json:"uid"`
 	GID int `json:"gid"`
@@ -48,6 +52,15 @@ type OverlayMount struct {
 	Lower  []string `json:"lower"`  // topmost first
 	Upper  string   `json:"upper"`
 	Work   string   `json:"work"`
+}
+
+// SandboxEgress is a neuron's way out: an HTTP proxy on the neuron's
+// loopback that reaches only the allow-listed destinations.
+type SandboxEgress struct {
+	// Allow is the allow-list (see the egress package for its syntax).
+	Allow []string `json:"allow"`
+	// Listen is the proxy's address inside, e.g. "127.0.0.1:3128".
+	Listen string `json:"listen"`
 }
 
 // BindMount is a bind mount of a host path.

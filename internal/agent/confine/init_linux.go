@@ -37,6 +37,14 @@ func Init() int {
 	}
 	// Nothing untrusted may ptrace or read this process's memory.
 	unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
+	var eg *egressPlan
+	if cfg.Network == "egress" {
+		var err error
+		if eg, err = planEgress(&cfg); err != nil {
+			logf("%v", err)
+			return 1
+		}
+	}
 	if err := build(&cfg); err != nil {
 		logf("%v", err)
 		return 1
@@ -49,12 +57,20 @@ func Init() int {
 		logf("waiting for the host's go-ahead: %q %v", goAhead, err)
 		return 1
 	}
-	cmd, err := startAgent(&cfg)
+	spawn := startAgent
+	if eg != nil {
+		var err error
+		if spawn, err = startEgress(eg, logf); err != nil {
+			logf("%v", err)
+			return 1
+		}
+	}
+	agent, err := spawn(&cfg)
 	if err != nil {
 		logf("starting the agent: %v", err)
 		return 1
 	}
-	return supervise(&cfg, cmd.Process.Pid)
+	return supervise(&cfg, agent.Pid, spawn)
 }
 
 // build makes the neuron's root and moves into it.
@@ -215,7 +231,7 @@ func loopbackUp() error {
 
 // startAgent starts the agent in a user namespace of its own, where it is an
 // unprivileged user with no capabilities, under the rlimits.
-func startAgent(cfg *protocol.SandboxInit) (*exec.Cmd, error) {
+func startAgent(cfg *protocol.SandboxInit) (*os.Process, error) {
 	for _, rl := range cfg.Rlimits {
 		lim := unix.Rlimit{Cur: rl.Value, Max: rl.Value}
 		if err := unix.Setrlimit(rl.Resource, &lim); err != nil {
@@ -234,7 +250,10 @@ func startAgent(cfg *protocol.SandboxInit) (*exec.Cmd, error) {
 			Pdeathsig:                  syscall.SIGKILL,
 		},
 	}
-	return cmd, cmd.Start()
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	return cmd.Process, nil
 }
 
 // Restarts of a crashed or killed agent: at most maxRestarts within
@@ -249,7 +268,7 @@ const (
 // it (its commands run as the same user and can: kill -9 -1); the new agent
 // dials the host again. When the agent exits on its own, or was asked to
 // stop, so does the sandbox, and the kernel ends whatever is left in it.
-func supervise(cfg *protocol.SandboxInit, agent int) int {
+func supervise(cfg *protocol.SandboxInit, agent int, spawn func(*protocol.SandboxInit) (*os.Process, error)) int {
 	var stopping atomic.Bool
 	current := atomic.Int64{}
 	current.Store(int64(agent))
@@ -291,11 +310,11 @@ func supervise(cfg *protocol.SandboxInit, agent int) int {
 			return status
 		}
 		fmt.Fprintf(os.Stderr, "cortex-agent init: the agent ended (status %d); starting it again\n", status)
-		cmd, err := startAgent(cfg)
+		p, err := spawn(cfg)
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "cortex-agent init: restarting the agent: %v\n", err)
 			return 1
 		}
-		current.Store(int64(cmd.Process.Pid))
+		current.Store(int64(p.Pid))
 	}
 }

@@ -31,3 +31,15 @@ func Probe(dir string) error {
 	}
 	return unix.Unmount(merged, 0)
 }
+
+// ProbeNetwork checks, from inside a fresh user namespace, that a network
+// namespace can be made on one thread, its loopback brought up and a
+// listener opened there: what PID 1 does for network egress (nsbox's
+// self-check runs it as `cortex-agent probe-network`).
+func ProbeNetwork() error {
+	_, ln, err := newNetNS("127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	return ln.Close()
+}

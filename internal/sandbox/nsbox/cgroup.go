@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -253,7 +254,7 @@ func (p *cgroupPlan) create(lay layout.Layout, id string, pid int) error {
 		}
 	}
 	for ctrl, settings := range perCtrl {
-		dir := filepath.Join(p.support.dirs[ctrl], "nsys-cortex", id)
+		dir := filepath.Join(p.support.dirs[ctrl], "nsys-cortex", cgroupName(lay, id))
 		os.Remove(dir) // a leftover of a neuron that died uncleanly
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return fail(err)
@@ -270,6 +271,15 @@ func (p *cgroupPlan) create(lay layout.Layout, id string, pid int) error {
 		}
 	}
 	return store.WriteJSON(filepath.Join(lay.OverlayDir(id), ".cgroups"), made, 0o600)
+}
+
+// cgroupName names a neuron's cgroup: its id, and a tag of its home, so
+// that neurons of the same id under two homes (two users, two test runs)
+// never share ceilings.
+func cgroupName(lay layout.Layout, id string) string {
+	h := fnv.New32a()
+	h.Write([]byte(lay.OverlayDir(id)))
+	return fmt.Sprintf("%s@%08x", id, h.Sum32())
 }
 
 // removeCgroups removes a neuron's cgroups once nothing runs in them.

@@ -61,8 +61,37 @@ func runProbe(env sandbox.Env) *probeResult {
 	} else {
 		p.cgroups.Detail = "none usable (v2 needs memory and pids delegated; v1 needs root): processes are capped by RLIMIT_NPROC; memory and CPU limits are refused"
 	}
-	p.egress.Detail = "not in this build: network none (default) and full work; egress with an allow-list is refused"
+	switch {
+	case !p.userns.OK:
+		p.egress.Detail = "needs user namespaces"
+	default:
+		p.egress = probeNetwork(bin)
+	}
 	return p
+}
+
+// probeNetwork starts `cortex-agent probe-network` in a new user namespace,
+// which makes a network namespace on one thread and listens in it.
+func probeNetwork(bin string) sandbox.CheckItem {
+	item := sandbox.CheckItem{Name: "network egress allow-lists"}
+	var out bytes.Buffer
+	cmd := exec.Command(bin, "probe-network")
+	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Cloneflags:  syscall.CLONE_NEWUSER,
+		UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getuid(), Size: 1}},
+		GidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getgid(), Size: 1}},
+	}
+	if err := cmd.Run(); err != nil {
+		item.Detail = strings.TrimSpace(out.String())
+		if item.Detail == "" {
+			item.Detail = err.Error()
+		}
+		return item
+	}
+	item.OK = true
+	item.Detail = "an HTTP proxy at " + EgressProxy + " inside, served by PID 1 from the host's network; no other route out"
+	return item
 }
 
 // probeNamespaces starts `cortex-agent probe` in new user, mount and pid

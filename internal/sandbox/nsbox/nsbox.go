@@ -10,7 +10,9 @@
 // pivots into it, and starts the agent in a nested user namespace as the
 // unprivileged user "agent" (uid 1000) with no capabilities, no_new_privs
 // and a seccomp filter. Resource ceilings come from cgroups (v2 or v1),
-// with rlimits where no cgroup can be had.
+// with rlimits where no cgroup can be had. Network egress is an HTTP proxy
+// that PID 1 serves on the neuron's loopback from the host's network
+// namespace (see the egress package): the only way out.
 package nsbox
 
 import (
@@ -26,6 +28,7 @@ import (
 	"sync"
 	"syscall"
 
+	"github.com/nsys-cortex/cortex/internal/agent/egress"
 	"github.com/nsys-cortex/cortex/internal/layout"
 	"github.com/nsys-cortex/cortex/internal/protocol"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
@@ -42,6 +45,10 @@ const (
 	AgentHome  = "/home/agent"
 	Workspace  = AgentHome + "/workspace"
 	ChannelDir = "/run/nsys-cortex"
+	// EgressProxy is where a neuron with network egress finds its way
+	// out: an HTTP proxy on its own loopback, named in its http_proxy and
+	// https_proxy variables.
+	EgressProxy = "127.0.0.1:3128"
 )
 
 // Backend registers nsbox.
@@ -154,14 +161,21 @@ func (r *runtime) SocketOwner(lay layout.Layout, id string) (int, int, bool) {
 func (r *runtime) Prepare(lay layout.Layout, id string, opts sandbox.CreateOptions) error {
 	switch opts.Network.Mode {
 	case sandbox.NetworkDefault, sandbox.NetworkNone, sandbox.NetworkFull:
+		if len(opts.Network.Allow) > 0 {
+			return &sandbox.InvalidError{Reason: "a network allow-list goes with network egress"}
+		}
 	case sandbox.NetworkEgress:
-		return &sandbox.UnenforceableError{Mode: Mode, Policy: "network egress",
-			Reason: "allow-listed egress needs the egress proxy, which this build does not have yet; use none or full"}
+		if len(opts.Network.Allow) == 0 {
+			return &sandbox.InvalidError{Reason: "network egress needs an allow-list (--allow HOST[:PORT], *.DOMAIN or CIDR); with nothing to reach, use network none"}
+		}
+		if _, err := egress.Parse(opts.Network.Allow); err != nil {
+			return &sandbox.InvalidError{Reason: err.Error()}
+		}
+		if p := probe(r.env); !p.egress.OK {
+			return &sandbox.UnenforceableError{Mode: Mode, Policy: "network egress", Reason: p.egress.Detail}
+		}
 	default:
 		return &sandbox.InvalidError{Reason: fmt.Sprintf("network %q: choose none, egress or full", opts.Network.Mode)}
-	}
-	if len(opts.Network.Allow) > 0 && opts.Network.Mode != sandbox.NetworkEgress {
-		return &sandbox.InvalidError{Reason: "a network allow-list goes with network egress"}
 	}
 	if _, err := r.ceilings(opts.Limits); err != nil {
 		return err
@@ -241,6 +255,8 @@ func (r *runtime) Start(req *lifecycle.StartRequest) (*exec.Cmd, error) {
 		return nil, err
 	}
 	flags := uintptr(syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWUTS | syscall.CLONE_NEWIPC)
+	// With egress, PID 1 stays in the host's network namespace (it is the
+	// way out) and makes the neuron's itself.
 	if cfg.Network == "none" {
 		flags |= syscall.CLONE_NEWNET
 	}
@@ -312,8 +328,16 @@ func (r *runtime) plan(req *lifecycle.StartRequest, who identity, ceil *ceilings
 		AgentArgs: []string{"--id", id, "--channel-dir", ChannelDir, "--root", "/", "--workdir", Workspace, "--subreaper", protocol.ConfineFlag},
 		Workdir:   Workspace,
 	}
-	if opts.Network.Mode == sandbox.NetworkFull {
+	var proxyEnv []string
+	switch opts.Network.Mode {
+	case sandbox.NetworkFull:
 		cfg.Network = "full"
+	case sandbox.NetworkEgress:
+		cfg.Network = "egress"
+		cfg.Egress = &protocol.SandboxEgress{Allow: opts.Network.Allow, Listen: EgressProxy}
+		proxy := "http://" + EgressProxy
+		proxyEnv = []string{"http_proxy=" + proxy, "https_proxy=" + proxy, "HTTP_PROXY=" + proxy, "HTTPS_PROXY=" + proxy,
+			"no_proxy=localhost,127.0.0.1,::1", "NO_PROXY=localhost,127.0.0.1,::1"}
 	}
 	if opts.Image != "" {
 		cfg.Root.Lower = []string{opts.Image}
@@ -340,7 +364,7 @@ func (r *runtime) plan(req *lifecycle.StartRequest, who identity, ceil *ceilings
 		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
 		"HOME=" + AgentHome, "USER=agent", "LOGNAME=agent", "SHELL=" + shellFor(opts.Image),
 		"LANG=C.UTF-8", "TMPDIR=/tmp", "NSYS_CORTEX_NEURON=" + id,
-	}, opts.Env...)...)
+	}, append(proxyEnv, opts.Env...)...)...)
 	return cfg, nil
 }
 

@@ -247,16 +247,6 @@ func TestNetwork(t *testing.T) {
 	if res := full.sh("bash -c '" + probe + "'"); res.ExitCode != 0 || !strings.Contains(string(res.Stdout), "hello") {
 		t.Fatalf("network full could not reach the host: %d %q %q", res.ExitCode, res.Stdout, res.Stderr)
 	}
-	lay, _ := layout.New(sandboxtest.ShortTempDir(t), "")
-	e := env(t)
-	e.Layout = lay
-	m := nsbox.New(e)
-	defer m.Close()
-	_, err = m.Create(context.Background(), "egress", sandbox.CreateOptions{Network: sandbox.Network{Mode: sandbox.NetworkEgress, Allow: []string{"example.com"}}})
-	var ue *sandbox.UnenforceableError
-	if !asErr(err, &ue) {
-		t.Fatalf("egress without the proxy: %v, want UnenforceableError", err)
-	}
 }
 
 func asErr[T error](err error, target *T) bool {
@@ -450,5 +440,49 @@ func TestAgentKilledFromInsideComesBack(t *testing.T) {
 	}
 	if st, err := n.m.Get(n.ctx, "phoenix"); err != nil || st.Status != sandbox.StatusRunning || st.PID != n.st.PID {
 		t.Fatalf("%+v %v", st, err)
+	}
+}
+
+// Neurons of one id under two homes (two users, two test runs) get cgroups
+// of their own: neither shares the other's ceilings, and destroying one
+// does not wait for the other.
+func TestCgroupsPerHome(t *testing.T) {
+	requireNsbox(t)
+	e := env(t)
+	e.Layout.Home, e.Layout.Overlays = sandboxtest.ShortTempDir(t), sandboxtest.ShortTempDir(t)
+	if !checkItem(t, e, "cgroups").OK {
+		t.Skip("no usable cgroups here: ceilings are rlimits, which are per process")
+	}
+	a := newNeuron(t, "twin", sandbox.CreateOptions{})
+	b := newNeuron(t, "twin", sandbox.CreateOptions{})
+	read := func(n *neuron) []string {
+		var dirs []string
+		raw, _ := os.ReadFile(filepath.Join(n.st.OverlayPath, ".cgroups"))
+		json.Unmarshal(raw, &dirs)
+		if len(dirs) == 0 {
+			t.Fatalf("no cgroups recorded for %s", n.st.OverlayPath)
+		}
+		return dirs
+	}
+	da, db := read(a), read(b)
+	for _, d := range da {
+		for _, o := range db {
+			if d == o {
+				t.Fatalf("two neurons share cgroup %s", d)
+			}
+		}
+	}
+	if err := a.m.Destroy(a.ctx, "twin", sandbox.DestroyOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range da {
+		if _, err := os.Stat(d); !os.IsNotExist(err) {
+			t.Errorf("cgroup %s outlived its neuron: %v", d, err)
+		}
+	}
+	for _, d := range db {
+		if _, err := os.Stat(d); err != nil {
+			t.Errorf("the other neuron's cgroup %s: %v", d, err)
+		}
 	}
 }

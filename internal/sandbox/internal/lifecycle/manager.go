@@ -144,7 +144,8 @@ func (m *Manager) Create(ctx context.Context, id string, opts sandbox.CreateOpti
 	if err != nil {
 		return nil, &sandbox.UnavailableError{Mode: m.rt.Mode(), Reason: err.Error()}
 	}
-	if exists, mine := m.ownOverlay(id); exists && !mine {
+	exists, mine := m.ownOverlay(id)
+	if exists && !mine {
 		return nil, &sandbox.InvalidError{Reason: fmt.Sprintf("neuron %q holds data of mode %s: create it with --mode %s, or destroy it with --wipe first",
 			id, m.readMode(id), m.readMode(id))}
 	}
@@ -182,6 +183,11 @@ func (m *Manager) Create(ctx context.Context, id string, opts sandbox.CreateOpti
 	}
 	st, err := m.create(ctx, id, bin, lock, opts)
 	if err != nil {
+		if !exists {
+			// A new neuron that could not be made leaves nothing behind
+			// (its log stays, to say why).
+			os.RemoveAll(m.overlay(id))
+		}
 		lock.Release()
 		return nil, err
 	}
