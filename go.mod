@@ -4,7 +4,6 @@ go 1.26.8
 
 require (
 	github.com/creack/pty v1.1.24
-	github.com/elastic/go-seccomp-bpf v1.6.0
 	github.com/spf13/cobra v1.10.2
 	golang.org/x/net v0.62.0
 	golang.org/x/sys v0.50.0

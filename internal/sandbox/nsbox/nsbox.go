@@ -71,6 +71,9 @@ var _ lifecycle.SocketOwner = (*runtime)(nil)
 type runtime struct {
 	env sandbox.Env
 	mu  sync.Mutex
+	// primed holds, per neuron being created, the end of its cgroup
+	// priming (see cgroupSupport.prime).
+	primed map[string]chan struct{}
 }
 
 func (r *runtime) Mode() string { return Mode }
@@ -177,8 +180,12 @@ func (r *runtime) Prepare(lay layout.Layout, id string, opts sandbox.CreateOptio
 	default:
 		return &sandbox.InvalidError{Reason: fmt.Sprintf("network %q: choose none, egress or full", opts.Network.Mode)}
 	}
-	if _, err := r.ceilings(opts.Limits); err != nil {
+	ceil, err := r.ceilings(opts.Limits)
+	if err != nil {
 		return err
+	}
+	if ceil.cgroup != nil {
+		r.primeCgroups(id, ceil.cgroup.support)
 	}
 	who, err := identityOf(lay, id)
 	if err != nil {
@@ -221,6 +228,37 @@ func (r *runtime) Prepare(lay layout.Layout, id string, opts sandbox.CreateOptio
 		}
 	}
 	return writeNeuronEtc(filepath.Join(upper(lay, id, "root"), "etc"), id)
+}
+
+// primeCgroups starts priming the kernel's cgroup migration for neuron id
+// while the rest of its create goes on; Start waits for it.
+func (r *runtime) primeCgroups(id string, cg *cgroupSupport) {
+	done := make(chan struct{})
+	r.mu.Lock()
+	if r.primed == nil {
+		r.primed = map[string]chan struct{}{}
+	}
+	r.primed[id] = done
+	r.mu.Unlock()
+	go func() {
+		defer close(done)
+		cg.prime()
+		r.mu.Lock()
+		if r.primed[id] == done {
+			delete(r.primed, id)
+		}
+		r.mu.Unlock()
+	}()
+}
+
+// waitPrimed waits for the priming of id's cgroups, if it is under way.
+func (r *runtime) waitPrimed(id string) {
+	r.mu.Lock()
+	done := r.primed[id]
+	r.mu.Unlock()
+	if done != nil {
+		<-done
+	}
 }
 
 // ensureOwned makes directory d, owned by the agent's host uid.
@@ -306,6 +344,7 @@ func (r *runtime) Start(req *lifecycle.StartRequest) (*exec.Cmd, error) {
 		return abort(fmt.Errorf("sending the sandbox its configuration: %w", err))
 	}
 	if ceil.cgroup != nil {
+		r.waitPrimed(id)
 		if err := ceil.cgroup.create(lay, id, cmd.Process.Pid); err != nil {
 			return abort(err)
 		}

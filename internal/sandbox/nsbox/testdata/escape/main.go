@@ -4,6 +4,7 @@
 //
 //	escape -file PATH -port N -pid N -agent N   the escapes
 //	escape -hog BYTES                    allocate and touch BYTES of memory
+//	escape -int80                        keyctl through the i386 entry point (amd64)
 package main
 
 import (
@@ -12,7 +13,9 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 	"unsafe"
@@ -26,7 +29,14 @@ func main() {
 	pid := flag.Int("pid", 0, "a host process")
 	agent := flag.Int("agent", 0, "the agent's pid (inside)")
 	hog := flag.Int64("hog", 0, "allocate this many bytes and touch them")
+	i386 := flag.Bool("int80", false, "call keyctl through the i386 entry point and print what it returned")
 	flag.Parse()
+	if *i386 {
+		// KEYCTL_GET_KEYRING_ID of the session keyring, creating it: a
+		// key serial when the call went through.
+		fmt.Println(int32(int80(i386Keyctl, 0, ^uintptr(2), 1)))
+		return
+	}
 	if *hog > 0 {
 		b := make([]byte, *hog)
 		for i := 0; i < len(b); i += 4096 {
@@ -93,7 +103,27 @@ func main() {
 	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
 	data := [2]unix.CapUserData{{Effective: 1 << unix.CAP_SYS_ADMIN, Permitted: 1 << unix.CAP_SYS_ADMIN}}
 	try("raise CAP_SYS_ADMIN", unix.Capset(&hdr, &data[0]))
+	if haveInt80 {
+		try("keyctl through the i386 entry point", i386Call())
+	}
 	json.NewEncoder(os.Stdout).Encode(res)
+}
+
+// i386Call runs `escape -int80`: a seccomp filter that checks only the
+// native architecture lets a 32-bit system call through.
+func i386Call() error {
+	out, err := exec.Command("/proc/self/exe", "-int80").Output()
+	if err != nil {
+		return err // killed (SIGSYS from seccomp; SIGSEGV without the 32-bit ABI)
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(out)))
+	if err != nil {
+		return fmt.Errorf("unexpected output %q", out)
+	}
+	if n < 0 {
+		return syscall.Errno(-n)
+	}
+	return nil
 }
 
 func errnoErr(e syscall.Errno) error {
