@@ -586,5 +586,19 @@ func TestCreateAllow(t *testing.T) {
 		if list := c.ok("list", "-o", "name"); list != "web\n" {
 			t.Fatalf("list after a refused create and a good one: %q", list)
 		}
+		// The policy is in status; a create that asks for another one while
+		// it runs is refused, one that asks for the same is not.
+		if st := c.ok("status", "web"); !strings.Contains(st, "network:   egress to pypi.org:443") {
+			t.Fatalf("status: %q", st)
+		}
+		if _, errs, code := c.run("", "create", "--network", "full", "web"); code != 125 || !strings.Contains(errs, "with another network") {
+			t.Fatalf("create --network full on a running egress neuron: exit %d, %q", code, errs)
+		}
+		c.ok("create", "--allow", "pypi.org:443", "web")
+		// The proxy's decisions are in the neuron's log.
+		c.run("", "exec", "web", "--", "sh", "-c", "curl -s -o /dev/null http://denied.example/ || true")
+		if log := c.ok("logs", "web"); !strings.Contains(log, "egress deny GET denied.example:80") {
+			t.Fatalf("logs web: %q", log)
+		}
 	})
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"io/fs"
 	"os"
 	"os/signal"
 	"strconv"
@@ -361,12 +363,18 @@ func (a *App) process(ctx context.Context, ref, pidArg string) (*link.Client, in
 func (a *App) logsCommand() *cobra.Command {
 	var follow bool
 	cmd := &cobra.Command{
-		Use:               "logs ID PID",
-		Short:             "Print a background process's output (kept in a bounded buffer)",
-		Args:              cobra.ExactArgs(2),
+		Use:   "logs ID [PID]",
+		Short: "Print a background process's output, or the neuron's own log",
+		Long: `logs ID PID prints a background process's output (kept in a bounded
+buffer in the neuron). logs ID prints the neuron's log on the host: its
+agent's messages and, in nsbox, its PID 1's and every egress proxy decision.`,
+		Args:              cobra.RangeArgs(1, 2),
 		ValidArgsFunction: a.neuronArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
+			if len(args) == 1 {
+				return a.neuronLog(ctx, args[0], follow)
+			}
 			c, pid, err := a.process(ctx, args[0], args[1])
 			if err != nil {
 				return err
@@ -386,8 +394,49 @@ func (a *App) logsCommand() *cobra.Command {
 			return interrupted(ctx, err)
 		},
 	}
-	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing until the process exits")
+	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing until the process exits (the neuron's log: until interrupted)")
 	return cmd
+}
+
+// neuronLog prints the neuron's log file, and with follow what is added
+// to it until ctx ends.
+func (a *App) neuronLog(ctx context.Context, ref string, follow bool) error {
+	set, err := a.sandboxes()
+	if err != nil {
+		return err
+	}
+	m, st, err := set.Find(ctx, ref)
+	if err != nil {
+		return err
+	}
+	lp, ok := m.(sandbox.LogPather)
+	if !ok {
+		return &sandbox.UnavailableError{Mode: st.Mode, Reason: "this mode keeps no neuron log"}
+	}
+	path, err := lp.LogPath(ctx, st.ID)
+	if err != nil {
+		return err
+	}
+	f, err := os.Open(path)
+	if errors.Is(err, fs.ErrNotExist) && !follow {
+		return nil // nothing logged yet
+	} else if err != nil {
+		return err
+	}
+	defer f.Close()
+	for {
+		if _, err := io.Copy(a.Stdout, f); err != nil {
+			return err
+		}
+		if !follow {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return interrupted(ctx, ctx.Err())
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
 }
 
 func (a *App) killCommand() *cobra.Command {

@@ -76,6 +76,11 @@ it the host's network.`,
 			st, err := m.Create(cmd.Context(), id, opts)
 			var ar *sandbox.AlreadyRunningError
 			if errors.As(err, &ar) {
+				if differ := policyChanges(cmd, opts, ar.State.Policy); len(differ) > 0 {
+					return &sandbox.InvalidError{Reason: fmt.Sprintf("%s is already running (mode %s, pid %d) with another %s: "+
+						"a running neuron's policy cannot change; destroy it first (its data stays)",
+						ar.State.ID, ar.State.Mode, ar.State.PID, strings.Join(differ, ", "))}
+				}
 				fmt.Fprintf(a.Stderr, "%s is already running (mode %s, pid %d)", ar.State.ID, ar.State.Mode, ar.State.PID)
 				if cmd.Flags().Changed("env") || cmd.Flags().Changed("boot-timeout") {
 					fmt.Fprint(a.Stderr, "; the options given were not applied: destroy it first to change them")
@@ -101,6 +106,93 @@ it the host's network.`,
 	cmd.Flags().Float64Var(&cpus, "cpus", 0, "CPU ceiling in cores, e.g. 1.5 (default none)")
 	cmd.Flags().StringVar(&image, "image", "", "a root filesystem directory to base the neuron on (default: the host's /usr and /etc subset)")
 	return cmd
+}
+
+// policyChanges names the policy flags given whose values differ from
+// what the running neuron enforces (all of them when that is unknown).
+func policyChanges(cmd *cobra.Command, want sandbox.CreateOptions, have *sandbox.Policy) []string {
+	var differ []string
+	changed := func(flag string) bool { return cmd.Flags().Changed(flag) }
+	if have == nil {
+		have = &sandbox.Policy{}
+	}
+	if changed("network") || changed("allow") {
+		mode := want.Network.Mode
+		if mode == sandbox.NetworkDefault {
+			mode = sandbox.NetworkNone
+		}
+		if mode != have.Network.Mode || !sameSet(want.Network.Allow, have.Network.Allow) {
+			differ = append(differ, "network")
+		}
+	}
+	if changed("memory") && want.Limits.MemoryBytes != have.Limits.MemoryBytes {
+		differ = append(differ, "memory limit")
+	}
+	if changed("pids") && want.Limits.Pids != have.Limits.Pids {
+		differ = append(differ, "process limit")
+	}
+	if changed("cpus") && want.Limits.CPUs != have.Limits.CPUs {
+		differ = append(differ, "CPU limit")
+	}
+	if changed("image") && want.Image != have.Image {
+		differ = append(differ, "image")
+	}
+	return differ
+}
+
+func sameSet(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	seen := map[string]int{}
+	for _, x := range a {
+		seen[x]++
+	}
+	for _, x := range b {
+		if seen[x]--; seen[x] < 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// policyText describes a policy in one line per part, for status.
+func policyText(p *sandbox.Policy) [][]string {
+	if p == nil {
+		return nil
+	}
+	network := string(p.Network.Mode)
+	if p.Network.Mode == sandbox.NetworkEgress {
+		network += " to " + strings.Join(p.Network.Allow, ", ")
+	}
+	var limits []string
+	if l := p.Limits; l.MemoryBytes > 0 {
+		limits = append(limits, fmt.Sprintf("memory %s", sizeText(l.MemoryBytes)))
+	}
+	if p.Limits.Pids > 0 {
+		limits = append(limits, fmt.Sprintf("%d processes", p.Limits.Pids))
+	}
+	if p.Limits.CPUs > 0 {
+		limits = append(limits, fmt.Sprintf("%g CPUs", p.Limits.CPUs))
+	}
+	if len(limits) == 0 {
+		limits = []string{"none"}
+	}
+	rows := [][]string{{"network", network}, {"limits", strings.Join(limits, ", ")}}
+	if p.Image != "" {
+		rows = append(rows, []string{"image", p.Image})
+	}
+	return rows
+}
+
+func sizeText(n int64) string {
+	switch {
+	case n >= 1<<30 && n%(1<<30) == 0:
+		return fmt.Sprintf("%d GiB", n>>30)
+	case n >= 1<<20:
+		return fmt.Sprintf("%.0f MiB", float64(n)/(1<<20))
+	}
+	return fmt.Sprintf("%d bytes", n)
 }
 
 // parseBytes reads 512, 512k, 64m, 2g (powers of 1024; a trailing b or ib is allowed).
@@ -249,6 +341,7 @@ func (a *App) statusCommand() *cobra.Command {
 				{"id", st.ID}, {"mode", st.Mode}, {"status", string(st.Status)}, {"pid", pidText(st.PID)},
 				{"workdir", st.Workdir}, {"overlay", st.OverlayPath}, {"created", ago(st.CreatedAt)},
 			}
+			rows = append(rows, policyText(st.Policy)...)
 			if st.Owner != nil {
 				rows = append(rows, []string{"owner", fmt.Sprintf("%s (pid %d)", st.Owner.Command, st.Owner.PID)})
 			}

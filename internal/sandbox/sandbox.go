@@ -66,6 +66,27 @@ type State struct {
 	AgentVersion string `json:"agentVersion,omitempty"`
 	// Owner is the process that owns the neuron exclusively, if any.
 	Owner *Owner `json:"owner,omitempty"`
+	// Policy is what the running neuron's mode enforces: what its create
+	// asked for, with the mode's defaults filled in. A neuron's policy is
+	// its create's: a stopped neuron has none, and creating it again takes
+	// the new create's options.
+	Policy *Policy `json:"policy,omitempty"`
+}
+
+// Policy is the isolation a neuron runs under, as enforced.
+type Policy struct {
+	Network Network `json:"network"`
+	// Limits are the ceilings in force (a zero field: none).
+	Limits Limits `json:"limits"`
+	// Image is the root filesystem the neuron is based on ("" for the
+	// mode's default).
+	Image string `json:"image,omitempty"`
+}
+
+// LogPather is implemented by managers that keep a log file per neuron.
+type LogPather interface {
+	// LogPath returns where neuron id's log is on the host.
+	LogPath(ctx context.Context, id string) (string, error)
 }
 
 // Owner describes a process holding a neuron.
@@ -184,6 +205,11 @@ func (s *State) Copy() *State {
 	if s.Owner != nil {
 		o := *s.Owner
 		c.Owner = &o
+	}
+	if s.Policy != nil {
+		p := *s.Policy
+		p.Network.Allow = append([]string(nil), s.Policy.Network.Allow...)
+		c.Policy = &p
 	}
 	return &c
 }

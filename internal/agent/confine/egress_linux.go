@@ -4,8 +4,11 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"runtime"
+	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -94,8 +97,9 @@ func startEgress(plan *egressPlan, logf func(string, ...any)) (func(*protocol.Sa
 		return nil, err
 	}
 	var d net.Dialer
+	log := &rateLog{logf: logf, rate: decisionLogRate, burst: decisionLogBurst}
 	p := &egress.Proxy{Policy: plan.policy, Resolve: plan.resolver.Resolve, Dial: d.DialContext,
-		Log: func(dec egress.Decision) { logf("%s", dec) }}
+		HostAddrs: hostAddrs, Log: func(dec egress.Decision) { log.print(dec.String()) }}
 	// The proxy lives as long as this process: the sandbox's life.
 	go func() {
 		if err := p.Serve(context.Background(), ln); err != nil {
@@ -106,4 +110,64 @@ func startEgress(plan *egressPlan, logf func(string, ...any)) (func(*protocol.Sa
 		ns.do(func() { p, err = startAgent(cfg) })
 		return p, err
 	}, nil
+}
+
+// hostAddrs lists the addresses of this host's interfaces (this process is
+// in the host's network namespace).
+func hostAddrs() []netip.Addr {
+	addrs, _ := net.InterfaceAddrs() // none known: only the special blocks are refused
+	var out []netip.Addr
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok {
+			if ip, ok := netip.AddrFromSlice(n.IP); ok {
+				out = append(out, ip.Unmap())
+			}
+		}
+	}
+	return out
+}
+
+// The proxy's decisions go to the neuron's log on the host at most at this
+// rate (bytes a second, with a burst): the neuron makes the requests, and
+// must not be able to fill the host's disk with their log lines.
+const (
+	decisionLogRate  = 16 << 10
+	decisionLogBurst = 1 << 20
+)
+
+// rateLog writes lines within a byte budget that refills at rate, and says
+// how many it left out once it can write again.
+type rateLog struct {
+	logf        func(string, ...any)
+	rate, burst float64
+	now         func() time.Time // time.Now when nil
+	mu          sync.Mutex
+	tokens      float64
+	last        time.Time
+	dropped     int
+}
+
+func (l *rateLog) print(line string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := time.Now()
+	if l.now != nil {
+		now = l.now()
+	}
+	if l.last.IsZero() {
+		l.tokens = l.burst
+	} else {
+		l.tokens = min(l.burst, l.tokens+now.Sub(l.last).Seconds()*l.rate)
+	}
+	l.last = now
+	if l.tokens < float64(len(line)) {
+		l.dropped++
+		return
+	}
+	l.tokens -= float64(len(line))
+	if l.dropped > 0 {
+		l.logf("egress: %d decisions not logged (over %d KiB/s)", l.dropped, int(l.rate)>>10)
+		l.dropped = 0
+	}
+	l.logf("%s", line)
 }

@@ -18,6 +18,10 @@ import (
 	"github.com/nsys-cortex/cortex/internal/protocol"
 )
 
+// logTime is how PID 1 stamps its log lines (the agent's log package
+// stamps its own).
+const logTime = "2006/01/02 15:04:05.000000"
+
 // ConfigFD is the descriptor Init reads its configuration from (see
 // protocol.SandboxInit).
 const ConfigFD = 3
@@ -26,7 +30,9 @@ const ConfigFD = 3
 // configuration, builds the root, starts the agent and reaps until the agent
 // exits. It returns the exit status for os.Exit.
 func Init() int {
-	logf := func(format string, args ...any) { fmt.Fprintf(os.Stderr, "cortex-agent init: "+format+"\n", args...) }
+	logf := func(format string, args ...any) {
+		fmt.Fprintf(os.Stderr, "%s cortex-agent init: "+format+"\n", append([]any{time.Now().UTC().Format(logTime)}, args...)...)
+	}
 	f := os.NewFile(ConfigFD, "sandbox-config")
 	defer f.Close()
 	dec := json.NewDecoder(f)
@@ -70,7 +76,7 @@ func Init() int {
 		logf("starting the agent: %v", err)
 		return 1
 	}
-	return supervise(&cfg, agent.Pid, spawn)
+	return supervise(&cfg, agent.Pid, spawn, logf)
 }
 
 // build makes the neuron's root and moves into it.
@@ -268,7 +274,7 @@ const (
 // it (its commands run as the same user and can: kill -9 -1); the new agent
 // dials the host again. When the agent exits on its own, or was asked to
 // stop, so does the sandbox, and the kernel ends whatever is left in it.
-func supervise(cfg *protocol.SandboxInit, agent int, spawn func(*protocol.SandboxInit) (*os.Process, error)) int {
+func supervise(cfg *protocol.SandboxInit, agent int, spawn func(*protocol.SandboxInit) (*os.Process, error), logf func(string, ...any)) int {
 	var stopping atomic.Bool
 	current := atomic.Int64{}
 	current.Store(int64(agent))
@@ -306,13 +312,13 @@ func supervise(cfg *protocol.SandboxInit, agent int, spawn func(*protocol.Sandbo
 			restarts = restarts[1:]
 		}
 		if len(restarts) > maxRestarts {
-			fmt.Fprintf(os.Stderr, "cortex-agent init: the agent ended (status %d) %d times within %s; giving up\n", status, len(restarts), restartWindow)
+			logf("the agent ended (status %d) %d times within %s; giving up", status, len(restarts), restartWindow)
 			return status
 		}
-		fmt.Fprintf(os.Stderr, "cortex-agent init: the agent ended (status %d); starting it again\n", status)
+		logf("the agent ended (status %d); starting it again", status)
 		p, err := spawn(cfg)
 		if err != nil {
-			fmt.Fprintf(os.Stderr, "cortex-agent init: restarting the agent: %v\n", err)
+			logf("restarting the agent: %v", err)
 			return 1
 		}
 		current.Store(int64(p.Pid))

@@ -10,9 +10,11 @@ import (
 	"net/netip"
 	"net/textproto"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -30,20 +32,30 @@ const (
 // Decision is what the proxy did with one request, for the log.
 type Decision struct {
 	Method string
-	Host   string
-	Port   int
+	// Host and Port are the destination asked for; Host is empty when the
+	// request was too malformed to have one.
+	Host string
+	Port int
 	// Allowed says whether the request was let through; Reason says why
 	// not, or which rule let it through.
 	Allowed bool
 	Reason  string
-	// Addr is where the proxy connected, when it did.
+	// Addr is where the proxy connected, when it did; Err why it could not
+	// (the request was allowed, but resolving or connecting failed).
 	Addr netip.AddrPort
+	Err  error
 }
 
 func (d Decision) String() string {
+	if d.Host == "" {
+		return fmt.Sprintf("egress bad request: %s", d.Reason)
+	}
 	target := net.JoinHostPort(d.Host, strconv.Itoa(d.Port))
-	if !d.Allowed {
+	switch {
+	case !d.Allowed:
 		return fmt.Sprintf("egress deny %s %s: %s", d.Method, target, d.Reason)
+	case d.Err != nil:
+		return fmt.Sprintf("egress allow %s %s (%s) failed: %v", d.Method, target, d.Reason, d.Err)
 	}
 	return fmt.Sprintf("egress allow %s %s -> %s (%s)", d.Method, target, d.Addr, d.Reason)
 }
@@ -59,6 +71,9 @@ type Proxy struct {
 	// Resolve looks a name up; Dial connects to an address.
 	Resolve func(ctx context.Context, name string) ([]netip.Addr, error)
 	Dial    func(ctx context.Context, network, addr string) (net.Conn, error)
+	// HostAddrs, when set, returns this host's own addresses: a name rule
+	// never reaches them (an address rule may).
+	HostAddrs func() []netip.Addr
 	// Log, when set, is told every decision.
 	Log func(Decision)
 	// MaxConns caps the connections open at once (0: 512).
@@ -94,7 +109,7 @@ func (p *Proxy) Serve(ctx context.Context, ln net.Listener) error {
 		select {
 		case slots <- struct{}{}:
 		default:
-			c.Write([]byte(response(503, "nsys-cortex egress: too many connections at once")))
+			c.Write([]byte(response(503, "connection_limit_reached", "too many connections at once")))
 			c.Close()
 			continue
 		}
@@ -107,12 +122,35 @@ func (p *Proxy) Serve(ctx context.Context, ln net.Listener) error {
 	}
 }
 
-// response is a whole HTTP response with a text body.
-func response(code int, body string) string {
-	status := map[int]string{400: "Bad Request", 403: "Forbidden", 405: "Method Not Allowed",
-		502: "Bad Gateway", 503: "Service Unavailable"}[code]
-	return fmt.Sprintf("HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\n"+
-		"Connection: close\r\n\r\n%s\n", code, status, len(body)+1, body)
+// response is a whole HTTP response with a text body, and the reason in a
+// Proxy-Status header (RFC 9209) too: HTTPS clients show a CONNECT
+// response's headers (curl -v), never its body.
+func response(code int, errType, reason string) string {
+	status := map[int]string{400: "Bad Request", 403: "Forbidden", 431: "Request Header Fields Too Large",
+		502: "Bad Gateway", 503: "Service Unavailable", 504: "Gateway Timeout"}[code]
+	body := "nsys-cortex egress: " + reason + "\n"
+	return fmt.Sprintf("HTTP/1.1 %d %s\r\nProxy-Status: nsys-cortex; error=%s; details=%s\r\n"+
+		"Content-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s",
+		code, status, errType, sfString(reason), len(body), body)
+}
+
+// sfString quotes s as a structured-field string (printable ASCII only).
+func sfString(s string) string {
+	var b strings.Builder
+	b.WriteByte('"')
+	for _, c := range []byte(s) {
+		switch {
+		case c == '"' || c == '\\':
+			b.WriteByte('\\')
+			b.WriteByte(c)
+		case c >= 0x20 && c < 0x7f:
+			b.WriteByte(c)
+		default:
+			b.WriteByte('?')
+		}
+	}
+	b.WriteByte('"')
+	return b.String()
 }
 
 // headLimit caps what the request line and headers may take.
@@ -141,18 +179,23 @@ func (p *Proxy) handle(ctx context.Context, c net.Conn) {
 	lim := &headLimit{r: c, n: maxRequestHead}
 	br := bufio.NewReader(lim)
 	tp := textproto.NewReader(br)
+	fail := func(code int, errType, reason string) {
+		p.log(Decision{Reason: reason})
+		io.WriteString(c, response(code, errType, reason))
+	}
 	line, err := tp.ReadLine()
 	if err != nil {
+		p.badHead(err, lim, fail)
 		return
 	}
 	method, target, proto, ok := splitRequestLine(line)
 	if !ok {
-		io.WriteString(c, response(400, "nsys-cortex egress: malformed request line"))
+		fail(400, "http_request_error", "malformed request line")
 		return
 	}
 	header, err := tp.ReadMIMEHeader()
 	if err != nil {
-		io.WriteString(c, response(400, "nsys-cortex egress: malformed request headers"))
+		p.badHead(err, lim, fail)
 		return
 	}
 	var host string
@@ -163,19 +206,29 @@ func (p *Proxy) handle(ctx context.Context, c net.Conn) {
 	} else {
 		host, port, path, err = absoluteHTTP(target)
 	}
+	if err == nil {
+		err = checkHost(host)
+	}
 	if err != nil {
-		io.WriteString(c, response(400, "nsys-cortex egress: "+err.Error()))
+		fail(400, "http_request_error", err.Error())
 		return
 	}
 	d := Decision{Method: method, Host: host, Port: port}
-	up, err := p.connect(ctx, &d)
+	up, errType, err := p.connect(ctx, &d)
+	d.Err = err
+	if !d.Allowed {
+		d.Err = nil
+	}
 	p.log(d)
 	if err != nil {
 		code := 502
-		if !d.Allowed {
+		switch {
+		case !d.Allowed:
 			code = 403
+		case errType == "connection_timeout":
+			code = 504
 		}
-		io.WriteString(c, response(code, "nsys-cortex egress: "+err.Error()))
+		io.WriteString(c, response(code, errType, err.Error()))
 		return
 	}
 	defer up.Close()
@@ -191,6 +244,36 @@ func (p *Proxy) handle(ctx context.Context, c net.Conn) {
 		return
 	}
 	splice(c, br, up)
+}
+
+// badHead answers a request whose head could not be read: too large, too
+// slow, or cut short (a client that went away gets nothing, and no log).
+func (p *Proxy) badHead(err error, lim *headLimit, fail func(int, string, string)) {
+	var ne net.Error
+	switch {
+	case lim.n <= 0:
+		fail(431, "http_request_error", fmt.Sprintf("request head larger than %d KiB", maxRequestHead>>10))
+	case errors.As(err, &ne) && ne.Timeout():
+		fail(400, "http_request_error", fmt.Sprintf("no whole request head within %s", headTimeout))
+	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed):
+	default:
+		fail(400, "http_request_error", "malformed request head")
+	}
+}
+
+// checkHost refuses a destination that is neither an address nor a host
+// name, before it is logged or looked up.
+func checkHost(host string) error {
+	if _, err := netip.ParseAddr(host); err == nil {
+		return nil
+	}
+	if _, err := parseName(host); err != nil || strings.HasPrefix(host, "*") {
+		if len(host) > 64 {
+			host = host[:64] + "..."
+		}
+		return fmt.Errorf("%q is not a host name or address", host)
+	}
+	return nil
 }
 
 func splitRequestLine(line string) (method, target, proto string, ok bool) {
@@ -276,11 +359,11 @@ func originRequest(method, path, proto, host string, port int, h textproto.MIMEH
 }
 
 // connect decides on d and, when allowed, connects. d.Allowed and d.Reason
-// say what was decided.
-func (p *Proxy) connect(ctx context.Context, d *Decision) (net.Conn, error) {
-	deny := func(why string) (net.Conn, error) {
+// say what was decided; errType names a failure as Proxy-Status does.
+func (p *Proxy) connect(ctx context.Context, d *Decision) (net.Conn, string, error) {
+	deny := func(errType, why string) (net.Conn, string, error) {
 		d.Allowed, d.Reason = false, why
-		return nil, errors.New(why)
+		return nil, errType, errors.New(why)
 	}
 	var candidates []netip.Addr
 	var reasons []string
@@ -288,37 +371,40 @@ func (p *Proxy) connect(ctx context.Context, d *Decision) (net.Conn, error) {
 		a = a.Unmap()
 		r, ok := p.Policy.AddrAllowed(a, d.Port)
 		if !ok {
-			return deny(fmt.Sprintf("%s port %d is not on this neuron's allow-list", a, d.Port))
+			return deny("http_request_denied", fmt.Sprintf("%s port %d is not on this neuron's allow-list", a, d.Port))
 		}
 		candidates, reasons = []netip.Addr{a}, []string{"rule " + r.String()}
 	} else {
 		nameRule, ok := p.Policy.NameAllowed(d.Host, d.Port)
 		if !ok {
-			return deny(fmt.Sprintf("%s port %d is not on this neuron's allow-list", d.Host, d.Port))
+			return deny("http_request_denied", fmt.Sprintf("%s port %d is not on this neuron's allow-list", d.Host, d.Port))
 		}
+		d.Allowed, d.Reason = true, "rule "+nameRule.String()
 		rctx, cancel := context.WithTimeout(ctx, dialTimeout)
 		addrs, err := p.Resolve(rctx, d.Host)
 		cancel()
 		if err != nil {
-			d.Allowed, d.Reason = true, "rule "+nameRule.String()
-			return nil, err
+			return nil, "dns_error", err
 		}
+		own := p.hostAddrs()
 		var refused []string
 		for _, a := range addrs {
-			if r, ok := p.Policy.AddrAllowed(a, d.Port); ok {
+			switch r, ok := p.Policy.AddrAllowed(a, d.Port); {
+			case ok:
 				candidates, reasons = append(candidates, a), append(reasons, "rules "+nameRule.String()+" and "+r.String())
-			} else if Public(a) {
+			case Public(a) && !slices.Contains(own, a.Unmap()):
 				candidates, reasons = append(candidates, a), append(reasons, "rule "+nameRule.String())
-			} else {
+			default:
 				refused = append(refused, a.String())
 			}
 		}
 		if len(candidates) == 0 {
-			return deny(fmt.Sprintf("%s resolves to %s, which is not a public address; only an address rule allows that",
+			return deny("destination_ip_prohibited", fmt.Sprintf("%s resolves to %s, which is not a public address "+
+				"(loopback, local network, special range, or this host's own); only an address rule allows that",
 				d.Host, strings.Join(refused, ", ")))
 		}
 	}
-	d.Allowed = true
+	d.Allowed, d.Reason = true, reasons[0]
 	var lastErr error
 	for i, a := range candidates {
 		dctx, cancel := context.WithTimeout(ctx, dialTimeout)
@@ -327,12 +413,26 @@ func (p *Proxy) connect(ctx context.Context, d *Decision) (net.Conn, error) {
 		cancel()
 		if err == nil {
 			d.Addr, d.Reason = ap, reasons[i]
-			return c, nil
+			return c, "", nil
 		}
 		lastErr = err
 	}
-	d.Reason = reasons[0]
-	return nil, fmt.Errorf("connecting to %s port %d: %w", d.Host, d.Port, lastErr)
+	errType := "destination_unavailable"
+	var ne net.Error
+	switch {
+	case errors.Is(lastErr, syscall.ECONNREFUSED):
+		errType = "connection_refused"
+	case errors.As(lastErr, &ne) && ne.Timeout():
+		errType = "connection_timeout"
+	}
+	return nil, errType, fmt.Errorf("connecting to %s port %d: %w", d.Host, d.Port, lastErr)
+}
+
+func (p *Proxy) hostAddrs() []netip.Addr {
+	if p.HostAddrs == nil {
+		return nil
+	}
+	return p.HostAddrs()
 }
 
 func (p *Proxy) log(d Decision) {

@@ -22,15 +22,16 @@ import (
 // address the table made up (a public one) is dialled at the server
 // instead, so that name rules can be tested without the Internet.
 type proxyRig struct {
-	t        *testing.T
-	proxy    string // host:port
-	server   *http.Server
-	origin   netip.AddrPort // the real server
-	resolved atomic.Int32
-	mu       sync.Mutex
-	dialled  []string
-	logged   []Decision
-	seen     chan *http.Request
+	t         *testing.T
+	proxy     string // host:port
+	server    *http.Server
+	origin    netip.AddrPort // the real server
+	resolved  atomic.Int32
+	mu        sync.Mutex
+	dialled   []string
+	logged    []Decision
+	seen      chan *http.Request
+	hostAddrs []netip.Addr
 }
 
 func newRig(t *testing.T, rules []string, names map[string][]netip.Addr) *proxyRig {
@@ -74,6 +75,11 @@ func newRig(t *testing.T, rules []string, names map[string][]netip.Addr) *proxyR
 				addr = rig.origin.String()
 			}
 			return d.DialContext(ctx, network, addr)
+		},
+		HostAddrs: func() []netip.Addr {
+			rig.mu.Lock()
+			defer rig.mu.Unlock()
+			return rig.hostAddrs
 		},
 		Log: func(dec Decision) {
 			rig.mu.Lock()
@@ -251,7 +257,10 @@ func TestProxyBadRequests(t *testing.T) {
 		{"GET http://u:p@127.0.0.1/ HTTP/1.1\r\n\r\n", "400", "credentials"},
 		{"CONNECT 127.0.0.1 HTTP/1.1\r\n\r\n", "400", "want host:port"},
 		{"CONNECT 127.0.0.1:99999 HTTP/1.1\r\n\r\n", "400", "want host:port"},
-		{"GET http://127.0.0.1/ HTTP/1.1\r\nX-Big: " + strings.Repeat("a", maxRequestHead) + "\r\n\r\n", "400", "malformed request headers"},
+		{"GET http://127.0.0.1/ HTTP/1.1\r\nX-Big: " + strings.Repeat("a", maxRequestHead) + "\r\n\r\n", "431", "larger than 64 KiB"},
+		{"CONNECT " + strings.Repeat("a", 300) + ".com:443 HTTP/1.1\r\n\r\n", "400", "is not a host name or address"},
+		{"CONNECT bad_host!:443 HTTP/1.1\r\n\r\n", "400", "is not a host name or address"},
+		{"CONNECT *.example.com:443 HTTP/1.1\r\n\r\n", "400", "is not a host name or address"},
 		// Allowed, but nothing listens there.
 		{"CONNECT 127.0.0.1:1 HTTP/1.1\r\n\r\n", "502", "connecting to 127.0.0.1 port 1"},
 	}
@@ -260,6 +269,50 @@ func TestProxyBadRequests(t *testing.T) {
 		if !strings.HasPrefix(line, "HTTP/1.1 "+tc.code) || !strings.Contains(rest, tc.want) {
 			t.Errorf("%.60q: %q %q, want %s %q", tc.req, line, rest, tc.code, tc.want)
 		}
+	}
+	// Every one is in the log, none with a host name longer than DNS allows.
+	rig.mu.Lock()
+	defer rig.mu.Unlock()
+	if len(rig.logged) != len(cases) {
+		t.Fatalf("%d decisions logged for %d requests: %v", len(rig.logged), len(cases), rig.logged)
+	}
+	for _, d := range rig.logged {
+		if len(d.String()) > 300 {
+			t.Errorf("a log line of %d bytes: %.100s", len(d.String()), d)
+		}
+	}
+	if s := rig.logged[len(cases)-1].String(); !strings.Contains(s, "egress allow CONNECT 127.0.0.1:1 (rule 127.0.0.1) failed: connecting") {
+		t.Errorf("a failed connection is logged as %q", s)
+	}
+}
+
+// A denial's reason is in a Proxy-Status header too: HTTPS clients show
+// the CONNECT response's headers, never its body.
+func TestProxyStatusHeader(t *testing.T) {
+	rig := newRig(t, []string{"allowed.test", "gone.test"}, map[string][]netip.Addr{"allowed.test": {netip.MustParseAddr("10.0.0.1")}})
+	for req, want := range map[string]string{
+		"CONNECT denied.test:443 HTTP/1.1\r\n\r\n":  `Proxy-Status: nsys-cortex; error=http_request_denied; details="denied.test port 443 is not on this neuron's allow-list"`,
+		"CONNECT allowed.test:443 HTTP/1.1\r\n\r\n": `Proxy-Status: nsys-cortex; error=destination_ip_prohibited; details="allowed.test resolves to 10.0.0.1, which is not a public address`,
+		"CONNECT gone.test:443 HTTP/1.1\r\n\r\n":    `Proxy-Status: nsys-cortex; error=dns_error; details="network: gone.test: no such host"`,
+	} {
+		line, rest := rig.raw(req)
+		if !strings.HasPrefix(line, "HTTP/1.1 4") && !strings.HasPrefix(line, "HTTP/1.1 5") || !strings.Contains(rest, want) {
+			t.Errorf("%q: %q %q, want %q", req, line, rest, want)
+		}
+	}
+}
+
+// A name rule never reaches the host's own addresses, even public ones:
+// whoever controls the name's DNS could point it at services the host
+// listens with on every address.
+func TestProxyRefusesHostAddresses(t *testing.T) {
+	rig := newRig(t, []string{"self.test"}, map[string][]netip.Addr{"self.test": {netip.MustParseAddr("198.51.100.7")}})
+	rig.mu.Lock()
+	rig.hostAddrs = []netip.Addr{netip.MustParseAddr("198.51.100.7")}
+	rig.mu.Unlock()
+	line, rest := rig.raw("CONNECT self.test:443 HTTP/1.1\r\n\r\n")
+	if !strings.HasPrefix(line, "HTTP/1.1 403") || !strings.Contains(rest, "this host's own") {
+		t.Fatalf("%q %q", line, rest)
 	}
 }
 

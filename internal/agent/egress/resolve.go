@@ -103,25 +103,25 @@ func (r *Resolver) Resolve(ctx context.Context, name string) ([]netip.Addr, erro
 	}
 	fqdn, err := dnsmessage.NewName(name + ".")
 	if err != nil {
-		return nil, fmt.Errorf("network: resolving %s: %w", name, err)
+		return nil, fmt.Errorf("resolving %s: %w", name, err)
 	}
 	var lastErr error
 	for _, srv := range r.servers {
 		addrs, err := r.lookup(ctx, srv, fqdn)
 		switch {
 		case err == nil && len(addrs) == 0:
-			return nil, fmt.Errorf("network: %s has no address", name)
+			return nil, fmt.Errorf("resolving %s: %w", name, errNoAddress)
 		case err == nil:
 			return addrs, nil
 		case errors.Is(err, errNoSuchHost):
-			return nil, fmt.Errorf("network: %s: %w", name, err)
+			return nil, fmt.Errorf("resolving %s: %w", name, err)
 		}
 		lastErr = err
 		if ctx.Err() != nil {
 			break
 		}
 	}
-	return nil, fmt.Errorf("network: resolving %s: %w", name, lastErr)
+	return nil, fmt.Errorf("resolving %s: %w", name, lastErr)
 }
 
 // lookup asks one server for the A and then the AAAA records of name. A
@@ -140,8 +140,12 @@ func (r *Resolver) lookup(ctx context.Context, srv netip.AddrPort, name dnsmessa
 	return addrs, nil
 }
 
-// errNoSuchHost is a definite answer: the name does not exist.
-var errNoSuchHost = errors.New("no such host")
+// errNoSuchHost and errNoAddress are definite answers: the name does not
+// exist, or has no address.
+var (
+	errNoSuchHost = errors.New("no such host")
+	errNoAddress  = errors.New("no address")
+)
 
 // query asks one server for one record type: over UDP, and again over TCP
 // when the answer was truncated.

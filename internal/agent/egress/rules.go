@@ -69,7 +69,7 @@ func (p *Policy) Rules() []Rule { return append([]Rule(nil), p.rules...) }
 //
 //	example.com            the name, any port
 //	example.com:443        the name, port 443
-//	*.example.com[:port]   every name under example.com
+//	*.example.com[:port]   every name under example.com (not example.com)
 //	203.0.113.7[:port]     one address
 //	10.0.0.0/8[:port]      an IPv4 network
 //	2001:db8::/32          an IPv6 network, any port
@@ -81,18 +81,19 @@ func ParseRule(s string) (Rule, error) {
 		return Rule{}, fmt.Errorf("egress allow-list entry %q: %s", s, why)
 	}
 	in := strings.TrimSpace(s)
-	if in == "" {
+	switch {
+	case in == "":
 		return bad("empty")
-	}
-	if in == "*" || strings.HasPrefix(in, "*:") {
+	case in == "*" || strings.HasPrefix(in, "*:"):
 		return bad("allowing every host is network full, not egress")
-	}
-	if strings.Contains(in, "://") {
+	case strings.Contains(in, "://"):
 		return bad("write a host name, address or network, not a URL")
+	case strings.ContainsAny(in, ", "):
+		return bad("one entry per --allow")
 	}
 	// An address or network with no port: a bare IPv6 one holds colons.
 	if r, ok := parsePrefix(in); ok {
-		return r, nil
+		return checkPrefix(r, bad)
 	}
 	host, port := in, ""
 	if strings.HasPrefix(in, "[") {
@@ -110,17 +111,30 @@ func ParseRule(s string) (Rule, error) {
 				return bad("empty port")
 			}
 		}
-		if _, ok := parsePrefix(host); !ok {
+		if r, ok := parsePrefix(host); !ok || !r.Prefix.Addr().Is6() {
 			return bad("only an IPv6 address or network goes in brackets")
 		}
 	} else if i := strings.LastIndex(in, ":"); i >= 0 {
 		host, port = in[:i], in[i+1:]
+		if strings.Contains(host, ":") {
+			return bad("an IPv6 address with a port goes in brackets, as [2001:db8::1]:443")
+		}
 		if port == "" {
 			return bad("empty port")
 		}
 	}
 	r, ok := parsePrefix(host)
-	if !ok {
+	if ok {
+		if _, err := checkPrefix(r, bad); err != nil {
+			return Rule{}, err
+		}
+	} else {
+		if before, _, ok := strings.Cut(host, "/"); ok {
+			if _, err := netip.ParseAddr(before); err == nil {
+				return bad("not a network: want an address and a prefix length, as 10.0.0.0/8 or 2001:db8::/32")
+			}
+			return bad("a host name has no path")
+		}
 		var err error
 		if r, err = parseName(host); err != nil {
 			return bad(err.Error())
@@ -132,6 +146,14 @@ func ParseRule(s string) (Rule, error) {
 			return bad(fmt.Sprintf("port %q: want 1-65535 or *", port))
 		}
 		r.Port = n
+	}
+	return r, nil
+}
+
+// checkPrefix refuses a network of every address.
+func checkPrefix(r Rule, bad func(string) (Rule, error)) (Rule, error) {
+	if r.Prefix.Bits() == 0 {
+		return bad("every address is network full, not egress")
 	}
 	return r, nil
 }
@@ -174,7 +196,7 @@ func parseName(s string) (Rule, error) {
 		for _, c := range label {
 			if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
 				if c == '*' {
-					return r, fmt.Errorf("a wildcard goes only at the start, as *.domain")
+					return r, fmt.Errorf("a '*' is only ever the whole first label, as in *.example.com")
 				}
 				return r, fmt.Errorf("host name holds %q", c)
 			}
@@ -182,6 +204,13 @@ func parseName(s string) (Rule, error) {
 		if label[0] == '-' || label[len(label)-1] == '-' {
 			return r, fmt.Errorf("host name label %q starts or ends with '-'", label)
 		}
+	}
+	labels := strings.Split(name, ".")
+	if last := labels[len(labels)-1]; strings.Trim(last, "0123456789") == "" {
+		return r, fmt.Errorf("not an address, and no host name ends in a number")
+	}
+	if r.Wildcard && len(labels) < 2 {
+		return r, fmt.Errorf("a wildcard over a whole top-level domain is too wide: name a domain under it")
 	}
 	r.Name = name
 	return r, nil
@@ -202,51 +231,62 @@ func (p *Policy) NameAllowed(host string, port int) (Rule, bool) {
 }
 
 // AddrAllowed reports whether an address rule allows a on port, and which.
+// An address that is not public (see Public) is reached only by a rule
+// inside its own special block: 127.0.0.1:8080 or 10.0.0.0/8 reach what
+// they say, but a wide rule like 0.0.0.0/1 does not reach the host's
+// loopback or the local network.
 func (p *Policy) AddrAllowed(a netip.Addr, port int) (Rule, bool) {
 	a = a.Unmap()
+	block, special := specialBlock(a)
 	for _, r := range p.rules {
-		if r.Prefix.IsValid() && r.Prefix.Contains(a) && (r.Port == 0 || r.Port == port) {
-			return r, true
+		if !r.Prefix.IsValid() || !r.Prefix.Contains(a) || (r.Port != 0 && r.Port != port) {
+			continue
 		}
+		if special && (r.Prefix.Bits() < block.Bits() || !block.Contains(r.Prefix.Addr())) {
+			continue
+		}
+		return r, true
 	}
 	return Rule{}, false
 }
 
-// HasNameRules reports whether any rule is a name rule.
-func (p *Policy) HasNameRules() bool {
-	for _, r := range p.rules {
-		if !r.Prefix.IsValid() {
-			return true
+// specialBlocks are the address blocks that are not the Internet: this
+// host, the local networks, and ranges that stand for other addresses.
+var specialBlocks = func() []netip.Prefix {
+	var out []netip.Prefix
+	for _, b := range []string{
+		"0.0.0.0/8", "10.0.0.0/8", "100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16", "172.16.0.0/12",
+		"192.0.0.0/24", "192.168.0.0/16", "198.18.0.0/15", "224.0.0.0/4", "240.0.0.0/4",
+		"::/128", "::1/128", "64:ff9b::/96", "64:ff9b:1::/48", "2002::/16", "fc00::/7", "fe80::/10", "ff00::/8",
+	} {
+		out = append(out, netip.MustParsePrefix(b))
+	}
+	return out
+}()
+
+// specialBlock returns the special block a is in, if any.
+func specialBlock(a netip.Addr) (netip.Prefix, bool) {
+	a = a.Unmap()
+	for _, b := range specialBlocks {
+		if b.Contains(a) {
+			return b, true
 		}
 	}
-	return false
-}
-
-var nonPublic = []netip.Prefix{
-	netip.MustParsePrefix("0.0.0.0/8"),
-	netip.MustParsePrefix("100.64.0.0/10"), // carrier-grade NAT
-	netip.MustParsePrefix("192.0.0.0/24"),
-	netip.MustParsePrefix("198.18.0.0/15"),
-	netip.MustParsePrefix("240.0.0.0/4"),
-	netip.MustParsePrefix("64:ff9b::/96"), // NAT64: may embed any IPv4 address
-	netip.MustParsePrefix("64:ff9b:1::/48"),
-	netip.MustParsePrefix("2002::/16"), // 6to4: likewise
+	return netip.Prefix{}, false
 }
 
 // Public reports whether a is an ordinary Internet address: not loopback,
-// private, link-local, multicast, carrier-grade NAT or otherwise special.
-// A name rule reaches only public addresses; anything else needs an address
-// rule, so that a name whose DNS someone else controls cannot be pointed at
-// the host's loopback or the local network.
+// private, link-local, multicast, carrier-grade NAT, reserved, or a
+// translation range (NAT64, 6to4) that may stand for any of those. A name
+// rule reaches only public addresses; anything else needs an address rule,
+// so that a name whose DNS someone else controls cannot be pointed at the
+// host's loopback or the local network. (The documentation ranges, such as
+// 203.0.113.0/24, count as public: nothing special is reached through them,
+// and test networks use them.)
 func Public(a netip.Addr) bool {
-	a = a.Unmap()
-	if !a.IsGlobalUnicast() || a.IsPrivate() {
+	if !a.IsValid() {
 		return false
 	}
-	for _, p := range nonPublic {
-		if p.Contains(a) {
-			return false
-		}
-	}
-	return true
+	_, special := specialBlock(a)
+	return !special
 }

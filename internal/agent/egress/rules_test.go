@@ -47,17 +47,29 @@ func TestParseRule(t *testing.T) {
 		{"example.com:0", "port"},
 		{"example.com:65536", "port"},
 		{"example.com:https", "port"},
-		{"exa mple.com", "holds"},
-		{"foo.*.com", "wildcard goes only at the start"},
-		{"*.", "wildcard"},
+		{"exa mple.com", "one entry per --allow"},
+		{"a.com,b.com", "one entry per --allow"},
+		{"exa_mple!.com", "holds"},
+		{"foo.*.com", "whole first label"},
+		{"*.*", "whole first label"},
+		{"*.", "whole first label"},
+		{"*.com", "too wide"},
+		{"1.2.3", "ends in a number"},
+		{"256.1.1.1", "ends in a number"},
+		{"12345", "ends in a number"},
+		{"0.0.0.0/0", "network full"},
+		{"::/0", "network full"},
+		{"0.0.0.0/0:443", "network full"},
+		{"::1:18080", "in brackets"},
+		{"2001:db8::1/64:443", "in brackets"},
 		{"-bad.com", "starts or ends"},
 		{"a..b", "label"},
 		{strings.Repeat("a", 64) + ".com", "1-63"},
 		{"[example.com]:80", "only an IPv6"},
 		{"[2001:db8::1", "missing ]"},
 		{"[2001:db8::1]443", "expected :port"},
-		{"10.0.0.0/33", "holds"},
-		{"http://example.com", "not a URL"}, {"example.com/path", "holds"},
+		{"10.0.0.0/33", "not a network"},
+		{"http://example.com", "not a URL"}, {"example.com/path", "has no path"},
 	}
 	for _, tc := range bad {
 		_, err := ParseRule(tc.in)
@@ -111,6 +123,17 @@ func TestPolicy(t *testing.T) {
 		if _, ok := p.AddrAllowed(netip.MustParseAddr(tc.addr), tc.port); ok != tc.ok {
 			t.Errorf("AddrAllowed(%s, %d) = %v", tc.addr, tc.port, ok)
 		}
+	}
+	// A wide rule does not reach the special blocks inside it.
+	wide, _ := Parse([]string{"0.0.0.0/1", "::/1", "100.0.0.0/6", "127.0.0.0/8:22"})
+	for addr, want := range map[string]bool{"8.8.8.8": true, "127.0.0.1": false, "10.1.1.1": false, "::1": false,
+		"100.64.0.1": false, "101.0.0.1": true, "::ffff:127.0.0.1": false} {
+		if _, ok := wide.AddrAllowed(netip.MustParseAddr(addr), 80); ok != want {
+			t.Errorf("wide rules: AddrAllowed(%s, 80) = %v, want %v", addr, ok, want)
+		}
+	}
+	if _, ok := wide.AddrAllowed(netip.MustParseAddr("127.0.0.9"), 22); !ok {
+		t.Error("127.0.0.0/8:22 did not reach 127.0.0.9:22")
 	}
 	var zero Policy
 	if _, ok := zero.NameAllowed("example.com", 443); ok {

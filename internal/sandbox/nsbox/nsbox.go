@@ -28,6 +28,8 @@ import (
 	"sync"
 	"syscall"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/nsys-cortex/cortex/internal/agent/egress"
 	"github.com/nsys-cortex/cortex/internal/layout"
 	"github.com/nsys-cortex/cortex/internal/protocol"
@@ -160,43 +162,64 @@ func (r *runtime) SocketOwner(lay layout.Layout, id string) (int, int, bool) {
 	return who.agentUID, who.agentGID, true
 }
 
-// Prepare checks the policy can be enforced here and lays out the overlay.
-func (r *runtime) Prepare(lay layout.Layout, id string, opts sandbox.CreateOptions) error {
+// Prepare checks the policy can be enforced here, lays out the overlay and
+// says what will be enforced.
+func (r *runtime) Prepare(lay layout.Layout, id string, opts sandbox.CreateOptions) (sandbox.Policy, error) {
+	ceil, err := r.prepare(lay, id, opts)
+	if err != nil {
+		return sandbox.Policy{}, err
+	}
+	pol := sandbox.Policy{Network: opts.Network, Image: opts.Image}
+	if pol.Network.Mode == sandbox.NetworkDefault {
+		pol.Network.Mode = sandbox.NetworkNone
+	}
+	if ceil.cgroup != nil {
+		pol.Limits = ceil.cgroup.limits
+	}
+	for _, rl := range ceil.rlimits {
+		if rl.Resource == unix.RLIMIT_NPROC {
+			pol.Limits.Pids = int(rl.Value)
+		}
+	}
+	return pol, nil
+}
+
+func (r *runtime) prepare(lay layout.Layout, id string, opts sandbox.CreateOptions) (*ceilings, error) {
 	switch opts.Network.Mode {
 	case sandbox.NetworkDefault, sandbox.NetworkNone, sandbox.NetworkFull:
 		if len(opts.Network.Allow) > 0 {
-			return &sandbox.InvalidError{Reason: "a network allow-list goes with network egress"}
+			return nil, &sandbox.InvalidError{Reason: "a network allow-list goes with network egress"}
 		}
 	case sandbox.NetworkEgress:
 		if len(opts.Network.Allow) == 0 {
-			return &sandbox.InvalidError{Reason: "network egress needs an allow-list (--allow HOST[:PORT], *.DOMAIN or CIDR); with nothing to reach, use network none"}
+			return nil, &sandbox.InvalidError{Reason: "network egress needs an allow-list (--allow HOST[:PORT], *.DOMAIN or CIDR); with nothing to reach, use network none"}
 		}
 		if _, err := egress.Parse(opts.Network.Allow); err != nil {
-			return &sandbox.InvalidError{Reason: err.Error()}
+			return nil, &sandbox.InvalidError{Reason: err.Error()}
 		}
 		if p := probe(r.env); !p.egress.OK {
-			return &sandbox.UnenforceableError{Mode: Mode, Policy: "network egress", Reason: p.egress.Detail}
+			return nil, &sandbox.UnenforceableError{Mode: Mode, Policy: "network egress", Reason: p.egress.Detail}
 		}
 	default:
-		return &sandbox.InvalidError{Reason: fmt.Sprintf("network %q: choose none, egress or full", opts.Network.Mode)}
+		return nil, &sandbox.InvalidError{Reason: fmt.Sprintf("network %q: choose none, egress or full", opts.Network.Mode)}
 	}
 	ceil, err := r.ceilings(opts.Limits)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if ceil.cgroup != nil {
 		r.primeCgroups(id, ceil.cgroup.support)
 	}
 	who, err := identityOf(lay, id)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if opts.Image != "" {
 		if st, err := os.Stat(filepath.Join(opts.Image, "bin", "sh")); err != nil || st.IsDir() {
-			return &sandbox.InvalidError{Reason: fmt.Sprintf("image %s is not a root filesystem (it has no /bin/sh)", opts.Image)}
+			return nil, &sandbox.InvalidError{Reason: fmt.Sprintf("image %s is not a root filesystem (it has no /bin/sh)", opts.Image)}
 		}
 	} else if _, err := ensureBase(lay); err != nil {
-		return fmt.Errorf("nsbox base root: %w", err)
+		return nil, fmt.Errorf("nsbox base root: %w", err)
 	}
 	layers := []string{"root"}
 	if opts.Image == "" {
@@ -205,12 +228,12 @@ func (r *runtime) Prepare(lay layout.Layout, id string, opts sandbox.CreateOptio
 	for _, l := range layers {
 		for _, d := range []string{upper(lay, id, l), work(lay, id, l)} {
 			if err := os.MkdirAll(d, 0o755); err != nil {
-				return err
+				return nil, err
 			}
 		}
 	}
 	if err := os.MkdirAll(filepath.Join(lay.OverlayDir(id), "root"), 0o755); err != nil {
-		return err
+		return nil, err
 	}
 	// What the agent owns inside: its home, /opt, and /usr/local (a
 	// directory of the neuron's own, not the host's), so that pip- and
@@ -224,10 +247,10 @@ func (r *runtime) Prepare(lay layout.Layout, id string, opts sandbox.CreateOptio
 	}
 	for _, d := range owned {
 		if err := ensureOwned(d, who); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	return writeNeuronEtc(filepath.Join(upper(lay, id, "root"), "etc"), id)
+	return ceil, writeNeuronEtc(filepath.Join(upper(lay, id, "root"), "etc"), id)
 }
 
 // primeCgroups starts priming the kernel's cgroup migration for neuron id
@@ -376,7 +399,7 @@ func (r *runtime) plan(req *lifecycle.StartRequest, who identity, ceil *ceilings
 		cfg.Egress = &protocol.SandboxEgress{Allow: opts.Network.Allow, Listen: EgressProxy}
 		proxy := "http://" + EgressProxy
 		proxyEnv = []string{"http_proxy=" + proxy, "https_proxy=" + proxy, "HTTP_PROXY=" + proxy, "HTTPS_PROXY=" + proxy,
-			"no_proxy=localhost,127.0.0.1,::1", "NO_PROXY=localhost,127.0.0.1,::1"}
+			"no_proxy=" + noProxy(id), "NO_PROXY=" + noProxy(id)}
 	}
 	if opts.Image != "" {
 		cfg.Root.Lower = []string{opts.Image}
@@ -406,6 +429,10 @@ func (r *runtime) plan(req *lifecycle.StartRequest, who identity, ceil *ceilings
 	}, append(proxyEnv, opts.Env...)...)...)
 	return cfg, nil
 }
+
+// noProxy lists what stays off the egress proxy: the neuron's own
+// loopback and host name (servers inside the neuron).
+func noProxy(id string) string { return "localhost,127.0.0.1,::1," + id }
 
 // shellFor picks bash when the root the neuron gets has it: the image's,
 // or the host's /usr.

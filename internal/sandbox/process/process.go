@@ -62,17 +62,18 @@ func (runtime) Workdir(lay layout.Layout, id string) string {
 }
 
 // Prepare makes the workspace and tmp directories. Process mode enforces no
-// policy: a network or resource policy other than the defaults is refused.
-func (r runtime) Prepare(lay layout.Layout, id string, opts sandbox.CreateOptions) error {
+// policy: a network or resource policy other than the defaults is refused,
+// and what it runs under is the host's network with no ceilings.
+func (r runtime) Prepare(lay layout.Layout, id string, opts sandbox.CreateOptions) (sandbox.Policy, error) {
 	if err := opts.Refuse(Mode, "process mode isolates nothing"); err != nil {
-		return err
+		return sandbox.Policy{}, err
 	}
 	for _, d := range []string{r.Workdir(lay, id), filepath.Join(lay.OverlayDir(id), "tmp")} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
-			return err
+			return sandbox.Policy{}, err
 		}
 	}
-	return nil
+	return sandbox.Policy{Network: sandbox.Network{Mode: sandbox.NetworkFull}}, nil
 }
 
 // Start runs the agent detached from the caller's session (so it outlives

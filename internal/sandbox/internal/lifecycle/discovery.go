@@ -177,8 +177,18 @@ func (m *Manager) Destroy(ctx context.Context, id string, opts sandbox.DestroyOp
 			return fmt.Errorf("wiping the overlay of %s: %w", id, err)
 		}
 		os.Remove(m.logFile(id))
+		os.Remove(m.logFile(id) + ".1")
 	}
 	return nil
+}
+
+// LogPath returns the path of neuron id's log: what its agent (and, in
+// nsbox, its PID 1 and egress proxy) wrote.
+func (m *Manager) LogPath(ctx context.Context, id string) (string, error) {
+	if exists, mine := m.ownOverlay(id); !exists || !mine {
+		return "", &sandbox.NotFoundError{ID: id}
+	}
+	return m.logFile(id), nil
 }
 
 // Connect returns a client on neuron id's channel: this process listens on a

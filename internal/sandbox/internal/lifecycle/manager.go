@@ -68,7 +68,10 @@ type neuron struct {
 	refused chan error
 }
 
-var _ sandbox.Manager = (*Manager)(nil)
+var (
+	_ sandbox.Manager   = (*Manager)(nil)
+	_ sandbox.LogPather = (*Manager)(nil)
+)
 var _ sandbox.OrphanCleaner = (*Manager)(nil)
 
 // New returns a manager of rt's neurons over env.Layout.
@@ -233,17 +236,17 @@ func (m *Manager) create(ctx context.Context, id, bin string, lock *store.Lock, 
 	if err := os.MkdirAll(filepath.Dir(m.logFile(id)), 0o755); err != nil {
 		return nil, err
 	}
-	if err := m.rt.Prepare(m.lay, id, opts); err != nil {
+	policy, err := m.rt.Prepare(m.lay, id, opts)
+	if err != nil {
 		return nil, err
 	}
-	st := &sandbox.State{ID: id, Mode: m.rt.Mode(), Status: sandbox.StatusPending, Pending: true, SocketDir: m.socketDir(id),
+	st := &sandbox.State{ID: id, Mode: m.rt.Mode(), Status: sandbox.StatusPending, Pending: true, Policy: &policy, SocketDir: m.socketDir(id),
 		Workdir: m.workdir(id), OverlayPath: m.overlay(id), CreatedAt: time.Now().UTC()}
 	if err := m.writeState(st); err != nil {
 		return nil, err
 	}
 	os.RemoveAll(st.SocketDir) // sockets of hosts that are gone
 	n := &neuron{id: id, lock: lock, state: st, exited: make(chan struct{}), refused: make(chan error, 1)}
-	var err error
 	if n.link, err = m.listen(n); err != nil {
 		m.clear(id)
 		return nil, err
@@ -284,13 +287,24 @@ func (m *Manager) create(ctx context.Context, id, bin string, lock *store.Lock, 
 	return out, nil
 }
 
-// spawn starts the agent through the runtime, its output in the log.
+// maxLog is the size past which a neuron's log is moved to <id>.log.1 when
+// the neuron is created again.
+const maxLog = 4 << 20
+
+// spawn starts the agent through the runtime, its output in the log. The
+// log keeps what earlier runs wrote, up to maxLog, and one older file.
 func (m *Manager) spawn(id, bin string, opts sandbox.CreateOptions) (*exec.Cmd, error) {
-	logf, err := os.OpenFile(m.logFile(id), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	path := m.logFile(id)
+	if st, err := os.Stat(path); err == nil && st.Size() > maxLog {
+		os.Rename(path, path+".1") // on failure the log just grows
+	}
+	logf, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, err
 	}
 	defer logf.Close() // the child has its own copy
+	fmt.Fprintf(logf, "%s nsys-cortex: creating %s (mode %s, host pid %d)\n", time.Now().UTC().Format("2006/01/02 15:04:05.000000"),
+		id, m.rt.Mode(), os.Getpid())
 	return m.rt.Start(&StartRequest{ID: id, Layout: m.lay, AgentBin: bin, SocketDir: m.socketDir(id),
 		Workdir: m.workdir(id), Log: logf, Options: opts})
 }

@@ -20,9 +20,10 @@ type Runtime interface {
 	Allow() error
 	// Workdir is the neuron's workdir as the neuron sees it.
 	Workdir(lay layout.Layout, id string) string
-	// Prepare makes the neuron's overlay ready under lay.OverlayDir(id) and
-	// refuses options the backend cannot enforce.
-	Prepare(lay layout.Layout, id string, opts sandbox.CreateOptions) error
+	// Prepare makes the neuron's overlay ready under lay.OverlayDir(id),
+	// refuses options the backend cannot enforce, and says what it will
+	// enforce (opts with its defaults filled in).
+	Prepare(lay layout.Layout, id string, opts sandbox.CreateOptions) (sandbox.Policy, error)
 	// Start starts the agent detached from the caller (its own session) and
 	// returns the process whose pid stands for the neuron: killing it ends
 	// the neuron. Its stdout and stderr go to req.Log.
