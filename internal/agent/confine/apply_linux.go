@@ -45,44 +45,100 @@ const (
 //   - the denied calls fail with EPERM;
 //   - unshare and clone with CLONE_NEWUSER fail with EPERM;
 //   - clone3, whose flags a filter cannot read, fails with ENOSYS, so that
-//     libc falls back to clone;
+//     libc falls back to clone; so does io_uring (a large kernel surface
+//     whose operations no filter sees);
+//   - sockets other than Unix, IPv4, IPv6 and netlink fail with
+//     EAFNOSUPPORT: vsock, for one, is not confined by the network
+//     namespace, and reaches the hypervisor and the host's VMs;
 //   - everything else is allowed.
 func program() ([]bpf.RawInstruction, error) {
 	const (
-		allow = unix.SECCOMP_RET_ALLOW
-		eperm = unix.SECCOMP_RET_ERRNO | uint32(unix.EPERM)
-		enosy = unix.SECCOMP_RET_ERRNO | uint32(unix.ENOSYS)
-		kill  = unix.SECCOMP_RET_KILL_PROCESS
+		allow   = unix.SECCOMP_RET_ALLOW
+		eperm   = unix.SECCOMP_RET_ERRNO | uint32(unix.EPERM)
+		enosys  = unix.SECCOMP_RET_ERRNO | uint32(unix.ENOSYS)
+		noAFSup = unix.SECCOMP_RET_ERRNO | uint32(unix.EAFNOSUPPORT)
+		kill    = unix.SECCOMP_RET_KILL_PROCESS
 	)
 	if nativeArch == 0 {
 		return nil, fmt.Errorf("no seccomp filter for %s in this build", runtime.GOARCH)
 	}
-	p := []bpf.Instruction{
-		bpf.LoadAbsolute{Off: offArch, Size: 4},
-		bpf.JumpIf{Cond: bpf.JumpEqual, Val: nativeArch, SkipTrue: 1},
-		bpf.RetConstant{Val: kill},
-		bpf.LoadAbsolute{Off: offNr, Size: 4},
-	}
+	var a assembler
+	a.add(bpf.LoadAbsolute{Off: offArch, Size: 4})
+	a.add(bpf.JumpIf{Cond: bpf.JumpEqual, Val: nativeArch, SkipTrue: 1})
+	a.add(bpf.RetConstant{Val: kill})
+	a.add(bpf.LoadAbsolute{Off: offNr, Size: 4})
 	if x32Bit != 0 {
-		p = append(p, bpf.JumpIf{Cond: bpf.JumpBitsSet, Val: x32Bit, SkipFalse: 1}, bpf.RetConstant{Val: enosy})
+		a.add(bpf.JumpIf{Cond: bpf.JumpBitsSet, Val: x32Bit, SkipFalse: 1}, bpf.RetConstant{Val: enosys})
 	}
 	// One comparison per denied call, each returning at once.
 	for _, nr := range deniedNumbers() {
-		p = append(p, bpf.JumpIf{Cond: bpf.JumpEqual, Val: nr, SkipFalse: 1}, bpf.RetConstant{Val: eperm})
+		a.add(bpf.JumpIf{Cond: bpf.JumpEqual, Val: nr, SkipFalse: 1}, bpf.RetConstant{Val: eperm})
 	}
-	p = append(p,
-		bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.SYS_CLONE3, SkipFalse: 1},
-		bpf.RetConstant{Val: enosy},
-		// unshare or clone: look at the flags.
-		bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.SYS_UNSHARE, SkipTrue: 2},
-		bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.SYS_CLONE, SkipTrue: 1},
-		bpf.RetConstant{Val: allow},
-		bpf.LoadAbsolute{Off: offArg0, Size: 4},
-		bpf.JumpIf{Cond: bpf.JumpBitsSet, Val: unix.CLONE_NEWUSER, SkipFalse: 1},
-		bpf.RetConstant{Val: eperm},
-		bpf.RetConstant{Val: allow},
-	)
-	return bpf.Assemble(p)
+	for _, nr := range []uint32{unix.SYS_CLONE3, unix.SYS_IO_URING_SETUP, unix.SYS_IO_URING_ENTER, unix.SYS_IO_URING_REGISTER} {
+		a.add(bpf.JumpIf{Cond: bpf.JumpEqual, Val: nr, SkipFalse: 1}, bpf.RetConstant{Val: enosys})
+	}
+	a.jumpIfEqual(unix.SYS_SOCKET, "family")
+	a.jumpIfEqual(unix.SYS_SOCKETPAIR, "family")
+	a.jumpIfEqual(unix.SYS_UNSHARE, "flags")
+	a.jumpIfEqual(unix.SYS_CLONE, "flags")
+	a.add(bpf.RetConstant{Val: allow})
+
+	a.label("family") // socket(domain, ...), socketpair(domain, ...)
+	a.add(bpf.LoadAbsolute{Off: offArg0, Size: 4})
+	for _, af := range []uint32{unix.AF_UNIX, unix.AF_INET, unix.AF_INET6, unix.AF_NETLINK} {
+		a.jumpIfEqual(af, "allow")
+	}
+	a.add(bpf.RetConstant{Val: noAFSup})
+
+	a.label("flags") // unshare(flags), clone(flags, ...)
+	a.add(bpf.LoadAbsolute{Off: offArg0, Size: 4})
+	a.add(bpf.JumpIf{Cond: bpf.JumpBitsSet, Val: unix.CLONE_NEWUSER, SkipFalse: 1}, bpf.RetConstant{Val: eperm})
+	a.label("allow")
+	a.add(bpf.RetConstant{Val: allow})
+	insts, err := a.resolve()
+	if err != nil {
+		return nil, err
+	}
+	return bpf.Assemble(insts)
+}
+
+// assembler collects instructions and resolves forward jumps to labels.
+type assembler struct {
+	insts  []bpf.Instruction
+	jumps  map[int]string // index of a JumpIf -> the label its true branch goes to
+	labels map[string]int
+}
+
+func (a *assembler) add(insts ...bpf.Instruction) { a.insts = append(a.insts, insts...) }
+
+// jumpIfEqual goes to label when the accumulator equals val.
+func (a *assembler) jumpIfEqual(val uint32, label string) {
+	if a.jumps == nil {
+		a.jumps = map[int]string{}
+	}
+	a.jumps[len(a.insts)] = label
+	a.add(bpf.JumpIf{Cond: bpf.JumpEqual, Val: val})
+}
+
+func (a *assembler) label(name string) {
+	if a.labels == nil {
+		a.labels = map[string]int{}
+	}
+	a.labels[name] = len(a.insts)
+}
+
+func (a *assembler) resolve() ([]bpf.Instruction, error) {
+	for at, label := range a.jumps {
+		to, ok := a.labels[label]
+		skip := to - at - 1
+		if !ok || skip < 0 || skip > 255 {
+			return nil, fmt.Errorf("seccomp filter: jump from %d to %q (%d) out of reach", at, label, to)
+		}
+		j := a.insts[at].(bpf.JumpIf)
+		j.SkipTrue = uint8(skip)
+		a.insts[at] = j
+	}
+	return a.insts, nil
 }
 
 func deniedNumbers() []uint32 {

@@ -143,7 +143,11 @@ func mountSpecial(cfg *protocol.SandboxInit, root string) error {
 		tmp += fmt.Sprintf(",size=%d", cfg.TmpBytes)
 	}
 	mounts := []m{
-		{"proc", "/proc", "proc", unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC, ""},
+		// hidepid: a process sees in /proc only those it could ptrace. PID 1
+		// (and the agent) stay out of the neuron's sight: with egress, PID 1's
+		// threads are in the host's network namespace, and /proc/1/task/*/net
+		// would show the host's connections and sockets.
+		{"proc", "/proc", "proc", unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC, "hidepid=invisible"},
 		{"tmpfs", "/dev", "tmpfs", unix.MS_NOSUID | unix.MS_STRICTATIME, "mode=755,size=65536k"},
 		{"devpts", "/dev/pts", "devpts", unix.MS_NOSUID | unix.MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620"},
 		{"tmpfs", "/dev/shm", "tmpfs", unix.MS_NOSUID | unix.MS_NODEV, "mode=1777"},
@@ -278,8 +282,14 @@ func supervise(cfg *protocol.SandboxInit, agent int, spawn func(*protocol.Sandbo
 	var stopping atomic.Bool
 	current := atomic.Int64{}
 	current.Store(int64(agent))
+	// Only SIGTERM (what destroy sends) stops the sandbox. The kernel drops
+	// signals to a namespace's first process that it has no handler for,
+	// so, ignored, the others cannot reach it from inside, where (rootless)
+	// commands run as its own host user.
+	signal.Ignore(unix.SIGINT, unix.SIGHUP, unix.SIGQUIT, unix.SIGUSR1, unix.SIGUSR2, unix.SIGPIPE,
+		unix.SIGALRM, unix.SIGTSTP, unix.SIGTTIN, unix.SIGTTOU, unix.SIGVTALRM, unix.SIGPROF, unix.SIGWINCH)
 	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, unix.SIGTERM, unix.SIGINT, unix.SIGHUP)
+	signal.Notify(sigs, unix.SIGTERM)
 	go func() {
 		for s := range sigs {
 			stopping.Store(true)

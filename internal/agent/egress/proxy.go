@@ -24,9 +24,7 @@ const (
 	headTimeout     = 30 * time.Second
 	dialTimeout     = 15 * time.Second
 	defaultMaxConns = 512
-	// lingerAfterServer is how long a connection stays once the server
-	// has closed its side.
-	lingerAfterServer = 30 * time.Second
+	defaultLinger   = 2 * time.Minute
 )
 
 // Decision is what the proxy did with one request, for the log.
@@ -78,6 +76,10 @@ type Proxy struct {
 	Log func(Decision)
 	// MaxConns caps the connections open at once (0: 512).
 	MaxConns int
+	// Linger is how long a tunnel stays once its client has closed its
+	// side and the server sends nothing (0: 2 minutes); the client gets a
+	// quarter of that once the server has closed.
+	Linger time.Duration
 }
 
 // Serve answers connections on ln until ctx ends or ln fails, and then
@@ -243,7 +245,11 @@ func (p *Proxy) handle(ctx context.Context, c net.Conn) {
 	} else if _, err := io.WriteString(up, originRequest(method, path, proto, host, port, header)); err != nil {
 		return
 	}
-	splice(c, br, up)
+	linger := p.Linger
+	if linger <= 0 {
+		linger = defaultLinger
+	}
+	splice(c, br, up, linger)
 }
 
 // badHead answers a request whose head could not be read: too large, too
@@ -327,8 +333,8 @@ var hopByHop = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-A
 	"Proxy-Authenticate", "Te", "Trailer", "Upgrade"}
 
 // originRequest rewrites a proxy request for the origin server: the path
-// alone on the request line, no hop-by-hop headers, and one request per
-// connection.
+// alone on the request line, the Host the URL names, no hop-by-hop
+// headers, and one request per connection.
 func originRequest(method, path, proto, host string, port int, h textproto.MIMEHeader) string {
 	for _, name := range h.Values("Connection") {
 		for _, f := range strings.Split(name, ",") {
@@ -338,15 +344,16 @@ func originRequest(method, path, proto, host string, port int, h textproto.MIMEH
 	for _, name := range hopByHop {
 		h.Del(name)
 	}
-	if h.Get("Host") == "" {
-		hp := host
-		if port != 80 {
-			hp = net.JoinHostPort(host, strconv.Itoa(port))
-		} else if strings.Contains(host, ":") {
-			hp = "[" + host + "]"
-		}
-		h.Set("Host", hp)
+	// The URL names the server; a Host header that says otherwise is
+	// replaced (RFC 9112, 3.2.2), or the checked name would not be the one
+	// the server acts on.
+	hp := host
+	if port != 80 {
+		hp = net.JoinHostPort(host, strconv.Itoa(port))
+	} else if strings.Contains(host, ":") {
+		hp = "[" + host + "]"
 	}
+	h.Set("Host", hp)
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s %s %s\r\n", method, path, proto)
 	for name, values := range h {
@@ -443,22 +450,24 @@ func (p *Proxy) log(d Decision) {
 
 // splice copies both ways until both directions end: what the client
 // already sent (buffered in br) goes first. Each direction's end is passed
-// on as a half close, as TLS and other protocols over a tunnel expect;
-// once the server has finished, a client that neither sends nor closes
-// gets lingerAfterServer to do so.
-func splice(client net.Conn, br *bufio.Reader, up net.Conn) {
+// on as a half close, as TLS and other protocols over a tunnel expect.
+// Once one side has finished, the other gets a while to finish too (see
+// Proxy.Linger), so that a peer that neither sends nor closes cannot hold
+// a connection, and one of the proxy's slots, forever.
+func splice(client net.Conn, br *bufio.Reader, up net.Conn, linger time.Duration) {
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
 		io.Copy(up, br)
 		closeWrite(up)
+		up.SetReadDeadline(time.Now().Add(linger))
 	}()
 	go func() {
 		defer wg.Done()
 		io.Copy(client, up)
 		closeWrite(client)
-		client.SetReadDeadline(time.Now().Add(lingerAfterServer))
+		client.SetReadDeadline(time.Now().Add(linger / 4))
 	}()
 	wg.Wait()
 }

@@ -146,7 +146,8 @@ func TestProxyPlainHTTP(t *testing.T) {
 	// Hop-by-hop headers stay with the proxy; the body goes through.
 	line, rest := rig.raw(fmt.Sprintf("POST http://127.0.0.1:%d/p HTTP/1.1\r\nHost: h.test\r\nProxy-Authorization: Basic c2VjcmV0\r\n"+
 		"Connection: X-Drop\r\nX-Drop: 1\r\nX-Keep: 2\r\nContent-Length: 5\r\n\r\nhello", rig.origin.Port()))
-	if !strings.HasPrefix(line, "HTTP/1.1 200") || !strings.Contains(rest, `origin saw POST /p host=h.test body="hello"`) {
+	// The Host header is the URL's, whatever the client said.
+	if !strings.HasPrefix(line, "HTTP/1.1 200") || !strings.Contains(rest, fmt.Sprintf(`origin saw POST /p host=127.0.0.1:%d body="hello"`, rig.origin.Port())) {
 		t.Fatalf("raw POST: %q %q", line, rest)
 	}
 	<-rig.seen
@@ -382,5 +383,72 @@ func TestProxyServeEndsEverything(t *testing.T) {
 	}
 	if n := runtime.NumGoroutine(); n > before+1 {
 		t.Errorf("%d goroutines left, %d before", n, before)
+	}
+}
+
+// A client that leaves a tunnel to a server that never answers gives its
+// slot back after the linger.
+func TestProxyTunnelToASilentServerEnds(t *testing.T) {
+	pol, _ := Parse([]string{"127.0.0.1"})
+	silent, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	var held []net.Conn
+	var mu sync.Mutex
+	go func() {
+		for {
+			c, err := silent.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			held = append(held, c) // read nothing, send nothing, close nothing
+			mu.Unlock()
+		}
+	}()
+	defer func() {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range held {
+			c.Close()
+		}
+	}()
+	var d net.Dialer
+	p := &Proxy{Policy: pol, Dial: d.DialContext, MaxConns: 1, Linger: 300 * time.Millisecond}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Serve(ctx, ln) }()
+	defer func() { cancel(); <-done }()
+	connect := func() string {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\n\r\nsome bytes", silent.Addr())
+		line, _ := bufio.NewReader(c).ReadString('\n')
+		return line
+	}
+	if line := connect(); !strings.HasPrefix(line, "HTTP/1.1 200") {
+		t.Fatalf("first tunnel: %q", line)
+	}
+	// The client has gone; its slot is held until the linger ends.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		line := connect()
+		if strings.HasPrefix(line, "HTTP/1.1 200") {
+			break
+		}
+		if !strings.HasPrefix(line, "HTTP/1.1 503") || time.Now().After(deadline) {
+			t.Fatalf("the slot was not given back: %q", line)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }

@@ -257,7 +257,9 @@ var specialBlocks = func() []netip.Prefix {
 	for _, b := range []string{
 		"0.0.0.0/8", "10.0.0.0/8", "100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16", "172.16.0.0/12",
 		"192.0.0.0/24", "192.168.0.0/16", "198.18.0.0/15", "224.0.0.0/4", "240.0.0.0/4",
-		"::/128", "::1/128", "64:ff9b::/96", "64:ff9b:1::/48", "2002::/16", "fc00::/7", "fe80::/10", "ff00::/8",
+		"192.88.99.0/24", // 6to4 relays
+		"::/128", "::1/128", "::/96", "64:ff9b::/96", "64:ff9b:1::/48", "100::/64", "2001::/32", "2002::/16",
+		"fc00::/7", "fe80::/10", "fec0::/10", "ff00::/8",
 	} {
 		out = append(out, netip.MustParsePrefix(b))
 	}
@@ -276,8 +278,9 @@ func specialBlock(a netip.Addr) (netip.Prefix, bool) {
 }
 
 // Public reports whether a is an ordinary Internet address: not loopback,
-// private, link-local, multicast, carrier-grade NAT, reserved, or a
-// translation range (NAT64, 6to4) that may stand for any of those. A name
+// private, link-local or site-local, multicast, carrier-grade NAT,
+// reserved or discard, or a translation range (NAT64, 6to4, Teredo,
+// IPv4-compatible) that may stand for any of those. A name
 // rule reaches only public addresses; anything else needs an address rule,
 // so that a name whose DNS someone else controls cannot be pointed at the
 // host's loopback or the local network. (The documentation ranges, such as

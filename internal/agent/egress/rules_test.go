@@ -151,7 +151,8 @@ func TestPublic(t *testing.T) {
 		"10.0.0.1": false, "172.16.0.1": false, "192.168.1.1": false, "169.254.169.254": false,
 		"100.64.0.1": false, "0.0.0.0": false, "0.1.2.3": false, "224.0.0.1": false,
 		"255.255.255.255": false, "fe80::1": false, "fc00::1": false, "::": false,
-		"64:ff9b::7f00:1": false, "2002:7f00:1::": false,
+		"64:ff9b::7f00:1": false, "2002:7f00:1::": false, "2001::1": false, "fec0::1": false, "192.88.99.1": false,
+		"::7f00:1": false, "100::1": false, "2001:db8::1": true, "2001:4860::8888": true,
 	} {
 		if got := Public(netip.MustParseAddr(addr)); got != want {
 			t.Errorf("Public(%s) = %v, want %v", addr, got, want)

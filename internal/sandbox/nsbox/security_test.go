@@ -419,6 +419,23 @@ func TestDestroyEndsEverything(t *testing.T) {
 	}
 }
 
+// Signals other than SIGTERM sent to PID 1 from inside do nothing (as a
+// plain host user, PID 1 and the commands share a host uid, so the kernel
+// lets them through to any handler PID 1 has).
+func TestSignalsToPID1(t *testing.T) {
+	n := newNeuron(t, "sigs", sandbox.CreateOptions{})
+	n.sh("for s in QUIT HUP INT USR1 USR2 ALRM WINCH PIPE; do kill -$s 1 2>/dev/null; done; sleep 0.2")
+	if res := n.sh("echo alive"); string(res.Stdout) != "alive\n" {
+		t.Fatalf("after signals to PID 1: %q %q", res.Stdout, res.Stderr)
+	}
+	if st, err := n.m.Get(n.ctx, "sigs"); err != nil || st.Status != sandbox.StatusRunning || st.PID != n.st.PID {
+		t.Fatalf("%+v %v", st, err)
+	}
+	if log, _ := os.ReadFile(filepath.Join(n.env.Layout.LogsDir(), "neurons", "sigs.log")); bytes.Contains(log, []byte("goroutine ")) {
+		t.Fatalf("a signal made PID 1 dump its goroutines:\n%s", log)
+	}
+}
+
 // Commands run as the agent's user and can kill it (kill -9 -1 is a common
 // cleanup idiom): PID 1 starts it again and the host reconnects.
 func TestAgentKilledFromInsideComesBack(t *testing.T) {

@@ -103,6 +103,15 @@ func main() {
 	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
 	data := [2]unix.CapUserData{{Effective: 1 << unix.CAP_SYS_ADMIN, Permitted: 1 << unix.CAP_SYS_ADMIN}}
 	try("raise CAP_SYS_ADMIN", unix.Capset(&hdr, &data[0]))
+	vs, err := unix.Socket(unix.AF_VSOCK, unix.SOCK_STREAM, 0)
+	if err == nil {
+		unix.Close(vs)
+	}
+	try("a vsock socket (not confined by the network namespace)", err)
+	_, _, e = unix.Syscall(unix.SYS_IO_URING_SETUP, 1, uintptr(unsafe.Pointer(&[120]byte{})), 0)
+	try("io_uring_setup", errnoErr(e))
+	_, err = os.ReadDir("/proc/1/task")
+	try("see PID 1 in /proc (its threads show the host's network)", err)
 	if haveInt80 {
 		try("keyctl through the i386 entry point", i386Call())
 	}
