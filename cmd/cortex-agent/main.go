@@ -46,6 +46,8 @@ func main() {
 	flag.StringVar(&cfg.ID, "id", "", "the neuron id this agent serves")
 	flag.StringVar(&cfg.ChannelDir, "channel-dir", "", "directory to watch for host sockets")
 	flag.StringVar(&cfg.Connect, "connect", "", "a single host socket to dial (instead of -channel-dir)")
+	flag.StringVar(&cfg.Listen, "listen", "", "a TCP address to listen on for hosts with the token (instead of -channel-dir)")
+	tokenFile := flag.String("token-file", "", "a file holding the token hosts must present (with -listen)")
 	flag.StringVar(&cfg.Root, "root", "/", "confine file operations to this directory")
 	flag.StringVar(&cfg.Workdir, "workdir", "", "default working directory (default: the root)")
 	flag.BoolVar(&cfg.Subreaper, "subreaper", false, "adopt orphaned descendants so shutdown ends them")
@@ -58,6 +60,14 @@ func main() {
 	if flag.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "cortex-agent: unexpected arguments %q\n", flag.Args())
 		os.Exit(2)
+	}
+	if *tokenFile != "" {
+		b, err := os.ReadFile(*tokenFile)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "cortex-agent: reading the token: %v\n", err)
+			os.Exit(1)
+		}
+		cfg.Token = strings.TrimSpace(string(b))
 	}
 	if *confined {
 		if err := confine.Apply(); err != nil {

@@ -31,7 +31,12 @@ type Config struct {
 	ChannelDir string
 	// Connect is a single host socket to dial instead of watching a directory.
 	Connect string
-	// Token is sent in the hello where the transport needs one.
+	// Listen is a TCP address to listen on instead (docker's tcp
+	// transport): the host dials, and must open with a hello that carries
+	// Token; anyone else is dropped before the agent says anything.
+	Listen string
+	// Token is sent in the hello where the transport needs one, and
+	// required of the host when listening.
 	Token string
 	// Version is this agent's software version.
 	Version string
@@ -113,12 +118,14 @@ func (a *Agent) Run(ctx context.Context) error {
 	stopReaper := a.reaper.start()
 	var err error
 	switch {
+	case a.cfg.Listen != "":
+		err = a.listenLoop(ctx, a.cfg.Listen)
 	case a.cfg.Connect != "":
 		err = a.dialLoop(ctx, a.cfg.Connect)
 	case a.cfg.ChannelDir != "":
 		err = a.watchLoop(ctx, a.cfg.ChannelDir)
 	default:
-		err = errors.New("agent: no channel directory or socket to connect to")
+		err = errors.New("agent: no channel directory, socket or address to serve")
 	}
 	cancel()
 	<-ended
@@ -168,6 +175,42 @@ func (a *Agent) dialLoop(ctx context.Context, path string) error {
 		backoff = min(backoff*2, time.Second)
 	}
 	return nil
+}
+
+// listenLoop serves every host that connects to addr with the token, each
+// in a session of its own, until ctx ends.
+func (a *Agent) listenLoop(ctx context.Context, addr string) error {
+	if a.cfg.Token == "" {
+		return errors.New("agent: listening needs a token")
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("agent: %w", err)
+	}
+	stop := context.AfterFunc(ctx, func() { ln.Close() })
+	defer stop()
+	var sessions sync.WaitGroup
+	defer sessions.Wait()
+	for {
+		conn, err := ln.Accept()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			if errors.Is(err, net.ErrClosed) {
+				return err
+			}
+			time.Sleep(10 * time.Millisecond) // out of descriptors: let some close
+			continue
+		}
+		sessions.Add(1)
+		go func() {
+			defer sessions.Done()
+			if err := a.serve(ctx, conn); err != nil {
+				a.logf("session with %s: %v", conn.RemoteAddr(), err)
+			}
+		}()
+	}
 }
 
 func (a *Agent) dispatch(req *request) (any, []byte, error) {

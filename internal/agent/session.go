@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -119,6 +120,16 @@ func (s *session) handshake() error {
 		MaxBody: protocol.MaxBody, Window: protocol.DefaultWindow,
 	}
 	var err error
+	if s.a.cfg.Listen != "" {
+		// Anyone may connect to a port: the host proves itself first.
+		s.peer, err = protocol.AnswerHello(s.w, s.r, hello, protocol.RoleHost, func(peer protocol.Hello) error {
+			if subtle.ConstantTimeCompare([]byte(peer.Token), []byte(s.a.cfg.Token)) != 1 {
+				return errors.New("a host with a wrong token")
+			}
+			return nil
+		})
+		return err
+	}
 	s.peer, err = protocol.ExchangeHello(s.w, s.r, hello, protocol.RoleHost)
 	return err
 }

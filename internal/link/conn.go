@@ -97,6 +97,9 @@ type HandshakeOptions struct {
 	Neuron string
 	// Token, when set, must equal the agent's token.
 	Token string
+	// Present sends Token in the host's hello: the host dialled an agent
+	// that listens where anyone may connect, and must prove itself.
+	Present bool
 	// Software names the host in its hello.
 	Software string
 	// Timeout bounds the exchange (default 10 s).
@@ -125,6 +128,9 @@ func (c *Conn) hello(o HandshakeOptions) error {
 	caps := []string{}
 	me := protocol.Hello{Protocol: protocol.Version(), Role: protocol.RoleHost, Software: o.Software, Caps: caps,
 		MaxBody: protocol.MaxBody, Window: protocol.DefaultWindow}
+	if o.Present {
+		me.Token = o.Token
+	}
 	var err error
 	if c.peer, err = protocol.ExchangeHello(c.w, c.r, me, protocol.RoleAgent); err != nil {
 		return err

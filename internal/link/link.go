@@ -77,8 +77,10 @@ type Owner struct {
 // taken up, so a restarted agent works without a new Link.
 type Link struct {
 	path string
-	ln   *net.UnixListener
+	ln   *net.UnixListener // nil for a dialling link
 	opts Options
+	// stopDial ends a dialling link's loop.
+	stopDial context.CancelFunc
 
 	mu     sync.Mutex
 	conn   *Conn
@@ -289,8 +291,61 @@ func (l *Link) Stream(ctx context.Context, req *Request) (*Stream, error) {
 	return c.Stream(ctx, req)
 }
 
-// Close stops listening, removes the socket, ends the connection and waits
-// for the link's goroutines.
+// Dial returns a Link to an agent that listens (docker's tcp transport):
+// it dials the address addr returns, asked again before every attempt,
+// with the token in its hello, and dials again whenever the connection
+// ends, until Close. Until the agent listens, attempts fail (a published
+// port may accept and close at once); the caller bounds the wait with
+// WaitConnected's context.
+func Dial(addr func(ctx context.Context) (string, error), o Options) *Link {
+	ctx, cancel := context.WithCancel(context.Background())
+	l := &Link{path: "tcp", opts: o, stopDial: cancel, ready: make(chan struct{}), done: make(chan struct{})}
+	l.wg.Add(1)
+	go l.dialLoop(ctx, addr)
+	return l
+}
+
+func (l *Link) dialLoop(ctx context.Context, addr func(ctx context.Context) (string, error)) {
+	defer l.wg.Done()
+	backoff := 10 * time.Millisecond
+	pause := func() {
+		select {
+		case <-ctx.Done():
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 500*time.Millisecond)
+	}
+	for ctx.Err() == nil {
+		a, err := addr(ctx)
+		if err != nil {
+			pause()
+			continue
+		}
+		var d net.Dialer
+		dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		nc, err := d.DialContext(dctx, "tcp", a)
+		cancel()
+		if err != nil {
+			pause()
+			continue
+		}
+		c, err := Handshake(nc, HandshakeOptions{Neuron: l.opts.Neuron, Token: l.opts.Token, Present: true,
+			Software: l.opts.Software, Timeout: 5 * time.Second})
+		if err != nil {
+			pause() // not listening yet behind the port, or refused
+			continue
+		}
+		backoff = 10 * time.Millisecond
+		l.install(c)
+		select {
+		case <-c.Done():
+		case <-ctx.Done():
+		}
+	}
+}
+
+// Close stops listening (or dialling), removes the socket, ends the
+// connection and waits for the link's goroutines.
 func (l *Link) Close() error {
 	l.mu.Lock()
 	if l.closed {
@@ -301,8 +356,13 @@ func (l *Link) Close() error {
 	c := l.conn
 	close(l.done)
 	l.mu.Unlock()
-	err := l.ln.Close()
-	os.Remove(l.path)
+	var err error
+	if l.ln != nil {
+		err = l.ln.Close()
+		os.Remove(l.path)
+	} else {
+		l.stopDial()
+	}
 	if c != nil {
 		c.Close()
 	}
