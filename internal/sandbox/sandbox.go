@@ -42,6 +42,7 @@ const (
 	StatusPending Status = "pending" // being created
 	StatusRunning Status = "running" // its agent is alive
 	StatusStopped Status = "stopped" // only its overlay exists
+	StatusUnknown Status = "unknown" // what runs it does not answer (a docker daemon that is down)
 )
 
 // State is the record of one neuron.

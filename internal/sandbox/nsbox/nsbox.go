@@ -19,11 +19,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"hash/fnv"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -124,33 +122,14 @@ type identity struct {
 
 func (id identity) rootHost() bool { return id.outerUID == 0 }
 
-// neuronUID is the host uid of neuron id when the host runs as root.
-func neuronUID(id string) int {
-	h := fnv.New32a()
-	h.Write([]byte(id))
-	return 2_000_000_000 + int(h.Sum32()%1_000_000)
-}
-
 // identityOf reads (or makes) the neuron's identity; it stays the same for
 // the life of the overlay whatever the formula of later versions.
 func identityOf(lay layout.Layout, id string) (identity, error) {
-	me := identity{outerUID: os.Getuid(), outerGID: os.Getgid(), agentUID: os.Getuid(), agentGID: os.Getgid()}
-	if !me.rootHost() {
-		return me, nil
+	uid, gid, err := lifecycle.AgentIdentity(lay, id)
+	if err != nil {
+		return identity{}, err
 	}
-	f := filepath.Join(lay.OverlayDir(id), ".uid")
-	if b, err := os.ReadFile(f); err == nil {
-		if n, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && n > 0 {
-			me.agentUID, me.agentGID = n, n
-			return me, nil
-		}
-	}
-	n := neuronUID(id)
-	if err := os.WriteFile(f, []byte(strconv.Itoa(n)+"\n"), 0o600); err != nil {
-		return me, err
-	}
-	me.agentUID, me.agentGID = n, n
-	return me, nil
+	return identity{outerUID: os.Getuid(), outerGID: os.Getgid(), agentUID: uid, agentGID: gid}, nil
 }
 
 // SocketOwner gives the channel to the agent's host uid when it differs.

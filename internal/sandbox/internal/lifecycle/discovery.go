@@ -61,18 +61,23 @@ func (m *Manager) List(ctx context.Context) ([]*sandbox.State, error) {
 // clearing what is stale on the way.
 func (m *Manager) inspect(id string) *sandbox.State {
 	m.mu.Lock()
-	if n := m.neurons[id]; n != nil && n.state.Status == sandbox.StatusRunning && store.Alive(n.state.PID, n.state.PIDStart) {
-		st := n.state.Copy()
-		m.mu.Unlock()
-		st.Owner = readOwner(m.overlay(id))
-		return st
+	var held *sandbox.State
+	if n := m.neurons[id]; n != nil {
+		held = n.state.Copy()
 	}
 	m.mu.Unlock()
+	if held != nil && held.Status == sandbox.StatusRunning && m.alive(held) {
+		held.Owner = readOwner(m.overlay(id))
+		return held
+	}
 
 	st, err := m.readState(id)
 	if err == nil {
-		alive := store.Alive(st.PID, st.PIDStart)
+		alive, known := m.aliveKnown(st)
 		switch {
+		case !known:
+			st.Status = sandbox.StatusUnknown
+			return st
 		case st.Pending:
 			if m.sweepPending(id, st) {
 				return m.stopped(id)
@@ -90,11 +95,13 @@ func (m *Manager) inspect(id string) *sandbox.State {
 		return m.stopped(id)
 	}
 	// No usable state file: an agent may still serve this overlay.
-	for _, ap := range store.FindAgents(m.lay.SocketsDir()) {
-		if ap.ID == id && ap.ChannelDir == m.socketDir(id) {
-			start, _ := store.ProcStart(ap.PID)
+	for _, r := range m.running() {
+		if r.ID == id {
 			st := m.stopped(id)
-			st.Status, st.PID, st.PIDStart, st.SocketDir = sandbox.StatusRunning, ap.PID, start, ap.ChannelDir
+			st.Status, st.PID, st.SocketDir = sandbox.StatusRunning, r.PID, m.socketDir(id)
+			if r.PID > 0 {
+				st.PIDStart, _ = store.ProcStart(r.PID)
+			}
 			return st
 		}
 	}
@@ -120,13 +127,17 @@ func (m *Manager) sweepPending(id string, st *sandbox.State) bool {
 	if !creatorGone && time.Since(st.CreatedAt) < pendingSweepAge {
 		return false
 	}
-	if store.Alive(st.PID, st.PIDStart) {
-		syscall.Kill(st.PID, syscall.SIGKILL)
-		for i := 0; i < 200 && store.Alive(st.PID, st.PIDStart); i++ {
-			time.Sleep(5 * time.Millisecond)
+	if t := m.tracker(); t != nil {
+		t.Stop(m.lay, id, st)
+	} else {
+		if store.Alive(st.PID, st.PIDStart) {
+			syscall.Kill(st.PID, syscall.SIGKILL)
+			for i := 0; i < 200 && store.Alive(st.PID, st.PIDStart); i++ {
+				time.Sleep(5 * time.Millisecond)
+			}
 		}
+		m.bury(id, st.PID)
 	}
-	m.bury(id, st.PID)
 	m.clear(id)
 	lock.Release()
 	return true
@@ -163,11 +174,11 @@ func (m *Manager) Destroy(ctx context.Context, id string, opts sandbox.DestroyOp
 		}
 	}
 	if st, err := m.readState(id); err == nil {
-		m.kill(id, st.PID, st.PIDStart)
+		m.stop(id, st)
 	}
-	for _, ap := range store.FindAgents(m.lay.SocketsDir()) {
-		if ap.ID == id && ap.ChannelDir == m.socketDir(id) {
-			m.kill(id, ap.PID, 0)
+	for _, r := range m.running() {
+		if r.ID == id {
+			m.stopRunning(r)
 		}
 	}
 	m.clear(id)
@@ -206,7 +217,7 @@ func (m *Manager) Connect(ctx context.Context, id string) (*link.Client, error) 
 		if _, err := n.link.Conn(); err == nil {
 			return n.link.Client(), nil
 		}
-		if !store.Alive(n.state.PID, n.state.PIDStart) {
+		if !m.alive(n.state) {
 			return nil, &sandbox.NotRunningError{ID: id, Reason: "its agent died"}
 		}
 		// Alive but disconnected: it redials this socket when it notices.
@@ -249,7 +260,7 @@ func (m *Manager) Connect(ctx context.Context, id string) (*link.Client, error) 
 
 // unresponsive explains why a running neuron's agent could not be reached.
 func (m *Manager) unresponsive(st *sandbox.State, err error) error {
-	if !store.Alive(st.PID, st.PIDStart) {
+	if !m.alive(st) {
 		return &sandbox.NotRunningError{ID: st.ID, Reason: "its agent died"}
 	}
 	var be *sandbox.BootError
@@ -282,15 +293,21 @@ func (m *Manager) Close() error {
 // knows about. It is never called automatically.
 func (m *Manager) CleanupOrphans(ctx context.Context) ([]string, error) {
 	var killed []string
-	for _, ap := range store.FindAgents(m.lay.SocketsDir()) {
-		if ap.ChannelDir != m.socketDir(ap.ID) {
-			continue // another mode's agent
-		}
-		if st, err := m.readState(ap.ID); err == nil && st.PID == ap.PID {
+	for _, r := range m.running() {
+		st, err := m.readState(r.ID)
+		switch {
+		case err != nil: // no state file knows it
+		case m.tracker() != nil && !st.Pending && m.alive(st):
+			continue
+		case m.tracker() == nil && st.PID == r.PID:
 			continue
 		}
-		m.kill(ap.ID, ap.PID, 0)
-		killed = append(killed, fmt.Sprintf("%s (pid %d)", ap.ID, ap.PID))
+		m.stopRunning(r)
+		if r.PID > 0 {
+			killed = append(killed, fmt.Sprintf("%s (pid %d)", r.ID, r.PID))
+		} else {
+			killed = append(killed, r.ID)
+		}
 	}
 	return killed, nil
 }

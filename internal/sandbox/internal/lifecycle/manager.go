@@ -210,11 +210,11 @@ func (m *Manager) create(ctx context.Context, id, bin string, lock *store.Lock, 
 	// Whatever ran before: a live agent is kept, a dead or half-created one
 	// is cleared away (create replaces a corpse).
 	if old, err := m.readState(id); err == nil {
-		if store.Alive(old.PID, old.PIDStart) && !old.Pending {
+		if m.alive(old) && !old.Pending {
 			old.Status = sandbox.StatusRunning
 			return nil, &sandbox.AlreadyRunningError{State: old}
 		}
-		m.kill(id, old.PID, old.PIDStart)
+		m.stop(id, old)
 		m.clear(id)
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		m.clear(id) // a corrupt state file: the agent it named is found below
@@ -222,10 +222,10 @@ func (m *Manager) create(ctx context.Context, id, bin string, lock *store.Lock, 
 	// An agent whose state file was lost: it watches its channel directory
 	// (and exits when that goes), so without the directory there is none
 	// and /proc need not be searched.
-	if _, err := os.Stat(m.socketDir(id)); err == nil {
-		for _, ap := range store.FindAgents(m.lay.SocketsDir()) {
-			if ap.ID == id && ap.ChannelDir == m.socketDir(id) {
-				m.kill(id, ap.PID, 0)
+	if _, err := os.Stat(m.socketDir(id)); err == nil || m.tracker() != nil {
+		for _, r := range m.running() {
+			if r.ID == id {
+				m.stopRunning(r)
 			}
 		}
 	}
@@ -274,7 +274,7 @@ func (m *Manager) create(ctx context.Context, id, bin string, lock *store.Lock, 
 	conn, err := m.waitAgent(ctx, n, boot)
 	if err != nil {
 		m.abort(n)
-		return nil, err
+		return nil, m.explain(id, err)
 	}
 	st.Pending, st.Status = false, sandbox.StatusRunning
 	st.AgentVersion = conn.Peer().Software
@@ -314,6 +314,13 @@ func (m *Manager) listen(n *neuron) (*link.Link, error) {
 	id := n.id
 	name := fmt.Sprintf("h%d-%s%s", os.Getpid(), ids.New()[1:7], ".sock")
 	opts := link.Options{Neuron: id, Software: "nsys-cortex", OnEvent: func(ev link.ConnEvent) { m.onEvent(n, ev) }}
+	if d, ok := m.rt.(Dialer); ok {
+		l, err := d.Link(m.lay, id, opts)
+		if err != nil {
+			return nil, fmt.Errorf("channel of %s: %w", id, err)
+		}
+		return l, nil
+	}
 	if so, ok := m.rt.(SocketOwner); ok {
 		if uid, gid, ok := so.SocketOwner(m.lay, id); ok {
 			opts.Owner = &link.Owner{UID: uid, GID: gid}
@@ -337,10 +344,7 @@ func (m *Manager) waitAgent(ctx context.Context, n *neuron, timeout time.Duratio
 	}
 	ch := make(chan res, 1)
 	go func() { c, err := n.link.WaitConnected(ctx); ch <- res{c, err} }()
-	var pidDone <-chan struct{} = n.exited
-	if pidDone == nil {
-		pidDone = watchPID(ctx, n.state.PID)
-	}
+	pidDone := m.watch(ctx, n.exited, n.state)
 	select {
 	case r := <-ch:
 		if r.err == nil {
@@ -359,6 +363,17 @@ func (m *Manager) waitAgent(ctx context.Context, n *neuron, timeout time.Duratio
 		<-ch
 		return nil, &sandbox.BootError{ID: n.id, Reason: "the agent was refused: " + err.Error(), Log: m.logTail(n.id)}
 	}
+}
+
+// explain lets the runtime turn a boot failure into a typed error.
+func (m *Manager) explain(id string, err error) error {
+	var be *sandbox.BootError
+	if ex, ok := m.rt.(Explainer); ok && errors.As(err, &be) {
+		if e := ex.Explain(m.lay, id, be); e != nil {
+			return e
+		}
+	}
+	return err
 }
 
 // watchPID returns a channel closed when pid exits (or ctx ends), using a
@@ -398,7 +413,7 @@ func (m *Manager) logTail(id string) string {
 // abort undoes a failed create: the agent is killed and the state cleared.
 func (m *Manager) abort(n *neuron) {
 	n.link.Close()
-	m.kill(n.id, n.state.PID, n.state.PIDStart)
+	m.stop(n.id, n.state)
 	m.clear(n.id)
 }
 
@@ -435,7 +450,7 @@ func (m *Manager) onEvent(n *neuron, ev link.ConnEvent) {
 	}
 	m.mu.Lock()
 	held := m.neurons[id] == n
-	pid, start := n.state.PID, n.state.PIDStart
+	st := n.state.Copy()
 	m.mu.Unlock()
 	if !held {
 		return // not held yet (a create in progress handles it) or already let go
@@ -444,10 +459,14 @@ func (m *Manager) onEvent(n *neuron, ev link.ConnEvent) {
 	go func() {
 		defer m.wg.Done()
 		// A dying agent closes its sockets before it is gone: give it a moment.
-		for i := 0; i < 100 && store.Alive(pid, start); i++ {
-			time.Sleep(5 * time.Millisecond)
+		step, tries := 5*time.Millisecond, 100
+		if m.tracker() != nil {
+			step, tries = 100*time.Millisecond, 10 // each look asks the daemon
 		}
-		if store.Alive(pid, start) {
+		for i := 0; i < tries && m.alive(st); i++ {
+			time.Sleep(step)
+		}
+		if m.alive(st) {
 			return // alive: it redials (or Connect will say it cannot)
 		}
 		m.mu.Lock()
@@ -470,16 +489,16 @@ func (m *Manager) onEvent(n *neuron, ev link.ConnEvent) {
 // is the neuron's lock as this process holds it (or an unheld one).
 func (m *Manager) releaseDead(id string, lock *store.Lock) {
 	st, err := m.readState(id)
-	if err != nil || store.Alive(st.PID, st.PIDStart) {
+	if err != nil || m.alive(st) {
 		return
 	}
 	if lock.Held() == unix.LOCK_EX {
-		m.bury(id, st.PID)
+		m.stop(id, st)
 		m.clear(id)
 		return
 	}
 	if ok, _ := lock.TryExclusive(); ok {
-		m.bury(id, st.PID)
+		m.stop(id, st)
 		m.clear(id)
 	}
 }

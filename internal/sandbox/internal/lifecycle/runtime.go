@@ -5,6 +5,7 @@ import (
 	"os/exec"
 
 	"github.com/nsys-cortex/cortex/internal/layout"
+	"github.com/nsys-cortex/cortex/internal/link"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
 )
 
@@ -48,4 +49,41 @@ type StartRequest struct {
 // user than the host process: the channel sockets are given to that user.
 type SocketOwner interface {
 	SocketOwner(lay layout.Layout, id string) (uid, gid int, ok bool)
+}
+
+// Tracker is implemented by runtimes whose neurons are not a host process
+// tree the lifecycle can watch and signal itself (a container run by a
+// daemon). Without it, a neuron is the process its state file names: alive
+// while that pid (with that start time) is, ended by signals, found in
+// /proc when its state file is lost.
+type Tracker interface {
+	// Alive reports whether the neuron st describes still runs; an error
+	// means it cannot be told now (the daemon does not answer).
+	Alive(lay layout.Layout, st *sandbox.State) (bool, error)
+	// Stop ends neuron id and everything in it, gracefully first.
+	Stop(lay layout.Layout, id string, st *sandbox.State)
+	// Running lists this home's running neurons of the runtime, found
+	// without their state files.
+	Running(lay layout.Layout) ([]Running, error)
+}
+
+// Running is a running neuron found without its state file.
+type Running struct {
+	ID  string
+	PID int // the host process that stands for it, if there is one
+}
+
+// Dialer is implemented by runtimes whose agent listens and the host
+// dials (docker's tcp transport) instead of the host listening in the
+// channel directory.
+type Dialer interface {
+	// Link returns a link that dials neuron id's agent.
+	Link(lay layout.Layout, id string, o link.Options) (*link.Link, error)
+}
+
+// Explainer is implemented by runtimes that can tell why a boot failed
+// better than the log's tail (a missing image, a daemon that is down):
+// Explain returns a typed error, or nil to keep the BootError.
+type Explainer interface {
+	Explain(lay layout.Layout, id string, boot *sandbox.BootError) error
 }
