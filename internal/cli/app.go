@@ -40,6 +40,7 @@ type App struct {
 
 	once   sync.Once
 	set    *sandbox.Set
+	env    sandbox.Env
 	lay    layout.Layout
 	setErr error
 }
@@ -102,7 +103,7 @@ Home: ~/.nsys-cortex (NSYS_CORTEX_HOME). Mode: auto (NSYS_CORTEX_MODE).`,
 	root.AddCommand(
 		a.createCommand(), a.listCommand(), a.statusCommand(), a.destroyCommand(),
 		a.execCommand(), a.shellCommand(), a.cpCommand(), a.psCommand(), a.logsCommand(), a.killCommand(),
-		a.doctorCommand(), a.versionCommand(), a.cleanupOrphansCommand(),
+		a.doctorCommand(), a.versionCommand(), a.cleanupOrphansCommand(), a.imageCommand(),
 	)
 	return root
 }
@@ -121,6 +122,7 @@ func (a *App) sandboxes() (*sandbox.Set, error) {
 			binOnce.Do(func() { bin, binErr = store.AgentBinary(a.lay.BinDir(), a.AgentEmbedded) })
 			return bin, binErr
 		}}
+		a.env = env
 		a.set = sandbox.NewSet(env, a.Backends...)
 	})
 	return a.set, a.setErr

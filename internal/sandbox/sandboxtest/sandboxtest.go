@@ -38,6 +38,8 @@ type Config struct {
 	Confined bool
 	// Kill kills a neuron's agent from outside; the default SIGKILLs State.PID.
 	Kill func(t *testing.T, st *sandbox.State)
+	// Options are the options of every neuron the suite creates.
+	Options sandbox.CreateOptions
 }
 
 // ShortTempDir returns a fresh directory with a short path (Unix socket
@@ -96,7 +98,7 @@ func (f *fixture) manager() sandbox.Manager {
 
 func (f *fixture) create(m sandbox.Manager, id string) *sandbox.State {
 	f.t.Helper()
-	st, err := m.Create(f.ctx, id, sandbox.CreateOptions{})
+	st, err := m.Create(f.ctx, id, f.cfg.Options)
 	if err != nil {
 		f.t.Fatalf("create %s: %v", id, err)
 	}
@@ -146,7 +148,7 @@ func testLifecycle(t *testing.T, f *fixture) {
 	if err != nil || len(all) != 1 || all[0].ID != "life" {
 		t.Fatalf("list: %+v, %v", all, err)
 	}
-	_, err = m.Create(f.ctx, "life", sandbox.CreateOptions{})
+	_, err = m.Create(f.ctx, "life", f.cfg.Options)
 	var ar *sandbox.AlreadyRunningError
 	if !errors.As(err, &ar) || ar.State.PID != st.PID {
 		t.Fatalf("create of a running neuron: %v, want AlreadyRunningError", err)
@@ -189,14 +191,14 @@ func testLifecycle(t *testing.T, f *fixture) {
 func testInvalidIDs(t *testing.T, f *fixture) {
 	m := f.manager()
 	for _, id := range []string{"", "a/b", "..", ".hidden", "-flag", "a b", "x\x00y", "é", strings.Repeat("a", 65)} {
-		if _, err := m.Create(f.ctx, id, sandbox.CreateOptions{}); !sandbox.IsInvalid(err) {
+		if _, err := m.Create(f.ctx, id, f.cfg.Options); !sandbox.IsInvalid(err) {
 			t.Errorf("create %q: %v, want InvalidError", id, err)
 		}
 		if _, err := m.Get(f.ctx, id); !sandbox.IsInvalid(err) {
 			t.Errorf("get %q: %v, want InvalidError", id, err)
 		}
 	}
-	if _, err := m.Create(f.ctx, strings.Repeat("a", 64), sandbox.CreateOptions{}); err != nil {
+	if _, err := m.Create(f.ctx, strings.Repeat("a", 64), f.cfg.Options); err != nil {
 		t.Fatalf("a 64-character id must work: %v", err)
 	}
 }

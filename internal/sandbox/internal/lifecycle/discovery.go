@@ -31,7 +31,7 @@ func (m *Manager) Get(ctx context.Context, id string) (*sandbox.State, error) {
 	if exists, mine := m.ownOverlay(id); !exists || !mine {
 		return nil, &sandbox.NotFoundError{ID: id}
 	}
-	return m.inspect(id), nil
+	return m.inspect(id, m.aliveKnown), nil
 }
 
 // List returns every process-mode neuron, running or stopped.
@@ -43,6 +43,16 @@ func (m *Manager) List(ctx context.Context) ([]*sandbox.State, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listing %s: %w", m.lay.Overlays, err)
 	}
+	// A runtime that tracks its neurons is asked once for the whole list.
+	alive := m.aliveKnown
+	if t := m.tracker(); t != nil {
+		running, err := t.Running(m.lay)
+		set := map[string]bool{}
+		for _, r := range running {
+			set[r.ID] = true
+		}
+		alive = func(st *sandbox.State) (bool, bool) { return set[st.ID], err == nil }
+	}
 	var out []*sandbox.State
 	for _, e := range entries {
 		id := e.Name()
@@ -50,7 +60,7 @@ func (m *Manager) List(ctx context.Context) ([]*sandbox.State, error) {
 			continue
 		}
 		if _, mine := m.ownOverlay(id); mine {
-			out = append(out, m.inspect(id))
+			out = append(out, m.inspect(id, alive))
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
@@ -59,21 +69,23 @@ func (m *Manager) List(ctx context.Context) ([]*sandbox.State, error) {
 
 // inspect works out a neuron's state from what is on disk and in /proc,
 // clearing what is stale on the way.
-func (m *Manager) inspect(id string) *sandbox.State {
+func (m *Manager) inspect(id string, aliveKnown func(*sandbox.State) (bool, bool)) *sandbox.State {
 	m.mu.Lock()
 	var held *sandbox.State
 	if n := m.neurons[id]; n != nil {
 		held = n.state.Copy()
 	}
 	m.mu.Unlock()
-	if held != nil && held.Status == sandbox.StatusRunning && m.alive(held) {
-		held.Owner = readOwner(m.overlay(id))
-		return held
+	if held != nil && held.Status == sandbox.StatusRunning {
+		if ok, known := aliveKnown(held); ok || !known {
+			held.Owner = readOwner(m.overlay(id))
+			return held
+		}
 	}
 
 	st, err := m.readState(id)
 	if err == nil {
-		alive, known := m.aliveKnown(st)
+		alive, known := aliveKnown(st)
 		switch {
 		case !known:
 			st.Status = sandbox.StatusUnknown
@@ -95,6 +107,13 @@ func (m *Manager) inspect(id string) *sandbox.State {
 		return m.stopped(id)
 	}
 	// No usable state file: an agent may still serve this overlay.
+	if m.tracker() != nil {
+		st := m.stopped(id)
+		if ok, known := aliveKnown(&sandbox.State{ID: id}); ok && known {
+			st.Status, st.SocketDir = sandbox.StatusRunning, m.socketDir(id)
+		}
+		return st
+	}
 	for _, r := range m.running() {
 		if r.ID == id {
 			st := m.stopped(id)

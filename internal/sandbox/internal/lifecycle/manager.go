@@ -185,6 +185,9 @@ func (m *Manager) Create(ctx context.Context, id string, opts sandbox.CreateOpti
 		return nil, m.busy(ctx, id)
 	}
 	st, err := m.create(ctx, id, bin, lock, opts)
+	if errors.Is(err, syscall.ENOSPC) {
+		err = &sandbox.CapacityError{Reason: fmt.Sprintf("no space left where neurons are kept (%s): %v", m.lay.Overlays, err)}
+	}
 	if err != nil {
 		if !exists {
 			// A new neuron that could not be made leaves nothing behind
@@ -319,7 +322,9 @@ func (m *Manager) listen(n *neuron) (*link.Link, error) {
 		if err != nil {
 			return nil, fmt.Errorf("channel of %s: %w", id, err)
 		}
-		return l, nil
+		if l != nil {
+			return l, nil
+		}
 	}
 	if so, ok := m.rt.(SocketOwner); ok {
 		if uid, gid, ok := so.SocketOwner(m.lay, id); ok {

@@ -73,11 +73,12 @@ type Running struct {
 	PID int // the host process that stands for it, if there is one
 }
 
-// Dialer is implemented by runtimes whose agent listens and the host
-// dials (docker's tcp transport) instead of the host listening in the
+// Dialer is implemented by runtimes whose agent may listen and the host
+// dial (docker's tcp transport) instead of the host listening in the
 // channel directory.
 type Dialer interface {
-	// Link returns a link that dials neuron id's agent.
+	// Link returns a link that dials neuron id's agent, or nil when this
+	// neuron's host listens as usual.
 	Link(lay layout.Layout, id string, o link.Options) (*link.Link, error)
 }
 

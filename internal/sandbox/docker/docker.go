@@ -1,0 +1,456 @@
+// Package docker runs each neuron in a hardened container of a local
+// Docker daemon, driven through the docker CLI (see docs/docker.md for why
+// the CLI and not the Go client). The `docker run` command line is built by
+// one pure function, RunArgs, which tests pin flag by flag.
+//
+// The channel is a Unix socket in the neuron's channel directory, which is
+// bind-mounted into the container (the unix transport), or, where the
+// daemon runs in a VM and no socket can be shared (Docker Desktop), TCP to
+// a port the container publishes on the host's loopback, with a token
+// (the tcp transport). A neuron's home, overlays/<id>/home, is its other
+// mount and what persists; the root filesystem is the image's, read-only.
+package docker
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"hash/fnv"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+
+	"github.com/nsys-cortex/cortex/internal/layout"
+	"github.com/nsys-cortex/cortex/internal/link"
+	"github.com/nsys-cortex/cortex/internal/protocol"
+	"github.com/nsys-cortex/cortex/internal/sandbox"
+	"github.com/nsys-cortex/cortex/internal/sandbox/internal/lifecycle"
+)
+
+// Mode is this backend's name.
+const Mode = "docker"
+
+// Settings, from the environment.
+const (
+	// EnvImage names the image neurons run (default DefaultImage).
+	EnvImage = "NSYS_CORTEX_DOCKER_IMAGE"
+	// EnvTransport is auto (default), unix or tcp.
+	EnvTransport = "NSYS_CORTEX_DOCKER_TRANSPORT"
+	// EnvNetwork names the docker network of a neuron with network full
+	// (default: the daemon's default network).
+	EnvNetwork = "NSYS_CORTEX_DOCKER_NETWORK"
+	// DefaultImage is what `nsys-cortex image build` makes.
+	DefaultImage = "nsys-cortex-neuron:latest"
+)
+
+// Default ceilings of a neuron that asks for none.
+const (
+	DefaultMemory = 2 << 30
+	DefaultPids   = 1024
+	tmpBytes      = 1 << 30
+)
+
+// Backend registers docker mode.
+func Backend() sandbox.Backend {
+	return sandbox.Backend{
+		Name: Mode, Rank: 20, Isolating: true,
+		New:       func(env sandbox.Env) (sandbox.Manager, error) { return New(env), nil },
+		SelfCheck: SelfCheck,
+	}
+}
+
+// New returns a docker-mode manager.
+func New(env sandbox.Env) *lifecycle.Manager {
+	return lifecycle.New(env, &runtime{env: env})
+}
+
+type runtime struct {
+	env sandbox.Env
+}
+
+var (
+	_ lifecycle.Runtime     = (*runtime)(nil)
+	_ lifecycle.Tracker     = (*runtime)(nil)
+	_ lifecycle.Dialer      = (*runtime)(nil)
+	_ lifecycle.Explainer   = (*runtime)(nil)
+	_ lifecycle.SocketOwner = (*runtime)(nil)
+)
+
+func (r *runtime) Mode() string { return Mode }
+
+func (r *runtime) Allow() error {
+	if _, err := dockerBin(); err != nil {
+		return &sandbox.UnavailableError{Mode: Mode, Reason: err.Error()}
+	}
+	return nil
+}
+
+func (r *runtime) Workdir(layout.Layout, string) string { return Workspace }
+
+// homeTag tells this home's containers from another's on the same daemon.
+func homeTag(lay layout.Layout) string {
+	abs, err := filepath.Abs(lay.Overlays)
+	if err != nil {
+		abs = lay.Overlays
+	}
+	h := fnv.New32a()
+	h.Write([]byte(abs))
+	return fmt.Sprintf("%08x", h.Sum32())
+}
+
+// ContainerName is neuron id's container under lay.
+func ContainerName(lay layout.Layout, id string) string {
+	return "nsys-cortex-" + homeTag(lay) + "-" + id
+}
+
+func homeDir(lay layout.Layout, id string) string { return filepath.Join(lay.OverlayDir(id), "home") }
+
+// image is the image a neuron runs.
+func image(opts sandbox.CreateOptions) string {
+	switch {
+	case opts.Image != "":
+		return opts.Image
+	case os.Getenv(EnvImage) != "":
+		return os.Getenv(EnvImage)
+	}
+	return DefaultImage
+}
+
+// plan is a neuron's docker run, worked out from its options.
+type plan struct {
+	spec   RunSpec
+	tcp    bool
+	limits sandbox.Limits
+	netw   sandbox.NetworkMode
+}
+
+func (r *runtime) plan(lay layout.Layout, id string, opts sandbox.CreateOptions) (*plan, error) {
+	p := &plan{netw: sandbox.NetworkNone}
+	network := "none"
+	switch opts.Network.Mode {
+	case sandbox.NetworkDefault, sandbox.NetworkNone:
+		if len(opts.Network.Allow) > 0 {
+			return nil, &sandbox.InvalidError{Reason: "a network allow-list goes with network egress (--allow alone implies it)"}
+		}
+	case sandbox.NetworkFull:
+		network, p.netw = os.Getenv(EnvNetwork), sandbox.NetworkFull
+	case sandbox.NetworkEgress:
+		return nil, &sandbox.UnenforceableError{Mode: Mode, Policy: "network egress",
+			Reason: "docker mode has no egress proxy (nsbox has one: --mode nsbox)"}
+	default:
+		return nil, &sandbox.InvalidError{Reason: fmt.Sprintf("network %q: choose none, egress or full", opts.Network.Mode)}
+	}
+	transport, why, err := resolveTransport(context.Background())
+	if err != nil {
+		return nil, err
+	}
+	p.tcp = transport == "tcp"
+	if p.tcp && network == "none" {
+		return nil, &sandbox.UnenforceableError{Mode: Mode, Policy: "network none",
+			Reason: "the tcp transport (" + why + ") reaches the agent through a published port, and network none has no ports: " +
+				"use --network full, or NSYS_CORTEX_DOCKER_TRANSPORT=unix where the daemon shares this machine's kernel"}
+	}
+	lim := opts.Limits
+	if lim.MemoryBytes < 0 || lim.Pids < 0 || lim.CPUs < 0 {
+		return nil, &sandbox.InvalidError{Reason: "resource limits must not be negative"}
+	}
+	if lim.MemoryBytes == 0 {
+		lim.MemoryBytes = DefaultMemory
+	}
+	if lim.Pids == 0 {
+		lim.Pids = DefaultPids
+	}
+	p.limits = lim
+	img := image(opts)
+	if strings.HasPrefix(img, "/") || strings.HasPrefix(img, ".") {
+		return nil, &sandbox.InvalidError{Reason: fmt.Sprintf("docker mode runs an image by name, not the directory %s (nsbox takes directories)", img)}
+	}
+	uid, gid, err := lifecycle.AgentIdentity(lay, id)
+	if err != nil {
+		return nil, err
+	}
+	args := []string{"--id", id, "--root", "/", "--workdir", Workspace, "--subreaper", protocol.ConfineFlag}
+	if p.tcp {
+		args = append(args, "--listen", fmt.Sprintf("0.0.0.0:%d", AgentPort), "--token-file", ChannelDir+"/"+TokenFile)
+	} else {
+		args = append(args, "--channel-dir", ChannelDir)
+	}
+	env := sandbox.AgentEnv(nil, append([]string{
+		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+		"HOME=" + Home, "USER=agent", "LOGNAME=agent", "SHELL=/bin/sh", "LANG=C.UTF-8", "TMPDIR=/tmp",
+		"NSYS_CORTEX_NEURON=" + id,
+	}, opts.Env...)...)
+	p.spec = RunSpec{Name: ContainerName(lay, id), ID: id, HomeTag: homeTag(lay), Image: img, UID: uid, GID: gid,
+		Channel: lay.ChannelDir(Mode, id), Home: homeDir(lay, id), Network: network, Publish: p.tcp,
+		MemoryBytes: lim.MemoryBytes, Pids: lim.Pids, CPUs: lim.CPUs, TmpBytes: tmpBytes, Env: env, AgentArgs: args}
+	if _, err := EnvFileContent(env); err != nil {
+		return nil, &sandbox.InvalidError{Reason: err.Error()}
+	}
+	if _, err := RunArgs(p.spec); err != nil {
+		return nil, &sandbox.InvalidError{Reason: err.Error()}
+	}
+	return p, nil
+}
+
+// Prepare checks the options and makes the neuron's home.
+func (r *runtime) Prepare(lay layout.Layout, id string, opts sandbox.CreateOptions) (sandbox.Policy, error) {
+	p, err := r.plan(lay, id, opts)
+	if err != nil {
+		return sandbox.Policy{}, err
+	}
+	for _, d := range []string{p.spec.Home, filepath.Join(p.spec.Home, "workspace")} {
+		if err := ensureOwned(d, p.spec.UID, p.spec.GID); err != nil {
+			return sandbox.Policy{}, fmt.Errorf("the home of %s: %w", id, err)
+		}
+	}
+	return sandbox.Policy{Network: sandbox.Network{Mode: p.netw}, Limits: p.limits, Image: p.spec.Image}, nil
+}
+
+// ensureOwned makes directory d, owned by uid when this process is root.
+func ensureOwned(d string, uid, gid int) error {
+	if err := os.MkdirAll(d, 0o755); err != nil {
+		return err
+	}
+	if os.Getuid() != 0 {
+		return nil
+	}
+	if st, err := os.Stat(d); err == nil {
+		if s, ok := st.Sys().(*syscall.Stat_t); ok && int(s.Uid) == uid {
+			return nil
+		}
+	}
+	return os.Lchown(d, uid, gid)
+}
+
+// SocketOwner gives the channel to the container's uid when this process
+// is root (the container never runs as root).
+func (r *runtime) SocketOwner(lay layout.Layout, id string) (int, int, bool) {
+	if os.Getuid() != 0 {
+		return 0, 0, false
+	}
+	uid, gid, err := lifecycle.AgentIdentity(lay, id)
+	if err != nil {
+		return 0, 0, false
+	}
+	return uid, gid, true
+}
+
+// Start runs `docker run` attached, detached from the caller: the client
+// lives as long as the container, and what the agent prints goes to the
+// neuron's log through it. The environment goes through a pipe the client
+// reads as its env file, never through the command line.
+func (r *runtime) Start(req *lifecycle.StartRequest) (*exec.Cmd, error) {
+	p, err := r.plan(req.Layout, req.ID, req.Options)
+	if err != nil {
+		return nil, err
+	}
+	content, err := EnvFileContent(p.spec.Env)
+	if err != nil {
+		return nil, err
+	}
+	bin, err := dockerBin()
+	if err != nil {
+		return nil, err
+	}
+	p.spec.EnvFile = "/dev/fd/3"
+	args, err := RunArgs(p.spec)
+	if err != nil {
+		return nil, err
+	}
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	defer pw.Close()
+	cmd := &exec.Cmd{Path: bin, Args: append([]string{bin}, args...), Env: os.Environ(),
+		Stdout: req.Log, Stderr: req.Log, ExtraFiles: []*os.File{pr},
+		SysProcAttr: &syscall.SysProcAttr{Setsid: true}}
+	err = cmd.Start()
+	pr.Close()
+	if err != nil {
+		return nil, fmt.Errorf("starting %s: %w", bin, err)
+	}
+	// The client reads the whole env file before it talks to the daemon.
+	go func() {
+		pw.Write(content)
+		pw.Close()
+	}()
+	return cmd, nil
+}
+
+// Released: a container is removed when it stops (--rm); nothing is held.
+func (r *runtime) Released(layout.Layout, string) {}
+
+// Link dials the agent of neuron id when the transport is tcp: the port docker published,
+// and the token in the channel directory (made now if there is none: a
+// create clears the directory first, so each create gets a fresh one).
+func (r *runtime) Link(lay layout.Layout, id string, o link.Options) (*link.Link, error) {
+	if t, _, err := resolveTransport(context.Background()); err != nil {
+		return nil, err
+	} else if t != "tcp" {
+		return nil, nil
+	}
+	dir := lay.ChannelDir(Mode, id)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	uid, gid, owned := r.SocketOwner(lay, id)
+	if owned {
+		if err := os.Lchown(dir, uid, gid); err != nil {
+			return nil, err
+		}
+	}
+	token, err := readOrMakeToken(filepath.Join(dir, TokenFile), uid, gid, owned)
+	if err != nil {
+		return nil, err
+	}
+	o.Token = token
+	name := ContainerName(lay, id)
+	var mu sync.Mutex
+	var addr string
+	return link.Dial(func(ctx context.Context) (string, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if addr != "" {
+			return addr, nil
+		}
+		out, err := docker(ctx, "port", name, fmt.Sprintf("%d/tcp", AgentPort))
+		if err != nil {
+			return "", err
+		}
+		a, err := loopbackAddr(out)
+		if err == nil {
+			addr = a
+		}
+		return a, err
+	}, o), nil
+}
+
+// loopbackAddr picks the IPv4 address docker port printed.
+func loopbackAddr(out string) (string, error) {
+	for _, line := range strings.Fields(out) {
+		host, port, err := net.SplitHostPort(line)
+		if err != nil {
+			continue
+		}
+		if host == "0.0.0.0" || host == "" {
+			host = "127.0.0.1"
+		}
+		if ip := net.ParseIP(host); ip != nil && ip.To4() != nil {
+			return net.JoinHostPort(host, port), nil
+		}
+	}
+	return "", fmt.Errorf("docker port printed no IPv4 address: %q", out)
+}
+
+// readOrMakeToken returns the token in path, or writes a fresh one
+// (32 random bytes, hex, owner-only).
+func readOrMakeToken(path string, uid, gid int, chown bool) (string, error) {
+	if b, err := os.ReadFile(path); err == nil && len(strings.TrimSpace(string(b))) >= 32 {
+		return strings.TrimSpace(string(b)), nil
+	}
+	var raw [32]byte
+	if _, err := rand.Read(raw[:]); err != nil {
+		return "", err
+	}
+	token := hex.EncodeToString(raw[:])
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(token+"\n"), 0o600); err != nil {
+		return "", err
+	}
+	if chown {
+		if err := os.Lchown(tmp, uid, gid); err != nil {
+			os.Remove(tmp)
+			return "", err
+		}
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		os.Remove(tmp)
+		return "", err
+	}
+	return token, nil
+}
+
+// Alive reports whether neuron st.ID's container runs.
+func (r *runtime) Alive(lay layout.Layout, st *sandbox.State) (bool, error) {
+	out, err := docker(context.Background(), "ps", "--quiet", "--filter", "name=^"+ContainerName(lay, st.ID)+"$",
+		"--filter", "label="+LabelManaged+"=true")
+	if err != nil {
+		return false, err
+	}
+	return strings.TrimSpace(out) != "", nil
+}
+
+// Running lists this home's running neuron containers: one `docker ps`
+// serves a whole list.
+func (r *runtime) Running(lay layout.Layout) ([]lifecycle.Running, error) {
+	out, err := docker(context.Background(), "ps", "--filter", "label="+LabelManaged+"=true",
+		"--filter", "label="+LabelHome+"="+homeTag(lay), "--format", "{{.Label \""+LabelID+"\"}}")
+	if err != nil {
+		return nil, err
+	}
+	var running []lifecycle.Running
+	for _, id := range strings.Fields(out) {
+		running = append(running, lifecycle.Running{ID: id})
+	}
+	return running, nil
+}
+
+// Stop stops neuron id's container (SIGTERM to the agent, which ends its
+// processes; SIGKILL after 5 s), and makes sure it is gone.
+func (r *runtime) Stop(lay layout.Layout, id string, st *sandbox.State) {
+	name := ContainerName(lay, id)
+	ctx := context.Background()
+	docker(ctx, "stop", "--time", "5", name)       // an error: not running, or the daemon is down
+	docker(ctx, "rm", "--force", "--volumes", name) // gone already with --rm, unless it never started
+	if st != nil && st.PID > 0 {
+		// The client exits once its container is gone; one that was only
+		// starting may still wait for the daemon.
+		if p, err := os.FindProcess(st.PID); err == nil && isClientOf(st.PID, name) {
+			p.Signal(syscall.SIGKILL)
+		}
+	}
+}
+
+// isClientOf reports whether pid is a docker client running container name.
+func isClientOf(pid int, name string) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+	if err != nil {
+		return false
+	}
+	args := strings.Split(string(b), "\x00")
+	for i := 0; i+1 < len(args); i++ {
+		if args[i] == "--name" && args[i+1] == name {
+			return true
+		}
+	}
+	return false
+}
+
+// Explain turns a failed boot into the error docker's words call for.
+func (r *runtime) Explain(lay layout.Layout, id string, boot *sandbox.BootError) error {
+	log := boot.Log
+	switch {
+	case strings.Contains(log, "No such image") || strings.Contains(log, "Unable to find image"):
+		return &sandbox.InvalidError{Reason: fmt.Sprintf("the image of %s is not on this docker daemon (build it with `nsys-cortex image build`, "+
+			"or pull it and set %s): %s", id, EnvImage, lastLine(log))}
+	case daemonDown(log):
+		return &sandbox.UnavailableError{Mode: Mode, Reason: "the docker daemon does not answer: " + lastLine(log)}
+	case strings.Contains(log, "port is already allocated") || strings.Contains(log, "address already in use"):
+		return &sandbox.InvalidError{Reason: "docker could not publish the agent's port: " + lastLine(log)}
+	case strings.Contains(log, "no space left on device"):
+		return &sandbox.CapacityError{Reason: "the docker daemon's disk is full: " + lastLine(log)}
+	}
+	return nil
+}
+
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return strings.TrimSpace(lines[len(lines)-1])
+}

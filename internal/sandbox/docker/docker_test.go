@@ -1,0 +1,237 @@
+package docker_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nsys-cortex/cortex/internal/image"
+	"github.com/nsys-cortex/cortex/internal/layout"
+	"github.com/nsys-cortex/cortex/internal/link"
+	"github.com/nsys-cortex/cortex/internal/protocol"
+	"github.com/nsys-cortex/cortex/internal/sandbox"
+	"github.com/nsys-cortex/cortex/internal/sandbox/docker"
+	"github.com/nsys-cortex/cortex/internal/sandbox/sandboxtest"
+)
+
+// testImage is the busybox image the tests run, built from this tree's
+// agent when the tests start.
+const testImage = "nsys-cortex-neuron:test"
+
+// testNetwork is a user-defined network for the tcp transport (a daemon
+// started with --bridge=none has no default one to publish ports from).
+const testNetwork = "nsys-cortex-test"
+
+var (
+	agentBin string
+	setup    = sync.OnceValue(prepareDocker)
+)
+
+func TestMain(m *testing.M) {
+	bin, err := sandboxtest.BuildAgent()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	agentBin = bin
+	os.Setenv(docker.EnvImage, testImage)
+	os.Exit(m.Run())
+}
+
+// prepareDocker builds the test image and the test network, or says why
+// this machine cannot run docker mode.
+func prepareDocker() error {
+	if c := docker.SelfCheck(context.Background(), sandbox.Env{}); !c.Items[1].OK {
+		return fmt.Errorf("%s", c.Items[1].Detail)
+	}
+	sum, err := image.AgentSum(agentBin)
+	if err != nil {
+		return err
+	}
+	if image.Current(context.Background(), testImage, sum) {
+		return ensureNetwork()
+	}
+	dir, err := os.MkdirTemp("", "cximg")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	var log strings.Builder
+	if err := image.Build(context.Background(), image.Options{RootFS: dir, Agent: agentBin, Test: true, Tag: testImage, Log: &log}); err != nil {
+		return fmt.Errorf("building %s: %v\n%s", testImage, err, log.String())
+	}
+	return ensureNetwork()
+}
+
+func ensureNetwork() error {
+	if exec.Command("docker", "network", "inspect", testNetwork).Run() == nil {
+		return nil
+	}
+	if out, err := exec.Command("docker", "network", "create", testNetwork).CombinedOutput(); err != nil {
+		return fmt.Errorf("docker network create %s: %v %s", testNetwork, err, out)
+	}
+	return nil
+}
+
+// requireDocker skips (saying why) where no docker daemon answers; in CI
+// one does (.ci/run starts it), and nothing may skip there.
+func requireDocker(t *testing.T) {
+	t.Helper()
+	if err := setup(); err != nil {
+		if os.Getenv("NSYS_CORTEX_REQUIRE_DOCKER") == "1" {
+			t.Fatalf("docker mode cannot run here: %v", err)
+		}
+		t.Skipf("docker mode cannot run here: %v", err)
+	}
+}
+
+func env(t *testing.T) sandbox.Env {
+	return sandbox.Env{AgentBinary: func() (string, error) { return agentBin, nil }}
+}
+
+func dockerKill(t *testing.T, st *sandbox.State) {
+	t.Helper()
+	out, err := exec.Command("docker", "ps", "-q", "--filter", "label=nsys-cortex.id="+st.ID).Output()
+	if err != nil || len(strings.Fields(string(out))) != 1 {
+		t.Fatalf("finding the container of %s: %q %v", st.ID, out, err)
+	}
+	if out, err := exec.Command("docker", "kill", strings.TrimSpace(string(out))).CombinedOutput(); err != nil {
+		t.Fatalf("docker kill: %v %s", err, out)
+	}
+}
+
+func TestConformance(t *testing.T) {
+	requireDocker(t)
+	t.Setenv(docker.EnvTransport, "unix")
+	sandboxtest.Run(t, sandboxtest.Config{
+		New:  func(e sandbox.Env) sandbox.Manager { return docker.New(e) },
+		Env:  env,
+		Kill: dockerKill,
+	})
+}
+
+// The same suite over the tcp transport (what Docker Desktop gets): the
+// agent listens on a published port, the host dials with a token.
+func TestConformanceTCP(t *testing.T) {
+	requireDocker(t)
+	t.Setenv(docker.EnvTransport, "tcp")
+	t.Setenv(docker.EnvNetwork, testNetwork)
+	sandboxtest.Run(t, sandboxtest.Config{
+		New:     func(e sandbox.Env) sandbox.Manager { return docker.New(e) },
+		Env:     env,
+		Kill:    dockerKill,
+		Options: sandbox.CreateOptions{Network: sandbox.Network{Mode: sandbox.NetworkFull}},
+	})
+}
+
+// neuron is one running docker neuron for a test.
+type neuron struct {
+	t   *testing.T
+	m   sandbox.Manager
+	st  *sandbox.State
+	c   *link.Client
+	lay layout.Layout
+}
+
+func newNeuron(t *testing.T, id string, opts sandbox.CreateOptions) *neuron {
+	t.Helper()
+	requireDocker(t)
+	lay, err := layout.New(filepath.Join(sandboxtest.ShortTempDir(t), "h"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := env(t)
+	e.Layout = lay
+	m := docker.New(e)
+	ctx := context.Background()
+	st, err := m.Create(ctx, id, opts)
+	if err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	t.Cleanup(func() {
+		m.Destroy(ctx, id, sandbox.DestroyOptions{Wipe: true})
+		m.Close()
+	})
+	c, err := m.Connect(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &neuron{t: t, m: m, st: st, c: c, lay: lay}
+}
+
+func (n *neuron) sh(script string) string {
+	n.t.Helper()
+	res, err := n.c.Exec(context.Background(), &link.ExecRequest{Command: protocol.Command{Shell: script}, Timeout: time.Minute})
+	if err != nil {
+		n.t.Fatalf("exec %q: %v", script, err)
+	}
+	return string(res.Stdout) + string(res.Stderr)
+}
+
+// From inside, the container is what RunArgs promises: no root, no
+// capabilities, no privileges to gain, a read-only root, no network, two
+// mounts of the host, none of the host's processes or secrets.
+func TestBoundaryFromInside(t *testing.T) {
+	t.Setenv(docker.EnvTransport, "unix")
+	t.Setenv("NSYS_CORTEX_TEST_SECRET", "do-not-leak")
+	n := newNeuron(t, "inside", sandbox.CreateOptions{})
+	checks := []struct{ what, script, want string }{
+		{"not root", "id -u", "\n"},
+		{"no capabilities", "grep CapEff /proc/self/status", "0000000000000000"},
+		{"no new privileges", "grep NoNewPrivs /proc/self/status", "1"},
+		{"a read-only root", "touch /usr/x 2>&1; touch /etc/x 2>&1", "Read-only file system"},
+		{"a writable /tmp and home", "touch /tmp/x ~/x && echo ok", "ok"},
+		{"only a loopback", "cat /proc/net/dev | tail -n +3 | cut -d: -f1 | tr -d ' '", "lo"},
+		{"seccomp", "grep Seccomp: /proc/self/status", "2"},
+	}
+	for _, c := range checks {
+		if got := n.sh(c.script); !strings.Contains(got, c.want) {
+			t.Errorf("%s: `%s` gave %q, want %q", c.what, c.script, got, c.want)
+		}
+	}
+	if got := strings.TrimSpace(n.sh("id -u")); got == "0" {
+		t.Errorf("the neuron runs as root")
+	}
+	if got := n.sh("env"); strings.Contains(got, "do-not-leak") {
+		t.Errorf("a host secret reached the neuron: %s", got)
+	}
+	// Host mounts: the channel directory and the home, nothing else.
+	mounts := n.sh("cat /proc/self/mountinfo")
+	var binds []string
+	for _, line := range strings.Split(mounts, "\n") {
+		f := strings.Fields(line)
+		if len(f) > 4 && f[3] != "/" && !strings.HasPrefix(f[4], "/proc") && !strings.HasPrefix(f[4], "/dev") && !strings.HasPrefix(f[4], "/sys") {
+			binds = append(binds, f[4])
+		}
+	}
+	// Docker's own: the image's root, its init, and the three files it
+	// writes for every container.
+	docker := map[string]bool{"/": true, "/sbin/docker-init": true, "/etc/resolv.conf": true, "/etc/hostname": true, "/etc/hosts": true}
+	ours := 0
+	for _, b := range binds {
+		switch {
+		case b == "/run/nsys-cortex" || b == "/home/agent":
+			ours++
+		case !docker[b]:
+			t.Errorf("a host path is mounted at %s (mounts: %v)", b, binds)
+		}
+	}
+	if ours != 2 {
+		t.Errorf("%d of the two mounts are there: %v", ours, binds)
+	}
+	if got := n.sh("ps -o pid,args | wc -l"); strings.TrimSpace(got) == "" {
+		t.Error("ps printed nothing")
+	}
+	if got := n.sh("ps -o args"); strings.Contains(got, "dockerd") || strings.Contains(got, "go test") {
+		t.Errorf("host processes are visible: %s", got)
+	}
+	if got := n.sh("ls /var/run/docker.sock /run/docker.sock 2>&1"); !strings.Contains(got, "No such file") {
+		t.Errorf("the docker socket is reachable: %s", got)
+	}
+}
