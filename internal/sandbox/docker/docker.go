@@ -407,7 +407,7 @@ func (r *runtime) Running(lay layout.Layout) ([]lifecycle.Running, error) {
 func (r *runtime) Stop(lay layout.Layout, id string, st *sandbox.State) {
 	name := ContainerName(lay, id)
 	ctx := context.Background()
-	docker(ctx, "stop", "--time", "5", name)       // an error: not running, or the daemon is down
+	docker(ctx, "stop", "--time", "5", name)        // an error: not running, or the daemon is down
 	docker(ctx, "rm", "--force", "--volumes", name) // gone already with --rm, unless it never started
 	if st != nil && st.PID > 0 {
 		// The client exits once its container is gone; one that was only
