@@ -30,7 +30,7 @@ const (
 )
 
 // Packages are what the full image holds besides Debian's minimal base.
-var Packages = []string{"bash", "coreutils", "python3", "git", "nodejs", "npm", "ca-certificates", "curl", "procps", "less"}
+var Packages = []string{"bash", "coreutils", "python3", "python3-pip", "python3-venv", "git", "nodejs", "npm", "ca-certificates", "curl", "procps", "less"}
 
 // Options say what to build.
 type Options struct {

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -79,8 +80,10 @@ type Link struct {
 	path string
 	ln   *net.UnixListener // nil for a dialling link
 	opts Options
-	// stopDial ends a dialling link's loop.
+	// stopDial ends a dialling link's loop; dialErr is why its last
+	// attempt failed.
 	stopDial context.CancelFunc
+	dialErr  error
 
 	mu     sync.Mutex
 	conn   *Conn
@@ -316,9 +319,15 @@ func (l *Link) dialLoop(ctx context.Context, addr func(ctx context.Context) (str
 		backoff = min(backoff*2, 500*time.Millisecond)
 	}
 	for ctx.Err() == nil {
+		failed := func(err error) {
+			l.mu.Lock()
+			l.dialErr = err
+			l.mu.Unlock()
+			pause()
+		}
 		a, err := addr(ctx)
 		if err != nil {
-			pause()
+			failed(fmt.Errorf("finding the agent's address: %w", err))
 			continue
 		}
 		var d net.Dialer
@@ -326,15 +335,21 @@ func (l *Link) dialLoop(ctx context.Context, addr func(ctx context.Context) (str
 		nc, err := d.DialContext(dctx, "tcp", a)
 		cancel()
 		if err != nil {
-			pause()
+			failed(err)
 			continue
 		}
 		c, err := Handshake(nc, HandshakeOptions{Neuron: l.opts.Neuron, Token: l.opts.Token, Present: true,
 			Software: l.opts.Software, Timeout: 5 * time.Second})
 		if err != nil {
-			pause() // not listening yet behind the port, or refused
+			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) {
+				err = fmt.Errorf("%s closed the connection at the handshake: the agent is not listening behind it yet, or refused this host's token", a)
+			}
+			failed(err)
 			continue
 		}
+		l.mu.Lock()
+		l.dialErr = nil
+		l.mu.Unlock()
 		backoff = 10 * time.Millisecond
 		l.install(c)
 		select {
@@ -342,6 +357,14 @@ func (l *Link) dialLoop(ctx context.Context, addr func(ctx context.Context) (str
 		case <-ctx.Done():
 		}
 	}
+}
+
+// DialError returns why a dialling link's last attempt failed (nil while
+// connected, and for a listening link).
+func (l *Link) DialError() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.dialErr
 }
 
 // Close stops listening (or dialling), removes the socket, ends the

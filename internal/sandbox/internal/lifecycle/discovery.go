@@ -286,6 +286,10 @@ func (m *Manager) unresponsive(st *sandbox.State, err error) error {
 	if !errors.As(err, &be) {
 		return err // cancelled, or refused: as it is
 	}
+	if strings.HasPrefix(be.Reason, "no connection to the agent") {
+		return &sandbox.NotRunningError{ID: st.ID, Reason: "it runs, but " + be.Reason,
+			Hint: "nsys-cortex destroy " + st.ID + " and create it again to restart it; its data stays"}
+	}
 	return &sandbox.NotRunningError{ID: st.ID, Reason: fmt.Sprintf(
 		"its agent (pid %d) is alive but did not answer within %s: it may be stopped or stuck (its log: %s)", st.PID, connectTimeout, m.logFile(st.ID)),
 		Hint: "nsys-cortex destroy " + st.ID + " and create it again to restart it; its data stays"}

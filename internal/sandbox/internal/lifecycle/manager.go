@@ -356,7 +356,11 @@ func (m *Manager) waitAgent(ctx context.Context, n *neuron, timeout time.Duratio
 			return r.c, nil
 		}
 		if ctx.Err() != nil && errors.Is(r.err, context.DeadlineExceeded) {
-			return nil, &sandbox.BootError{ID: n.id, Reason: fmt.Sprintf("the agent (pid %d) did not connect within %s", n.state.PID, timeout), Log: m.logTail(n.id)}
+			reason := fmt.Sprintf("the agent (pid %d) did not connect within %s", n.state.PID, timeout)
+			if err := n.link.DialError(); err != nil {
+				reason = fmt.Sprintf("no connection to the agent within %s: %v", timeout, err)
+			}
+			return nil, &sandbox.BootError{ID: n.id, Reason: reason, Log: m.logTail(n.id)}
 		}
 		return nil, r.err
 	case <-pidDone:
