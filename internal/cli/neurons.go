@@ -98,7 +98,7 @@ it the host's network.`,
 	}
 	cmd.Flags().StringVar(&mode, "mode", "", "isolation mode: auto, or one of the modes doctor lists")
 	cmd.Flags().StringArrayVarP(&env, "env", "e", nil, "set KEY=VALUE in the neuron's environment, for this run of it (repeatable)")
-	cmd.Flags().DurationVar(&boot, "boot-timeout", sandbox.DefaultBootTimeout, "how long to wait for the neuron's agent")
+	cmd.Flags().DurationVar(&boot, "boot-timeout", 0, "how long to wait for the neuron's agent (default 10s; docker 1m)")
 	cmd.Flags().StringVar(&network, "network", "", "none (loopback only; the default where enforceable), egress (with --allow), or full")
 	cmd.Flags().StringArrayVar(&allow, "allow", nil, "what --network egress may reach: host[:port], *.domain[:port], address or CIDR[:port] (repeatable; implies --network egress)")
 	cmd.Flags().StringVar(&memory, "memory", "", "memory ceiling, e.g. 512m or 2g (default 2g where enforceable)")

@@ -25,6 +25,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/nsys-cortex/cortex/internal/layout"
 	"github.com/nsys-cortex/cortex/internal/link"
@@ -75,11 +76,12 @@ type runtime struct {
 }
 
 var (
-	_ lifecycle.Runtime     = (*runtime)(nil)
-	_ lifecycle.Tracker     = (*runtime)(nil)
-	_ lifecycle.Dialer      = (*runtime)(nil)
-	_ lifecycle.Explainer   = (*runtime)(nil)
-	_ lifecycle.SocketOwner = (*runtime)(nil)
+	_ lifecycle.Runtime       = (*runtime)(nil)
+	_ lifecycle.Tracker       = (*runtime)(nil)
+	_ lifecycle.Dialer        = (*runtime)(nil)
+	_ lifecycle.Explainer     = (*runtime)(nil)
+	_ lifecycle.SocketOwner   = (*runtime)(nil)
+	_ lifecycle.BootTimeouter = (*runtime)(nil)
 )
 
 func (r *runtime) Mode() string { return Mode }
@@ -92,6 +94,11 @@ func (r *runtime) Allow() error {
 }
 
 func (r *runtime) Workdir(layout.Layout, string) string { return Workspace }
+
+// BootTimeout is a minute: a daemon with the vfs storage driver copies the
+// whole image for every container before it starts (seconds for the
+// 450 MB neuron image).
+func (r *runtime) BootTimeout() time.Duration { return time.Minute }
 
 // homeTag tells this home's containers from another's on the same daemon.
 func homeTag(lay layout.Layout) string {
@@ -181,9 +188,12 @@ func (r *runtime) plan(lay layout.Layout, id string, opts sandbox.CreateOptions)
 	} else {
 		args = append(args, "--channel-dir", ChannelDir)
 	}
+	// The root is read-only: what an agent installs goes to its home,
+	// which persists (pip and npm are told so).
 	env := sandbox.AgentEnv(nil, append([]string{
-		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+		"PATH=" + Home + "/.local/bin:" + Home + "/.npm-global/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
 		"HOME=" + Home, "USER=agent", "LOGNAME=agent", "SHELL=/bin/sh", "LANG=C.UTF-8", "TMPDIR=/tmp",
+		"NPM_CONFIG_PREFIX=" + Home + "/.npm-global", "PIP_USER=1", "PIP_BREAK_SYSTEM_PACKAGES=1",
 		"NSYS_CORTEX_NEURON=" + id,
 	}, opts.Env...)...)
 	p.spec = RunSpec{Name: ContainerName(lay, id), ID: id, HomeTag: homeTag(lay), Image: img, UID: uid, GID: gid,
@@ -267,19 +277,22 @@ func (r *runtime) Start(req *lifecycle.StartRequest) (*exec.Cmd, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer pw.Close()
 	cmd := &exec.Cmd{Path: bin, Args: append([]string{bin}, args...), Env: os.Environ(),
 		Stdout: req.Log, Stderr: req.Log, ExtraFiles: []*os.File{pr},
 		SysProcAttr: &syscall.SysProcAttr{Setsid: true}}
 	err = cmd.Start()
 	pr.Close()
 	if err != nil {
+		pw.Close()
 		return nil, fmt.Errorf("starting %s: %w", bin, err)
 	}
-	// The client reads the whole env file before it talks to the daemon.
+	// The client reads the whole env file before it talks to the daemon;
+	// the pipe holds 64 KiB, so a larger environment is written as it
+	// reads. The writer owns the pipe's end: it closes it when done, or
+	// when the client exits without reading (a write then fails).
 	go func() {
+		defer pw.Close()
 		pw.Write(content)
-		pw.Close()
 	}()
 	return cmd, nil
 }

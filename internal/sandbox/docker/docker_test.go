@@ -180,7 +180,7 @@ func (n *neuron) sh(script string) string {
 func TestBoundaryFromInside(t *testing.T) {
 	t.Setenv(docker.EnvTransport, "unix")
 	t.Setenv("NSYS_CORTEX_TEST_SECRET", "do-not-leak")
-	n := newNeuron(t, "inside", sandbox.CreateOptions{})
+	n := newNeuron(t, "inside", sandbox.CreateOptions{Env: []string{"GRANTED=granted-value-42"}})
 	checks := []struct{ what, script, want string }{
 		{"not root", "id -u", "\n"},
 		{"no capabilities", "grep CapEff /proc/self/status", "0000000000000000"},
@@ -198,8 +198,21 @@ func TestBoundaryFromInside(t *testing.T) {
 	if got := strings.TrimSpace(n.sh("id -u")); got == "0" {
 		t.Errorf("the neuron runs as root")
 	}
-	if got := n.sh("env"); strings.Contains(got, "do-not-leak") {
-		t.Errorf("a host secret reached the neuron: %s", got)
+	envInside := n.sh("env")
+	if strings.Contains(envInside, "do-not-leak") {
+		t.Errorf("a host secret reached the neuron: %s", envInside)
+	}
+	for _, want := range []string{"GRANTED=granted-value-42", "NSYS_CORTEX_NEURON=inside", "HOME=/home/agent"} {
+		if !strings.Contains(envInside, want) {
+			t.Errorf("the neuron's environment lacks %s:\n%s", want, envInside)
+		}
+	}
+	// What the operator granted is not on the docker client's command
+	// line, which every user of the host can read.
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", n.st.PID)); err != nil {
+		t.Errorf("the docker client (pid %d): %v", n.st.PID, err)
+	} else if strings.Contains(string(b), "granted-value-42") || !strings.Contains(string(b), "--env-file") {
+		t.Errorf("the docker client's command line: %q", b)
 	}
 	// Host mounts: the channel directory and the home, nothing else.
 	mounts := n.sh("cat /proc/self/mountinfo")

@@ -273,6 +273,9 @@ func (m *Manager) create(ctx context.Context, id, bin string, lock *store.Lock, 
 	boot := opts.BootTimeout
 	if boot <= 0 {
 		boot = sandbox.DefaultBootTimeout
+		if bt, ok := m.rt.(BootTimeouter); ok {
+			boot = bt.BootTimeout()
+		}
 	}
 	conn, err := m.waitAgent(ctx, n, boot)
 	if err != nil {

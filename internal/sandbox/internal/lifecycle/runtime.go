@@ -3,6 +3,7 @@ package lifecycle
 import (
 	"os"
 	"os/exec"
+	"time"
 
 	"github.com/nsys-cortex/cortex/internal/layout"
 	"github.com/nsys-cortex/cortex/internal/link"
@@ -87,4 +88,11 @@ type Dialer interface {
 // Explain returns a typed error, or nil to keep the BootError.
 type Explainer interface {
 	Explain(lay layout.Layout, id string, boot *sandbox.BootError) error
+}
+
+// BootTimeouter is implemented by runtimes whose neurons take longer than
+// sandbox.DefaultBootTimeout to boot (a container whose image a vfs daemon
+// copies first).
+type BootTimeouter interface {
+	BootTimeout() time.Duration
 }
