@@ -422,6 +422,13 @@ func (r *runtime) Stop(lay layout.Layout, id string, st *sandbox.State) {
 	ctx := context.Background()
 	docker(ctx, "stop", "--time", "5", name)        // an error: not running, or the daemon is down
 	docker(ctx, "rm", "--force", "--volumes", name) // gone already with --rm, unless it never started
+	// --rm removes a stopped container in the background: wait until the
+	// name is free, so that a create right after can take it.
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if _, err := docker(ctx, "container", "inspect", "--format", "{{.Id}}", name); err != nil {
+			break // no such container (or no daemon to ask)
+		}
+	}
 	if st != nil && st.PID > 0 {
 		// The client exits once its container is gone; one that was only
 		// starting may still wait for the daemon.
