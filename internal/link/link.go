@@ -325,6 +325,11 @@ func (l *Link) dialLoop(ctx context.Context, addr func(ctx context.Context) (str
 			l.mu.Unlock()
 			pause()
 		}
+		l.mu.Lock()
+		if l.dialErr == nil {
+			l.dialErr = errors.New("the agent's address is not known yet (the first attempt has not finished)")
+		}
+		l.mu.Unlock()
 		a, err := addr(ctx)
 		if err != nil {
 			failed(fmt.Errorf("finding the agent's address: %w", err))
@@ -358,6 +363,9 @@ func (l *Link) dialLoop(ctx context.Context, addr func(ctx context.Context) (str
 		}
 	}
 }
+
+// Dialing reports whether this link dials its agent (instead of listening).
+func (l *Link) Dialing() bool { return l.ln == nil }
 
 // DialError returns why a dialling link's last attempt failed (nil while
 // connected, and for a listening link).

@@ -111,7 +111,9 @@ func TestWrongToken(t *testing.T) {
 	}
 	other := docker.New(sandbox.Env{Layout: lay, AgentBinary: env(t).AgentBinary})
 	defer other.Close()
-	_, err := other.Connect(ctx, "tok")
+	cctx, cancel := context.WithTimeout(ctx, 15*time.Second) // a host gives up sooner than the default
+	defer cancel()
+	_, err := other.Connect(cctx, "tok")
 	if !sandbox.IsNotRunning(err) || !strings.Contains(err.Error(), "token") {
 		t.Fatalf("connect with a wrong token: %v", err)
 	}

@@ -18,8 +18,21 @@ import (
 	"github.com/nsys-cortex/cortex/internal/store"
 )
 
-// connectTimeout bounds the wait for a running agent to dial a new host socket.
-const connectTimeout = 5 * time.Second
+// connectTimeout bounds the wait for a running agent to dial a new host
+// socket; dialling an agent (tcp) first asks the docker daemon for its
+// port, which a busy daemon can be slow to answer, and gets longer.
+const (
+	connectTimeout     = 5 * time.Second
+	dialConnectTimeout = 20 * time.Second
+)
+
+// connectWait is how long Connect waits for n's agent.
+func connectWait(n *neuron) time.Duration {
+	if n.link.Dialing() {
+		return dialConnectTimeout
+	}
+	return connectTimeout
+}
 
 // Get returns the state of neuron id, found in three tiers: what this
 // process holds, the state file with a liveness check of its agent, and
@@ -240,7 +253,7 @@ func (m *Manager) Connect(ctx context.Context, id string) (*link.Client, error) 
 			return nil, &sandbox.NotRunningError{ID: id, Reason: "its agent died"}
 		}
 		// Alive but disconnected: it redials this socket when it notices.
-		if _, err := m.waitAgent(ctx, n, connectTimeout); err != nil {
+		if _, err := m.waitAgent(ctx, n, connectWait(n)); err != nil {
 			return nil, m.unresponsive(n.state, err)
 		}
 		return n.link.Client(), nil
@@ -268,7 +281,7 @@ func (m *Manager) Connect(ctx context.Context, id string) (*link.Client, error) 
 		lock.Release()
 		return nil, err
 	}
-	if _, err := m.waitAgent(ctx, n, connectTimeout); err != nil {
+	if _, err := m.waitAgent(ctx, n, connectWait(n)); err != nil {
 		n.link.Close()
 		lock.Release()
 		return nil, m.unresponsive(st, err)
@@ -291,7 +304,7 @@ func (m *Manager) unresponsive(st *sandbox.State, err error) error {
 			Hint: "nsys-cortex destroy " + st.ID + " and create it again to restart it; its data stays"}
 	}
 	return &sandbox.NotRunningError{ID: st.ID, Reason: fmt.Sprintf(
-		"its agent (pid %d) is alive but did not answer within %s: it may be stopped or stuck (its log: %s)", st.PID, connectTimeout, m.logFile(st.ID)),
+		"its agent (pid %d) is alive but did not answer in time: it may be stopped or stuck (its log: %s)", st.PID, m.logFile(st.ID)),
 		Hint: "nsys-cortex destroy " + st.ID + " and create it again to restart it; its data stays"}
 }
 

@@ -344,6 +344,7 @@ func (m *Manager) listen(n *neuron) (*link.Link, error) {
 // waitAgent waits for the agent to connect, giving up at once when it
 // exits, refuses the handshake, or dies.
 func (m *Manager) waitAgent(ctx context.Context, n *neuron, timeout time.Duration) (*link.Conn, error) {
+	start := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	type res struct {
@@ -359,9 +360,10 @@ func (m *Manager) waitAgent(ctx context.Context, n *neuron, timeout time.Duratio
 			return r.c, nil
 		}
 		if ctx.Err() != nil && errors.Is(r.err, context.DeadlineExceeded) {
-			reason := fmt.Sprintf("the agent (pid %d) did not connect within %s", n.state.PID, timeout)
+			waited := time.Since(start).Round(100 * time.Millisecond)
+			reason := fmt.Sprintf("the agent (pid %d) did not connect within %s", n.state.PID, waited)
 			if err := n.link.DialError(); err != nil {
-				reason = fmt.Sprintf("no connection to the agent within %s: %v", timeout, err)
+				reason = fmt.Sprintf("no connection to the agent within %s: %v", waited, err)
 			}
 			return nil, &sandbox.BootError{ID: n.id, Reason: reason, Log: m.logTail(n.id)}
 		}
