@@ -354,8 +354,7 @@ func (m *Manager) waitAgent(ctx context.Context, n *neuron, timeout time.Duratio
 	ch := make(chan res, 1)
 	go func() { c, err := n.link.WaitConnected(ctx); ch <- res{c, err} }()
 	pidDone := m.watch(ctx, n.exited, n.state)
-	select {
-	case r := <-ch:
+	connected := func(r res) (*link.Conn, error) {
 		if r.err == nil {
 			return r.c, nil
 		}
@@ -368,7 +367,16 @@ func (m *Manager) waitAgent(ctx context.Context, n *neuron, timeout time.Duratio
 			return nil, &sandbox.BootError{ID: n.id, Reason: reason, Log: m.logTail(n.id)}
 		}
 		return nil, r.err
+	}
+	select {
+	case r := <-ch:
+		return connected(r)
 	case <-pidDone:
+		if ctx.Err() != nil {
+			// The watch ends with the wait too: this is the deadline (or a
+			// cancel), not the agent's death.
+			return connected(<-ch)
+		}
 		cancel()
 		<-ch
 		return nil, &sandbox.BootError{ID: n.id, Reason: fmt.Sprintf("the agent (pid %d) exited before it connected", n.state.PID), Log: m.logTail(n.id)}
