@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/nsys-cortex/cortex/internal/config"
 	"github.com/nsys-cortex/cortex/internal/layout"
 	"github.com/nsys-cortex/cortex/internal/protocol"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
@@ -38,11 +39,13 @@ type App struct {
 	// AgentEmbedded is the agent binary built into this executable, if any.
 	AgentEmbedded []byte
 
-	once   sync.Once
-	set    *sandbox.Set
-	env    sandbox.Env
-	lay    layout.Layout
-	setErr error
+	once      sync.Once
+	exclusive bool           // the daemon: own the neurons touched
+	cfg       *config.Config // loaded once by loadConfig
+	set       *sandbox.Set
+	env       sandbox.Env
+	lay       layout.Layout
+	setErr    error
 }
 
 // exitError carries an exit status through cobra, and a message for
@@ -104,6 +107,7 @@ Home: ~/.nsys-cortex (NSYS_CORTEX_HOME). Mode: auto (NSYS_CORTEX_MODE).`,
 		a.createCommand(), a.listCommand(), a.statusCommand(), a.destroyCommand(),
 		a.execCommand(), a.shellCommand(), a.cpCommand(), a.psCommand(), a.logsCommand(), a.killCommand(),
 		a.doctorCommand(), a.versionCommand(), a.cleanupOrphansCommand(), a.imageCommand(),
+		a.serveCommand(), a.configCommand(),
 	)
 	return root
 }
@@ -111,6 +115,9 @@ Home: ~/.nsys-cortex (NSYS_CORTEX_HOME). Mode: auto (NSYS_CORTEX_MODE).`,
 // sandboxes returns the set of modes over the home directory.
 func (a *App) sandboxes() (*sandbox.Set, error) {
 	a.once.Do(func() {
+		if _, a.setErr = a.loadConfig(); a.setErr != nil {
+			return
+		}
 		a.lay, a.setErr = layout.FromEnv()
 		if a.setErr != nil {
 			return
@@ -122,6 +129,7 @@ func (a *App) sandboxes() (*sandbox.Set, error) {
 			binOnce.Do(func() { bin, binErr = store.AgentBinary(a.lay.BinDir(), a.AgentEmbedded) })
 			return bin, binErr
 		}}
+		env.Exclusive = a.exclusive
 		a.env = env
 		a.set = sandbox.NewSet(env, a.Backends...)
 	})

@@ -279,24 +279,42 @@ func (c *Client) readChunk(ctx context.Context, p string, off int64, into []byte
 // ReadFileTo streams the file at p into w and returns the bytes copied.
 // Chunks are read ahead, pipelineDepth at a time, into reused buffers.
 func (c *Client) ReadFileTo(ctx context.Context, p string, w io.Writer) (int64, error) {
+	return c.ReadRangeTo(ctx, p, 0, -1, w)
+}
+
+// ReadRangeTo streams n bytes of the file at p from offset off into w (to
+// the end of the file when n < 0, or when the file ends first) and returns
+// the bytes copied.
+func (c *Client) ReadRangeTo(ctx context.Context, p string, off, n int64, w io.Writer) (int64, error) {
+	if off < 0 {
+		return 0, protocol.Errorf(protocol.CodeBadRequest, "read %s: negative offset %d", p, off)
+	}
+	end := int64(-1)
+	if n >= 0 {
+		end = off + n
+	}
 	type pending struct {
 		done chan struct{}
 		buf  *[]byte
+		want int
 		res  *protocol.FileReadResult
 		body []byte
 		err  error
 	}
-	issue := func(off int64) *pending {
-		pd := &pending{done: make(chan struct{}), buf: chunkPool.Get().(*[]byte)}
+	issue := func(at int64) *pending {
+		pd := &pending{done: make(chan struct{}), buf: chunkPool.Get().(*[]byte), want: protocol.ChunkSize}
+		if end >= 0 {
+			pd.want = int(min(int64(protocol.ChunkSize), end-at))
+		}
 		go func() {
 			defer close(pd.done)
-			pd.res, pd.body, pd.err = c.readChunk(ctx, p, off, *pd.buf)
+			pd.res, pd.body, pd.err = c.readChunk(ctx, p, at, (*pd.buf)[:pd.want])
 		}()
 		return pd
 	}
 	var (
 		queue []*pending
-		next  int64
+		next  = off
 		total int64
 	)
 	defer func() {
@@ -306,9 +324,12 @@ func (c *Client) ReadFileTo(ctx context.Context, p string, w io.Writer) (int64, 
 		}
 	}()
 	for {
-		for len(queue) < pipelineDepth {
+		for len(queue) < pipelineDepth && (end < 0 || next < end) {
 			queue = append(queue, issue(next))
 			next += protocol.ChunkSize
+		}
+		if len(queue) == 0 {
+			return total, nil // n bytes copied (or n was 0)
 		}
 		pd := queue[0]
 		<-pd.done
@@ -322,7 +343,7 @@ func (c *Client) ReadFileTo(ctx context.Context, p string, w io.Writer) (int64, 
 		if err != nil {
 			return total, err
 		}
-		if pd.res.EOF || pd.res.N < protocol.ChunkSize {
+		if pd.res.EOF || pd.res.N < pd.want {
 			return total, nil
 		}
 	}

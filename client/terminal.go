@@ -1,0 +1,214 @@
+package cortex
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/coder/websocket"
+)
+
+// TerminalOptions start a terminal, or attach to one with PID.
+type TerminalOptions struct {
+	Command    // what to run (default: a login shell)
+	Cols, Rows int
+	// PID attaches to the running terminal PID instead of starting one,
+	// replaying its output from Offset.
+	PID    int
+	Offset int64
+}
+
+// Terminal is a terminal in a neuron over a WebSocket: Read its output,
+// Write its input. It keeps running when the connection closes, unless
+// Kill ends it.
+type Terminal struct {
+	// PID is the terminal's process id in the neuron (for attaching again).
+	PID int
+
+	ws     *websocket.Conn
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	mu   sync.Mutex
+	buf  []byte
+	exit *TermMessage
+	err  error
+	msgs chan []byte
+	done chan struct{}
+}
+
+// Terminal opens a terminal.
+func (n *NeuronClient) Terminal(ctx context.Context, o TerminalOptions) (*Terminal, error) {
+	q := url.Values{}
+	for _, a := range o.Argv {
+		q.Add("argv", a)
+	}
+	for _, e := range o.Env {
+		q.Add("env", e)
+	}
+	if o.Shell != "" {
+		q.Set("shell", o.Shell)
+	}
+	if o.Cwd != "" {
+		q.Set("cwd", o.Cwd)
+	}
+	if o.Cols > 0 {
+		q.Set("cols", strconv.Itoa(o.Cols))
+	}
+	if o.Rows > 0 {
+		q.Set("rows", strconv.Itoa(o.Rows))
+	}
+	if o.PID > 0 {
+		q.Set("pid", strconv.Itoa(o.PID))
+		q.Set("offset", strconv.FormatInt(o.Offset, 10))
+	}
+	u := *n.c.base
+	u.Path += n.prefix + "/terminal"
+	u.RawQuery = q.Encode()
+	u.Scheme = strings.Replace(u.Scheme, "http", "ws", 1)
+	h := http.Header{}
+	if n.c.token != "" {
+		h.Set("Authorization", "Bearer "+n.c.token)
+	}
+	ws, resp, err := websocket.Dial(ctx, u.String(), &websocket.DialOptions{HTTPClient: n.c.hc, HTTPHeader: h})
+	if err != nil {
+		if resp != nil && resp.StatusCode/100 != 1 && resp.StatusCode/100 != 2 {
+			defer resp.Body.Close()
+			resp.Request = &http.Request{Method: "GET", URL: &u}
+			return nil, responseError(resp)
+		}
+		return nil, fmt.Errorf("opening the terminal: %w", err)
+	}
+	ws.SetReadLimit(4 << 20)
+	tctx, cancel := context.WithCancel(context.Background())
+	t := &Terminal{ws: ws, ctx: tctx, cancel: cancel, msgs: make(chan []byte, 64), done: make(chan struct{})}
+	// The first message says which process it is.
+	typ, data, err := ws.Read(ctx)
+	var m TermMessage
+	if err == nil && typ == websocket.MessageText {
+		err = json.Unmarshal(data, &m)
+	}
+	if err != nil || m.Type != "started" {
+		ws.CloseNow()
+		cancel()
+		if err == nil {
+			err = fmt.Errorf("the daemon sent %q before the terminal started", m.Type)
+		}
+		return nil, fmt.Errorf("opening the terminal: %w", err)
+	}
+	t.PID = m.PID
+	go t.readLoop()
+	return t, nil
+}
+
+// readLoop moves output frames to Read, and keeps the exit message.
+func (t *Terminal) readLoop() {
+	defer close(t.done)
+	defer close(t.msgs)
+	for {
+		typ, data, err := t.ws.Read(t.ctx)
+		if err != nil {
+			t.mu.Lock()
+			if t.exit == nil && t.err == nil && websocket.CloseStatus(err) != websocket.StatusNormalClosure {
+				t.err = err
+			}
+			t.mu.Unlock()
+			return
+		}
+		if typ == websocket.MessageBinary {
+			select {
+			case t.msgs <- data:
+			case <-t.ctx.Done():
+				return
+			}
+			continue
+		}
+		var m TermMessage
+		if json.Unmarshal(data, &m) != nil {
+			continue
+		}
+		t.mu.Lock()
+		switch m.Type {
+		case "exit":
+			t.exit = &m
+		case "error":
+			t.err = APIError{Code: m.Code, Message: m.Message, Status: Statuses[m.Code]}.Typed()
+		}
+		t.mu.Unlock()
+	}
+}
+
+// Read reads the terminal's output; io.EOF once it has exited (or the
+// connection closed).
+func (t *Terminal) Read(p []byte) (int, error) {
+	if len(t.buf) == 0 {
+		data, ok := <-t.msgs
+		if !ok {
+			t.mu.Lock()
+			defer t.mu.Unlock()
+			if t.err != nil {
+				return 0, t.err
+			}
+			return 0, io.EOF
+		}
+		t.buf = data
+	}
+	n := copy(p, t.buf)
+	t.buf = t.buf[n:]
+	return n, nil
+}
+
+// Write types p into the terminal.
+func (t *Terminal) Write(p []byte) (int, error) {
+	if err := t.ws.Write(t.ctx, websocket.MessageBinary, p); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+func (t *Terminal) control(m TermMessage) error {
+	b, _ := json.Marshal(m)
+	return t.ws.Write(t.ctx, websocket.MessageText, b)
+}
+
+// Resize sets the terminal's size.
+func (t *Terminal) Resize(cols, rows int) error {
+	return t.control(TermMessage{Type: "resize", Cols: cols, Rows: rows})
+}
+
+// Kill ends the terminal's process; Wait then returns its exit.
+func (t *Terminal) Kill() error { return t.control(TermMessage{Type: "close"}) }
+
+// Wait waits until the terminal's process exits (reading and discarding
+// output no one reads) and returns its exit status and signal.
+func (t *Terminal) Wait() (exitCode int, signal string, err error) {
+	go func() {
+		for range t.msgs {
+		}
+	}()
+	<-t.done
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.exit == nil {
+		if t.err == nil {
+			t.err = fmt.Errorf("the connection closed before the terminal exited")
+		}
+		return 0, "", t.err
+	}
+	return t.exit.ExitCode, t.exit.Signal, nil
+}
+
+// Close closes the connection; the terminal keeps running (attach again
+// with its PID).
+func (t *Terminal) Close() error {
+	err := t.ws.Close(websocket.StatusNormalClosure, "")
+	t.cancel()
+	<-t.done
+	return err
+}

@@ -1,0 +1,229 @@
+package cortex
+
+import (
+	"encoding/base64"
+	"time"
+	"unicode/utf8"
+
+	"github.com/nsys-cortex/cortex/internal/protocol"
+)
+
+// The types the channel and the API share are the channel's own.
+type (
+	// FileInfo describes a file in a neuron.
+	FileInfo = protocol.FileInfo
+	// ProcInfo describes a background process or a terminal.
+	ProcInfo = protocol.ProcInfo
+	// AgentHealth is what a neuron's agent reports about itself.
+	AgentHealth = protocol.HealthResult
+)
+
+// Health is the daemon's own report (GET /v1/health).
+type Health struct {
+	Status   string   `json:"status"`
+	Version  string   `json:"version"`
+	Modes    []string `json:"modes"`
+	UptimeMs int64    `json:"uptimeMs"`
+}
+
+// Neuron is one neuron as the API shows it.
+type Neuron struct {
+	ID           string    `json:"id"`
+	Mode         string    `json:"mode"`
+	Status       string    `json:"status"` // pending, running, stopped, unknown
+	PID          int       `json:"pid,omitempty"`
+	Workdir      string    `json:"workdir"`
+	CreatedAt    time.Time `json:"createdAt,omitzero"`
+	AgentVersion string    `json:"agentVersion,omitempty"`
+	Owner        *Owner    `json:"owner,omitempty"`
+	Policy       *Policy   `json:"policy,omitempty"`
+}
+
+// Owner is the process that owns a neuron exclusively.
+type Owner struct {
+	PID     int       `json:"pid"`
+	Command string    `json:"command"`
+	Since   time.Time `json:"since"`
+}
+
+// Policy is the isolation a running neuron is under.
+type Policy struct {
+	Network Network `json:"network"`
+	Limits  Limits  `json:"limits"`
+	Image   string  `json:"image,omitempty"`
+}
+
+// Network says what a neuron may reach: mode none, egress (with Allow) or full.
+type Network struct {
+	Mode  string   `json:"mode,omitempty"`
+	Allow []string `json:"allow,omitempty"`
+}
+
+// Limits are resource ceilings; a zero field takes the mode's default.
+type Limits struct {
+	MemoryBytes int64   `json:"memoryBytes,omitempty"`
+	Pids        int     `json:"pids,omitempty"`
+	CPUs        float64 `json:"cpus,omitempty"`
+}
+
+// CreateRequest creates a neuron (POST /v1/neurons). Every field is
+// optional: without an id a new one is made; without a mode the daemon's
+// auto resolution picks one.
+type CreateRequest struct {
+	ID            string   `json:"id,omitempty"`
+	Mode          string   `json:"mode,omitempty"`
+	Env           []string `json:"env,omitempty"`
+	Network       Network  `json:"network,omitzero"`
+	Limits        Limits   `json:"limits,omitzero"`
+	Image         string   `json:"image,omitempty"`
+	BootTimeoutMs int64    `json:"bootTimeoutMs,omitempty"`
+}
+
+// Created is the answer to a create: the neuron, whether it was started
+// (false: it was already running, and the request's options were not
+// applied), and why its mode was chosen.
+type Created struct {
+	Neuron
+	Started    bool   `json:"started"`
+	ModeReason string `json:"modeReason,omitempty"`
+}
+
+// Command is what to run: Argv directly, or Shell through /bin/sh -c.
+type Command struct {
+	Argv  []string `json:"argv,omitempty"`
+	Shell string   `json:"shell,omitempty"`
+	Cwd   string   `json:"cwd,omitempty"`
+	Env   []string `json:"env,omitempty"`
+}
+
+// ExecRequest runs a command to completion (POST /v1/neurons/{id}/exec).
+type ExecRequest struct {
+	Command
+	// Stdin is the command's input (text); StdinBase64 is the same for
+	// bytes. Without either the command reads /dev/null.
+	Stdin       string `json:"stdin,omitempty"`
+	StdinBase64 string `json:"stdinBase64,omitempty"`
+	// TimeoutMs kills the command's process group after this long
+	// (default 30000; 0 means the default, -1 none).
+	TimeoutMs int64 `json:"timeoutMs,omitempty"`
+	// MaxOutput caps each of stdout and stderr kept in the result (bytes).
+	MaxOutput int64 `json:"maxOutput,omitempty"`
+}
+
+// ExecResult is how a command ended. A non-zero exit status is a result,
+// not an error. Output that is not UTF-8 comes base64-encoded in the
+// *Base64 field instead; Output() returns the bytes either way.
+type ExecResult struct {
+	ExitCode        int    `json:"exitCode"`
+	Signal          string `json:"signal,omitempty"`
+	TimedOut        bool   `json:"timedOut,omitempty"`
+	Stdout          string `json:"stdout"`
+	Stderr          string `json:"stderr"`
+	StdoutBase64    string `json:"stdoutBase64,omitempty"`
+	StderrBase64    string `json:"stderrBase64,omitempty"`
+	StdoutTruncated bool   `json:"stdoutTruncated,omitempty"`
+	StderrTruncated bool   `json:"stderrTruncated,omitempty"`
+	DurationMs      int64  `json:"durationMs"`
+}
+
+// Output returns stdout and stderr as bytes.
+func (r *ExecResult) Output() (stdout, stderr []byte) {
+	return Decoded(r.Stdout, r.StdoutBase64), Decoded(r.Stderr, r.StderrBase64)
+}
+
+// Chunk is a piece of output in a stream: Data when it is UTF-8 text,
+// Base64 otherwise. Offset is its first byte's place in the stream.
+type Chunk struct {
+	Offset int64  `json:"offset"`
+	Data   string `json:"data,omitempty"`
+	Base64 string `json:"base64,omitempty"`
+}
+
+// Bytes returns the chunk's bytes.
+func (c *Chunk) Bytes() []byte { return Decoded(c.Data, c.Base64) }
+
+// EncodeChunk makes the chunk of p at off.
+func EncodeChunk(off int64, p []byte) Chunk {
+	text, b64 := Encoded(p)
+	return Chunk{Offset: off, Data: text, Base64: b64}
+}
+
+// Encoded returns p as text when it is valid UTF-8, else as base64.
+func Encoded(p []byte) (text, b64 string) {
+	if utf8.Valid(p) {
+		return string(p), ""
+	}
+	return "", base64.StdEncoding.EncodeToString(p)
+}
+
+// Decoded is Encoded's inverse (a bad base64 string gives nil).
+func Decoded(text, b64 string) []byte {
+	if b64 == "" {
+		return []byte(text)
+	}
+	b, err := base64.StdEncoding.DecodeString(b64)
+	if err != nil {
+		return nil
+	}
+	return b
+}
+
+// Gap says output from Stream was lost to the replay buffer's bound;
+// the stream resumes at To.
+type Gap struct {
+	Stream string `json:"stream"`
+	To     int64  `json:"to"`
+}
+
+// StartRequest starts a background process (POST .../processes).
+type StartRequest struct {
+	Command
+	// Stdin keeps the process's stdin open for Input; otherwise it reads /dev/null.
+	Stdin bool `json:"stdin,omitempty"`
+	// RingBytes sizes each of the stdout and stderr replay buffers.
+	RingBytes int `json:"ringBytes,omitempty"`
+}
+
+// SignalRequest signals a process's whole process group.
+type SignalRequest struct {
+	Signal string `json:"signal"`
+}
+
+// MkdirRequest creates a directory and its parents.
+type MkdirRequest struct {
+	Path string `json:"path"`
+}
+
+// MoveRequest renames From to To (replacing To unless NoReplace).
+type MoveRequest struct {
+	From      string `json:"from"`
+	To        string `json:"to"`
+	NoReplace bool   `json:"noReplace,omitempty"`
+	Parents   bool   `json:"parents,omitempty"`
+}
+
+// SymlinkRequest creates the link Path pointing at Target.
+type SymlinkRequest struct {
+	Path   string `json:"path"`
+	Target string `json:"target"`
+}
+
+// PathResult names a path in a neuron.
+type PathResult struct {
+	Path string `json:"path"`
+}
+
+// Terminal control messages (WebSocket text frames). Input and output are
+// binary frames.
+type TermMessage struct {
+	// Type: from the client "resize" or "close"; from the server
+	// "started", "exit" or "error".
+	Type     string `json:"type"`
+	Cols     int    `json:"cols,omitempty"`
+	Rows     int    `json:"rows,omitempty"`
+	PID      int    `json:"pid,omitempty"`
+	ExitCode int    `json:"exitCode,omitempty"`
+	Signal   string `json:"signal,omitempty"`
+	Code     string `json:"code,omitempty"`
+	Message  string `json:"message,omitempty"`
+}

@@ -1,0 +1,580 @@
+package api_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	cortex "github.com/nsys-cortex/cortex/client"
+	"github.com/nsys-cortex/cortex/internal/api"
+	"github.com/nsys-cortex/cortex/internal/layout"
+	"github.com/nsys-cortex/cortex/internal/sandbox"
+	"github.com/nsys-cortex/cortex/internal/sandbox/process"
+	"github.com/nsys-cortex/cortex/internal/sandbox/sandboxtest"
+)
+
+var agentBin string
+
+func TestMain(m *testing.M) {
+	bin, err := sandboxtest.BuildAgent()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	agentBin = bin
+	os.Setenv(sandbox.EnvAllowInsecure, "1")
+	os.Exit(m.Run())
+}
+
+// daemon is a server over a fresh home in process mode (real agents), and
+// an SDK client of it.
+type daemon struct {
+	set *sandbox.Set
+	srv *api.Server
+	ts  *httptest.Server
+	c   *cortex.Client
+	lay layout.Layout
+}
+
+func newDaemon(t testing.TB, opts api.Options) *daemon {
+	t.Helper()
+	lay, err := layout.New(filepath.Join(sandboxtest.ShortTempDir(t), "h"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := sandbox.Env{Layout: lay, Exclusive: true, AgentBinary: func() (string, error) { return agentBin, nil }}
+	set := sandbox.NewSet(env, process.Backend())
+	opts.Set = set
+	opts.Version = "test"
+	srv := api.New(opts)
+	ts := httptest.NewServer(srv.Handler())
+	c, err := cortex.New(ts.URL, cortex.WithToken(opts.Token))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &daemon{set: set, srv: srv, ts: ts, c: c, lay: lay}
+	t.Cleanup(func() {
+		ts.CloseClientConnections()
+		ts.Close()
+		ctx := context.Background()
+		all, _ := set.List(ctx)
+		for _, st := range all {
+			if m, err := set.Manager(st.Mode); err == nil {
+				m.Destroy(ctx, st.ID, sandbox.DestroyOptions{Wipe: true})
+			}
+		}
+		set.Close()
+	})
+	return d
+}
+
+func (d *daemon) create(t testing.TB, id string) *cortex.NeuronClient {
+	t.Helper()
+	if _, err := d.c.Create(context.Background(), &cortex.CreateRequest{ID: id, Mode: process.Mode}); err != nil {
+		t.Fatal(err)
+	}
+	return d.c.Neuron(id)
+}
+
+func TestNeurons(t *testing.T) {
+	d := newDaemon(t, api.Options{})
+	ctx := context.Background()
+	h, err := d.c.Health(ctx)
+	if err != nil || h.Status != "ok" || len(h.Modes) != 1 {
+		t.Fatalf("health: %+v %v", h, err)
+	}
+	cr, err := d.c.Create(ctx, &cortex.CreateRequest{ID: "api1", Mode: process.Mode, Env: []string{"GREETING=hi"}})
+	if err != nil || !cr.Started || cr.Status != "running" || cr.ID != "api1" || cr.ModeReason != "requested" {
+		t.Fatalf("create: %+v %v", cr, err)
+	}
+	again, err := d.c.Create(ctx, &cortex.CreateRequest{ID: "api1", Mode: process.Mode})
+	if err != nil || again.Started {
+		t.Fatalf("a second create of a running neuron: %+v %v", again, err)
+	}
+	list, err := d.c.List(ctx)
+	if err != nil || len(list) != 1 || list[0].ID != "api1" {
+		t.Fatalf("list: %+v %v", list, err)
+	}
+	n := d.c.Neuron("api1")
+	if _, err := n.WriteFile(ctx, "kept", strings.NewReader("data"), nil); err != nil {
+		t.Fatal(err)
+	}
+	res, err := n.Exec(ctx, &cortex.ExecRequest{Command: cortex.Command{Shell: "echo $GREETING"}})
+	if err != nil || res.Stdout != "hi\n" {
+		t.Fatalf("the create's env: %+v %v", res, err)
+	}
+	if err := d.c.Destroy(ctx, "api1", false); err != nil {
+		t.Fatal(err)
+	}
+	got, err := d.c.Get(ctx, "api1")
+	if err != nil || got.Status != "stopped" {
+		t.Fatalf("after destroy: %+v %v", got, err)
+	}
+	if _, err := n.Exec(ctx, &cortex.ExecRequest{Command: cortex.Command{Argv: []string{"true"}}}); !errors.As(err, &cortex.NotRunningError{}) {
+		t.Fatalf("exec in a stopped neuron: %v", err)
+	}
+	// Created again under its id: the data is back.
+	if _, err := d.c.Create(ctx, &cortex.CreateRequest{ID: "api1", Mode: process.Mode}); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := n.ReadFile(ctx, "kept"); err != nil || string(b) != "data" {
+		t.Fatalf("after recreate: %q %v", b, err)
+	}
+	if err := d.c.Destroy(ctx, "api1", true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.c.Get(ctx, "api1"); !errors.As(err, &cortex.NotFoundError{}) {
+		t.Fatalf("after a wipe: %v", err)
+	}
+	// A generated id.
+	gen, err := d.c.Create(ctx, &cortex.CreateRequest{Mode: process.Mode})
+	if err != nil || gen.ID == "" {
+		t.Fatalf("%+v %v", gen, err)
+	}
+}
+
+func TestExec(t *testing.T) {
+	d := newDaemon(t, api.Options{})
+	ctx := context.Background()
+	n := d.create(t, "ex")
+	res, err := n.Exec(ctx, &cortex.ExecRequest{Command: cortex.Command{Argv: []string{"sh", "-c", "cat; echo err >&2; exit 3"}, Env: []string{"A=1"}},
+		Stdin: "in\n"})
+	if err != nil || res.ExitCode != 3 || res.Stdout != "in\n" || res.Stderr != "err\n" {
+		t.Fatalf("%+v %v", res, err)
+	}
+	res, err = n.Exec(ctx, &cortex.ExecRequest{Command: cortex.Command{Shell: "printf '\\377\\000'"}})
+	if out, _ := res.Output(); err != nil || !bytes.Equal(out, []byte{0xff, 0}) || res.StdoutBase64 == "" {
+		t.Fatalf("binary output: %+v %v", res, err)
+	}
+	res, err = n.Exec(ctx, &cortex.ExecRequest{Command: cortex.Command{Shell: "sleep 5"}, TimeoutMs: 200})
+	if err != nil || !res.TimedOut {
+		t.Fatalf("timeout: %+v %v", res, err)
+	}
+	// Streamed: the chunks, in order, then the exit.
+	s, err := n.ExecStream(ctx, &cortex.ExecRequest{Command: cortex.Command{Shell: "for i in 1 2 3; do echo $i; sleep 0.05; done; echo e >&2; exit 7"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	last, err := s.Copy(&out, &errb)
+	if err != nil || last.Type != "exit" || last.Result.ExitCode != 7 || out.String() != "1\n2\n3\n" || errb.String() != "e\n" {
+		t.Fatalf("stream: %+v %q %q %v", last, out.String(), errb.String(), err)
+	}
+	// A missing program is a result with status 127, as in a shell.
+	res, err = n.Exec(ctx, &cortex.ExecRequest{Command: cortex.Command{Argv: []string{"no-such-program-x"}}})
+	if err != nil || res.ExitCode != 127 {
+		t.Fatalf("missing program: %+v %v", res, err)
+	}
+}
+
+func TestProcesses(t *testing.T) {
+	d := newDaemon(t, api.Options{})
+	ctx := context.Background()
+	n := d.create(t, "pr")
+	p, err := n.Start(ctx, &cortex.StartRequest{Command: cortex.Command{Shell: "echo started; while read l; do echo got $l; done; echo bye >&2"}, Stdin: true})
+	if err != nil || p.PID == 0 {
+		t.Fatalf("%+v %v", p, err)
+	}
+	if err := n.Input(ctx, p.PID, []byte("one\n"), true); err != nil {
+		t.Fatal(err)
+	}
+	s, err := n.Output(ctx, p.PID, cortex.OutputOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	last, err := s.Copy(&out, &errb)
+	if err != nil || last.Type != "end" || last.Process.Running || out.String() != "started\ngot one\n" || errb.String() != "bye\n" {
+		t.Fatalf("%+v %q %q %v", last, out.String(), errb.String(), err)
+	}
+	// Replay from an offset, after the fact.
+	s, err = n.Output(ctx, p.PID, cortex.OutputOptions{StdoutOffset: 8, NoFollow: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out.Reset()
+	if _, err := s.Copy(&out, nil); err != nil || out.String() != "got one\n" {
+		t.Fatalf("replay from 8: %q %v", out.String(), err)
+	}
+	list, err := n.Processes(ctx)
+	if err != nil || len(list) != 1 || list[0].PID != p.PID {
+		t.Fatalf("%+v %v", list, err)
+	}
+	long, err := n.Start(ctx, &cortex.StartRequest{Command: cortex.Command{Argv: []string{"sleep", "60"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Signal(ctx, long.PID, "TERM"); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		got, err := n.Process(ctx, long.PID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !got.Running {
+			if got.Signal != "SIGTERM" {
+				t.Fatalf("%+v", got)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("SIGTERM did not end sleep")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if _, err := n.Process(ctx, 999999); !errors.As(err, &cortex.NotFoundError{}) {
+		t.Fatalf("%v", err)
+	}
+}
+
+func TestFiles(t *testing.T) {
+	d := newDaemon(t, api.Options{})
+	ctx := context.Background()
+	n := d.create(t, "fi")
+	big := make([]byte, 5<<20+123)
+	rand.Read(big)
+	if w, err := n.WriteFile(ctx, "d/big", bytes.NewReader(big), &cortex.WriteOptions{Parents: true, Mode: 0o600}); err != nil || w != int64(len(big)) {
+		t.Fatalf("%d %v", w, err)
+	}
+	got, err := n.ReadFile(ctx, "d/big")
+	if err != nil || !bytes.Equal(got, big) {
+		t.Fatalf("read back: %d bytes, %v", len(got), err)
+	}
+	r, err := n.OpenRange(ctx, "d/big", 1<<20, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	part, _ := io.ReadAll(r)
+	r.Close()
+	if !bytes.Equal(part, big[1<<20:1<<20+100]) {
+		t.Fatalf("range: %d bytes", len(part))
+	}
+	fi, err := n.Stat(ctx, "d/big")
+	if err != nil || fi.Size != int64(len(big)) || fi.Mode&0o777 != 0o600 {
+		t.Fatalf("%+v %v", fi, err)
+	}
+	if p, err := n.Mkdir(ctx, "e/f"); err != nil || !strings.HasSuffix(p, "/e/f") {
+		t.Fatalf("%q %v", p, err)
+	}
+	if err := n.Move(ctx, &cortex.MoveRequest{From: "d/big", To: "e/f/big"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Symlink(ctx, "f/big", "e/link"); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := n.Lstat(ctx, "e/link"); err != nil || fi.Type != "symlink" || fi.Target != "f/big" {
+		t.Fatalf("%+v %v", fi, err)
+	}
+	list, err := n.List(ctx, "e")
+	if err != nil || len(list) != 2 {
+		t.Fatalf("%+v %v", list, err)
+	}
+	if err := n.Remove(ctx, "e", false); err == nil {
+		t.Fatal("removing a non-empty directory without recursive worked")
+	}
+	if err := n.Remove(ctx, "e", true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.Stat(ctx, "e"); !errors.As(err, &cortex.NotFoundError{}) {
+		t.Fatalf("%v", err)
+	}
+	// An empty file, and a range of it.
+	if _, err := n.WriteFile(ctx, "empty", bytes.NewReader(nil), nil); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := n.ReadFile(ctx, "empty"); err != nil || len(b) != 0 {
+		t.Fatalf("%q %v", b, err)
+	}
+}
+
+func TestTerminal(t *testing.T) {
+	d := newDaemon(t, api.Options{})
+	ctx := context.Background()
+	n := d.create(t, "te")
+	term, err := n.Terminal(ctx, cortex.TerminalOptions{Command: cortex.Command{Argv: []string{"sh"}}, Cols: 100, Rows: 30})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := term.Write([]byte("stty size; echo mark-$((6*7)); exit 5\n")); err != nil {
+		t.Fatal(err)
+	}
+	var seen bytes.Buffer
+	buf := make([]byte, 4096)
+	for !strings.Contains(seen.String(), "mark-42") {
+		k, err := term.Read(buf)
+		seen.Write(buf[:k])
+		if err != nil {
+			t.Fatalf("%v after %q", err, seen.String())
+		}
+	}
+	if !strings.Contains(seen.String(), "30 100") {
+		t.Fatalf("the size: %q", seen.String())
+	}
+	code, _, err := term.Wait()
+	if err != nil || code != 5 {
+		t.Fatalf("exit: %d %v", code, err)
+	}
+	term.Close()
+	// A terminal outlives its connection, and replays on attach.
+	term, err = n.Terminal(ctx, cortex.TerminalOptions{Command: cortex.Command{Argv: []string{"sh", "-c", "echo hello-attach; sleep 30"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := term.PID
+	term.Close()
+	again, err := n.Terminal(ctx, cortex.TerminalOptions{PID: pid})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen.Reset()
+	for !strings.Contains(seen.String(), "hello-attach") {
+		k, err := again.Read(buf)
+		seen.Write(buf[:k])
+		if err != nil {
+			t.Fatalf("%v after %q", err, seen.String())
+		}
+	}
+	if err := again.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if _, sig, err := again.Wait(); err != nil || sig == "" {
+		t.Fatalf("after kill: %q %v", sig, err)
+	}
+	again.Close()
+}
+
+// raw sends a request without the SDK and returns status and body.
+func raw(t *testing.T, d *daemon, method, path, body string, hdr ...string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest(method, d.ts.URL+path, strings.NewReader(body))
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func TestBadInput(t *testing.T) {
+	d := newDaemon(t, api.Options{})
+	d.create(t, "bad")
+	for _, c := range []struct {
+		name, method, path, body string
+		status                   int
+		code, says               string
+	}{
+		{"malformed JSON", "POST", "/v1/neurons/bad/exec", `{"argv":["true"]`, 400, "BAD_REQUEST", "not valid JSON"},
+		{"unknown field", "POST", "/v1/neurons/bad/exec", `{"argv":["true"],"cmd":"x"}`, 400, "BAD_REQUEST", `cmd`},
+		{"wrong type", "POST", "/v1/neurons/bad/exec", `{"argv":"true"}`, 400, "BAD_REQUEST", `argv\" must be a list of strings`},
+		{"no command", "POST", "/v1/neurons/bad/exec", `{}`, 400, "BAD_REQUEST", "argv or shell"},
+		{"no body", "POST", "/v1/neurons", ``, 400, "BAD_REQUEST", "no JSON body"},
+		{"bad id", "POST", "/v1/neurons", `{"id":"Bad Id!"}`, 400, "BAD_REQUEST", "id"},
+		{"bad network", "POST", "/v1/neurons", `{"network":{"mode":"some"}}`, 400, "BAD_REQUEST", "none, egress or full"},
+		{"unknown neuron", "GET", "/v1/neurons/nosuch", ``, 404, "NOT_FOUND", "nosuch"},
+		{"unknown route", "GET", "/v2/x", ``, 404, "NOT_FOUND", "no route"},
+		{"path escape", "GET", "/v1/neurons/bad/files?path=../../../../etc/passwd", ``, 403, "PATH_ESCAPE", ""},
+		{"no path", "GET", "/v1/neurons/bad/files", ``, 400, "BAD_REQUEST", "path"},
+		{"bad wipe", "DELETE", "/v1/neurons/bad?wipe=maybe", ``, 400, "BAD_REQUEST", "wipe"},
+		{"bad pid", "GET", "/v1/neurons/bad/processes/x", ``, 400, "BAD_REQUEST", "process id"},
+		{"big JSON", "POST", "/v1/neurons/bad/exec", `{"shell":"` + strings.Repeat("x", 2<<20) + `"}`, 413, "TOO_LARGE", "limit"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			status, body := raw(t, d, c.method, c.path, c.body)
+			if status != c.status || !strings.Contains(body, `"code":"`+c.code+`"`) || !strings.Contains(body, c.says) {
+				t.Fatalf("%d %s", status, body)
+			}
+		})
+	}
+}
+
+func TestAuth(t *testing.T) {
+	d := newDaemon(t, api.Options{Token: "s3cret-token"})
+	if _, err := d.c.Health(context.Background()); err != nil {
+		t.Fatalf("with the token: %v", err)
+	}
+	for _, hdr := range [][]string{nil, {"Authorization", "Bearer wrong"}, {"Authorization", "s3cret-token"}} {
+		status, body := raw(t, d, "GET", "/v1/neurons", "", hdr...)
+		if status != 401 || !strings.Contains(body, "UNAUTHORIZED") || strings.Contains(body, "s3cret") {
+			t.Fatalf("%v: %d %s", hdr, status, body)
+		}
+	}
+	if status, _ := raw(t, d, "GET", "/metrics", ""); status != 401 {
+		t.Fatalf("metrics without the token: %d", status)
+	}
+	bad, _ := cortex.New(d.ts.URL, cortex.WithToken("nope"))
+	if _, err := bad.List(context.Background()); !errors.As(err, &cortex.UnauthorizedError{}) {
+		t.Fatalf("%v", err)
+	}
+}
+
+// countingReader counts what the server read of an upload.
+type countingReader struct {
+	n, size int64
+}
+
+func (r *countingReader) Read(p []byte) (int, error) {
+	if r.n >= r.size {
+		return 0, io.EOF
+	}
+	k := int(min(int64(len(p)), r.size-r.n))
+	clear(p[:k])
+	r.n += int64(k)
+	return k, nil
+}
+
+func TestUploadLimit(t *testing.T) {
+	d := newDaemon(t, api.Options{MaxUpload: 100 << 20})
+	n := d.create(t, "up")
+	ctx := context.Background()
+	// 1 GiB announced: refused before the body is read.
+	body := &countingReader{size: 1 << 30}
+	_, err := n.WriteFile(ctx, "huge", body, &cortex.WriteOptions{Size: body.size})
+	if !errors.As(err, &cortex.TooLargeError{}) {
+		t.Fatalf("%v", err)
+	}
+	if body.n > 64<<20 {
+		t.Fatalf("the server read %d bytes of a refused upload", body.n)
+	}
+	// Streamed without a length: cut at the limit, and nothing is left.
+	body = &countingReader{size: 1 << 30}
+	_, err = n.WriteFile(ctx, "huge", io.MultiReader(body), nil)
+	if !errors.As(err, &cortex.TooLargeError{}) {
+		t.Fatalf("%v", err)
+	}
+	if body.n > 200<<20 {
+		t.Fatalf("the server read %d bytes past a 100 MiB limit", body.n)
+	}
+	list, err := n.List(ctx, ".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range list {
+		t.Errorf("left behind: %s (%d bytes)", f.Name, f.Size)
+	}
+}
+
+// A neuron killed while a command runs answers 409 NOT_RUNNING, at once.
+func TestKilledMidExec(t *testing.T) {
+	d := newDaemon(t, api.Options{})
+	n := d.create(t, "kill")
+	ctx := context.Background()
+	st, err := d.c.Get(ctx, "kill")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		syscall.Kill(st.PID, syscall.SIGKILL)
+	}()
+	start := time.Now()
+	_, err = n.Exec(ctx, &cortex.ExecRequest{Command: cortex.Command{Argv: []string{"sleep", "30"}}})
+	if !errors.As(err, &cortex.NotRunningError{}) {
+		t.Fatalf("%v", err)
+	}
+	if waited := time.Since(start); waited > 10*time.Second {
+		t.Fatalf("the answer took %s", waited)
+	}
+	var ae cortex.APIError
+	if !errors.As(err, &ae) || ae.Status != http.StatusConflict {
+		t.Fatalf("%+v", ae)
+	}
+	// And the next request too (the daemon forgot its channel).
+	if _, err := n.Exec(ctx, &cortex.ExecRequest{Command: cortex.Command{Argv: []string{"true"}}}); !errors.As(err, &cortex.NotRunningError{}) {
+		t.Fatalf("after: %v", err)
+	}
+}
+
+// A client that goes away mid-stream ends the command it ran.
+func TestDisconnectMidStream(t *testing.T) {
+	d := newDaemon(t, api.Options{})
+	n := d.create(t, "dis")
+	ctx, cancel := context.WithCancel(context.Background())
+	s, err := n.ExecStream(ctx, &cortex.ExecRequest{Command: cortex.Command{Shell: "echo $$ > dis.pid; while :; do echo tick; sleep 0.05; done"}, TimeoutMs: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev, err := s.Next(); err != nil || ev.Type != "stdout" {
+		t.Fatalf("%+v %v", ev, err)
+	}
+	cancel()
+	s.Close()
+	bg := context.Background()
+	pid, err := n.ReadFile(bg, "dis.pid")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		res, err := n.Exec(bg, &cortex.ExecRequest{Command: cortex.Command{Shell: "kill -0 " + strings.TrimSpace(string(pid))}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.ExitCode != 0 {
+			break // gone
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the command outlived its client")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// The daemon still answers.
+	if _, err := d.c.Health(bg); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestMetrics(t *testing.T) {
+	d := newDaemon(t, api.Options{})
+	n := d.create(t, "me")
+	ctx := context.Background()
+	n.Exec(ctx, &cortex.ExecRequest{Command: cortex.Command{Argv: []string{"true"}}})
+	n.WriteFile(ctx, "m", strings.NewReader("12345"), nil)
+	n.Stat(ctx, "nonexistent")
+	status, body := raw(t, d, "GET", "/metrics", "")
+	if status != 200 {
+		t.Fatal(status)
+	}
+	for _, want := range []string{
+		`cortex_neurons{mode="process",status="running"} 1`,
+		`cortex_api_requests_total{route="POST /v1/neurons/{id}/exec",status="200"} 1`,
+		`cortex_api_request_duration_seconds_count{route="POST /v1/neurons/{id}/exec"} 1`,
+		`cortex_api_file_bytes_total{direction="upload"} 5`,
+		`cortex_api_errors_total{code="NOT_FOUND"} 1`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("missing %s", want)
+		}
+	}
+}
+
+func TestCheckListener(t *testing.T) {
+	lo := &net.TCPAddr{IP: net.ParseIP("127.0.0.1"), Port: 3100}
+	if err := api.CheckListener(lo, ""); err != nil {
+		t.Fatal(err)
+	}
+	all := &net.TCPAddr{IP: net.IPv4zero, Port: 3100}
+	if err := api.CheckListener(all, ""); err == nil || !strings.Contains(err.Error(), "NSYS_CORTEX_API_TOKEN") {
+		t.Fatalf("%v", err)
+	}
+	if err := api.CheckListener(all, "t"); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,167 @@
+package api
+
+import (
+	"errors"
+	"net/http"
+	"strconv"
+	"time"
+
+	cortex "github.com/nsys-cortex/cortex/client"
+	"github.com/nsys-cortex/cortex/internal/ids"
+	"github.com/nsys-cortex/cortex/internal/sandbox"
+)
+
+func (s *Server) health(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, cortex.Health{Status: "ok", Version: s.opts.Version,
+		Modes: s.opts.Set.Modes(), UptimeMs: time.Since(s.started).Milliseconds()})
+}
+
+// neuronOf is the API's view of a neuron's state.
+func neuronOf(st *sandbox.State) cortex.Neuron {
+	n := cortex.Neuron{ID: st.ID, Mode: st.Mode, Status: string(st.Status), PID: st.PID, Workdir: st.Workdir,
+		CreatedAt: st.CreatedAt, AgentVersion: st.AgentVersion}
+	if st.Owner != nil {
+		n.Owner = &cortex.Owner{PID: st.Owner.PID, Command: st.Owner.Command, Since: st.Owner.Since}
+	}
+	if p := st.Policy; p != nil {
+		n.Policy = &cortex.Policy{Network: cortex.Network{Mode: string(p.Network.Mode), Allow: p.Network.Allow},
+			Limits: cortex.Limits(p.Limits), Image: p.Image}
+	}
+	return n
+}
+
+func (s *Server) listNeurons(w http.ResponseWriter, r *http.Request) {
+	all, err := s.opts.Set.List(r.Context())
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	out := struct {
+		Neurons []cortex.Neuron `json:"neurons"`
+	}{Neurons: make([]cortex.Neuron, 0, len(all))}
+	for _, st := range all {
+		out.Neurons = append(out.Neurons, neuronOf(st))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) createNeuron(w http.ResponseWriter, r *http.Request) {
+	var req cortex.CreateRequest
+	if err := decodeJSON(w, r, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	id := req.ID
+	if id == "" {
+		id = ids.New()
+	} else if err := ids.Validate(id); err != nil {
+		writeError(w, badRequest("id: %v", err))
+		return
+	}
+	opts := sandbox.CreateOptions{Env: req.Env, Image: req.Image, Limits: sandbox.Limits(req.Limits),
+		Network: sandbox.Network{Allow: req.Network.Allow}}
+	var err error
+	if opts.Network.Mode, err = sandbox.ParseNetworkMode(req.Network.Mode); err != nil {
+		writeError(w, badRequest("network.mode: %v", err))
+		return
+	}
+	if len(req.Network.Allow) > 0 && opts.Network.Mode == sandbox.NetworkDefault {
+		opts.Network.Mode = sandbox.NetworkEgress
+	}
+	switch {
+	case req.BootTimeoutMs < 0:
+		writeError(w, badRequest("bootTimeoutMs: %d is negative", req.BootTimeoutMs))
+		return
+	case req.Limits.MemoryBytes < 0 || req.Limits.Pids < 0 || req.Limits.CPUs < 0:
+		writeError(w, badRequest("limits: a ceiling cannot be negative"))
+		return
+	}
+	opts.BootTimeout = time.Duration(req.BootTimeoutMs) * time.Millisecond
+	m, why, err := s.opts.Set.Resolve(r.Context(), req.Mode)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	s.forget(id)
+	st, err := m.Create(r.Context(), id, opts)
+	var ar *sandbox.AlreadyRunningError
+	if errors.As(err, &ar) {
+		writeJSON(w, http.StatusOK, cortex.Created{Neuron: neuronOf(ar.State), Started: false, ModeReason: why})
+		return
+	}
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	s.log.Info("neuron created", "id", st.ID, "mode", st.Mode, "why", why)
+	writeJSON(w, http.StatusCreated, cortex.Created{Neuron: neuronOf(st), Started: true, ModeReason: why})
+}
+
+func (s *Server) getNeuron(w http.ResponseWriter, r *http.Request) {
+	_, st, err := s.opts.Set.FindExact(r.Context(), r.PathValue("id"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, neuronOf(st))
+}
+
+func (s *Server) destroyNeuron(w http.ResponseWriter, r *http.Request) {
+	wipe, err := boolParam(r, "wipe")
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	id := r.PathValue("id")
+	m, st, err := s.opts.Set.FindExact(r.Context(), id)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	s.forget(id)
+	if err := m.Destroy(r.Context(), st.ID, sandbox.DestroyOptions{Wipe: wipe}); err != nil {
+		writeError(w, err)
+		return
+	}
+	s.log.Info("neuron destroyed", "id", st.ID, "wipe", wipe)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) neuronHealth(w http.ResponseWriter, r *http.Request) {
+	c, ok := s.connect(w, r)
+	if !ok {
+		return
+	}
+	h, err := c.Health(r.Context())
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, h)
+}
+
+// boolParam reads an optional boolean query parameter.
+func boolParam(r *http.Request, name string) (bool, error) {
+	v := r.URL.Query().Get(name)
+	if v == "" {
+		return false, nil
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, badRequest("query parameter %s=%q: give true or false", name, v)
+	}
+	return b, nil
+}
+
+// intParam reads an optional integer query parameter (def when absent).
+func intParam(r *http.Request, name string, def int64) (int64, error) {
+	v := r.URL.Query().Get(name)
+	if v == "" {
+		return def, nil
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < 0 {
+		return 0, badRequest("query parameter %s=%q: give a non-negative integer", name, v)
+	}
+	return n, nil
+}

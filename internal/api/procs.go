@@ -1,0 +1,190 @@
+package api
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+
+	cortex "github.com/nsys-cortex/cortex/client"
+	"github.com/nsys-cortex/cortex/internal/link"
+	"github.com/nsys-cortex/cortex/internal/protocol"
+)
+
+func (s *Server) startProcess(w http.ResponseWriter, r *http.Request) {
+	var req cortex.StartRequest
+	if err := decodeJSON(w, r, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	pc, err := command(req.Command)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if req.RingBytes < 0 || req.RingBytes > protocol.MaxRingBytes {
+		writeError(w, badRequest("ringBytes: %d; give 0 (the default, %d) up to %d", req.RingBytes, protocol.DefaultRingBytes, protocol.MaxRingBytes))
+		return
+	}
+	c, ok := s.connect(w, r)
+	if !ok {
+		return
+	}
+	info, err := c.ProcStart(r.Context(), &protocol.ProcStartArgs{Command: pc, Stdin: req.Stdin, RingBytes: req.RingBytes})
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, info)
+}
+
+func (s *Server) listProcesses(w http.ResponseWriter, r *http.Request) {
+	c, ok := s.connect(w, r)
+	if !ok {
+		return
+	}
+	list, err := c.ProcList(r.Context())
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if list == nil {
+		list = []protocol.ProcInfo{}
+	}
+	writeJSON(w, http.StatusOK, struct {
+		Processes []protocol.ProcInfo `json:"processes"`
+	}{list})
+}
+
+func (s *Server) getProcess(w http.ResponseWriter, r *http.Request) {
+	pid, err := pidParam(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	c, ok := s.connect(w, r)
+	if !ok {
+		return
+	}
+	p, err := findProcess(r, c, pid)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, p)
+}
+
+// processOutput streams a process's output as SSE: what its replay buffer
+// holds from the offsets asked, then (follow, the default) what comes,
+// until it exits; the last event is "end" with the process's state.
+func (s *Server) processOutput(w http.ResponseWriter, r *http.Request) {
+	pid, err := pidParam(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	args := &protocol.ProcAttachArgs{PID: pid, Follow: true}
+	if args.StdoutOffset, err = intParam(r, "stdoutOffset", 0); err == nil {
+		args.StderrOffset, err = intParam(r, "stderrOffset", 0)
+	}
+	if err == nil && r.URL.Query().Get("follow") != "" {
+		args.Follow, err = boolParam(r, "follow")
+	}
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	c, ok := s.connect(w, r)
+	if !ok {
+		return
+	}
+	// An unknown process is a plain error answer; after this check the
+	// stream starts at once (a quiet process may say nothing for long).
+	if _, err := findProcess(r, c, pid); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	sse, ok := newSSE(w)
+	if !ok {
+		return
+	}
+	info, err := c.ProcAttach(r.Context(), args, func(stream string, off int64, p []byte) error {
+		if g, isGap := strings.CutPrefix(stream, protocol.StreamGap+":"); isGap {
+			return sse.event("gap", cortex.Gap{Stream: g, To: off})
+		}
+		return sse.event(stream, cortex.EncodeChunk(off, p))
+	})
+	if err != nil {
+		s.noteFailure(r, err)
+		sse.fail(err)
+		return
+	}
+	sse.event("end", info)
+}
+
+// findProcess returns the state of process pid.
+func findProcess(r *http.Request, c *link.Client, pid int) (*protocol.ProcInfo, error) {
+	list, err := c.ProcList(r.Context())
+	if err != nil {
+		return nil, err
+	}
+	for i := range list {
+		if list[i].PID == pid {
+			return &list[i], nil
+		}
+	}
+	return nil, cortex.APIError{Code: cortex.CodeNotFound, Message: fmt.Sprintf("no process %d in neuron %s (GET .../processes lists them)", pid, r.PathValue("id"))}
+}
+
+func (s *Server) processInput(w http.ResponseWriter, r *http.Request) {
+	pid, err := pidParam(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	eof, err := boolParam(r, "eof")
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxInputBody))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	c, ok := s.connect(w, r)
+	if !ok {
+		return
+	}
+	if err := c.ProcInput(r.Context(), pid, data, eof); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) signalProcess(w http.ResponseWriter, r *http.Request) {
+	pid, err := pidParam(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	var req cortex.SignalRequest
+	if err := decodeJSON(w, r, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	if req.Signal == "" {
+		writeError(w, badRequest("signal: name one, e.g. TERM, KILL, INT or HUP"))
+		return
+	}
+	c, ok := s.connect(w, r)
+	if !ok {
+		return
+	}
+	if err := c.ProcSignal(r.Context(), pid, req.Signal); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}

@@ -1,0 +1,227 @@
+// Package api is the HTTP API of nsys-cortex serve: JSON routes under /v1
+// over the sandbox set, SSE for streams, WebSocket for terminals,
+// Prometheus metrics at /metrics. The wire types are the public SDK's
+// (package client), so server and SDK cannot drift apart.
+package api
+
+import (
+	"context"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	cortex "github.com/nsys-cortex/cortex/client"
+	"github.com/nsys-cortex/cortex/internal/link"
+	"github.com/nsys-cortex/cortex/internal/sandbox"
+)
+
+// Defaults.
+const (
+	DefaultListen    = "127.0.0.1:3100"
+	DefaultMaxUpload = 1 << 30
+	// maxJSONBody bounds every JSON request body.
+	maxJSONBody = 1 << 20
+	// maxInputBody bounds one write to a process's stdin.
+	maxInputBody = 16 << 20
+)
+
+// Options configure a Server.
+type Options struct {
+	// Set holds the modes; the server owns its neurons exclusively when the
+	// set's Env says so.
+	Set *sandbox.Set
+	// Version of this build, reported by /v1/health.
+	Version string
+	// Token, when set, is required as "Authorization: Bearer TOKEN" on
+	// every route.
+	Token string
+	// MaxUpload bounds a file upload (default DefaultMaxUpload).
+	MaxUpload int64
+	// Log receives one line per request (never the token); nil discards.
+	Log *slog.Logger
+}
+
+// Server serves the API.
+type Server struct {
+	opts    Options
+	log     *slog.Logger
+	started time.Time
+	metrics *metrics
+	handler http.Handler
+
+	mu      sync.Mutex
+	clients map[string]*link.Client
+}
+
+// Route is one served method and path pattern.
+type Route struct {
+	Method, Pattern string
+	handler         http.HandlerFunc
+}
+
+// New returns a server over opts.Set.
+func New(opts Options) *Server {
+	if opts.MaxUpload <= 0 {
+		opts.MaxUpload = DefaultMaxUpload
+	}
+	s := &Server{opts: opts, log: opts.Log, started: time.Now(), clients: map[string]*link.Client{}}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	s.metrics = newMetrics(opts.Set)
+	mux := http.NewServeMux()
+	for _, r := range s.Routes() {
+		mux.HandleFunc(r.Method+" "+r.Pattern, r.handler)
+	}
+	mux.Handle("GET /metrics", s.metrics.handler())
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, cortex.APIError{Code: cortex.CodeNotFound,
+			Message: fmt.Sprintf("no route %s %s (the routes are in api/openapi.yaml)", r.Method, r.URL.Path)})
+	})
+	s.handler = s.authenticate(s.observe(mux))
+	return s
+}
+
+// Routes lists the /v1 routes (GET /metrics is served besides).
+func (s *Server) Routes() []Route {
+	const n = "/v1/neurons/{id}"
+	return []Route{
+		{"GET", "/v1/health", s.health},
+		{"GET", "/v1/neurons", s.listNeurons},
+		{"POST", "/v1/neurons", s.createNeuron},
+		{"GET", n, s.getNeuron},
+		{"DELETE", n, s.destroyNeuron},
+		{"GET", n + "/health", s.neuronHealth},
+		{"POST", n + "/exec", s.exec},
+		{"POST", n + "/processes", s.startProcess},
+		{"GET", n + "/processes", s.listProcesses},
+		{"GET", n + "/processes/{pid}", s.getProcess},
+		{"GET", n + "/processes/{pid}/output", s.processOutput},
+		{"POST", n + "/processes/{pid}/input", s.processInput},
+		{"POST", n + "/processes/{pid}/signal", s.signalProcess},
+		{"GET", n + "/files", s.readFile},
+		{"PUT", n + "/files", s.writeFile},
+		{"DELETE", n + "/files", s.removeFile},
+		{"GET", n + "/files/list", s.listFiles},
+		{"GET", n + "/files/stat", s.statFile},
+		{"POST", n + "/files/mkdir", s.mkdir},
+		{"POST", n + "/files/move", s.move},
+		{"POST", n + "/files/symlink", s.symlink},
+		{"GET", n + "/terminal", s.terminal},
+	}
+}
+
+// Handler returns the server's HTTP handler.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// authenticate requires the bearer token when one is configured.
+func (s *Server) authenticate(next http.Handler) http.Handler {
+	if s.opts.Token == "" {
+		return next
+	}
+	want := []byte("Bearer " + s.opts.Token)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got := []byte(r.Header.Get("Authorization"))
+		if subtle.ConstantTimeCompare(got, want) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="nsys-cortex"`)
+			msg := "this daemon requires a bearer token: send Authorization: Bearer $NSYS_CORTEX_API_TOKEN"
+			if len(got) > 0 {
+				msg = "the bearer token is wrong"
+			}
+			writeError(w, cortex.APIError{Code: cortex.CodeUnauthorized, Message: msg})
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// Serve answers on ln until ctx ends, then stops accepting, lets requests
+// in flight finish for up to grace, and ends the streams still open.
+func (s *Server) Serve(ctx context.Context, ln net.Listener, grace time.Duration) error {
+	if err := CheckListener(ln.Addr(), s.opts.Token); err != nil {
+		ln.Close()
+		return err
+	}
+	streams, endStreams := context.WithCancel(context.Background())
+	defer endStreams()
+	hs := &http.Server{
+		Handler:           s.handler,
+		ReadHeaderTimeout: 10 * time.Second,
+		BaseContext:       func(net.Listener) context.Context { return streams },
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}
+	done := make(chan error, 1)
+	go func() { done <- hs.Serve(ln) }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+	}
+	s.log.Info("shutting down: no new requests; waiting for those in flight", "grace", grace)
+	sctx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	// Streams (SSE, terminals) never end on their own: end them now, so
+	// that their handlers return and Shutdown sees them finish.
+	go func() {
+		select {
+		case <-time.After(min(grace/2, time.Second)):
+			endStreams()
+		case <-sctx.Done():
+		}
+	}()
+	err := hs.Shutdown(sctx)
+	if errors.Is(err, context.DeadlineExceeded) {
+		s.log.Warn("requests still running at the end of the grace period were cut", "grace", grace)
+		hs.Close()
+		err = nil
+	}
+	<-done
+	return err
+}
+
+// CheckListener refuses a listener other than loopback without a token.
+func CheckListener(addr net.Addr, token string) error {
+	if token != "" {
+		return nil
+	}
+	if ta, ok := addr.(*net.TCPAddr); ok && !ta.IP.IsLoopback() {
+		return fmt.Errorf("refusing to listen on %s without a token: anyone who reaches it could run commands in every neuron; "+
+			"set NSYS_CORTEX_API_TOKEN (or nsys-cortex config set api.token ...), or listen on 127.0.0.1", addr)
+	}
+	return nil
+}
+
+// client returns a channel client for neuron id (exact ids only: an API
+// caller has the id it was given), cached while the neuron runs.
+func (s *Server) client(ctx context.Context, id string) (*link.Client, error) {
+	s.mu.Lock()
+	c, ok := s.clients[id]
+	s.mu.Unlock()
+	if ok {
+		return c, nil
+	}
+	m, st, err := s.opts.Set.FindExact(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	c, err = m.Connect(ctx, st.ID)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	s.clients[id] = c
+	s.mu.Unlock()
+	return c, nil
+}
+
+// forget drops the cached client of id.
+func (s *Server) forget(id string) {
+	s.mu.Lock()
+	delete(s.clients, id)
+	s.mu.Unlock()
+}

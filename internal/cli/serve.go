@@ -1,0 +1,116 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/nsys-cortex/cortex/internal/api"
+	"github.com/nsys-cortex/cortex/internal/config"
+	"github.com/nsys-cortex/cortex/internal/layout"
+	"github.com/nsys-cortex/cortex/internal/logging"
+)
+
+// loadConfig reads the config file of the home directory and fills the
+// environment names of the keys it sets (never a secret's).
+func (a *App) loadConfig() (*config.Config, error) {
+	if a.cfg != nil {
+		return a.cfg, nil
+	}
+	lay, err := layout.FromEnv()
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := config.Load(lay.ConfigFile())
+	if err != nil {
+		return nil, err
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if err := cfg.Apply(); err != nil {
+		return nil, err
+	}
+	a.cfg = cfg
+	return cfg, nil
+}
+
+func (a *App) serveCommand() *cobra.Command {
+	var listen string
+	cmd := &cobra.Command{
+		Use:   "serve [--listen ADDR]",
+		Short: "Serve the HTTP API (default 127.0.0.1:3100)",
+		Long: `Serve answers the HTTP API (api/openapi.yaml, docs/api.md) until SIGTERM or
+SIGINT, then stops accepting, lets requests in flight finish (up to
+api.shutdown_grace) and ends open streams. Neurons keep running and keep
+their data; the daemon owns the neurons it touches, so other nsys-cortex
+processes reach them through it (NSYS_CORTEX_API_URL or --api).
+
+A listener other than loopback needs a token (api.token,
+NSYS_CORTEX_API_TOKEN): the daemon refuses to start without one.
+Its log is <home>/logs/cortex.log (nsys-cortex logs [-f]).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg, err := a.loadConfig()
+			if err != nil {
+				return err
+			}
+			if cmd.Flags().Changed("listen") {
+				if err := cfg.SetFlag("api.listen", listen); err != nil {
+					return err
+				}
+			}
+			addr, token := cfg.String("api.listen"), cfg.String("api.token")
+			lay, err := layout.FromEnv()
+			if err != nil {
+				return err
+			}
+			levels, err := logging.ParseLevels(cfg.String("log.level"))
+			if err != nil {
+				return err
+			}
+			lopts := logging.Options{Dir: lay.LogsDir(), Levels: levels, MaxSize: cfg.Bytes("log.max_size"),
+				MaxAge: cfg.Duration("log.max_age"), MaxFiles: cfg.Int("log.max_files")}
+			if cfg.Bool("log.console") {
+				lopts.Console = a.Stderr
+			}
+			logger, err := logging.New(lopts)
+			if err != nil {
+				return err
+			}
+			defer logger.Close()
+			a.exclusive = true // the daemon owns what it touches
+			set, err := a.sandboxes()
+			if err != nil {
+				return err
+			}
+			ln, err := net.Listen("tcp", addr)
+			if err != nil {
+				return fmt.Errorf("listening on %s (api.listen): %w", addr, err)
+			}
+			if err := api.CheckListener(ln.Addr(), token); err != nil {
+				ln.Close()
+				return err
+			}
+			srv := api.New(api.Options{Set: set, Version: a.Version, Token: token,
+				MaxUpload: cfg.Bytes("api.max_upload"), Log: logger.For("api")})
+			log := logger.For("serve")
+			log.Info("serving", "addr", ln.Addr().String(), "auth", token != "", "pid", os.Getpid(), "modes", set.Modes())
+			fmt.Fprintf(a.Stderr, "nsys-cortex: serving the API on http://%s (log: %s)\n", ln.Addr(), logger.Path())
+			err = srv.Serve(cmd.Context(), ln, cfg.Duration("api.shutdown_grace"))
+			if err != nil && !errors.Is(err, context.Canceled) {
+				log.Error("serve ended", "err", err)
+				return err
+			}
+			log.Info("stopped")
+			fmt.Fprintln(a.Stderr, "nsys-cortex: stopped; the neurons keep running")
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&listen, "listen", api.DefaultListen, "address to listen on (api.listen)")
+	return cmd
+}

@@ -1,0 +1,188 @@
+package config
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// Type is the kind of value a key holds.
+type Type int
+
+// The types of keys.
+const (
+	// TypeString is any text (a key may check it further).
+	TypeString Type = iota
+	// TypeBool is true or false; 1 and 0 are accepted too.
+	TypeBool
+	// TypeInt is a whole number, zero or more.
+	TypeInt
+	// TypeBytes is a size in bytes, written with an optional binary suffix:
+	// 4096, 512k, 100m, 1g, 1.5g (k=1024).
+	TypeBytes
+	// TypeDuration is a Go duration, zero or more: 500ms, 10s, 168h.
+	TypeDuration
+	// TypeEnum is one of the key's Allowed values.
+	TypeEnum
+)
+
+// String returns the name of t: string, bool, int, bytes, duration or enum.
+func (t Type) String() string {
+	switch t {
+	case TypeString:
+		return "string"
+	case TypeBool:
+		return "bool"
+	case TypeInt:
+		return "int"
+	case TypeBytes:
+		return "bytes"
+	case TypeDuration:
+		return "duration"
+	case TypeEnum:
+		return "enum"
+	}
+	return fmt.Sprintf("Type(%d)", int(t))
+}
+
+// Key is one setting.
+type Key struct {
+	// Name is the key's name in the file and on the command line, dotted:
+	// api.listen.
+	Name string
+	// Env is the environment variable that sets it: NSYS_CORTEX_API_LISTEN.
+	Env string
+	// Type is the kind of value.
+	Type Type
+	// Allowed are the values of an enum.
+	Allowed []string
+	// Default is the value when nothing sets it, written as a user would.
+	Default string
+	// Description says in one line what the key does.
+	Description string
+	// Secret keys are never put in the environment by Apply and never
+	// shown by Display.
+	Secret bool
+
+	// form describes the accepted values where the type alone does not.
+	form string
+	// check refines the type's own parsing.
+	check func(string) error
+}
+
+// Form describes the values k accepts, for error messages and help:
+// "true or false", "one of auto, unix, tcp", ...
+func (k Key) Form() string {
+	if k.form != "" {
+		return k.form
+	}
+	switch k.Type {
+	case TypeBool:
+		return "true or false"
+	case TypeInt:
+		return "a whole number, 0 or more"
+	case TypeBytes:
+		return "a size like 4096, 512k, 100m or 1g"
+	case TypeDuration:
+		return "a duration like 500ms, 10s or 168h"
+	case TypeEnum:
+		return "one of " + strings.Join(k.Allowed, ", ")
+	}
+	return "text"
+}
+
+// keys is the schema, sorted by name (TestKeysSorted checks it).
+var keys = []Key{
+	{Name: "allow_insecure_dev", Env: "NSYS_CORTEX_ALLOW_INSECURE_DEV", Type: TypeBool, Default: "false",
+		Description: "allow process mode, which runs neurons without isolation"},
+	{Name: "api.listen", Env: "NSYS_CORTEX_API_LISTEN", Type: TypeString, Default: "127.0.0.1:3100",
+		Description: "address the API daemon (serve) listens on", check: nonEmpty},
+	{Name: "api.max_upload", Env: "NSYS_CORTEX_API_MAX_UPLOAD", Type: TypeBytes, Default: "1g",
+		Description: "largest file upload body the API accepts"},
+	{Name: "api.shutdown_grace", Env: "NSYS_CORTEX_API_SHUTDOWN_GRACE", Type: TypeDuration, Default: "10s",
+		Description: "how long the daemon lets requests finish when asked to stop"},
+	{Name: "api.token", Env: "NSYS_CORTEX_API_TOKEN", Type: TypeString, Default: "", Secret: true,
+		Description: "bearer token of the API (the daemon requires it, the CLI sends it)"},
+	{Name: "api.url", Env: "NSYS_CORTEX_API_URL", Type: TypeString, Default: "",
+		Description: "when set, the CLI talks to the daemon at this URL instead of running neurons itself"},
+	{Name: "docker.image", Env: "NSYS_CORTEX_DOCKER_IMAGE", Type: TypeString, Default: "nsys-cortex-neuron:latest",
+		Description: "image docker-mode neurons run", check: nonEmpty},
+	{Name: "docker.network", Env: "NSYS_CORTEX_DOCKER_NETWORK", Type: TypeString, Default: "",
+		Description: "docker network of a neuron with network full (empty: the daemon's default)"},
+	{Name: "docker.transport", Env: "NSYS_CORTEX_DOCKER_TRANSPORT", Type: TypeEnum, Allowed: []string{"auto", "unix", "tcp"}, Default: "auto",
+		Description: "channel to docker-mode neurons: a shared unix socket or tcp with a token"},
+	{Name: "log.console", Env: "NSYS_CORTEX_LOG_CONSOLE", Type: TypeBool, Default: "false",
+		Description: "also write the daemon's log to stderr"},
+	{Name: "log.level", Env: "NSYS_CORTEX_LOG_LEVEL", Type: TypeString, Default: "info",
+		Description: "log levels: LEVEL[,component=LEVEL...], e.g. info,api=debug",
+		form:        "LEVEL[,component=LEVEL...] with levels " + strings.Join(levelNames, ", "), check: checkLevelSpec},
+	{Name: "log.max_age", Env: "NSYS_CORTEX_LOG_MAX_AGE", Type: TypeDuration, Default: "168h",
+		Description: "delete rotated log files older than this (0: keep them)"},
+	{Name: "log.max_files", Env: "NSYS_CORTEX_LOG_MAX_FILES", Type: TypeInt, Default: "10",
+		Description: "rotated log files to keep (0: all)"},
+	{Name: "log.max_size", Env: "NSYS_CORTEX_LOG_MAX_SIZE", Type: TypeBytes, Default: "50m",
+		Description: "rotate the log file when it grows past this size"},
+	{Name: "mode", Env: "NSYS_CORTEX_MODE", Type: TypeString, Default: "auto",
+		Description: "isolation mode of new neurons: auto or a mode doctor lists", check: nonEmpty},
+	{Name: "overlay_store_dir", Env: "NSYS_CORTEX_OVERLAY_STORE_DIR", Type: TypeString, Default: "",
+		Description: "where neurons' persistent data lives (empty: <home>/overlays)"},
+}
+
+// byName indexes keys.
+var byName = func() map[string]int {
+	m := make(map[string]int, len(keys))
+	for i, k := range keys {
+		m[k.Name] = i
+	}
+	return m
+}()
+
+// Keys returns every key, sorted by name.
+func Keys() []Key {
+	out := make([]Key, len(keys))
+	for i, k := range keys {
+		k.Allowed = slices.Clone(k.Allowed)
+		out[i] = k
+	}
+	return out
+}
+
+// Names returns the names of every key, sorted.
+func Names() []string {
+	out := make([]string, len(keys))
+	for i, k := range keys {
+		out[i] = k.Name
+	}
+	return out
+}
+
+// UnknownKeyError is the error of a name that is not a key.
+type UnknownKeyError struct {
+	Name string
+}
+
+func (e *UnknownKeyError) Error() string {
+	return fmt.Sprintf("unknown key %q; known keys: %s", e.Name, strings.Join(Names(), ", "))
+}
+
+// Lookup returns the key called name, or an *UnknownKeyError that lists
+// the known ones.
+func Lookup(name string) (Key, error) {
+	i, ok := byName[name]
+	if !ok {
+		return Key{}, &UnknownKeyError{Name: name}
+	}
+	k := keys[i]
+	k.Allowed = slices.Clone(k.Allowed)
+	return k, nil
+}
+
+// mustLookup is Lookup for names written in code: an unknown one is a
+// programming error.
+func mustLookup(name string) Key {
+	i, ok := byName[name]
+	if !ok {
+		panic(fmt.Sprintf("config: %v", &UnknownKeyError{Name: name}))
+	}
+	return keys[i]
+}
