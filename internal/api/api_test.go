@@ -361,7 +361,14 @@ func TestTerminal(t *testing.T) {
 func raw(t *testing.T, d *daemon, method, path, body string, hdr ...string) (int, string) {
 	t.Helper()
 	req, _ := http.NewRequest(method, d.ts.URL+path, strings.NewReader(body))
+	if method == "POST" {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	for i := 0; i+1 < len(hdr); i += 2 {
+		if hdr[i] == "Host" {
+			req.Host = hdr[i+1]
+			continue
+		}
 		req.Header.Set(hdr[i], hdr[i+1])
 	}
 	resp, err := http.DefaultClient.Do(req)
@@ -380,24 +387,28 @@ func TestBadInput(t *testing.T) {
 		name, method, path, body string
 		status                   int
 		code, says               string
+		hdr                      []string
 	}{
-		{"malformed JSON", "POST", "/v1/neurons/bad/exec", `{"argv":["true"]`, 400, "BAD_REQUEST", "not valid JSON"},
-		{"unknown field", "POST", "/v1/neurons/bad/exec", `{"argv":["true"],"cmd":"x"}`, 400, "BAD_REQUEST", `cmd`},
-		{"wrong type", "POST", "/v1/neurons/bad/exec", `{"argv":"true"}`, 400, "BAD_REQUEST", `argv\" must be a list of strings`},
-		{"no command", "POST", "/v1/neurons/bad/exec", `{}`, 400, "BAD_REQUEST", "argv or shell"},
-		{"no body", "POST", "/v1/neurons", ``, 400, "BAD_REQUEST", "no JSON body"},
-		{"bad id", "POST", "/v1/neurons", `{"id":"Bad Id!"}`, 400, "BAD_REQUEST", "id"},
-		{"bad network", "POST", "/v1/neurons", `{"network":{"mode":"some"}}`, 400, "BAD_REQUEST", "none, egress or full"},
-		{"unknown neuron", "GET", "/v1/neurons/nosuch", ``, 404, "NOT_FOUND", "nosuch"},
-		{"unknown route", "GET", "/v2/x", ``, 404, "NOT_FOUND", "no route"},
-		{"path escape", "GET", "/v1/neurons/bad/files?path=../../../../etc/passwd", ``, 403, "PATH_ESCAPE", ""},
-		{"no path", "GET", "/v1/neurons/bad/files", ``, 400, "BAD_REQUEST", "path"},
-		{"bad wipe", "DELETE", "/v1/neurons/bad?wipe=maybe", ``, 400, "BAD_REQUEST", "wipe"},
-		{"bad pid", "GET", "/v1/neurons/bad/processes/x", ``, 400, "BAD_REQUEST", "process id"},
-		{"big JSON", "POST", "/v1/neurons/bad/exec", `{"shell":"` + strings.Repeat("x", 2<<20) + `"}`, 413, "TOO_LARGE", "limit"},
+		{"a form post", "POST", "/v1/neurons/bad/exec", `{"argv":["true"]}`, 400, "BAD_REQUEST", "application/json", []string{"Content-Type", "application/x-www-form-urlencoded"}},
+		{"a rebound host name", "GET", "/v1/neurons", ``, 403, "POLICY_DENIED", "loopback", []string{"Host", "attacker.example:3100"}},
+		{"text typed into a process", "POST", "/v1/neurons/bad/processes/1/input", `x`, 400, "BAD_REQUEST", "octet-stream", []string{"Content-Type", "text/plain"}},
+		{"malformed JSON", "POST", "/v1/neurons/bad/exec", `{"argv":["true"]`, 400, "BAD_REQUEST", "not valid JSON", nil},
+		{"unknown field", "POST", "/v1/neurons/bad/exec", `{"argv":["true"],"cmd":"x"}`, 400, "BAD_REQUEST", `cmd`, nil},
+		{"wrong type", "POST", "/v1/neurons/bad/exec", `{"argv":"true"}`, 400, "BAD_REQUEST", `argv\" must be a list of strings`, nil},
+		{"no command", "POST", "/v1/neurons/bad/exec", `{}`, 400, "BAD_REQUEST", "argv or shell", nil},
+		{"no body", "POST", "/v1/neurons", ``, 400, "BAD_REQUEST", "no JSON body", nil},
+		{"bad id", "POST", "/v1/neurons", `{"id":"Bad Id!"}`, 400, "BAD_REQUEST", "id", nil},
+		{"bad network", "POST", "/v1/neurons", `{"network":{"mode":"some"}}`, 400, "BAD_REQUEST", "none, egress or full", nil},
+		{"unknown neuron", "GET", "/v1/neurons/nosuch", ``, 404, "NOT_FOUND", "nosuch", nil},
+		{"unknown route", "GET", "/v2/x", ``, 404, "NOT_FOUND", "no route", nil},
+		{"path escape", "GET", "/v1/neurons/bad/files?path=../../../../etc/passwd", ``, 403, "PATH_ESCAPE", "", nil},
+		{"no path", "GET", "/v1/neurons/bad/files", ``, 400, "BAD_REQUEST", "path", nil},
+		{"bad wipe", "DELETE", "/v1/neurons/bad?wipe=maybe", ``, 400, "BAD_REQUEST", "wipe", nil},
+		{"bad pid", "GET", "/v1/neurons/bad/processes/x", ``, 400, "BAD_REQUEST", "process id", nil},
+		{"big JSON", "POST", "/v1/neurons/bad/exec", `{"shell":"` + strings.Repeat("x", 2<<20) + `"}`, 413, "TOO_LARGE", "limit", nil},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			status, body := raw(t, d, c.method, c.path, c.body)
+			status, body := raw(t, d, c.method, c.path, c.body, c.hdr...)
 			if status != c.status || !strings.Contains(body, `"code":"`+c.code+`"`) || !strings.Contains(body, c.says) {
 				t.Fatalf("%d %s", status, body)
 			}

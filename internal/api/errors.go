@@ -106,8 +106,14 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 // decodeJSON reads a JSON body of at most maxJSONBody bytes into v; an
 // unknown field, a wrong type or trailing data is a BAD_REQUEST naming it.
 func decodeJSON(w http.ResponseWriter, r *http.Request, v any) error {
-	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(ct, "application/json") {
-		return badRequest("the body must be JSON (Content-Type: application/json), not %s", ct)
+	// application/json is required: a web page cannot send it cross-site
+	// without a CORS preflight (never granted), so a page the operator
+	// visits cannot drive the daemon (curl: --json).
+	if ct := r.Header.Get("Content-Type"); !strings.HasPrefix(ct, "application/json") {
+		if ct == "" {
+			ct = "none"
+		}
+		return badRequest("the body must be JSON sent as Content-Type: application/json (curl: --json), not %s", ct)
 	}
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxJSONBody))
 	dec.DisallowUnknownFields()

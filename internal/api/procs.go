@@ -147,6 +147,12 @@ func (s *Server) processInput(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
+	// Only a type no web form can send (a cross-site page cannot type
+	// into a process without a CORS preflight, which is never granted).
+	if ct := r.Header.Get("Content-Type"); ct != "application/octet-stream" {
+		writeError(w, badRequest("the input must be sent as Content-Type: application/octet-stream, not %q", ct))
+		return
+	}
 	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxInputBody))
 	if err != nil {
 		writeError(w, err)

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -122,7 +123,17 @@ func (s *Server) Handler() http.Handler { return s.handler }
 // authenticate requires the bearer token when one is configured.
 func (s *Server) authenticate(next http.Handler) http.Handler {
 	if s.opts.Token == "" {
-		return next
+		// No token: only loopback listens, and only requests that name a
+		// loopback host are answered, so a web page that rebinds its own
+		// name to 127.0.0.1 cannot drive the daemon.
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if !loopbackHost(r.Host) {
+				writeError(w, cortex.APIError{Code: cortex.CodePolicyDenied, Message: fmt.Sprintf(
+					"Host %q is not a loopback address: without a token this daemon answers only requests to localhost, 127.0.0.1 or [::1]", r.Host)})
+				return
+			}
+			next.ServeHTTP(w, r)
+		})
 	}
 	want := []byte("Bearer " + s.opts.Token)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -224,4 +235,19 @@ func (s *Server) forget(id string) {
 	s.mu.Lock()
 	delete(s.clients, id)
 	s.mu.Unlock()
+}
+
+// loopbackHost reports whether a Host header names this machine's
+// loopback (localhost, 127.0.0.0/8, ::1), with or without a port.
+func loopbackHost(hostport string) bool {
+	host := hostport
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.Trim(host, "[]"), ".")
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }

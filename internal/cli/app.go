@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	cortex "github.com/nsys-cortex/cortex/client"
 	"github.com/nsys-cortex/cortex/internal/config"
 	"github.com/nsys-cortex/cortex/internal/layout"
 	"github.com/nsys-cortex/cortex/internal/protocol"
@@ -42,10 +43,14 @@ type App struct {
 	once      sync.Once
 	exclusive bool           // the daemon: own the neurons touched
 	cfg       *config.Config // loaded once by loadConfig
-	set       *sandbox.Set
-	env       sandbox.Env
-	lay       layout.Layout
-	setErr    error
+	// The daemon the CLI talks to (--api, NSYS_CORTEX_API_URL, api.url).
+	apiURL     string
+	api        *cortex.Client
+	apiChecked bool
+	set        *sandbox.Set
+	env        sandbox.Env
+	lay        layout.Layout
+	setErr     error
 }
 
 // exitError carries an exit status through cobra, and a message for
@@ -88,6 +93,9 @@ func describe(err error) string {
 	if errors.As(err, &pe) {
 		return fmt.Sprintf("%s (%s)", err.Error(), pe.Code)
 	}
+	if sandbox.IsOwnedElsewhere(err) {
+		return err.Error() + "; when that is nsys-cortex serve, go through it: --api URL or NSYS_CORTEX_API_URL"
+	}
 	return err.Error()
 }
 
@@ -103,6 +111,7 @@ Home: ~/.nsys-cortex (NSYS_CORTEX_HOME). Mode: auto (NSYS_CORTEX_MODE).`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	root.PersistentFlags().StringVar(&a.apiURL, "api", "", "talk to the daemon at this URL (default: NSYS_CORTEX_API_URL, api.url; none: work locally)")
 	root.AddCommand(
 		a.createCommand(), a.listCommand(), a.statusCommand(), a.destroyCommand(),
 		a.execCommand(), a.shellCommand(), a.cpCommand(), a.psCommand(), a.logsCommand(), a.killCommand(),

@@ -23,7 +23,7 @@ import (
 type location struct {
 	neuron string // empty for local
 	path   string
-	client *link.Client
+	client channel
 }
 
 func (l location) String() string {
@@ -73,7 +73,7 @@ destination as it was.
 			if src.neuron == "" && dst.neuron == "" {
 				return errors.New("cp: neither side names a neuron (write ID:path)")
 			}
-			clients := map[string]*link.Client{}
+			clients := map[string]channel{}
 			for _, l := range []*location{&src, &dst} {
 				if l.neuron == "" {
 					continue

@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -16,13 +17,30 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
+	"github.com/nsys-cortex/cortex/internal/layout"
 	"github.com/nsys-cortex/cortex/internal/link"
+	"github.com/nsys-cortex/cortex/internal/logging"
 	"github.com/nsys-cortex/cortex/internal/protocol"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
 )
 
-// connect finds a running neuron by id (or unique prefix) and connects.
-func (a *App) connect(ctx context.Context, ref string) (*link.Client, *sandbox.State, error) {
+// connect finds a running neuron by id (or unique prefix) and connects:
+// through the daemon when the CLI is pointed at one, else directly.
+func (a *App) connect(ctx context.Context, ref string) (channel, *sandbox.State, error) {
+	api, err := a.apiClient()
+	if err != nil {
+		return nil, nil, err
+	}
+	if api != nil {
+		st, err := remoteFind(ctx, api, ref, true)
+		if err != nil {
+			return nil, nil, err
+		}
+		if st.Status != sandbox.StatusRunning {
+			return nil, nil, &sandbox.NotRunningError{ID: st.ID, Reason: "its status is " + string(st.Status)}
+		}
+		return &remoteChannel{n: api.Neuron(st.ID)}, st, nil
+	}
 	set, err := a.sandboxes()
 	if err != nil {
 		return nil, nil, err
@@ -100,7 +118,7 @@ Ctrl-C (or SIGTERM, SIGHUP) kills the command in the neuron.`,
 				return nil
 			}
 			if tty {
-				code, err := a.runPty(ctx, c, command, timeout)
+				code, err := a.pty(ctx, c, command, timeout)
 				if err != nil {
 					return interrupted(ctx, err)
 				}
@@ -184,7 +202,7 @@ func (a *App) shellCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			code, err := a.runPty(ctx, c, protocol.Command{
+			code, err := a.pty(ctx, c, protocol.Command{
 				Shell: "if command -v bash >/dev/null 2>&1; then exec bash -l; else exec sh -l; fi",
 			}, 0)
 			if err != nil {
@@ -351,7 +369,7 @@ func (a *App) psCommand() *cobra.Command {
 }
 
 // process connects to neuron ref and parses the pid of one of its processes.
-func (a *App) process(ctx context.Context, ref, pidArg string) (*link.Client, int, error) {
+func (a *App) process(ctx context.Context, ref, pidArg string) (channel, int, error) {
 	pid, err := strconv.Atoi(pidArg)
 	if err != nil || pid <= 0 {
 		return nil, 0, fmt.Errorf("PID %q is not a process id", pidArg)
@@ -363,15 +381,20 @@ func (a *App) process(ctx context.Context, ref, pidArg string) (*link.Client, in
 func (a *App) logsCommand() *cobra.Command {
 	var follow bool
 	cmd := &cobra.Command{
-		Use:   "logs ID [PID]",
-		Short: "Print a background process's output, or the neuron's own log",
-		Long: `logs ID PID prints a background process's output (kept in a bounded
-buffer in the neuron). logs ID prints the neuron's log on the host: its
-agent's messages and, in nsbox, its PID 1's and every egress proxy decision.`,
-		Args:              cobra.RangeArgs(1, 2),
+		Use:   "logs [ID [PID]]",
+		Short: "Print the daemon's log, a neuron's own log, or a background process's output",
+		Long: `logs prints the daemon's log (nsys-cortex serve: <home>/logs/cortex.log, JSON
+lines). logs ID prints the neuron's log on the host: its agent's messages
+and, in nsbox, its PID 1's and every egress proxy decision. logs ID PID
+prints a background process's output (kept in a bounded buffer in the
+neuron). -f keeps following.`,
+		Args:              cobra.RangeArgs(0, 2),
 		ValidArgsFunction: a.neuronArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
+			if len(args) == 0 {
+				return a.daemonLog(ctx, follow)
+			}
 			if len(args) == 1 {
 				return a.neuronLog(ctx, args[0], follow)
 			}
@@ -398,9 +421,36 @@ agent's messages and, in nsbox, its PID 1's and every egress proxy decision.`,
 	return cmd
 }
 
+// daemonLog prints the daemon's log, and with follow what is added to it
+// (across rotations) until ctx ends.
+func (a *App) daemonLog(ctx context.Context, follow bool) error {
+	if _, err := a.loadConfig(); err != nil {
+		return err
+	}
+	lay, err := layout.FromEnv()
+	if err != nil {
+		return err
+	}
+	path := filepath.Join(lay.LogsDir(), logging.DefaultFile)
+	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) && !follow {
+		fmt.Fprintf(a.Stderr, "nsys-cortex: no daemon log yet (nsys-cortex serve writes %s)\n", path)
+		return nil
+	}
+	if err := logging.Tail(ctx, path, a.Stdout, follow); err != nil {
+		return err
+	}
+	return interrupted(ctx, ctx.Err())
+}
+
 // neuronLog prints the neuron's log file, and with follow what is added
 // to it until ctx ends.
 func (a *App) neuronLog(ctx context.Context, ref string, follow bool) error {
+	if api, err := a.apiClient(); err != nil {
+		return err
+	} else if api != nil {
+		return &sandbox.UnavailableError{Mode: "api", Reason: "a neuron's own log is a file on the daemon's host (" + api.URL() +
+			"): read it there with nsys-cortex logs " + ref + "; a process's output works over the API: nsys-cortex logs ID PID"}
+	}
 	set, err := a.sandboxes()
 	if err != nil {
 		return err

@@ -37,9 +37,15 @@ what the allow-list names, and nothing else is routed; --network full gives
 it the host's network.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			set, err := a.sandboxes()
+			var set *sandbox.Set
+			api, err := a.apiClient()
 			if err != nil {
 				return err
+			}
+			if api == nil {
+				if set, err = a.sandboxes(); err != nil {
+					return err
+				}
 			}
 			id := ids.New()
 			if len(args) == 1 {
@@ -47,13 +53,6 @@ it the host's network.`,
 				if err := ids.Validate(id); err != nil {
 					return err
 				}
-			}
-			m, why, err := set.Resolve(cmd.Context(), mode)
-			if err != nil {
-				return err
-			}
-			if why != "requested" {
-				fmt.Fprintf(a.Stderr, "mode: %s (%s)\n", m.Mode(), why)
 			}
 			opts := sandbox.CreateOptions{Env: env, BootTimeout: boot, Image: image,
 				Limits: sandbox.Limits{Pids: pids, CPUs: cpus}, Network: sandbox.Network{Allow: allow}}
@@ -73,7 +72,10 @@ it the host's network.`,
 					return err
 				}
 			}
-			st, err := m.Create(cmd.Context(), id, opts)
+			st, why, err := a.create(cmd.Context(), set, id, mode, opts)
+			if why != "" && why != "requested" {
+				fmt.Fprintf(a.Stderr, "mode: %s (%s)\n", st.Mode, why)
+			}
 			var ar *sandbox.AlreadyRunningError
 			if errors.As(err, &ar) {
 				if differ := policyChanges(cmd, opts, ar.State.Policy); len(differ) > 0 {
@@ -231,11 +233,7 @@ func (a *App) listCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			set, err := a.sandboxes()
-			if err != nil {
-				return err
-			}
-			all, err := set.List(cmd.Context())
+			all, err := a.list(cmd.Context())
 			if err != nil {
 				return err
 			}
@@ -316,19 +314,13 @@ func (a *App) statusCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			set, err := a.sandboxes()
-			if err != nil {
-				return err
-			}
-			m, st, err := set.Find(cmd.Context(), args[0])
+			st, c, err := a.find(cmd.Context(), args[0])
 			if err != nil {
 				return err
 			}
 			v := statusView{State: st}
-			if st.Status == sandbox.StatusRunning {
-				if c, err := m.Connect(cmd.Context(), st.ID); err == nil {
-					v.Health, _ = c.Health(cmd.Context()) // health is a bonus: the state stands alone
-				}
+			if c != nil {
+				v.Health, _ = c.Health(cmd.Context()) // health is a bonus: the state stands alone
 			}
 			if done, err := out.emit(a.Stdout, mode, v, []any{v}); done {
 				return err
@@ -373,21 +365,13 @@ so create with the same id brings it back; --wipe deletes the data for good.`,
 		Args:              cobra.MinimumNArgs(1),
 		ValidArgsFunction: a.neuronArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			set, err := a.sandboxes()
-			if err != nil {
-				return err
-			}
 			var errs []error
 			for _, ref := range args {
-				m, st, err := set.FindExact(cmd.Context(), ref) // never a prefix: destroy loses data
-				if err == nil {
-					err = m.Destroy(cmd.Context(), st.ID, sandbox.DestroyOptions{Wipe: wipe})
-				}
-				if err != nil {
+				if err := a.destroy(cmd.Context(), ref, wipe); err != nil {
 					errs = append(errs, err)
 					continue
 				}
-				fmt.Fprintln(a.Stdout, st.ID)
+				fmt.Fprintln(a.Stdout, ref)
 			}
 			return errors.Join(errs...)
 		},

@@ -1,0 +1,191 @@
+package main_test
+
+import (
+	"bufio"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// serve starts nsys-cortex serve on a free loopback port and returns its
+// URL; the daemon is stopped (SIGTERM) when the test ends, or by stop.
+func (c *cli) serve(t *testing.T, extraEnv ...string) (url string, stop func() (string, int)) {
+	t.Helper()
+	cmd := c.command("serve", "--listen", "127.0.0.1:0")
+	cmd.Env = append(cmd.Env, extraEnv...)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lines := make(chan string, 64)
+	var rest strings.Builder
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			select {
+			case lines <- sc.Text():
+			default:
+			}
+			rest.WriteString(sc.Text() + "\n")
+		}
+	}()
+	re := regexp.MustCompile(`serving the API on (http://\S+)`)
+	deadline := time.After(20 * time.Second)
+	for url == "" {
+		select {
+		case l := <-lines:
+			if m := re.FindStringSubmatch(l); m != nil {
+				url = m[1]
+			}
+		case <-done:
+			t.Fatalf("serve exited: %s", rest.String())
+		case <-deadline:
+			cmd.Process.Kill()
+			t.Fatal("serve did not start")
+		}
+	}
+	stopped := false
+	stop = func() (string, int) {
+		if stopped {
+			return "", 0
+		}
+		stopped = true
+		cmd.Process.Signal(syscall.SIGTERM)
+		exited := make(chan error, 1)
+		go func() { <-done; exited <- cmd.Wait() }()
+		select {
+		case err := <-exited:
+			code := 0
+			if ee, ok := err.(*exec.ExitError); ok {
+				code = ee.ExitCode()
+			}
+			return rest.String(), code
+		case <-time.After(20 * time.Second):
+			cmd.Process.Kill()
+			t.Fatal("serve did not stop on SIGTERM")
+		}
+		return "", 0
+	}
+	t.Cleanup(func() { stop() })
+	return url, stop
+}
+
+// The CLI through the daemon, the README's curl lines, and the daemon's
+// ownership, log and shutdown.
+func TestServe(t *testing.T) {
+	mode := "process"
+	if ms := modes(t); slices.Contains(ms, "nsbox") {
+		mode = "nsbox"
+	}
+	c := newCLI(t, mode)
+	url, stop := c.serve(t)
+	api := func(args ...string) []string { return append([]string{"--api", url}, args...) }
+
+	if out := c.ok(api("create", "svc")...); strings.TrimSpace(out) != "svc" {
+		t.Fatalf("create: %q", out)
+	}
+	if out, _, code := c.run("in\n", api("exec", "svc", "--", "sh", "-c", "cat; echo err >&2; exit 3")...); code != 3 || out != "in\n" {
+		t.Fatalf("exec through the API: %d %q", code, out)
+	}
+	local := filepath.Join(t.TempDir(), "f.txt")
+	os.WriteFile(local, []byte("payload"), 0o644)
+	c.ok(api("cp", local, "svc:f.txt")...)
+	back := filepath.Join(t.TempDir(), "back.txt")
+	c.ok(api("cp", "svc:f.txt", back)...)
+	if b, _ := os.ReadFile(back); string(b) != "payload" {
+		t.Fatalf("cp round trip: %q", b)
+	}
+	pid := strings.TrimSpace(c.ok(api("exec", "-d", "svc", "--", "sh", "-c", "echo from-bg")...))
+	time.Sleep(300 * time.Millisecond)
+	if out := c.ok(api("logs", "-f", "svc", pid)...); out != "from-bg\n" {
+		t.Fatalf("logs: %q", out)
+	}
+	if out := c.ok(api("ps", "svc", "-o", "name")...); strings.TrimSpace(out) != pid {
+		t.Fatalf("ps: %q", out)
+	}
+	if out := c.ok(api("list", "-o", "name")...); strings.TrimSpace(out) != "svc" {
+		t.Fatalf("list: %q", out)
+	}
+	if out := c.ok(api("status", "svc", "--format", "{{.Status}}")...); strings.TrimSpace(out) != "running" {
+		t.Fatalf("status: %q", out)
+	}
+	// NSYS_CORTEX_API_URL does what --api does.
+	c.env = append(c.env, "NSYS_CORTEX_API_URL="+url)
+	if out := c.ok("exec", "svc", "--", "echo", "via-env"); out != "via-env\n" {
+		t.Fatalf("%q", out)
+	}
+	c.env = c.env[:len(c.env)-1]
+	// Locally, the neuron is the daemon's: the CLI says where to go.
+	if _, errs, code := c.run("", "exec", "svc", "--", "true"); code != 125 || !strings.Contains(errs, "--api") {
+		t.Fatalf("a local exec of the daemon's neuron: %d %q", code, errs)
+	}
+
+	// The README's curl lines, as written.
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var script []string
+	for _, l := range strings.Split(string(readme), "\n") {
+		if strings.HasPrefix(l, "API=") || strings.HasPrefix(l, "curl ") {
+			script = append(script, l)
+		}
+	}
+	if len(script) < 8 {
+		t.Fatalf("the README's curl examples were not found (%d lines)", len(script))
+	}
+	sh := exec.Command("bash", "-euo", "pipefail", "-c", strings.Join(script, "\n"))
+	sh.Dir = "../.."
+	sh.Env = append(os.Environ(), "NSYS_CORTEX_API_URL="+url)
+	if out, err := sh.CombinedOutput(); err != nil {
+		t.Fatalf("the README's curl lines: %v\n%s", err, out)
+	} else if !strings.Contains(string(out), `"stdout":"Linux\n"`) || !strings.Contains(string(out), "event: exit") {
+		t.Fatalf("the README's curl lines said: %s", out)
+	}
+
+	// The daemon's log.
+	if out := c.ok("logs"); !strings.Contains(out, `"msg":"serving"`) || !strings.Contains(out, `"msg":"neuron created"`) {
+		t.Fatalf("the daemon's log: %q", out)
+	}
+	// SIGTERM: a clean stop; the neuron keeps running, and is the CLI's again.
+	errs, code := stop()
+	if code != 0 || !strings.Contains(errs, "stopped") {
+		t.Fatalf("serve after SIGTERM: %d %q", code, errs)
+	}
+	if out := c.ok("status", "svc", "--format", "{{.Status}}"); strings.TrimSpace(out) != "running" {
+		t.Fatalf("after the daemon: %q", out)
+	}
+	if out := c.ok("exec", "svc", "--", "cat", "f.txt"); out != "payload" {
+		t.Fatalf("%q", out)
+	}
+}
+
+// A daemon refuses a non-loopback listener without a token, and requires
+// the token it has.
+func TestServeAuth(t *testing.T) {
+	c := newCLI(t, "process")
+	if _, errs, code := c.run("", "serve", "--listen", "0.0.0.0:0"); code != 125 || !strings.Contains(errs, "NSYS_CORTEX_API_TOKEN") {
+		t.Fatalf("%d %q", code, errs)
+	}
+	url, _ := c.serve(t, "NSYS_CORTEX_API_TOKEN=tok-123")
+	if _, errs, code := c.run("", "--api", url, "list"); code != 125 || !strings.Contains(errs, "UNAUTHORIZED") {
+		t.Fatalf("without the token: %d %q", code, errs)
+	}
+	c.env = append(c.env, "NSYS_CORTEX_API_TOKEN=tok-123")
+	c.ok("--api", url, "list")
+	// The token is never in the daemon's log.
+	if out := c.ok("logs"); strings.Contains(out, "tok-123") {
+		t.Fatal("the token is in the log")
+	}
+}

@@ -1,0 +1,496 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/term"
+
+	cortex "github.com/nsys-cortex/cortex/client"
+	"github.com/nsys-cortex/cortex/internal/ids"
+	"github.com/nsys-cortex/cortex/internal/link"
+	"github.com/nsys-cortex/cortex/internal/protocol"
+	"github.com/nsys-cortex/cortex/internal/sandbox"
+)
+
+// channel is what the commands do in a running neuron: the channel
+// itself (*link.Client) locally, or the HTTP API through the SDK.
+type channel interface {
+	Exec(ctx context.Context, r *link.ExecRequest) (*link.ExecResult, error)
+	ProcStart(ctx context.Context, args *protocol.ProcStartArgs) (*protocol.ProcInfo, error)
+	ProcList(ctx context.Context) ([]protocol.ProcInfo, error)
+	ProcAttach(ctx context.Context, args *protocol.ProcAttachArgs, out link.OutputFunc) (*protocol.ProcInfo, error)
+	ProcSignal(ctx context.Context, pid int, signal string) error
+	Health(ctx context.Context) (*protocol.HealthResult, error)
+	WriteFileFrom(ctx context.Context, p string, r io.Reader, o *link.WriteOptions) (int64, error)
+	ReadFileTo(ctx context.Context, p string, w io.Writer) (int64, error)
+	Stat(ctx context.Context, p string) (*protocol.FileInfo, error)
+	Lstat(ctx context.Context, p string) (*protocol.FileInfo, error)
+	List(ctx context.Context, p string) ([]protocol.FileInfo, error)
+	Mkdir(ctx context.Context, p string) (string, error)
+	Symlink(ctx context.Context, target, p string) error
+	Remove(ctx context.Context, p string, recursive bool) error
+}
+
+var _ channel = (*link.Client)(nil)
+var _ channel = (*remoteChannel)(nil)
+
+// apiClient returns the SDK client of the daemon the CLI is pointed at
+// (--api, NSYS_CORTEX_API_URL, api.url), or nil to work locally.
+func (a *App) apiClient() (*cortex.Client, error) {
+	if a.api != nil || a.apiURL == "" && a.apiChecked {
+		return a.api, nil
+	}
+	a.apiChecked = true
+	url := a.apiURL
+	if url == "" {
+		cfg, err := a.loadConfig()
+		if err != nil {
+			return nil, err
+		}
+		url = cfg.String("api.url")
+	}
+	if url == "" {
+		return nil, nil
+	}
+	cfg, err := a.loadConfig()
+	if err != nil {
+		return nil, err
+	}
+	c, err := cortex.New(url, cortex.WithToken(cfg.String("api.token")))
+	if err != nil {
+		return nil, err
+	}
+	a.api = c
+	return c, nil
+}
+
+// localError turns an API error into the CLI's own errors where the
+// commands react to them (exit codes, messages).
+func localError(err error) error {
+	var ae cortex.APIError
+	if !errors.As(err, &ae) {
+		return err
+	}
+	code := protocol.Code(ae.Code)
+	switch ae.Code {
+	case cortex.CodeNotFound, cortex.CodePermission, cortex.CodePathEscape, cortex.CodeTimeout,
+		cortex.CodeTooLarge, cortex.CodeBadRequest, cortex.CodeUnsupported, cortex.CodeNotRunning:
+		if ae.Code == cortex.CodePermission {
+			code = protocol.CodePermission
+		}
+		return &protocol.Error{Code: code, Message: ae.Message}
+	}
+	return err
+}
+
+// stateOf is the local form of the API's view of a neuron.
+func stateOf(n *cortex.Neuron) *sandbox.State {
+	st := &sandbox.State{ID: n.ID, Mode: n.Mode, Status: sandbox.Status(n.Status), PID: n.PID, Workdir: n.Workdir,
+		CreatedAt: n.CreatedAt, AgentVersion: n.AgentVersion}
+	if n.Owner != nil {
+		st.Owner = &sandbox.Owner{PID: n.Owner.PID, Command: n.Owner.Command, Since: n.Owner.Since}
+	}
+	if p := n.Policy; p != nil {
+		st.Policy = &sandbox.Policy{Network: sandbox.Network{Mode: sandbox.NetworkMode(p.Network.Mode), Allow: p.Network.Allow},
+			Limits: sandbox.Limits(p.Limits), Image: p.Image}
+	}
+	return st
+}
+
+// remoteFind finds a neuron by id or by a unique prefix of a generated id.
+func remoteFind(ctx context.Context, c *cortex.Client, ref string, prefixes bool) (*sandbox.State, error) {
+	if err := ids.Validate(ref); err != nil {
+		return nil, &sandbox.InvalidError{Reason: err.Error()}
+	}
+	n, err := c.Get(ctx, ref)
+	if err == nil {
+		return stateOf(n), nil
+	}
+	if !errors.As(err, &cortex.NotFoundError{}) || !prefixes || len(ref) < 3 {
+		return nil, err
+	}
+	all, err := c.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var match []string
+	var found *cortex.Neuron
+	for i := range all {
+		if ids.Generated(all[i].ID) && strings.HasPrefix(all[i].ID, ref) {
+			match, found = append(match, all[i].ID), &all[i]
+		}
+	}
+	switch len(match) {
+	case 0:
+		return nil, &sandbox.NotFoundError{ID: ref}
+	case 1:
+		return stateOf(found), nil
+	}
+	return nil, &sandbox.InvalidError{Reason: fmt.Sprintf("%q matches several neurons: %s", ref, strings.Join(match, ", "))}
+}
+
+// remoteChannel is a neuron's channel over the HTTP API.
+type remoteChannel struct {
+	n *cortex.NeuronClient
+}
+
+// maxRemoteStdin bounds the stdin an exec over the API carries (it
+// travels in the request, read to its end first).
+const maxRemoteStdin = 512 << 10
+
+func (r *remoteChannel) Exec(ctx context.Context, req *link.ExecRequest) (*link.ExecResult, error) {
+	er := &cortex.ExecRequest{Command: cortex.Command{Argv: req.Argv, Shell: req.Shell, Cwd: req.Cwd, Env: req.Env},
+		MaxOutput: req.MaxOutput}
+	switch {
+	case req.Timeout == link.NoTimeout:
+		er.TimeoutMs = -1
+	case req.Timeout > 0:
+		er.TimeoutMs = max(1, req.Timeout.Milliseconds())
+	}
+	if req.Stdin != nil {
+		in, err := io.ReadAll(io.LimitReader(req.Stdin, maxRemoteStdin+1))
+		if err != nil {
+			return nil, err
+		}
+		if len(in) > maxRemoteStdin {
+			return nil, fmt.Errorf("over the API, exec takes at most %d KiB of stdin: copy larger input in with cp, or give -n", maxRemoteStdin>>10)
+		}
+		er.Stdin, er.StdinBase64 = cortex.Encoded(in)
+	}
+	res := &link.ExecResult{}
+	if req.Stdout == nil && req.Stderr == nil {
+		out, err := r.n.Exec(ctx, er)
+		if err != nil {
+			return nil, localError(err)
+		}
+		res.Stdout, res.Stderr = out.Output()
+		fill(res, out)
+		return res, nil
+	}
+	s, err := r.n.ExecStream(ctx, er)
+	if err != nil {
+		return nil, localError(err)
+	}
+	stdout, stderr := req.Stdout, req.Stderr
+	var ob, eb bytes.Buffer
+	if stdout == nil {
+		stdout = &ob
+	}
+	if stderr == nil {
+		stderr = &eb
+	}
+	last, err := s.Copy(stdout, stderr)
+	if err != nil {
+		return nil, localError(err)
+	}
+	res.Stdout, res.Stderr = ob.Bytes(), eb.Bytes()
+	fill(res, last.Result)
+	return res, nil
+}
+
+func fill(res *link.ExecResult, out *cortex.ExecResult) {
+	res.ExitCode, res.Signal, res.TimedOut = out.ExitCode, out.Signal, out.TimedOut
+	res.StdoutTruncated, res.StderrTruncated = out.StdoutTruncated, out.StderrTruncated
+	res.DurationUs = out.DurationMs * 1000
+}
+
+func (r *remoteChannel) ProcStart(ctx context.Context, args *protocol.ProcStartArgs) (*protocol.ProcInfo, error) {
+	p, err := r.n.Start(ctx, &cortex.StartRequest{Command: cortex.Command{Argv: args.Argv, Shell: args.Shell, Cwd: args.Cwd, Env: args.Env},
+		Stdin: args.Stdin, RingBytes: args.RingBytes})
+	return p, localError(err)
+}
+
+func (r *remoteChannel) ProcList(ctx context.Context) ([]protocol.ProcInfo, error) {
+	l, err := r.n.Processes(ctx)
+	return l, localError(err)
+}
+
+func (r *remoteChannel) ProcAttach(ctx context.Context, args *protocol.ProcAttachArgs, out link.OutputFunc) (*protocol.ProcInfo, error) {
+	s, err := r.n.Output(ctx, args.PID, cortex.OutputOptions{StdoutOffset: args.StdoutOffset, StderrOffset: args.StderrOffset, NoFollow: !args.Follow})
+	if err != nil {
+		return nil, localError(err)
+	}
+	defer s.Close()
+	for {
+		ev, err := s.Next()
+		if err != nil {
+			return nil, localError(err)
+		}
+		switch ev.Type {
+		case "stdout", "stderr":
+			err = out(ev.Type, ev.Chunk.Offset, ev.Chunk.Bytes())
+		case "gap":
+			err = out(protocol.StreamGap+":"+ev.Gap.Stream, ev.Gap.To, nil)
+		case "end":
+			return ev.Process, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+}
+
+func (r *remoteChannel) ProcSignal(ctx context.Context, pid int, signal string) error {
+	return localError(r.n.Signal(ctx, pid, signal))
+}
+
+func (r *remoteChannel) Health(ctx context.Context) (*protocol.HealthResult, error) {
+	h, err := r.n.Health(ctx)
+	return h, localError(err)
+}
+
+func (r *remoteChannel) WriteFileFrom(ctx context.Context, p string, src io.Reader, o *link.WriteOptions) (int64, error) {
+	wo := &cortex.WriteOptions{}
+	if o != nil {
+		wo.Mode, wo.Parents = o.Mode, o.Parents
+	}
+	if f, ok := src.(interface{ Stat() (fs.FileInfo, error) }); ok {
+		if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() {
+			wo.Size = fi.Size()
+		}
+	}
+	n, err := r.n.WriteFile(ctx, p, src, wo)
+	return n, localError(err)
+}
+
+func (r *remoteChannel) ReadFileTo(ctx context.Context, p string, w io.Writer) (int64, error) {
+	n, err := r.n.Download(ctx, p, w)
+	return n, localError(err)
+}
+
+func (r *remoteChannel) Stat(ctx context.Context, p string) (*protocol.FileInfo, error) {
+	fi, err := r.n.Stat(ctx, p)
+	return fi, localError(err)
+}
+
+func (r *remoteChannel) Lstat(ctx context.Context, p string) (*protocol.FileInfo, error) {
+	fi, err := r.n.Lstat(ctx, p)
+	return fi, localError(err)
+}
+
+func (r *remoteChannel) List(ctx context.Context, p string) ([]protocol.FileInfo, error) {
+	l, err := r.n.List(ctx, p)
+	return l, localError(err)
+}
+
+func (r *remoteChannel) Mkdir(ctx context.Context, p string) (string, error) {
+	d, err := r.n.Mkdir(ctx, p)
+	return d, localError(err)
+}
+
+func (r *remoteChannel) Symlink(ctx context.Context, target, p string) error {
+	return localError(r.n.Symlink(ctx, target, p))
+}
+
+func (r *remoteChannel) Remove(ctx context.Context, p string, recursive bool) error {
+	return localError(r.n.Remove(ctx, p, recursive))
+}
+
+// pty runs command on a PTY wired to this terminal, through the channel
+// or through the daemon's terminal WebSocket.
+func (a *App) pty(ctx context.Context, c channel, command protocol.Command, timeout time.Duration) (int, error) {
+	switch c := c.(type) {
+	case *link.Client:
+		return a.runPty(ctx, c, command, timeout)
+	case *remoteChannel:
+		return a.runPtyRemote(ctx, c.n, command, timeout)
+	}
+	return 0, fmt.Errorf("no terminal over %T", c)
+}
+
+// runPtyRemote is runPty over the API's terminal WebSocket.
+func (a *App) runPtyRemote(ctx context.Context, n *cortex.NeuronClient, command protocol.Command, timeout time.Duration) (int, error) {
+	cols, rows := 80, 24
+	fd := -1
+	if f, ok := a.Stdin.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+		fd = int(f.Fd())
+		if w, h, err := term.GetSize(fd); err == nil {
+			cols, rows = w, h
+		}
+	}
+	if !hasEnvKey(command.Env, "TERM") {
+		if t := os.Getenv("TERM"); t != "" {
+			command.Env = append(command.Env, "TERM="+t)
+		}
+	}
+	t, err := n.Terminal(ctx, cortex.TerminalOptions{Command: cortex.Command{Argv: command.Argv, Shell: command.Shell,
+		Cwd: command.Cwd, Env: command.Env}, Cols: cols, Rows: rows})
+	if err != nil {
+		return 0, spawnError(localError(err))
+	}
+	defer t.Close()
+	if fd >= 0 {
+		old, err := term.MakeRaw(fd)
+		if err != nil {
+			t.Kill()
+			return 0, fmt.Errorf("terminal: %w", err)
+		}
+		defer term.Restore(fd, old)
+		winch := make(chan os.Signal, 1)
+		signal.Notify(winch, syscall.SIGWINCH)
+		defer signal.Stop(winch)
+		go func() {
+			for range winch {
+				if w, h, err := term.GetSize(fd); err == nil {
+					t.Resize(w, h)
+				}
+			}
+		}()
+	}
+	go func() {
+		buf := make([]byte, 32<<10)
+		for {
+			k, err := a.Stdin.Read(buf)
+			if k > 0 {
+				if _, werr := t.Write(buf[:k]); werr != nil {
+					return
+				}
+			}
+			if err != nil {
+				if fd < 0 {
+					t.Write([]byte{4}) // ^D: end of input
+				}
+				return
+			}
+		}
+	}()
+	var expired <-chan time.Time
+	if timeout > 0 {
+		timer := time.NewTimer(timeout)
+		defer timer.Stop()
+		expired = timer.C
+	}
+	copied := make(chan error, 1)
+	go func() { _, err := io.Copy(a.Stdout, t); copied <- err }()
+	select {
+	case err := <-copied:
+		if err != nil {
+			return 0, localError(err)
+		}
+		code, _, err := t.Wait()
+		return code, localError(err)
+	case <-ctx.Done():
+		t.Kill() // leave no shell running behind an interrupted session
+		return 0, ctx.Err()
+	case <-expired:
+		t.Kill()
+		if fd >= 0 {
+			fmt.Fprint(a.Stdout, "\r\n")
+		}
+		fmt.Fprintf(a.Stderr, "nsys-cortex: the command ran past --timeout %s and was killed\n", timeout)
+		return ExitTimeout, nil
+	}
+}
+
+// create creates neuron id locally (set) or through the daemon (set nil);
+// it returns why the mode was chosen.
+func (a *App) create(ctx context.Context, set *sandbox.Set, id, mode string, opts sandbox.CreateOptions) (*sandbox.State, string, error) {
+	if set != nil {
+		m, why, err := set.Resolve(ctx, mode)
+		if err != nil {
+			return nil, "", err
+		}
+		st, err := m.Create(ctx, id, opts)
+		if st == nil {
+			st = &sandbox.State{ID: id, Mode: m.Mode()}
+		}
+		return st, why, err
+	}
+	api, _ := a.apiClient()
+	cr, err := api.Create(ctx, &cortex.CreateRequest{ID: id, Mode: mode, Env: opts.Env, Image: opts.Image,
+		Network: cortex.Network{Mode: string(opts.Network.Mode), Allow: opts.Network.Allow}, Limits: cortex.Limits(opts.Limits),
+		BootTimeoutMs: opts.BootTimeout.Milliseconds()})
+	if err != nil {
+		return &sandbox.State{ID: id}, "", err
+	}
+	st := stateOf(&cr.Neuron)
+	if !cr.Started {
+		return st, "", &sandbox.AlreadyRunningError{State: st}
+	}
+	return st, cr.ModeReason, nil
+}
+
+// list lists the neurons, locally or through the daemon.
+func (a *App) list(ctx context.Context) ([]*sandbox.State, error) {
+	api, err := a.apiClient()
+	if err != nil {
+		return nil, err
+	}
+	if api == nil {
+		set, err := a.sandboxes()
+		if err != nil {
+			return nil, err
+		}
+		return set.List(ctx)
+	}
+	all, err := api.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*sandbox.State, len(all))
+	for i := range all {
+		out[i] = stateOf(&all[i])
+	}
+	return out, nil
+}
+
+// find finds a neuron by id or unique prefix, with a channel to it when it
+// runs (nil otherwise).
+func (a *App) find(ctx context.Context, ref string) (*sandbox.State, channel, error) {
+	api, err := a.apiClient()
+	if err != nil {
+		return nil, nil, err
+	}
+	if api != nil {
+		st, err := remoteFind(ctx, api, ref, true)
+		if err != nil || st.Status != sandbox.StatusRunning {
+			return st, nil, err
+		}
+		return st, &remoteChannel{n: api.Neuron(st.ID)}, nil
+	}
+	set, err := a.sandboxes()
+	if err != nil {
+		return nil, nil, err
+	}
+	m, st, err := set.Find(ctx, ref)
+	if err != nil || st.Status != sandbox.StatusRunning {
+		return st, nil, err
+	}
+	if c, err := m.Connect(ctx, st.ID); err == nil {
+		return st, c, nil
+	}
+	return st, nil, nil
+}
+
+// destroy destroys neuron id (never a prefix: destroy loses data).
+func (a *App) destroy(ctx context.Context, id string, wipe bool) error {
+	api, err := a.apiClient()
+	if err != nil {
+		return err
+	}
+	if api != nil {
+		if err := ids.Validate(id); err != nil {
+			return &sandbox.InvalidError{Reason: err.Error()}
+		}
+		return api.Destroy(ctx, id, wipe)
+	}
+	set, err := a.sandboxes()
+	if err != nil {
+		return err
+	}
+	m, st, err := set.FindExact(ctx, id)
+	if err != nil {
+		return err
+	}
+	return m.Destroy(ctx, st.ID, sandbox.DestroyOptions{Wipe: wipe})
+}
