@@ -49,8 +49,14 @@ type daemon struct {
 }
 
 func newDaemon(t testing.TB, opts api.Options) *daemon {
+	return newDaemonAt(t, opts, "")
+}
+
+// newDaemonAt is newDaemon with the neurons' data under overlays ("": the
+// home's default).
+func newDaemonAt(t testing.TB, opts api.Options, overlays string) *daemon {
 	t.Helper()
-	lay, err := layout.New(filepath.Join(sandboxtest.ShortTempDir(t), "h"), "")
+	lay, err := layout.New(filepath.Join(sandboxtest.ShortTempDir(t), "h"), overlays)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -236,16 +236,38 @@ func connectDirect(d *daemon, id string) (sandbox.Manager, *link.Client, error) 
 	return m, c, err
 }
 
-// BenchmarkHTTPFile64MiB: a 64 MiB upload and download through the API.
+// BenchmarkHTTPFile64MiB: a 64 MiB upload and download through the API,
+// with the neuron's data on disk and on tmpfs (/dev/shm), against the same
+// through the channel directly.
 func BenchmarkHTTPFile64MiB(b *testing.B) {
-	d := newDaemon(b, api.Options{})
+	for _, where := range []string{"disk", "tmpfs"} {
+		b.Run(where, func(b *testing.B) {
+			overlays := ""
+			if where == "tmpfs" {
+				dir, err := os.MkdirTemp("/dev/shm", "cxbench")
+				if err != nil {
+					b.Skip("no /dev/shm")
+				}
+				b.Cleanup(func() { os.RemoveAll(dir) })
+				overlays = dir
+			}
+			benchFile(b, newDaemonAt(b, api.Options{}, overlays))
+		})
+	}
+}
+
+func benchFile(b *testing.B, d *daemon) {
 	n := d.create(b, "bench")
 	ctx := context.Background()
+	_, direct, err := connectDirect(d, "bench")
+	if err != nil {
+		b.Fatal(err)
+	}
 	data := make([]byte, 64<<20)
 	for i := range data {
 		data[i] = byte(i * 7)
 	}
-	var up, down time.Duration
+	var up, down, cup, cdown time.Duration
 	b.SetBytes(2 * int64(len(data)))
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
@@ -260,10 +282,22 @@ func BenchmarkHTTPFile64MiB(b *testing.B) {
 			b.Fatal(got, err)
 		}
 		down += time.Since(start)
+		start = time.Now()
+		if _, err := direct.WriteFileFrom(ctx, "big2", bytesReader(data), nil); err != nil {
+			b.Fatal(err)
+		}
+		cup += time.Since(start)
+		start = time.Now()
+		if _, err := direct.ReadFileTo(ctx, "big2", discardCounter{}); err != nil {
+			b.Fatal(err)
+		}
+		cdown += time.Since(start)
 	}
 	gb := float64(len(data)) * float64(b.N) / 1e9
 	b.ReportMetric(gb/up.Seconds(), "upload-GB/s")
 	b.ReportMetric(gb/down.Seconds(), "download-GB/s")
+	b.ReportMetric(gb/cup.Seconds(), "channel-write-GB/s")
+	b.ReportMetric(gb/cdown.Seconds(), "channel-read-GB/s")
 }
 
 type discardCounter struct{}
