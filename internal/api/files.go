@@ -1,7 +1,9 @@
 package api
 
 import (
+	"bytes"
 	"fmt"
+	"io"
 	"io/fs"
 	"net/http"
 	"strconv"
@@ -55,22 +57,47 @@ func (s *Server) readFile(w http.ResponseWriter, r *http.Request) {
 		status = http.StatusPartialContent
 		h.Set("Content-Range", fmt.Sprintf("bytes %d-%d/%d", off, off+n-1, fi.Size))
 	}
-	if fi.Type == protocol.TypeFile {
+	if fi.Type != protocol.TypeFile || fi.Size == 0 {
+		n = -1 // a device, or a /proc file that says 0: read to the end
+	}
+	// The first piece is read before the status is sent, so that a file
+	// that can be stat'ed but not read (permissions) is a plain error.
+	var first bytes.Buffer
+	probe := int64(firstPiece)
+	if n >= 0 {
+		probe = min(n, probe)
+	}
+	if _, err := c.ReadRangeTo(r.Context(), p, off, probe, &first); err != nil {
+		h.Del("Content-Range")
+		s.fail(w, r, err)
+		return
+	}
+	if n >= 0 {
 		h.Set("Content-Length", strconv.FormatInt(n, 10))
-	} else {
-		n = -1 // a device or /proc file: no size to trust
 	}
 	w.WriteHeader(status)
 	if r.Method == http.MethodHead {
 		return
 	}
-	copied, err := c.ReadRangeTo(r.Context(), p, off, n, w)
+	copied, err := io.Copy(w, &first)
+	if err == nil && (n < 0 && copied == probe || n > copied) {
+		var more int64
+		rest := int64(-1)
+		if n >= 0 {
+			rest = n - copied
+		}
+		more, err = c.ReadRangeTo(r.Context(), p, off+copied, rest, w)
+		copied += more
+	}
 	s.metrics.bytes.WithLabelValues("download").Add(float64(copied))
 	if err != nil {
 		s.noteFailure(r, err)
 		panic(http.ErrAbortHandler) // the status is sent: cut the response so the client sees it is short
 	}
 }
+
+// firstPiece is how much of a download is read before its status is sent.
+const firstPiece = 64 << 10
 
 // parseRange reads one "bytes=a-b", "bytes=a-" or "bytes=-n" range of a
 // file of size bytes. Several ranges are not supported (ok false).
