@@ -116,7 +116,7 @@ Home: ~/.nsys-cortex (NSYS_CORTEX_HOME). Mode: auto (NSYS_CORTEX_MODE).`,
 		a.createCommand(), a.listCommand(), a.statusCommand(), a.destroyCommand(),
 		a.execCommand(), a.shellCommand(), a.cpCommand(), a.psCommand(), a.logsCommand(), a.killCommand(),
 		a.doctorCommand(), a.versionCommand(), a.cleanupOrphansCommand(), a.imageCommand(),
-		a.serveCommand(), a.configCommand(),
+		a.serveCommand(), a.configCommand(), a.launchCommand(), a.receiptsCommand(),
 	)
 	return root
 }

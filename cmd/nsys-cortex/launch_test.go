@@ -1,0 +1,163 @@
+package main_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// fakeCLI records what it was given, says something on both streams and
+// exits 7: the contract test's stand-in for a hosted agent CLI.
+const fakeCLI = `#!/bin/sh
+printf '%s\0' "$@" > rec.argv
+pwd > rec.cwd
+env -0 > rec.env
+id -u > rec.uid
+umask > rec.umask
+echo out
+echo err >&2
+exit 7
+`
+
+// envNames reads `env -0` output into its names.
+func envNames(b string) []string {
+	var names []string
+	for _, kv := range strings.Split(strings.TrimRight(b, "\x00"), "\x00") {
+		k, _, _ := strings.Cut(kv, "=")
+		if k != "" && k != "PWD" && k != "SHLVL" && k != "_" && k != "OLDPWD" {
+			names = append(names, k)
+		}
+	}
+	slices.Sort(names)
+	return names
+}
+
+func TestLaunchContract(t *testing.T) {
+	eachMode(t, func(t *testing.T, c *cli) {
+		c.ok("create", "hosted")
+		if _, errs, code := c.run(fakeCLI, "exec", "hosted", "--", "sh", "-c", "cat > fake && chmod +x fake"); code != 0 {
+			t.Fatal(errs)
+		}
+		base := envNames(c.ok("exec", "hosted", "--", "env", "-0"))
+		c.env = append(c.env, "PASSED_KEY=the-value-42", "NOT_PASSED_SECRET=shh-43", "ANTHROPIC_API_KEY=sk-never-44")
+		out, errs, code := c.run("", "launch", "--stdio", "--pass-env", "PASSED_KEY", "hosted", "--", "./fake", "a b", "$HOME", "", "x'y")
+		if code != 7 || out != "out\n" || !strings.Contains(errs, "err") {
+			t.Fatalf("stdio launch: %d %q %q", code, out, errs)
+		}
+		read := func(name string) string { return c.ok("exec", "hosted", "--", "cat", name) }
+		if argv := strings.Split(strings.TrimSuffix(read("rec.argv"), "\x00"), "\x00"); !slices.Equal(argv, []string{"a b", "$HOME", "", "x'y"}) {
+			t.Fatalf("argv: %q", argv)
+		}
+		env := read("rec.env")
+		want := append(slices.Clone(base), "PASSED_KEY")
+		slices.Sort(want)
+		if got := envNames(env); !slices.Equal(got, want) {
+			t.Fatalf("env names: %v, want %v", got, want)
+		}
+		if !strings.Contains(env, "PASSED_KEY=the-value-42") || strings.Contains(env, "shh-43") || strings.Contains(env, "sk-never-44") {
+			t.Fatalf("env: %q", env)
+		}
+		if cwd := strings.TrimSpace(read("rec.cwd")); !strings.HasSuffix(cwd, "workspace") {
+			t.Fatalf("cwd: %q", cwd)
+		}
+		if u := strings.TrimSpace(read("rec.umask")); u != "0022" {
+			t.Fatalf("umask: %q", u)
+		}
+		uid := strings.TrimSpace(read("rec.uid"))
+
+		// The receipt: what ran, as whom, how it ended; names, never values.
+		var receipts []struct {
+			Argv     []string `json:"argv"`
+			Env      []string `json:"env"`
+			Passed   []string `json:"passed"`
+			IO       string   `json:"io"`
+			ExitCode *int     `json:"exitCode"`
+			Identity struct {
+				UID   int    `json:"uid"`
+				Umask string `json:"umask"`
+			} `json:"identity"`
+			Mounts []struct {
+				Target string `json:"target"`
+			} `json:"mounts"`
+		}
+		raw := c.ok("receipts", "hosted", "-o", "json")
+		if err := json.Unmarshal([]byte(raw), &receipts); err != nil || len(receipts) != 1 {
+			t.Fatalf("receipts: %v %s", err, raw)
+		}
+		r := receipts[0]
+		if r.ExitCode == nil || *r.ExitCode != 7 || r.IO != "stdio" || !slices.Equal(r.Env, []string{"PASSED_KEY"}) ||
+			fmt.Sprint(r.Identity.UID) != uid || r.Identity.Umask != "0022" || len(r.Mounts) == 0 || r.Argv[0] != "./fake" {
+			t.Fatalf("receipt: %s", raw)
+		}
+		audit, err := os.ReadFile(filepath.Join(c.home, "logs", "audit.log"))
+		if err != nil || !strings.Contains(string(audit), `"event":"launch.start"`) || !strings.Contains(string(audit), `"exitCode":7`) {
+			t.Fatalf("audit: %v %s", err, audit)
+		}
+		for _, secret := range []string{"the-value-42", "shh-43", "sk-never-44"} {
+			if strings.Contains(raw, secret) || strings.Contains(string(audit), secret) {
+				t.Fatalf("%s is in a receipt or the audit log", secret)
+			}
+		}
+
+		// On a PTY: the exit status is the program's too.
+		if _, _, code := c.run("", "launch", "--pty", "hosted", "--", "./fake"); code != 7 {
+			t.Fatalf("pty launch: %d", code)
+		}
+		// A profile needing a network the neuron does not reach fails
+		// before anything starts.
+		c.ok("exec", "hosted", "--", "rm", "rec.argv")
+		_, errs, code = c.run("", "launch", "--profile", "claude", "hosted", "--", "./fake")
+		if net := strings.TrimSpace(c.ok("status", "hosted", "--format", "{{.Policy.Network.Mode}}")); net == "full" {
+			if code != 7 { // process mode: the host's network reaches everything
+				t.Fatalf("with a full network: %d %q", code, errs)
+			}
+		} else if code != 125 || !strings.Contains(errs, "api.anthropic.com") || !strings.Contains(errs, "nothing was started") {
+			t.Fatalf("network fail-closed: %d %q", code, errs)
+		}
+		if _, _, code := c.run("", "exec", "hosted", "--", "test", "-e", "rec.argv"); code == 0 && !strings.Contains(errs, "no credentials") {
+			t.Fatal("the program ran though the launch was refused")
+		}
+		if _, errs, code := c.run("", "launch", "--pass-env", "NOT_SET_ANYWHERE_X", "hosted", "--", "./fake"); code != 125 || !strings.Contains(errs, "not set") {
+			t.Fatalf("%d %q", code, errs)
+		}
+	})
+}
+
+// SIGTERM to the launching CLI ends the program's whole process group.
+func TestLaunchCancelLeavesNoOrphan(t *testing.T) {
+	eachMode(t, func(t *testing.T, c *cli) {
+		c.ok("create", "cancel")
+		marker := fmt.Sprintf("%d", 700000+os.Getpid()%100000)
+		for _, io := range []string{"--stdio", "--pty"} {
+			cmd := c.command("launch", io, "cancel", "--", "sh", "-c", "sleep "+marker+" & sleep "+marker+"; wait")
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			running := func() int { return len(hostProcesses("sleep", marker)) }
+			for i := 0; running() < 2; i++ {
+				if i > 1000 {
+					t.Fatalf("%s: the program never started", io)
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			cmd.Process.Signal(syscall.SIGTERM)
+			err := cmd.Wait()
+			if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 143 {
+				t.Fatalf("%s: the CLI after SIGTERM: %v", io, err)
+			}
+			for i := 0; running() > 0; i++ {
+				if i > 500 {
+					t.Fatalf("%s: %d of the program's processes outlived the launch", io, running())
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+		}
+	})
+}

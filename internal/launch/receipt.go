@@ -1,0 +1,228 @@
+package launch
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nsys-cortex/cortex/internal/sandbox"
+)
+
+// Identity is who the program runs as inside the neuron.
+type Identity struct {
+	UID    int    `json:"uid"`
+	GID    int    `json:"gid"`
+	Groups []int  `json:"groups"`
+	Umask  string `json:"umask"`
+}
+
+// Mount is one mount the program sees.
+type Mount struct {
+	Target string `json:"target"`
+	Type   string `json:"type"`
+	Access string `json:"access"` // ro or rw
+}
+
+// Receipt records one launch: what ran, under which boundary, and how it
+// ended. Environment values are never recorded, only names.
+type Receipt struct {
+	ID      string `json:"id"`
+	Neuron  string `json:"neuron"`
+	Mode    string `json:"mode"`
+	Profile string `json:"profile"`
+	IO      string `json:"io"`
+
+	Argv []string `json:"argv"`
+	Cwd  string   `json:"cwd"`
+	// Env names what the launch set (values redacted); Passed the names
+	// the operator passed in from their own environment.
+	Env    []string `json:"env"`
+	Passed []string `json:"passed,omitempty"`
+
+	Identity *Identity       `json:"identity,omitempty"`
+	Mounts   []Mount         `json:"mounts,omitempty"`
+	Network  sandbox.Network `json:"network"`
+	Limits   sandbox.Limits  `json:"limits"`
+	Image    string          `json:"image,omitempty"`
+	// InnerSandbox is the profile's word on the program's own sandbox.
+	InnerSandbox string `json:"innerSandbox"`
+
+	Host struct {
+		PID  int    `json:"pid"`
+		User string `json:"user"`
+	} `json:"host"`
+
+	Started  time.Time `json:"started"`
+	Ended    time.Time `json:"ended,omitzero"`
+	Running  bool      `json:"running"`
+	ExitCode *int      `json:"exitCode,omitempty"`
+	Signal   string    `json:"signal,omitempty"`
+	Error    string    `json:"error,omitempty"`
+}
+
+// NewReceipt starts the receipt of contract c in neuron st.
+func NewReceipt(c *Contract, p *Profile, st *sandbox.State) *Receipt {
+	var rnd [4]byte
+	rand.Read(rnd[:])
+	now := time.Now().UTC()
+	r := &Receipt{ID: now.Format("20060102T150405Z") + "-" + hex.EncodeToString(rnd[:]), Neuron: st.ID, Mode: st.Mode,
+		Profile: p.Name, IO: c.IO, Argv: c.Argv, Cwd: c.Cwd, Passed: c.Passed, InnerSandbox: p.InnerSandbox,
+		Started: now, Running: true}
+	for _, kv := range c.Env {
+		k, _, _ := strings.Cut(kv, "=")
+		r.Env = append(r.Env, k)
+	}
+	if st.Policy != nil {
+		r.Network, r.Limits, r.Image = st.Policy.Network, st.Policy.Limits, st.Policy.Image
+	}
+	r.Host.PID = os.Getpid()
+	r.Host.User = os.Getenv("USER")
+	if r.Host.User == "" {
+		r.Host.User = strconv.Itoa(os.Getuid())
+	}
+	return r
+}
+
+// ParseProbe reads the output of ProbeScript into the receipt.
+func (r *Receipt) ParseProbe(out string) {
+	sections := strings.SplitN(out, "--mounts--\n", 2)
+	lines := strings.Split(strings.TrimSpace(sections[0]), "\n")
+	if len(lines) >= 4 {
+		id := &Identity{Umask: strings.TrimSpace(lines[3])}
+		id.UID, _ = strconv.Atoi(strings.TrimSpace(lines[0]))
+		id.GID, _ = strconv.Atoi(strings.TrimSpace(lines[1]))
+		for _, g := range strings.Fields(lines[2]) {
+			if n, err := strconv.Atoi(g); err == nil {
+				id.Groups = append(id.Groups, n)
+			}
+		}
+		r.Identity = id
+	}
+	if len(lines) >= 5 && r.Cwd == "" {
+		r.Cwd = strings.TrimSpace(lines[4]) // the neuron's workdir
+	}
+	if len(sections) == 2 {
+		for _, l := range strings.Split(sections[1], "\n") {
+			f := strings.Fields(l)
+			if len(f) < 4 {
+				continue
+			}
+			access := "rw"
+			for _, o := range strings.Split(f[3], ",") {
+				if o == "ro" {
+					access = "ro"
+				}
+			}
+			r.Mounts = append(r.Mounts, Mount{Target: f[1], Type: f[2], Access: access})
+		}
+		sort.Slice(r.Mounts, func(i, j int) bool { return r.Mounts[i].Target < r.Mounts[j].Target })
+	}
+}
+
+// ProbeScript prints, in the program's cwd and environment, who it will
+// run as and what it will see mounted.
+const ProbeScript = `id -u; id -g; id -G; umask; pwd; echo --mounts--; cat /proc/self/mounts 2>/dev/null || true`
+
+// Finish records how the launch ended.
+func (r *Receipt) Finish(code int, signal string, err error) {
+	r.Running = false
+	r.Ended = time.Now().UTC()
+	if err != nil {
+		r.Error = err.Error()
+		return
+	}
+	r.ExitCode, r.Signal = &code, signal
+}
+
+// ReceiptsDir is where a neuron's receipts are kept: beside its data on
+// the host, outside anything the neuron can reach.
+func ReceiptsDir(overlay string) string { return filepath.Join(overlay, "receipts") }
+
+// Write stores the receipt (atomically: temp file and rename), owner-only.
+func (r *Receipt) Write(dir string) (string, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", err
+	}
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, r.ID+".json")
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, append(b, '\n'), 0o600); err != nil {
+		return "", err
+	}
+	return path, os.Rename(tmp, path)
+}
+
+// Receipts reads a neuron's receipts, oldest first.
+func Receipts(dir string) ([]*Receipt, error) {
+	ents, err := os.ReadDir(dir)
+	if os.IsNotExist(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []*Receipt
+	for _, e := range ents {
+		if !strings.HasSuffix(e.Name(), ".json") {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			return nil, err
+		}
+		var r Receipt
+		if err := json.Unmarshal(b, &r); err != nil {
+			return nil, fmt.Errorf("receipt %s: %w", e.Name(), err)
+		}
+		out = append(out, &r)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out, nil
+}
+
+// Audit appends one fact to the audit log: a JSON line, written with
+// O_APPEND so lines of concurrent writers never mix.
+type Audit struct {
+	mu   sync.Mutex
+	path string
+}
+
+// NewAudit returns the audit log at path.
+func NewAudit(path string) *Audit { return &Audit{path: path} }
+
+// Record appends event with its fields.
+func (a *Audit) Record(event string, fields map[string]any) error {
+	rec := map[string]any{"time": time.Now().UTC().Format(time.RFC3339Nano), "event": event}
+	for k, v := range fields {
+		rec[k] = v
+	}
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if err := os.MkdirAll(filepath.Dir(a.path), 0o700); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(a.path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(append(b, '\n')); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
