@@ -7,42 +7,44 @@ import (
 
 // Error codes of the API, each with one HTTP status.
 const (
-	CodeBadRequest     = "BAD_REQUEST"
-	CodeUnauthorized   = "UNAUTHORIZED"
-	CodePolicyDenied   = "POLICY_DENIED"
-	CodePathEscape     = "PATH_ESCAPE"
-	CodePermission     = "PERMISSION"
-	CodeNotFound       = "NOT_FOUND"
-	CodeNotRunning     = "NOT_RUNNING"
-	CodeOwnedElsewhere = "OWNED_ELSEWHERE"
-	CodeTooLarge       = "TOO_LARGE"
-	CodeUnenforceable  = "UNENFORCEABLE"
-	CodeUnsupported    = "UNSUPPORTED"
-	CodeCapacity       = "CAPACITY"
-	CodeUnavailable    = "UNAVAILABLE"
-	CodeTimeout        = "TIMEOUT"
-	CodeBootFailed     = "BOOT_FAILED"
-	CodeInternal       = "INTERNAL"
+	CodeBadRequest          = "BAD_REQUEST"
+	CodeUnauthorized        = "UNAUTHORIZED"
+	CodePolicyDenied        = "POLICY_DENIED"
+	CodePathEscape          = "PATH_ESCAPE"
+	CodePermission          = "PERMISSION"
+	CodeNotFound            = "NOT_FOUND"
+	CodeNotRunning          = "NOT_RUNNING"
+	CodeOwnedElsewhere      = "OWNED_ELSEWHERE"
+	CodeTooLarge            = "TOO_LARGE"
+	CodeRangeNotSatisfiable = "RANGE_NOT_SATISFIABLE"
+	CodeUnenforceable       = "UNENFORCEABLE"
+	CodeUnsupported         = "UNSUPPORTED"
+	CodeCapacity            = "CAPACITY"
+	CodeUnavailable         = "UNAVAILABLE"
+	CodeTimeout             = "TIMEOUT"
+	CodeBootFailed          = "BOOT_FAILED"
+	CodeInternal            = "INTERNAL"
 )
 
 // Statuses maps every error code to its HTTP status.
 var Statuses = map[string]int{
-	CodeBadRequest:     http.StatusBadRequest,
-	CodeUnauthorized:   http.StatusUnauthorized,
-	CodePolicyDenied:   http.StatusForbidden,
-	CodePathEscape:     http.StatusForbidden,
-	CodePermission:     http.StatusForbidden,
-	CodeNotFound:       http.StatusNotFound,
-	CodeNotRunning:     http.StatusConflict,
-	CodeOwnedElsewhere: http.StatusConflict,
-	CodeTooLarge:       http.StatusRequestEntityTooLarge,
-	CodeUnenforceable:  http.StatusUnprocessableEntity,
-	CodeUnsupported:    http.StatusNotImplemented,
-	CodeCapacity:       http.StatusServiceUnavailable,
-	CodeUnavailable:    http.StatusServiceUnavailable,
-	CodeTimeout:        http.StatusGatewayTimeout,
-	CodeBootFailed:     http.StatusBadGateway,
-	CodeInternal:       http.StatusInternalServerError,
+	CodeBadRequest:          http.StatusBadRequest,
+	CodeUnauthorized:        http.StatusUnauthorized,
+	CodePolicyDenied:        http.StatusForbidden,
+	CodePathEscape:          http.StatusForbidden,
+	CodePermission:          http.StatusForbidden,
+	CodeNotFound:            http.StatusNotFound,
+	CodeNotRunning:          http.StatusConflict,
+	CodeOwnedElsewhere:      http.StatusConflict,
+	CodeTooLarge:            http.StatusRequestEntityTooLarge,
+	CodeRangeNotSatisfiable: http.StatusRequestedRangeNotSatisfiable,
+	CodeUnenforceable:       http.StatusUnprocessableEntity,
+	CodeUnsupported:         http.StatusNotImplemented,
+	CodeCapacity:            http.StatusServiceUnavailable,
+	CodeUnavailable:         http.StatusServiceUnavailable,
+	CodeTimeout:             http.StatusGatewayTimeout,
+	CodeBootFailed:          http.StatusBadGateway,
+	CodeInternal:            http.StatusInternalServerError,
 }
 
 // ErrorBody is the JSON of every error answer: {"error":{"code","message"}}.

@@ -7,6 +7,8 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
+	"sync/atomic"
 )
 
 // Event is one event of a stream. Which field is set follows Type:
@@ -23,9 +25,10 @@ type Event struct {
 // Stream reads Server-Sent Events from the daemon. Close it when done
 // (reading it to the end closes it too).
 type Stream struct {
-	resp *http.Response
-	r    *bufio.Reader
-	done bool
+	resp  *http.Response
+	r     *bufio.Reader
+	done  atomic.Bool
+	close sync.Once
 }
 
 func (c *Client) stream(req *http.Request) (*Stream, error) {
@@ -44,7 +47,7 @@ func (c *Client) stream(req *http.Request) (*Stream, error) {
 // Next returns the next event; io.EOF after the last ("exit" or "end").
 // An "error" event is returned as the typed error of its code.
 func (s *Stream) Next() (*Event, error) {
-	if s.done {
+	if s.done.Load() {
 		return nil, io.EOF
 	}
 	name, data, err := s.read()
@@ -117,13 +120,15 @@ func (s *Stream) read() (string, []byte, error) {
 	}
 }
 
-// Close ends the stream (and, for an exec stream, kills the command).
+// Close ends the stream (and, for an exec stream, kills the command). It
+// may be called from another goroutine to end a Next that waits.
 func (s *Stream) Close() error {
-	if s.done {
-		return nil
-	}
-	s.done = true
-	return s.resp.Body.Close()
+	var err error
+	s.close.Do(func() {
+		s.done.Store(true)
+		err = s.resp.Body.Close()
+	})
+	return err
 }
 
 // Copy writes a stream's stdout and stderr chunks to the writers (either

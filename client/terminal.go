@@ -19,28 +19,35 @@ type TerminalOptions struct {
 	Command    // what to run (default: a login shell)
 	Cols, Rows int
 	// PID attaches to the running terminal PID instead of starting one,
-	// replaying its output from Offset.
+	// replaying its output from Offset (the number of bytes of it already
+	// received: Terminal.Offset of an earlier attachment).
 	PID    int
 	Offset int64
+	// Watch attaches read-only: input and resizes are not sent, and the
+	// terminal may have a writer elsewhere.
+	Watch bool
 }
 
 // Terminal is a terminal in a neuron over a WebSocket: Read its output,
 // Write its input. It keeps running when the connection closes, unless
 // Kill ends it.
 type Terminal struct {
-	// PID is the terminal's process id in the neuron (for attaching again).
+	// PID is the terminal's process id in the neuron (for attaching
+	// again); ID its terminal id.
 	PID int
+	ID  string
 
 	ws     *websocket.Conn
 	ctx    context.Context
 	cancel context.CancelFunc
 
-	mu   sync.Mutex
-	buf  []byte
-	exit *TermMessage
-	err  error
-	msgs chan []byte
-	done chan struct{}
+	mu     sync.Mutex
+	offset int64 // of the next output byte
+	buf    []byte
+	exit   *TermMessage
+	err    error
+	msgs   chan []byte
+	done   chan struct{}
 }
 
 // Terminal opens a terminal.
@@ -67,6 +74,9 @@ func (n *NeuronClient) Terminal(ctx context.Context, o TerminalOptions) (*Termin
 	if o.PID > 0 {
 		q.Set("pid", strconv.Itoa(o.PID))
 		q.Set("offset", strconv.FormatInt(o.Offset, 10))
+	}
+	if o.Watch {
+		q.Set("watch", "true")
 	}
 	u := *n.c.base
 	u.Path += n.prefix + "/terminal"
@@ -97,12 +107,15 @@ func (n *NeuronClient) Terminal(ctx context.Context, o TerminalOptions) (*Termin
 	if err != nil || m.Type != "started" {
 		ws.CloseNow()
 		cancel()
-		if err == nil {
+		switch {
+		case err == nil && m.Type == "error":
+			return nil, APIError{Code: m.Code, Message: m.Message, Status: Statuses[m.Code]}.Typed()
+		case err == nil:
 			err = fmt.Errorf("the daemon sent %q before the terminal started", m.Type)
 		}
 		return nil, fmt.Errorf("opening the terminal: %w", err)
 	}
-	t.PID = m.PID
+	t.PID, t.ID, t.offset = m.PID, m.ID, o.Offset
 	go t.readLoop()
 	return t, nil
 }
@@ -122,6 +135,9 @@ func (t *Terminal) readLoop() {
 			return
 		}
 		if typ == websocket.MessageBinary {
+			t.mu.Lock()
+			t.offset += int64(len(data))
+			t.mu.Unlock()
 			select {
 			case t.msgs <- data:
 			case <-t.ctx.Done():
@@ -135,6 +151,8 @@ func (t *Terminal) readLoop() {
 		}
 		t.mu.Lock()
 		switch m.Type {
+		case "gap":
+			t.offset = m.Offset // output before it is gone
 		case "exit":
 			t.exit = &m
 		case "error":
@@ -185,13 +203,19 @@ func (t *Terminal) Resize(cols, rows int) error {
 // Kill ends the terminal's process; Wait then returns its exit.
 func (t *Terminal) Kill() error { return t.control(TermMessage{Type: "close"}) }
 
-// Wait waits until the terminal's process exits (reading and discarding
-// output no one reads) and returns its exit status and signal.
+// Offset is how many bytes of the terminal's output this attachment has
+// received (counting from the terminal's start): the Offset to attach
+// again from without repeating any.
+func (t *Terminal) Offset() int64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.offset
+}
+
+// Wait waits until the terminal's process exits and returns its exit
+// status and signal. Output must be consumed meanwhile (Read, io.Copy, or
+// Discard): Wait does not read it.
 func (t *Terminal) Wait() (exitCode int, signal string, err error) {
-	go func() {
-		for range t.msgs {
-		}
-	}()
 	<-t.done
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -202,6 +226,15 @@ func (t *Terminal) Wait() (exitCode int, signal string, err error) {
 		return 0, "", t.err
 	}
 	return t.exit.ExitCode, t.exit.Signal, nil
+}
+
+// Discard reads and drops the output from now on (for a caller that only
+// waits for the exit).
+func (t *Terminal) Discard() {
+	go func() {
+		for range t.msgs {
+		}
+	}()
 }
 
 // Close closes the connection; the terminal keeps running (attach again

@@ -217,8 +217,11 @@ type PathResult struct {
 // binary frames.
 type TermMessage struct {
 	// Type: from the client "resize" or "close"; from the server
-	// "started", "exit" or "error".
+	// "started" (PID, ID), "gap" (output before Offset was lost to the
+	// replay buffer), "exit" or "error".
 	Type     string `json:"type"`
+	ID       string `json:"id,omitempty"`
+	Offset   int64  `json:"offset,omitempty"`
 	Cols     int    `json:"cols,omitempty"`
 	Rows     int    `json:"rows,omitempty"`
 	PID      int    `json:"pid,omitempty"`

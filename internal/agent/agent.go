@@ -7,6 +7,7 @@ import (
 	"log"
 	"net"
 	"os"
+	"path/filepath"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -52,6 +53,7 @@ type Agent struct {
 	cfg     Config
 	fs      *fsys
 	procs   *procTable
+	terms   *termStore
 	reaper  *reaper
 	workers *workers
 	pid     int
@@ -82,6 +84,8 @@ func New(cfg Config) (*Agent, error) {
 	a.reaper = newReaper(cfg.Subreaper)
 	a.workers = newWorkers()
 	a.procs = newProcTable(a)
+	a.terms = newTermStore(filepath.Join(filepath.Dir(fs.workdir), ".cortex", "terminals"), a.logf)
+	a.terms.load(a.procs)
 	return a, nil
 }
 

@@ -37,6 +37,7 @@ type procTable struct {
 // proc is one background process or PTY.
 type proc struct {
 	pid     int
+	id      string // a terminal's id (PTYs only)
 	argv    []string
 	cwd     string
 	started time.Time
@@ -250,10 +251,11 @@ func (t *procTable) startPty(c *protocol.Command, cols, rows, ringBytes int) (p 
 	if err != nil {
 		return nil, protocol.Errorf(protocol.CodeInternal, "pty: starting %v: %v", cmd.Args, err)
 	}
-	p = &proc{pid: cmd.Process.Pid, argv: cmd.Args, cwd: cmd.Dir, started: time.Now(), cmd: cmd, isPty: true,
+	p = &proc{pid: cmd.Process.Pid, id: newTermID(), argv: cmd.Args, cwd: cmd.Dir, started: time.Now(), cmd: cmd, isPty: true,
 		out: newRing(size), done: make(chan struct{}), stdin: tty, tty: tty, cols: cols, rows: rows}
 	t.run(p, []*os.File{tty}, []*ring{p.out})
 	t.add(p)
+	t.a.terms.keep(p, &t.wg)
 	return p, nil
 }
 
@@ -312,7 +314,7 @@ func (t *procTable) run(p *proc, outs []*os.File, rings []*ring) {
 func (p *proc) info() protocol.ProcInfo {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	pi := protocol.ProcInfo{PID: p.pid, Argv: p.argv, Cwd: p.cwd, Pty: p.isPty, Started: p.started.UTC(),
+	pi := protocol.ProcInfo{PID: p.pid, ID: p.id, Argv: p.argv, Cwd: p.cwd, Pty: p.isPty, Started: p.started.UTC(),
 		Running: !p.exited, ExitCode: p.exitCode, Signal: p.signal, StdoutEnd: p.out.End(), Cols: p.cols, Rows: p.rows}
 	if p.exited {
 		pi.Ended = p.ended.UTC()

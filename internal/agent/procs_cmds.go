@@ -244,6 +244,7 @@ func (a *Agent) ptyResize(req *request) (any, []byte, error) {
 	p.mu.Lock()
 	p.cols, p.rows = args.Cols, args.Rows
 	p.mu.Unlock()
+	a.terms.saveMeta(p)
 	return struct{}{}, nil, nil
 }
 

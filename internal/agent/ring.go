@@ -93,3 +93,21 @@ func (r *ring) End() int64 {
 	defer r.mu.Unlock()
 	return r.end
 }
+
+// ringFrom is a closed ring holding data as the last bytes of a stream
+// that ended at offset end (a terminal's replay, read back from disk).
+func ringFrom(data []byte, end int64) *ring {
+	r := newRing(max(len(data), 1))
+	copy(r.buf, data)
+	r.end = max(end, int64(len(data)))
+	if n := len(data); n > 0 {
+		// Place the bytes where Write would have: byte k at k % size.
+		r.buf = make([]byte, n)
+		for i := 0; i < n; i++ {
+			off := r.end - int64(n) + int64(i)
+			r.buf[off%int64(n)] = data[i]
+		}
+	}
+	r.closed = true
+	return r
+}

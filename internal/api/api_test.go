@@ -599,3 +599,117 @@ func TestCheckListener(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Review regressions: nothing starts for a request that is not a
+// WebSocket of this origin.
+func TestTerminalNeedsAWebSocketOfThisOrigin(t *testing.T) {
+	d := newDaemon(t, api.Options{})
+	n := d.create(t, "ws")
+	path := "/v1/neurons/ws/terminal?argv=sleep&argv=1000"
+	if status, body := raw(t, d, "GET", path, ""); status != 400 || !strings.Contains(body, "WebSocket") {
+		t.Fatalf("a plain GET: %d %s", status, body)
+	}
+	up := []string{"Connection", "Upgrade", "Upgrade", "websocket", "Sec-WebSocket-Version", "13", "Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ=="}
+	if status, body := raw(t, d, "GET", path, "", append(up, "Origin", "https://evil.example")...); status != 403 || !strings.Contains(body, "POLICY_DENIED") {
+		t.Fatalf("a foreign origin: %d %s", status, body)
+	}
+	list, err := n.Processes(context.Background())
+	if err != nil || len(list) != 0 {
+		t.Fatalf("something started: %+v %v", list, err)
+	}
+}
+
+// One writer, any number of watchers, all seeing the same bytes.
+func TestTerminalWritersAndWatchers(t *testing.T) {
+	d := newDaemon(t, api.Options{TermLocks: t.TempDir()})
+	n := d.create(t, "ww")
+	ctx := context.Background()
+	w1, err := n.Terminal(ctx, cortex.TerminalOptions{Command: cortex.Command{Argv: []string{"sh"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w1.Close()
+	if _, err := n.Terminal(ctx, cortex.TerminalOptions{PID: w1.PID}); !errors.As(err, &cortex.OwnedElsewhereError{}) || !strings.Contains(err.Error(), "already has a writer") {
+		t.Fatalf("a second writer: %v", err)
+	}
+	watchers := make([]*cortex.Terminal, 2)
+	for i := range watchers {
+		if watchers[i], err = n.Terminal(ctx, cortex.TerminalOptions{PID: w1.PID, Watch: true}); err != nil {
+			t.Fatal(err)
+		}
+		defer watchers[i].Close()
+	}
+	watchers[0].Write([]byte("echo ignored-from-watcher\n"))
+	w1.Write([]byte("echo from-$((1+1))-writer; exit 3\n"))
+	for i, term := range append(watchers, w1) {
+		b, _ := io.ReadAll(term)
+		if !strings.Contains(string(b), "from-2-writer") || strings.Contains(string(b), "ignored-from-watcher") {
+			t.Fatalf("attachment %d saw %q", i, b)
+		}
+		if code, _, err := term.Wait(); err != nil || code != 3 {
+			t.Fatalf("attachment %d: exit %d %v", i, code, err)
+		}
+	}
+}
+
+func TestReviewRegressions(t *testing.T) {
+	d := newDaemon(t, api.Options{Token: "tok"})
+	n := d.create(t, "rr")
+	ctx := context.Background()
+	// The auth scheme is case-insensitive.
+	if status, _ := raw(t, d, "GET", "/v1/neurons", "", "Authorization", "bearer tok"); status != 200 {
+		t.Fatalf("lower-case bearer: %d", status)
+	}
+	auth := []string{"Authorization", "Bearer tok"}
+	if status, body := raw(t, d, "POST", "/v1/neurons/rr/exec", `{"shell":"true"}}`, auth...); status != 400 || !strings.Contains(body, "after its JSON") {
+		t.Fatalf("trailing data: %d %s", status, body)
+	}
+	// Ranges: past the end is 416; several are ignored.
+	n.WriteFile(ctx, "ten", strings.NewReader("0123456789"), nil)
+	if status, body := raw(t, d, "GET", "/v1/neurons/rr/files?path=ten", "", append(auth, "Range", "bytes=10-")...); status != 416 || !strings.Contains(body, "RANGE_NOT_SATISFIABLE") {
+		t.Fatalf("past the end: %d %s", status, body)
+	}
+	if status, body := raw(t, d, "GET", "/v1/neurons/rr/files?path=ten", "", append(auth, "Range", "bytes=0-1,3-4")...); status != 200 || body != "0123456789" {
+		t.Fatalf("several ranges: %d %s", status, body)
+	}
+	// A FIFO is not downloaded (its open would block).
+	if res, err := n.Exec(ctx, &cortex.ExecRequest{Command: cortex.Command{Shell: "mkfifo ff"}}); err != nil || res.ExitCode != 0 {
+		t.Fatalf("%+v %v", res, err)
+	}
+	if status, body := raw(t, d, "GET", "/v1/neurons/rr/files?path=ff", "", auth...); status != 400 || !strings.Contains(body, "not a regular file") {
+		t.Fatalf("a FIFO: %d %s", status, body)
+	}
+	// An upload cut short leaves the file as it was.
+	n.WriteFile(ctx, "keep", strings.NewReader("original"), nil)
+	conn, err := net.Dial("tcp", strings.TrimPrefix(d.ts.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(conn, "PUT /v1/neurons/rr/files?path=keep HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer tok\r\nContent-Type: application/octet-stream\r\nContent-Length: 100000\r\n\r\n%s", strings.Repeat("x", 5000))
+	conn.(*net.TCPConn).CloseWrite()
+	io.ReadAll(conn)
+	conn.Close()
+	time.Sleep(200 * time.Millisecond)
+	if b, err := n.ReadFile(ctx, "keep"); err != nil || string(b) != "original" {
+		t.Fatalf("after a cut upload: %q %v", b, err)
+	}
+}
+
+// The SDK's Stream may be closed from another goroutine while Next waits.
+func TestStreamCloseWhileNextWaits(t *testing.T) {
+	d := newDaemon(t, api.Options{})
+	n := d.create(t, "sc")
+	ctx := context.Background()
+	p, err := n.Start(ctx, &cortex.StartRequest{Command: cortex.Command{Argv: []string{"sleep", "30"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := n.Output(ctx, p.PID, cortex.OutputOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { time.Sleep(100 * time.Millisecond); s.Close() }()
+	if _, err := s.Next(); err == nil {
+		t.Fatal("Next returned an event after Close")
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"mime"
 	"net/http"
 	"reflect"
 	"strings"
@@ -72,8 +73,16 @@ func apiError(err error) cortex.APIError {
 		case protocol.CodeNotRunning:
 			code = cortex.CodeNotRunning
 		}
+	case errors.Is(err, errStopping):
+		code = cortex.CodeUnavailable
 	case errors.Is(err, context.DeadlineExceeded):
 		code = cortex.CodeTimeout
+	case errors.Is(err, context.Canceled):
+		code = cortex.CodeUnavailable
+		err = fmt.Errorf("the request was cancelled (the client went away, or the daemon is stopping): %w", err)
+	}
+	if code == cortex.CodeNotRunning && nr != nil {
+		err = fmt.Errorf("%w; over the API, POST /v1/neurons with {\"id\":%q} starts it again with its data", err, nr.ID)
 	}
 	return cortex.APIError{Status: cortex.Statuses[code], Code: code, Message: err.Error()}
 }
@@ -109,7 +118,7 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, v any) error {
 	// application/json is required: a web page cannot send it cross-site
 	// without a CORS preflight (never granted), so a page the operator
 	// visits cannot drive the daemon (curl: --json).
-	if ct := r.Header.Get("Content-Type"); !strings.HasPrefix(ct, "application/json") {
+	if ct := r.Header.Get("Content-Type"); !isMediaType(ct, "application/json") {
 		if ct == "" {
 			ct = "none"
 		}
@@ -137,10 +146,16 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, v any) error {
 		}
 		return badRequest("the body is not valid JSON: %v", err)
 	}
-	if dec.More() {
+	if err := dec.Decode(&struct{}{}); err != io.EOF {
 		return badRequest("the body has data after its JSON value")
 	}
 	return nil
+}
+
+// isMediaType reports whether a Content-Type header names want.
+func isMediaType(header, want string) bool {
+	mt, _, err := mime.ParseMediaType(header)
+	return err == nil && mt == want
 }
 
 // jsonField turns the decoder's field path into the JSON one: the Go

@@ -42,22 +42,30 @@ func (s *Server) readFile(w http.ResponseWriter, r *http.Request) {
 		writeError(w, badRequest("%s is a directory: list it with GET .../files/list?path=%s", p, p))
 		return
 	}
+	if fi.Type != protocol.TypeFile {
+		// A FIFO or a device could block the read forever.
+		writeError(w, badRequest("%s is a %s, not a regular file: only files are downloaded", p, fi.Type))
+		return
+	}
 	off, n, status := int64(0), fi.Size, http.StatusOK
 	h := w.Header()
 	h.Set("Accept-Ranges", "bytes")
 	h.Set("Content-Type", "application/octet-stream")
 	h.Set("Last-Modified", fi.ModTime.UTC().Format(http.TimeFormat))
-	if rg := r.Header.Get("Range"); rg != "" && fi.Type == protocol.TypeFile {
-		var ok bool
-		if off, n, ok = parseRange(rg, fi.Size); !ok {
+	if rg := r.Header.Get("Range"); rg != "" && fi.Size > 0 {
+		// One range of bytes is served; several ranges, or another unit,
+		// are ignored (the whole file, 200), as HTTP allows.
+		switch o, k, res := parseRange(rg, fi.Size); res {
+		case rangeOK:
+			off, n, status = o, k, http.StatusPartialContent
+			h.Set("Content-Range", fmt.Sprintf("bytes %d-%d/%d", off, off+n-1, fi.Size))
+		case rangeUnsatisfiable:
 			h.Set("Content-Range", fmt.Sprintf("bytes */%d", fi.Size))
-			writeError(w, cortex.APIError{Code: cortex.CodeBadRequest, Message: fmt.Sprintf("range %q is not satisfiable for a file of %d bytes", rg, fi.Size)})
+			writeError(w, cortex.APIError{Code: cortex.CodeRangeNotSatisfiable, Message: fmt.Sprintf("range %q starts past the end of the file (%d bytes)", rg, fi.Size)})
 			return
 		}
-		status = http.StatusPartialContent
-		h.Set("Content-Range", fmt.Sprintf("bytes %d-%d/%d", off, off+n-1, fi.Size))
 	}
-	if fi.Type != protocol.TypeFile || fi.Size == 0 {
+	if fi.Size == 0 {
 		n = -1 // a device, or a /proc file that says 0: read to the end
 	}
 	// The first piece is read before the status is sent, so that a file
@@ -99,37 +107,50 @@ func (s *Server) readFile(w http.ResponseWriter, r *http.Request) {
 // firstPiece is how much of a download is read before its status is sent.
 const firstPiece = 64 << 10
 
+// Results of parseRange.
+const (
+	rangeIgnored = iota
+	rangeOK
+	rangeUnsatisfiable
+)
+
 // parseRange reads one "bytes=a-b", "bytes=a-" or "bytes=-n" range of a
-// file of size bytes. Several ranges are not supported (ok false).
-func parseRange(h string, size int64) (off, n int64, ok bool) {
+// file of size bytes (> 0).
+func parseRange(h string, size int64) (off, n int64, result int) {
 	spec, found := strings.CutPrefix(h, "bytes=")
 	if !found || strings.Contains(spec, ",") {
-		return 0, 0, false
+		return 0, 0, rangeIgnored
 	}
 	a, b, found := strings.Cut(strings.TrimSpace(spec), "-")
 	if !found {
-		return 0, 0, false
+		return 0, 0, rangeIgnored
 	}
 	if a == "" { // the last b bytes
 		last, err := strconv.ParseInt(b, 10, 64)
-		if err != nil || last <= 0 {
-			return 0, 0, false
+		if err != nil || last < 0 {
+			return 0, 0, rangeIgnored
+		}
+		if last == 0 {
+			return 0, 0, rangeUnsatisfiable
 		}
 		last = min(last, size)
-		return size - last, last, size > 0
+		return size - last, last, rangeOK
 	}
 	start, err := strconv.ParseInt(a, 10, 64)
-	if err != nil || start < 0 || start >= size {
-		return 0, 0, false
+	if err != nil || start < 0 {
+		return 0, 0, rangeIgnored
 	}
 	end := size - 1
 	if b != "" {
 		if end, err = strconv.ParseInt(b, 10, 64); err != nil || end < start {
-			return 0, 0, false
+			return 0, 0, rangeIgnored
 		}
 		end = min(end, size-1)
 	}
-	return start, end - start + 1, true
+	if start >= size {
+		return 0, 0, rangeUnsatisfiable
+	}
+	return start, end - start + 1, rangeOK
 }
 
 func (s *Server) writeFile(w http.ResponseWriter, r *http.Request) {

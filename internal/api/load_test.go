@@ -159,7 +159,7 @@ func TestGracefulShutdown(t *testing.T) {
 	}
 	execDone := make(chan error, 1)
 	go func() {
-		res, err := h.Exec(bg, &cortex.ExecRequest{Command: cortex.Command{Shell: "sleep 1; echo done"}})
+		res, err := h.Exec(bg, &cortex.ExecRequest{Command: cortex.Command{Shell: "sleep 2; echo done"}})
 		if err == nil && res.Stdout != "done\n" {
 			err = fmt.Errorf("%+v", res)
 		}

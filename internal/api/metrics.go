@@ -123,10 +123,14 @@ func (s *Server) observe(next http.Handler) http.Handler {
 			if status == 0 {
 				status = http.StatusOK
 			}
+			clientGone := r.Context().Err() != nil
+			if clientGone && (status >= 500 || sw.status == 0) {
+				status = 499 // the client closed the request: not the daemon's failure
+			}
 			d := time.Since(start)
 			s.metrics.requests.WithLabelValues(route, strconv.Itoa(status)).Inc()
 			s.metrics.latency.WithLabelValues(route).Observe(d.Seconds())
-			if code := sw.Header().Get("X-Cortex-Error"); code != "" {
+			if code := sw.Header().Get("X-Cortex-Error"); code != "" && status != 499 {
 				s.metrics.errors.WithLabelValues(code).Inc()
 			}
 			level := slog.LevelDebug

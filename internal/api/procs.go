@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -108,13 +109,18 @@ func (s *Server) processOutput(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	info, err := c.ProcAttach(r.Context(), args, func(stream string, off int64, p []byte) error {
+	ctx, done := s.streamContext(r)
+	defer done()
+	info, err := c.ProcAttach(ctx, args, func(stream string, off int64, p []byte) error {
 		if g, isGap := strings.CutPrefix(stream, protocol.StreamGap+":"); isGap {
 			return sse.event("gap", cortex.Gap{Stream: g, To: off})
 		}
 		return sse.event(stream, cortex.EncodeChunk(off, p))
 	})
 	if err != nil {
+		if ctx.Err() != nil {
+			err = context.Cause(ctx) // the client went, or the daemon stops
+		}
 		s.noteFailure(r, err)
 		sse.fail(err)
 		return
@@ -149,7 +155,7 @@ func (s *Server) processInput(w http.ResponseWriter, r *http.Request) {
 	}
 	// Only a type no web form can send (a cross-site page cannot type
 	// into a process without a CORS preflight, which is never granted).
-	if ct := r.Header.Get("Content-Type"); ct != "application/octet-stream" {
+	if ct := r.Header.Get("Content-Type"); !isMediaType(ct, "application/octet-stream") {
 		writeError(w, badRequest("the input must be sent as Content-Type: application/octet-stream, not %q", ct))
 		return
 	}

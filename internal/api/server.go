@@ -45,6 +45,9 @@ type Options struct {
 	MaxUpload int64
 	// Log receives one line per request (never the token); nil discards.
 	Log *slog.Logger
+	// TermLocks is the directory of the terminals' writer locks (shared
+	// with local CLIs: <home>/terminals); "" takes none.
+	TermLocks string
 }
 
 // Server serves the API.
@@ -57,6 +60,25 @@ type Server struct {
 
 	mu      sync.Mutex
 	clients map[string]*link.Client
+
+	// Streams that never end on their own (process output that follows,
+	// terminals) end when the daemon stops: streams is cancelled then,
+	// and streamWG counts the handlers still running.
+	streams    context.Context
+	endStreams context.CancelFunc
+	streamWG   sync.WaitGroup
+}
+
+// errStopping ends the streams open when the daemon stops.
+var errStopping = errors.New("the daemon is shutting down: attach again (from the offsets of the last events received) once it is back")
+
+// streamContext is the context of a stream handler: it ends with the
+// request, or when the daemon stops. Call done when the handler returns.
+func (s *Server) streamContext(r *http.Request) (ctx context.Context, done func()) {
+	ctx, cancel := context.WithCancelCause(r.Context())
+	stop := context.AfterFunc(s.streams, func() { cancel(errStopping) })
+	s.streamWG.Add(1)
+	return ctx, func() { stop(); cancel(nil); s.streamWG.Done() }
 }
 
 // Route is one served method and path pattern.
@@ -71,6 +93,7 @@ func New(opts Options) *Server {
 		opts.MaxUpload = DefaultMaxUpload
 	}
 	s := &Server{opts: opts, log: opts.Log, started: time.Now(), clients: map[string]*link.Client{}}
+	s.streams, s.endStreams = context.WithCancel(context.Background())
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -84,7 +107,7 @@ func New(opts Options) *Server {
 		writeError(w, cortex.APIError{Code: cortex.CodeNotFound,
 			Message: fmt.Sprintf("no route %s %s (the routes are in api/openapi.yaml)", r.Method, r.URL.Path)})
 	})
-	s.handler = s.authenticate(s.observe(mux))
+	s.handler = s.observe(s.authenticate(mux)) // refusals are counted too
 	return s
 }
 
@@ -135,13 +158,15 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 		})
 	}
-	want := []byte("Bearer " + s.opts.Token)
+	want := []byte(s.opts.Token)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		got := []byte(r.Header.Get("Authorization"))
-		if subtle.ConstantTimeCompare(got, want) != 1 {
+		h := r.Header.Get("Authorization")
+		scheme, cred, _ := strings.Cut(h, " ")
+		got := []byte(strings.TrimSpace(cred))
+		if !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare(got, want) != 1 {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="nsys-cortex"`)
 			msg := "this daemon requires a bearer token: send Authorization: Bearer $NSYS_CORTEX_API_TOKEN"
-			if len(got) > 0 {
+			if h != "" {
 				msg = "the bearer token is wrong"
 			}
 			writeError(w, cortex.APIError{Code: cortex.CodeUnauthorized, Message: msg})
@@ -158,33 +183,27 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, grace time.Duration
 		ln.Close()
 		return err
 	}
-	streams, endStreams := context.WithCancel(context.Background())
-	defer endStreams()
 	hs := &http.Server{
 		Handler:           s.handler,
 		ReadHeaderTimeout: 10 * time.Second,
-		BaseContext:       func(net.Listener) context.Context { return streams },
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
 	done := make(chan error, 1)
 	go func() { done <- hs.Serve(ln) }()
 	select {
 	case err := <-done:
+		s.endStreams()
 		return err
 	case <-ctx.Done():
 	}
 	s.log.Info("shutting down: no new requests; waiting for those in flight", "grace", grace)
-	sctx, cancel := context.WithTimeout(context.Background(), grace)
+	deadline := time.Now().Add(grace)
+	sctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
-	// Streams (SSE, terminals) never end on their own: end them now, so
-	// that their handlers return and Shutdown sees them finish.
-	go func() {
-		select {
-		case <-time.After(min(grace/2, time.Second)):
-			endStreams()
-		case <-sctx.Done():
-		}
-	}()
+	// Streams that follow (process output, terminals) never end on their
+	// own: end them now, with an event that says why. Requests (an exec,
+	// an upload) run on, up to the grace period.
+	s.endStreams()
 	err := hs.Shutdown(sctx)
 	if errors.Is(err, context.DeadlineExceeded) {
 		s.log.Warn("requests still running at the end of the grace period were cut", "grace", grace)
@@ -192,6 +211,14 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, grace time.Duration
 		err = nil
 	}
 	<-done
+	// Terminals (hijacked connections) are not waited for by Shutdown.
+	streamsDone := make(chan struct{})
+	go func() { s.streamWG.Wait(); close(streamsDone) }()
+	select {
+	case <-streamsDone:
+	case <-time.After(max(time.Until(deadline), time.Second)):
+		s.log.Warn("streams still open after the grace period")
+	}
 	return err
 }
 

@@ -4,7 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
+	"net/url"
+	"strings"
 	"time"
 
 	"github.com/coder/websocket"
@@ -12,6 +15,7 @@ import (
 	cortex "github.com/nsys-cortex/cortex/client"
 	"github.com/nsys-cortex/cortex/internal/link"
 	"github.com/nsys-cortex/cortex/internal/protocol"
+	"github.com/nsys-cortex/cortex/internal/term"
 )
 
 // terminal serves a terminal over a WebSocket: a new one (?argv=...,
@@ -54,18 +58,26 @@ func (s *Server) terminal(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	watch, err := boolParam(r, "watch")
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	// Nothing starts before the connection is known to be a WebSocket from
+	// this origin: a web page may not spawn a shell by loading a URL.
+	if !headerHas(r.Header, "Connection", "upgrade") || !strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
+		writeError(w, badRequest("this route is a WebSocket: connect with a WebSocket client (Upgrade: websocket)"))
+		return
+	}
+	if o := r.Header.Get("Origin"); o != "" {
+		if u, err := url.Parse(o); err != nil || !strings.EqualFold(u.Host, r.Host) {
+			writeError(w, cortex.APIError{Code: cortex.CodePolicyDenied, Message: fmt.Sprintf("a terminal for a page of origin %q is refused", o)})
+			return
+		}
+	}
 	c, ok := s.connect(w, r)
 	if !ok {
 		return
-	}
-	var info *protocol.ProcInfo
-	if pid == 0 {
-		if info, err = c.PtySpawn(r.Context(), &protocol.PtySpawnArgs{Command: pc, Cols: int(cols), Rows: int(rows)}); err != nil {
-			s.fail(w, r, err)
-			return
-		}
-	} else {
-		info = &protocol.ProcInfo{PID: int(pid)}
 	}
 	ws, err := websocket.Accept(w, r, nil)
 	if err != nil {
@@ -73,25 +85,62 @@ func (s *Server) terminal(w http.ResponseWriter, r *http.Request) {
 	}
 	defer ws.CloseNow()
 	ws.SetReadLimit(1 << 20)
-	ctx, cancel := context.WithCancel(r.Context())
-	defer cancel()
+	ctx, done := s.streamContext(r)
+	defer done()
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
 	send := func(m cortex.TermMessage) error {
 		b, _ := json.Marshal(m)
 		wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
 		defer wcancel()
 		return ws.Write(wctx, websocket.MessageText, b)
 	}
-	if err := send(cortex.TermMessage{Type: "started", PID: info.PID}); err != nil {
+	fail := func(err error) {
+		s.noteFailure(r, err)
+		ae := apiError(err)
+		b, _ := json.Marshal(cortex.TermMessage{Type: "error", Code: ae.Code, Message: ae.Message})
+		wctx, wcancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		ws.Write(wctx, websocket.MessageText, b)
+		wcancel()
+		ws.Close(websocket.StatusInternalError, ae.Code)
+	}
+	var info *protocol.ProcInfo
+	if pid == 0 {
+		if info, err = c.PtySpawn(ctx, &protocol.PtySpawnArgs{Command: pc, Cols: int(cols), Rows: int(rows)}); err != nil {
+			fail(err)
+			return
+		}
+	} else {
+		if info, err = findProcess(r, c, int(pid)); err == nil && !info.Pty {
+			err = badRequest("process %d is not a terminal (its output: GET .../processes/%d/output)", pid, pid)
+		}
+		if err != nil {
+			fail(err)
+			return
+		}
+	}
+	if !watch && s.opts.TermLocks != "" {
+		lock, err := term.LockWriter(s.opts.TermLocks, r.PathValue("id"), info.ID)
+		if err != nil {
+			fail(cortex.APIError{Code: cortex.CodeOwnedElsewhere, Message: err.Error()})
+			return
+		}
+		defer lock.Release()
+	}
+	if err := send(cortex.TermMessage{Type: "started", PID: info.PID, ID: info.ID}); err != nil {
 		return
 	}
 	// Input and control, until the client goes.
 	inputDone := make(chan struct{})
 	go func() {
 		defer close(inputDone)
-		defer cancel()
-		s.termInput(ctx, ws, c, info.PID)
+		err := s.termInput(ctx, ws, c, info.PID, watch)
+		cancel(err)
 	}()
-	res, err := c.PtyFollow(ctx, info.PID, offset, func(_ string, _ int64, p []byte) error {
+	res, err := c.PtyFollow(ctx, info.PID, offset, func(stream string, off int64, p []byte) error {
+		if strings.HasPrefix(stream, protocol.StreamGap) {
+			return send(cortex.TermMessage{Type: "gap", Offset: off})
+		}
 		if len(p) == 0 {
 			return nil
 		}
@@ -99,7 +148,7 @@ func (s *Server) terminal(w http.ResponseWriter, r *http.Request) {
 		defer wcancel()
 		return ws.Write(wctx, websocket.MessageBinary, p)
 	})
-	switch {
+	switch cause := context.Cause(ctx); {
 	case err == nil:
 		m := cortex.TermMessage{Type: "exit"}
 		if res.Info != nil {
@@ -107,48 +156,72 @@ func (s *Server) terminal(w http.ResponseWriter, r *http.Request) {
 		}
 		send(m)
 		ws.Close(websocket.StatusNormalClosure, "the terminal's process exited")
-	case ctx.Err() != nil: // the client went (or the daemon stops)
+	case ctx.Err() != nil && errors.Is(cause, errInputFailed):
+		fail(cause)
+	case ctx.Err() != nil && errors.Is(cause, errStopping):
+		fail(errStopping)
+	case ctx.Err() != nil: // the client went
 		ws.Close(websocket.StatusGoingAway, "")
 	default:
-		s.noteFailure(r, err)
-		ae := apiError(err)
-		send(cortex.TermMessage{Type: "error", Code: ae.Code, Message: ae.Message})
-		ws.Close(websocket.StatusInternalError, ae.Code)
+		fail(err)
 	}
-	cancel()
+	cancel(nil)
 	<-inputDone
 }
 
+// errInputFailed wraps a failure to deliver the client's input.
+var errInputFailed = errors.New("the terminal did not take the input")
+
+func headerHas(h http.Header, name, token string) bool {
+	for _, v := range h.Values(name) {
+		for _, t := range strings.Split(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(t), token) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // termInput forwards the client's frames: binary is typed into the
-// terminal; text is a resize or a close.
-func (s *Server) termInput(ctx context.Context, ws *websocket.Conn, c *link.Client, pid int) {
+// terminal (not for a watcher); text is a resize or a close. It returns
+// why it stopped (nil: the client went).
+func (s *Server) termInput(ctx context.Context, ws *websocket.Conn, c *link.Client, pid int, watch bool) error {
 	for {
 		typ, data, err := ws.Read(ctx)
 		if err != nil {
-			return
+			return nil
 		}
 		if typ == websocket.MessageBinary {
+			if watch {
+				continue // a watcher's keys go nowhere
+			}
 			if err := c.PtyWrite(ctx, pid, data); err != nil {
-				return
+				if ctx.Err() != nil {
+					return nil
+				}
+				return fmt.Errorf("%w: %w", errInputFailed, err)
 			}
 			continue
 		}
 		var m cortex.TermMessage
 		if err := json.Unmarshal(data, &m); err != nil {
 			ws.Close(websocket.StatusUnsupportedData, "a text frame must be a JSON message: "+err.Error())
-			return
+			return nil
 		}
-		switch m.Type {
-		case "resize":
-			if err := c.PtyResize(ctx, pid, m.Cols, m.Rows); err != nil && !errors.Is(err, context.Canceled) {
+		switch {
+		case m.Type == "resize" && !watch:
+			if err := c.PtyResize(ctx, pid, m.Cols, m.Rows); err != nil && ctx.Err() == nil {
 				b, _ := json.Marshal(cortex.TermMessage{Type: "error", Code: apiError(err).Code, Message: err.Error()})
 				ws.Write(ctx, websocket.MessageText, b)
 			}
-		case "close":
+		case m.Type == "close" && !watch:
 			c.PtyClose(ctx, pid) // the output stream then ends with the exit
+		case m.Type == "resize" || m.Type == "close":
+			// a watcher does not steer the terminal
 		default:
 			ws.Close(websocket.StatusUnsupportedData, "unknown message type "+m.Type+": send resize or close")
-			return
+			return nil
 		}
 	}
 }

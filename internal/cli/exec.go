@@ -189,8 +189,12 @@ func exitCode(code int) error {
 
 func (a *App) shellCommand() *cobra.Command {
 	return &cobra.Command{
-		Use:               "shell ID",
-		Short:             "Open an interactive shell in a neuron",
+		Use:   "shell ID",
+		Short: "Open an interactive shell in a neuron, on a new terminal (detach with Ctrl-P Ctrl-Q)",
+		Long: `Shell starts a login shell on a new terminal in the neuron and attaches to
+it. The terminal outlives this command: Ctrl-P Ctrl-Q detaches and leaves
+it running (nsys-cortex term list ID; nsys-cortex attach ID TERM). The exit
+status is the shell's when it exits.`,
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: a.neuronArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -198,13 +202,11 @@ func (a *App) shellCommand() *cobra.Command {
 				return errors.New("shell needs a terminal on stdin; to run a script use: nsys-cortex exec ID -- sh -s < script")
 			}
 			ctx := cmd.Context()
-			c, _, err := a.connect(ctx, args[0])
-			if err != nil {
-				return err
+			command := protocol.Command{Shell: "if command -v bash >/dev/null 2>&1; then exec bash -l; else exec sh -l; fi"}
+			if t := os.Getenv("TERM"); t != "" {
+				command.Env = []string{"TERM=" + t}
 			}
-			code, err := a.pty(ctx, c, protocol.Command{
-				Shell: "if command -v bash >/dev/null 2>&1; then exec bash -l; else exec sh -l; fi",
-			}, 0)
+			code, err := a.attachTo(ctx, args[0], "", &command, false)
 			if err != nil {
 				return interrupted(ctx, err)
 			}

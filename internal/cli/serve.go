@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 
 	"github.com/spf13/cobra"
 
@@ -97,7 +98,7 @@ Its log is <home>/logs/cortex.log (nsys-cortex logs [-f]).`,
 				return err
 			}
 			srv := api.New(api.Options{Set: set, Version: a.Version, Token: token,
-				MaxUpload: cfg.Bytes("api.max_upload"), Log: logger.For("api")})
+				MaxUpload: cfg.Bytes("api.max_upload"), Log: logger.For("api"), TermLocks: filepath.Join(lay.Home, "terminals")})
 			log := logger.For("serve")
 			log.Info("serving", "addr", ln.Addr().String(), "auth", token != "", "pid", os.Getpid(), "modes", set.Modes())
 			fmt.Fprintf(a.Stderr, "nsys-cortex: serving the API on http://%s (log: %s)\n", ln.Addr(), logger.Path())

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -66,8 +65,16 @@ func (s *chunkSource) next() ([]byte, func(), error) {
 		return p, func() {}, nil
 	}
 	buf := chunkPool.Get().(*[]byte)
-	n, err := io.ReadFull(s.r, *buf)
-	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+	// Only a clean io.EOF ends the data: a source that fails with
+	// io.ErrUnexpectedEOF (an HTTP body cut short) is a failure, and the
+	// file must stay as it was.
+	n, err := 0, error(nil)
+	for n < len(*buf) && err == nil {
+		var k int
+		k, err = s.r.Read((*buf)[n:])
+		n += k
+	}
+	if err == io.EOF {
 		err = nil
 	}
 	if err != nil {

@@ -385,7 +385,10 @@ type PtyResizeArgs struct {
 
 // ProcInfo describes a background process or PTY.
 type ProcInfo struct {
-	PID       int       `json:"pid"`
+	PID int `json:"pid"`
+	// ID names a terminal for as long as its record is kept, across
+	// restarts of the agent (pids are reused; terminal ids are not).
+	ID        string    `json:"id,omitempty"`
 	Argv      []string  `json:"argv"`
 	Cwd       string    `json:"cwd"`
 	Pty       bool      `json:"pty,omitempty"`

@@ -1,0 +1,333 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"syscall"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	cortex "github.com/nsys-cortex/cortex/client"
+	"github.com/nsys-cortex/cortex/internal/link"
+	"github.com/nsys-cortex/cortex/internal/protocol"
+	cterm "github.com/nsys-cortex/cortex/internal/term"
+)
+
+// localSession is a terminal through the channel.
+type localSession struct {
+	c   *link.Client
+	pid int
+}
+
+func (s *localSession) Follow(ctx context.Context, offset int64, out func([]byte) error) (*protocol.ProcInfo, error) {
+	res, err := s.c.PtyFollow(ctx, s.pid, offset, func(_ string, _ int64, p []byte) error {
+		if len(p) == 0 {
+			return nil // a gap: what the replay no longer holds
+		}
+		return out(p)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return res.Info, nil
+}
+
+func (s *localSession) Write(ctx context.Context, p []byte) error { return s.c.PtyWrite(ctx, s.pid, p) }
+func (s *localSession) Resize(ctx context.Context, cols, rows int) error {
+	return s.c.PtyResize(ctx, s.pid, cols, rows)
+}
+
+// remoteSession is a terminal through the daemon's WebSocket.
+type remoteSession struct{ t *cortex.Terminal }
+
+func (s *remoteSession) Follow(ctx context.Context, _ int64, out func([]byte) error) (*protocol.ProcInfo, error) {
+	stop := context.AfterFunc(ctx, func() { s.t.Close() })
+	defer stop()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := s.t.Read(buf)
+		if n > 0 {
+			if werr := out(buf[:n]); werr != nil {
+				return nil, werr
+			}
+		}
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			return nil, localError(err)
+		}
+	}
+	code, sig, err := s.t.Wait()
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, localError(err)
+	}
+	return &protocol.ProcInfo{PID: s.t.PID, ID: s.t.ID, ExitCode: code, Signal: sig}, nil
+}
+
+func (s *remoteSession) Write(_ context.Context, p []byte) error {
+	_, err := s.t.Write(p)
+	return err
+}
+func (s *remoteSession) Resize(_ context.Context, cols, rows int) error {
+	return s.t.Resize(cols, rows)
+}
+
+// terminalSize returns this terminal's size and, when stdin is one, a
+// channel of its sizes as they change and a function that restores it
+// from raw mode.
+func (a *App) rawTerminal() (cols, rows int, sizes <-chan [2]int, restore func(), err error) {
+	cols, rows, restore = 80, 24, func() {}
+	f, ok := a.Stdin.(*os.File)
+	if !ok || !term.IsTerminal(int(f.Fd())) {
+		return cols, rows, nil, restore, nil
+	}
+	fd := int(f.Fd())
+	if w, h, err := term.GetSize(fd); err == nil {
+		cols, rows = w, h
+	}
+	old, err := term.MakeRaw(fd)
+	if err != nil {
+		return 0, 0, nil, nil, fmt.Errorf("terminal: %w", err)
+	}
+	winch := make(chan os.Signal, 1)
+	signal.Notify(winch, syscall.SIGWINCH)
+	ch := make(chan [2]int, 1)
+	done := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-done:
+				return
+			case <-winch:
+				if w, h, err := term.GetSize(fd); err == nil {
+					select {
+					case ch <- [2]int{w, h}:
+					default:
+					}
+				}
+			}
+		}
+	}()
+	return cols, rows, ch, func() { signal.Stop(winch); close(done); term.Restore(fd, old) }, nil
+}
+
+// attachTo attaches this terminal to terminal ref of the neuron (or to a
+// new one running command when ref is ""), as its writer unless watch.
+// It returns the terminal's exit status, or 0 after a detach.
+func (a *App) attachTo(ctx context.Context, neuron, ref string, command *protocol.Command, watch bool) (int, error) {
+	c, st, err := a.connect(ctx, neuron)
+	if err != nil {
+		return 0, err
+	}
+	cols, rows, sizes, restore, err := a.rawTerminal()
+	if err != nil {
+		return 0, err
+	}
+	restored := false
+	unraw := func() {
+		if !restored {
+			restored = true
+			restore()
+		}
+	}
+	defer unraw()
+	var (
+		session cterm.Session
+		info    *protocol.ProcInfo
+	)
+	switch c := c.(type) {
+	case *link.Client:
+		if ref == "" {
+			if info, err = c.PtySpawn(ctx, &protocol.PtySpawnArgs{Command: *command, Cols: cols, Rows: rows}); err != nil {
+				return 0, spawnError(err)
+			}
+		} else {
+			list, err := c.ProcList(ctx)
+			if err != nil {
+				return 0, err
+			}
+			if info, err = cterm.Find(list, ref); err != nil {
+				return 0, err
+			}
+		}
+		if !watch {
+			lock, err := cterm.LockWriter(filepath.Join(a.lay.Home, "terminals"), st.ID, info.ID)
+			if err != nil {
+				return 0, err
+			}
+			defer lock.Release()
+		}
+		session = &localSession{c: c, pid: info.PID}
+	case *remoteChannel:
+		o := cortex.TerminalOptions{Cols: cols, Rows: rows, Watch: watch}
+		if ref == "" {
+			o.Command = cortex.Command{Argv: command.Argv, Shell: command.Shell, Cwd: command.Cwd, Env: command.Env}
+		} else {
+			list, err := c.ProcList(ctx)
+			if err != nil {
+				return 0, err
+			}
+			if info, err = cterm.Find(list, ref); err != nil {
+				return 0, err
+			}
+			o.PID = info.PID
+		}
+		t, err := c.n.Terminal(ctx, o)
+		if err != nil {
+			return 0, localError(err)
+		}
+		defer t.Close()
+		info = &protocol.ProcInfo{PID: t.PID, ID: t.ID}
+		session = &remoteSession{t: t}
+	default:
+		return 0, fmt.Errorf("no terminals over %T", c)
+	}
+	if !watch && ref != "" && sizes != nil {
+		session.Resize(ctx, cols, rows) // the newcomer's size
+	}
+	res, err := cterm.Attach(ctx, session, cterm.Options{In: a.Stdin, Out: a.Stdout, Watch: watch, Sizes: sizes})
+	unraw()
+	if err != nil {
+		return 0, err
+	}
+	if res.Detached {
+		fmt.Fprintf(a.Stderr, "\r\nnsys-cortex: detached from terminal %s; it runs on (nsys-cortex attach %s %s)\r\n", info.ID, st.ID, info.ID)
+		return 0, nil
+	}
+	if res.Exit == nil {
+		return 0, errors.New("terminal: no exit status")
+	}
+	return res.Exit.ExitCode, nil
+}
+
+func (a *App) attachCommand() *cobra.Command {
+	var watch bool
+	cmd := &cobra.Command{
+		Use:   "attach [--watch] ID TERM",
+		Short: "Attach to a terminal of a neuron (detach with Ctrl-P Ctrl-Q)",
+		Long: `Attach joins this terminal to terminal TERM (its id, or its pid) of the
+neuron: its recent output is replayed first, then you type into it. One
+attachment at a time types (the writer); --watch follows read-only, as
+many as like. Ctrl-P Ctrl-Q detaches and leaves it running (a watcher may
+also leave with Ctrl-C). The exit status is the terminal's own when it ends.`,
+		Args:              cobra.ExactArgs(2),
+		ValidArgsFunction: a.neuronArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			code, err := a.attachTo(cmd.Context(), args[0], args[1], nil, watch)
+			if err != nil {
+				return interrupted(cmd.Context(), err)
+			}
+			return exitCode(code)
+		},
+	}
+	cmd.Flags().BoolVar(&watch, "watch", false, "follow read-only (keys are not sent)")
+	return cmd
+}
+
+func (a *App) termCommand() *cobra.Command {
+	cmd := &cobra.Command{Use: "term", Short: "List and end a neuron's terminals"}
+	var out outputFlags
+	list := &cobra.Command{
+		Use:               "list ID",
+		Short:             "List a neuron's terminals, running and ended (kept across restarts)",
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: a.neuronArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			mode, err := out.mode("json", "yaml", "name")
+			if err != nil {
+				return err
+			}
+			c, _, err := a.connect(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			all, err := c.ProcList(cmd.Context())
+			if err != nil {
+				return err
+			}
+			terms := []protocol.ProcInfo{}
+			for _, p := range all {
+				if p.Pty {
+					terms = append(terms, p)
+				}
+			}
+			items := make([]any, len(terms))
+			for i := range terms {
+				items[i] = terms[i]
+			}
+			if done, err := out.emit(a.Stdout, mode, terms, items); done {
+				return err
+			}
+			if mode == "name" {
+				for _, p := range terms {
+					fmt.Fprintln(a.Stdout, p.ID)
+				}
+				return nil
+			}
+			var rows [][]string
+			for _, p := range terms {
+				status := "running"
+				if !p.Running {
+					status = "exited " + strconv.Itoa(p.ExitCode)
+					if p.Signal != "" {
+						status += " (" + p.Signal + ")"
+					}
+				}
+				rows = append(rows, []string{p.ID, strconv.Itoa(p.PID), fmt.Sprintf("%dx%d", p.Cols, p.Rows), status, ago(p.Started), commandLine(p.Argv)})
+			}
+			return table(a.Stdout, []string{"TERM", "PID", "SIZE", "STATUS", "STARTED", "COMMAND"}, rows)
+		},
+	}
+	out.add(list, "json, yaml, name", "{{.ID}} {{.Running}}")
+	kill := &cobra.Command{
+		Use:               "kill ID TERM",
+		Short:             "End a terminal (hang up, then SIGKILL its process group)",
+		Args:              cobra.ExactArgs(2),
+		ValidArgsFunction: a.neuronArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, _, err := a.connect(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			all, err := c.ProcList(cmd.Context())
+			if err != nil {
+				return err
+			}
+			info, err := cterm.Find(all, args[1])
+			if err != nil {
+				return err
+			}
+			switch c := c.(type) {
+			case *link.Client:
+				_, err = c.PtyClose(cmd.Context(), info.PID)
+			case *remoteChannel:
+				var t *cortex.Terminal
+				if t, err = c.n.Terminal(cmd.Context(), cortex.TerminalOptions{PID: info.PID, Watch: false}); err == nil {
+					t.Discard()
+					if err = t.Kill(); err == nil {
+						_, _, err = t.Wait()
+					}
+					t.Close()
+				}
+				err = localError(err)
+			}
+			return err
+		},
+	}
+	cmd.AddCommand(list, kill)
+	return cmd
+}
