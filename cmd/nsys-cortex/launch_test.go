@@ -3,6 +3,7 @@ package main_test
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -137,6 +138,8 @@ func TestLaunchCancelLeavesNoOrphan(t *testing.T) {
 		marker := fmt.Sprintf("%d", 700000+os.Getpid()%100000)
 		for _, io := range []string{"--stdio", "--pty"} {
 			cmd := c.command("launch", io, "cancel", "--", "sh", "-c", "sleep "+marker+" & sleep "+marker+"; wait")
+			var stderr strings.Builder
+			cmd.Stderr = &stderr
 			if err := cmd.Start(); err != nil {
 				t.Fatal(err)
 			}
@@ -154,10 +157,60 @@ func TestLaunchCancelLeavesNoOrphan(t *testing.T) {
 			}
 			for i := 0; running() > 0; i++ {
 				if i > 500 {
-					t.Fatalf("%s: %d of the program's processes outlived the launch", io, running())
+					ps, _ := exec.Command("ps", "-eo", "pid,ppid,pgid,sid,stat,args", "--forest").Output()
+					tl, _, _ := c.run("", "term", "list", "cancel")
+					t.Fatalf("%s: %d of the program's processes outlived the launch; the CLI said %q\n%s\n%s", io, running(), stderr.String(), tl, ps)
 				}
 				time.Sleep(10 * time.Millisecond)
 			}
 		}
 	})
+}
+
+// BenchmarkLaunchFirstOutput: nsys-cortex launch of a program to its first
+// output, against nsys-cortex exec of the same program, interleaved in
+// the same run (both whole CLI invocations).
+func BenchmarkLaunchFirstOutput(b *testing.B) {
+	home := filepath.Join(b.TempDir(), "h")
+	env := append(os.Environ(), "NSYS_CORTEX_HOME="+home, "NSYS_CORTEX_MODE=nsbox", "NSYS_CORTEX_AGENT_BIN=")
+	run := func(args ...string) time.Duration {
+		cmd := exec.Command(filepath.Join(binDir, "nsys-cortex"), args...)
+		cmd.Env = env
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			b.Fatal(err)
+		}
+		start := time.Now()
+		if err := cmd.Start(); err != nil {
+			b.Fatal(err)
+		}
+		one := make([]byte, 1)
+		if _, err := out.Read(one); err != nil {
+			b.Fatalf("%v: no output: %v", args, err)
+		}
+		took := time.Since(start)
+		io.Copy(io.Discard, out)
+		cmd.Wait()
+		return took
+	}
+	setup := exec.Command(filepath.Join(binDir, "nsys-cortex"), "create", "lb")
+	setup.Env = env
+	if out, err := setup.CombinedOutput(); err != nil {
+		b.Skipf("nsbox: %v %s", err, out)
+	}
+	defer func() {
+		d := exec.Command(filepath.Join(binDir, "nsys-cortex"), "destroy", "--wipe", "lb")
+		d.Env = env
+		d.Run()
+	}()
+	var l, e []time.Duration
+	for i := 0; i < b.N; i++ {
+		e = append(e, run("exec", "lb", "--", "echo", "x"))
+		l = append(l, run("launch", "--stdio", "lb", "--", "echo", "x"))
+	}
+	slices.Sort(l)
+	slices.Sort(e)
+	b.ReportMetric(float64(l[len(l)/2].Microseconds())/1000, "launch-p50-ms")
+	b.ReportMetric(float64(e[len(e)/2].Microseconds())/1000, "exec-p50-ms")
+	b.ReportMetric(float64(l[len(l)/2])/float64(e[len(e)/2]), "ratio")
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -283,7 +284,46 @@ func (a *Agent) health() *protocol.HealthResult {
 		UptimeMs: time.Since(a.started).Milliseconds(), RSSBytes: rss(), HeapBytes: int64(ms.HeapAlloc),
 		Commands: a.commands.Load(), Processes: procs, Ptys: ptys, Goroutines: runtime.NumGoroutine(),
 		Sessions: int(a.sessionCount.Load()), Root: a.fs.root, Workdir: a.fs.workdir,
+		Identity: identity(), Mounts: mounts(),
 	}
+}
+
+// identity reads this process's credentials (and umask, without changing
+// it) — what every command the agent starts inherits.
+func identity() *protocol.Identity {
+	id := &protocol.Identity{UID: os.Getuid(), GID: os.Getgid(), Umask: "unknown"}
+	id.Groups, _ = os.Getgroups()
+	if b, err := os.ReadFile("/proc/self/status"); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(l, "Umask:"); ok {
+				id.Umask = strings.TrimSpace(v)
+			}
+		}
+	}
+	return id
+}
+
+// mounts reads what this process sees mounted.
+func mounts() []protocol.Mount {
+	b, err := os.ReadFile("/proc/self/mounts")
+	if err != nil {
+		return nil
+	}
+	var out []protocol.Mount
+	for _, l := range strings.Split(string(b), "\n") {
+		f := strings.Fields(l)
+		if len(f) < 4 {
+			continue
+		}
+		access := "rw"
+		for _, o := range strings.Split(f[3], ",") {
+			if o == "ro" {
+				access = "ro"
+			}
+		}
+		out = append(out, protocol.Mount{Target: f[1], Type: f[2], Access: access})
+	}
+	return out
 }
 
 // rss reads the resident set size from /proc.

@@ -105,6 +105,9 @@ type attachStream struct {
 	r    *ring
 	off  int64
 	eof  bool
+	// pc, when set, paces the ring's writer to this reader (a terminal's
+	// output is held back rather than lost while an attachment follows).
+	pc *pacer
 }
 
 func (a *Agent) procAttach(req *request) (any, []byte, error) {
@@ -152,6 +155,9 @@ func replay(req *request, streams []*attachStream, follow bool) error {
 			}
 			s.off = start + int64(len(data))
 			s.eof = eof
+			if s.pc != nil {
+				s.r.advance(s.pc, s.off)
+			}
 		}
 		if progressed {
 			continue
@@ -193,6 +199,8 @@ func (a *Agent) ptyRead(req *request) (any, []byte, error) {
 	}
 	if args.Follow {
 		s := &attachStream{name: protocol.StreamOutput, r: p.out, off: args.Offset}
+		s.pc = p.out.pace(args.Offset)
+		defer p.out.unpace(s.pc)
 		if err := replay(req, []*attachStream{s}, true); err != nil {
 			return nil, nil, err
 		}

@@ -1,6 +1,14 @@
 package agent
 
-import "sync"
+import (
+	"sync"
+	"time"
+)
+
+// paceStall is how long a pacing reader may make no progress before the
+// writer stops waiting for it (it then finds a gap, as a non-pacing reader
+// would): a host that stops reading cannot freeze a terminal for ever.
+const paceStall = 5 * time.Second
 
 // ring keeps the last size bytes written to it, addressed by absolute stream
 // offsets: byte k of the stream is at offset k whether or not it is still
@@ -11,16 +19,63 @@ type ring struct {
 	end    int64 // total bytes ever written
 	closed bool
 	notify chan struct{} // closed (and replaced) on every write and on Close
+
+	// Pacing readers (a terminal's attachments) hold back the writer, and
+	// so the program, instead of losing output: a terminal's flow control.
+	pacers map[*pacer]struct{}
+	room   chan struct{} // closed (and replaced) when a pacer moves or leaves
+}
+
+// pacer is one pacing reader: off is the next byte it needs.
+type pacer struct {
+	off   int64
+	moved time.Time
 }
 
 func newRing(size int) *ring {
 	return &ring{buf: make([]byte, size), notify: make(chan struct{})}
 }
 
-// Write appends p, overwriting the oldest bytes once the ring is full.
+// Write appends p, overwriting the oldest bytes once the ring is full;
+// while pacing readers are behind, it waits for them instead (up to
+// paceStall without progress).
 func (r *ring) Write(p []byte) (int, error) {
-	r.mu.Lock()
 	n := len(p)
+	for len(p) > 0 {
+		r.mu.Lock()
+		size := int64(len(r.buf))
+		k := int64(len(p))
+		if len(r.pacers) > 0 && !r.closed {
+			oldest := r.end
+			for pc := range r.pacers {
+				oldest = min(oldest, pc.off)
+			}
+			if free := size - (r.end - oldest); free < k {
+				if free <= 0 {
+					room := r.room
+					r.mu.Unlock()
+					select {
+					case <-room:
+					case <-time.After(paceStall):
+						r.dropStalled()
+					}
+					continue
+				}
+				k = free
+			}
+		}
+		r.write(p[:k])
+		p = p[k:]
+		ch := r.notify
+		r.notify = make(chan struct{})
+		r.mu.Unlock()
+		close(ch)
+	}
+	return n, nil
+}
+
+// write stores p (r.mu held).
+func (r *ring) write(p []byte) {
 	size := len(r.buf)
 	if len(p) > size {
 		r.end += int64(len(p) - size)
@@ -32,11 +87,57 @@ func (r *ring) Write(p []byte) (int, error) {
 		p = p[c:]
 		r.end += int64(c)
 	}
-	ch := r.notify
-	r.notify = make(chan struct{})
-	r.mu.Unlock()
-	close(ch)
-	return n, nil
+}
+
+// pace registers a pacing reader starting at off.
+func (r *ring) pace(off int64) *pacer {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.pacers == nil {
+		r.pacers = map[*pacer]struct{}{}
+		r.room = make(chan struct{})
+	}
+	pc := &pacer{off: max(off, r.end-int64(len(r.buf))), moved: time.Now()}
+	r.pacers[pc] = struct{}{}
+	return pc
+}
+
+// advance records that pc has read up to off.
+func (r *ring) advance(pc *pacer, off int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.pacers[pc]; !ok || off <= pc.off {
+		return
+	}
+	pc.off, pc.moved = off, time.Now()
+	r.wakeWriter()
+}
+
+// unpace removes a pacing reader.
+func (r *ring) unpace(pc *pacer) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.pacers[pc]; ok {
+		delete(r.pacers, pc)
+		r.wakeWriter()
+	}
+}
+
+// dropStalled stops waiting for pacers that made no progress in paceStall.
+func (r *ring) dropStalled() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for pc := range r.pacers {
+		if time.Since(pc.moved) >= paceStall {
+			delete(r.pacers, pc)
+		}
+	}
+}
+
+// wakeWriter wakes a Write waiting for room (r.mu held).
+func (r *ring) wakeWriter() {
+	close(r.room)
+	r.room = make(chan struct{})
 }
 
 // Close marks the end of the stream and wakes every waiter.

@@ -233,7 +233,7 @@ func (a *App) runPty(ctx context.Context, c *link.Client, command protocol.Comma
 			command.Env = append(command.Env, "TERM="+t)
 		}
 	}
-	info, err := c.PtySpawn(ctx, &protocol.PtySpawnArgs{Command: command, Cols: cols, Rows: rows})
+	info, err := spawnPty(ctx, c, &protocol.PtySpawnArgs{Command: command, Cols: cols, Rows: rows})
 	if err != nil {
 		return 0, spawnError(err)
 	}
@@ -301,6 +301,23 @@ func (a *App) runPty(ctx context.Context, c *link.Client, command protocol.Comma
 		return 0, errors.New("pty: the agent reported no exit status")
 	}
 	return res.Info.ExitCode, nil
+}
+
+// spawnPty starts a terminal even when ctx ends meanwhile (the agent may
+// have started it already), and then ends it again: a cancelled command
+// leaves nothing running.
+func spawnPty(ctx context.Context, c *link.Client, args *protocol.PtySpawnArgs) (*protocol.ProcInfo, error) {
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	info, err := c.PtySpawn(sctx, args)
+	if err != nil {
+		return nil, err
+	}
+	if ctx.Err() != nil {
+		c.PtyClose(sctx, info.PID)
+		return nil, ctx.Err()
+	}
+	return info, nil
 }
 
 func hasEnvKey(env []string, key string) bool {

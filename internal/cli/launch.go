@@ -110,14 +110,14 @@ them; add your own as <home>/profiles/NAME.json).`,
 			}
 			command := protocol.Command{Argv: contract.Argv, Cwd: contract.Cwd, Env: contract.Env}
 			receipt := launch.NewReceipt(contract, p, st)
-			probe, err := c.Exec(ctx, &link.ExecRequest{Command: protocol.Command{Shell: launch.ProbeScript, Cwd: contract.Cwd, Env: contract.Env}})
+			h, err := c.Health(ctx)
 			if err != nil {
-				return fmt.Errorf("launch: probing the neuron before the spawn: %w", err)
+				return fmt.Errorf("launch: asking the neuron who its commands run as, before the spawn: %w", err)
 			}
-			if probe.ExitCode != 0 && len(probe.Stdout) == 0 {
-				return fmt.Errorf("launch: the contract cannot be derived in %s (cwd %q): %s", st.ID, contract.Cwd, strings.TrimSpace(string(probe.Stderr)))
+			if h.Identity == nil {
+				return fmt.Errorf("launch: the agent of %s (%s) does not report its identity: create the neuron again to update it", st.ID, h.Version)
 			}
-			receipt.ParseProbe(string(probe.Stdout))
+			receipt.Observe(h)
 			dir := launch.ReceiptsDir(st.OverlayPath)
 			if st.OverlayPath == "" {
 				dir = launch.ReceiptsDir(lay.OverlayDir(st.ID))

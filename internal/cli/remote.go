@@ -323,12 +323,22 @@ func (a *App) runPtyRemote(ctx context.Context, n *cortex.NeuronClient, command 
 			command.Env = append(command.Env, "TERM="+t)
 		}
 	}
-	t, err := n.Terminal(ctx, cortex.TerminalOptions{Command: cortex.Command{Argv: command.Argv, Shell: command.Shell,
+	// Opened even when ctx ends meanwhile, then ended: a cancelled command
+	// leaves no terminal running.
+	octx, ocancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	t, err := n.Terminal(octx, cortex.TerminalOptions{Command: cortex.Command{Argv: command.Argv, Shell: command.Shell,
 		Cwd: command.Cwd, Env: command.Env}, Cols: cols, Rows: rows})
+	ocancel()
 	if err != nil {
 		return 0, spawnError(localError(err))
 	}
 	defer t.Close()
+	if ctx.Err() != nil {
+		t.Discard()
+		t.Kill()
+		t.Wait()
+		return 0, ctx.Err()
+	}
 	if fd >= 0 {
 		old, err := term.MakeRaw(fd)
 		if err != nil {

@@ -152,7 +152,7 @@ func (a *App) attachTo(ctx context.Context, neuron, ref string, command *protoco
 	switch c := c.(type) {
 	case *link.Client:
 		if ref == "" {
-			if info, err = c.PtySpawn(ctx, &protocol.PtySpawnArgs{Command: *command, Cols: cols, Rows: rows}); err != nil {
+			if info, err = spawnPty(ctx, c, &protocol.PtySpawnArgs{Command: *command, Cols: cols, Rows: rows}); err != nil {
 				return 0, spawnError(err)
 			}
 		} else {

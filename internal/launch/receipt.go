@@ -7,29 +7,22 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/nsys-cortex/cortex/internal/protocol"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
 )
 
 // Identity is who the program runs as inside the neuron.
-type Identity struct {
-	UID    int    `json:"uid"`
-	GID    int    `json:"gid"`
-	Groups []int  `json:"groups"`
-	Umask  string `json:"umask"`
-}
+type Identity = protocol.Identity
 
 // Mount is one mount the program sees.
-type Mount struct {
-	Target string `json:"target"`
-	Type   string `json:"type"`
-	Access string `json:"access"` // ro or rw
-}
+type Mount = protocol.Mount
 
 // Receipt records one launch: what ran, under which boundary, and how it
 // ended. Environment values are never recorded, only names.
@@ -91,45 +84,16 @@ func NewReceipt(c *Contract, p *Profile, st *sandbox.State) *Receipt {
 	return r
 }
 
-// ParseProbe reads the output of ProbeScript into the receipt.
-func (r *Receipt) ParseProbe(out string) {
-	sections := strings.SplitN(out, "--mounts--\n", 2)
-	lines := strings.Split(strings.TrimSpace(sections[0]), "\n")
-	if len(lines) >= 4 {
-		id := &Identity{Umask: strings.TrimSpace(lines[3])}
-		id.UID, _ = strconv.Atoi(strings.TrimSpace(lines[0]))
-		id.GID, _ = strconv.Atoi(strings.TrimSpace(lines[1]))
-		for _, g := range strings.Fields(lines[2]) {
-			if n, err := strconv.Atoi(g); err == nil {
-				id.Groups = append(id.Groups, n)
-			}
-		}
-		r.Identity = id
-	}
-	if len(lines) >= 5 && r.Cwd == "" {
-		r.Cwd = strings.TrimSpace(lines[4]) // the neuron's workdir
-	}
-	if len(sections) == 2 {
-		for _, l := range strings.Split(sections[1], "\n") {
-			f := strings.Fields(l)
-			if len(f) < 4 {
-				continue
-			}
-			access := "rw"
-			for _, o := range strings.Split(f[3], ",") {
-				if o == "ro" {
-					access = "ro"
-				}
-			}
-			r.Mounts = append(r.Mounts, Mount{Target: f[1], Type: f[2], Access: access})
-		}
-		sort.Slice(r.Mounts, func(i, j int) bool { return r.Mounts[i].Target < r.Mounts[j].Target })
+// Observe records what the neuron's agent reports of the identity and
+// mounts every command it starts inherits.
+func (r *Receipt) Observe(h *protocol.HealthResult) {
+	r.Identity = h.Identity
+	r.Mounts = slices.Clone(h.Mounts)
+	sort.Slice(r.Mounts, func(i, j int) bool { return r.Mounts[i].Target < r.Mounts[j].Target })
+	if r.Cwd == "" {
+		r.Cwd = h.Workdir
 	}
 }
-
-// ProbeScript prints, in the program's cwd and environment, who it will
-// run as and what it will see mounted.
-const ProbeScript = `id -u; id -g; id -G; umask; pwd; echo --mounts--; cat /proc/self/mounts 2>/dev/null || true`
 
 // Finish records how the launch ended.
 func (r *Receipt) Finish(code int, signal string, err error) {

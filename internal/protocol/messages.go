@@ -329,6 +329,25 @@ type HealthResult struct {
 	Sessions   int    `json:"sessions"`
 	Root       string `json:"root"`
 	Workdir    string `json:"workdir"`
+	// Identity is who the agent, and so every command it starts, runs as.
+	Identity *Identity `json:"identity,omitempty"`
+	// Mounts are what the agent, and every command, sees mounted.
+	Mounts []Mount `json:"mounts,omitempty"`
+}
+
+// Identity is a process's credentials.
+type Identity struct {
+	UID    int    `json:"uid"`
+	GID    int    `json:"gid"`
+	Groups []int  `json:"groups"`
+	Umask  string `json:"umask"`
+}
+
+// Mount is one mount point.
+type Mount struct {
+	Target string `json:"target"`
+	Type   string `json:"type"`
+	Access string `json:"access"` // ro or rw
 }
 
 // ShutdownArgs stops the agent: every child gets SIGTERM, then SIGKILL after GraceMs.

@@ -1,0 +1,152 @@
+package main_test
+
+import (
+	"bytes"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/creack/pty"
+)
+
+// ptyRun runs the CLI on a terminal of its own; its output is collected.
+type ptyRun struct {
+	cmd  *exec.Cmd
+	tty  interface{ Write([]byte) (int, error) }
+	mu   sync.Mutex
+	out  bytes.Buffer
+	done chan error
+}
+
+func (c *cli) onPty(t *testing.T, cols, rows uint16, args ...string) *ptyRun {
+	t.Helper()
+	r := &ptyRun{cmd: c.command(args...), done: make(chan error, 1)}
+	tty, err := pty.StartWithSize(r.cmd, &pty.Winsize{Cols: cols, Rows: rows})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.tty = tty
+	copied := make(chan struct{})
+	go func() {
+		buf := make([]byte, 4096)
+		for {
+			n, err := tty.Read(buf)
+			r.mu.Lock()
+			r.out.Write(buf[:n])
+			r.mu.Unlock()
+			if err != nil {
+				close(copied)
+				return
+			}
+		}
+	}()
+	go func() { err := r.cmd.Wait(); tty.Close(); <-copied; r.done <- err }()
+	t.Cleanup(func() { r.cmd.Process.Kill() })
+	return r
+}
+
+func (r *ptyRun) output() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.out.String()
+}
+
+// waitFor waits until the output contains s.
+func (r *ptyRun) waitFor(t *testing.T, s string) {
+	t.Helper()
+	for i := 0; !strings.Contains(r.output(), s); i++ {
+		if i > 1000 {
+			t.Fatalf("never saw %q in %q", s, r.output())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// exit waits for the CLI and returns its status.
+func (r *ptyRun) exit(t *testing.T) int {
+	t.Helper()
+	select {
+	case err := <-r.done:
+		if ee, ok := err.(*exec.ExitError); ok {
+			return ee.ExitCode()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return 0
+	case <-time.After(20 * time.Second):
+		t.Fatalf("the CLI did not exit; output %q", r.output())
+	}
+	return -1
+}
+
+func TestTerminals(t *testing.T) {
+	eachMode(t, func(t *testing.T, c *cli) {
+		c.ok("create", "tt")
+		// A shell, detached: it runs on.
+		sh := c.onPty(t, 100, 30, "shell", "tt")
+		sh.tty.Write([]byte("echo first-$((20+1))\n"))
+		sh.waitFor(t, "first-21")
+		sh.tty.Write([]byte{0x10, 0x11}) // Ctrl-P Ctrl-Q
+		if code := sh.exit(t); code != 0 || !strings.Contains(sh.output(), "detached from terminal") {
+			t.Fatalf("detach: %d %q", code, sh.output())
+		}
+		id := strings.TrimSpace(c.ok("term", "list", "tt", "-o", "name"))
+		if !strings.HasPrefix(id, "t") || strings.Contains(id, "\n") {
+			t.Fatalf("term list: %q", id)
+		}
+		// Watchers see the replay and what comes; a second writer is refused.
+		w1 := c.onPty(t, 80, 24, "attach", "--watch", "tt", id)
+		w2 := c.onPty(t, 80, 24, "attach", "--watch", "tt", id)
+		w1.waitFor(t, "first-21")
+		w2.waitFor(t, "first-21")
+		wr := c.onPty(t, 91, 33, "attach", "tt", id)
+		wr.waitFor(t, "first-21") // the newcomer sees the replay
+		if _, errs, code := c.run("", "attach", "tt", id); code != 125 || !strings.Contains(errs, "already has a writer") {
+			t.Fatalf("a second writer: %d %q", code, errs)
+		}
+		wr.tty.Write([]byte("stty size; echo second-$((40+2)); exit 5\n"))
+		for _, r := range []*ptyRun{wr, w1, w2} {
+			r.waitFor(t, "second-42")
+			if code := r.exit(t); code != 5 {
+				t.Fatalf("exit through attach: %d %q", code, r.output())
+			}
+		}
+		if !strings.Contains(wr.output(), "33 91") {
+			t.Fatalf("the writer's size did not reach the terminal: %q", wr.output())
+		}
+		// Its history outlives the neuron's agent: destroy, create, read it.
+		c.ok("destroy", "tt")
+		c.ok("create", "tt")
+		list := c.ok("term", "list", "tt")
+		if !strings.Contains(list, id) || !strings.Contains(list, "exited 5") {
+			t.Fatalf("after recreate: %q", list)
+		}
+		again := c.onPty(t, 80, 24, "attach", "--watch", "tt", id)
+		again.waitFor(t, "second-42")
+		if code := again.exit(t); code != 5 {
+			t.Fatalf("%d", code)
+		}
+		// term kill ends a running one.
+		sh = c.onPty(t, 80, 24, "shell", "tt")
+		sh.tty.Write([]byte("echo re''ady\n"))
+		sh.waitFor(t, "ready")
+		sh.tty.Write([]byte{0x10, 0x11})
+		sh.exit(t)
+		var running string
+		for _, l := range strings.Split(c.ok("term", "list", "tt"), "\n") {
+			if strings.Contains(l, "running") {
+				running = strings.Fields(l)[0]
+			}
+		}
+		if running == "" {
+			t.Fatal("no running terminal")
+		}
+		c.ok("term", "kill", "tt", running)
+		if list := c.ok("term", "list", "tt"); strings.Contains(list, "running") {
+			t.Fatalf("after kill: %q", list)
+		}
+	})
+}
