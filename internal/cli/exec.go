@@ -220,19 +220,7 @@ status is the shell's when it exits.`,
 // SIGWINCH. It returns the command's exit status (ExitTimeout when timeout,
 // if set, ran out first).
 func (a *App) runPty(ctx context.Context, c *link.Client, command protocol.Command, timeout time.Duration) (int, error) {
-	cols, rows := 80, 24
-	fd := -1
-	if f, ok := a.Stdin.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
-		fd = int(f.Fd())
-		if w, h, err := term.GetSize(fd); err == nil {
-			cols, rows = w, h
-		}
-	}
-	if !hasEnvKey(command.Env, "TERM") {
-		if t := os.Getenv("TERM"); t != "" {
-			command.Env = append(command.Env, "TERM="+t)
-		}
-	}
+	cols, rows, fd := a.ptySetup(&command)
 	info, err := spawnPty(ctx, c, &protocol.PtySpawnArgs{Command: command, Cols: cols, Rows: rows})
 	if err != nil {
 		return 0, spawnError(err)
@@ -320,6 +308,36 @@ func spawnPty(ctx context.Context, c *link.Client, args *protocol.PtySpawnArgs) 
 	return info, nil
 }
 
+// procStatus is a process's state as the tables show it.
+func procStatus(p *protocol.ProcInfo) string {
+	if p.Running {
+		return "running"
+	}
+	s := "exited " + strconv.Itoa(p.ExitCode)
+	if p.Signal != "" {
+		s += " (" + p.Signal + ")"
+	}
+	return s
+}
+
+// ptySetup returns the size of this terminal (80x24 without one) and its
+// descriptor (-1 without one), and gives command this terminal's TERM.
+func (a *App) ptySetup(command *protocol.Command) (cols, rows, fd int) {
+	cols, rows, fd = 80, 24, -1
+	if f, ok := a.Stdin.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+		fd = int(f.Fd())
+		if w, h, err := term.GetSize(fd); err == nil {
+			cols, rows = w, h
+		}
+	}
+	if !hasEnvKey(command.Env, "TERM") {
+		if t := os.Getenv("TERM"); t != "" {
+			command.Env = append(command.Env, "TERM="+t)
+		}
+	}
+	return cols, rows, fd
+}
+
 func hasEnvKey(env []string, key string) bool {
 	for _, kv := range env {
 		if strings.HasPrefix(kv, key+"=") {
@@ -367,13 +385,7 @@ func (a *App) psCommand() *cobra.Command {
 			}
 			var rows [][]string
 			for _, p := range list {
-				status := "running"
-				if !p.Running {
-					status = "exited " + strconv.Itoa(p.ExitCode)
-					if p.Signal != "" {
-						status += " (" + p.Signal + ")"
-					}
-				}
+				status := procStatus(&p)
 				kind := "proc"
 				if p.Pty {
 					kind = "pty"

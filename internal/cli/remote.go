@@ -310,19 +310,7 @@ func (a *App) pty(ctx context.Context, c channel, command protocol.Command, time
 
 // runPtyRemote is runPty over the API's terminal WebSocket.
 func (a *App) runPtyRemote(ctx context.Context, n *cortex.NeuronClient, command protocol.Command, timeout time.Duration) (int, error) {
-	cols, rows := 80, 24
-	fd := -1
-	if f, ok := a.Stdin.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
-		fd = int(f.Fd())
-		if w, h, err := term.GetSize(fd); err == nil {
-			cols, rows = w, h
-		}
-	}
-	if !hasEnvKey(command.Env, "TERM") {
-		if t := os.Getenv("TERM"); t != "" {
-			command.Env = append(command.Env, "TERM="+t)
-		}
-	}
+	cols, rows, fd := a.ptySetup(&command)
 	// Opened even when ctx ends meanwhile, then ended: a cancelled command
 	// leaves no terminal running.
 	octx, ocancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)

@@ -280,13 +280,7 @@ func (a *App) termCommand() *cobra.Command {
 			}
 			var rows [][]string
 			for _, p := range terms {
-				status := "running"
-				if !p.Running {
-					status = "exited " + strconv.Itoa(p.ExitCode)
-					if p.Signal != "" {
-						status += " (" + p.Signal + ")"
-					}
-				}
+				status := procStatus(&p)
 				rows = append(rows, []string{p.ID, strconv.Itoa(p.PID), fmt.Sprintf("%dx%d", p.Cols, p.Rows), status, ago(p.Started), commandLine(p.Argv)})
 			}
 			return table(a.Stdout, []string{"TERM", "PID", "SIZE", "STATUS", "STARTED", "COMMAND"}, rows)
