@@ -48,9 +48,10 @@ type Owner struct {
 
 // Policy is the isolation a running neuron is under.
 type Policy struct {
-	Network Network `json:"network"`
-	Limits  Limits  `json:"limits"`
-	Image   string  `json:"image,omitempty"`
+	Network      Network `json:"network"`
+	Limits       Limits  `json:"limits"`
+	Image        string  `json:"image,omitempty"`
+	NestedUserns bool    `json:"nestedUserns,omitempty"`
 }
 
 // Network says what a neuron may reach: mode none, egress (with Allow) or full.
@@ -77,6 +78,9 @@ type CreateRequest struct {
 	Limits        Limits   `json:"limits,omitzero"`
 	Image         string   `json:"image,omitempty"`
 	BootTimeoutMs int64    `json:"bootTimeoutMs,omitempty"`
+	// NestedUserns lets the neuron's programs run sandboxes of their own
+	// (user namespaces); nsbox only.
+	NestedUserns bool `json:"nestedUserns,omitempty"`
 }
 
 // Created is the answer to a create: the neuron, whether it was started

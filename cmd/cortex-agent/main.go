@@ -52,6 +52,7 @@ func main() {
 	flag.StringVar(&cfg.Workdir, "workdir", "", "default working directory (default: the root)")
 	flag.BoolVar(&cfg.Subreaper, "subreaper", false, "adopt orphaned descendants so shutdown ends them")
 	confined := flag.Bool(strings.TrimPrefix(protocol.ConfineFlag, "--"), false, "confine this process (no_new_privs, seccomp, Landlock) before serving")
+	nested := flag.Bool(strings.TrimPrefix(protocol.NestedUsernsFlag, "--"), false, "with -confine: let programs create user namespaces (inner sandboxes)")
 	flag.Parse()
 	if *showVersion {
 		fmt.Printf("cortex-agent %s (protocol %s)\n", version, protocol.Version())
@@ -70,7 +71,7 @@ func main() {
 		cfg.Token = strings.TrimSpace(string(b))
 	}
 	if *confined {
-		if err := confine.Apply(); err != nil {
+		if err := confine.Apply(confine.Options{NestedUserns: *nested}); err != nil {
 			fmt.Fprintf(os.Stderr, "cortex-agent: %v\n", err)
 			os.Exit(1)
 		}

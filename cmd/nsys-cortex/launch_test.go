@@ -214,3 +214,37 @@ func BenchmarkLaunchFirstOutput(b *testing.B) {
 	b.ReportMetric(float64(e[len(e)/2].Microseconds())/1000, "exec-p50-ms")
 	b.ReportMetric(float64(l[len(l)/2])/float64(e[len(e)/2]), "ratio")
 }
+
+// A profile whose program runs a sandbox of its own needs the neuron's
+// consent to nested user namespaces: without it the launch fails before
+// the spawn and says so; with it the inner sandbox runs.
+func TestLaunchInnerSandbox(t *testing.T) {
+	if _, err := exec.LookPath("bwrap"); err != nil {
+		t.Skip("no bubblewrap on this machine (the inner sandbox of this test)")
+	}
+	if !slices.Contains(modes(t), "nsbox") {
+		t.Skip("nsbox cannot run here")
+	}
+	c := newCLI(t, "nsbox")
+	os.MkdirAll(filepath.Join(c.home, "profiles"), 0o700)
+	os.WriteFile(filepath.Join(c.home, "profiles", "boxed.json"), []byte(`{"name":"boxed","description":"runs bubblewrap","io":"stdio",
+		"env":{},"secrets":[],"network":[],"innerSandbox":"nested","notes":"test"}`), 0o600)
+	inner := []string{"--", "bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "sh", "-c", "echo inside-$((6*7))"}
+	c.ok("create", "flat")
+	_, errs, code := c.run("", append([]string{"launch", "--profile", "boxed", "flat"}, inner...)...)
+	if code != 125 || !strings.Contains(errs, "nested user namespaces") || !strings.Contains(errs, "--nested-userns") {
+		t.Fatalf("without consent: %d %q", code, errs)
+	}
+	// The inner sandbox "off" (generic): it runs, and fails on its own.
+	if _, errs, code := c.run("", append([]string{"launch", "flat"}, inner...)...); code == 0 || !strings.Contains(errs, "namespace") {
+		t.Fatalf("bwrap in a neuron that denies user namespaces: %d %q", code, errs)
+	}
+	c.ok("create", "--nested-userns", "nest")
+	out, errs, code := c.run("", append([]string{"launch", "--profile", "boxed", "nest"}, inner...)...)
+	if code != 0 || out != "inside-42\n" {
+		t.Fatalf("with consent: %d %q %q", code, out, errs)
+	}
+	if pol := c.ok("status", "nest", "--format", "{{.Policy.NestedUserns}}"); strings.TrimSpace(pol) != "true" {
+		t.Fatalf("policy: %q", pol)
+	}
+}

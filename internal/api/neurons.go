@@ -25,7 +25,7 @@ func neuronOf(st *sandbox.State) cortex.Neuron {
 	}
 	if p := st.Policy; p != nil {
 		n.Policy = &cortex.Policy{Network: cortex.Network{Mode: string(p.Network.Mode), Allow: p.Network.Allow},
-			Limits: cortex.Limits(p.Limits), Image: p.Image}
+			Limits: cortex.Limits(p.Limits), Image: p.Image, NestedUserns: p.NestedUserns}
 	}
 	return n
 }
@@ -58,7 +58,7 @@ func (s *Server) createNeuron(w http.ResponseWriter, r *http.Request) {
 		writeError(w, badRequest("id: %v", err))
 		return
 	}
-	opts := sandbox.CreateOptions{Env: req.Env, Image: req.Image, Limits: sandbox.Limits(req.Limits),
+	opts := sandbox.CreateOptions{Env: req.Env, Image: req.Image, Limits: sandbox.Limits(req.Limits), NestedUserns: req.NestedUserns,
 		Network: sandbox.Network{Allow: req.Network.Allow}}
 	var err error
 	if opts.Network.Mode, err = sandbox.ParseNetworkMode(req.Network.Mode); err != nil {

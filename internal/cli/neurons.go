@@ -20,6 +20,7 @@ func (a *App) createCommand() *cobra.Command {
 	var mode, network, memory, image string
 	var env, allow []string
 	var boot time.Duration
+	var nested bool
 	var pids int
 	var cpus float64
 	cmd := &cobra.Command{
@@ -54,7 +55,7 @@ it the host's network.`,
 					return err
 				}
 			}
-			opts := sandbox.CreateOptions{Env: env, BootTimeout: boot, Image: image,
+			opts := sandbox.CreateOptions{Env: env, BootTimeout: boot, Image: image, NestedUserns: nested,
 				Limits: sandbox.Limits{Pids: pids, CPUs: cpus}, Network: sandbox.Network{Allow: allow}}
 			if opts.Network.Mode, err = sandbox.ParseNetworkMode(network); err != nil {
 				return err
@@ -106,6 +107,7 @@ it the host's network.`,
 	cmd.Flags().StringVar(&memory, "memory", "", "memory ceiling, e.g. 512m or 2g (default 2g where enforceable)")
 	cmd.Flags().IntVar(&pids, "pids", 0, "process ceiling (default 1024 where enforceable)")
 	cmd.Flags().Float64Var(&cpus, "cpus", 0, "CPU ceiling in cores, e.g. 1.5 (default none)")
+	cmd.Flags().BoolVar(&nested, "nested-userns", false, "let programs create user namespaces of their own (inner sandboxes: bubblewrap, Codex's sandbox); nsbox only")
 	cmd.Flags().StringVar(&image, "image", "", "a root filesystem directory to base the neuron on (default: the host's /usr and /etc subset)")
 	return cmd
 }
@@ -138,6 +140,9 @@ func policyChanges(cmd *cobra.Command, want sandbox.CreateOptions, have *sandbox
 	}
 	if changed("image") && want.Image != have.Image {
 		differ = append(differ, "image")
+	}
+	if changed("nested-userns") && want.NestedUserns != have.NestedUserns {
+		differ = append(differ, "nested user namespaces")
 	}
 	return differ
 }
@@ -183,6 +188,9 @@ func policyText(p *sandbox.Policy) [][]string {
 	rows := [][]string{{"network", network}, {"limits", strings.Join(limits, ", ")}}
 	if p.Image != "" {
 		rows = append(rows, []string{"image", p.Image})
+	}
+	if p.NestedUserns {
+		rows = append(rows, []string{"userns", "nested user namespaces allowed (inner sandboxes)"})
 	}
 	return rows
 }

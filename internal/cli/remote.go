@@ -102,7 +102,7 @@ func stateOf(n *cortex.Neuron) *sandbox.State {
 	}
 	if p := n.Policy; p != nil {
 		st.Policy = &sandbox.Policy{Network: sandbox.Network{Mode: sandbox.NetworkMode(p.Network.Mode), Allow: p.Network.Allow},
-			Limits: sandbox.Limits(p.Limits), Image: p.Image}
+			Limits: sandbox.Limits(p.Limits), Image: p.Image, NestedUserns: p.NestedUserns}
 	}
 	return st
 }
@@ -407,7 +407,7 @@ func (a *App) create(ctx context.Context, set *sandbox.Set, id, mode string, opt
 	api, _ := a.apiClient()
 	cr, err := api.Create(ctx, &cortex.CreateRequest{ID: id, Mode: mode, Env: opts.Env, Image: opts.Image,
 		Network: cortex.Network{Mode: string(opts.Network.Mode), Allow: opts.Network.Allow}, Limits: cortex.Limits(opts.Limits),
-		BootTimeoutMs: opts.BootTimeout.Milliseconds()})
+		BootTimeoutMs: opts.BootTimeout.Milliseconds(), NestedUserns: opts.NestedUserns})
 	if err != nil {
 		return &sandbox.State{ID: id}, "", err
 	}

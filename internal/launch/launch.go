@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -69,7 +70,7 @@ func Profiles(dir string) ([]*Profile, error) {
 			if e.IsDir() || !strings.HasSuffix(e.Name(), ".json") {
 				continue
 			}
-			b, err := fs.ReadFile(fsys, root+"/"+e.Name())
+			b, err := fs.ReadFile(fsys, path.Join(root, e.Name()))
 			if err != nil {
 				return err
 			}
@@ -210,6 +211,11 @@ func Plan(req *Request, st *sandbox.State) (*Contract, error) {
 	}
 	if err := reachable(p, st); err != nil {
 		return nil, err
+	}
+	if p.InnerSandbox == "nested" && (st.Policy == nil || !st.Policy.NestedUserns) {
+		return nil, &sandbox.UnenforceableError{Mode: st.Mode, Policy: "the " + p.Name + " profile's inner sandbox",
+			Reason: fmt.Sprintf("it runs a sandbox of its own, which needs nested user namespaces, and neuron %s denies them; nothing was started. "+
+				"Create the neuron with --nested-userns (nsbox), or use a profile whose inner sandbox is off (the neuron is then the boundary)", st.ID)}
 	}
 	return c, nil
 }

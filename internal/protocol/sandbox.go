@@ -81,4 +81,7 @@ const (
 	// ConfineFlag makes the agent confine itself (no_new_privs, seccomp,
 	// Landlock where the kernel has it) before it serves anything.
 	ConfineFlag = "--confine"
+	// NestedUsernsFlag, with ConfineFlag, lets the agent's programs create
+	// user namespaces of their own (the policy's consent to inner sandboxes).
+	NestedUsernsFlag = "--nested-userns"
 )

@@ -82,6 +82,9 @@ type Policy struct {
 	// Image is the root filesystem the neuron is based on ("" for the
 	// mode's default).
 	Image string `json:"image,omitempty"`
+	// NestedUserns: the neuron's programs may create user namespaces of
+	// their own (inner sandboxes such as bubblewrap).
+	NestedUserns bool `json:"nestedUserns,omitempty"`
 }
 
 // LogPather is implemented by managers that keep a log file per neuron.
@@ -111,6 +114,9 @@ type CreateOptions struct {
 	// Image is the root filesystem to base the neuron on (a directory, or a
 	// name the mode knows); empty means the mode's default.
 	Image string
+	// NestedUserns lets the neuron's programs create user namespaces (and
+	// mount inside them) for sandboxes of their own; denied by default.
+	NestedUserns bool
 }
 
 // NetworkMode names what a neuron can reach.

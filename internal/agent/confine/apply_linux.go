@@ -51,7 +51,13 @@ const (
 //     EAFNOSUPPORT: vsock, for one, is not confined by the network
 //     namespace, and reaches the hypervisor and the host's VMs;
 //   - everything else is allowed.
-func program() ([]bpf.RawInstruction, error) {
+//
+// With nested user namespaces allowed (Options), unshare and clone may
+// create user namespaces, and mount, umount2, pivot_root and chroot are
+// allowed, so that a program's own sandbox (bubblewrap, say) can build its
+// root inside them: the kernel lets those calls touch only mount
+// namespaces such a namespace owns, never the neuron's.
+func program(o Options) ([]bpf.RawInstruction, error) {
 	const (
 		allow   = unix.SECCOMP_RET_ALLOW
 		eperm   = unix.SECCOMP_RET_ERRNO | uint32(unix.EPERM)
@@ -71,7 +77,7 @@ func program() ([]bpf.RawInstruction, error) {
 		a.add(bpf.JumpIf{Cond: bpf.JumpBitsSet, Val: x32Bit, SkipFalse: 1}, bpf.RetConstant{Val: enosys})
 	}
 	// One comparison per denied call, each returning at once.
-	for _, nr := range deniedNumbers() {
+	for _, nr := range deniedNumbers(o) {
 		a.add(bpf.JumpIf{Cond: bpf.JumpEqual, Val: nr, SkipFalse: 1}, bpf.RetConstant{Val: eperm})
 	}
 	for _, nr := range []uint32{unix.SYS_CLONE3, unix.SYS_IO_URING_SETUP, unix.SYS_IO_URING_ENTER, unix.SYS_IO_URING_REGISTER} {
@@ -91,8 +97,10 @@ func program() ([]bpf.RawInstruction, error) {
 	a.add(bpf.RetConstant{Val: noAFSup})
 
 	a.label("flags") // unshare(flags), clone(flags, ...)
-	a.add(bpf.LoadAbsolute{Off: offArg0, Size: 4})
-	a.add(bpf.JumpIf{Cond: bpf.JumpBitsSet, Val: unix.CLONE_NEWUSER, SkipFalse: 1}, bpf.RetConstant{Val: eperm})
+	if !o.NestedUserns {
+		a.add(bpf.LoadAbsolute{Off: offArg0, Size: 4})
+		a.add(bpf.JumpIf{Cond: bpf.JumpBitsSet, Val: unix.CLONE_NEWUSER, SkipFalse: 1}, bpf.RetConstant{Val: eperm})
+	}
 	a.label("allow")
 	a.add(bpf.RetConstant{Val: allow})
 	insts, err := a.resolve()
@@ -141,9 +149,23 @@ func (a *assembler) resolve() ([]bpf.Instruction, error) {
 	return a.insts, nil
 }
 
-func deniedNumbers() []uint32 {
+// nestedAllows are the denied calls a nested sandbox needs.
+var nestedAllows = map[string]bool{"mount": true, "umount2": true, "pivot_root": true, "chroot": true}
+
+// Options shape the confinement.
+type Options struct {
+	// NestedUserns lets the neuron's programs create user namespaces of
+	// their own (and mount inside them): the policy's explicit consent to
+	// inner sandboxes.
+	NestedUserns bool
+}
+
+func deniedNumbers(o Options) []uint32 {
 	out := make([]uint32, 0, len(denied)+len(deniedHere))
-	for _, nr := range denied {
+	for name, nr := range denied {
+		if o.NestedUserns && nestedAllows[name] {
+			continue
+		}
 		out = append(out, nr)
 	}
 	for _, nr := range deniedHere {
@@ -156,11 +178,11 @@ func deniedNumbers() []uint32 {
 // Apply confines the calling process and everything it will start: no new
 // privileges, the seccomp filter on every thread, and non-dumpable (so
 // nothing of the same user can ptrace the agent or read its memory).
-func Apply() error {
+func Apply(o Options) error {
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
 		return fmt.Errorf("confine: non-dumpable: %w", err)
 	}
-	raw, err := program()
+	raw, err := program(o)
 	if err != nil {
 		return fmt.Errorf("confine: seccomp: assembling the filter: %w", err)
 	}

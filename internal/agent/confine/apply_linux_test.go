@@ -22,7 +22,7 @@ func TestMain(m *testing.M) {
 }
 
 func filterChild() int {
-	if err := Apply(); err != nil {
+	if err := Apply(Options{}); err != nil {
 		os.Stdout.WriteString("apply: " + err.Error() + "\n")
 		return 1
 	}
@@ -100,11 +100,11 @@ func TestFilter(t *testing.T) {
 }
 
 func TestProgramIsDeterministic(t *testing.T) {
-	a, err := program()
+	a, err := program(Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, _ := program()
+	b, _ := program(Options{})
 	if len(a) != len(b) {
 		t.Fatalf("%d and %d instructions", len(a), len(b))
 	}

@@ -153,6 +153,10 @@ func (r *runtime) plan(lay layout.Layout, id string, opts sandbox.CreateOptions)
 	default:
 		return nil, &sandbox.InvalidError{Reason: fmt.Sprintf("network %q: choose none, egress or full", opts.Network.Mode)}
 	}
+	if opts.NestedUserns {
+		return nil, &sandbox.UnenforceableError{Mode: Mode, Policy: "nested user namespaces",
+			Reason: "docker's seccomp profile and dropped capabilities deny them, and this mode does not loosen its boundary: use --mode nsbox"}
+	}
 	transport, why, err := resolveTransport(context.Background())
 	if err != nil {
 		return nil, err

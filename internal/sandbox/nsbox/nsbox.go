@@ -148,7 +148,7 @@ func (r *runtime) Prepare(lay layout.Layout, id string, opts sandbox.CreateOptio
 	if err != nil {
 		return sandbox.Policy{}, err
 	}
-	pol := sandbox.Policy{Network: opts.Network, Image: opts.Image}
+	pol := sandbox.Policy{Network: opts.Network, Image: opts.Image, NestedUserns: opts.NestedUserns}
 	if pol.Network.Mode == sandbox.NetworkDefault {
 		pol.Network.Mode = sandbox.NetworkNone
 	}
@@ -368,6 +368,9 @@ func (r *runtime) plan(req *lifecycle.StartRequest, who identity, ceil *ceilings
 		Rlimits:   ceil.rlimits,
 		AgentArgs: []string{"--id", id, "--channel-dir", ChannelDir, "--root", "/", "--workdir", Workspace, "--subreaper", protocol.ConfineFlag},
 		Workdir:   Workspace,
+	}
+	if opts.NestedUserns {
+		cfg.AgentArgs = append(cfg.AgentArgs, protocol.NestedUsernsFlag)
 	}
 	var proxyEnv []string
 	switch opts.Network.Mode {

@@ -503,3 +503,35 @@ func TestCgroupsPerHome(t *testing.T) {
 		}
 	}
 }
+
+// With nested user namespaces allowed, a program may build a sandbox of
+// its own (a user and mount namespace, mounts inside it), and every
+// escape but creating the user namespace itself still fails.
+func TestNestedUserns(t *testing.T) {
+	plain := newNeuron(t, "flat", sandbox.CreateOptions{})
+	if res := plain.sh("unshare --user --map-root-user true"); res.ExitCode == 0 {
+		t.Fatal("a neuron without the policy created a user namespace")
+	}
+	n := newNeuron(t, "nest", sandbox.CreateOptions{NestedUserns: true})
+	res := n.sh("unshare --user --map-root-user --mount sh -c 'mount -t tmpfs inner /mnt && touch /mnt/x && echo inner-mount-ok'")
+	if res.ExitCode != 0 || !strings.Contains(string(res.Stdout), "inner-mount-ok") {
+		t.Fatalf("an inner sandbox: %d %s %s", res.ExitCode, res.Stdout, res.Stderr)
+	}
+	// The inner mount stayed inside: the neuron's /mnt is as it was.
+	if res := n.sh("test -e /mnt/x"); res.ExitCode == 0 {
+		t.Fatal("the inner mount leaked into the neuron")
+	}
+	n.install()
+	planted := filepath.Join(sandboxtest.ShortTempDir(t), "planted-secret")
+	os.WriteFile(planted, []byte("host secret"), 0o644)
+	out := n.sh(fmt.Sprintf("./escape -file %s -port 1 -pid 1 -agent $PPID", planted))
+	var results map[string]string
+	if err := json.Unmarshal(out.Stdout, &results); err != nil || len(results) < 20 {
+		t.Fatalf("escape program: %v\nstdout %s\nstderr %s", err, out.Stdout, out.Stderr)
+	}
+	for attempt, outcome := range results {
+		if !strings.HasPrefix(outcome, "denied") && attempt != "unshare a user namespace" {
+			t.Errorf("%s: %s", attempt, outcome)
+		}
+	}
+}

@@ -73,7 +73,9 @@ func (r runtime) Prepare(lay layout.Layout, id string, opts sandbox.CreateOption
 			return sandbox.Policy{}, err
 		}
 	}
-	return sandbox.Policy{Network: sandbox.Network{Mode: sandbox.NetworkFull}}, nil
+	// Nothing here denies user namespaces: programs may make them where the
+	// host lets its users.
+	return sandbox.Policy{Network: sandbox.Network{Mode: sandbox.NetworkFull}, NestedUserns: true}, nil
 }
 
 // Start runs the agent detached from the caller's session (so it outlives
