@@ -107,9 +107,17 @@ func TestLaunchContract(t *testing.T) {
 			}
 		}
 
-		// On a PTY: the exit status is the program's too.
+		// On a PTY: the exit status is the program's too, and a status
+		// above 128 is not mistaken for a signal.
 		if _, _, code := c.run("", "launch", "--pty", "hosted", "--", "./fake"); code != 7 {
 			t.Fatalf("pty launch: %d", code)
+		}
+		if _, _, code := c.run("", "launch", "--pty", "hosted", "--", "sh", "-c", "exit 130"); code != 130 {
+			t.Fatalf("pty launch exit 130: %d", code)
+		}
+		last := c.ok("receipts", "hosted", "--format", "{{.ExitCode}} [{{.Signal}}]")
+		if lines := strings.Split(strings.TrimSpace(last), "\n"); lines[len(lines)-1] != "130 []" {
+			t.Fatalf("the receipt of exit 130: %q", last)
 		}
 		// A profile needing a network the neuron does not reach fails
 		// before anything starts.

@@ -115,9 +115,30 @@ func (t *procTable) add(p *proc) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.pending--
+	if old := t.procs[p.pid]; old != nil {
+		t.moveAside(old)
+	}
 	t.procs[p.pid] = p
 	t.order = append(t.order, p.pid)
 	t.evictExited()
+}
+
+// moveAside re-keys an ended terminal read back from disk whose pid a new
+// process now has: it keeps its id, and a negative pid of its own that
+// addresses it (t.mu held).
+func (t *procTable) moveAside(old *proc) {
+	key := -1
+	for t.procs[key] != nil {
+		key--
+	}
+	for i, pid := range t.order {
+		if pid == old.pid {
+			t.order[i] = key
+		}
+	}
+	delete(t.procs, old.pid)
+	old.pid = key
+	t.procs[key] = old
 }
 
 // evictExited forgets the oldest exited processes beyond keepExited.

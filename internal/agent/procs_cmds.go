@@ -199,8 +199,10 @@ func (a *Agent) ptyRead(req *request) (any, []byte, error) {
 	}
 	if args.Follow {
 		s := &attachStream{name: protocol.StreamOutput, r: p.out, off: args.Offset}
-		s.pc = p.out.pace(args.Offset)
-		defer p.out.unpace(s.pc)
+		if args.Pace {
+			s.pc = p.out.pace(args.Offset)
+			defer p.out.unpace(s.pc)
+		}
 		if err := replay(req, []*attachStream{s}, true); err != nil {
 			return nil, nil, err
 		}

@@ -1,14 +1,6 @@
 package agent
 
-import (
-	"sync"
-	"time"
-)
-
-// paceStall is how long a pacing reader may make no progress before the
-// writer stops waiting for it (it then finds a gap, as a non-pacing reader
-// would): a host that stops reading cannot freeze a terminal for ever.
-const paceStall = 5 * time.Second
+import "sync"
 
 // ring keeps the last size bytes written to it, addressed by absolute stream
 // offsets: byte k of the stream is at offset k whether or not it is still
@@ -17,28 +9,27 @@ type ring struct {
 	mu     sync.Mutex
 	buf    []byte
 	end    int64 // total bytes ever written
+	start  int64 // no byte before it is held (a ring read back from disk)
 	closed bool
 	notify chan struct{} // closed (and replaced) on every write and on Close
 
-	// Pacing readers (a terminal's attachments) hold back the writer, and
-	// so the program, instead of losing output: a terminal's flow control.
+	// Pacing readers (a terminal's writer attachment) hold back the
+	// writer, and so the program, instead of losing output: a terminal's
+	// flow control. A pacer that stops reading blocks the program, as a
+	// terminal under scroll lock does, until it reads or goes away.
 	pacers map[*pacer]struct{}
 	room   chan struct{} // closed (and replaced) when a pacer moves or leaves
 }
 
 // pacer is one pacing reader: off is the next byte it needs.
-type pacer struct {
-	off   int64
-	moved time.Time
-}
+type pacer struct{ off int64 }
 
 func newRing(size int) *ring {
 	return &ring{buf: make([]byte, size), notify: make(chan struct{})}
 }
 
 // Write appends p, overwriting the oldest bytes once the ring is full;
-// while pacing readers are behind, it waits for them instead (up to
-// paceStall without progress).
+// while pacing readers are behind, it waits for them instead.
 func (r *ring) Write(p []byte) (int, error) {
 	n := len(p)
 	for len(p) > 0 {
@@ -54,11 +45,7 @@ func (r *ring) Write(p []byte) (int, error) {
 				if free <= 0 {
 					room := r.room
 					r.mu.Unlock()
-					select {
-					case <-room:
-					case <-time.After(paceStall):
-						r.dropStalled()
-					}
+					<-room
 					continue
 				}
 				k = free
@@ -97,7 +84,7 @@ func (r *ring) pace(off int64) *pacer {
 		r.pacers = map[*pacer]struct{}{}
 		r.room = make(chan struct{})
 	}
-	pc := &pacer{off: max(off, r.end-int64(len(r.buf))), moved: time.Now()}
+	pc := &pacer{off: max(off, r.end-int64(len(r.buf)))}
 	r.pacers[pc] = struct{}{}
 	return pc
 }
@@ -109,7 +96,7 @@ func (r *ring) advance(pc *pacer, off int64) {
 	if _, ok := r.pacers[pc]; !ok || off <= pc.off {
 		return
 	}
-	pc.off, pc.moved = off, time.Now()
+	pc.off = off
 	r.wakeWriter()
 }
 
@@ -120,17 +107,6 @@ func (r *ring) unpace(pc *pacer) {
 	if _, ok := r.pacers[pc]; ok {
 		delete(r.pacers, pc)
 		r.wakeWriter()
-	}
-}
-
-// dropStalled stops waiting for pacers that made no progress in paceStall.
-func (r *ring) dropStalled() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for pc := range r.pacers {
-		if time.Since(pc.moved) >= paceStall {
-			delete(r.pacers, pc)
-		}
 	}
 }
 
@@ -162,7 +138,7 @@ func (r *ring) ReadFrom(off int64, limit int) (data []byte, start int64, eof boo
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	size := int64(len(r.buf))
-	oldest := max(0, r.end-size)
+	oldest := max(r.start, r.end-size)
 	start = off
 	if start < oldest {
 		start = oldest
@@ -195,19 +171,28 @@ func (r *ring) End() int64 {
 	return r.end
 }
 
+// Snapshot returns what the ring holds and the offset just past it, read
+// at one instant.
+func (r *ring) Snapshot() ([]byte, int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	size := int64(len(r.buf))
+	oldest := max(r.start, r.end-size)
+	data := make([]byte, r.end-oldest)
+	for i := range data {
+		data[i] = r.buf[(oldest+int64(i))%size]
+	}
+	return data, r.end
+}
+
 // ringFrom is a closed ring holding data as the last bytes of a stream
 // that ended at offset end (a terminal's replay, read back from disk).
 func ringFrom(data []byte, end int64) *ring {
+	end = max(end, int64(len(data)))
 	r := newRing(max(len(data), 1))
-	copy(r.buf, data)
-	r.end = max(end, int64(len(data)))
-	if n := len(data); n > 0 {
-		// Place the bytes where Write would have: byte k at k % size.
-		r.buf = make([]byte, n)
-		for i := 0; i < n; i++ {
-			off := r.end - int64(n) + int64(i)
-			r.buf[off%int64(n)] = data[i]
-		}
+	r.end, r.start = end, end-int64(len(data))
+	for i, b := range data {
+		r.buf[(r.start+int64(i))%int64(len(r.buf))] = b
 	}
 	r.closed = true
 	return r

@@ -4,10 +4,13 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"sort"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/nsys-cortex/cortex/internal/protocol"
@@ -53,6 +56,7 @@ func (s *termStore) keep(p *proc, wg *sync.WaitGroup) {
 			select {
 			case <-p.done:
 				s.save(p)
+				s.prune()
 				return
 			case <-tick.C:
 				if end := p.out.End(); end != saved {
@@ -87,26 +91,93 @@ func (s *termStore) write(p *proc, replay bool) {
 		s.logf("terminal %s: not kept on disk: %v", p.id, err)
 		return
 	}
+	info := p.info()
 	if replay {
-		data, _, _ := p.out.ReadFrom(0, 1<<30)
+		// The bytes and the offset they end at, read at one instant.
+		data, end := p.out.Snapshot()
+		info.StdoutEnd = end
 		if err := writeFileAtomic(filepath.Join(dir, "replay"), data); err != nil {
 			s.logf("terminal %s: saving its replay: %v", p.id, err)
 		}
 	}
-	info := p.info()
 	b, _ := json.MarshalIndent(&info, "", "  ")
 	if err := writeFileAtomic(filepath.Join(dir, "meta.json"), b); err != nil {
 		s.logf("terminal %s: saving its metadata: %v", p.id, err)
 	}
 }
 
+// writeFileAtomic writes a temporary file beside path, never through a
+// link planted there, and renames it over path.
 func writeFileAtomic(path string, data []byte) error {
 	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+	os.Remove(tmp)
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
 		return err
 	}
 	return os.Rename(tmp, path)
 }
+
+// readKept reads a file the neuron's user could have replaced: only a
+// regular file, not through a link, never blocking (a FIFO), at most max
+// bytes.
+func readKept(path string, max int64) ([]byte, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s is not a regular file", path)
+	}
+	if st.Size() > max {
+		return nil, fmt.Errorf("%s is larger than %d bytes", path, max)
+	}
+	return io.ReadAll(io.LimitReader(f, max))
+}
+
+// prune forgets all but the newest keepTerminals ended terminals on disk.
+func (s *termStore) prune() {
+	ents, err := os.ReadDir(s.dir)
+	if err != nil || len(ents) <= keepTerminals {
+		return
+	}
+	type kept struct {
+		id      string
+		started time.Time
+		running bool
+	}
+	var all []kept
+	for _, e := range ents {
+		b, err := readKept(filepath.Join(s.dir, e.Name(), "meta.json"), maxMeta)
+		var info protocol.ProcInfo
+		if err != nil || json.Unmarshal(b, &info) != nil {
+			all = append(all, kept{id: e.Name()}) // unreadable: oldest
+			continue
+		}
+		all = append(all, kept{id: e.Name(), started: info.Started, running: info.Running})
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].started.After(all[j].started) })
+	for _, k := range all[keepTerminals:] {
+		if !k.running {
+			os.RemoveAll(filepath.Join(s.dir, k.id))
+		}
+	}
+}
+
+// maxMeta bounds a terminal's meta.json.
+const maxMeta = 64 << 10
 
 // load brings back the terminals kept on disk as ended records (one that
 // was running went down with the previous agent), and forgets all but the
@@ -118,7 +189,7 @@ func (s *termStore) load(t *procTable) {
 	}
 	var infos []protocol.ProcInfo
 	for _, e := range ents {
-		b, err := os.ReadFile(filepath.Join(s.dir, e.Name(), "meta.json"))
+		b, err := readKept(filepath.Join(s.dir, e.Name(), "meta.json"), maxMeta)
 		if err != nil {
 			continue
 		}
@@ -134,7 +205,10 @@ func (s *termStore) load(t *procTable) {
 			os.RemoveAll(filepath.Join(s.dir, info.ID))
 			continue
 		}
-		replay, _ := os.ReadFile(filepath.Join(s.dir, info.ID, "replay"))
+		replay, err := readKept(filepath.Join(s.dir, info.ID, "replay"), protocol.MaxRingBytes)
+		if err != nil {
+			replay = nil // its history is lost; its record stays
+		}
 		if info.Running {
 			// It ended with the agent that ran it (PTY children die with it).
 			info.Running, info.ExitCode, info.Signal = false, 128+9, "SIGKILL"
@@ -146,8 +220,12 @@ func (s *termStore) load(t *procTable) {
 			out: ringFrom(replay, info.StdoutEnd), done: make(chan struct{}), exited: true, exitCode: info.ExitCode,
 			signal: info.Signal, ended: info.Ended, cols: info.Cols, rows: info.Rows}
 		close(p.done)
-		if _, live := t.procs[p.pid]; live {
-			continue
+		if t.procs[p.pid] != nil { // a newer record has this pid
+			key := -1
+			for t.procs[key] != nil {
+				key--
+			}
+			p.pid = key
 		}
 		t.procs[p.pid] = p
 		t.order = append(t.order, p.pid)

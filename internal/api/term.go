@@ -137,7 +137,7 @@ func (s *Server) terminal(w http.ResponseWriter, r *http.Request) {
 		err := s.termInput(ctx, ws, c, info.PID, watch)
 		cancel(err)
 	}()
-	res, err := c.PtyFollow(ctx, info.PID, offset, func(stream string, off int64, p []byte) error {
+	res, err := c.PtyFollow(ctx, info.PID, offset, !watch, func(stream string, off int64, p []byte) error {
 		if strings.HasPrefix(stream, protocol.StreamGap) {
 			return send(cortex.TermMessage{Type: "gap", Offset: off})
 		}

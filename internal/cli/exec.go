@@ -22,6 +22,7 @@ import (
 	"github.com/nsys-cortex/cortex/internal/logging"
 	"github.com/nsys-cortex/cortex/internal/protocol"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
+	cterm "github.com/nsys-cortex/cortex/internal/term"
 )
 
 // connect finds a running neuron by id (or unique prefix) and connects:
@@ -97,7 +98,7 @@ Ctrl-C (or SIGTERM, SIGHUP) kills the command in the neuron.`,
 		ValidArgsFunction: a.neuronArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
-			c, _, err := a.connect(ctx, args[0])
+			c, st, err := a.connect(ctx, args[0])
 			if err != nil {
 				return err
 			}
@@ -118,7 +119,7 @@ Ctrl-C (or SIGTERM, SIGHUP) kills the command in the neuron.`,
 				return nil
 			}
 			if tty {
-				code, err := a.pty(ctx, c, command, timeout)
+				code, _, err := a.pty(ctx, c, st.ID, command, timeout)
 				if err != nil {
 					return interrupted(ctx, err)
 				}
@@ -219,11 +220,15 @@ status is the shell's when it exits.`,
 // mode, input forwarded, output streamed, the size kept in step on
 // SIGWINCH. It returns the command's exit status (ExitTimeout when timeout,
 // if set, ran out first).
-func (a *App) runPty(ctx context.Context, c *link.Client, command protocol.Command, timeout time.Duration) (int, error) {
+func (a *App) runPty(ctx context.Context, c *link.Client, neuron string, command protocol.Command, timeout time.Duration) (int, string, error) {
 	cols, rows, fd := a.ptySetup(&command)
 	info, err := spawnPty(ctx, c, &protocol.PtySpawnArgs{Command: command, Cols: cols, Rows: rows})
 	if err != nil {
-		return 0, spawnError(err)
+		return 0, "", spawnError(err)
+	}
+	// The command is the terminal's writer: an attach elsewhere may watch.
+	if lock, err := cterm.LockWriter(filepath.Join(a.lay.Home, "terminals"), neuron, info.ID); err == nil {
+		defer lock.Release()
 	}
 	followCtx := ctx
 	if timeout > 0 {
@@ -234,14 +239,21 @@ func (a *App) runPty(ctx context.Context, c *link.Client, command protocol.Comma
 	if fd >= 0 {
 		old, err := term.MakeRaw(fd)
 		if err != nil {
-			return 0, fmt.Errorf("terminal: %w", err)
+			return 0, "", fmt.Errorf("terminal: %w", err)
 		}
 		defer term.Restore(fd, old)
 		winch := make(chan os.Signal, 1)
 		signal.Notify(winch, syscall.SIGWINCH)
 		defer signal.Stop(winch)
+		winchDone := make(chan struct{})
+		defer close(winchDone)
 		go func() {
-			for range winch {
+			for {
+				select {
+				case <-winchDone:
+					return
+				case <-winch:
+				}
 				if w, h, err := term.GetSize(fd); err == nil {
 					c.PtyResize(ctx, info.PID, w, h) // a lost resize is corrected by the next one
 				}
@@ -267,7 +279,7 @@ func (a *App) runPty(ctx context.Context, c *link.Client, command protocol.Comma
 			}
 		}
 	}()
-	res, err := c.PtyFollow(followCtx, info.PID, 0, func(_ string, _ int64, p []byte) error {
+	res, err := c.PtyFollow(followCtx, info.PID, 0, true, func(_ string, _ int64, p []byte) error {
 		_, err := a.Stdout.Write(p)
 		return err
 	})
@@ -281,14 +293,14 @@ func (a *App) runPty(ctx context.Context, c *link.Client, command protocol.Comma
 				fmt.Fprint(a.Stdout, "\r\n")
 			}
 			fmt.Fprintf(a.Stderr, "nsys-cortex: the command ran past --timeout %s and was killed\n", timeout)
-			return ExitTimeout, nil
+			return ExitTimeout, "", nil
 		}
-		return 0, err
+		return 0, "", err
 	}
 	if res.Info == nil {
-		return 0, errors.New("pty: the agent reported no exit status")
+		return 0, "", errors.New("pty: the agent reported no exit status")
 	}
-	return res.Info.ExitCode, nil
+	return res.Info.ExitCode, res.Info.Signal, nil
 }
 
 // spawnPty starts a terminal even when ctx ends meanwhile (the agent may

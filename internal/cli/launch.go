@@ -132,7 +132,7 @@ them; add your own as <home>/profiles/NAME.json).`,
 			if err := audit.Record("launch.start", facts); err != nil {
 				return fmt.Errorf("launch: the audit log: %w", err)
 			}
-			code, sig, runErr := a.runLaunch(ctx, c, contract, command, timeout)
+			code, sig, runErr := a.runLaunch(ctx, c, st.ID, contract, command, timeout)
 			receipt.Finish(code, sig, runErr)
 			receipt.Write(dir)
 			end := map[string]any{"neuron": st.ID, "receipt": receipt.ID}
@@ -161,14 +161,9 @@ them; add your own as <home>/profiles/NAME.json).`,
 
 // runLaunch runs the contract and returns the program's exit status and
 // the signal that ended it, if one did.
-func (a *App) runLaunch(ctx context.Context, c channel, contract *launch.Contract, command protocol.Command, timeout time.Duration) (int, string, error) {
+func (a *App) runLaunch(ctx context.Context, c channel, neuron string, contract *launch.Contract, command protocol.Command, timeout time.Duration) (int, string, error) {
 	if contract.IO == launch.IOPty {
-		code, err := a.pty(ctx, c, command, timeout)
-		sig := ""
-		if code > 128 && code < 128+65 {
-			sig = "signal " + strconv.Itoa(code-128)
-		}
-		return code, sig, err
+		return a.pty(ctx, c, neuron, command, timeout)
 	}
 	req := &link.ExecRequest{Command: command, Stdout: a.Stdout, Stderr: a.Stderr, Timeout: link.NoTimeout}
 	if timeout > 0 {

@@ -298,18 +298,19 @@ func (r *remoteChannel) Remove(ctx context.Context, p string, recursive bool) er
 
 // pty runs command on a PTY wired to this terminal, through the channel
 // or through the daemon's terminal WebSocket.
-func (a *App) pty(ctx context.Context, c channel, command protocol.Command, timeout time.Duration) (int, error) {
+// It returns the command's exit status and the signal that ended it.
+func (a *App) pty(ctx context.Context, c channel, neuron string, command protocol.Command, timeout time.Duration) (int, string, error) {
 	switch c := c.(type) {
 	case *link.Client:
-		return a.runPty(ctx, c, command, timeout)
+		return a.runPty(ctx, c, neuron, command, timeout)
 	case *remoteChannel:
 		return a.runPtyRemote(ctx, c.n, command, timeout)
 	}
-	return 0, fmt.Errorf("no terminal over %T", c)
+	return 0, "", fmt.Errorf("no terminal over %T", c)
 }
 
 // runPtyRemote is runPty over the API's terminal WebSocket.
-func (a *App) runPtyRemote(ctx context.Context, n *cortex.NeuronClient, command protocol.Command, timeout time.Duration) (int, error) {
+func (a *App) runPtyRemote(ctx context.Context, n *cortex.NeuronClient, command protocol.Command, timeout time.Duration) (int, string, error) {
 	cols, rows, fd := a.ptySetup(&command)
 	// Opened even when ctx ends meanwhile, then ended: a cancelled command
 	// leaves no terminal running.
@@ -318,27 +319,34 @@ func (a *App) runPtyRemote(ctx context.Context, n *cortex.NeuronClient, command 
 		Cwd: command.Cwd, Env: command.Env}, Cols: cols, Rows: rows})
 	ocancel()
 	if err != nil {
-		return 0, spawnError(localError(err))
+		return 0, "", spawnError(localError(err))
 	}
 	defer t.Close()
 	if ctx.Err() != nil {
 		t.Discard()
 		t.Kill()
 		t.Wait()
-		return 0, ctx.Err()
+		return 0, "", ctx.Err()
 	}
 	if fd >= 0 {
 		old, err := term.MakeRaw(fd)
 		if err != nil {
 			t.Kill()
-			return 0, fmt.Errorf("terminal: %w", err)
+			return 0, "", fmt.Errorf("terminal: %w", err)
 		}
 		defer term.Restore(fd, old)
 		winch := make(chan os.Signal, 1)
 		signal.Notify(winch, syscall.SIGWINCH)
 		defer signal.Stop(winch)
+		winchDone := make(chan struct{})
+		defer close(winchDone)
 		go func() {
-			for range winch {
+			for {
+				select {
+				case <-winchDone:
+					return
+				case <-winch:
+				}
 				if w, h, err := term.GetSize(fd); err == nil {
 					t.Resize(w, h)
 				}
@@ -373,20 +381,20 @@ func (a *App) runPtyRemote(ctx context.Context, n *cortex.NeuronClient, command 
 	select {
 	case err := <-copied:
 		if err != nil {
-			return 0, localError(err)
+			return 0, "", localError(err)
 		}
-		code, _, err := t.Wait()
-		return code, localError(err)
+		code, sig, err := t.Wait()
+		return code, sig, localError(err)
 	case <-ctx.Done():
 		t.Kill() // leave no shell running behind an interrupted session
-		return 0, ctx.Err()
+		return 0, "", ctx.Err()
 	case <-expired:
 		t.Kill()
 		if fd >= 0 {
 			fmt.Fprint(a.Stdout, "\r\n")
 		}
 		fmt.Fprintf(a.Stderr, "nsys-cortex: the command ran past --timeout %s and was killed\n", timeout)
-		return ExitTimeout, nil
+		return ExitTimeout, "", nil
 	}
 }
 

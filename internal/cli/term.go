@@ -9,6 +9,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -20,17 +21,25 @@ import (
 	cterm "github.com/nsys-cortex/cortex/internal/term"
 )
 
-// localSession is a terminal through the channel.
+// localSession is a terminal through the channel; the writer paces the
+// terminal's output, a watcher may find gaps (said on stderr).
 type localSession struct {
-	c   *link.Client
-	pid int
+	c     *link.Client
+	pid   int
+	pace  bool
+	notes io.Writer
 }
 
 func (s *localSession) Follow(ctx context.Context, offset int64, out func([]byte) error) (*protocol.ProcInfo, error) {
-	res, err := s.c.PtyFollow(ctx, s.pid, offset, func(_ string, _ int64, p []byte) error {
-		if len(p) == 0 {
-			return nil // a gap: what the replay no longer holds
+	started := false // a gap before the first bytes is the replay's start, not a loss
+	res, err := s.c.PtyFollow(ctx, s.pid, offset, s.pace, func(stream string, off int64, p []byte) error {
+		if strings.HasPrefix(stream, protocol.StreamGap) {
+			if started {
+				fmt.Fprintf(s.notes, "\r\n[nsys-cortex: output before byte %d of this terminal is no longer kept]\r\n", off)
+			}
+			return nil
 		}
+		started = true
 		return out(p)
 	})
 	if err != nil {
@@ -171,7 +180,7 @@ func (a *App) attachTo(ctx context.Context, neuron, ref string, command *protoco
 			}
 			defer lock.Release()
 		}
-		session = &localSession{c: c, pid: info.PID}
+		session = &localSession{c: c, pid: info.PID, pace: !watch, notes: a.Stderr}
 	case *remoteChannel:
 		o := cortex.TerminalOptions{Cols: cols, Rows: rows, Watch: watch}
 		if ref == "" {
@@ -309,15 +318,8 @@ func (a *App) termCommand() *cobra.Command {
 			case *link.Client:
 				_, err = c.PtyClose(cmd.Context(), info.PID)
 			case *remoteChannel:
-				var t *cortex.Terminal
-				if t, err = c.n.Terminal(cmd.Context(), cortex.TerminalOptions{PID: info.PID, Watch: false}); err == nil {
-					t.Discard()
-					if err = t.Kill(); err == nil {
-						_, _, err = t.Wait()
-					}
-					t.Close()
-				}
-				err = localError(err)
+				// Through the process route: it needs no writer lock.
+				err = c.ProcSignal(cmd.Context(), info.PID, "KILL")
 			}
 			return err
 		},

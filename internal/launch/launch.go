@@ -198,6 +198,13 @@ func Plan(req *Request, st *sandbox.State) (*Contract, error) {
 	for _, k := range names {
 		c.Env = append(c.Env, k+"="+p.Env[k])
 	}
+	if c.IO == IOPty {
+		// The operator's terminal type describes their terminal, which the
+		// program draws on; it is part of the contract (and the receipt).
+		if t, ok := req.Lookup("TERM"); ok && t != "" && p.Env["TERM"] == "" {
+			c.Env = append(c.Env, "TERM="+t)
+		}
+	}
 	for _, name := range req.PassEnv {
 		if !validName(name) {
 			return nil, &sandbox.InvalidError{Reason: fmt.Sprintf("--pass-env %q: give a variable name, not a value (the value is read from your environment)", name)}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/user"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -77,9 +78,9 @@ func NewReceipt(c *Contract, p *Profile, st *sandbox.State) *Receipt {
 		r.Network, r.Limits, r.Image = st.Policy.Network, st.Policy.Limits, st.Policy.Image
 	}
 	r.Host.PID = os.Getpid()
-	r.Host.User = os.Getenv("USER")
-	if r.Host.User == "" {
-		r.Host.User = strconv.Itoa(os.Getuid())
+	r.Host.User = strconv.Itoa(os.Getuid()) // the uid, not $USER, which the caller sets
+	if u, err := user.LookupId(r.Host.User); err == nil {
+		r.Host.User = u.Username + " (" + r.Host.User + ")"
 	}
 	return r
 }
@@ -151,7 +152,12 @@ func Receipts(dir string) ([]*Receipt, error) {
 		}
 		out = append(out, &r)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	sort.SliceStable(out, func(i, j int) bool {
+		if !out[i].Started.Equal(out[j].Started) {
+			return out[i].Started.Before(out[j].Started)
+		}
+		return out[i].ID < out[j].ID
+	})
 	return out, nil
 }
 

@@ -318,9 +318,11 @@ func (c *Client) PtyRead(ctx context.Context, args *protocol.PtyReadArgs) (*prot
 }
 
 // PtyFollow streams a PTY's output from offset until its process exits.
-func (c *Client) PtyFollow(ctx context.Context, pid int, offset int64, out OutputFunc) (*protocol.PtyReadResult, error) {
+// With pace, the terminal's output is held back while this reader is
+// behind (the writer's attachment); without, a slow reader sees gaps.
+func (c *Client) PtyFollow(ctx context.Context, pid int, offset int64, pace bool, out OutputFunc) (*protocol.PtyReadResult, error) {
 	var res protocol.PtyReadResult
-	err := c.follow(ctx, protocol.CmdPtyRead, &protocol.PtyReadArgs{PID: pid, Offset: offset, Follow: true}, out, &res)
+	err := c.follow(ctx, protocol.CmdPtyRead, &protocol.PtyReadArgs{PID: pid, Offset: offset, Follow: true, Pace: pace}, out, &res)
 	return &res, err
 }
 

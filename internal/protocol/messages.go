@@ -446,6 +446,10 @@ type PtyReadArgs struct {
 	Max    int   `json:"max,omitempty"`
 	WaitMs int64 `json:"waitMs,omitempty"`
 	Follow bool  `json:"follow,omitempty"`
+	// Pace, with Follow, holds the terminal's output back while this
+	// reader is behind, instead of losing it (the writer's attachment: a
+	// terminal's flow control). Watchers do not pace; they may see gaps.
+	Pace bool `json:"pace,omitempty"`
 }
 
 // PtyReadResult describes a non-following read: the body holds bytes

@@ -59,7 +59,7 @@ type session struct {
 }
 
 func (s *session) Follow(ctx context.Context, off int64, out func([]byte) error) (*protocol.ProcInfo, error) {
-	res, err := s.c.PtyFollow(ctx, s.pid, off, func(stream string, _ int64, p []byte) error {
+	res, err := s.c.PtyFollow(ctx, s.pid, off, true, func(stream string, _ int64, p []byte) error {
 		if strings.HasPrefix(stream, protocol.StreamGap) {
 			s.gaps++
 			return nil

@@ -209,7 +209,7 @@ func testPty(t *testing.T, f *fixture) {
 		t.Fatal(err)
 	}
 	var out collector
-	end, err := c.PtyFollow(ctx, info.PID, off, out.add)
+	end, err := c.PtyFollow(ctx, info.PID, off, false, out.add)
 	if err != nil || end.Info == nil || end.Info.Running || end.Info.ExitCode != 5 {
 		t.Fatalf("follow to the end: %+v %v", end, err)
 	}
