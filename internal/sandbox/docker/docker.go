@@ -401,7 +401,24 @@ func (r *runtime) Alive(lay layout.Layout, st *sandbox.State) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	return strings.TrimSpace(out) != "", nil
+	if strings.TrimSpace(out) != "" {
+		return true, nil
+	}
+	// The agent may answer before the daemon has marked its container
+	// running (its books lag the process under load): a container that
+	// exists and is created or running is not stopped.
+	state, err := docker(context.Background(), "container", "inspect", "--format", "{{.State.Status}}", ContainerName(lay, st.ID))
+	if err != nil {
+		if strings.Contains(err.Error(), "No such") {
+			return false, nil
+		}
+		return false, err
+	}
+	switch strings.TrimSpace(state) {
+	case "created", "running", "restarting":
+		return true, nil
+	}
+	return false, nil
 }
 
 // Running lists this home's running neuron containers: one `docker ps`
