@@ -38,6 +38,12 @@ type procTable struct {
 type proc struct {
 	pid     int
 	id      string // a terminal's id (PTYs only)
+
+	// hold is the pacer that keeps a new terminal's output for its first
+	// paced follow (PtySpawnArgs.Hold); holdTimer releases it if none comes.
+	holdMu    sync.Mutex
+	hold      *pacer
+	holdTimer *time.Timer
 	argv    []string
 	cwd     string
 	started time.Time
@@ -231,7 +237,7 @@ func (t *procTable) start(c *protocol.Command, withStdin bool, ringBytes int) (p
 }
 
 // startPty starts a process on a new pseudo-terminal.
-func (t *procTable) startPty(c *protocol.Command, cols, rows, ringBytes int) (p *proc, err error) {
+func (t *procTable) startPty(c *protocol.Command, cols, rows, ringBytes int, hold bool) (p *proc, err error) {
 	size, err := ringSize(ringBytes)
 	if err != nil {
 		return nil, err
@@ -274,6 +280,15 @@ func (t *procTable) startPty(c *protocol.Command, cols, rows, ringBytes int) (p 
 	}
 	p = &proc{pid: cmd.Process.Pid, id: newTermID(), argv: cmd.Args, cwd: cmd.Dir, started: time.Now(), cmd: cmd, isPty: true,
 		out: newRing(size), done: make(chan struct{}), stdin: tty, tty: tty, cols: cols, rows: rows}
+	if hold {
+		// Registered before the first byte can be written.
+		p.hold = p.out.pace(0)
+		p.holdTimer = time.AfterFunc(protocol.HoldFor, func() {
+			if pc := p.takeHold(); pc != nil {
+				p.out.unpace(pc)
+			}
+		})
+	}
 	t.run(p, []*os.File{tty}, []*ring{p.out})
 	t.add(p)
 	t.a.terms.keep(p, &t.wg)
@@ -344,6 +359,19 @@ func (p *proc) info() protocol.ProcInfo {
 		pi.StderrEnd = p.errOut.End()
 	}
 	return pi
+}
+
+// takeHold hands the spawn-time pacer over (nil if there is none, or it
+// was taken or released).
+func (p *proc) takeHold() *pacer {
+	p.holdMu.Lock()
+	defer p.holdMu.Unlock()
+	pc := p.hold
+	p.hold = nil
+	if p.holdTimer != nil {
+		p.holdTimer.Stop()
+	}
+	return pc
 }
 
 func (p *proc) running() bool {

@@ -31,7 +31,7 @@ func (a *Agent) ptySpawn(req *request) (any, []byte, error) {
 	if err := req.decode(&args); err != nil {
 		return nil, nil, err
 	}
-	p, err := a.procs.startPty(&args.Command, args.Cols, args.Rows, args.RingBytes)
+	p, err := a.procs.startPty(&args.Command, args.Cols, args.Rows, args.RingBytes, args.Hold)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -200,7 +200,9 @@ func (a *Agent) ptyRead(req *request) (any, []byte, error) {
 	if args.Follow {
 		s := &attachStream{name: protocol.StreamOutput, r: p.out, off: args.Offset}
 		if args.Pace {
-			s.pc = p.out.pace(args.Offset)
+			if s.pc = p.takeHold(); s.pc == nil {
+				s.pc = p.out.pace(args.Offset)
+			}
 			defer p.out.unpace(s.pc)
 		}
 		if err := replay(req, []*attachStream{s}, true); err != nil {

@@ -106,7 +106,7 @@ func (s *Server) terminal(w http.ResponseWriter, r *http.Request) {
 	}
 	var info *protocol.ProcInfo
 	if pid == 0 {
-		if info, err = c.PtySpawn(ctx, &protocol.PtySpawnArgs{Command: pc, Cols: int(cols), Rows: int(rows)}); err != nil {
+		if info, err = c.PtySpawn(ctx, &protocol.PtySpawnArgs{Command: pc, Cols: int(cols), Rows: int(rows), Hold: !watch}); err != nil {
 			fail(err)
 			return
 		}

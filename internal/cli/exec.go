@@ -309,6 +309,7 @@ func (a *App) runPty(ctx context.Context, c *link.Client, neuron string, command
 func spawnPty(ctx context.Context, c *link.Client, args *protocol.PtySpawnArgs) (*protocol.ProcInfo, error) {
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
+	args.Hold = true // its output waits for this command's attachment
 	info, err := c.PtySpawn(sctx, args)
 	if err != nil {
 		return nil, err

@@ -376,7 +376,15 @@ type PtySpawnArgs struct {
 	Cols      int `json:"cols,omitempty"`
 	Rows      int `json:"rows,omitempty"`
 	RingBytes int `json:"ringBytes,omitempty"`
+	// Hold keeps the terminal's output from its start for the first paced
+	// follow (the spawner's own attachment, which comes a moment later):
+	// held at most HoldFor, then released if no one came.
+	Hold bool `json:"hold,omitempty"`
 }
+
+// HoldFor bounds how long a spawned terminal's output waits for its first
+// paced follow.
+const HoldFor = 10 * time.Second
 
 // ProcRef names a process (or PTY) by its pid.
 type ProcRef struct {
