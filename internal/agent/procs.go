@@ -36,22 +36,22 @@ type procTable struct {
 
 // proc is one background process or PTY.
 type proc struct {
-	pid     int
-	id      string // a terminal's id (PTYs only)
+	pid int
+	id  string // a terminal's id (PTYs only)
 
 	// hold is the pacer that keeps a new terminal's output for its first
 	// paced follow (PtySpawnArgs.Hold); holdTimer releases it if none comes.
 	holdMu    sync.Mutex
 	hold      *pacer
 	holdTimer *time.Timer
-	argv    []string
-	cwd     string
-	started time.Time
-	isPty   bool
-	cmd     *exec.Cmd
-	out     *ring // stdout, or the PTY's output
-	errOut  *ring // stderr; nil for a PTY
-	done    chan struct{}
+	argv      []string
+	cwd       string
+	started   time.Time
+	isPty     bool
+	cmd       *exec.Cmd
+	out       *ring // stdout, or the PTY's output
+	errOut    *ring // stderr; nil for a PTY
+	done      chan struct{}
 
 	inMu  sync.Mutex // serialises input
 	stdin *os.File   // pipe write end or PTY master; nil without stdin
