@@ -524,7 +524,15 @@ func TestNestedUserns(t *testing.T) {
 	n.install()
 	planted := filepath.Join(sandboxtest.ShortTempDir(t), "planted-secret")
 	os.WriteFile(planted, []byte("host secret"), 0o644)
-	out := n.sh(fmt.Sprintf("./escape -file %s -port 1 -pid 1 -agent $PPID", planted))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	host := exec.Command("sleep", "300")
+	host.Start()
+	defer func() { host.Process.Kill(); host.Wait() }()
+	out := n.sh(fmt.Sprintf("./escape -file %s -port %d -pid %d -agent $PPID", planted, ln.Addr().(*net.TCPAddr).Port, host.Process.Pid))
 	var results map[string]string
 	if err := json.Unmarshal(out.Stdout, &results); err != nil || len(results) < 20 {
 		t.Fatalf("escape program: %v\nstdout %s\nstderr %s", err, out.Stdout, out.Stderr)
