@@ -17,6 +17,7 @@ import (
 
 	"github.com/nsys-cortex/cortex/internal/protocol"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
+	"github.com/nsys-cortex/cortex/internal/store"
 )
 
 // Identity is who the program runs as inside the neuron.
@@ -116,16 +117,8 @@ func (r *Receipt) Write(dir string) (string, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", err
 	}
-	b, err := json.MarshalIndent(r, "", "  ")
-	if err != nil {
-		return "", err
-	}
 	path := filepath.Join(dir, r.ID+".json")
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, append(b, '\n'), 0o600); err != nil {
-		return "", err
-	}
-	return path, os.Rename(tmp, path)
+	return path, store.WriteJSON(path, r, 0o600)
 }
 
 // Receipts reads a neuron's receipts, oldest first.
