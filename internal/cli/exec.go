@@ -7,7 +7,6 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -236,30 +235,12 @@ func (a *App) runPty(ctx context.Context, c *link.Client, neuron string, command
 		followCtx, cancel = context.WithTimeout(ctx, timeout)
 		defer cancel()
 	}
-	if fd >= 0 {
-		old, err := term.MakeRaw(fd)
-		if err != nil {
-			return 0, "", fmt.Errorf("terminal: %w", err)
-		}
-		defer term.Restore(fd, old)
-		winch := make(chan os.Signal, 1)
-		signal.Notify(winch, syscall.SIGWINCH)
-		defer signal.Stop(winch)
-		winchDone := make(chan struct{})
-		defer close(winchDone)
-		go func() {
-			for {
-				select {
-				case <-winchDone:
-					return
-				case <-winch:
-				}
-				if w, h, err := term.GetSize(fd); err == nil {
-					c.PtyResize(ctx, info.PID, w, h) // a lost resize is corrected by the next one
-				}
-			}
-		}()
+	restore, err := a.rawTerminal(func(w, h int) { c.PtyResize(ctx, info.PID, w, h) })
+	if err != nil {
+		c.PtyClose(context.WithoutCancel(ctx), info.PID)
+		return 0, "", err
 	}
+	defer restore()
 	go func() {
 		// Input ends with our stdin or with the session; a read that blocks
 		// on the terminal ends with the process.
@@ -333,9 +314,9 @@ func procStatus(p *protocol.ProcInfo) string {
 	return s
 }
 
-// ptySetup returns the size of this terminal (80x24 without one) and its
-// descriptor (-1 without one), and gives command this terminal's TERM.
-func (a *App) ptySetup(command *protocol.Command) (cols, rows, fd int) {
+// termSize returns the size of this terminal (stdin; 80x24 without one)
+// and its descriptor (-1 without one).
+func (a *App) termSize() (cols, rows, fd int) {
 	cols, rows, fd = 80, 24, -1
 	if f, ok := a.Stdin.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
 		fd = int(f.Fd())
@@ -343,6 +324,12 @@ func (a *App) ptySetup(command *protocol.Command) (cols, rows, fd int) {
 			cols, rows = w, h
 		}
 	}
+	return cols, rows, fd
+}
+
+// ptySetup is termSize, and gives command this terminal's TERM.
+func (a *App) ptySetup(command *protocol.Command) (cols, rows, fd int) {
+	cols, rows, fd = a.termSize()
 	if !hasEnvKey(command.Env, "TERM") {
 		if t := os.Getenv("TERM"); t != "" {
 			command.Env = append(command.Env, "TERM="+t)

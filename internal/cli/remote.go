@@ -7,13 +7,8 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 	"time"
-
-	"golang.org/x/term"
 
 	cortex "github.com/nsys-cortex/cortex/client"
 	"github.com/nsys-cortex/cortex/internal/ids"
@@ -328,31 +323,12 @@ func (a *App) runPtyRemote(ctx context.Context, n *cortex.NeuronClient, command 
 		t.Wait()
 		return 0, "", ctx.Err()
 	}
-	if fd >= 0 {
-		old, err := term.MakeRaw(fd)
-		if err != nil {
-			t.Kill()
-			return 0, "", fmt.Errorf("terminal: %w", err)
-		}
-		defer term.Restore(fd, old)
-		winch := make(chan os.Signal, 1)
-		signal.Notify(winch, syscall.SIGWINCH)
-		defer signal.Stop(winch)
-		winchDone := make(chan struct{})
-		defer close(winchDone)
-		go func() {
-			for {
-				select {
-				case <-winchDone:
-					return
-				case <-winch:
-				}
-				if w, h, err := term.GetSize(fd); err == nil {
-					t.Resize(w, h)
-				}
-			}
-		}()
+	restore, err := a.rawTerminal(func(w, h int) { t.Resize(w, h) })
+	if err != nil {
+		t.Kill()
+		return 0, "", err
 	}
+	defer restore()
 	go func() {
 		buf := make([]byte, 32<<10)
 		for {

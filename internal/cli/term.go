@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -95,26 +96,20 @@ func (s *remoteSession) Resize(_ context.Context, cols, rows int) error {
 	return s.t.Resize(cols, rows)
 }
 
-// terminalSize returns this terminal's size and, when stdin is one, a
-// channel of its sizes as they change and a function that restores it
-// from raw mode.
-func (a *App) rawTerminal() (cols, rows int, sizes <-chan [2]int, restore func(), err error) {
-	cols, rows, restore = 80, 24, func() {}
-	f, ok := a.Stdin.(*os.File)
-	if !ok || !term.IsTerminal(int(f.Fd())) {
-		return cols, rows, nil, restore, nil
-	}
-	fd := int(f.Fd())
-	if w, h, err := term.GetSize(fd); err == nil {
-		cols, rows = w, h
+// rawTerminal puts this terminal (stdin, when it is one) in raw mode and
+// calls onResize with its new size whenever it changes, until restore.
+// Without a terminal it does nothing.
+func (a *App) rawTerminal(onResize func(cols, rows int)) (restore func(), err error) {
+	_, _, fd := a.termSize()
+	if fd < 0 {
+		return func() {}, nil
 	}
 	old, err := term.MakeRaw(fd)
 	if err != nil {
-		return 0, 0, nil, nil, fmt.Errorf("terminal: %w", err)
+		return nil, fmt.Errorf("terminal: %w", err)
 	}
 	winch := make(chan os.Signal, 1)
 	signal.Notify(winch, syscall.SIGWINCH)
-	ch := make(chan [2]int, 1)
 	done := make(chan struct{})
 	go func() {
 		for {
@@ -123,15 +118,13 @@ func (a *App) rawTerminal() (cols, rows int, sizes <-chan [2]int, restore func()
 				return
 			case <-winch:
 				if w, h, err := term.GetSize(fd); err == nil {
-					select {
-					case ch <- [2]int{w, h}:
-					default:
-					}
+					onResize(w, h) // a lost resize is corrected by the next one
 				}
 			}
 		}
 	}()
-	return cols, rows, ch, func() { signal.Stop(winch); close(done); term.Restore(fd, old) }, nil
+	var once sync.Once
+	return func() { once.Do(func() { signal.Stop(winch); close(done); term.Restore(fd, old) }) }, nil
 }
 
 // attachTo attaches this terminal to terminal ref of the neuron (or to a
@@ -142,18 +135,7 @@ func (a *App) attachTo(ctx context.Context, neuron, ref string, command *protoco
 	if err != nil {
 		return 0, err
 	}
-	cols, rows, sizes, restore, err := a.rawTerminal()
-	if err != nil {
-		return 0, err
-	}
-	restored := false
-	unraw := func() {
-		if !restored {
-			restored = true
-			restore()
-		}
-	}
-	defer unraw()
+	cols, rows, fd := a.termSize()
 	var (
 		session cterm.Session
 		info    *protocol.ProcInfo
@@ -205,11 +187,20 @@ func (a *App) attachTo(ctx context.Context, neuron, ref string, command *protoco
 	default:
 		return 0, fmt.Errorf("no terminals over %T", c)
 	}
-	if !watch && ref != "" && sizes != nil {
+	if !watch && ref != "" && fd >= 0 {
 		session.Resize(ctx, cols, rows) // the newcomer's size
 	}
-	res, err := cterm.Attach(ctx, session, cterm.Options{In: a.Stdin, Out: a.Stdout, Watch: watch, Sizes: sizes})
-	unraw()
+	resize := func(w, h int) {
+		if !watch { // only the writer steers the terminal
+			session.Resize(ctx, w, h)
+		}
+	}
+	restore, err := a.rawTerminal(resize)
+	if err != nil {
+		return 0, err
+	}
+	res, err := cterm.Attach(ctx, session, cterm.Options{In: a.Stdin, Out: a.Stdout, Watch: watch})
+	restore()
 	if err != nil {
 		return 0, err
 	}

@@ -45,8 +45,6 @@ type Options struct {
 	Watch bool
 	// Offset is where the replay starts (0: all the terminal still holds).
 	Offset int64
-	// Sizes delivers the person's terminal size whenever it changes.
-	Sizes <-chan [2]int
 }
 
 // Result is how an attachment ended.
@@ -61,25 +59,11 @@ type Result struct {
 var errDetached = errors.New("detached")
 
 // Attach joins the person's terminal to s until the terminal exits, the
-// person detaches, or ctx ends.
+// person detaches, or ctx ends. Resizing is the caller's (it knows when
+// the person's terminal changes).
 func Attach(ctx context.Context, s Session, o Options) (*Result, error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	if o.Sizes != nil && !o.Watch {
-		go func() {
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case sz, ok := <-o.Sizes:
-					if !ok {
-						return
-					}
-					s.Resize(ctx, sz[0], sz[1]) // a lost resize is corrected by the next one
-				}
-			}
-		}()
-	}
 	if o.In != nil {
 		go func() {
 			// Ends with the person's input, or with the attachment (a read
