@@ -118,10 +118,7 @@ them; add your own as <home>/profiles/NAME.json).`,
 				return fmt.Errorf("launch: the agent of %s (%s) does not report its identity: create the neuron again to update it", st.ID, h.Version)
 			}
 			receipt.Observe(h)
-			dir := launch.ReceiptsDir(st.OverlayPath)
-			if st.OverlayPath == "" {
-				dir = launch.ReceiptsDir(lay.OverlayDir(st.ID))
-			}
+			dir := launch.ReceiptsDir(st.OverlayPath) // every mode records it
 			if _, err := receipt.Write(dir); err != nil {
 				return fmt.Errorf("launch: writing the receipt before the spawn: %w", err)
 			}
@@ -205,10 +202,7 @@ func (a *App) receiptsCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			dir := launch.ReceiptsDir(st.OverlayPath)
-			if st.OverlayPath == "" {
-				dir = launch.ReceiptsDir(a.lay.OverlayDir(st.ID))
-			}
+			dir := launch.ReceiptsDir(st.OverlayPath) // every mode records it
 			all, err := launch.Receipts(dir)
 			if err != nil {
 				return err
