@@ -122,11 +122,7 @@ is, and the command then fails naming it.`,
 				list = append(list, configItem{Key: k.Name, Value: v, Source: string(src), Env: k.Env,
 					Default: k.Default, Description: k.Description})
 			}
-			items := make([]any, len(list))
-			for i := range list {
-				items[i] = list[i]
-			}
-			if done, err := out.emit(a.Stdout, mode, list, items); done {
+			if done, err := emitList(&out, a.Stdout, mode, list); done {
 				if err != nil {
 					return err
 				}

@@ -370,11 +370,7 @@ func (a *App) psCommand() *cobra.Command {
 			if list == nil {
 				list = []protocol.ProcInfo{}
 			}
-			items := make([]any, len(list))
-			for i := range list {
-				items[i] = list[i]
-			}
-			if done, err := out.emit(a.Stdout, mode, list, items); done {
+			if done, err := emitList(&out, a.Stdout, mode, list); done {
 				return err
 			}
 			if mode == "name" {

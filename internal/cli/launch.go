@@ -210,11 +210,7 @@ func (a *App) receiptsCommand() *cobra.Command {
 			if all == nil {
 				all = []*launch.Receipt{}
 			}
-			items := make([]any, len(all))
-			for i, r := range all {
-				items[i] = r
-			}
-			if done, err := out.emit(a.Stdout, mode, all, items); done {
+			if done, err := emitList(&out, a.Stdout, mode, all); done {
 				return err
 			}
 			var rows [][]string

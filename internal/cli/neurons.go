@@ -248,11 +248,7 @@ func (a *App) listCommand() *cobra.Command {
 			if all == nil {
 				all = []*sandbox.State{}
 			}
-			items := make([]any, len(all))
-			for i, st := range all {
-				items[i] = st
-			}
-			if done, err := out.emit(a.Stdout, mode, all, items); done {
+			if done, err := emitList(&out, a.Stdout, mode, all); done {
 				return err
 			}
 			if mode == "name" {

@@ -52,6 +52,15 @@ func (o *outputFlags) mode(allowed ...string) (string, error) {
 	return "", fmt.Errorf("unknown output format %q (choose from %s)", m, strings.Join(allowed, ", "))
 }
 
+// emitList is emit for a list: the template runs once per element.
+func emitList[T any](o *outputFlags, w io.Writer, mode string, list []T) (bool, error) {
+	items := make([]any, len(list))
+	for i := range list {
+		items[i] = list[i]
+	}
+	return o.emit(w, mode, list, items)
+}
+
 // emit writes v (a value or a slice of them) as JSON, YAML or through the
 // template; it reports false when the format is a table for the caller to draw.
 func (o *outputFlags) emit(w io.Writer, mode string, v any, items []any) (bool, error) {

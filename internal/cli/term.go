@@ -265,11 +265,7 @@ func (a *App) termCommand() *cobra.Command {
 					terms = append(terms, p)
 				}
 			}
-			items := make([]any, len(terms))
-			for i := range terms {
-				items[i] = terms[i]
-			}
-			if done, err := out.emit(a.Stdout, mode, terms, items); done {
+			if done, err := emitList(&out, a.Stdout, mode, terms); done {
 				return err
 			}
 			if mode == "name" {
