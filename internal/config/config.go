@@ -23,7 +23,6 @@ const (
 // on it, and the environment, read when a value is asked for. The zero
 // Config has no file and no flags.
 type Config struct {
-	path  string
 	file  map[string]string // name → parsed value
 	flags map[string]string
 }
@@ -36,7 +35,7 @@ func Load(path string) (*Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Config{path: path, file: make(map[string]string, len(entries))}
+	c := &Config{file: make(map[string]string, len(entries))}
 	var errs []error
 	for _, e := range entries {
 		k, err := Lookup(e.name)
@@ -56,9 +55,6 @@ func Load(path string) (*Config, error) {
 	}
 	return c, nil
 }
-
-// Path is the file c was loaded from ("" for the zero Config).
-func (c *Config) Path() string { return c.path }
 
 // SetFlag makes value, given on the command line, the value of the key
 // called name, above every other source. It fails on an unknown key or a

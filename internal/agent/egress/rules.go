@@ -62,9 +62,6 @@ func Parse(entries []string) (*Policy, error) {
 	return p, nil
 }
 
-// Rules returns the policy's rules in the order given.
-func (p *Policy) Rules() []Rule { return append([]Rule(nil), p.rules...) }
-
 // ParseRule reads one allow-list entry:
 //
 //	example.com            the name, any port

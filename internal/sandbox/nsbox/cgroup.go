@@ -320,36 +320,4 @@ func removeCgroups(lay layout.Layout, id string) {
 	os.Remove(f)
 }
 
-// cgroupUsage reads a neuron's current memory and process count (for tests
-// and health): -1 where unknown.
-func cgroupUsage(lay layout.Layout, id string) (memory int64, pids int64) {
-	memory, pids = -1, -1
-	var dirs []string
-	if store.ReadJSON(filepath.Join(lay.OverlayDir(id), ".cgroups"), &dirs) != nil {
-		return
-	}
-	read := func(p string) int64 {
-		b, err := os.ReadFile(p)
-		if err != nil {
-			return -1
-		}
-		n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
-		if err != nil {
-			return -1
-		}
-		return n
-	}
-	for _, d := range dirs {
-		for _, f := range []string{"memory.usage_in_bytes", "memory.current"} {
-			if v := read(filepath.Join(d, f)); v >= 0 {
-				memory = v
-			}
-		}
-		if v := read(filepath.Join(d, "pids.current")); v >= 0 {
-			pids = v
-		}
-	}
-	return
-}
-
 func waitTick() { time.Sleep(10 * time.Millisecond) }
