@@ -463,7 +463,7 @@ func TestErrorsAreClear(t *testing.T) {
 	if out := c.ok("doctor"); !strings.Contains(out, "process") || !strings.Contains(out, "NSYS_CORTEX_ALLOW_INSECURE_DEV") {
 		t.Fatalf("doctor: %q", out)
 	}
-	if out := c.ok("version"); !strings.Contains(out, "protocol 1.0") {
+	if out := c.ok("version"); !strings.Contains(out, "protocol 1.1") {
 		t.Fatalf("version: %q", out)
 	}
 }

@@ -242,6 +242,8 @@ func (a *Agent) dispatch(req *request) (any, []byte, error) {
 		return a.fileMove(req)
 	case protocol.CmdSymlink:
 		return a.symlink(req)
+	case protocol.CmdSearch:
+		return a.searchCmd(req)
 	case protocol.CmdHealth:
 		return a.health(), nil, nil
 	case protocol.CmdShutdown:

@@ -425,3 +425,20 @@ func (c *Client) Move(ctx context.Context, args *protocol.MoveArgs) error {
 	_, err := c.call(ctx, protocol.CmdFileMove, args, nil, nil)
 	return err
 }
+
+// Search searches the files under args.Path inside the neuron, as ripgrep
+// would (see protocol.SearchArgs): matching lines, the files that match,
+// counts per file, or (mode find) the files whose paths match the globs.
+// It needs an agent of protocol 1.1 or later; an older one answers
+// UNSUPPORTED without the request being sent. ctx (or DefaultTimeout)
+// bounds the search, and the agent stops when it ends.
+func (c *Client) Search(ctx context.Context, args *protocol.SearchArgs) (*protocol.SearchResult, error) {
+	if err := args.Validate(); err != nil {
+		return nil, err
+	}
+	var res protocol.SearchResult
+	if _, err := c.call(ctx, protocol.CmdSearch, args, nil, &res); err != nil {
+		return nil, err
+	}
+	return &res, nil
+}

@@ -6,45 +6,66 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"testing"
 	"time"
 )
 
-// The frames in testdata/v1.0 were recorded from release 1.0 of the protocol.
-// Every later release must still decode them: a host and an agent one minor
-// version apart talk to each other. Regenerate them only when cutting a new
-// major version (go test -run TestRecordedFrames -update-frames).
-var updateFrames = flag.Bool("update-frames", false, "rewrite testdata/v1.0 (only for a new major version)")
+// The frames in testdata/v1.N were recorded from release 1.N of the
+// protocol. Every later release must still decode them: a host and an agent
+// one minor version apart talk to each other. A directory is written once,
+// when its release is cut (go test -run TestRecordedFrames -update-frames=v1.N),
+// and never again within the major version.
+var updateFrames = flag.String("update-frames", "", "write testdata/`v1.N` (only when cutting that release)")
 
-const framesDir = "testdata/v1.0"
+// release is one recorded protocol version: its commands and the frames the
+// encoder produced for it.
+type release struct {
+	dir      string
+	commands []Cmd
+	frames   func() map[string][]byte
+}
 
-var recordedFrames = func() map[string][]byte {
+// commands10 are the commands of release 1.0.
+var commands10 = []Cmd{CmdExec, CmdFileWrite, CmdFileRead, CmdFileList, CmdStat, CmdFileExists, CmdMkdir,
+	CmdResolvePath, CmdHealth, CmdShutdown, CmdPtySpawn, CmdPtyWrite, CmdPtyRead, CmdPtyResize,
+	CmdPtyClose, CmdProcStart, CmdProcInput, CmdProcSignal, CmdProcList, CmdProcAttach,
+	CmdFileRemove, CmdFileMove, CmdSymlink}
+
+var releases = []release{
+	{dir: "testdata/v1.0", commands: commands10, frames: sampleFrames},
+	{dir: "testdata/v1.1", commands: []Cmd{CmdSearch}, frames: sampleFrames11},
+}
+
+func recordedFrames(dir string) map[string][]byte {
 	out := map[string][]byte{}
-	files, _ := filepath.Glob(filepath.Join(framesDir, "*.frame"))
+	files, _ := filepath.Glob(filepath.Join(dir, "*.frame"))
 	for _, f := range files {
 		if b, err := os.ReadFile(f); err == nil {
 			out[filepath.Base(f)] = b
 		}
 	}
 	return out
-}()
+}
+
+func addFrame(frames map[string][]byte, name string, h Header, v any, body []byte) {
+	if v != nil {
+		h.Data, _ = json.Marshal(v)
+	}
+	var buf bytes.Buffer
+	if err := WriteFrame(&buf, &h, body); err != nil {
+		panic(err)
+	}
+	frames[name+".frame"] = buf.Bytes()
+}
 
 // sampleFrames is what was recorded: one frame of each kind and command.
 func sampleFrames() map[string][]byte {
 	frames := map[string][]byte{}
-	add := func(name string, h Header, v any, body []byte) {
-		if v != nil {
-			h.Data, _ = json.Marshal(v)
-		}
-		var buf bytes.Buffer
-		if err := WriteFrame(&buf, &h, body); err != nil {
-			panic(err)
-		}
-		frames[name+".frame"] = buf.Bytes()
-	}
+	add := func(name string, h Header, v any, body []byte) { addFrame(frames, name, h, v, body) }
 	caps := []string{}
-	for _, c := range Commands() {
+	for _, c := range commands10 {
 		caps = append(caps, string(c))
 	}
 	add("hello-agent", Header{Kind: KindHello}, Hello{Protocol: "1.0", Role: RoleAgent, Software: "cortex-agent 1.0.0", Caps: caps, Neuron: "demo", PID: 42, MaxBody: MaxBody, Window: DefaultWindow}, nil)
@@ -75,7 +96,7 @@ func sampleFrames() map[string][]byte {
 		CmdFileMove:    MoveArgs{From: "a.txt", To: "b.txt", NoReplace: true},
 		CmdSymlink:     SymlinkArgs{Path: "link", Target: "a.txt"},
 	}
-	for i, c := range Commands() {
+	for i, c := range commands10 {
 		add("req-"+string(c), Header{Kind: KindRequest, ID: uint64(i + 1), Cmd: c, TimeoutMs: 30000}, reqs[c], []byte("body"))
 	}
 	t0 := time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)
@@ -90,6 +111,23 @@ func sampleFrames() map[string][]byte {
 	add("in-stdin", Header{Kind: KindInput, ID: 1, Stream: StreamStdin, EOF: true}, nil, []byte("in"))
 	add("win", Header{Kind: KindWindow, ID: 1, Credit: 1 << 20}, nil, nil)
 	add("cancel", Header{Kind: KindCancel, ID: 1}, nil, nil)
+	return frames
+}
+
+// sampleFrames11 is what release 1.1 added: search, and its hello.
+func sampleFrames11() map[string][]byte {
+	frames := map[string][]byte{}
+	caps := []string{}
+	for _, c := range append(slices.Clone(commands10), CmdSearch) {
+		caps = append(caps, string(c))
+	}
+	addFrame(frames, "hello-agent", Header{Kind: KindHello}, Hello{Protocol: "1.1", Role: RoleAgent, Software: "cortex-agent 1.1.0", Caps: caps, Neuron: "demo", PID: 42, MaxBody: MaxBody, Window: DefaultWindow}, nil)
+	addFrame(frames, "req-search", Header{Kind: KindRequest, ID: 24, Cmd: CmdSearch, TimeoutMs: 30000},
+		SearchArgs{Path: "src", Pattern: "func \\w+", Mode: SearchModeContent, Glob: []string{"**/*.go", "!vendor"}, Type: "go",
+			IgnoreCase: true, Context: 2, MaxResults: 100, MaxLineChars: 200, Hidden: true, NoIgnore: true, MaxFileBytes: 1 << 20}, nil)
+	addFrame(frames, "res-search", Header{Kind: KindResponse, ID: 24}, SearchResult{
+		Matches: []SearchMatch{{Path: "a.go", Line: 3, Text: "func main() {"}, {Path: "a.go", Line: 4, Text: "}", Context: true}},
+		Files:   []string{"a.go"}, Counts: []SearchCount{{Path: "a.go", Count: 1}}, Truncated: true, FilesScanned: 7, SkippedBinary: 1}, nil)
 	return frames
 }
 
@@ -132,31 +170,65 @@ func argsFor(c Cmd) any {
 		return &MoveArgs{}
 	case CmdSymlink:
 		return &SymlinkArgs{}
+	case CmdSearch:
+		return &SearchArgs{}
 	}
 	return &PathArgs{}
 }
 
 func TestRecordedFrames(t *testing.T) {
-	if *updateFrames {
-		os.MkdirAll(framesDir, 0o755)
-		for name, b := range sampleFrames() {
-			if err := os.WriteFile(filepath.Join(framesDir, name), b, 0o644); err != nil {
-				t.Fatal(err)
+	if *updateFrames != "" {
+		for _, r := range releases {
+			if filepath.Base(r.dir) != *updateFrames {
+				continue
 			}
+			os.MkdirAll(r.dir, 0o755)
+			for name, b := range r.frames() {
+				if err := os.WriteFile(filepath.Join(r.dir, name), b, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			return
 		}
-		return
+		t.Fatalf("no release %q", *updateFrames)
 	}
-	if len(recordedFrames) < len(Commands())+10 {
-		t.Fatalf("only %d recorded frames in %s", len(recordedFrames), framesDir)
+	seen := map[Cmd]bool{}
+	for _, r := range releases {
+		t.Run(filepath.Base(r.dir), func(t *testing.T) {
+			recorded := recordedFrames(r.dir)
+			if len(recorded) < len(r.commands)+2 {
+				t.Fatalf("only %d recorded frames in %s", len(recorded), r.dir)
+			}
+			checkRecorded(t, recorded, seen)
+			// The recording is of this release: the encoder still produces it
+			// byte for byte, so nothing changed the wire format by accident.
+			for name, b := range r.frames() {
+				if rec, ok := recorded[name]; !ok {
+					t.Errorf("%s: not recorded in %s", name, r.dir)
+				} else if !bytes.Equal(rec, b) {
+					t.Errorf("%s: the encoder's output changed from the recorded frame:\n%q\n%q", name, rec, b)
+				}
+			}
+		})
 	}
-	names := make([]string, 0, len(recordedFrames))
-	for n := range recordedFrames {
+	// Every command of this version has a recorded request in its release.
+	for _, c := range Commands() {
+		if !seen[c] {
+			t.Errorf("no recorded request for %s", c)
+		}
+	}
+}
+
+// checkRecorded decodes every recorded frame, noting the commands of its requests in seen.
+func checkRecorded(t *testing.T, recorded map[string][]byte, seen map[Cmd]bool) {
+	t.Helper()
+	names := make([]string, 0, len(recorded))
+	for n := range recorded {
 		names = append(names, n)
 	}
 	sort.Strings(names)
-	seen := map[Cmd]bool{}
 	for _, name := range names {
-		f, err := NewReader(bytes.NewReader(recordedFrames[name]), 0).Read()
+		f, err := NewReader(bytes.NewReader(recorded[name]), 0).Read()
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
@@ -177,18 +249,6 @@ func TestRecordedFrames(t *testing.T) {
 					t.Fatalf("%s: code %q", name, f.Err.Code)
 				}
 			}
-		}
-	}
-	for _, c := range Commands() {
-		if !seen[c] {
-			t.Errorf("no recorded request for %s", c)
-		}
-	}
-	// The recording is of this release: the encoder still produces it byte
-	// for byte, so nothing changed the wire format by accident.
-	for name, b := range sampleFrames() {
-		if rec, ok := recordedFrames[name]; ok && !bytes.Equal(rec, b) {
-			t.Errorf("%s: the encoder's output changed from the recorded frame:\n%q\n%q", name, rec, b)
 		}
 	}
 }

@@ -23,8 +23,10 @@ func FuzzReader(f *testing.F) {
 	seed(&Header{Kind: KindEvent, ID: 1, Stream: "stdout", Offset: 5}, []byte("out"))
 	f.Add(prefix(0xffffffff, 0xffffffff))
 	f.Add([]byte{})
-	for _, rec := range recordedFrames {
-		f.Add(rec)
+	for _, r := range releases {
+		for _, rec := range recordedFrames(r.dir) {
+			f.Add(rec)
+		}
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		r := NewReader(bytes.NewReader(data), 1<<16)

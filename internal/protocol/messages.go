@@ -11,7 +11,7 @@ import (
 // minor never sends a command or field the older side did not announce.
 const (
 	Major = 1
-	Minor = 0
+	Minor = 1
 )
 
 // Version returns "Major.Minor".
@@ -36,7 +36,8 @@ func ParseVersion(s string) (major, minor int, err error) {
 type Cmd string
 
 // The commands. The first fifteen are the seed's; the rest add background
-// processes and two file operations.
+// processes and file operations. search came after release 1.0 (it is
+// recorded in testdata/v1.1): a host finds it in the agent's caps.
 const (
 	CmdExec        Cmd = "exec"
 	CmdFileWrite   Cmd = "file_write"
@@ -61,6 +62,7 @@ const (
 	CmdFileRemove  Cmd = "file_remove"
 	CmdFileMove    Cmd = "file_move"
 	CmdSymlink     Cmd = "file_symlink"
+	CmdSearch      Cmd = "search"
 )
 
 // Commands returns every command this version defines.
@@ -68,7 +70,7 @@ func Commands() []Cmd {
 	return []Cmd{CmdExec, CmdFileWrite, CmdFileRead, CmdFileList, CmdStat, CmdFileExists, CmdMkdir,
 		CmdResolvePath, CmdHealth, CmdShutdown, CmdPtySpawn, CmdPtyWrite, CmdPtyRead, CmdPtyResize,
 		CmdPtyClose, CmdProcStart, CmdProcInput, CmdProcSignal, CmdProcList, CmdProcAttach,
-		CmdFileRemove, CmdFileMove, CmdSymlink}
+		CmdFileRemove, CmdFileMove, CmdSymlink, CmdSearch}
 }
 
 // Roles in a hello.

@@ -1,0 +1,343 @@
+package policy
+
+import (
+	"errors"
+	"fmt"
+	"path"
+	"regexp"
+	"strings"
+
+	"mvdan.cc/sh/v3/syntax"
+)
+
+// cmdRule is a compiled CommandRule.
+type cmdRule struct {
+	CommandRule
+	label     string // `commands[3] deny "git push"`
+	name      word
+	nameSlash bool // the rule names a path (/usr/bin/rm), not a basename
+	flags     []ruleWord
+	operands  []ruleWord
+}
+
+// ruleWord is one word of a rule after the command name.
+type ruleWord struct {
+	word
+	any      bool   // "**": any run of operands
+	cluster  string // the letters of a short-flag cluster such as "-rf"
+	pathLike bool   // starts with /, ~, $HOME or $WORKSPACE: compared as cleaned paths
+	// key and value split a "key=/path" word (dd's of=/dev/sda) so the path
+	// part is compared cleaned.
+	key, value string
+}
+
+var clusterRE = regexp.MustCompile(`^-[A-Za-z0-9]+$`)
+
+func compileCommandRule(i int, r CommandRule) (*cmdRule, error) {
+	field := fmt.Sprintf("commands[%d]", i)
+	if !r.Effect.Valid() {
+		return nil, fieldErr(field+".effect", "invalid effect %q (want allow, ask or deny)", r.Effect)
+	}
+	if strings.TrimSpace(r.Match) == "" {
+		return nil, fieldErr(field+".match", "empty match")
+	}
+	f, err := parseScript(r.Match)
+	if err != nil {
+		return nil, fieldErr(field+".match", "%q does not parse: %v", r.Match, err)
+	}
+	if len(f.Stmts) != 1 {
+		return nil, fieldErr(field+".match", "%q must be one simple command", r.Match)
+	}
+	st := f.Stmts[0]
+	call, ok := st.Cmd.(*syntax.CallExpr)
+	if !ok || len(st.Redirs) > 0 || st.Background || st.Negated || len(call.Assigns) > 0 || len(call.Args) == 0 {
+		return nil, fieldErr(field+".match", "%q must be one simple command: words only, no redirections, assignments or operators", r.Match)
+	}
+	c := &cmdRule{CommandRule: r, label: fmt.Sprintf("commands[%d] %s %q", i, r.Effect, r.Match)}
+	for j, w := range call.Args {
+		rw := reduceWord(w, r.Match)
+		if _, err := path.Match(rw.pat, ""); errors.Is(err, path.ErrBadPattern) {
+			return nil, fieldErr(field+".match", "word %d %q is a bad glob", j, rw.val)
+		}
+		if j == 0 {
+			if rw.dyn || strings.HasPrefix(rw.val, "-") {
+				return nil, fieldErr(field+".match", "%q: the first word must name a command", r.Match)
+			}
+			c.name, c.nameSlash = rw, strings.Contains(rw.val, "/")
+			continue
+		}
+		c.add(rw)
+		if rw.val == "--" {
+			return nil, fieldErr(field+".match", "%q: \"--\" is not supported in rules", r.Match)
+		}
+	}
+	if err := checkCommandExamples(field, c); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *cmdRule) add(w word) {
+	rw := ruleWord{word: w}
+	switch {
+	case w.pat == "**":
+		rw.any = true
+		c.operands = append(c.operands, rw)
+	case len(w.val) > 1 && w.val[0] == '-':
+		if !w.quoted && clusterRE.MatchString(w.pat) {
+			rw.cluster = w.val[1:]
+		}
+		c.flags = append(c.flags, rw)
+	default:
+		rw.pathLike = isPathLike(w.val)
+		if k, v, ok := strings.Cut(w.pat, "="); ok && !strings.Contains(k, "/") && isPathLike(v) {
+			rw.key, rw.value = k, v
+		}
+		c.operands = append(c.operands, rw)
+	}
+}
+
+func isPathLike(s string) bool {
+	return strings.HasPrefix(s, "/") || s == "~" || strings.HasPrefix(s, "~/") ||
+		hasVarPrefix(s, "$HOME") || hasVarPrefix(s, "$WORKSPACE")
+}
+
+func hasVarPrefix(s, v string) bool {
+	return s == v || strings.HasPrefix(s, v+"/")
+}
+
+// Flag spellings that mean the same short flag, per command, so that
+// "rm --recursive --force" matches a rule "rm -rf" and "rm -R" matches "rm -r".
+var flagAliases = map[string]map[string]byte{
+	"rm":    {"-R": 'r', "--recursive": 'r', "--force": 'f', "--dir": 'd', "--interactive": 'i', "--verbose": 'v'},
+	"cp":    {"-R": 'r', "--recursive": 'r', "--force": 'f', "--archive": 'a'},
+	"chmod": {"--recursive": 'R', "--verbose": 'v', "--changes": 'c'},
+	"chown": {"--recursive": 'R', "--verbose": 'v', "--changes": 'c'},
+	"chgrp": {"--recursive": 'R', "--verbose": 'v', "--changes": 'c'},
+	"git":   {"--force": 'f', "--all": 'a'},
+}
+
+// Commands whose single-dash options are whole words (find -delete), not
+// clusters of letters.
+var singleDashLong = map[string]bool{"find": true}
+
+// Options that take the next word as their value, per command, so the value
+// is not mistaken for an operand ("git -C dir push" has operands [push]).
+var optionValues = map[string]map[string]bool{
+	"git": {"-C": true, "-c": true, "--git-dir": true, "--work-tree": true, "--namespace": true, "--config-env": true, "--super-prefix": true},
+}
+
+// cmdView is a simple command split the way rules look at it.
+type cmdView struct {
+	words    []word
+	name     string // basename of the command name
+	flags    []string
+	letters  [256]bool // short flags present, aliases included
+	operands []word
+}
+
+func newView(ws []word) *cmdView {
+	v := &cmdView{words: ws, name: baseName(ws[0].val)}
+	aliases := flagAliases[v.name]
+	values := optionValues[v.name]
+	endOfOpts := false
+	for i := 1; i < len(ws); i++ {
+		w := ws[i]
+		if endOfOpts || w.dyn || len(w.val) < 2 || w.val[0] != '-' {
+			v.operands = append(v.operands, w)
+			continue
+		}
+		if w.val == "--" {
+			endOfOpts = true
+			continue
+		}
+		v.flags = append(v.flags, w.val)
+		if values[w.val] {
+			i++ // the option's value
+		}
+		if strings.HasPrefix(w.val, "--") {
+			name, _, _ := strings.Cut(w.val, "=")
+			if a, ok := aliases[name]; ok {
+				v.letters[a] = true
+			}
+			continue
+		}
+		if singleDashLong[v.name] {
+			continue
+		}
+		for j := 1; j < len(w.val); j++ {
+			b := w.val[j]
+			v.letters[b] = true
+			if a, ok := aliases["-"+string(b)]; ok {
+				v.letters[a] = true
+			}
+		}
+	}
+	return v
+}
+
+// baseName is the last element of a command name: /bin/rm and ./rm are rm.
+func baseName(s string) string {
+	s = strings.TrimRight(s, "/")
+	if i := strings.LastIndexByte(s, '/'); i >= 0 {
+		return s[i+1:]
+	}
+	return s
+}
+
+// env is what path-like words expand against.
+type env struct{ home, workspace string }
+
+func (c *cmdRule) matches(v *cmdView, e env) bool {
+	if c.nameSlash {
+		if !globMatch(c.name.pat, path.Clean(v.words[0].val), true) {
+			return false
+		}
+	} else if !globMatch(c.name.pat, v.name, false) {
+		return false
+	}
+	for _, f := range c.flags {
+		if !f.matchFlag(v) {
+			return false
+		}
+	}
+	return matchOperands(c.operands, v.operands, e)
+}
+
+func (rw *ruleWord) matchFlag(v *cmdView) bool {
+	aliases := flagAliases[v.name]
+	if rw.cluster != "" && !singleDashLong[v.name] {
+		for i := 0; i < len(rw.cluster); i++ {
+			b := rw.cluster[i]
+			if a, ok := aliases["-"+string(b)]; ok {
+				b = a
+			}
+			if !v.letters[b] {
+				return false
+			}
+		}
+		return true
+	}
+	if a, ok := aliases[rw.val]; ok && v.letters[a] {
+		return true
+	}
+	for _, f := range v.flags {
+		if globMatch(rw.pat, f, false) {
+			return true
+		}
+		if name, _, ok := strings.Cut(f, "="); ok && globMatch(rw.pat, name, false) {
+			return true
+		}
+	}
+	return false
+}
+
+// matchOperands matches rule operands against the command's operands from
+// the first one on; "**" matches any run of operands, and operands left over
+// at the end are fine (a rule is a prefix).
+func matchOperands(pats []ruleWord, ws []word, e env) bool {
+	if len(pats) == 0 {
+		return true
+	}
+	if pats[0].any {
+		for k := 0; k <= len(ws); k++ {
+			if matchOperands(pats[1:], ws[k:], e) {
+				return true
+			}
+		}
+		return false
+	}
+	return len(ws) > 0 && pats[0].matchOperand(ws[0], e) && matchOperands(pats[1:], ws[1:], e)
+}
+
+func (rw *ruleWord) matchOperand(w word, e env) bool {
+	switch {
+	case rw.pathLike:
+		return globMatch(normalizePath(rw.pat, e, true), normalizePath(w.val, e, false), true)
+	case rw.key != "":
+		k, val, ok := strings.Cut(w.val, "=")
+		return ok && globMatch(rw.key, k, false) &&
+			globMatch(normalizePath(rw.value, e, true), normalizePath(val, e, false), true)
+	default:
+		return globMatch(rw.pat, w.val, false)
+	}
+}
+
+// normalizePath expands a leading ~, $HOME and $WORKSPACE and cleans an
+// absolute result. For a pattern the expansion is glob-escaped.
+func normalizePath(s string, e env, isPattern bool) string {
+	quote := func(x string) string {
+		if isPattern {
+			return escapeGlob(x)
+		}
+		return x
+	}
+	switch {
+	case hasVarPrefix(s, "$HOME"):
+		s = "~" + s[len("$HOME"):]
+	case hasVarPrefix(s, "$WORKSPACE") && e.workspace != "":
+		s = quote(e.workspace) + s[len("$WORKSPACE"):]
+	}
+	if (s == "~" || strings.HasPrefix(s, "~/")) && e.home != "" {
+		s = quote(e.home) + s[1:]
+	}
+	if strings.HasPrefix(s, "/") {
+		s = path.Clean(s)
+	}
+	return s
+}
+
+// globMatch is path.Match; unless pathSemantics is set, "*" and "?" also
+// match "/" since a rule word is any word text, not a path.
+func globMatch(pattern, s string, pathSemantics bool) bool {
+	if !pathSemantics && (strings.Contains(s, "/") || strings.Contains(pattern, "/")) {
+		pattern = strings.ReplaceAll(pattern, "/", "\x00")
+		s = strings.ReplaceAll(s, "/", "\x00")
+	}
+	ok, err := path.Match(pattern, s)
+	return err == nil && ok
+}
+
+// checkCommandExamples runs a rule alone over its examples: each Match entry
+// must contain a simple command the rule matches, no NoMatch entry may.
+func checkCommandExamples(field string, c *cmdRule) error {
+	if c.Examples == nil {
+		return nil
+	}
+	probe := &compiled{
+		commands:       []*cmdRule{c},
+		commandDefault: Allow, elevation: Allow, writeRedirects: Allow,
+		pipeToShell: Allow, forkBomb: Allow, dynamicCommand: Allow,
+	}
+	matches := func(src string) (bool, error) {
+		ck := &checker{c: probe, env: env{home: ExampleHome, workspace: ExampleWorkspace}}
+		ck.script(src, 0)
+		hit := false
+		for _, d := range ck.checks {
+			if d.Rule == RuleParseError || d.Rule == RuleNestingLimit {
+				return false, errors.New(d.Reason)
+			}
+			hit = hit || d.Rule == c.label
+		}
+		return hit, nil
+	}
+	for j, ex := range c.Examples.Match {
+		ok, err := matches(ex)
+		if err != nil {
+			return fieldErr(fmt.Sprintf("%s.examples.match[%d]", field, j), "%q: %v", ex, err)
+		}
+		if !ok {
+			return fieldErr(fmt.Sprintf("%s.examples.match[%d]", field, j), "%q does not match %q", ex, c.Match)
+		}
+	}
+	for j, ex := range c.Examples.NoMatch {
+		ok, err := matches(ex)
+		if err != nil {
+			return fieldErr(fmt.Sprintf("%s.examples.noMatch[%d]", field, j), "%q: %v", ex, err)
+		}
+		if ok {
+			return fieldErr(fmt.Sprintf("%s.examples.noMatch[%d]", field, j), "%q matches %q", ex, c.Match)
+		}
+	}
+	return nil
+}

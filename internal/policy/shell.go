@@ -1,0 +1,360 @@
+package policy
+
+import (
+	"strings"
+
+	"mvdan.cc/sh/v3/syntax"
+)
+
+const (
+	// maxNesting limits shell source inside shell source (bash -c, eval,
+	// watch, env -S, a here-document fed to a shell).
+	maxNesting = 8
+	// maxWrapping limits wrappers around one command (sudo nice timeout ...).
+	maxWrapping = 16
+)
+
+// stdinSource is what feeds a simple command's standard input, as far as
+// pipe-to-shell and here-documents go.
+type stdinSource struct {
+	fromDownloader bool         // an earlier pipeline stage runs curl or wget
+	heredoc        *syntax.Word // a here-document or here-string
+	heredocSrc     string       // the source heredoc's positions point into
+}
+
+// script parses shell source and checks everything in it.
+func (ck *checker) script(src string, depth int) {
+	if depth > maxNesting {
+		ck.add(Decision{Effect: Deny, Rule: RuleNestingLimit, Reason: "shell source nested more than 8 levels deep (bash -c, eval, ...)", Subject: src})
+		return
+	}
+	f, err := parseScript(src)
+	if err != nil {
+		ck.add(Decision{Effect: Deny, Rule: RuleParseError, Reason: "the command does not parse as bash: " + err.Error(), Subject: src})
+		return
+	}
+	ck.walk(f, src, depth)
+}
+
+// walk checks every simple command, redirection and function declaration
+// anywhere under root, substitutions included.
+func (ck *checker) walk(root syntax.Node, src string, depth int) {
+	var fed map[*syntax.CallExpr]bool
+	var seenPipes map[*syntax.BinaryCmd]bool
+	var stmtOf map[*syntax.CallExpr]*syntax.Stmt
+	// A simple command is checked after what is under it, in the order bash
+	// runs things: substitutions in its words first.
+	var stack []syntax.Node
+	syntax.Walk(root, func(n syntax.Node) bool {
+		if n == nil {
+			done := stack[len(stack)-1]
+			stack = stack[:len(stack)-1]
+			if call, ok := done.(*syntax.CallExpr); ok && !ck.done() {
+				in := stdinSource{fromDownloader: fed[call], heredocSrc: src}
+				if st := stmtOf[call]; st != nil {
+					in.heredoc = heredocOf(st)
+				}
+				ck.call(call, src, depth, in)
+			}
+			return true
+		}
+		if ck.done() {
+			return false
+		}
+		stack = append(stack, n)
+		switch n := n.(type) {
+		case *syntax.Stmt:
+			if call, ok := n.Cmd.(*syntax.CallExpr); ok && len(n.Redirs) > 0 {
+				if stmtOf == nil {
+					stmtOf = map[*syntax.CallExpr]*syntax.Stmt{}
+				}
+				stmtOf[call] = n
+			}
+		case *syntax.BinaryCmd:
+			if (n.Op == syntax.Pipe || n.Op == syntax.PipeAll) && ck.c.pipeToShell != Allow && !seenPipes[n] {
+				if fed == nil {
+					fed, seenPipes = map[*syntax.CallExpr]bool{}, map[*syntax.BinaryCmd]bool{}
+				}
+				markFed(n, src, fed, seenPipes)
+			}
+		case *syntax.Redirect:
+			ck.redirect(n, src)
+		case *syntax.FuncDecl:
+			ck.funcDecl(n, src)
+		}
+		return true
+	})
+}
+
+func (ck *checker) call(n *syntax.CallExpr, src string, depth int, in stdinSource) {
+	ws := reduceWords(n.Args, src)
+	if len(ws) == 0 {
+		return // assignments only; their substitutions are walked
+	}
+	ck.simple(ws, depth, in, 0)
+}
+
+func joinVals(ws []word) string {
+	vals := make([]string, len(ws))
+	for i, w := range ws {
+		vals[i] = w.val
+	}
+	return strings.Join(vals, " ")
+}
+
+func (ck *checker) dynamic(subject, why string) {
+	ck.add(Decision{Effect: ck.c.dynamicCommand, Rule: RuleDynamicCommand + " " + string(ck.c.dynamicCommand), Reason: why, Subject: subject})
+}
+
+// simple checks one simple command against the rules, then whatever it
+// runs if it is a wrapper.
+func (ck *checker) simple(ws []word, depth int, in stdinSource, wraps int) {
+	subject := joinVals(ws)
+	if wraps > maxWrapping {
+		ck.add(Decision{Effect: Deny, Rule: RuleNestingLimit, Reason: "more than 16 wrapper commands around one command", Subject: subject})
+		return
+	}
+	if ws[0].dyn {
+		ck.dynamic(subject, "the command name is only known when it runs")
+		return
+	}
+	v := newView(ws)
+	matched := false
+	for _, r := range ck.c.commands {
+		if r.matches(v, ck.env) {
+			matched = true
+			ck.add(Decision{Effect: r.Effect, Rule: r.label, Reason: r.Reason, Subject: subject})
+		}
+	}
+	if !matched {
+		e := ck.c.commandDefault
+		ck.add(Decision{Effect: e, Rule: RuleCommandDefault + " " + string(e), Reason: "no command rule matches", Subject: subject})
+	}
+	if wraps == 0 {
+		ck.operandPaths(ws[1:])
+	}
+	if (in.fromDownloader || in.heredoc != nil) && readsScriptFromStdin(ws) {
+		if in.fromDownloader && ck.c.pipeToShell != Allow {
+			e := ck.c.pipeToShell
+			ck.add(Decision{Effect: e, Rule: RulePipeToShell + " " + string(e), Reason: "runs a script downloaded by curl or wget without showing it", Subject: "curl/wget | " + subject})
+		}
+		if in.heredoc != nil && shells[v.name] {
+			ck.nested(reduceHeredoc(in.heredoc, in.heredocSrc), depth)
+		}
+	}
+	for _, inner := range unwrap(ws) {
+		if ck.done() {
+			return
+		}
+		if inner.script != nil {
+			ck.nested(*inner.script, depth)
+			continue
+		}
+		ck.simple(inner.words, depth, in, wraps+1)
+	}
+}
+
+// nested checks shell source that a command runs (bash -c STR, eval ...).
+func (ck *checker) nested(s word, depth int) {
+	if s.dyn {
+		ck.dynamic(s.val, "runs shell source only known when it runs")
+		return
+	}
+	ck.script(s.val, depth+1)
+}
+
+func heredocOf(st *syntax.Stmt) *syntax.Word {
+	for _, r := range st.Redirs {
+		switch r.Op {
+		case syntax.Hdoc, syntax.DashHdoc:
+			if r.Hdoc != nil {
+				return r.Hdoc
+			}
+		case syntax.WordHdoc:
+			return r.Word
+		}
+	}
+	return nil
+}
+
+// reduceHeredoc reads a here-document body, where backslash escapes work
+// as inside double quotes.
+func reduceHeredoc(w *syntax.Word, src string) word {
+	out := word{}
+	var b strings.Builder
+	for _, s := range segments(w.Parts, src, true, nil) {
+		b.WriteString(s.s)
+		out.dyn = out.dyn || s.dyn
+	}
+	out.val = b.String()
+	return out
+}
+
+// markFed marks the simple commands of a pipeline that read the output of
+// an earlier stage running curl or wget.
+// The inner pipes of a|b|c go in seen so the pipeline is examined once,
+// from its top.
+func markFed(b *syntax.BinaryCmd, src string, fed map[*syntax.CallExpr]bool, seen map[*syntax.BinaryCmd]bool) {
+	stages := append(pipelineStages(b.X, seen), pipelineStages(b.Y, seen)...)
+	downloaded := false
+	for _, st := range stages {
+		if call, ok := st.Cmd.(*syntax.CallExpr); ok && downloaded {
+			fed[call] = true
+		}
+		downloaded = downloaded || runsDownloader(st, src)
+	}
+}
+
+func pipelineStages(st *syntax.Stmt, seen map[*syntax.BinaryCmd]bool) []*syntax.Stmt {
+	if b, ok := st.Cmd.(*syntax.BinaryCmd); ok && (b.Op == syntax.Pipe || b.Op == syntax.PipeAll) {
+		seen[b] = true
+		return append(pipelineStages(b.X, seen), pipelineStages(b.Y, seen)...)
+	}
+	return []*syntax.Stmt{st}
+}
+
+func runsDownloader(st *syntax.Stmt, src string) bool {
+	found := false
+	syntax.Walk(st, func(n syntax.Node) bool {
+		if call, ok := n.(*syntax.CallExpr); ok {
+			for _, w := range call.Args {
+				v := w.Lit()
+				if v == "" {
+					v = reduceWord(w, src).val
+				}
+				switch baseName(v) {
+				case "curl", "wget":
+					found = true
+				}
+			}
+		}
+		return !found
+	})
+	return found
+}
+
+var outputRedirects = map[syntax.RedirOperator]bool{
+	syntax.RdrOut: true, syntax.AppOut: true, syntax.RdrInOut: true, syntax.RdrClob: true,
+	syntax.AppClob: true, syntax.RdrAll: true, syntax.RdrAllClob: true, syntax.AppAll: true,
+	syntax.AppAllClob: true, syntax.DplOut: true,
+}
+
+// redirect checks a redirection target: against the path rules when it is a
+// static absolute path, and against writeRedirects when it writes.
+func (ck *checker) redirect(r *syntax.Redirect, src string) {
+	if r.Word == nil || r.Op == syntax.Hdoc || r.Op == syntax.DashHdoc || r.Op == syntax.WordHdoc {
+		return
+	}
+	t := reduceWord(r.Word, src)
+	if (r.Op == syntax.DplOut || r.Op == syntax.DplIn) && isFD(t.val) {
+		return // duplicates a file descriptor
+	}
+	write := outputRedirects[r.Op]
+	if !t.dyn {
+		target := normalizePath(t.val, ck.env, false)
+		if strings.HasPrefix(target, "/") {
+			a := Read
+			if write {
+				a = Write
+			}
+			ck.checkPath(target, a)
+		}
+	}
+	if !write || ck.c.writeRedirects == Allow || (!t.dyn && harmlessTarget(t.val)) {
+		return
+	}
+	e := ck.c.writeRedirects
+	ck.add(Decision{Effect: e, Rule: RuleWriteRedirects + " " + string(e), Reason: "output redirection writes a file", Subject: t.val})
+}
+
+func isFD(s string) bool {
+	if s == "-" {
+		return true
+	}
+	s = strings.TrimSuffix(s, "-") // >&2- moves the descriptor
+	return s != "" && strings.Trim(s, "0123456789") == ""
+}
+
+func harmlessTarget(s string) bool {
+	switch s {
+	case "/dev/null", "/dev/stdout", "/dev/stderr":
+		return true
+	}
+	return strings.HasPrefix(s, "/dev/fd/") && isFD(strings.TrimPrefix(s, "/dev/fd/"))
+}
+
+// funcDecl flags fork bombs: a function named ":" (the classic
+// `:(){ :|:& };:`) or one that runs itself in the background or a pipeline.
+func (ck *checker) funcDecl(fd *syntax.FuncDecl, src string) {
+	if ck.c.forkBomb == Allow || fd.Name == nil {
+		return
+	}
+	name := fd.Name.Value
+	if name != ":" && !spawnsItself(fd.Body, name, src) {
+		return
+	}
+	e := ck.c.forkBomb
+	ck.add(Decision{Effect: e, Rule: RuleForkBomb + " " + string(e), Reason: "a function that spawns copies of itself exhausts the process table", Subject: nodeSource(fd, src)})
+}
+
+func spawnsItself(body *syntax.Stmt, name, src string) bool {
+	calls := func(st *syntax.Stmt) bool {
+		call, ok := st.Cmd.(*syntax.CallExpr)
+		return ok && len(call.Args) > 0 && reduceWord(call.Args[0], src).val == name
+	}
+	found := false
+	syntax.Walk(body, func(n syntax.Node) bool {
+		switch n := n.(type) {
+		case *syntax.Stmt:
+			found = found || n.Background && calls(n)
+		case *syntax.BinaryCmd:
+			if n.Op == syntax.Pipe || n.Op == syntax.PipeAll {
+				found = found || calls(n.X) || calls(n.Y)
+			}
+		}
+		return !found
+	})
+	return found
+}
+
+// operandPaths checks the words of a command that name absolute paths (or
+// ~ and $HOME paths), and the values of NAME=/path and --opt=/path words,
+// against the path rules as reads: "cat ~/.ssh/id_rsa" meets the same rule
+// as the read tool would. Relative paths are not checked: the working
+// directory is not known here.
+func (ck *checker) operandPaths(ws []word) {
+	if len(ck.c.paths) == 0 {
+		return
+	}
+	for _, w := range ws {
+		if w.dyn {
+			continue
+		}
+		v := w.val
+		if _, after, ok := strings.Cut(v, "="); ok && !isPathLike(v) {
+			v = after
+		}
+		if !isPathLike(v) {
+			continue
+		}
+		p := normalizePath(v, ck.env, false)
+		if !strings.HasPrefix(p, "/") {
+			continue // ~ with no home known
+		}
+		ck.operandPath(p)
+	}
+}
+
+// operandPath records only the rules that match: an operand no rule
+// matches is not a check worth listing.
+func (ck *checker) operandPath(p string) {
+	if _, err := validatePath(p); err != nil {
+		return // cleaned by normalizePath; ".." cannot remain
+	}
+	for i := range ck.c.paths {
+		r := &ck.c.paths[i]
+		if (r.Access == "" || r.Access == Read) && r.matches(p, ck.env) {
+			ck.add(Decision{Effect: r.Effect, Rule: r.label, Reason: r.Reason, Subject: p})
+		}
+	}
+}

@@ -1,0 +1,279 @@
+package policy
+
+import (
+	"strconv"
+	"strings"
+	"sync"
+	"unicode/utf8"
+
+	"mvdan.cc/sh/v3/expand"
+	"mvdan.cc/sh/v3/syntax"
+)
+
+// maxBraceWords caps the words one brace expansion may produce; a larger
+// expansion makes the word dynamic instead of allocating without bound.
+const maxBraceWords = 256
+
+var parsers = sync.Pool{New: func() any {
+	return syntax.NewParser(syntax.Variant(syntax.LangBash))
+}}
+
+func parseScript(src string) (*syntax.File, error) {
+	p := parsers.Get().(*syntax.Parser)
+	defer parsers.Put(p)
+	return p.Parse(strings.NewReader(src), "")
+}
+
+// word is one shell word reduced to what the command will see, as far as it
+// can be known from the text.
+type word struct {
+	// val is the static value; for a dynamic word it is the text with each
+	// expansion written as a placeholder ("$HOME", "$(id -u)").
+	val string
+	// dyn is true when the word has an expansion whose value is only known
+	// when the command runs.
+	dyn bool
+	// pat is val as a path.Match pattern, where quoted and escaped
+	// characters are literal. Only rule words use it.
+	pat string
+	// quoted is true when any part of the word was quoted or escaped.
+	quoted bool
+}
+
+// seg is a run of a word's text.
+type seg struct {
+	s   string
+	lit bool // quoted or escaped: glob characters in it are literal
+	dyn bool // an expansion: s is its placeholder
+}
+
+func reduceWord(w *syntax.Word, src string) word {
+	segs := segments(w.Parts, src, false, nil)
+	var val, pat strings.Builder
+	dyn, quoted := false, false
+	for _, s := range segs {
+		val.WriteString(s.s)
+		if s.lit || s.dyn {
+			pat.WriteString(escapeGlob(s.s))
+		} else {
+			pat.WriteString(s.s)
+		}
+		dyn = dyn || s.dyn
+		quoted = quoted || s.lit
+	}
+	return word{val: val.String(), dyn: dyn, pat: pat.String(), quoted: quoted}
+}
+
+// reduceWords reduces a command's words, performing brace expansion, which
+// turns one word into several ("{rm,-rf,/}" is three words).
+func reduceWords(ws []*syntax.Word, src string) []word {
+	out := make([]word, 0, len(ws))
+	for _, w := range ws {
+		cp := *w
+		if !syntax.SplitBraces(&cp) {
+			out = append(out, reduceWord(w, src))
+			continue
+		}
+		var expanded []word
+		tooMany := false
+		for bw, err := range expand.BracesSeq(nil, &cp) {
+			if err != nil || len(expanded) == maxBraceWords {
+				tooMany = true
+				break
+			}
+			expanded = append(expanded, reduceWord(bw, src))
+		}
+		if tooMany {
+			out = append(out, word{val: nodeSource(w, src), dyn: true})
+			continue
+		}
+		out = append(out, expanded...)
+	}
+	return out
+}
+
+func segments(parts []syntax.WordPart, src string, inDbl bool, out []seg) []seg {
+	for _, part := range parts {
+		switch p := part.(type) {
+		case *syntax.Lit:
+			out = literalSegments(p.Value, inDbl, out)
+		case *syntax.SglQuoted:
+			v := p.Value
+			if p.Dollar {
+				v = ansiC(v)
+			}
+			out = append(out, seg{s: v, lit: true})
+		case *syntax.DblQuoted:
+			out = segments(p.Parts, src, true, out)
+		case *syntax.ParamExp:
+			out = append(out, seg{s: paramPlaceholder(p, src), dyn: true})
+		case *syntax.CmdSubst, *syntax.ArithmExp, *syntax.ProcSubst:
+			out = append(out, seg{s: nodeSource(p, src), dyn: true})
+		case *syntax.ExtGlob:
+			out = append(out, seg{s: p.Op.String() + p.Pattern.Value + ")"})
+		default: // BraceExp is expanded before; anything new is unknown text.
+			out = append(out, seg{s: nodeSource(p, src), dyn: true})
+		}
+	}
+	return out
+}
+
+// literalSegments removes the shell's backslash escapes from a literal.
+// Outside double quotes a backslash makes any character literal; inside,
+// only $ ` " \ and newline.
+func literalSegments(v string, inDbl bool, out []seg) []seg {
+	if !strings.Contains(v, `\`) {
+		return append(out, seg{s: v, lit: inDbl})
+	}
+	var plain strings.Builder
+	flush := func() {
+		if plain.Len() > 0 {
+			out = append(out, seg{s: plain.String(), lit: inDbl})
+			plain.Reset()
+		}
+	}
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		if c != '\\' || i+1 == len(v) {
+			plain.WriteByte(c)
+			continue
+		}
+		next := v[i+1]
+		switch {
+		case next == '\n':
+			i++ // line continuation
+		case !inDbl || strings.IndexByte("$`\"\\", next) >= 0:
+			flush()
+			_, size := utf8.DecodeRuneInString(v[i+1:])
+			out = append(out, seg{s: v[i+1 : i+1+size], lit: true})
+			i += size
+		default:
+			plain.WriteByte(c)
+		}
+	}
+	flush()
+	return out
+}
+
+func paramPlaceholder(p *syntax.ParamExp, src string) string {
+	if p.Param != nil && p.Exp == nil && p.Slice == nil && p.Repl == nil && p.Index == nil &&
+		!p.Length && !p.Excl && !p.Width && p.NestedParam == nil && p.Flags == nil &&
+		len(p.Modifiers) == 0 && p.Names == 0 {
+		return "$" + p.Param.Value
+	}
+	return nodeSource(p, src)
+}
+
+// nodeSource returns the text of n in src, or its printed form when its
+// positions do not point into src.
+func nodeSource(n syntax.Node, src string) string {
+	start, end := n.Pos(), n.End()
+	if start.IsValid() && end.IsValid() {
+		s, e := int(start.Offset()), int(end.Offset())
+		if s >= 0 && s <= e && e <= len(src) {
+			return src[s:e]
+		}
+	}
+	var b strings.Builder
+	if err := syntax.NewPrinter().Print(&b, n); err != nil {
+		return "?"
+	}
+	return b.String()
+}
+
+func escapeGlob(s string) string {
+	if !strings.ContainsAny(s, `*?[\`) {
+		return s
+	}
+	var b strings.Builder
+	for _, r := range s {
+		if strings.ContainsRune(`*?[\`, r) {
+			b.WriteByte('\\')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+// ansiC decodes the body of a $'...' string.
+func ansiC(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] != '\\' || i+1 == len(s) {
+			b.WriteByte(s[i])
+			continue
+		}
+		i++
+		switch c := s[i]; c {
+		case 'a':
+			b.WriteByte('\a')
+		case 'b':
+			b.WriteByte('\b')
+		case 'e', 'E':
+			b.WriteByte(0x1b)
+		case 'f':
+			b.WriteByte('\f')
+		case 'n':
+			b.WriteByte('\n')
+		case 'r':
+			b.WriteByte('\r')
+		case 't':
+			b.WriteByte('\t')
+		case 'v':
+			b.WriteByte('\v')
+		case '\\', '\'', '"', '?':
+			b.WriteByte(c)
+		case 'c':
+			if i+1 < len(s) {
+				i++
+				b.WriteByte(s[i] & 0x1f)
+			}
+		case 'x', 'u', 'U':
+			max := map[byte]int{'x': 2, 'u': 4, 'U': 8}[c]
+			j := i + 1
+			for j < len(s) && j-i-1 < max && isHex(s[j]) {
+				j++
+			}
+			if j == i+1 {
+				b.WriteByte('\\')
+				b.WriteByte(c)
+				continue
+			}
+			n, _ := strconv.ParseUint(s[i+1:j], 16, 32) // digits checked above
+			if c == 'x' {
+				b.WriteByte(byte(n))
+			} else {
+				b.WriteRune(rune(n))
+			}
+			i = j - 1
+		case '0', '1', '2', '3', '4', '5', '6', '7':
+			j := i
+			for j < len(s) && j-i < 3 && s[j] >= '0' && s[j] <= '7' {
+				j++
+			}
+			n, _ := strconv.ParseUint(s[i:j], 8, 16) // digits checked above
+			b.WriteByte(byte(n))
+			i = j - 1
+		default:
+			b.WriteByte('\\')
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
+}
+
+func isHex(c byte) bool {
+	return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F'
+}
+
+// shellQuote quotes s so that the shell reads it back as one word.
+func shellQuote(s string) string {
+	q, err := syntax.Quote(s, syntax.LangBash)
+	if err != nil {
+		return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+	}
+	return q
+}

@@ -1,0 +1,336 @@
+package tools
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/jsonschema-go/jsonschema"
+
+	"github.com/nsys-cortex/cortex/internal/link"
+	"github.com/nsys-cortex/cortex/internal/protocol"
+)
+
+// keptOutput bounds what one command's output may hold in memory; beyond
+// it the middle is dropped (the head and tail are what a model reads).
+const keptOutput = 16 << 20
+
+// outputDir is where, under the neuron's $TMPDIR, a command's full output
+// is saved when the result had to be cut.
+const outputDir = "cortex-tool-output"
+
+type bashIn struct {
+	Command    string `json:"command" jsonschema:"the shell command line (run by /bin/sh -c in the workdir)"`
+	Timeout    int    `json:"timeout,omitempty" jsonschema:"seconds before the command is killed (default 120, at most 600)"`
+	Background bool   `json:"background,omitempty" jsonschema:"start it as a background process and return its pid at once (read its output with the process tool)"`
+	Cwd        string `json:"cwd,omitempty" jsonschema:"working directory (default: the workdir)"`
+}
+
+var bashTool = define("bash", GroupExec, Annotations{Destructive: true},
+	"Run a shell command in the neuron and return its output (stdout and stderr interleaved) and exit status. Output over the limit keeps its head and tail; the full output is saved in the neuron and its path given. background=true starts a long-running process (servers, watchers) instead.",
+	func(s *jsonschema.Schema) { bounds(s, "timeout", 0, 86400) },
+	func(in *bashIn) *subject { return &subject{Command: in.Command, Reads: cwdPaths(in.Cwd)} },
+	func(ctx context.Context, c *call, in *bashIn) (*Result, error) {
+		if in.Background {
+			return c.startBackground(ctx, in.Command, in.Cwd)
+		}
+		return c.runShell(ctx, in.Command, in.Cwd, in.Timeout)
+	})
+
+func cwdPaths(cwd string) []string {
+	if cwd == "" {
+		return nil
+	}
+	return []string{cwd}
+}
+
+// timeout picks a command's timeout within the policy's limits.
+func (c *call) timeout(seconds int) (time.Duration, error) {
+	d := time.Duration(c.res.DefaultTimeout)
+	if d <= 0 {
+		d = 120 * time.Second
+	}
+	if seconds > 0 {
+		d = time.Duration(seconds) * time.Second
+	}
+	if max := time.Duration(c.res.MaxTimeout); max > 0 && d > max {
+		return 0, &InputError{Tool: c.tool.Name, Field: "timeout", Msg: fmt.Sprintf("is %s, over this policy's maximum of %s", d, max)}
+	}
+	return d, nil
+}
+
+// runShell runs a command to completion and reports it.
+func (c *call) runShell(ctx context.Context, command, cwd string, seconds int) (*Result, error) {
+	d, err := c.timeout(seconds)
+	if err != nil {
+		return nil, err
+	}
+	cl, err := c.channel(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := &headTail{max: keptOutput}
+	started := time.Now()
+	r, err := cl.Exec(ctx, &link.ExecRequest{
+		Command: protocol.Command{Shell: command, Cwd: c.optPath(cwd)},
+		Stdout:  out, Stderr: out, Timeout: d,
+	})
+	if err != nil {
+		return nil, err
+	}
+	body := out.String()
+	var b strings.Builder
+	limit := c.res.MaxOutputChars
+	if limit > 0 && len(body) > limit {
+		saved := c.saveOutput(ctx, cl, out)
+		body = capText(body, limit-200)
+		if saved != "" {
+			body += fmt.Sprintf("\n[output was %d bytes; the full output is in %s: look into it with bash (grep, sed -n, tail)]", out.total, saved)
+		}
+	}
+	b.WriteString(body)
+	if body != "" && !strings.HasSuffix(body, "\n") {
+		b.WriteByte('\n')
+	}
+	switch {
+	case r.TimedOut:
+		fmt.Fprintf(&b, "[timed out after %s; the command's processes were killed]", d)
+	case r.Signal != "":
+		fmt.Fprintf(&b, "[killed by %s]", r.Signal)
+	default:
+		fmt.Fprintf(&b, "[exit code %d, %s]", r.ExitCode, time.Since(started).Round(time.Millisecond))
+	}
+	return &Result{Text: b.String(), IsError: r.TimedOut}, nil
+}
+
+// optPath is a resolved cwd, or "" for the workdir.
+func (c *call) optPath(p string) string {
+	if p == "" {
+		return ""
+	}
+	return c.path(p)
+}
+
+// saveOutput writes what the command printed to a file in the neuron and
+// returns its path ("" when it could not). It is written by a command, not
+// the file API: $TMPDIR may lie outside the file API's root (process mode).
+func (c *call) saveOutput(ctx context.Context, cl *link.Client, out *headTail) string {
+	_, tmp, err := c.kit.dirs(ctx, c)
+	if err != nil {
+		return ""
+	}
+	p := fmt.Sprintf("%s/%s/%s-%d.log", tmp, outputDir, c.tool.Name, time.Now().UnixNano())
+	r, err := cl.Exec(ctx, &link.ExecRequest{
+		Command: protocol.Command{Argv: []string{"/bin/sh", "-c", `umask 077 && mkdir -p "${1%/*}" && cat > "$1"`, "sh", p}},
+		Stdin:   strings.NewReader(out.full()),
+		Timeout: time.Minute,
+	})
+	if err != nil || r.ExitCode != 0 {
+		return ""
+	}
+	return p
+}
+
+// startBackground starts a background process.
+func (c *call) startBackground(ctx context.Context, command, cwd string) (*Result, error) {
+	cl, err := c.channel(ctx)
+	if err != nil {
+		return nil, err
+	}
+	info, err := cl.ProcStart(ctx, &protocol.ProcStartArgs{Command: protocol.Command{Shell: command, Cwd: c.optPath(cwd)}, Stdin: true})
+	if err != nil {
+		return nil, err
+	}
+	return textf("started pid %d in the background; read its output with process action=output pid=%d (offset to continue), stop it with action=kill", info.PID, info.PID), nil
+}
+
+// headTail keeps what a command writes, up to max bytes: the head and the
+// tail, with the count of what was dropped between. Writes from stdout and
+// stderr interleave in arrival order.
+type headTail struct {
+	mu    sync.Mutex
+	max   int
+	head  []byte
+	tail  []byte // a ring of the last max/2 bytes once head is full
+	total int64
+}
+
+func (h *headTail) Write(p []byte) (int, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.total += int64(len(p))
+	n := len(p)
+	if room := h.max/2 - len(h.head); room > 0 {
+		k := min(room, len(p))
+		h.head = append(h.head, p[:k]...)
+		p = p[k:]
+	}
+	if len(p) > 0 {
+		h.tail = append(h.tail, p...)
+		if over := len(h.tail) - h.max/2; over > 0 {
+			h.tail = append(h.tail[:0], h.tail[over:]...)
+		}
+	}
+	return n, nil
+}
+
+// full is everything kept, with a note where the middle was dropped.
+func (h *headTail) full() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	dropped := h.total - int64(len(h.head)+len(h.tail))
+	if dropped <= 0 {
+		return string(h.head) + string(h.tail)
+	}
+	return fmt.Sprintf("%s\n[… %d bytes dropped …]\n%s", h.head, dropped, h.tail)
+}
+
+func (h *headTail) String() string { return h.full() }
+
+type processIn struct {
+	Action       string `json:"action" jsonschema:"list, output, input, signal or kill"`
+	PID          int    `json:"pid,omitempty" jsonschema:"the process (all actions but list)"`
+	Offset       int64  `json:"offset,omitempty" jsonschema:"output: stdout bytes already read (the next_offset of the previous call)"`
+	StderrOffset int64  `json:"stderr_offset,omitempty" jsonschema:"output: stderr bytes already read"`
+	Data         string `json:"data,omitempty" jsonschema:"input: text to write to the process's stdin"`
+	EOF          bool   `json:"eof,omitempty" jsonschema:"input: close stdin after data"`
+	Signal       string `json:"signal,omitempty" jsonschema:"signal: TERM, INT, HUP, KILL, USR1, ..."`
+}
+
+var processTool = define("process", GroupExec, Annotations{Destructive: true},
+	"Manage background processes of the neuron: list them; read a process's output since an offset (returns next offsets and whether it still runs); write to its stdin; send it a signal; kill it (TERM, then KILL).",
+	func(s *jsonschema.Schema) { enum(s, "action", "list", "output", "input", "signal", "kill") },
+	func(in *processIn) *subject { return &subject{Action: in.Action} },
+	func(ctx context.Context, c *call, in *processIn) (*Result, error) {
+		cl, err := c.channel(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if in.Action != "list" && in.PID <= 0 {
+			return nil, &InputError{Tool: "process", Field: "pid", Msg: "is required for action " + in.Action}
+		}
+		switch in.Action {
+		case "list":
+			ps, err := cl.ProcList(ctx)
+			if err != nil {
+				return nil, err
+			}
+			var b strings.Builder
+			for _, p := range ps {
+				if p.Pty {
+					continue // terminals belong to people, not to this tool
+				}
+				state := "running"
+				if !p.Running {
+					state = fmt.Sprintf("exited %d", p.ExitCode)
+					if p.Signal != "" {
+						state = "killed by " + p.Signal
+					}
+				}
+				fmt.Fprintf(&b, "pid %d  %s  stdout %d B  stderr %d B  %s\n", p.PID, state, p.StdoutEnd, p.StderrEnd, strings.Join(p.Argv, " "))
+			}
+			if b.Len() == 0 {
+				return text("no background processes"), nil
+			}
+			return text(strings.TrimSuffix(b.String(), "\n")), nil
+		case "output":
+			var stdout, stderr strings.Builder
+			info, err := cl.ProcAttach(ctx, &protocol.ProcAttachArgs{PID: in.PID, StdoutOffset: in.Offset, StderrOffset: in.StderrOffset},
+				func(stream string, _ int64, data []byte) error {
+					if stream == protocol.StreamStderr {
+						stderr.Write(data)
+					} else {
+						stdout.Write(data)
+					}
+					return nil
+				})
+			if err != nil {
+				return nil, err
+			}
+			var b strings.Builder
+			b.WriteString(stdout.String())
+			if stderr.Len() > 0 {
+				fmt.Fprintf(&b, "\n[stderr]\n%s", stderr.String())
+			}
+			state := "still running"
+			if !info.Running {
+				state = fmt.Sprintf("exited with code %d", info.ExitCode)
+				if info.Signal != "" {
+					state = "killed by " + info.Signal
+				}
+			}
+			fmt.Fprintf(&b, "\n[pid %d %s; next offset=%d stderr_offset=%d]", in.PID, state, info.StdoutEnd, info.StderrEnd)
+			return text(strings.TrimPrefix(b.String(), "\n")), nil
+		case "input":
+			if err := cl.ProcInput(ctx, in.PID, []byte(in.Data), in.EOF); err != nil {
+				return nil, err
+			}
+			return textf("wrote %d bytes to pid %d%s", len(in.Data), in.PID, map[bool]string{true: " and closed its stdin"}[in.EOF]), nil
+		case "signal":
+			if in.Signal == "" {
+				return nil, &InputError{Tool: "process", Field: "signal", Msg: "is required for action signal"}
+			}
+			if err := cl.ProcSignal(ctx, in.PID, in.Signal); err != nil {
+				return nil, err
+			}
+			return textf("sent %s to pid %d", in.Signal, in.PID), nil
+		default: // kill
+			if err := cl.ProcSignal(ctx, in.PID, "TERM"); err != nil {
+				return nil, err
+			}
+			for range 20 {
+				ps, err := cl.ProcList(ctx)
+				if err != nil {
+					return nil, err
+				}
+				if !running(ps, in.PID) {
+					return textf("pid %d stopped", in.PID), nil
+				}
+				select {
+				case <-ctx.Done():
+					return nil, ctx.Err()
+				case <-time.After(100 * time.Millisecond):
+				}
+			}
+			if err := cl.ProcSignal(ctx, in.PID, "KILL"); err != nil {
+				return nil, err
+			}
+			return textf("pid %d did not stop on TERM within 2 s: killed", in.PID), nil
+		}
+	})
+
+func running(ps []protocol.ProcInfo, pid int) bool {
+	for _, p := range ps {
+		if p.PID == pid {
+			return p.Running
+		}
+	}
+	return false
+}
+
+type elevatedIn struct {
+	Command string `json:"command" jsonschema:"the shell command line"`
+	Reason  string `json:"reason" jsonschema:"why this needs to run outside the normal command policy (recorded in the audit log)"`
+	Timeout int    `json:"timeout,omitempty" jsonschema:"seconds (default 120, at most the policy's maximum)"`
+}
+
+var elevatedTool = define("elevated", GroupElevated, Annotations{Destructive: true},
+	"Run a shell command outside the normal command rules, only where the policy grants elevation. Give the reason: it is recorded in the audit log with the command. Path rules and resource limits still apply.",
+	func(s *jsonschema.Schema) { bounds(s, "timeout", 0, 86400) },
+	func(in *elevatedIn) *subject { return &subject{Command: in.Command, Elevated: true} },
+	func(ctx context.Context, c *call, in *elevatedIn) (*Result, error) {
+		if strings.TrimSpace(in.Reason) == "" {
+			return nil, &InputError{Tool: "elevated", Field: "reason", Msg: "is empty: say why this must run outside the normal policy"}
+		}
+		c.reason = in.Reason
+		if c.kit.audit != nil {
+			if err := c.kit.audit.Record("tool.elevated", map[string]any{
+				"neuron": c.kit.neuron.ID(), "command": c.kit.redactor.Redact(in.Command), "reason": c.kit.redactor.Redact(in.Reason),
+			}); err != nil {
+				return nil, fmt.Errorf("elevated: the audit log cannot be written, so nothing runs: %w", err)
+			}
+		}
+		return c.runShell(ctx, in.Command, "", in.Timeout)
+	})

@@ -1,0 +1,494 @@
+package tools
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/nsys-cortex/cortex/internal/link"
+	"github.com/nsys-cortex/cortex/internal/policy"
+	"github.com/nsys-cortex/cortex/internal/protocol"
+	"github.com/nsys-cortex/cortex/internal/sandbox"
+	"github.com/nsys-cortex/cortex/internal/tools/memory"
+	"github.com/nsys-cortex/cortex/internal/tools/redact"
+)
+
+// Neuron is the neuron a kit acts on.
+type Neuron interface {
+	// ID names the neuron.
+	ID() string
+	// Client returns the channel to the running neuron.
+	Client(ctx context.Context) (*link.Client, error)
+	// State returns the neuron's record.
+	State(ctx context.Context) (*sandbox.State, error)
+}
+
+// Restarter is a Neuron that can be restarted: stopped, then started with
+// the same policy; its overlay, and so every change, is kept.
+type Restarter interface {
+	Restart(ctx context.Context) error
+}
+
+// Auditor records facts in the audit log.
+type Auditor interface {
+	Record(event string, fields map[string]any) error
+}
+
+// Approver is asked about calls the policy marks "ask". Without one, ask
+// is a denial that says approval was needed.
+type Approver func(ctx context.Context, t *Tool, input json.RawMessage, d policy.Decision) (bool, error)
+
+// Kit is the tool kit bound to one neuron and one policy. It is safe for
+// concurrent calls.
+type Kit struct {
+	neuron   Neuron
+	policy   *policy.Policy
+	audit    Auditor
+	approve  Approver
+	redactor *redact.Redactor
+	memory   func() (*memory.Store, error)
+	agent    string
+
+	mu    sync.Mutex
+	tools map[string]*Tool
+	order []string
+	reads map[string][32]byte // resolved path -> hash of the content last read
+	home  string              // the neuron user's $HOME, once asked
+	tmp   string              // its $TMPDIR
+}
+
+// Option configures a Kit.
+type Option func(*Kit)
+
+// WithPolicy sets the policy (default: the standard preset).
+func WithPolicy(p *policy.Policy) Option { return func(k *Kit) { k.policy = p } }
+
+// WithAudit records every decision and elevated run in a.
+func WithAudit(a Auditor) Option { return func(k *Kit) { k.audit = a } }
+
+// WithApprover answers "ask" decisions.
+func WithApprover(f Approver) Option { return func(k *Kit) { k.approve = f } }
+
+// WithRedactor masks secrets in every result (default: known credential
+// patterns only).
+func WithRedactor(r *redact.Redactor) Option { return func(k *Kit) { k.redactor = r } }
+
+// WithMemory gives the memory tools their store, opened on first use.
+func WithMemory(open func() (*memory.Store, error)) Option {
+	return func(k *Kit) { k.memory = sync.OnceValues(open) }
+}
+
+// WithAgent names the agent the kit serves (audit facts carry it).
+func WithAgent(name string) Option { return func(k *Kit) { k.agent = name } }
+
+type approverKey struct{}
+
+// ContextWithApprover returns ctx carrying an approver for this call's
+// "ask" decisions (an MCP client that can ask its user); it takes
+// precedence over the kit's own.
+func ContextWithApprover(ctx context.Context, f Approver) context.Context {
+	return context.WithValue(ctx, approverKey{}, f)
+}
+
+// New returns the kit of built-in tools acting on n.
+func New(n Neuron, opts ...Option) (*Kit, error) {
+	k := &Kit{neuron: n, tools: map[string]*Tool{}, reads: map[string][32]byte{}}
+	for _, o := range opts {
+		o(k)
+	}
+	if k.policy == nil {
+		p, err := policy.Preset("standard")
+		if err != nil {
+			return nil, err
+		}
+		k.policy = p
+	}
+	if k.redactor == nil {
+		k.redactor = redact.New()
+	}
+	for _, t := range builtins() {
+		if err := k.Add(t); err != nil {
+			return nil, err
+		}
+	}
+	return k, nil
+}
+
+// Policy returns the kit's policy.
+func (k *Kit) Policy() *policy.Policy { return k.policy }
+
+// Add registers a tool (an attached MCP server's, for instance).
+func (k *Kit) Add(t *Tool) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if _, dup := k.tools[t.Name]; dup {
+		return fmt.Errorf("tools: %q is registered twice", t.Name)
+	}
+	k.tools[t.Name] = t
+	k.order = append(k.order, t.Name)
+	return nil
+}
+
+// Tools returns the tools the policy does not deny outright, in
+// registration order: a client is never offered a tool it can never use.
+func (k *Kit) Tools() []*Tool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	var out []*Tool
+	for _, name := range k.order {
+		if t := k.tools[name]; k.offered(t) {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// offered reports whether some call of t could be allowed or asked for:
+// its tool or group access is not deny, or one of its actions is granted
+// ("neuron.status" while the neuron group is denied).
+func (k *Kit) offered(t *Tool) bool {
+	if k.policy.Check(&policy.Request{Tool: t.Name, Group: string(t.Group)}).Effect != policy.Deny {
+		return true
+	}
+	for key, e := range k.policy.Tools {
+		if strings.HasPrefix(key, t.Name+".") && e != policy.Deny {
+			return true
+		}
+	}
+	return false
+}
+
+// All returns every registered tool, whatever the policy says.
+func (k *Kit) All() []*Tool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	out := make([]*Tool, 0, len(k.order))
+	for _, name := range k.order {
+		out = append(out, k.tools[name])
+	}
+	return out
+}
+
+// Lookup returns the named tool.
+func (k *Kit) Lookup(name string) (*Tool, bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	t, ok := k.tools[name]
+	return t, ok
+}
+
+// call is one tool call in progress.
+type call struct {
+	kit    *Kit
+	tool   *Tool
+	res    policy.Resources
+	paths  map[string]string // as given -> resolved in the neuron
+	client *link.Client
+	reason string // an elevated call's justification
+}
+
+// Client returns the neuron's channel.
+func (c *call) channel(ctx context.Context) (*link.Client, error) {
+	if c.client == nil {
+		cl, err := c.kit.neuron.Client(ctx)
+		if err != nil {
+			return nil, err
+		}
+		c.client = cl
+	}
+	return c.client, nil
+}
+
+// path returns p as the policy judged it: absolute and symlink-resolved.
+func (c *call) path(p string) string {
+	if r, ok := c.paths[p]; ok {
+		return r
+	}
+	return p
+}
+
+// Plan is what the policy makes of one call, without running it.
+type Plan struct {
+	Tool        *Tool
+	Request     policy.Request
+	Explanation policy.Explanation
+}
+
+// Explain decides a call as Call would, without running it.
+func (k *Kit) Explain(ctx context.Context, name string, input json.RawMessage) (*Plan, error) {
+	c, _, req, err := k.prepare(ctx, name, input)
+	if err != nil {
+		return nil, err
+	}
+	return &Plan{Tool: c.tool, Request: *req, Explanation: k.policy.Explain(req)}, nil
+}
+
+// prepare validates the input and builds the policy request.
+func (k *Kit) prepare(ctx context.Context, name string, input json.RawMessage) (*call, any, *policy.Request, error) {
+	t, ok := k.Lookup(name)
+	if !ok {
+		names := make([]string, 0)
+		for _, t := range k.Tools() {
+			names = append(names, t.Name)
+		}
+		return nil, nil, nil, &InputError{Tool: name, Msg: "no such tool; tools: " + strings.Join(names, ", ")}
+	}
+	data, err := coerce(t, input)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	in, err := t.decode(data)
+	if err != nil {
+		return nil, nil, nil, &InputError{Tool: t.Name, Msg: err.Error()}
+	}
+	c := &call{kit: k, tool: t, res: k.policy.Resources, paths: map[string]string{}}
+	sub := t.subject(in)
+	req := &policy.Request{Tool: t.Name, Group: string(t.Group), Action: sub.Action,
+		Command: sub.Command, Elevated: sub.Elevated}
+	if len(sub.Reads)+len(sub.Writes) > 0 || sub.Command != "" {
+		if err := k.facts(ctx, c, req); err != nil {
+			return nil, nil, nil, err
+		}
+	}
+	for _, group := range []struct {
+		paths  []string
+		access policy.Access
+	}{{sub.Reads, policy.Read}, {sub.Writes, policy.Write}} {
+		for _, p := range group.paths {
+			abs, err := c.resolve(ctx, p)
+			if err != nil {
+				return nil, nil, nil, err
+			}
+			req.Paths = append(req.Paths, policy.PathAccess{Path: abs, Access: group.access})
+		}
+	}
+	return c, in, req, nil
+}
+
+// facts fills in what path rules expand: the workspace and the home.
+func (k *Kit) facts(ctx context.Context, c *call, req *policy.Request) error {
+	st, err := k.neuron.State(ctx)
+	if err != nil {
+		return err
+	}
+	req.Workspace = st.Workdir
+	req.Home, _, err = k.dirs(ctx, c)
+	return err
+}
+
+// dirs returns the neuron user's home and temporary directory, asked once.
+// Without $HOME, "~" patterns match nothing rather than everything.
+func (k *Kit) dirs(ctx context.Context, c *call) (home, tmp string, err error) {
+	k.mu.Lock()
+	home, tmp = k.home, k.tmp
+	k.mu.Unlock()
+	if home != "" {
+		return home, tmp, nil
+	}
+	if d, ok := k.neuron.(*detached); ok {
+		return d.home, "/tmp", nil
+	}
+	cl, err := c.channel(ctx)
+	if err != nil {
+		return "", "", err
+	}
+	r, err := cl.Exec(ctx, &link.ExecRequest{Command: protocol.Command{Argv: []string{"/bin/sh", "-c", `printf '%s\n%s' "$HOME" "${TMPDIR:-/tmp}"`}}, MaxOutput: 8192})
+	if err != nil {
+		return "", "", err
+	}
+	home, tmp, _ = strings.Cut(string(r.Stdout), "\n")
+	if r.ExitCode != 0 || !strings.HasPrefix(home, "/") {
+		home = "/nonexistent"
+	}
+	if !strings.HasPrefix(tmp, "/") {
+		tmp = "/tmp"
+	}
+	k.mu.Lock()
+	k.home, k.tmp = home, tmp
+	k.mu.Unlock()
+	return home, tmp, nil
+}
+
+// resolve makes p absolute and symlink-free inside the neuron.
+func (c *call) resolve(ctx context.Context, p string) (string, error) {
+	if r, ok := c.paths[p]; ok {
+		return r, nil
+	}
+	if p == "" {
+		return "", &InputError{Tool: c.tool.Name, Field: "path", Msg: "is empty"}
+	}
+	if d, ok := c.kit.neuron.(*detached); ok {
+		abs := p
+		if !path.IsAbs(abs) {
+			abs = path.Join(d.workdir, abs)
+		}
+		abs = path.Clean(abs)
+		c.paths[p] = abs
+		return abs, nil
+	}
+	cl, err := c.channel(ctx)
+	if err != nil {
+		return "", err
+	}
+	r, err := cl.Resolve(ctx, p)
+	if err != nil {
+		return "", err
+	}
+	c.paths[p] = r.Path
+	return r.Path, nil
+}
+
+// Call runs one tool call through validation, policy, the tool, limits and
+// redaction. Failures a model can act on come back as an error Result; the
+// Go error is for the caller's own failures (none today: kept for MCP's
+// protocol-level errors).
+func (k *Kit) Call(ctx context.Context, name string, input json.RawMessage) *Result {
+	c, in, req, err := k.prepare(ctx, name, input)
+	if err != nil {
+		return k.failure(err)
+	}
+	d := k.policy.Check(req)
+	k.record(c, req, d)
+	if d.Effect == policy.Ask {
+		approve := k.approve
+		if f, ok := ctx.Value(approverKey{}).(Approver); ok && f != nil {
+			approve = f
+		}
+		ok, err := false, error(nil)
+		if approve != nil {
+			if ok, err = approve(ctx, c.tool, input, d); err == nil && k.audit != nil {
+				_ = k.audit.Record("tool.approval", map[string]any{"neuron": k.neuron.ID(), "tool": name, "rule": d.Rule, "approved": ok}) // best effort, as record
+			}
+		}
+		switch {
+		case err != nil:
+			return k.failure(fmt.Errorf("approval of %s failed: %w", name, err))
+		case !ok && approve == nil:
+			return &Result{IsError: true, Decision: &d, Text: fmt.Sprintf("needs approval by policy %q (%s: %s), and this session has no one to approve it; do something else or ask the operator for a policy that allows it", k.policy.Name, d.Rule, d.Reason)}
+		case !ok:
+			return &Result{IsError: true, Decision: &d, Text: fmt.Sprintf("not approved (%s: %s)", d.Rule, d.Reason)}
+		}
+	} else if d.Effect != policy.Allow {
+		msg := fmt.Sprintf("denied by policy %q: %s", k.policy.Name, d.Rule)
+		if d.Reason != "" {
+			msg += ": " + d.Reason
+		}
+		if d.Subject != "" {
+			msg += fmt.Sprintf(" (matched %q)", d.Subject)
+		}
+		return &Result{IsError: true, Decision: &d, Text: msg}
+	}
+	res, err := c.tool.run(ctx, c, in)
+	if err != nil {
+		res = k.failure(err)
+	}
+	res.Decision = &d
+	res.Text = k.redactor.Redact(capText(res.Text, c.res.MaxOutputChars))
+	return res
+}
+
+// failure turns an error into a result a model can act on.
+func (k *Kit) failure(err error) *Result {
+	var ie *InputError
+	var pe *protocol.Error
+	switch {
+	case errors.As(err, &ie):
+		return &Result{IsError: true, Text: ie.Error()}
+	case errors.As(err, &pe):
+		return &Result{IsError: true, Text: k.redactor.Redact(fmt.Sprintf("%s (%s)", pe.Message, pe.Code))}
+	case errors.Is(err, context.Canceled):
+		return &Result{IsError: true, Text: "cancelled"}
+	case errors.Is(err, context.DeadlineExceeded):
+		return &Result{IsError: true, Text: "timed out"}
+	}
+	return &Result{IsError: true, Text: k.redactor.Redact(err.Error())}
+}
+
+// record writes the decision to the audit log. The command and paths are
+// redacted; the rest of the input is not logged (it may hold file contents).
+func (k *Kit) record(c *call, req *policy.Request, d policy.Decision) {
+	if k.audit == nil {
+		return
+	}
+	f := map[string]any{"neuron": k.neuron.ID(), "tool": req.Tool, "effect": string(d.Effect), "rule": d.Rule}
+	if k.agent != "" {
+		f["agent"] = k.agent
+	}
+	if d.Reason != "" {
+		f["reason"] = d.Reason
+	}
+	if d.Subject != "" {
+		f["subject"] = k.redactor.Redact(d.Subject)
+	}
+	if req.Command != "" {
+		f["command"] = k.redactor.Redact(req.Command)
+	}
+	if req.Action != "" {
+		f["action"] = req.Action
+	}
+	if len(req.Paths) > 0 {
+		var ps []string
+		for _, p := range req.Paths {
+			ps = append(ps, string(p.Access)+":"+p.Path)
+		}
+		f["paths"] = ps
+	}
+	if c.reason != "" {
+		f["elevationReason"] = k.redactor.Redact(c.reason)
+	}
+	// An audit log that cannot be written must not stop the agent, but the
+	// error is not lost: the next successful record cannot tell, so say it
+	// in the result path instead — here we have no result; keep it simple
+	// and best effort, as the launch receipts do.
+	_ = k.audit.Record("tool.decision", f)
+}
+
+// capText keeps the head and tail of s within max characters.
+func capText(s string, max int) string {
+	if max <= 0 || len(s) <= max {
+		return s
+	}
+	head := max * 2 / 3
+	tail := max - head
+	cut := len(s) - head - tail
+	return fmt.Sprintf("%s\n[… %d characters cut …]\n%s", validPrefix(s[:head]), cut, validSuffix(s[len(s)-tail:]))
+}
+
+// validPrefix drops a UTF-8 sequence cut at the end.
+func validPrefix(s string) string {
+	for i := 0; i < 4 && len(s) > 0; i++ {
+		if r := s[len(s)-1]; r < 0x80 {
+			return s
+		} else if r >= 0xC0 { // a lead byte without its continuation
+			return s[:len(s)-1]
+		}
+		if strings.ToValidUTF8(s, "") == s {
+			return s
+		}
+		s = s[:len(s)-1]
+	}
+	return s
+}
+
+// validSuffix drops continuation bytes at the start.
+func validSuffix(s string) string {
+	for len(s) > 0 && s[0]&0xC0 == 0x80 {
+		s = s[1:]
+	}
+	return s
+}
+
+// sortedNames lists tool names.
+func sortedNames(ts []*Tool) []string {
+	var out []string
+	for _, t := range ts {
+		out = append(out, t.Name)
+	}
+	slices.Sort(out)
+	return out
+}

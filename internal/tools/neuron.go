@@ -1,0 +1,265 @@
+package tools
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/jsonschema-go/jsonschema"
+
+	"github.com/nsys-cortex/cortex/internal/layout"
+	"github.com/nsys-cortex/cortex/internal/link"
+	"github.com/nsys-cortex/cortex/internal/protocol"
+	"github.com/nsys-cortex/cortex/internal/sandbox"
+	"github.com/nsys-cortex/cortex/internal/store"
+)
+
+// Snapshotter is a Neuron whose overlay can be saved and restored.
+type Snapshotter interface {
+	CreateSnapshot(ctx context.Context, name string) (*store.Snapshot, error)
+	Snapshots(ctx context.Context) ([]store.Snapshot, error)
+	// RestoreSnapshot stops the neuron, puts the overlay back as it was,
+	// and starts it again.
+	RestoreSnapshot(ctx context.Context, name string) (*store.Snapshot, error)
+}
+
+type neuronIn struct {
+	Action string `json:"action" jsonschema:"status, health or restart"`
+}
+
+var neuronTool = define("neuron", GroupNeuron, Annotations{},
+	"The neuron you work in: status (mode, workdir, limits, network), health (the agent's view: uptime, memory, processes, identity, mounts), or restart (stops every process and starts the neuron again; files are kept).",
+	func(s *jsonschema.Schema) { enum(s, "action", "status", "health", "restart") },
+	func(in *neuronIn) *subject { return &subject{Action: in.Action} },
+	func(ctx context.Context, c *call, in *neuronIn) (*Result, error) {
+		n := c.kit.neuron
+		switch in.Action {
+		case "status":
+			st, err := n.State(ctx)
+			if err != nil {
+				return nil, err
+			}
+			return jsonText(st)
+		case "health":
+			cl, err := c.channel(ctx)
+			if err != nil {
+				return nil, err
+			}
+			h, err := cl.Health(ctx)
+			if err != nil {
+				return nil, err
+			}
+			return jsonText(h)
+		default:
+			r, ok := n.(Restarter)
+			if !ok {
+				return nil, errors.New("this neuron cannot be restarted from here")
+			}
+			if err := r.Restart(ctx); err != nil {
+				return nil, err
+			}
+			return textf("restarted %s: every process was stopped; files are kept", n.ID()), nil
+		}
+	})
+
+type snapshotIn struct {
+	Action string `json:"action" jsonschema:"create, list or restore"`
+	Name   string `json:"name,omitempty" jsonschema:"snapshot name (create, restore): letters, digits, '.', '_', '-'"`
+}
+
+var snapshotTool = define("snapshot", GroupSnapshot, Annotations{Destructive: true},
+	"Snapshots of the neuron's files (its overlay): create NAME saves a full copy; list shows them; restore NAME stops the neuron, puts every file back exactly as it was in the snapshot, and starts it again (running processes end).",
+	func(s *jsonschema.Schema) { enum(s, "action", "create", "list", "restore") },
+	func(in *snapshotIn) *subject { return &subject{Action: in.Action} },
+	func(ctx context.Context, c *call, in *snapshotIn) (*Result, error) {
+		s, ok := c.kit.neuron.(Snapshotter)
+		if !ok {
+			return nil, errors.New("snapshots are not available for this neuron")
+		}
+		if in.Action != "list" && in.Name == "" {
+			return nil, &InputError{Tool: "snapshot", Field: "name", Msg: "is required for action " + in.Action}
+		}
+		switch in.Action {
+		case "create":
+			if cl, err := c.channel(ctx); err == nil {
+				// Flush the neuron's page cache so the copy sees what was written.
+				_, _ = cl.Exec(ctx, &link.ExecRequest{Command: protocol.Command{Argv: []string{"sync"}}, Timeout: 30 * time.Second}) // best effort: an image without sync still snapshots
+			}
+			snap, err := s.CreateSnapshot(ctx, in.Name)
+			if err != nil {
+				return nil, err
+			}
+			return textf("snapshot %q created: %d files, %s", snap.Name, snap.Files, sizeText(snap.Bytes)), nil
+		case "list":
+			all, err := s.Snapshots(ctx)
+			if err != nil {
+				return nil, err
+			}
+			if len(all) == 0 {
+				return text("no snapshots"), nil
+			}
+			var b strings.Builder
+			for _, snap := range all {
+				fmt.Fprintf(&b, "%s  %s  %d files  %s\n", snap.Name, snap.Created.Format(time.RFC3339), snap.Files, sizeText(snap.Bytes))
+			}
+			return text(strings.TrimSuffix(b.String(), "\n")), nil
+		default:
+			snap, err := s.RestoreSnapshot(ctx, in.Name)
+			if err != nil {
+				return nil, err
+			}
+			c.kit.forget()
+			return textf("restored snapshot %q (%d files); the neuron was restarted", snap.Name, snap.Files), nil
+		}
+	})
+
+// forget drops what the kit knows of file contents (after a restore).
+func (k *Kit) forget() {
+	k.mu.Lock()
+	clear(k.reads)
+	k.mu.Unlock()
+}
+
+func jsonText(v any) (*Result, error) {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	return text(string(b)), nil
+}
+
+// SetNeuron is a neuron of a sandbox set, found by id: what the CLI and the
+// MCP server hand a kit. It reconnects after a restart.
+type SetNeuron struct {
+	set *sandbox.Set
+	lay layout.Layout
+	id  string
+
+	mu     sync.Mutex
+	client *link.Client
+}
+
+var (
+	_ Neuron      = (*SetNeuron)(nil)
+	_ Restarter   = (*SetNeuron)(nil)
+	_ Snapshotter = (*SetNeuron)(nil)
+)
+
+// NewSetNeuron returns neuron id of set.
+func NewSetNeuron(set *sandbox.Set, lay layout.Layout, id string) *SetNeuron {
+	return &SetNeuron{set: set, lay: lay, id: id}
+}
+
+// ID names the neuron.
+func (n *SetNeuron) ID() string { return n.id }
+
+// State returns the neuron's record.
+func (n *SetNeuron) State(ctx context.Context) (*sandbox.State, error) {
+	_, st, err := n.set.FindExact(ctx, n.id)
+	return st, err
+}
+
+// Client returns the channel, connecting on first use.
+func (n *SetNeuron) Client(ctx context.Context) (*link.Client, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.client != nil {
+		return n.client, nil
+	}
+	m, st, err := n.set.FindExact(ctx, n.id)
+	if err != nil {
+		return nil, err
+	}
+	if st.Status != sandbox.StatusRunning {
+		return nil, fmt.Errorf("neuron %s is %s: start it with nsys-cortex create %s", n.id, st.Status, n.id)
+	}
+	cl, err := m.Connect(ctx, n.id)
+	if err != nil {
+		return nil, err
+	}
+	n.client = cl
+	return cl, nil
+}
+
+// Restart stops the neuron and starts it again with the policy it ran
+// under. The environment given at its first create is not replayed (the
+// state does not keep values, which may be secrets).
+func (n *SetNeuron) Restart(ctx context.Context) error {
+	return n.stopped(ctx, func(string) error { return nil })
+}
+
+// stopped stops the neuron, runs f on its overlay, and starts it again
+// (also when f fails, so the neuron is not left down).
+func (n *SetNeuron) stopped(ctx context.Context, f func(overlay string) error) error {
+	m, st, err := n.set.FindExact(ctx, n.id)
+	if err != nil {
+		return err
+	}
+	opts := sandbox.CreateOptions{}
+	if st.Policy != nil {
+		opts.Network, opts.Limits, opts.Image, opts.NestedUserns = st.Policy.Network, st.Policy.Limits, st.Policy.Image, st.Policy.NestedUserns
+	}
+	n.mu.Lock()
+	n.client = nil
+	n.mu.Unlock()
+	if err := m.Destroy(ctx, n.id, sandbox.DestroyOptions{}); err != nil {
+		return err
+	}
+	ferr := f(st.OverlayPath)
+	if _, err := m.Create(ctx, n.id, opts); err != nil {
+		return errors.Join(ferr, fmt.Errorf("start %s again: %w", n.id, err))
+	}
+	return ferr
+}
+
+// CreateSnapshot copies the neuron's overlay.
+func (n *SetNeuron) CreateSnapshot(ctx context.Context, name string) (*store.Snapshot, error) {
+	st, err := n.State(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return store.CreateSnapshot(n.lay.SnapshotsDir(n.id), name, n.id, st.OverlayPath)
+}
+
+// Snapshots lists the neuron's snapshots.
+func (n *SetNeuron) Snapshots(context.Context) ([]store.Snapshot, error) {
+	return store.ListSnapshots(n.lay.SnapshotsDir(n.id))
+}
+
+// RestoreSnapshot stops the neuron, restores its overlay and starts it.
+func (n *SetNeuron) RestoreSnapshot(ctx context.Context, name string) (*store.Snapshot, error) {
+	if err := store.CheckSnapshotName(name); err != nil {
+		return nil, err
+	}
+	var snap *store.Snapshot
+	err := n.stopped(ctx, func(overlay string) error {
+		var err error
+		snap, err = store.RestoreSnapshot(n.lay.SnapshotsDir(n.id), name, overlay)
+		return err
+	})
+	return snap, err
+}
+
+// detached is no neuron at all: policy explanations without one. Paths are
+// resolved lexically against its workdir and home.
+type detached struct{ workdir, home string }
+
+// ErrDetached is the error of a channel operation on a detached kit.
+var ErrDetached = errors.New("no neuron: give one (--neuron ID) to run tools or resolve paths inside it")
+
+// Detached returns a Neuron for explaining decisions without a neuron:
+// relative paths are taken against /workspace and ~ is /home/agent (the
+// docker mode's layout); symlinks are not resolved.
+func Detached() Neuron { return &detached{workdir: "/workspace", home: "/home/agent"} }
+
+func (d *detached) ID() string { return "(none)" }
+
+func (d *detached) Client(context.Context) (*link.Client, error) { return nil, ErrDetached }
+
+func (d *detached) State(context.Context) (*sandbox.State, error) {
+	return &sandbox.State{ID: d.ID(), Workdir: d.workdir, Status: sandbox.StatusStopped}, nil
+}
