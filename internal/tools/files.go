@@ -2,8 +2,8 @@ package tools
 
 import (
 	"context"
-	"crypto/sha256"
 	"fmt"
+	"hash/maphash"
 	"io/fs"
 	"strings"
 
@@ -61,10 +61,12 @@ func (c *call) readFile(ctx context.Context, p string) ([]byte, error) {
 	return cl.ReadFile(ctx, p)
 }
 
-// remember records what the agent last read of p.
+// remember records what the agent last read of p. The hash is seeded per
+// kit, so no one can make a changed file collide with the one read.
 func (k *Kit) remember(p string, data []byte) {
+	h := maphash.Bytes(k.seed, data)
 	k.mu.Lock()
-	k.reads[p] = sha256.Sum256(data)
+	k.reads[p] = h
 	k.mu.Unlock()
 }
 
@@ -73,7 +75,7 @@ func (k *Kit) unchanged(p string, current []byte) error {
 	k.mu.Lock()
 	h, ok := k.reads[p]
 	k.mu.Unlock()
-	if ok && h != sha256.Sum256(current) {
+	if ok && h != maphash.Bytes(k.seed, current) {
 		return fmt.Errorf("%s changed since you last read it (another process or tool wrote it): read it again, then edit", p)
 	}
 	return nil

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"path"
 	"slices"
 	"strings"
@@ -54,12 +55,14 @@ type Kit struct {
 	memory   func() (*memory.Store, error)
 	agent    string
 
-	mu    sync.Mutex
-	tools map[string]*Tool
-	order []string
-	reads map[string][32]byte // resolved path -> hash of the content last read
-	home  string              // the neuron user's $HOME, once asked
-	tmp   string              // its $TMPDIR
+	mu      sync.Mutex
+	tools   map[string]*Tool
+	order   []string
+	reads   map[string]uint64 // resolved path -> hash of the content last read
+	seed    maphash.Seed
+	home    string // the neuron user's $HOME, once asked
+	workdir string // the neuron's workdir, once asked
+	tmp     string // its $TMPDIR
 }
 
 // Option configures a Kit.
@@ -97,7 +100,7 @@ func ContextWithApprover(ctx context.Context, f Approver) context.Context {
 
 // New returns the kit of built-in tools acting on n.
 func New(n Neuron, opts ...Option) (*Kit, error) {
-	k := &Kit{neuron: n, tools: map[string]*Tool{}, reads: map[string][32]byte{}}
+	k := &Kit{neuron: n, tools: map[string]*Tool{}, reads: map[string]uint64{}, seed: maphash.MakeSeed()}
 	for _, o := range opts {
 		o(k)
 	}
@@ -270,13 +273,24 @@ func (k *Kit) prepare(ctx context.Context, name string, input json.RawMessage) (
 	return c, in, req, nil
 }
 
-// facts fills in what path rules expand: the workspace and the home.
+// facts fills in what path rules expand: the workspace and the home. Both
+// are asked once: a neuron's workdir and its user's home do not change.
 func (k *Kit) facts(ctx context.Context, c *call, req *policy.Request) error {
-	st, err := k.neuron.State(ctx)
-	if err != nil {
-		return err
+	k.mu.Lock()
+	workdir := k.workdir
+	k.mu.Unlock()
+	if workdir == "" {
+		st, err := k.neuron.State(ctx)
+		if err != nil {
+			return err
+		}
+		workdir = st.Workdir
+		k.mu.Lock()
+		k.workdir = workdir
+		k.mu.Unlock()
 	}
-	req.Workspace = st.Workdir
+	req.Workspace = workdir
+	var err error
 	req.Home, _, err = k.dirs(ctx, c)
 	return err
 }

@@ -152,16 +152,22 @@ func Apply(content []byte, edits []Edit) ([]byte, int, error) {
 	return []byte(s), total, nil
 }
 
-// replace replaces old in s; n is 0 when old does not occur.
+// replace replaces old in s; n is 0 when old does not occur. The common
+// case — one occurrence — costs one pass over s.
 func replace(s, old, repl string, all bool) (string, int, *Error) {
-	switch n := strings.Count(s, old); {
-	case n == 0:
+	i := strings.Index(s, old)
+	if i < 0 {
 		return s, 0, nil
-	case n == 1 || all:
-		return strings.ReplaceAll(s, old, repl), n, nil
-	default:
+	}
+	rest := s[i+len(old):]
+	if !strings.Contains(rest, old) {
+		return s[:i] + repl + rest, 1, nil
+	}
+	n := 1 + strings.Count(rest, old)
+	if !all {
 		return s, 0, &Error{Kind: Ambiguous, Count: n}
 	}
+	return strings.ReplaceAll(s, old, repl), n, nil
 }
 
 // replaceFolded replaces the spans of s that equal old once both are folded
