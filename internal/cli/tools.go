@@ -304,7 +304,9 @@ func (a *App) toolsCommand() *cobra.Command {
 			}
 			var rows [][]string
 			for _, t := range kit.Tools() {
-				desc, _, _ := strings.Cut(t.Description, ". ")
+				desc, _, _ := strings.Cut(t.Description, "\n")
+				desc, _, _ = strings.Cut(desc, ". ")
+				desc = strings.TrimSuffix(strings.TrimSuffix(desc, "."), ":")
 				rows = append(rows, []string{t.Name, string(t.Group), hints(t.Annotations), desc})
 			}
 			return table(a.Stdout, []string{"TOOL", "GROUP", "HINTS", "WHAT"}, rows)
