@@ -101,6 +101,16 @@ type cachedTools struct {
 // nothing until a tool is called.
 func Attach(ctx context.Context, kit *tools.Kit, name string, cfg ServerConfig, cacheDir string) (*Attached, error) {
 	a := &Attached{name: name, cfg: cfg, cache: filepath.Join(cacheDir, name+".tools.json")}
+	att, err := a.attach(ctx, kit)
+	if err != nil {
+		a.Close() // a server started to list its tools must not outlive the failure
+		return nil, err
+	}
+	return att, nil
+}
+
+func (a *Attached) attach(ctx context.Context, kit *tools.Kit) (*Attached, error) {
+	name, cfg := a.name, a.cfg
 	list, err := a.toolList(ctx)
 	if err != nil {
 		return nil, err

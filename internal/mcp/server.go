@@ -2,6 +2,8 @@ package mcp
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
@@ -86,7 +88,7 @@ func handler(kit *tools.Kit, name string) sdk.ToolHandler {
 			}, nil
 		}
 		out := &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: r.Text}}, IsError: r.IsError}
-		if r.Decision != nil {
+		if r.Decision != nil { // its subject is redacted by the kit
 			out.Meta = sdk.Meta{"nsys-cortex/decision": r.Decision}
 		}
 		return out, nil
@@ -99,9 +101,20 @@ const approvalID = "approve"
 // errPending stops a call whose approval is being asked for.
 var errPending = errors.New("waiting for the user's approval")
 
-// requestState binds an approval to one call: the tool and its input.
+// stateKey keys the request states of this process, so a client cannot
+// compute one and answer an "ask" without asking its user.
+var stateKey = func() []byte {
+	k := make([]byte, 32)
+	if _, err := rand.Read(k); err != nil {
+		panic("mcp: no randomness for the approval key: " + err.Error()) // crypto/rand never fails on Linux
+	}
+	return k
+}()
+
+// requestState binds an approval to one call: the tool and its input,
+// under a key only this server knows.
 func requestState(name string, args json.RawMessage) string {
-	h := sha256.New()
+	h := hmac.New(sha256.New, stateKey)
 	h.Write([]byte(name))
 	h.Write([]byte{0})
 	h.Write(args)

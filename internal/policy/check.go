@@ -28,6 +28,9 @@ type Request struct {
 	// Home is the neuron user's home, for ~ in patterns. When empty, ~ in a
 	// path pattern matches any directory.
 	Home string
+	// Shell is what runs Command: "bash" (the default) or "sh" (a POSIX
+	// shell such as dash or busybox sh); Command is parsed as it reads it.
+	Shell string
 }
 
 // PathAccess is one path a request touches and how.
@@ -253,7 +256,7 @@ func (p *Policy) evaluate(r *Request, stopAtDeny bool) Explanation {
 		ck.checkPath(pa.Path, pa.Access)
 	}
 	if r.Command != "" && !r.Elevated && !ck.done() {
-		ck.script(r.Command, 0)
+		ck.script(r.Command, 0, r.Shell == "sh")
 	}
 	if r.Elevated && !ck.done() {
 		ck.add(Decision{Effect: c.elevation, Rule: RuleElevation + " " + string(c.elevation), Reason: "elevated commands run outside the command rules", Subject: r.Command})
@@ -284,9 +287,18 @@ type checker struct {
 	checks     []Decision
 	stopAtDeny bool
 	denied     bool
+	posix      bool              // the script being checked is read by a POSIX sh
+	seen       map[Decision]bool // checks made already (the second reading of a script repeats most)
 }
 
 func (ck *checker) add(d Decision) {
+	if ck.seen[d] {
+		return
+	}
+	if ck.seen == nil {
+		ck.seen = map[Decision]bool{}
+	}
+	ck.seen[d] = true
 	ck.checks = append(ck.checks, d)
 	if d.Effect.Severity() == Deny.Severity() {
 		ck.denied = true

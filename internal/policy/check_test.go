@@ -488,3 +488,28 @@ func TestNilAndLiteralPolicy(t *testing.T) {
 		t.Fatalf("invalid literal policy: %+v", d)
 	}
 }
+
+func TestShellDialects(t *testing.T) {
+	p, err := Preset("standard")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// dash reads $'...' as "$" and a single-quoted string, so the second
+	// line is a command to it; bash reads one quoted word.
+	src := "echo $'\\'\nmkfs.fake\necho '"
+	if d := p.Check(&Request{Tool: "bash", Group: "exec", Command: src, Shell: "bash"}); d.Effect != Allow {
+		t.Errorf("bash reads one echo: %+v", d)
+	}
+	if d := p.Check(&Request{Tool: "bash", Group: "exec", Command: src, Shell: "sh"}); d.Effect != Deny {
+		t.Errorf("sh: %+v", d)
+	}
+	if d := p.Check(&Request{Tool: "bash", Group: "exec", Command: "echo $'x'\nmkfs.fake", Shell: "sh"}); d.Effect != Deny {
+		t.Errorf("sh, parsed: %+v", d)
+	}
+	if d := p.Check(&Request{Tool: "bash", Group: "exec", Command: "sh -c \"echo \\$'\\\\'\nmkfs.x\necho '\""}); d.Effect != Deny {
+		t.Errorf("nested sh -c: %+v", d)
+	}
+	if d := p.Check(&Request{Tool: "bash", Group: "exec", Command: "echo ok; ls -la", Shell: "sh"}); d.Effect != Allow {
+		t.Errorf("plain command under sh: %+v", d)
+	}
+}

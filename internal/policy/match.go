@@ -311,7 +311,7 @@ func checkCommandExamples(field string, c *cmdRule) error {
 	}
 	matches := func(src string) (bool, error) {
 		ck := &checker{c: probe, env: env{home: ExampleHome, workspace: ExampleWorkspace}}
-		ck.script(src, 0)
+		ck.script(src, 0, false)
 		hit := false
 		for _, d := range ck.checks {
 			if d.Rule == RuleParseError || d.Rule == RuleNestingLimit {

@@ -22,15 +22,26 @@ type stdinSource struct {
 	heredocSrc     string       // the source heredoc's positions point into
 }
 
-// script parses shell source and checks everything in it.
-func (ck *checker) script(src string, depth int) {
+// script parses shell source as the shell that runs it reads it, and
+// checks everything in it. The dialect matters: dash reads $'...' as "$"
+// and a quoted string, so text that is one harmless word to bash holds
+// other commands for sh. Source that does not parse as its shell's is
+// denied (a shell runs the lines before a syntax error).
+func (ck *checker) script(src string, depth int, posix bool) {
 	if depth > maxNesting {
 		ck.add(Decision{Effect: Deny, Rule: RuleNestingLimit, Reason: "shell source nested more than 8 levels deep (bash -c, eval, ...)", Subject: src})
 		return
 	}
-	f, err := parseScript(src)
+	saved := ck.posix
+	ck.posix = posix
+	defer func() { ck.posix = saved }()
+	f, err := parseAs(src, posix)
 	if err != nil {
-		ck.add(Decision{Effect: Deny, Rule: RuleParseError, Reason: "the command does not parse as bash: " + err.Error(), Subject: src})
+		dialect := "bash"
+		if posix {
+			dialect = "a POSIX sh"
+		}
+		ck.add(Decision{Effect: Deny, Rule: RuleParseError, Reason: "the command does not parse as " + dialect + ": " + err.Error(), Subject: src})
 		return
 	}
 	ck.walk(f, src, depth)
@@ -139,7 +150,7 @@ func (ck *checker) simple(ws []word, depth int, in stdinSource, wraps int) {
 			ck.add(Decision{Effect: e, Rule: RulePipeToShell + " " + string(e), Reason: "runs a script downloaded by curl or wget without showing it", Subject: "curl/wget | " + subject})
 		}
 		if in.heredoc != nil && shells[v.name] {
-			ck.nested(reduceHeredoc(in.heredoc, in.heredocSrc), depth)
+			ck.nested(reduceHeredoc(in.heredoc, in.heredocSrc), depth, dialectOf(v.name))
 		}
 	}
 	for _, inner := range unwrap(ws) {
@@ -147,20 +158,25 @@ func (ck *checker) simple(ws []word, depth int, in stdinSource, wraps int) {
 			return
 		}
 		if inner.script != nil {
-			ck.nested(*inner.script, depth)
+			ck.nested(*inner.script, depth, inner.shell)
 			continue
 		}
 		ck.simple(inner.words, depth, in, wraps+1)
 	}
 }
 
-// nested checks shell source that a command runs (bash -c STR, eval ...).
-func (ck *checker) nested(s word, depth int) {
+// nested checks shell source that a command runs (bash -c STR, eval ...)
+// as shell reads it ("": the current shell, for eval).
+func (ck *checker) nested(s word, depth int, shell string) {
 	if s.dyn {
 		ck.dynamic(s.val, "runs shell source only known when it runs")
 		return
 	}
-	ck.script(s.val, depth+1)
+	posix := ck.posix
+	if shell != "" {
+		posix = shell == "sh"
+	}
+	ck.script(s.val, depth+1, posix)
 }
 
 func heredocOf(st *syntax.Stmt) *syntax.Word {

@@ -14,13 +14,21 @@ import (
 // expansion makes the word dynamic instead of allocating without bound.
 const maxBraceWords = 256
 
-var parsers = sync.Pool{New: func() any {
-	return syntax.NewParser(syntax.Variant(syntax.LangBash))
-}}
+var (
+	parsers      = sync.Pool{New: func() any { return syntax.NewParser(syntax.Variant(syntax.LangBash)) }}
+	posixParsers = sync.Pool{New: func() any { return syntax.NewParser(syntax.Variant(syntax.LangPOSIX)) }}
+)
 
-func parseScript(src string) (*syntax.File, error) {
-	p := parsers.Get().(*syntax.Parser)
-	defer parsers.Put(p)
+func parseScript(src string) (*syntax.File, error) { return parseAs(src, false) }
+
+// parseAs parses src as bash, or as a POSIX shell (dash, busybox sh).
+func parseAs(src string, posix bool) (*syntax.File, error) {
+	pool := &parsers
+	if posix {
+		pool = &posixParsers
+	}
+	p := pool.Get().(*syntax.Parser)
+	defer pool.Put(p)
 	return p.Parse(strings.NewReader(src), "")
 }
 

@@ -9,6 +9,21 @@ import (
 type inner struct {
 	words  []word
 	script *word
+	// shell is the shell that runs script: "bash", "sh" (POSIX), or ""
+	// for the current one (eval).
+	shell string
+}
+
+// posixShells read their source as POSIX sh, not bash: dash reads $'...'
+// as "$" and a quoted string, so the same text holds other commands.
+var posixShells = map[string]bool{"sh": true, "dash": true, "ash": true, "ksh": true, "mksh": true}
+
+// dialectOf names the dialect a shell reads.
+func dialectOf(shell string) string {
+	if posixShells[shell] {
+		return "sh"
+	}
+	return "bash"
 }
 
 type optSet map[string]bool
@@ -220,7 +235,7 @@ func unwrap(ws []word) []inner {
 	}
 	if shells[name] {
 		if script, _ := shellScript(args); script != nil {
-			return []inner{{script: script}}
+			return []inner{{script: script, shell: dialectOf(name)}}
 		}
 	}
 	return nil

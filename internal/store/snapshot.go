@@ -148,29 +148,50 @@ func RestoreSnapshot(dir, name, overlay string) (*Snapshot, error) {
 			return nil, fmt.Errorf("restore of %q: %w", name, err)
 		}
 	}
-	// Swap: move the current entries aside, then the restored ones in.
+	// Swap: move the current entries aside, then the restored ones in. If
+	// any rename fails, everything moved is put back before returning, so
+	// the overlay is as it was; only a complete swap removes the old
+	// entries.
 	old, err := os.MkdirTemp(filepath.Dir(overlay), "."+filepath.Base(overlay)+".old-")
 	if err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(old)
 	current, err := os.ReadDir(overlay)
 	if err != nil {
+		os.Remove(old)
 		return nil, err
+	}
+	var asideNames, inNames []string
+	undo := func(cause error) error {
+		var errs []error
+		for _, n := range inNames {
+			errs = append(errs, os.Rename(filepath.Join(overlay, n), filepath.Join(stage, n)))
+		}
+		for _, n := range asideNames {
+			errs = append(errs, os.Rename(filepath.Join(old, n), filepath.Join(overlay, n)))
+		}
+		if err := errors.Join(errs...); err != nil {
+			return fmt.Errorf("restore of %q failed (%w) and putting the overlay back failed too: its entries are in %s: %v", name, cause, old, err)
+		}
+		os.Remove(old)
+		return fmt.Errorf("restore of %q: %w (the overlay is unchanged)", name, cause)
 	}
 	for _, e := range current {
 		if owned(e.Name()) {
 			continue
 		}
 		if err := os.Rename(filepath.Join(overlay, e.Name()), filepath.Join(old, e.Name())); err != nil {
-			return nil, err
+			return nil, undo(err)
 		}
+		asideNames = append(asideNames, e.Name())
 	}
 	for _, e := range entries {
 		if err := os.Rename(filepath.Join(stage, e.Name()), filepath.Join(overlay, e.Name())); err != nil {
-			return nil, err
+			return nil, undo(err)
 		}
+		inNames = append(inNames, e.Name())
 	}
+	os.RemoveAll(old)
 	return &s, nil
 }
 

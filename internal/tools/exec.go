@@ -73,20 +73,24 @@ func (c *call) runShell(ctx context.Context, command, cwd string, seconds int) (
 	}
 	out := &headTail{max: keptOutput}
 	started := time.Now()
+	argv, _ := c.kit.shell(command) // the dialect the policy read it in
 	r, err := cl.Exec(ctx, &link.ExecRequest{
-		Command: protocol.Command{Shell: command, Cwd: c.optPath(cwd)},
+		Command: protocol.Command{Argv: argv, Cwd: c.optPath(cwd)},
 		Stdout:  out, Stderr: out, Timeout: d,
 	})
 	if err != nil {
 		return nil, err
 	}
-	body := out.String()
+	body := c.kit.redactor.Redact(out.String()) // before any cut: no half secrets
 	var b strings.Builder
 	limit := c.res.MaxOutputChars
 	if limit > 0 && len(body) > limit {
 		saved := c.saveOutput(ctx, cl, out)
 		body = capText(body, limit-200)
-		if saved != "" {
+		switch {
+		case saved != "" && out.dropped() > 0:
+			body += fmt.Sprintf("\n[output was %d bytes; its first and last %d MiB are in %s: look into it with bash (grep, sed -n, tail)]", out.total, keptOutput>>21, saved)
+		case saved != "":
 			body += fmt.Sprintf("\n[output was %d bytes; the full output is in %s: look into it with bash (grep, sed -n, tail)]", out.total, saved)
 		}
 	}
@@ -139,21 +143,23 @@ func (c *call) startBackground(ctx context.Context, command, cwd string) (*Resul
 	if err != nil {
 		return nil, err
 	}
-	info, err := cl.ProcStart(ctx, &protocol.ProcStartArgs{Command: protocol.Command{Shell: command, Cwd: c.optPath(cwd)}, Stdin: true})
+	argv, _ := c.kit.shell(command)
+	info, err := cl.ProcStart(ctx, &protocol.ProcStartArgs{Command: protocol.Command{Argv: argv, Cwd: c.optPath(cwd)}, Stdin: true})
 	if err != nil {
 		return nil, err
 	}
 	return textf("started pid %d in the background; read its output with process action=output pid=%d (offset to continue), stop it with action=kill", info.PID, info.PID), nil
 }
 
-// headTail keeps what a command writes, up to max bytes: the head and the
-// tail, with the count of what was dropped between. Writes from stdout and
-// stderr interleave in arrival order.
+// headTail keeps what a command writes, up to max bytes: the head, and
+// the tail in a ring, with the count of what was dropped between. Writes
+// from stdout and stderr interleave in arrival order.
 type headTail struct {
 	mu    sync.Mutex
 	max   int
 	head  []byte
-	tail  []byte // a ring of the last max/2 bytes once head is full
+	ring  []byte // the last max/2 bytes once head is full
+	at    int    // where the ring's next byte goes
 	total int64
 }
 
@@ -167,24 +173,49 @@ func (h *headTail) Write(p []byte) (int, error) {
 		h.head = append(h.head, p[:k]...)
 		p = p[k:]
 	}
-	if len(p) > 0 {
-		h.tail = append(h.tail, p...)
-		if over := len(h.tail) - h.max/2; over > 0 {
-			h.tail = append(h.tail[:0], h.tail[over:]...)
+	size := h.max / 2
+	if len(p) >= size { // only the last size bytes of p can survive
+		p = p[len(p)-size:]
+	}
+	for len(p) > 0 {
+		if len(h.ring) < size {
+			k := min(size-len(h.ring), len(p))
+			h.ring = append(h.ring, p[:k]...)
+			p = p[k:]
+			h.at = len(h.ring) % size
+			continue
 		}
+		k := copy(h.ring[h.at:], p)
+		p = p[k:]
+		h.at = (h.at + k) % size
 	}
 	return n, nil
+}
+
+// tail returns the ring in order.
+func (h *headTail) tail() []byte {
+	if len(h.ring) < h.max/2 {
+		return h.ring
+	}
+	return append(append([]byte(nil), h.ring[h.at:]...), h.ring[:h.at]...)
+}
+
+// dropped is how many bytes were not kept.
+func (h *headTail) dropped() int64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.total - int64(len(h.head)+len(h.ring))
 }
 
 // full is everything kept, with a note where the middle was dropped.
 func (h *headTail) full() string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	dropped := h.total - int64(len(h.head)+len(h.tail))
+	dropped := h.total - int64(len(h.head)+len(h.ring))
 	if dropped <= 0 {
-		return string(h.head) + string(h.tail)
+		return string(h.head) + string(h.tail())
 	}
-	return fmt.Sprintf("%s\n[… %d bytes dropped …]\n%s", h.head, dropped, h.tail)
+	return fmt.Sprintf("%s\n[… %d bytes dropped …]\n%s", h.head, dropped, h.tail())
 }
 
 func (h *headTail) String() string { return h.full() }
@@ -202,7 +233,14 @@ type processIn struct {
 var processTool = define("process", GroupExec, Annotations{Destructive: true},
 	"Manage background processes of the neuron: list them; read a process's output since an offset (returns next offsets and whether it still runs); write to its stdin; send it a signal; kill it (TERM, then KILL).",
 	func(s *jsonschema.Schema) { enum(s, "action", "list", "output", "input", "signal", "kill") },
-	func(in *processIn) *subject { return &subject{Action: in.Action} },
+	func(in *processIn) *subject {
+		if in.Action == "input" {
+			// What is typed into a process is judged as a command line:
+			// the process may be a shell.
+			return &subject{Action: in.Action, Command: in.Data}
+		}
+		return &subject{Action: in.Action}
+	},
 	func(ctx context.Context, c *call, in *processIn) (*Result, error) {
 		cl, err := c.channel(ctx)
 		if err != nil {
@@ -236,33 +274,7 @@ var processTool = define("process", GroupExec, Annotations{Destructive: true},
 			}
 			return text(strings.TrimSuffix(b.String(), "\n")), nil
 		case "output":
-			var stdout, stderr strings.Builder
-			info, err := cl.ProcAttach(ctx, &protocol.ProcAttachArgs{PID: in.PID, StdoutOffset: in.Offset, StderrOffset: in.StderrOffset},
-				func(stream string, _ int64, data []byte) error {
-					if stream == protocol.StreamStderr {
-						stderr.Write(data)
-					} else {
-						stdout.Write(data)
-					}
-					return nil
-				})
-			if err != nil {
-				return nil, err
-			}
-			var b strings.Builder
-			b.WriteString(stdout.String())
-			if stderr.Len() > 0 {
-				fmt.Fprintf(&b, "\n[stderr]\n%s", stderr.String())
-			}
-			state := "still running"
-			if !info.Running {
-				state = fmt.Sprintf("exited with code %d", info.ExitCode)
-				if info.Signal != "" {
-					state = "killed by " + info.Signal
-				}
-			}
-			fmt.Fprintf(&b, "\n[pid %d %s; next offset=%d stderr_offset=%d]", in.PID, state, info.StdoutEnd, info.StderrEnd)
-			return text(strings.TrimPrefix(b.String(), "\n")), nil
+			return c.procOutput(ctx, cl, in)
 		case "input":
 			if err := cl.ProcInput(ctx, in.PID, []byte(in.Data), in.EOF); err != nil {
 				return nil, err
@@ -301,6 +313,69 @@ var processTool = define("process", GroupExec, Annotations{Destructive: true},
 		}
 	})
 
+// procOutput returns a background process's output from the offsets
+// given, at most the policy's output cap of it, with the offsets to go on
+// from: nothing is skipped, however long the output.
+func (c *call) procOutput(ctx context.Context, cl *link.Client, in *processIn) (*Result, error) {
+	limit := int64(c.res.MaxOutputChars)
+	if limit <= 0 {
+		limit = 30000
+	}
+	limit -= 300 // room for the notes
+	var stdout, stderr []byte
+	next := map[string]int64{protocol.StreamStdout: in.Offset, protocol.StreamStderr: in.StderrOffset}
+	var gaps []string
+	info, err := cl.ProcAttach(ctx, &protocol.ProcAttachArgs{PID: in.PID, StdoutOffset: in.Offset, StderrOffset: in.StderrOffset},
+		func(stream string, off int64, data []byte) error {
+			if off > next[stream] {
+				gaps = append(gaps, fmt.Sprintf("%s bytes %d-%d were lost (the replay buffer keeps the last 1 MiB)", stream, next[stream], off))
+				next[stream] = off
+			}
+			if off < next[stream] { // already delivered
+				skip := min(next[stream]-off, int64(len(data)))
+				data, off = data[skip:], off+skip
+			}
+			room := limit - int64(len(stdout)+len(stderr))
+			if room <= 0 {
+				return nil
+			}
+			if int64(len(data)) > room {
+				data = data[:room]
+			}
+			if stream == protocol.StreamStderr {
+				stderr = append(stderr, data...)
+			} else {
+				stdout = append(stdout, data...)
+			}
+			next[stream] = off + int64(len(data))
+			return nil
+		})
+	if err != nil {
+		return nil, err
+	}
+	var b strings.Builder
+	b.Write(stdout)
+	if len(stderr) > 0 {
+		fmt.Fprintf(&b, "\n[stderr]\n%s", stderr)
+	}
+	for _, g := range gaps {
+		fmt.Fprintf(&b, "\n[%s]", g)
+	}
+	state := "still running"
+	if !info.Running {
+		state = fmt.Sprintf("exited with code %d", info.ExitCode)
+		if info.Signal != "" {
+			state = "killed by " + info.Signal
+		}
+	}
+	more := ""
+	if next[protocol.StreamStdout] < info.StdoutEnd || next[protocol.StreamStderr] < info.StderrEnd {
+		more = "; more output waits: call again with these offsets"
+	}
+	fmt.Fprintf(&b, "\n[pid %d %s; next offset=%d stderr_offset=%d%s]", in.PID, state, next[protocol.StreamStdout], next[protocol.StreamStderr], more)
+	return text(strings.TrimPrefix(b.String(), "\n")), nil
+}
+
 func running(ps []protocol.ProcInfo, pid int) bool {
 	for _, p := range ps {
 		if p.PID == pid {
@@ -312,19 +387,18 @@ func running(ps []protocol.ProcInfo, pid int) bool {
 
 type elevatedIn struct {
 	Command string `json:"command" jsonschema:"the shell command line"`
-	Reason  string `json:"reason" jsonschema:"why this needs to run outside the normal command policy (recorded in the audit log)"`
+	Reason  string `json:"reason" jsonschema:"why this needs to run outside the normal command rules (recorded in the audit log)"`
 	Timeout int    `json:"timeout,omitempty" jsonschema:"seconds (default 120, at most the policy's maximum)"`
 }
 
 var elevatedTool = define("elevated", GroupElevated, Annotations{Destructive: true},
-	"Run a shell command outside the normal command rules, only where the policy grants elevation. Give the reason: it is recorded in the audit log with the command. Path rules and resource limits still apply.",
-	func(s *jsonschema.Schema) { bounds(s, "timeout", 0, 86400) },
-	func(in *elevatedIn) *subject { return &subject{Command: in.Command, Elevated: true} },
+	"Run a shell command outside the normal command rules, only where the policy grants elevation. Give the reason: it is recorded in the audit log with the command. It runs as the neuron's user, like bash; timeouts and output limits still apply.",
+	func(s *jsonschema.Schema) {
+		bounds(s, "timeout", 0, 86400)
+		prop(s, "reason").Pattern = `\S` // not blank: checked before the policy is asked
+	},
+	func(in *elevatedIn) *subject { return &subject{Command: in.Command, Elevated: true, Reason: in.Reason} },
 	func(ctx context.Context, c *call, in *elevatedIn) (*Result, error) {
-		if strings.TrimSpace(in.Reason) == "" {
-			return nil, &InputError{Tool: "elevated", Field: "reason", Msg: "is empty: say why this must run outside the normal policy"}
-		}
-		c.reason = in.Reason
 		if c.kit.audit != nil {
 			if err := c.kit.audit.Record("tool.elevated", map[string]any{
 				"neuron": c.kit.neuron.ID(), "command": c.kit.redactor.Redact(in.Command), "reason": c.kit.redactor.Redact(in.Reason),

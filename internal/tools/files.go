@@ -52,8 +52,12 @@ func (c *call) readFile(ctx context.Context, p string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	if st.Type == protocol.TypeDir {
+	switch st.Type {
+	case protocol.TypeFile:
+	case protocol.TypeDir:
 		return nil, fmt.Errorf("%s is a directory: use ls", p)
+	default: // a device (/dev/zero never ends), a fifo, a socket
+		return nil, fmt.Errorf("%s is not a regular file (%s): file tools read regular files only", p, st.Type)
 	}
 	if max := c.res.MaxFileBytes; max > 0 && st.Size > max {
 		return nil, fmt.Errorf("%s is %s, over this policy's %s limit for file tools: read parts of it with bash (head, sed -n, grep)", p, sizeText(st.Size), sizeText(max))
@@ -68,6 +72,14 @@ func (k *Kit) remember(p string, data []byte) {
 	k.mu.Lock()
 	k.reads[p] = h
 	k.mu.Unlock()
+}
+
+// known reports whether the agent read or wrote p in this kit.
+func (k *Kit) known(p string) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	_, ok := k.reads[p]
+	return ok
 }
 
 // unchanged fails when p changed since the agent last read or wrote it.
@@ -99,8 +111,18 @@ var writeTool = define("write", GroupFSWrite, Annotations{Destructive: true, Ide
 		if err != nil {
 			return nil, err
 		}
+		defer c.kit.lockPaths(p)()
 		verb := "created"
-		if old, err := cl.ReadFile(ctx, p); err == nil {
+		if _, err := cl.Stat(ctx, p); err == nil {
+			// Replacing a file: only one the agent has read (or written),
+			// and only if it has not changed since.
+			if !c.kit.known(p) {
+				return nil, fmt.Errorf("%s exists and you have not read it: read it first (or use edit to change part of it)", p)
+			}
+			old, err := c.readFile(ctx, p)
+			if err != nil {
+				return nil, err
+			}
 			if err := c.kit.unchanged(p, old); err != nil {
 				return nil, err
 			}
@@ -146,6 +168,7 @@ var editTool = define("edit", GroupFSWrite, Annotations{Destructive: true},
 			edits = append(edits, textedit.Edit{OldString: in.OldString, NewString: in.NewString, ReplaceAll: in.ReplaceAll})
 		}
 		p := c.path(in.Path)
+		defer c.kit.lockPaths(p)()
 		data, err := c.readFile(ctx, p)
 		if err != nil {
 			return nil, err
@@ -189,6 +212,9 @@ Context is matched exactly, then ignoring trailing whitespace, then with Unicode
 		s := &subject{}
 		for _, op := range p.Ops {
 			s.Writes = append(s.Writes, op.Path)
+			if op.Op != patch.Add { // updated and deleted files are read first (and quoted in errors)
+				s.Reads = append(s.Reads, op.Path)
+			}
 			if op.MoveTo != "" {
 				s.Writes = append(s.Writes, op.MoveTo)
 			}
@@ -200,6 +226,24 @@ Context is matched exactly, then ignoring trailing whitespace, then with Unicode
 		if err != nil {
 			return nil, err
 		}
+		// One file named two ways ("a.txt", "/ws/a.txt", "x/../a.txt") would
+		// be two sections to the patch: refuse it, or a hunk is lost.
+		seen := map[string]string{}
+		var all []string
+		for _, op := range p.Ops {
+			for _, name := range []string{op.Path, op.MoveTo} {
+				if name == "" {
+					continue
+				}
+				r := c.path(name)
+				if first, dup := seen[r]; dup && first != name {
+					return nil, fmt.Errorf("the patch names %s twice (%q and %q): use one name per file", r, first, name)
+				}
+				seen[r] = name
+				all = append(all, r)
+			}
+		}
+		defer c.kit.lockPaths(all...)()
 		cl, err := c.channel(ctx)
 		if err != nil {
 			return nil, err

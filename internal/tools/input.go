@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -83,6 +84,11 @@ func coerce(t *Tool, raw json.RawMessage) ([]byte, error) {
 		p, ok := t.Schema.Properties[k]
 		if !ok {
 			continue
+		}
+		if str, ok := val.(string); ok && p.Pattern != "" {
+			if re, err := regexp.Compile(p.Pattern); err == nil && !re.MatchString(str) {
+				return nil, &InputError{Tool: t.Name, Field: k, Msg: fmt.Sprintf("is empty or malformed (must match %s)", p.Pattern)}
+			}
 		}
 		if len(p.Enum) > 0 && !slices.Contains(p.Enum, val) {
 			return nil, &InputError{Tool: t.Name, Field: k, Msg: fmt.Sprintf("must be one of %s, got %v", enumList(p.Enum), val)}

@@ -63,6 +63,8 @@ type Kit struct {
 	home    string // the neuron user's $HOME, once asked
 	workdir string // the neuron's workdir, once asked
 	tmp     string // its $TMPDIR
+	bash    string // where bash is in the neuron ("": none)
+	locks   map[string]*sync.Mutex
 }
 
 // Option configures a Kit.
@@ -100,7 +102,7 @@ func ContextWithApprover(ctx context.Context, f Approver) context.Context {
 
 // New returns the kit of built-in tools acting on n.
 func New(n Neuron, opts ...Option) (*Kit, error) {
-	k := &Kit{neuron: n, tools: map[string]*Tool{}, reads: map[string]uint64{}, seed: maphash.MakeSeed()}
+	k := &Kit{neuron: n, tools: map[string]*Tool{}, reads: map[string]uint64{}, locks: map[string]*sync.Mutex{}, seed: maphash.MakeSeed()}
 	for _, o := range opts {
 		o(k)
 	}
@@ -251,6 +253,7 @@ func (k *Kit) prepare(ctx context.Context, name string, input json.RawMessage) (
 	}
 	c := &call{kit: k, tool: t, res: k.policy.Resources, paths: map[string]string{}}
 	sub := t.subject(in)
+	c.reason = sub.Reason
 	req := &policy.Request{Tool: t.Name, Group: string(t.Group), Action: sub.Action,
 		Command: sub.Command, Elevated: sub.Elevated}
 	if len(sub.Reads)+len(sub.Writes) > 0 || sub.Command != "" {
@@ -291,12 +294,25 @@ func (k *Kit) facts(ctx context.Context, c *call, req *policy.Request) error {
 	}
 	req.Workspace = workdir
 	var err error
-	req.Home, _, err = k.dirs(ctx, c)
-	return err
+	if req.Home, _, err = k.dirs(ctx, c); err != nil {
+		return err
+	}
+	if req.Command != "" {
+		_, req.Shell = k.shell(req.Command)
+	}
+	return nil
 }
 
-// dirs returns the neuron user's home and temporary directory, asked once.
-// Without $HOME, "~" patterns match nothing rather than everything.
+// workdirKnown returns the workdir if it was asked already ("" if not).
+func (k *Kit) workdirKnown() string {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.workdir
+}
+
+// dirs returns the neuron user's home and temporary directory, asked once
+// (with whether bash is there: see shell). Without $HOME, "~" patterns
+// match nothing rather than everything.
 func (k *Kit) dirs(ctx context.Context, c *call) (home, tmp string, err error) {
 	k.mu.Lock()
 	home, tmp = k.home, k.tmp
@@ -311,11 +327,15 @@ func (k *Kit) dirs(ctx context.Context, c *call) (home, tmp string, err error) {
 	if err != nil {
 		return "", "", err
 	}
-	r, err := cl.Exec(ctx, &link.ExecRequest{Command: protocol.Command{Argv: []string{"/bin/sh", "-c", `printf '%s\n%s' "$HOME" "${TMPDIR:-/tmp}"`}}, MaxOutput: 8192})
+	r, err := cl.Exec(ctx, &link.ExecRequest{Command: protocol.Command{Argv: []string{"/bin/sh", "-c", `printf '%s\n%s\n%s' "$HOME" "${TMPDIR:-/tmp}" "$(command -v bash)"`}}, MaxOutput: 8192})
 	if err != nil {
 		return "", "", err
 	}
-	home, tmp, _ = strings.Cut(string(r.Stdout), "\n")
+	lines := strings.SplitN(string(r.Stdout), "\n", 3)
+	for len(lines) < 3 {
+		lines = append(lines, "")
+	}
+	home, tmp = lines[0], lines[1]
 	if r.ExitCode != 0 || !strings.HasPrefix(home, "/") {
 		home = "/nonexistent"
 	}
@@ -324,8 +344,24 @@ func (k *Kit) dirs(ctx context.Context, c *call) (home, tmp string, err error) {
 	}
 	k.mu.Lock()
 	k.home, k.tmp = home, tmp
+	if strings.HasPrefix(lines[2], "/") {
+		k.bash = lines[2]
+	}
 	k.mu.Unlock()
 	return home, tmp, nil
+}
+
+// shell returns how to run a command line in the neuron, and the dialect
+// the policy must read it in: bash where the neuron has it (what models
+// write), else its POSIX /bin/sh.
+func (k *Kit) shell(command string) (argv []string, dialect string) {
+	k.mu.Lock()
+	bash := k.bash
+	k.mu.Unlock()
+	if bash != "" {
+		return []string{bash, "-c", command}, "bash"
+	}
+	return []string{"/bin/sh", "-c", command}, "sh"
 }
 
 // resolve makes p absolute and symlink-free inside the neuron.
@@ -349,12 +385,23 @@ func (c *call) resolve(ctx context.Context, p string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	r, err := cl.Resolve(ctx, p)
-	if err != nil {
-		return "", err
+	// A path whose rest does not exist is finished lexically by the agent,
+	// so "nope/../link/x" comes back with the symlink "link" still in it:
+	// resolve the answer again until it no longer changes, so the policy
+	// judges, and the tool uses, the path the kernel will open.
+	cur := p
+	for range 8 {
+		r, err := cl.Resolve(ctx, cur)
+		if err != nil {
+			return "", err
+		}
+		if r.Path == cur || r.Exists {
+			c.paths[p] = r.Path
+			return r.Path, nil
+		}
+		cur = r.Path
 	}
-	c.paths[p] = r.Path
-	return r.Path, nil
+	return "", &InputError{Tool: c.tool.Name, Field: "path", Msg: fmt.Sprintf("%s does not settle to one path (symlinks behind missing directories)", p)}
 }
 
 // Call runs one tool call through validation, policy, the tool, limits and
@@ -383,9 +430,9 @@ func (k *Kit) Call(ctx context.Context, name string, input json.RawMessage) *Res
 		case err != nil:
 			return k.failure(fmt.Errorf("approval of %s failed: %w", name, err))
 		case !ok && approve == nil:
-			return &Result{IsError: true, Decision: &d, Text: fmt.Sprintf("needs approval by policy %q (%s: %s), and this session has no one to approve it; do something else or ask the operator for a policy that allows it", k.policy.Name, d.Rule, d.Reason)}
+			return &Result{IsError: true, Decision: k.redactDecision(d), Text: fmt.Sprintf("needs approval by policy %q (%s: %s), and this session has no one to approve it; do something else or ask the operator for a policy that allows it", k.policy.Name, d.Rule, d.Reason)}
 		case !ok:
-			return &Result{IsError: true, Decision: &d, Text: fmt.Sprintf("not approved (%s: %s)", d.Rule, d.Reason)}
+			return &Result{IsError: true, Decision: k.redactDecision(d), Text: fmt.Sprintf("not approved (%s: %s)", d.Rule, d.Reason)}
 		}
 	} else if d.Effect != policy.Allow {
 		msg := fmt.Sprintf("denied by policy %q: %s", k.policy.Name, d.Rule)
@@ -395,15 +442,47 @@ func (k *Kit) Call(ctx context.Context, name string, input json.RawMessage) *Res
 		if d.Subject != "" {
 			msg += fmt.Sprintf(" (matched %q)", d.Subject)
 		}
-		return &Result{IsError: true, Decision: &d, Text: msg}
+		return &Result{IsError: true, Decision: k.redactDecision(d), Text: k.redactor.Redact(msg)}
 	}
 	res, err := c.tool.run(ctx, c, in)
 	if err != nil {
 		res = k.failure(err)
 	}
-	res.Decision = &d
-	res.Text = k.redactor.Redact(capText(res.Text, c.res.MaxOutputChars))
+	res.Decision = k.redactDecision(d)
+	res.Text = capText(k.redactor.Redact(res.Text), c.res.MaxOutputChars) // redact first: a cut must not leave half a secret
 	return res
+}
+
+// redactDecision returns d with its subject (from the model's input)
+// redacted, as the audit log keeps it.
+func (k *Kit) redactDecision(d policy.Decision) *policy.Decision {
+	d.Subject = k.redactor.Redact(d.Subject)
+	return &d
+}
+
+// lockPaths serialises calls that read and then write the same files (an
+// edit's read, check and write are one step); paths are locked in order.
+func (k *Kit) lockPaths(paths ...string) (unlock func()) {
+	sorted := slices.Clone(paths)
+	slices.Sort(sorted)
+	sorted = slices.Compact(sorted)
+	var held []*sync.Mutex
+	for _, p := range sorted {
+		k.mu.Lock()
+		m, ok := k.locks[p]
+		if !ok {
+			m = &sync.Mutex{}
+			k.locks[p] = m
+		}
+		k.mu.Unlock()
+		m.Lock()
+		held = append(held, m)
+	}
+	return func() {
+		for _, m := range held {
+			m.Unlock()
+		}
+	}
 }
 
 // failure turns an error into a result a model can act on.

@@ -86,7 +86,7 @@ type memoryUpdateIn struct {
 	Mode    string   `json:"mode,omitempty" jsonschema:"replace (default), append or delete"`
 }
 
-var memoryUpdateTool = define("memory_update", GroupMemory, Annotations{},
+var memoryUpdateTool = define("memory_update", GroupMemory, Annotations{Destructive: true}, // replace and delete
 	"Write to your persistent memory: replace a note, append a paragraph to it, or delete it. Keep notes short and factual: what future sessions need (decisions, conventions, where things are).",
 	func(s *jsonschema.Schema) { enum(s, "mode", "replace", "append", "delete") },
 	nil,

@@ -31,7 +31,7 @@ type neuronIn struct {
 	Action string `json:"action" jsonschema:"status, health or restart"`
 }
 
-var neuronTool = define("neuron", GroupNeuron, Annotations{},
+var neuronTool = define("neuron", GroupNeuron, Annotations{Destructive: true}, // restart ends every process
 	"The neuron you work in: status (mode, workdir, limits, network), health (the agent's view: uptime, memory, processes, identity, mounts), or restart (stops every process and starts the neuron again; files are kept).",
 	func(s *jsonschema.Schema) { enum(s, "action", "status", "health", "restart") },
 	func(in *neuronIn) *subject { return &subject{Action: in.Action} },

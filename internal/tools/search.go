@@ -3,10 +3,12 @@ package tools
 import (
 	"context"
 	"fmt"
+	"path"
 	"strings"
 
 	"github.com/google/jsonschema-go/jsonschema"
 
+	"github.com/nsys-cortex/cortex/internal/policy"
 	"github.com/nsys-cortex/cortex/internal/protocol"
 )
 
@@ -44,6 +46,10 @@ var grepTool = define("grep", GroupFSRead, Annotations{ReadOnly: true, Idempoten
 		if err != nil {
 			return nil, err
 		}
+		withheld, err := c.withholdUnreadable(ctx, args.Path, r)
+		if err != nil {
+			return nil, err
+		}
 		var b strings.Builder
 		switch mode {
 		case "content":
@@ -62,6 +68,9 @@ var grepTool = define("grep", GroupFSRead, Annotations{ReadOnly: true, Idempoten
 			for _, n := range r.Counts {
 				fmt.Fprintf(&b, "%s:%d\n", n.Path, n.Count)
 			}
+		}
+		if withheld > 0 {
+			fmt.Fprintf(&b, "[%d file%s with matches withheld: the policy denies reading them]\n", withheld, plural(withheld))
 		}
 		if b.Len() == 0 {
 			return textf("no matches for %q in %s (%d files searched)", in.Pattern, args.Path, r.FilesScanned), nil
@@ -99,6 +108,78 @@ var findTool = define("find", GroupFSRead, Annotations{ReadOnly: true, Idempoten
 		}
 		return text(out), nil
 	})
+
+// withholdUnreadable drops from r the files the policy would not let read
+// read: the search judged only its root, and a file under it may be denied
+// itself, or be a symlink to a denied file. Each distinct file is resolved
+// in the neuron and judged as read would judge it. It returns how many
+// files were withheld.
+func (c *call) withholdUnreadable(ctx context.Context, root string, r *protocol.SearchResult) (int, error) {
+	isFile := false
+	if cl, err := c.channel(ctx); err == nil {
+		if st, err := cl.Stat(ctx, root); err == nil && st.Type != protocol.TypeDir {
+			isFile = true
+		}
+	}
+	verdict := map[string]bool{}
+	var home string
+	if h, _, err := c.kit.dirs(ctx, c); err == nil {
+		home = h
+	}
+	ok := func(rel string) (bool, error) {
+		if v, seen := verdict[rel]; seen {
+			return v, nil
+		}
+		p := rel
+		if !isFile && !path.IsAbs(rel) {
+			p = path.Join(root, rel)
+		}
+		abs, err := c.resolve(ctx, p)
+		if err != nil {
+			verdict[rel] = false
+			return false, nil
+		}
+		d := c.kit.policy.Check(&policy.Request{Tool: c.tool.Name, Group: string(c.tool.Group),
+			Paths: []policy.PathAccess{{Path: abs, Access: policy.Read}}, Workspace: c.kit.workdirKnown(), Home: home})
+		verdict[rel] = d.Effect == policy.Allow
+		return verdict[rel], nil
+	}
+	withheld := map[string]bool{}
+	keepMatches := r.Matches[:0]
+	for _, m := range r.Matches {
+		if v, err := ok(m.Path); err != nil {
+			return 0, err
+		} else if v {
+			keepMatches = append(keepMatches, m)
+		} else {
+			withheld[m.Path] = true
+		}
+	}
+	r.Matches = keepMatches
+	keepFiles := r.Files[:0]
+	for _, f := range r.Files {
+		if v, err := ok(f); err != nil {
+			return 0, err
+		} else if v {
+			keepFiles = append(keepFiles, f)
+		} else {
+			withheld[f] = true
+		}
+	}
+	r.Files = keepFiles
+	keepCounts := r.Counts[:0]
+	for _, n := range r.Counts {
+		if v, err := ok(n.Path); err != nil {
+			return 0, err
+		} else if v {
+			keepCounts = append(keepCounts, n)
+		} else {
+			withheld[n.Path] = true
+		}
+	}
+	r.Counts = keepCounts
+	return len(withheld), nil
+}
 
 func (c *call) search(ctx context.Context, args *protocol.SearchArgs) (*protocol.SearchResult, error) {
 	cl, err := c.channel(ctx)

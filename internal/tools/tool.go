@@ -64,6 +64,7 @@ type subject struct {
 	Writes   []string // paths written
 	Command  string
 	Elevated bool
+	Reason   string // an elevated call's justification
 }
 
 // Result is what a tool returns: text for a model, and whether it is an
