@@ -7,10 +7,12 @@ import (
 	"unicode/utf8"
 
 	"github.com/nsys-cortex/cortex/internal/llm"
+	"github.com/nsys-cortex/cortex/internal/session"
 )
 
-// SummaryPrefix starts the message that stands for compacted history.
-const SummaryPrefix = "[Summary of the earlier conversation]\n"
+// The message that stands for compacted history is the session's summary
+// message (session.SummaryPrefix ... session.SummarySuffix), so a resumed
+// session and a running agent see the same thing.
 
 // summaryHeadings are the fixed sections of a summary.
 var summaryHeadings = []string{"Goal", "Constraints", "Progress", "Decisions", "Next steps", "Critical context"}
@@ -29,13 +31,15 @@ const keepResultChars = 2000
 // and the current request and what followed it stay verbatim. A summary
 // request that itself overflows drops the oldest message and tries again.
 func (a *Agent) compact(ctx context.Context, request string) (Finding, error) {
-	if f := a.cfg.Detector.Overflow(); f.Verdict == End && !a.cfg.DisableLoopDetection {
-		return f, nil
-	}
 	cur := a.currentTurn()
-	// 1. Trim tool results before the current turn.
+	// 1. Trim tool results before the current turn (all but the last two
+	// messages when the turn is all there is).
 	trimmed := 0
-	for i := 0; i < cur; i++ {
+	upto := cur
+	if upto <= 0 {
+		upto = len(a.history) - 2
+	}
+	for i := 0; i < upto; i++ {
 		for j, p := range a.history[i].Parts {
 			if p.ToolResult != nil && len(p.ToolResult.Content) > keepResultChars {
 				r := *p.ToolResult
@@ -49,27 +53,28 @@ func (a *Agent) compact(ctx context.Context, request string) (Finding, error) {
 		a.emit(Event{Kind: EventCompaction, Text: fmt.Sprintf("trimmed %d old tool results", trimmed)})
 		return Finding{}, nil
 	}
-	// 2. Summarise everything before the kept part.
-	split := cur
-	if split == 0 {
-		// One long turn: keep its request and the last exchange.
-		split = max(1, len(a.history)-2)
-		for split > 1 && a.history[split].Role == llm.RoleTool {
+	// 2. Summarise everything before the kept part: the current request
+	// and what followed it. When the current turn alone is too long, keep
+	// its last exchange and carry the request verbatim in the summary.
+	first, previous := 0, ""
+	if len(a.history) > 0 && session.IsSummary(a.history[0]) {
+		t := a.history[0].Text()
+		previous, first = t[len(session.SummaryPrefix):len(t)-len(session.SummarySuffix)], 1
+	}
+	var older, kept []llm.Message
+	carry := ""
+	if cur > first {
+		older, kept = a.history[first:cur], a.history[cur:]
+	} else {
+		split := max(first+1, len(a.history)-2)
+		for split > first+1 && a.history[split].Role == llm.RoleTool {
 			split-- // never separate tool results from their calls
 		}
-	}
-	older := a.history[:split]
-	kept := a.history[split:]
-	if cur == 0 {
-		kept = append([]llm.Message{a.history[0]}, a.history[split:]...)
-		older = a.history[1:split]
+		older, kept = a.history[first:split], a.history[split:]
+		carry = request
 	}
 	if len(older) == 0 {
 		return Finding{}, fmt.Errorf("the context is full and nothing is left to compact: the current request and its last step alone exceed the budget")
-	}
-	var previous string
-	if t := older[0].Text(); older[0].Role == llm.RoleUser && strings.HasPrefix(t, SummaryPrefix) {
-		previous, older = strings.TrimPrefix(t, SummaryPrefix), older[1:]
 	}
 	for {
 		summary, err := a.summarise(ctx, previous, older)
@@ -80,27 +85,30 @@ func (a *Agent) compact(ctx context.Context, request string) (Finding, error) {
 		if err != nil {
 			return Finding{}, fmt.Errorf("compaction: %w", err)
 		}
+		if carry != "" && !strings.Contains(summary, carry) {
+			summary += "\n\n## Current request (verbatim)\n" + carry
+		}
 		before := len(a.history)
-		msg := llm.Message{Role: llm.RoleUser, Parts: []llm.Part{{Text: SummaryPrefix + summary}}}
+		msg := llm.Message{Role: llm.RoleUser, Parts: []llm.Part{{Text: session.SummaryPrefix + summary + session.SummarySuffix}}}
 		a.history = append([]llm.Message{msg}, kept...)
 		a.emit(Event{Kind: EventCompaction, Text: fmt.Sprintf("summarised %d messages", before-len(kept))})
-		if a.cfg.OnMessage != nil {
-			a.cfg.OnMessage(msg)
+		if a.cfg.OnCompaction != nil {
+			a.cfg.OnCompaction(summary, len(kept))
 		}
 		return Finding{}, nil
 	}
 }
 
 // currentTurn returns the index of the message that opened the current
-// turn (the latest user request that is not a summary).
+// turn (the latest user request that is not a summary), or -1.
 func (a *Agent) currentTurn() int {
 	for i := len(a.history) - 1; i >= 0; i-- {
 		m := a.history[i]
-		if m.Role == llm.RoleUser && !strings.HasPrefix(m.Text(), SummaryPrefix) {
+		if m.Role == llm.RoleUser && !session.IsSummary(m) {
 			return i
 		}
 	}
-	return 0
+	return -1
 }
 
 func (a *Agent) request() *llm.Request {

@@ -44,6 +44,10 @@ type Config struct {
 	// OnMessage receives every message added to the history (a session
 	// writer); the kit has redacted tool results already.
 	OnMessage func(llm.Message)
+	// OnCompaction is told when the history was summarised: the summary,
+	// and how many messages at the end of the previous history were kept
+	// after it (a session's compaction entry: its first kept entry).
+	OnCompaction func(summary string, kept int)
 	// Detector finds loops (default NewDetector()); DisableLoopDetection
 	// turns it off.
 	Detector             *Detector
@@ -182,24 +186,26 @@ func (a *Agent) Turn(ctx context.Context, request string) *TurnResult {
 		}
 		req := &llm.Request{Model: a.cfg.Model, System: a.cfg.System, Messages: a.history, Tools: defs, MaxTokens: a.cfg.MaxOutputTokens}
 		if a.budget.over(req) {
-			if f, err := a.compact(ctx, request); err != nil {
+			if _, err := a.compact(ctx, request); err != nil {
 				return a.failed(ctx, end, err)
-			} else if f.Verdict == End {
-				a.emit(Event{Kind: EventLoop, Finding: &f})
-				return end(StopLoop, f.Message, nil)
 			}
 			req.Messages = a.history
+			if a.budget.over(req) { // compaction did not make room: an overflow
+				if f := a.overflow(); f.Verdict == End {
+					return end(StopLoop, f.Message, nil)
+				}
+			}
 		}
 		res.Steps++
 		resp, err := a.cfg.Provider.Stream(ctx, req, func(e llm.Event) { a.emit(Event{Kind: EventModel, Model: &e}) })
 		if llm.IsContextOverflow(err) && a.budget.cfg.Window > 0 {
 			// The estimate was wrong: compact now and ask again.
 			a.budget.overflowed(req)
-			if f, cerr := a.compact(ctx, request); cerr != nil {
-				return a.failed(ctx, end, cerr)
-			} else if f.Verdict == End {
-				a.emit(Event{Kind: EventLoop, Finding: &f})
+			if f := a.overflow(); f.Verdict == End {
 				return end(StopLoop, f.Message, nil)
+			}
+			if _, cerr := a.compact(ctx, request); cerr != nil {
+				return a.failed(ctx, end, cerr)
 			}
 			continue
 		}
@@ -287,6 +293,18 @@ func (a *Agent) runCalls(ctx context.Context, calls []*llm.ToolCall, warning *st
 		parts = append(parts, llm.Part{ToolResult: &llm.ToolResult{CallID: call.ID, Name: call.Name, Content: text, IsError: result.IsError}})
 	}
 	return parts, worst
+}
+
+// overflow records a context overflow with the loop detector.
+func (a *Agent) overflow() Finding {
+	if a.cfg.DisableLoopDetection {
+		return Finding{}
+	}
+	f := a.cfg.Detector.Overflow()
+	if f.Verdict != Proceed {
+		a.emit(Event{Kind: EventLoop, Finding: &f})
+	}
+	return f
 }
 
 func (a *Agent) cancelled(end func(Stop, string, error) *TurnResult, err error) *TurnResult {

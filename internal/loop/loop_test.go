@@ -14,6 +14,7 @@ import (
 	"github.com/nsys-cortex/cortex/internal/llm"
 	"github.com/nsys-cortex/cortex/internal/loop"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
+	"github.com/nsys-cortex/cortex/internal/session"
 	"github.com/nsys-cortex/cortex/internal/tools/toolstest"
 )
 
@@ -222,7 +223,7 @@ func TestCompactionKeepsTheRequest(t *testing.T) {
 			return answer("## Goal\nread big files\n## Progress\nread big.txt several times"), nil
 		}
 		last := req.Messages[len(req.Messages)-1]
-		if last.Role == llm.RoleUser && !strings.HasPrefix(last.Text(), loop.SummaryPrefix) {
+		if last.Role == llm.RoleUser && !session.IsSummary(last) {
 			return calls(call(fmt.Sprint(n), "bash", map[string]any{"command": fmt.Sprintf("head -c 20000 big.txt; echo %d", n)})), nil
 		}
 		return answer("done"), nil
@@ -237,7 +238,7 @@ func TestCompactionKeepsTheRequest(t *testing.T) {
 		t.Fatal("never compacted")
 	}
 	h := a.History()
-	if !strings.HasPrefix(h[0].Text(), loop.SummaryPrefix) {
+	if !session.IsSummary(h[0]) {
 		t.Fatalf("first message is not the summary: %q", h[0].Text())
 	}
 	var latest bool
@@ -318,5 +319,41 @@ func TestStepLimit(t *testing.T) {
 	a, _ := loop.New(loop.Config{Provider: p, Kit: e.Kit, MaxSteps: 3})
 	if r := a.Turn(e.Ctx, "go"); r.Stop != loop.StopSteps || r.Steps != 3 {
 		t.Fatalf("%+v", r)
+	}
+}
+
+func TestCompactionWithinOneLongTurn(t *testing.T) {
+	e := toolstest.New(t, "standard")
+	e.Put("big.txt", strings.Repeat("lorem ipsum dolor sit amet\n", 3000))
+	var compactions []int
+	p := &script{next: func(n int, req *llm.Request) (*llm.Response, error) {
+		if isSummary(req) {
+			return answer("## Goal\nread the file in pieces"), nil
+		}
+		if n > 12 {
+			return answer("done"), nil
+		}
+		return calls(call(fmt.Sprint(n), "bash", map[string]any{"command": fmt.Sprintf("head -c 9000 big.txt; echo step %d", n)})), nil
+	}}
+	a, _ := loop.New(loop.Config{Provider: p, Kit: e.Kit, Budget: loop.Budget{Window: 10000, Reserve: 1000},
+		OnCompaction: func(_ string, kept int) { compactions = append(compactions, kept) }})
+	r := a.Turn(e.Ctx, "the one request, verbatim")
+	if r.Stop != loop.StopDone {
+		t.Fatalf("%+v", r)
+	}
+	if len(compactions) == 0 {
+		t.Fatal("never compacted")
+	}
+	h := a.History()
+	if !session.IsSummary(h[0]) || !strings.Contains(h[0].Text(), "the one request, verbatim") {
+		t.Fatalf("the request is not carried verbatim: %q", h[0].Text())
+	}
+	for _, m := range h[1:] {
+		if m.Role == llm.RoleTool && m.Parts[0].ToolResult == nil {
+			t.Fatal("a tool message lost its result")
+		}
+	}
+	if h[1].Role == llm.RoleTool {
+		t.Fatal("kept history starts with tool results whose call was summarised")
 	}
 }
