@@ -1,0 +1,136 @@
+package main_test
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// fakeOpenAI is a chat completions server speaking the OpenAI wire format
+// (SSE chunks, tool-call deltas in pieces, [DONE]); each request gets the
+// next scripted answer.
+type fakeOpenAI struct {
+	mu      sync.Mutex
+	answers []func(w io.Writer)
+	bodies  []map[string]any
+}
+
+func (f *fakeOpenAI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path != "/v1/chat/completions" || r.Header.Get("Authorization") != "Bearer test-key" {
+		http.Error(w, `{"error":{"message":"bad request to the fake","type":"invalid_request_error"}}`, 400)
+		return
+	}
+	var body map[string]any
+	json.NewDecoder(r.Body).Decode(&body)
+	f.mu.Lock()
+	f.bodies = append(f.bodies, body)
+	n := len(f.bodies)
+	f.mu.Unlock()
+	w.Header().Set("Content-Type", "text/event-stream")
+	if n > len(f.answers) {
+		chunk(w, map[string]any{"content": "nothing more to do"}, "stop")
+	} else {
+		f.answers[n-1](w)
+	}
+	fmt.Fprint(w, "data: [DONE]\n\n")
+}
+
+func chunk(w io.Writer, delta map[string]any, finish string) {
+	c := map[string]any{"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "fake",
+		"choices": []any{map[string]any{"index": 0, "delta": delta, "finish_reason": nil}}}
+	if finish != "" {
+		c["choices"].([]any)[0].(map[string]any)["finish_reason"] = finish
+	}
+	b, _ := json.Marshal(c)
+	fmt.Fprintf(w, "data: %s\n\n", b)
+}
+
+// toolCall streams one tool call with its arguments in three pieces.
+func toolCall(id, name string, args map[string]any) func(w io.Writer) {
+	return func(w io.Writer) {
+		a, _ := json.Marshal(args)
+		s := string(a)
+		third := len(s) / 3
+		chunk(w, map[string]any{"role": "assistant", "tool_calls": []any{map[string]any{"index": 0, "id": id, "type": "function",
+			"function": map[string]any{"name": name, "arguments": s[:third]}}}}, "")
+		chunk(w, map[string]any{"tool_calls": []any{map[string]any{"index": 0, "function": map[string]any{"arguments": s[third : 2*third]}}}}, "")
+		chunk(w, map[string]any{"tool_calls": []any{map[string]any{"index": 0, "function": map[string]any{"arguments": s[2*third:]}}}}, "tool_calls")
+	}
+}
+
+func TestChatHeadlessEndToEnd(t *testing.T) {
+	c := newCLI(t, "process")
+	fake := &fakeOpenAI{answers: []func(io.Writer){
+		toolCall("call_1", "write", map[string]any{"path": "hello.py", "content": "print('hello from the agent')\n"}),
+		toolCall("call_2", "bash", map[string]any{"command": "python3 hello.py"}),
+		func(w io.Writer) {
+			chunk(w, map[string]any{"role": "assistant", "content": "It prints "}, "")
+			chunk(w, map[string]any{"content": "hello."}, "stop")
+		},
+	}}
+	srv := httptest.NewServer(fake)
+	defer srv.Close()
+	c.env = append(c.env, "OPENAI_API_KEY=test-key", "SECRET_API_TOKEN=operator-secret-value")
+	cmd := c.command("chat", "agent1", "--provider", "openai", "--model", "fake", "--base-url", srv.URL+"/v1", "-p", "write and run hello.py", "-o", "json")
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("chat: %v\n%s\n%s", err, out, stderr.String())
+	}
+	var kinds []string
+	var result string
+	sc := bufio.NewScanner(strings.NewReader(string(out)))
+	for sc.Scan() {
+		var ev map[string]any
+		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+			t.Fatalf("not a JSON line: %q", sc.Text())
+		}
+		kinds = append(kinds, ev["type"].(string))
+		if ev["type"] == "tool_result" && ev["tool"] == "bash" {
+			result = ev["output"].(string)
+		}
+	}
+	if !strings.Contains(result, "hello from the agent") || kinds[len(kinds)-1] != "turn_end" {
+		t.Fatalf("events %v, bash result %q", kinds, result)
+	}
+	// The second request carried the tool result back with its call id.
+	msgs := fake.bodies[1]["messages"].([]any)
+	last := msgs[len(msgs)-1].(map[string]any)
+	if last["role"] != "tool" || last["tool_call_id"] != "call_1" {
+		t.Fatalf("tool result message: %v", last)
+	}
+	// The operator's secrets never reach the model.
+	for _, b := range fake.bodies {
+		raw, _ := json.Marshal(b)
+		if strings.Contains(string(raw), "operator-secret-value") || strings.Contains(string(raw), "test-key") {
+			t.Fatal("a secret reached the model")
+		}
+	}
+	// The session is on disk; a torn last line does not stop a resume.
+	files, _ := filepath.Glob(filepath.Join(c.home, "sessions", "*.jsonl"))
+	if len(files) != 1 {
+		t.Fatalf("sessions: %v", files)
+	}
+	fh, _ := os.OpenFile(files[0], os.O_WRONLY|os.O_APPEND, 0)
+	fh.WriteString(`{"id":"torn","parentId":"x","type":"mess`)
+	fh.Close()
+	fake.answers = append(fake.answers, func(w io.Writer) { chunk(w, map[string]any{"role": "assistant", "content": "resumed fine"}, "stop") })
+	cmd = c.command("chat", "agent1", "--provider", "openai", "--model", "fake", "--base-url", srv.URL+"/v1", "--continue", "-p", "and now?")
+	out, err = cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "resumed fine") {
+		t.Fatalf("resume: %v\n%s", err, out)
+	}
+	// The resumed request carried the earlier conversation.
+	if n := len(fake.bodies[len(fake.bodies)-1]["messages"].([]any)); n < 6 {
+		t.Fatalf("the resumed request has %d messages", n)
+	}
+}
