@@ -99,11 +99,48 @@ Exit status: 0 finished, 2 stopped at a limit (steps, time, output, loop),
 				return err
 			}
 			defer sess.Close()
+			c := &chat{app: a, sess: sess, json: output == "json", provider: cfg.Provider, model: cfg.Model}
+			// Other agents this one starts (sessions_spawn) get the same
+			// provider and policy, a neuron and session of their own, and
+			// no sessions tools (one level of delegation).
+			router := &loop.Router{
+				Sessions: session.ForLayout(a.lay),
+				Header:   session.Header{Provider: cfg.Provider, Model: cfg.Model, Agent: f.agent},
+				Start: func(ctx context.Context, neuron string, sub *session.Session) (*loop.Agent, string, error) {
+					sf := f
+					sf.neuron = neuron
+					if err := a.ensureNeuron(ctx, &sf); err != nil {
+						return nil, "", err
+					}
+					kit, err := a.kit(ctx, &sf)
+					if err != nil {
+						return nil, "", err
+					}
+					system, err := a.systemPrompt(ctx, kit, &sf)
+					if err != nil {
+						return nil, "", err
+					}
+					agent, err := loop.New(loop.Config{Provider: prov, Model: cfg.Model, Kit: kit, System: system, MaxSteps: maxSteps,
+						Budget:    loop.Budget{Window: window, Reserve: reserve},
+						OnMessage: func(m llm.Message) { _, _ = sub.AppendMessage(m) }, // best effort: the parent sees the answer either way
+					})
+					return agent, sf.neuron, err
+				},
+			}
+			defer router.Close()
+			sessionTools, err := router.Tools()
+			if err != nil {
+				return err
+			}
+			for _, t := range sessionTools {
+				if err := kit.Add(t); err != nil {
+					return err
+				}
+			}
 			system, err := a.systemPrompt(ctx, kit, &f)
 			if err != nil {
 				return err
 			}
-			c := &chat{app: a, sess: sess, json: output == "json", provider: cfg.Provider, model: cfg.Model}
 			agent, err := loop.New(loop.Config{
 				Provider: prov, Model: cfg.Model, Kit: kit, System: system, MaxSteps: maxSteps,
 				Budget:       loop.Budget{Window: window, Reserve: reserve},

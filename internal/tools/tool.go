@@ -23,11 +23,12 @@ const (
 	GroupSnapshot Group = "snapshot" // snapshot
 	GroupMemory   Group = "memory"   // memory_search, memory_get, memory_update
 	GroupMCP      Group = "mcp"      // tools of attached MCP servers
+	GroupSessions Group = "sessions" // sessions_spawn, sessions_send, sessions_history, sessions_list (the agent runtime)
 )
 
 // Groups lists the built-in groups in a stable order.
 func Groups() []Group {
-	return []Group{GroupFSRead, GroupFSWrite, GroupExec, GroupElevated, GroupNeuron, GroupSnapshot, GroupMemory, GroupMCP}
+	return []Group{GroupFSRead, GroupFSWrite, GroupExec, GroupElevated, GroupNeuron, GroupSnapshot, GroupMemory, GroupMCP, GroupSessions}
 }
 
 // Annotations are hints for clients (MCP tool annotations).
