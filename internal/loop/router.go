@@ -251,4 +251,3 @@ func firstLine(s string, n int) string {
 	}
 	return s
 }
-
