@@ -33,12 +33,16 @@ func (f *fakeOpenAI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	f.mu.Lock()
 	f.bodies = append(f.bodies, body)
 	n := len(f.bodies)
+	var next func(io.Writer)
+	if n <= len(f.answers) {
+		next = f.answers[n-1]
+	}
 	f.mu.Unlock()
 	w.Header().Set("Content-Type", "text/event-stream")
-	if n > len(f.answers) {
+	if next == nil {
 		chunk(w, map[string]any{"content": "nothing more to do"}, "stop")
 	} else {
-		f.answers[n-1](w)
+		next(w)
 	}
 	fmt.Fprint(w, "data: [DONE]\n\n")
 }
@@ -102,6 +106,8 @@ func TestChatHeadlessEndToEnd(t *testing.T) {
 	if !strings.Contains(result, "hello from the agent") || kinds[len(kinds)-1] != "turn_end" {
 		t.Fatalf("events %v, bash result %q", kinds, result)
 	}
+	fake.mu.Lock()
+	defer fake.mu.Unlock()
 	// The second request carried the tool result back with its call id.
 	msgs := fake.bodies[1]["messages"].([]any)
 	last := msgs[len(msgs)-1].(map[string]any)
@@ -123,9 +129,13 @@ func TestChatHeadlessEndToEnd(t *testing.T) {
 	fh, _ := os.OpenFile(files[0], os.O_WRONLY|os.O_APPEND, 0)
 	fh.WriteString(`{"id":"torn","parentId":"x","type":"mess`)
 	fh.Close()
+	fake.mu.Lock()
 	fake.answers = append(fake.answers, func(w io.Writer) { chunk(w, map[string]any{"role": "assistant", "content": "resumed fine"}, "stop") })
+	fake.mu.Unlock()
 	cmd = c.command("chat", "agent1", "--provider", "openai", "--model", "fake", "--base-url", srv.URL+"/v1", "--continue", "-p", "and now?")
+	fake.mu.Unlock()
 	out, err = cmd.CombinedOutput()
+	fake.mu.Lock()
 	if err != nil || !strings.Contains(string(out), "resumed fine") {
 		t.Fatalf("resume: %v\n%s", err, out)
 	}
