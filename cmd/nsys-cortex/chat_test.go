@@ -129,11 +129,9 @@ func TestChatHeadlessEndToEnd(t *testing.T) {
 	fh, _ := os.OpenFile(files[0], os.O_WRONLY|os.O_APPEND, 0)
 	fh.WriteString(`{"id":"torn","parentId":"x","type":"mess`)
 	fh.Close()
-	fake.mu.Lock()
 	fake.answers = append(fake.answers, func(w io.Writer) { chunk(w, map[string]any{"role": "assistant", "content": "resumed fine"}, "stop") })
-	fake.mu.Unlock()
 	cmd = c.command("chat", "agent1", "--provider", "openai", "--model", "fake", "--base-url", srv.URL+"/v1", "--continue", "-p", "and now?")
-	fake.mu.Unlock()
+	fake.mu.Unlock() // the server needs it while the chat runs
 	out, err = cmd.CombinedOutput()
 	fake.mu.Lock()
 	if err != nil || !strings.Contains(string(out), "resumed fine") {
