@@ -9,3 +9,14 @@ go test ./internal/sandbox/process -run '^$' -benchtime "${N}x" \
 go test ./internal/sandbox/process -run '^$' -benchtime 20x -bench 'File64M'
 go test ./internal/sandbox/process -run '^$' -benchtime 3x -bench 'IdleAgent'
 go test ./internal/link -run '^$' -benchtime 2s -bench .
+# The tool kit, policy, MCP and the agent loop (docs/benchmarks.md).
+go test ./internal/link -run '^$' -benchtime 10x -bench 'Search20k'
+go test ./internal/tools -run '^$' -benchtime 50x -bench 'File1MiB'
+go test ./internal/mcp -run '^$' -benchtime 1000x -bench 'ToolCall'
+go test ./internal/policy -run '^$' -bench 'CheckBash'
+go test ./internal/loop -run '^$' -benchtime 500x -bench 'TurnOverhead'
+go test ./internal/session -run '^$' -bench .
+# /ctx over FUSE (root; docs/benchmarks.md).
+go test ./internal/ctxfs -run '^$' -benchtime 20000x -bench 'StatusRead'
+go test ./internal/ctxfs -run '^$' -benchtime 50x -bench 'Ls1000'
+go test ./internal/ctxfs -run '^$' -benchtime 1x -bench 'Memory100kReads'

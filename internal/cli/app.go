@@ -117,7 +117,8 @@ Home: ~/.nsys-cortex (NSYS_CORTEX_HOME). Mode: auto (NSYS_CORTEX_MODE).`,
 		a.execCommand(), a.shellCommand(), a.cpCommand(), a.psCommand(), a.logsCommand(), a.killCommand(),
 		a.doctorCommand(), a.versionCommand(), a.cleanupOrphansCommand(), a.imageCommand(),
 		a.serveCommand(), a.configCommand(), a.launchCommand(), a.receiptsCommand(),
-		a.attachCommand(), a.termCommand(), a.mcpCommand(), a.policyCommand(), a.toolsCommand(),
+		a.attachCommand(), a.termCommand(), a.mcpCommand(), a.policyCommand(), a.toolsCommand(), a.chatCommand(),
+		a.mountCommand(), a.umountCommand(),
 	)
 	return root
 }
