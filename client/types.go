@@ -52,6 +52,10 @@ type Policy struct {
 	Limits       Limits  `json:"limits"`
 	Image        string  `json:"image,omitempty"`
 	NestedUserns bool    `json:"nestedUserns,omitempty"`
+	// Ctx is the host's CortexFS mount shown at /ctx inside, writable when
+	// CtxWritable (validated when the neuron started).
+	Ctx         string `json:"ctx,omitempty"`
+	CtxWritable bool   `json:"ctxWritable,omitempty"`
 }
 
 // Network says what a neuron may reach: mode none, egress (with Allow) or full.

@@ -8,6 +8,7 @@ import (
 
 	cortex "github.com/nsys-cortex/cortex/client"
 	"github.com/nsys-cortex/cortex/internal/ids"
+	"github.com/nsys-cortex/cortex/internal/model"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
 )
 
@@ -16,19 +17,9 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 		Modes: s.opts.Set.Modes(), UptimeMs: time.Since(s.started).Milliseconds()})
 }
 
-// neuronOf is the API's view of a neuron's state.
-func neuronOf(st *sandbox.State) cortex.Neuron {
-	n := cortex.Neuron{ID: st.ID, Mode: st.Mode, Status: string(st.Status), PID: st.PID, Workdir: st.Workdir,
-		CreatedAt: st.CreatedAt, AgentVersion: st.AgentVersion}
-	if st.Owner != nil {
-		n.Owner = &cortex.Owner{PID: st.Owner.PID, Command: st.Owner.Command, Since: st.Owner.Since}
-	}
-	if p := st.Policy; p != nil {
-		n.Policy = &cortex.Policy{Network: cortex.Network{Mode: string(p.Network.Mode), Allow: p.Network.Allow},
-			Limits: cortex.Limits(p.Limits), Image: p.Image, NestedUserns: p.NestedUserns}
-	}
-	return n
-}
+// neuronOf is the API's view of a neuron's state (the in-memory model's,
+// which /ctx serves too).
+func neuronOf(st *sandbox.State) cortex.Neuron { return model.NeuronOf(st) }
 
 func (s *Server) listNeurons(w http.ResponseWriter, r *http.Request) {
 	all, err := s.opts.Set.List(r.Context())

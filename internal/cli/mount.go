@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"time"
 
@@ -19,26 +18,13 @@ import (
 	"github.com/nsys-cortex/cortex/internal/ctxsource"
 	"github.com/nsys-cortex/cortex/internal/launch"
 	"github.com/nsys-cortex/cortex/internal/model"
-	"github.com/nsys-cortex/cortex/internal/store"
 )
 
 // DefaultCtxDir is where mount puts /ctx.
 const DefaultCtxDir = "/ctx"
 
 // mountRecord is what a serving mount leaves in <home>/mounts, for umount.
-type mountRecord struct {
-	Dir   string    `json:"dir"`
-	PID   int       `json:"pid"`
-	Since time.Time `json:"since"`
-}
-
-func (a *App) mountRecordPath(dir string) string {
-	name := strings.ReplaceAll(strings.Trim(dir, "/"), "/", "_")
-	if name == "" {
-		name = "_"
-	}
-	return filepath.Join(a.lay.Home, "mounts", name+".json")
-}
+func (a *App) mountRecordPath(dir string) string { return ctxfs.RecordPath(a.lay.MountsDir(), dir) }
 
 func (a *App) mountCommand() *cobra.Command {
 	var readOnly, debug bool
@@ -106,10 +92,17 @@ func (a *App) serveCtx(ctx context.Context, dir string, readOnly, debug bool) er
 		return err
 	}
 	rec := a.mountRecordPath(dir)
-	if err := os.MkdirAll(filepath.Dir(rec), 0o700); err == nil {
-		_ = store.WriteJSON(rec, mountRecord{Dir: dir, PID: os.Getpid(), Since: time.Now().UTC()}, 0o600) // umount falls back to the mount table
+	if err := ctxfs.WriteRecord(a.lay.MountsDir(), ctxfs.Record{Dir: dir, PID: os.Getpid(), Since: time.Now().UTC(), Token: token}); err != nil {
+		// umount falls back to the mount table, but launchers cannot
+		// validate the mount without it: neurons will not get /ctx.
+		fmt.Fprintf(a.Stderr, "nsys-cortex: writing the mount record: %v; neurons cannot be given this mount\n", err)
 	}
-	defer os.Remove(rec)
+	defer func() {
+		// Only our own record: a later mount at dir may have replaced it.
+		if r, err := ctxfs.ReadRecord(a.lay.MountsDir(), dir); err == nil && r.PID == os.Getpid() {
+			os.Remove(rec)
+		}
+	}()
 	state := "read-only"
 	if !readOnly {
 		// A child process reads the magic file: this process never touches
@@ -136,8 +129,22 @@ func (a *App) serveCtx(ctx context.Context, dir string, readOnly, debug bool) er
 		fmt.Fprintf(a.Stderr, "nsys-cortex: %s was unmounted\n", dir)
 		return nil
 	}
-	if err := srv.Unmount(); err != nil {
-		return err
+	unmounted := make(chan error, 1)
+	go func() { unmounted <- srv.Unmount() }()
+	select {
+	case err := <-unmounted:
+		if err != nil {
+			return err
+		}
+	case <-time.After(3 * time.Second):
+		// Neurons given /ctx (create --ctx) still hold the filesystem:
+		// end the connection, so their /ctx fails (ENOTCONN) instead of
+		// this process waiting for them.
+		if err := srv.Abort(); err != nil {
+			return fmt.Errorf("unmount: %s is still in use by neurons, and %w", dir, err)
+		}
+		fmt.Fprintf(a.Stderr, "nsys-cortex: %s was still in use by neurons: their /ctx is gone now\n", dir)
+		<-unmounted // the lazy detach's result: the connection is over either way
 	}
 	<-gone
 	fmt.Fprintf(a.Stderr, "nsys-cortex: unmounted %s\n", dir)
@@ -164,7 +171,7 @@ detached lazily and disappears when its last user leaves.`,
 			if err != nil {
 				return err
 			}
-			var rec mountRecord
+			var rec ctxfs.Record
 			if b, err := os.ReadFile(a.mountRecordPath(dir)); err == nil && json.Unmarshal(b, &rec) == nil && rec.PID > 0 {
 				if syscall.Kill(rec.PID, syscall.SIGTERM) == nil {
 					for range 100 {

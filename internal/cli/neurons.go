@@ -17,7 +17,7 @@ import (
 )
 
 func (a *App) createCommand() *cobra.Command {
-	var mode, network, memory, image string
+	var mode, network, memory, image, ctxDir string
 	var env, allow []string
 	var boot time.Duration
 	var nested bool
@@ -73,6 +73,14 @@ it the host's network.`,
 					return err
 				}
 			}
+			if ctxDir != "" {
+				if api != nil {
+					return errors.New("--ctx: creating a neuron with /ctx goes through the local host (the mount is there), not --api")
+				}
+				if opts.Ctx, err = filepath.Abs(ctxDir); err != nil {
+					return err
+				}
+			}
 			st, why, err := a.create(cmd.Context(), set, id, mode, opts)
 			if why != "" && why != "requested" {
 				fmt.Fprintf(a.Stderr, "mode: %s (%s)\n", st.Mode, why)
@@ -107,6 +115,7 @@ it the host's network.`,
 	cmd.Flags().StringVar(&memory, "memory", "", "memory ceiling, e.g. 512m or 2g (default 2g where enforceable)")
 	cmd.Flags().IntVar(&pids, "pids", 0, "process ceiling (default 1024 where enforceable)")
 	cmd.Flags().Float64Var(&cpus, "cpus", 0, "CPU ceiling in cores, e.g. 1.5 (default none)")
+	cmd.Flags().StringVar(&ctxDir, "ctx", "", "show this CortexFS mount (nsys-cortex mount DIR) at /ctx inside: the neuron sees its own subtree, writable only if the mount validates at start; nsbox only")
 	cmd.Flags().BoolVar(&nested, "nested-userns", false, "let programs create user namespaces of their own (inner sandboxes: bubblewrap, Codex's sandbox); nsbox only")
 	cmd.Flags().StringVar(&image, "image", "", "a root filesystem directory to base the neuron on (default: the host's /usr and /etc subset)")
 	return cmd

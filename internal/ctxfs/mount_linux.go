@@ -1,6 +1,8 @@
 package ctxfs
 
 import (
+	"golang.org/x/sys/unix"
+
 	"bufio"
 	"bytes"
 	"errors"
@@ -31,9 +33,10 @@ type MountOptions struct {
 
 // Server is a mounted tree.
 type Server struct {
-	dir string
-	srv *fuse.Server
-	f   *fuseFS
+	dir  string
+	srv  *fuse.Server
+	f    *fuseFS
+	conn string // the FUSE connection's number
 }
 
 // Mount serves t at dir until Unmount. A stale CortexFS mount at dir (its
@@ -76,7 +79,30 @@ func Mount(dir string, t *Tree, o MountOptions) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mount: FUSE at %s: %w (is /dev/fuse there, and fuse3 installed?)", dir, err)
 	}
-	return &Server{dir: dir, srv: srv, f: f}, nil
+	conn := ""
+	if m, ok := MountAt(dir); ok { // the mount table, not the mount itself
+		if _, minor, ok := strings.Cut(m.Dev, ":"); ok {
+			conn = minor
+		}
+	}
+	return &Server{dir: dir, srv: srv, f: f, conn: conn}, nil
+}
+
+// Abort ends the FUSE connection: every other mount of it (a neuron's
+// bind of /ctx) answers ENOTCONN from now on, and Wait returns. For after
+// Unmount, when neurons still hold the filesystem.
+func (s *Server) Abort() error {
+	if s.conn == "" {
+		return errors.New("abort: the FUSE connection of " + s.dir + " is not known")
+	}
+	const ctl = "/sys/fs/fuse/connections"
+	if _, err := os.Stat(filepath.Join(ctl, s.conn)); err != nil {
+		// fusectl is not mounted on every system: mount it (root only).
+		if merr := unix.Mount("fusectl", ctl, "fusectl", 0, ""); merr != nil {
+			return fmt.Errorf("abort: %s has no connection %s, and mounting fusectl failed: %w", ctl, s.conn, merr)
+		}
+	}
+	return os.WriteFile(filepath.Join(ctl, s.conn, "abort"), []byte("1"), 0)
 }
 
 // Dir is the mount point.
@@ -172,6 +198,7 @@ func fusermount(flag, dir string) error {
 
 // MountInfo is one line of /proc/self/mountinfo.
 type MountInfo struct {
+	Dev     string // major:minor of the filesystem (a FUSE connection's minor names it in /sys/fs/fuse/connections)
 	Point   string
 	FSType  string
 	Source  string
@@ -208,7 +235,7 @@ func parseMountInfo(line string) (MountInfo, bool) {
 	if len(a) < 6 || len(b) < 2 {
 		return MountInfo{}, false
 	}
-	return MountInfo{Point: unescapeMount(a[4]), Options: a[5], FSType: b[0], Source: b[1]}, true
+	return MountInfo{Dev: a[2], Point: unescapeMount(a[4]), Options: a[5], FSType: b[0], Source: b[1]}, true
 }
 
 // unescapeMount undoes mountinfo's octal escapes (\040 for a space).

@@ -4,6 +4,7 @@
 //	overlays/<id>/      a neuron's persistent data and its state file
 //	sockets/<id>/       the channel directory of a neuron (0700)
 //	snapshots/<id>/     snapshots of a neuron's overlay
+//	mounts/             records of running /ctx mounts (nsys-cortex mount)
 //	images/ sessions/ logs/ bin/ config.json
 //
 // It is a foundation package: standard library only, no I/O but lookups of
@@ -89,6 +90,9 @@ func (l Layout) LogsDir() string { return filepath.Join(l.Home, "logs") }
 
 // BinDir holds the unpacked agent binaries, by content hash.
 func (l Layout) BinDir() string { return filepath.Join(l.Home, "bin") }
+
+// MountsDir holds the records of running /ctx mounts.
+func (l Layout) MountsDir() string { return filepath.Join(l.Home, "mounts") }
 
 // ConfigFile is the configuration file.
 func (l Layout) ConfigFile() string { return filepath.Join(l.Home, "config.json") }

@@ -1,7 +1,9 @@
 // Package llm is the small provider interface the agent loop drives, and
 // the types it speaks: messages with text, tool calls and tool results;
 // streamed events; usage; stop reasons. Each vendor lives in its own
-// subpackage (anthropic, openai, gemini) on the vendor's official Go SDK.
+// subpackage (anthropic, openai, gemini) on the vendor's official Go SDK;
+// what they share (the retry rule: Retry, Backoff, RetryAfter, IsTransient)
+// lives here, and this package imports no vendor SDK.
 //
 // Keys never enter this package's values: a provider is built with its key
 // read from the environment variable the operator names, and nothing here

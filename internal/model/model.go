@@ -216,18 +216,37 @@ func NeuronOf(st *sandbox.State) cortex.Neuron {
 	}
 	if p := st.Policy; p != nil {
 		n.Policy = &cortex.Policy{Network: cortex.Network{Mode: string(p.Network.Mode), Allow: p.Network.Allow},
-			Limits: cortex.Limits(p.Limits), Image: p.Image, NestedUserns: p.NestedUserns}
+			Limits: cortex.Limits(p.Limits), Image: p.Image, NestedUserns: p.NestedUserns, Ctx: p.Ctx, CtxWritable: p.CtxWritable}
 	}
 	return n
 }
 
-// AgentUID is the real uid of the neuron's agent process on the host
-// (from /proc/PID/status), or -1.
+// AgentUID is the real uid of the neuron's agent process on the host, or
+// -1. The state's PID is the agent itself in process mode, but the
+// sandbox's PID 1 in nsbox (root, when the host is), whose child is the
+// agent under the neuron's own uid: a root PID is looked past to its
+// first child that is not root.
 func AgentUID(st *sandbox.State) int {
 	if st.PID <= 0 {
 		return -1
 	}
-	f, err := os.Open("/proc/" + strconv.Itoa(st.PID) + "/status")
+	pid := st.PID
+	for depth := 0; ; depth++ {
+		uid := procUID(pid)
+		if uid != 0 || depth == 2 {
+			return uid
+		}
+		child := firstChild(pid)
+		if child <= 0 {
+			return uid
+		}
+		pid = child
+	}
+}
+
+// procUID reads a process's real uid, or -1.
+func procUID(pid int) int {
+	f, err := os.Open("/proc/" + strconv.Itoa(pid) + "/status")
 	if err != nil {
 		return -1
 	}
@@ -244,4 +263,18 @@ func AgentUID(st *sandbox.State) int {
 		}
 	}
 	return -1
+}
+
+// firstChild returns the oldest child of pid, or 0.
+func firstChild(pid int) int {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/task/" + strconv.Itoa(pid) + "/children")
+	if err != nil {
+		return 0
+	}
+	fs := strings.Fields(string(b))
+	if len(fs) == 0 {
+		return 0
+	}
+	c, _ := strconv.Atoi(fs[0])
+	return c
 }

@@ -85,6 +85,10 @@ type Policy struct {
 	// NestedUserns: the neuron's programs may create user namespaces of
 	// their own (inner sandboxes such as bubblewrap).
 	NestedUserns bool `json:"nestedUserns,omitempty"`
+	// Ctx is the host's CortexFS mount shown at /ctx inside; CtxWritable
+	// says whether it was validated at start (seed 003 §6), else read-only.
+	Ctx         string `json:"ctx,omitempty"`
+	CtxWritable bool   `json:"ctxWritable,omitempty"`
 }
 
 // LogPather is implemented by managers that keep a log file per neuron.
@@ -117,6 +121,11 @@ type CreateOptions struct {
 	// NestedUserns lets the neuron's programs create user namespaces (and
 	// mount inside them) for sandboxes of their own; denied by default.
 	NestedUserns bool
+	// Ctx is a CortexFS mount on the host (nsys-cortex mount DIR) to show
+	// at /ctx inside: writable only if validated as that mount when the
+	// neuron starts, read-only otherwise; the neuron's uid sees only its
+	// own subtree. Modes without a mount namespace refuse it.
+	Ctx string
 }
 
 // NetworkMode names what a neuron can reach.
@@ -169,6 +178,8 @@ func (o *CreateOptions) Refuse(mode, why string) error {
 		return &UnenforceableError{Mode: mode, Policy: "resource limits", Reason: why}
 	case o.Image != "":
 		return &UnenforceableError{Mode: mode, Policy: "an image", Reason: why}
+	case o.Ctx != "":
+		return &UnenforceableError{Mode: mode, Policy: "a /ctx mount", Reason: why}
 	}
 	return nil
 }

@@ -26,25 +26,19 @@ const (
 
 	defaultBaseDelay = 500 * time.Millisecond
 	defaultMaxDelay  = 30 * time.Second
-	// maxRetryAfter is the longest retry-after the provider waits out
-	// itself; a server asking for more gets its error returned (with
-	// RetryAfter set) so the caller can decide.
-	maxRetryAfter = 2 * time.Minute
+	// backoffJitter is the most of a computed delay jitter takes off.
+	backoffJitter = 0.25
 )
 
 const providerName = "anthropic"
 
 // Provider talks to Anthropic's Messages API.
 type Provider struct {
-	client     sdk.Client
-	key        string // only to scrub it from error text
-	model      string
-	maxRetries int
-	timeout    time.Duration
-	baseDelay  time.Duration
-	maxDelay   time.Duration
-	sleep      func(ctx context.Context, d time.Duration) error
-	jitter     func() float64 // in [0, 1)
+	client  sdk.Client
+	key     string // only to scrub it from error text
+	model   string
+	timeout time.Duration
+	policy  llm.RetryPolicy
 }
 
 var (
@@ -75,8 +69,8 @@ func WithSleep(sleep func(ctx context.Context, d time.Duration) error) Option {
 }
 
 // WithBackoff sets the first retry's delay and the cap on any computed
-// delay (retry-after from the server is honoured beyond the cap, up to two
-// minutes).
+// delay (retry-after from the server is honoured beyond the cap, up to
+// llm.DefaultMaxRetryAfter).
 func WithBackoff(base, max time.Duration) Option {
 	return func(o *options) { o.baseDelay, o.maxDelay = base, max }
 }
@@ -99,7 +93,7 @@ func New(cfg llm.Config, opts ...Option) (*Provider, error) {
 		return nil, fmt.Errorf("anthropic: no API key: environment variable %s is not set", keyEnv)
 	}
 	o := options{
-		sleep:     sleepCtx,
+		sleep:     llm.Sleep,
 		jitter:    rand.Float64,
 		baseDelay: defaultBaseDelay,
 		maxDelay:  defaultMaxDelay,
@@ -107,21 +101,18 @@ func New(cfg llm.Config, opts ...Option) (*Provider, error) {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	p := &Provider{
-		key:        key,
-		model:      cfg.Model,
-		maxRetries: cfg.MaxRetries,
-		timeout:    cfg.Timeout,
-		baseDelay:  o.baseDelay,
-		maxDelay:   o.maxDelay,
-		sleep:      o.sleep,
-		jitter:     o.jitter,
-	}
-	if p.maxRetries <= 0 {
-		p.maxRetries = DefaultMaxRetries
-	}
+	p := &Provider{key: key, model: cfg.Model, timeout: cfg.Timeout}
 	if p.timeout <= 0 {
 		p.timeout = DefaultTimeout
+	}
+	p.policy = llm.RetryPolicy{
+		MaxRetries: cfg.MaxRetries,
+		Timeout:    p.timeout,
+		Backoff:    llm.Backoff{Base: o.baseDelay, Max: o.maxDelay, Jitter: backoffJitter, Rand: o.jitter},
+		Sleep:      o.sleep,
+	}
+	if p.policy.MaxRetries <= 0 {
+		p.policy.MaxRetries = DefaultMaxRetries
 	}
 	sdkOpts := []option.RequestOption{
 		option.WithoutEnvironmentDefaults(),
@@ -185,57 +176,17 @@ func (p *Provider) CountTokens(ctx context.Context, req *llm.Request) (int, erro
 	return n, nil
 }
 
-// retry runs attempt until it succeeds, fails for good, or has been retried
-// maxRetries times. Each attempt gets its own timeout. An attempt that has
-// shown an event to the caller is never retried. The error returned is
-// ctx.Err() when ctx ended, else an *llm.Error.
+// retry runs attempt under the provider's retry policy (see llm.Retry),
+// classifying each failure so that the policy can judge it. The error
+// returned is ctx.Err() when ctx ended, else an *llm.Error.
 func (p *Provider) retry(ctx context.Context, attempt func(ctx context.Context) (emitted bool, err error)) error {
-	for n := 0; ; n++ {
-		actx, cancel := context.WithTimeout(ctx, p.timeout)
-		emitted, err := attempt(actx)
-		timedOut := errors.Is(actx.Err(), context.DeadlineExceeded)
-		cancel()
-		if err == nil {
-			return nil
+	return llm.Retry(ctx, p.policy, func(ctx context.Context) (bool, error) {
+		emitted, err := attempt(ctx)
+		if err != nil {
+			// ctx is the attempt's own: past its deadline, our timeout
+			// ended it (llm.Retry reports the caller's ending itself).
+			return emitted, p.classify(err, errors.Is(ctx.Err(), context.DeadlineExceeded))
 		}
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		lerr := p.classify(err, timedOut)
-		if emitted || !lerr.Retryable || n >= p.maxRetries {
-			return lerr
-		}
-		wait, ok := p.delay(n, lerr.RetryAfter)
-		if !ok {
-			return lerr
-		}
-		if err := p.sleep(ctx, wait); err != nil {
-			return ctx.Err()
-		}
-	}
-}
-
-// delay is the wait before retry n+1: what the server asked for, when it
-// asked for no more than maxRetryAfter (ok is false beyond that), else
-// exponential backoff with up to 25% jitter taken off, capped at maxDelay.
-func (p *Provider) delay(n int, retryAfter time.Duration) (time.Duration, bool) {
-	if retryAfter > 0 {
-		return retryAfter, retryAfter <= maxRetryAfter
-	}
-	d := p.baseDelay << n
-	if d > p.maxDelay || d <= 0 {
-		d = p.maxDelay
-	}
-	return d - time.Duration(float64(d)*0.25*p.jitter()), true
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
+		return emitted, nil
+	})
 }

@@ -651,30 +651,6 @@ func TestMapMessagesMerging(t *testing.T) {
 	]`))
 }
 
-func TestRetryAfterHeader(t *testing.T) {
-	t.Parallel()
-	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	for _, tc := range []struct {
-		name string
-		h    http.Header
-		want time.Duration
-	}{
-		{"none", http.Header{}, 0},
-		{"seconds", http.Header{"Retry-After": {"3"}}, 3 * time.Second},
-		{"fractional", http.Header{"Retry-After": {"0.5"}}, 500 * time.Millisecond},
-		{"ms wins", http.Header{"Retry-After-Ms": {"250"}, "Retry-After": {"9"}}, 250 * time.Millisecond},
-		{"date", http.Header{"Retry-After": {now.Add(4 * time.Second).Format(http.TimeFormat)}}, 4 * time.Second},
-		{"past date", http.Header{"Retry-After": {now.Add(-time.Hour).Format(http.TimeFormat)}}, 0},
-		{"garbage", http.Header{"Retry-After": {"soon"}}, 0},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			if got := retryAfter(tc.h, now); got != tc.want {
-				t.Errorf("retryAfter = %v, want %v", got, tc.want)
-			}
-		})
-	}
-}
-
 func TestMalformedEventNotRetried(t *testing.T) {
 	t.Parallel()
 	body := "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{not json}\n\n"

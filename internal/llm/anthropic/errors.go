@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
 
@@ -94,7 +93,7 @@ func (p *Provider) apiError(aerr *sdk.Error) *llm.Error {
 	if aerr.Response != nil {
 		h = aerr.Response.Header
 	}
-	e.RetryAfter = retryAfter(h, time.Now())
+	e.RetryAfter = llm.RetryAfter(h, time.Now())
 	switch {
 	case e.Status == http.StatusTooManyRequests, e.Status == statusOverloaded,
 		e.Status == http.StatusRequestTimeout, e.Status == http.StatusConflict,
@@ -124,35 +123,6 @@ func isOverflow(msg string) bool {
 		}
 	}
 	return false
-}
-
-// retryAfter reads retry-after-ms, then retry-after (seconds or an HTTP
-// date); 0 when neither says anything usable.
-func retryAfter(h http.Header, now time.Time) time.Duration {
-	if h == nil {
-		return 0
-	}
-	if v := h.Get("retry-after-ms"); v != "" {
-		if ms, err := strconv.ParseFloat(v, 64); err == nil && ms > 0 {
-			return time.Duration(ms * float64(time.Millisecond))
-		}
-	}
-	v := h.Get("retry-after")
-	if v == "" {
-		return 0
-	}
-	if s, err := strconv.ParseFloat(v, 64); err == nil {
-		if s > 0 {
-			return time.Duration(s * float64(time.Second))
-		}
-		return 0
-	}
-	if t, err := http.ParseTime(v); err == nil {
-		if d := t.Sub(now); d > 0 {
-			return d
-		}
-	}
-	return 0
 }
 
 // scrub removes the key from text bound for an error, in case a server or

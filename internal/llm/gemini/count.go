@@ -47,7 +47,7 @@ func (p *Provider) CountTokens(ctx context.Context, req *llm.Request) (int, erro
 		if ctx.Err() != nil {
 			return 0, ctx.Err()
 		}
-		return 0, &llm.Error{Provider: "gemini", Code: "connection", Message: err.Error(), Retryable: isTransient(err)}
+		return 0, &llm.Error{Provider: "gemini", Code: "connection", Message: err.Error(), Retryable: llm.IsTransient(err)}
 	}
 	defer res.Body.Close() //nolint:errcheck // read-only body
 	data, err := io.ReadAll(io.LimitReader(res.Body, 1<<20))

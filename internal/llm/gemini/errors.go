@@ -3,45 +3,14 @@ package gemini
 import (
 	"context"
 	"errors"
-	"io"
-	"math/rand/v2"
-	"net"
 	"net/http"
-	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"google.golang.org/genai"
 
 	"github.com/nsys-cortex/cortex/internal/llm"
 )
-
-const (
-	baseBackoff = 500 * time.Millisecond
-	maxBackoff  = 30 * time.Second
-	// maxRetryAfter is the longest retry delay we wait out; a server asking
-	// for more gets its error returned instead.
-	maxRetryAfter = 2 * time.Minute
-)
-
-// backoff is the wait before retry number attempt+1: exponential, with
-// jitter over its upper half.
-func backoff(attempt int) time.Duration {
-	d := min(baseBackoff<<min(attempt, 10), maxBackoff)
-	return d/2 + rand.N(d/2+1)
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
-}
 
 // headerKey is the context key under which a request carries the
 // *http.Header its failed response's headers are copied into.
@@ -80,7 +49,7 @@ func (p *Provider) classify(ctx context.Context, err error, header http.Header) 
 	if errors.As(err, &aep) {
 		return apiError(*aep, header)
 	}
-	return &llm.Error{Provider: "gemini", Code: "connection", Message: err.Error(), Retryable: isTransient(err)}
+	return &llm.Error{Provider: "gemini", Code: "connection", Message: err.Error(), Retryable: llm.IsTransient(err)}
 }
 
 func apiError(ae genai.APIError, header http.Header) *llm.Error {
@@ -122,20 +91,10 @@ func retryInfo(details []map[string]any) time.Duration {
 	return 0
 }
 
+// retryAfter reads retry-after (seconds or an HTTP date): the Gemini API
+// names no retry-after-ms, so a header by that name is not honoured.
 func retryAfter(h http.Header) time.Duration {
-	v := h.Get("retry-after")
-	if v == "" {
-		return 0
-	}
-	if s, err := strconv.ParseFloat(v, 64); err == nil && s > 0 {
-		return time.Duration(s * float64(time.Second))
-	}
-	if t, err := http.ParseTime(v); err == nil {
-		if d := time.Until(t); d > 0 {
-			return d
-		}
-	}
-	return 0
+	return llm.RetryAfter(http.Header{"Retry-After": h.Values("Retry-After")}, time.Now())
 }
 
 // isOverflow recognises Gemini's "the input is over the window" 400s
@@ -151,17 +110,4 @@ func isOverflow(status int, msg string) bool {
 		}
 	}
 	return false
-}
-
-// isTransient reports a connection that broke rather than one refused.
-func isTransient(err error) bool {
-	if errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
-		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
-		return true
-	}
-	var ne net.Error
-	if errors.As(err, &ne) && ne.Timeout() {
-		return true
-	}
-	return strings.Contains(err.Error(), "connection reset") || strings.Contains(err.Error(), "unexpected EOF")
 }

@@ -22,19 +22,24 @@ const (
 	// (GOOGLE_API_KEY is the fallback).
 	DefaultKeyEnv  = "GEMINI_API_KEY"
 	fallbackKeyEnv = "GOOGLE_API_KEY"
+
+	baseBackoff = 500 * time.Millisecond
+	maxBackoff  = 30 * time.Second
 )
+
+// retryBackoff is the wait before a retry the server named no delay for:
+// exponential, with jitter over its upper half.
+var retryBackoff = llm.Backoff{Base: baseBackoff, Max: maxBackoff, Jitter: 0.5}
 
 // Provider streams from the Gemini API.
 type Provider struct {
-	model      string
-	baseURL    string
-	key        string
-	maxRetries int
-	timeout    time.Duration
-	http       *http.Client
-	client     *genai.Client
-	sleep      func(context.Context, time.Duration) error
-	backoff    func(attempt int) time.Duration
+	model   string
+	baseURL string
+	key     string
+	timeout time.Duration
+	http    *http.Client
+	client  *genai.Client
+	policy  llm.RetryPolicy
 }
 
 var (
@@ -72,7 +77,7 @@ func New(cfg llm.Config, opts ...Option) (*Provider, error) {
 	if err != nil {
 		return nil, err
 	}
-	o := options{sleep: sleepCtx}
+	o := options{sleep: llm.Sleep}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -91,23 +96,21 @@ func New(cfg llm.Config, opts ...Option) (*Provider, error) {
 	capturing.Transport = &headerCapture{next: hc.Transport}
 
 	p := &Provider{
-		model:      strings.TrimPrefix(cfg.Model, "models/"),
-		baseURL:    base,
-		key:        key,
-		maxRetries: cfg.MaxRetries,
-		timeout:    cfg.Timeout,
-		http:       &capturing,
-		sleep:      o.sleep,
-		backoff:    backoff,
-	}
-	if p.maxRetries == 0 {
-		p.maxRetries = defaultMaxRetries
-	}
-	if p.maxRetries < 0 {
-		p.maxRetries = 0
+		model:   strings.TrimPrefix(cfg.Model, "models/"),
+		baseURL: base,
+		key:     key,
+		timeout: cfg.Timeout,
+		http:    &capturing,
 	}
 	if p.timeout <= 0 {
 		p.timeout = defaultTimeout
+	}
+	p.policy = llm.RetryPolicy{MaxRetries: cfg.MaxRetries, Timeout: p.timeout, Backoff: retryBackoff, Sleep: o.sleep}
+	if p.policy.MaxRetries == 0 {
+		p.policy.MaxRetries = defaultMaxRetries
+	}
+	if p.policy.MaxRetries < 0 {
+		p.policy.MaxRetries = 0
 	}
 	// Everything genai would read from the environment is set here, so it
 	// reads nothing; RetryOptions stays nil: genai does not retry.
@@ -155,29 +158,16 @@ func (p *Provider) Stream(ctx context.Context, req *llm.Request, onEvent func(ll
 			onEvent(e)
 		}
 	}
-	for attempt := 0; ; attempt++ {
-		resp, err := p.streamOnce(ctx, model, contents, config, emit)
-		if err == nil {
-			return resp, nil
-		}
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		le, ok := err.(*llm.Error)
-		if !ok || !le.Retryable || emitted || attempt >= p.maxRetries {
-			return nil, err
-		}
-		wait := p.backoff(attempt)
-		if le.RetryAfter > 0 {
-			if le.RetryAfter > maxRetryAfter {
-				return nil, err // the server asks for longer than we wait
-			}
-			wait = le.RetryAfter
-		}
-		if err := p.sleep(ctx, wait); err != nil {
-			return nil, err
-		}
+	var resp *llm.Response
+	err = llm.Retry(ctx, p.policy, func(ctx context.Context) (bool, error) {
+		var err error
+		resp, err = p.streamOnce(ctx, model, contents, config, emit)
+		return emitted, err
+	})
+	if err != nil {
+		return nil, err
 	}
+	return resp, nil
 }
 
 func (p *Provider) modelFor(req *llm.Request) string {
@@ -187,10 +177,9 @@ func (p *Provider) modelFor(req *llm.Request) string {
 	return p.model
 }
 
-// streamOnce makes one request and reads its stream to the end.
+// streamOnce makes one request and reads its stream to the end. ctx is the
+// attempt's own, bounded by the request timeout.
 func (p *Provider) streamOnce(ctx context.Context, model string, contents []*genai.Content, config *genai.GenerateContentConfig, emit func(llm.Event)) (*llm.Response, error) {
-	ctx, cancel := context.WithTimeout(ctx, p.timeout)
-	defer cancel()
 	var seen http.Header
 	ctx = context.WithValue(ctx, headerKey{}, &seen)
 	acc := newAccumulator(emit)

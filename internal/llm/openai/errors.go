@@ -5,12 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"math/rand/v2"
-	"net"
 	"net/http"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	sdk "github.com/openai/openai-go/v3"
@@ -19,33 +16,6 @@ import (
 
 	"github.com/nsys-cortex/cortex/internal/llm"
 )
-
-const (
-	baseBackoff = 500 * time.Millisecond
-	maxBackoff  = 30 * time.Second
-	// maxRetryAfter is the longest retry-after we wait out; a server asking
-	// for more gets its error returned instead.
-	maxRetryAfter = 2 * time.Minute
-)
-
-// backoff is the wait before retry number attempt+1: exponential, with
-// jitter over its upper half.
-func backoff(attempt int) time.Duration {
-	d := baseBackoff << min(attempt, 10)
-	d = min(d, maxBackoff)
-	return d/2 + rand.N(d/2+1)
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
-}
 
 // statusError is a non-2xx response, caught by middleware before the SDK
 // parses it: compatible servers shape their error bodies differently
@@ -94,7 +64,7 @@ func (p *Provider) classify(ctx context.Context, err error) error {
 		return p.streamError(streamErr)
 	}
 	le := &llm.Error{Provider: p.name, Code: "connection", Message: err.Error()}
-	le.Retryable = isTransient(err)
+	le.Retryable = llm.IsTransient(err)
 	return le
 }
 
@@ -110,7 +80,7 @@ func (p *Provider) httpError(e *statusError) *llm.Error {
 		le.Message = http.StatusText(e.status)
 	}
 	le.Retryable = retryableStatus(e.status)
-	le.RetryAfter = retryAfter(e.header)
+	le.RetryAfter = llm.RetryAfter(e.header, time.Now())
 	le.ContextOverflow = isOverflow(le.Code, le.Message)
 	if le.ContextOverflow || le.Code == "insufficient_quota" {
 		le.Retryable = false // waiting will not make it fit, or pay
@@ -190,28 +160,6 @@ func (p *Provider) streamError(e *ssestream.StreamError) *llm.Error {
 	return le
 }
 
-// retryAfter reads retry-after-ms, then retry-after (seconds or an HTTP date).
-func retryAfter(h http.Header) time.Duration {
-	if v := h.Get("retry-after-ms"); v != "" {
-		if ms, err := strconv.ParseFloat(v, 64); err == nil && ms > 0 {
-			return time.Duration(ms * float64(time.Millisecond))
-		}
-	}
-	v := h.Get("retry-after")
-	if v == "" {
-		return 0
-	}
-	if s, err := strconv.ParseFloat(v, 64); err == nil && s > 0 {
-		return time.Duration(s * float64(time.Second))
-	}
-	if t, err := http.ParseTime(v); err == nil {
-		if d := time.Until(t); d > 0 {
-			return d
-		}
-	}
-	return 0
-}
-
 var overflowPhrases = []string{
 	"maximum context length",
 	"context length exceeded",
@@ -236,18 +184,4 @@ func isOverflow(code, msg string) bool {
 		}
 	}
 	return false
-}
-
-// isTransient reports a connection that broke rather than one refused: a
-// reset, an early EOF, a timeout on the wire.
-func isTransient(err error) bool {
-	if errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
-		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
-		return true
-	}
-	var ne net.Error
-	if errors.As(err, &ne) && ne.Timeout() {
-		return true
-	}
-	return strings.Contains(err.Error(), "connection reset") || strings.Contains(err.Error(), "unexpected EOF")
 }

@@ -18,7 +18,16 @@ const (
 	defaultMaxRetries = 4
 	defaultTimeout    = 10 * time.Minute
 	openAIBaseURL     = "https://api.openai.com/v1"
+	baseBackoff       = 500 * time.Millisecond
+	maxBackoff        = 30 * time.Second
 )
+
+// retryBackoff is the wait before a retry the server named no delay for:
+// exponential, with jitter over its upper half.
+var retryBackoff = llm.Backoff{Base: baseBackoff, Max: maxBackoff, Jitter: 0.5}
+
+// sleepCtx is the wait between retries unless WithSleep names another.
+var sleepCtx = llm.Sleep
 
 // compat describes a provider name this package serves.
 type compat struct {
@@ -49,15 +58,13 @@ func DefaultBaseURL(provider string) string { return known[provider].baseURL }
 
 // Provider streams chat completions from one OpenAI-compatible endpoint.
 type Provider struct {
-	name       string
-	model      string
-	baseURL    string
-	local      bool
-	maxRetries int
-	timeout    time.Duration
-	svc        sdk.ChatCompletionService
-	sleep      func(context.Context, time.Duration) error
-	backoff    func(attempt int) time.Duration
+	name    string
+	model   string
+	baseURL string
+	local   bool
+	timeout time.Duration
+	svc     sdk.ChatCompletionService
+	policy  llm.RetryPolicy
 }
 
 var (
@@ -118,23 +125,21 @@ func New(cfg llm.Config, opts ...Option) (*Provider, error) {
 		}
 	}
 	p := &Provider{
-		name:       cfg.Provider,
-		model:      cfg.Model,
-		baseURL:    strings.TrimRight(base, "/") + "/",
-		local:      c.local,
-		maxRetries: cfg.MaxRetries,
-		timeout:    cfg.Timeout,
-		sleep:      o.sleep,
-		backoff:    backoff,
-	}
-	if p.maxRetries == 0 {
-		p.maxRetries = defaultMaxRetries
-	}
-	if p.maxRetries < 0 {
-		p.maxRetries = 0
+		name:    cfg.Provider,
+		model:   cfg.Model,
+		baseURL: strings.TrimRight(base, "/") + "/",
+		local:   c.local,
+		timeout: cfg.Timeout,
 	}
 	if p.timeout <= 0 {
 		p.timeout = defaultTimeout
+	}
+	p.policy = llm.RetryPolicy{MaxRetries: cfg.MaxRetries, Timeout: p.timeout, Backoff: retryBackoff, Sleep: o.sleep}
+	if p.policy.MaxRetries == 0 {
+		p.policy.MaxRetries = defaultMaxRetries
+	}
+	if p.policy.MaxRetries < 0 {
+		p.policy.MaxRetries = 0
 	}
 	// NewChatCompletionService, unlike NewClient, reads nothing from the
 	// environment: the base URL and key are exactly what we configured.
@@ -169,35 +174,21 @@ func (p *Provider) Stream(ctx context.Context, req *llm.Request, onEvent func(ll
 			onEvent(e)
 		}
 	}
-	for attempt := 0; ; attempt++ {
-		resp, err := p.streamOnce(ctx, params, emit)
-		if err == nil {
-			return resp, nil
-		}
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		le, ok := err.(*llm.Error)
-		if !ok || !le.Retryable || emitted || attempt >= p.maxRetries {
-			return nil, err
-		}
-		wait := p.backoff(attempt)
-		if le.RetryAfter > 0 {
-			if le.RetryAfter > maxRetryAfter {
-				return nil, err // the server asks for longer than we wait
-			}
-			wait = le.RetryAfter
-		}
-		if err := p.sleep(ctx, wait); err != nil {
-			return nil, err
-		}
+	var resp *llm.Response
+	err = llm.Retry(ctx, p.policy, func(ctx context.Context) (bool, error) {
+		var err error
+		resp, err = p.streamOnce(ctx, params, emit)
+		return emitted, err
+	})
+	if err != nil {
+		return nil, err
 	}
+	return resp, nil
 }
 
-// streamOnce makes one request and reads its stream to the end.
+// streamOnce makes one request and reads its stream to the end. ctx is the
+// attempt's own, bounded by the request timeout.
 func (p *Provider) streamOnce(ctx context.Context, params sdk.ChatCompletionNewParams, emit func(llm.Event)) (*llm.Response, error) {
-	ctx, cancel := context.WithTimeout(ctx, p.timeout)
-	defer cancel()
 	stream := p.svc.NewStreaming(ctx, params)
 	defer stream.Close() //nolint:errcheck // closing a read stream; its error says nothing new
 	acc := newAccumulator(p.name, emit)

@@ -157,6 +157,10 @@ func (r *runtime) plan(lay layout.Layout, id string, opts sandbox.CreateOptions)
 		return nil, &sandbox.UnenforceableError{Mode: Mode, Policy: "nested user namespaces",
 			Reason: "docker's seccomp profile and dropped capabilities deny them, and this mode does not loosen its boundary: use --mode nsbox"}
 	}
+	if opts.Ctx != "" {
+		return nil, &sandbox.UnenforceableError{Mode: Mode, Policy: "a /ctx mount",
+			Reason: "docker mode does not validate and bind the CortexFS mount yet: use --mode nsbox"}
+	}
 	transport, why, err := resolveTransport(context.Background())
 	if err != nil {
 		return nil, err

@@ -29,6 +29,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nsys-cortex/cortex/internal/agent/egress"
+	"github.com/nsys-cortex/cortex/internal/ctxfs"
 	"github.com/nsys-cortex/cortex/internal/layout"
 	"github.com/nsys-cortex/cortex/internal/protocol"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
@@ -149,6 +150,12 @@ func (r *runtime) Prepare(lay layout.Layout, id string, opts sandbox.CreateOptio
 		return sandbox.Policy{}, err
 	}
 	pol := sandbox.Policy{Network: opts.Network, Image: opts.Image, NestedUserns: opts.NestedUserns}
+	if opts.Ctx != "" {
+		if pol.CtxWritable, err = ctxExposure(lay, opts.Ctx); err != nil {
+			return sandbox.Policy{}, err
+		}
+		pol.Ctx = opts.Ctx
+	}
 	if pol.Network.Mode == sandbox.NetworkDefault {
 		pol.Network.Mode = sandbox.NetworkNone
 	}
@@ -357,6 +364,27 @@ func (r *runtime) Start(req *lifecycle.StartRequest) (*exec.Cmd, error) {
 	return cmd, nil
 }
 
+// CtxDir is where a CortexFS mount appears inside (CreateOptions.Ctx).
+const CtxDir = "/ctx"
+
+// ctxExposure checks that dir is a CortexFS mount and says whether the
+// neuron may get it writable: only when it validates as the mount its
+// record names (seed 003 §6). Anything else at dir is refused, loudly.
+func ctxExposure(lay layout.Layout, dir string) (writable bool, err error) {
+	if !filepath.IsAbs(dir) {
+		return false, &sandbox.InvalidError{Reason: fmt.Sprintf("--ctx %s: give the mount's absolute path", dir)}
+	}
+	m, ok := ctxfs.MountAt(dir)
+	if !ok || m.FSType != ctxfs.FSType || m.Source != ctxfs.FSSource {
+		return false, &sandbox.InvalidError{Reason: fmt.Sprintf("--ctx %s: no CortexFS is mounted there (nsys-cortex mount %s)", dir, dir)}
+	}
+	rec, err := ctxfs.ReadRecord(lay.MountsDir(), dir)
+	if err != nil {
+		return false, nil // a CortexFS this home cannot validate: read-only
+	}
+	return ctxfs.Validate(dir, rec.Token, ctxfs.ReadWithCat) == nil, nil
+}
+
 // plan builds the sandbox's configuration.
 func (r *runtime) plan(req *lifecycle.StartRequest, who identity, ceil *ceilings) (*protocol.SandboxInit, error) {
 	lay, id, opts := req.Layout, req.ID, req.Options
@@ -371,6 +399,15 @@ func (r *runtime) plan(req *lifecycle.StartRequest, who identity, ceil *ceilings
 	}
 	if opts.NestedUserns {
 		cfg.AgentArgs = append(cfg.AgentArgs, protocol.NestedUsernsFlag)
+	}
+	if opts.Ctx != "" {
+		// The per-start condition (seed 003 §6): writable only if the
+		// mount is, right now, the CortexFS its record names.
+		writable, err := ctxExposure(lay, opts.Ctx)
+		if err != nil {
+			return nil, err
+		}
+		cfg.Binds = append(cfg.Binds, protocol.BindMount{Source: opts.Ctx, Target: CtxDir, ReadOnly: !writable})
 	}
 	var proxyEnv []string
 	switch opts.Network.Mode {

@@ -1,0 +1,75 @@
+package main_test
+
+import (
+	"bufio"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestCtxInsideANeuron mounts /ctx with the CLI and gives it to an nsbox
+// neuron (create --ctx): validated, so writable; the neuron sees only its
+// own subtree; a directory that is not CortexFS is refused.
+func TestCtxInsideANeuron(t *testing.T) {
+	if _, err := os.Stat("/dev/fuse"); err != nil || os.Geteuid() != 0 {
+		t.Skip("needs /dev/fuse and root (to mount with allow_other)")
+	}
+	if !slices.Contains(modes(t), "nsbox") {
+		t.Skip("nsbox cannot run here")
+	}
+	c := newCLI(t, "nsbox")
+	dir := filepath.Join(t.TempDir(), "ctx")
+	mount := c.command("mount", dir)
+	stderr, _ := mount.StderrPipe()
+	if err := mount.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		mount.Process.Signal(syscall.SIGTERM)
+		mount.Wait()
+	}()
+	line, err := bufio.NewReader(stderr).ReadString('\n')
+	if err != nil || !strings.Contains(line, "validated") {
+		t.Fatalf("mount said %q, %v", line, err)
+	}
+	c.ok("create", "--ctx", dir, "cx1")
+	c.ok("create", "cx2")
+	// The model sees a new neuron within a second.
+	var status string
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		out, _, code := c.run("", "exec", "cx1", "--", "cat", "/ctx/neurons/cx1/status")
+		if code == 0 {
+			status = out
+			break
+		}
+	}
+	if !strings.HasPrefix(status, "running mode=nsbox") {
+		t.Fatalf("status inside: %q", status)
+	}
+	if out := c.ok("exec", "cx1", "--", "ls", "/ctx/neurons"); strings.TrimSpace(out) != "cx1" {
+		t.Fatalf("the neuron sees %q in /ctx/neurons", out)
+	}
+	if _, _, code := c.run("", "exec", "cx1", "--", "cat", "/ctx/neurons/cx2/status"); code == 0 {
+		t.Fatal("the neuron read another neuron's status")
+	}
+	// Writes reach the server (validated): a bad verb is EINVAL, not EROFS.
+	_, errOut, code := c.run("", "exec", "cx1", "--", "bash", "-c", "echo bogus > /ctx/neurons/cx1/ctl")
+	if code == 0 || !strings.Contains(errOut, "Invalid argument") {
+		t.Fatalf("bad verb: exit %d, %q", code, errOut)
+	}
+	if out := c.ok("exec", "cx1", "--", "cat", "/ctx/neurons/cx1/policy.json"); !strings.Contains(out, `"ctxWritable": true`) && !strings.Contains(out, `"ctxWritable":true`) {
+		t.Fatalf("policy.json: %s", out)
+	}
+	// Anything else at --ctx is refused, loudly.
+	plain := t.TempDir()
+	if _, errOut, code := c.run("", "create", "--ctx", plain, "cx3"); code == 0 || !strings.Contains(errOut, "no CortexFS is mounted") {
+		t.Fatalf("create --ctx on a plain directory: exit %d, %q", code, errOut)
+	}
+	if _, errOut, code := newCLI(t, "process").run("", "create", "--ctx", dir, "cx4"); code == 0 || !strings.Contains(errOut, "/ctx") {
+		t.Fatalf("process mode with --ctx: exit %d, %q", code, errOut)
+	}
+}
