@@ -6,6 +6,7 @@ import (
 	"hash/maphash"
 	"io/fs"
 	"strings"
+	"time"
 
 	"github.com/google/jsonschema-go/jsonschema"
 
@@ -62,7 +63,57 @@ func (c *call) readFile(ctx context.Context, p string) ([]byte, error) {
 	if max := c.res.MaxFileBytes; max > 0 && st.Size > max {
 		return nil, fmt.Errorf("%s is %s, over this policy's %s limit for file tools: read parts of it with bash (head, sed -n, grep)", p, sizeText(st.Size), sizeText(max))
 	}
-	return cl.ReadFile(ctx, p)
+	if data, ok := c.kit.cached(p, st); ok {
+		return data, nil // what the agent last read or wrote, and the file's size and mtime say it is still that
+	}
+	data, err := cl.ReadFile(ctx, p)
+	if err == nil {
+		c.kit.keep(p, st, data)
+	}
+	return data, err
+}
+
+// contentCache bounds what a kit keeps of files' contents (all of it is
+// dropped when it would grow past this).
+const contentCache = 64 << 20
+
+// cachedFile is a file's content as the agent last read or wrote it, with
+// the size and modification time it had then.
+type cachedFile struct {
+	size  int64
+	mtime time.Time
+	data  []byte
+}
+
+// keep caches data as p's content while p has st's size and mtime.
+func (k *Kit) keep(p string, st *protocol.FileInfo, data []byte) {
+	if st == nil || st.ModTime.IsZero() || int64(len(data)) != st.Size || len(data) > contentCache/4 {
+		return
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if old, ok := k.files[p]; ok {
+		k.fileBytes -= len(old.data)
+	}
+	if k.fileBytes+len(data) > contentCache {
+		clear(k.files)
+		k.fileBytes = 0
+	}
+	k.files[p] = cachedFile{size: st.Size, mtime: st.ModTime, data: data}
+	k.fileBytes += len(data)
+}
+
+// cached returns p's cached content if st (a fresh stat) still matches it.
+// A change that keeps both the size and the nanosecond mtime is not seen;
+// the cache only spares a transfer, it is not a security check.
+func (k *Kit) cached(p string, st *protocol.FileInfo) ([]byte, bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	f, ok := k.files[p]
+	if !ok || f.size != st.Size || !f.mtime.Equal(st.ModTime) {
+		return nil, false
+	}
+	return f.data, true
 }
 
 // remember records what the agent last read of p. The hash is seeded per
@@ -188,6 +239,9 @@ var editTool = define("edit", GroupFSWrite, Annotations{Destructive: true},
 			return nil, err
 		}
 		c.kit.remember(p, out)
+		if st, err := cl.Stat(ctx, p); err == nil {
+			c.kit.keep(p, st, out) // the next edit need not read it back
+		}
 		return textf("edited %s: %d replacement%s", p, n, plural(n)), nil
 	})
 

@@ -55,16 +55,18 @@ type Kit struct {
 	memory   func() (*memory.Store, error)
 	agent    string
 
-	mu      sync.Mutex
-	tools   map[string]*Tool
-	order   []string
-	reads   map[string]uint64 // resolved path -> hash of the content last read
-	seed    maphash.Seed
-	home    string // the neuron user's $HOME, once asked
-	workdir string // the neuron's workdir, once asked
-	tmp     string // its $TMPDIR
-	bash    string // where bash is in the neuron ("": none)
-	locks   map[string]*sync.Mutex
+	mu        sync.Mutex
+	tools     map[string]*Tool
+	order     []string
+	reads     map[string]uint64 // resolved path -> hash of the content last read
+	seed      maphash.Seed
+	home      string // the neuron user's $HOME, once asked
+	workdir   string // the neuron's workdir, once asked
+	tmp       string // its $TMPDIR
+	bash      string // where bash is in the neuron ("": none)
+	locks     map[string]*sync.Mutex
+	files     map[string]cachedFile // contents last read or written (see keep)
+	fileBytes int
 }
 
 // Option configures a Kit.
@@ -102,7 +104,7 @@ func ContextWithApprover(ctx context.Context, f Approver) context.Context {
 
 // New returns the kit of built-in tools acting on n.
 func New(n Neuron, opts ...Option) (*Kit, error) {
-	k := &Kit{neuron: n, tools: map[string]*Tool{}, reads: map[string]uint64{}, locks: map[string]*sync.Mutex{}, seed: maphash.MakeSeed()}
+	k := &Kit{neuron: n, tools: map[string]*Tool{}, reads: map[string]uint64{}, locks: map[string]*sync.Mutex{}, files: map[string]cachedFile{}, seed: maphash.MakeSeed()}
 	for _, o := range opts {
 		o(k)
 	}

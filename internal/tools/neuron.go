@@ -120,6 +120,8 @@ var snapshotTool = define("snapshot", GroupSnapshot, Annotations{Destructive: tr
 // forget drops what the kit knows of file contents (after a restore).
 func (k *Kit) forget() {
 	k.mu.Lock()
+	clear(k.files)
+	k.fileBytes = 0
 	clear(k.reads)
 	k.mu.Unlock()
 }

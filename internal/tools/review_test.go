@@ -166,3 +166,19 @@ func TestElevatedReasonIsCheckedFirst(t *testing.T) {
 		t.Fatalf("decision fact: %v", f)
 	}
 }
+
+func TestContentCacheSeesChanges(t *testing.T) {
+	e := newEnv(t, "standard")
+	e.Put("c.txt", "alpha\n")
+	e.Call("read", map[string]any{"path": "c.txt"}, false)
+	e.Call("edit", map[string]any{"path": "c.txt", "old_string": "alpha", "new_string": "gamma"}, false)
+	// Same size, new content, written behind the kit's back: its mtime moves.
+	time.Sleep(10 * time.Millisecond)
+	e.Put("c.txt", "delta\n")
+	contains(t, e.Call("edit", map[string]any{"path": "c.txt", "old_string": "delta", "new_string": "omega"}, true), "changed since you last read it")
+	contains(t, e.Call("read", map[string]any{"path": "c.txt"}, false), "delta")
+	e.Call("edit", map[string]any{"path": "c.txt", "old_string": "delta", "new_string": "omega"}, false)
+	if e.Get("c.txt") != "omega\n" {
+		t.Fatalf("content %q", e.Get("c.txt"))
+	}
+}

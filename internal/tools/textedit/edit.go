@@ -1,6 +1,7 @@
 package textedit
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"strings"
@@ -111,6 +112,11 @@ func Apply(content []byte, edits []Edit) ([]byte, int, error) {
 	if len(edits) == 0 {
 		return nil, 0, &Error{Kind: NoEdits}
 	}
+	if len(edits) == 1 {
+		if out, ok := applyOneExact(content, edits[0]); ok {
+			return out, 1, nil
+		}
+	}
 	s, hasBOM := strings.CutPrefix(string(content), bom)
 	eol := dominantEOL(s)
 	total := 0
@@ -150,6 +156,32 @@ func Apply(content []byte, edits []Edit) ([]byte, int, error) {
 		s = bom + s
 	}
 	return []byte(s), total, nil
+}
+
+// applyOneExact is Apply's common case done on bytes with one copy of the
+// file: one edit whose old text occurs exactly once as written. Anything
+// else (no match, several, folding, errors) is left to the general path.
+func applyOneExact(content []byte, e Edit) ([]byte, bool) {
+	if e.OldString == "" || e.ReplaceAll {
+		return nil, false
+	}
+	body := bytes.TrimPrefix(content, []byte(bom))
+	eol := "\n"
+	if crlf := bytes.Count(body, []byte("\r\n")); crlf > bytes.Count(body, []byte("\n"))-crlf {
+		eol = "\r\n"
+	}
+	old, repl := withEOL(e.OldString, eol), withEOL(e.NewString, eol)
+	if old == repl {
+		return nil, false
+	}
+	i := bytes.Index(content, []byte(old))
+	if i < 0 || bytes.Contains(content[i+len(old):], []byte(old)) || i < len(content)-len(body) {
+		return nil, false
+	}
+	out := make([]byte, 0, len(content)-len(old)+len(repl))
+	out = append(out, content[:i]...)
+	out = append(out, repl...)
+	return append(out, content[i+len(old):]...), true
 }
 
 // replace replaces old in s; n is 0 when old does not occur. The common
