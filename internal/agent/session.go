@@ -237,6 +237,15 @@ func (s *session) respond(id uint64, result any, body []byte, err error) {
 	h := &protocol.Header{Kind: protocol.KindResponse, ID: id}
 	if err != nil {
 		h.Err = toWireError(err)
+		select {
+		case <-s.a.stopped:
+			if errors.Is(err, context.Canceled) {
+				// Cancelled because the agent is stopping, not by the host:
+				// the neuron went away under the command.
+				h.Err = protocol.Errorf(protocol.CodeNotRunning, "the agent stopped while this ran")
+			}
+		default:
+		}
 		body = nil
 	} else if result != nil {
 		data, merr := json.Marshal(result)

@@ -3,6 +3,7 @@ package ctxfs
 import (
 	"context"
 	"errors"
+	"fmt"
 	"hash/fnv"
 	"os"
 	"path"
@@ -50,11 +51,16 @@ type Tree struct {
 
 	mu   sync.Mutex
 	last map[string]string // a ctl's path -> the result of its last command
+	// seen is, per growing output file, the most bytes a read has served:
+	// its size is never reported below that (the process list a size comes
+	// from may lag the output a read just returned, and tail -f takes a
+	// shrinking file for a truncated one and reads it again from the start).
+	seen map[string]int64
 }
 
 // NewTree returns the tree over o.
 func NewTree(o Options) *Tree {
-	return &Tree{o: o, last: map[string]string{}}
+	return &Tree{o: o, last: map[string]string{}, seen: map[string]int64{}}
 }
 
 // SetValidated lets neuron uids write ctl and input files: call it only
@@ -521,10 +527,11 @@ func (t *Tree) size(ctx context.Context, r *ref) (int64, time.Time, error) {
 		if err != nil {
 			return 0, time.Time{}, err
 		}
+		end := p.StdoutEnd
 		if r.kind == kPStderr {
-			return p.StderrEnd, time.Time{}, nil
+			end = p.StderrEnd
 		}
-		return p.StdoutEnd, time.Time{}, nil
+		return t.grown(r, end), time.Time{}, nil
 	default:
 		fi, err := os.Stat(r.host.Path)
 		if errors.Is(err, os.ErrNotExist) {
@@ -623,6 +630,18 @@ func (t *Tree) content(ctx context.Context, r *ref) ([]byte, error) {
 }
 
 // readAt reads a growing file.
+// grown records that r's output reaches at least end, and returns the
+// most it is known to reach.
+func (t *Tree) grown(r *ref, end int64) int64 {
+	key := fmt.Sprintf("%s/%d/%d", r.neuron.ID, r.proc.PID, r.kind)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if end > t.seen[key] {
+		t.seen[key] = end
+	}
+	return t.seen[key]
+}
+
 func (t *Tree) readAt(ctx context.Context, r *ref, dest []byte, off int64) (int, error) {
 	switch r.kind {
 	case kPStdout, kPStderr, kTReplay:
@@ -631,7 +650,9 @@ func (t *Tree) readAt(ctx context.Context, r *ref, dest []byte, off int64) (int,
 		if err != nil {
 			return 0, err
 		}
-		return copy(dest, b), nil
+		n := copy(dest, b)
+		t.grown(r, off+int64(n))
+		return n, nil
 	default:
 		f, err := os.Open(r.host.Path)
 		if errors.Is(err, os.ErrNotExist) {
