@@ -45,32 +45,39 @@ var readTool = define("read", GroupFSRead, Annotations{ReadOnly: true, Idempoten
 
 // readFile reads a whole file within the policy's size limit.
 func (c *call) readFile(ctx context.Context, p string) ([]byte, error) {
+	data, _, err := c.readFileCached(ctx, p)
+	return data, err
+}
+
+// readFileCached is readFile, saying whether the content came from the
+// kit's cache (then it is what the agent last read or wrote).
+func (c *call) readFileCached(ctx context.Context, p string) ([]byte, bool, error) {
 	cl, err := c.channel(ctx)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	st, err := cl.Stat(ctx, p)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	switch st.Type {
 	case protocol.TypeFile:
 	case protocol.TypeDir:
-		return nil, fmt.Errorf("%s is a directory: use ls", p)
+		return nil, false, fmt.Errorf("%s is a directory: use ls", p)
 	default: // a device (/dev/zero never ends), a fifo, a socket
-		return nil, fmt.Errorf("%s is not a regular file (%s): file tools read regular files only", p, st.Type)
+		return nil, false, fmt.Errorf("%s is not a regular file (%s): file tools read regular files only", p, st.Type)
 	}
 	if max := c.res.MaxFileBytes; max > 0 && st.Size > max {
-		return nil, fmt.Errorf("%s is %s, over this policy's %s limit for file tools: read parts of it with bash (head, sed -n, grep)", p, sizeText(st.Size), sizeText(max))
+		return nil, false, fmt.Errorf("%s is %s, over this policy's %s limit for file tools: read parts of it with bash (head, sed -n, grep)", p, sizeText(st.Size), sizeText(max))
 	}
 	if data, ok := c.kit.cached(p, st); ok {
-		return data, nil // what the agent last read or wrote, and the file's size and mtime say it is still that
+		return data, true, nil // what the agent last read or wrote, and the file's size and mtime say it is still that
 	}
 	data, err := cl.ReadFile(ctx, p)
 	if err == nil {
 		c.kit.keep(p, st, data)
 	}
-	return data, err
+	return data, false, err
 }
 
 // contentCache bounds what a kit keeps of files' contents (all of it is
@@ -220,12 +227,14 @@ var editTool = define("edit", GroupFSWrite, Annotations{Destructive: true},
 		}
 		p := c.path(in.Path)
 		defer c.kit.lockPaths(p)()
-		data, err := c.readFile(ctx, p)
+		data, hit, err := c.readFileCached(ctx, p)
 		if err != nil {
 			return nil, err
 		}
-		if err := c.kit.unchanged(p, data); err != nil {
-			return nil, err
+		if !hit { // a cached content is the one remembered
+			if err := c.kit.unchanged(p, data); err != nil {
+				return nil, err
+			}
 		}
 		out, n, err := textedit.Apply(data, edits)
 		if err != nil {

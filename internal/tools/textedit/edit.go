@@ -166,11 +166,15 @@ func applyOneExact(content []byte, e Edit) ([]byte, bool) {
 		return nil, false
 	}
 	body := bytes.TrimPrefix(content, []byte(bom))
-	eol := "\n"
-	if crlf := bytes.Count(body, []byte("\r\n")); crlf > bytes.Count(body, []byte("\n"))-crlf {
-		eol = "\r\n"
+	old, repl := e.OldString, e.NewString
+	if strings.Contains(old, "\n") || strings.Contains(repl, "\n") {
+		// Only line breaks in the edit depend on the file's line ending.
+		eol := "\n"
+		if crlf := bytes.Count(body, []byte("\r\n")); crlf > bytes.Count(body, []byte("\n"))-crlf {
+			eol = "\r\n"
+		}
+		old, repl = withEOL(old, eol), withEOL(repl, eol)
 	}
-	old, repl := withEOL(e.OldString, eol), withEOL(e.NewString, eol)
 	if old == repl {
 		return nil, false
 	}
