@@ -56,6 +56,19 @@ func BenchmarkFile1MiB(b *testing.B) {
 			}
 		}
 	})
+	b.Run("channel-write", func(b *testing.B) {
+		cl, err := tools.NewSetNeuron(e.Set, e.Layout, e.State.ID).Client(e.Ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		data := []byte(src.String())
+		b.SetBytes(1 << 20)
+		for b.Loop() {
+			if err := cl.WriteFile(e.Ctx, e.File("big2.go"), data, nil); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 	b.Run("edit", func(b *testing.B) {
 		b.SetBytes(1 << 20)
 		e.Kit.Call(e.Ctx, "read", read)
