@@ -71,14 +71,20 @@ Exit status: 0 finished, 2 stopped at a limit (steps, time, output, loop),
 			if len(args) == 1 {
 				f.neuron = args[0]
 			}
-			if cfg.Provider == "" {
-				cfg.Provider = os.Getenv("NSYS_CORTEX_PROVIDER")
+			conf, err := a.loadConfig()
+			if err != nil {
+				return err
 			}
-			if cfg.Model == "" {
-				cfg.Model = os.Getenv("NSYS_CORTEX_MODEL")
+			for _, d := range []struct {
+				v   *string
+				key string
+			}{{&cfg.Provider, "llm.provider"}, {&cfg.Model, "llm.model"}, {&cfg.BaseURL, "llm.base_url"}, {&cfg.KeyEnv, "llm.key_env"}} {
+				if *d.v == "" {
+					*d.v = conf.String(d.key) // flag > environment > config file
+				}
 			}
 			if cfg.Provider == "" || cfg.Model == "" {
-				return errors.New("chat: give --provider and --model (or NSYS_CORTEX_PROVIDER, NSYS_CORTEX_MODEL)")
+				return errors.New("chat: give --provider and --model (or set llm.provider and llm.model: nsys-cortex config set, NSYS_CORTEX_PROVIDER, NSYS_CORTEX_MODEL)")
 			}
 			if output != "text" && output != "json" {
 				return fmt.Errorf("-o %q: choose text or json", output)
@@ -166,8 +172,8 @@ Exit status: 0 finished, 2 stopped at a limit (steps, time, output, loop),
 	}
 	f.register(cmd)
 	cmd.Flags().Lookup("neuron").Hidden = true // the argument is the way
-	cmd.Flags().StringVar(&cfg.Provider, "provider", "", "anthropic, openai, gemini, ollama, vllm, lmstudio, sglang, grok, mistral (NSYS_CORTEX_PROVIDER)")
-	cmd.Flags().StringVar(&cfg.Model, "model", "", "the model (NSYS_CORTEX_MODEL)")
+	cmd.Flags().StringVar(&cfg.Provider, "provider", "", "anthropic, openai, gemini, ollama, vllm, lmstudio, sglang, grok, mistral (config llm.provider)")
+	cmd.Flags().StringVar(&cfg.Model, "model", "", "the model (config llm.model)")
 	cmd.Flags().StringVar(&cfg.BaseURL, "base-url", "", "the API's base URL (OpenAI-compatible servers, proxies)")
 	cmd.Flags().StringVar(&cfg.KeyEnv, "key-env", "", "the environment variable holding the API key")
 	cmd.Flags().StringVarP(&promptText, "prompt", "p", "", "run this one request and exit (headless)")
