@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/nsys-cortex/cortex/internal/protocol"
 )
@@ -96,6 +97,10 @@ func (a *Agent) writeAtomic(p string, data []byte, perm fs.FileMode) (any, []byt
 		return nil, nil, err
 	}
 	_, werr := f.Write(data)
+	var mtime time.Time
+	if st, err := f.Stat(); err == nil {
+		mtime = st.ModTime() // the rename below keeps it
+	}
 	cerr := f.Close()
 	if werr == nil {
 		werr = cerr
@@ -107,7 +112,7 @@ func (a *Agent) writeAtomic(p string, data []byte, perm fs.FileMode) (any, []byt
 		a.fs.remove(tmp, false) // best effort: the temporary file is ours
 		return nil, nil, pathError("write", abs, werr)
 	}
-	return &protocol.FileWriteResult{Written: len(data), Size: int64(len(data))}, nil, nil
+	return &protocol.FileWriteResult{Written: len(data), Size: int64(len(data)), ModTime: mtime}, nil, nil
 }
 
 // parentOf returns the directory part of p without cleaning it, so that a

@@ -42,6 +42,24 @@ func (c *Client) WriteFile(ctx context.Context, p string, data []byte, o *WriteO
 	return err
 }
 
+// WriteFileStat is WriteFile, returning the file's size and modification
+// time after the write when the agent reports them (a small file's atomic
+// write, agents since protocol 1.1); nil otherwise.
+func (c *Client) WriteFileStat(ctx context.Context, p string, data []byte, o *WriteOptions) (*protocol.FileInfo, error) {
+	if len(data) >= protocol.ChunkSize {
+		return nil, c.WriteFile(ctx, p, data, o)
+	}
+	args := &protocol.FileWriteArgs{Path: p, Mode: o.mode(), Parents: o.parents(), Atomic: true}
+	var res protocol.FileWriteResult
+	if _, err := c.call(ctx, protocol.CmdFileWrite, args, data, &res); err != nil {
+		return nil, err
+	}
+	if res.ModTime.IsZero() {
+		return nil, nil
+	}
+	return &protocol.FileInfo{Name: path.Base(p), Path: p, Type: protocol.TypeFile, Size: res.Size, ModTime: res.ModTime}, nil
+}
+
 // WriteFileFrom streams r into the file at p (as WriteFile) and returns the
 // number of bytes written.
 func (c *Client) WriteFileFrom(ctx context.Context, p string, r io.Reader, o *WriteOptions) (int64, error) {

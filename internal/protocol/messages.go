@@ -207,6 +207,9 @@ type FileWriteArgs struct {
 type FileWriteResult struct {
 	Written int   `json:"written"`
 	Size    int64 `json:"size"`
+	// ModTime is the file's modification time after an atomic write
+	// (since 1.1; zero from older agents and for other writes).
+	ModTime time.Time `json:"modTime,omitzero"`
 }
 
 // FileReadArgs reads up to Length bytes at Offset; the body holds them.

@@ -244,11 +244,15 @@ var editTool = define("edit", GroupFSWrite, Annotations{Destructive: true},
 		if err != nil {
 			return nil, err
 		}
-		if err := cl.WriteFile(ctx, p, out, nil); err != nil {
+		st, err := cl.WriteFileStat(ctx, p, out, nil)
+		if err != nil {
 			return nil, err
 		}
 		c.kit.remember(p, out)
-		if st, err := cl.Stat(ctx, p); err == nil {
+		if st == nil { // an older agent, or a large file: ask
+			st, _ = cl.Stat(ctx, p)
+		}
+		if st != nil {
 			c.kit.keep(p, st, out) // the next edit need not read it back
 		}
 		return textf("edited %s: %d replacement%s", p, n, plural(n)), nil
