@@ -39,16 +39,19 @@ func TestCtxInsideANeuron(t *testing.T) {
 	c.ok("create", "--ctx", dir, "cx1")
 	c.ok("create", "cx2")
 	// The model sees a new neuron within a second.
-	var status string
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
-		out, _, code := c.run("", "exec", "cx1", "--", "cat", "/ctx/neurons/cx1/status")
+	var status, lastErr string
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		out, errOut, code := c.run("", "exec", "cx1", "--", "cat", "/ctx/neurons/cx1/status")
 		if code == 0 {
 			status = out
 			break
 		}
+		lastErr = errOut
 	}
 	if !strings.HasPrefix(status, "running mode=nsbox") {
-		t.Fatalf("status inside: %q", status)
+		ls, lsErr, _ := c.run("", "exec", "cx1", "--", "ls", "-la", "/ctx", "/ctx/neurons")
+		host, _ := os.ReadDir(filepath.Join(dir, "neurons"))
+		t.Fatalf("status inside: %q (last error %q)\ninside: %s %s\nhost sees %d neurons", status, lastErr, ls, lsErr, len(host))
 	}
 	if out := c.ok("exec", "cx1", "--", "ls", "/ctx/neurons"); strings.TrimSpace(out) != "cx1" {
 		t.Fatalf("the neuron sees %q in /ctx/neurons", out)

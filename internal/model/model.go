@@ -265,16 +265,25 @@ func procUID(pid int) int {
 	return -1
 }
 
-// firstChild returns the oldest child of pid, or 0.
+// firstChild returns the lowest-numbered child of pid, or 0. Children are
+// listed per thread of the parent (the thread that forked them), and a Go
+// parent forks from any of its threads: every thread's list is read.
 func firstChild(pid int) int {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/task/" + strconv.Itoa(pid) + "/children")
+	tasks, err := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/task")
 	if err != nil {
 		return 0
 	}
-	fs := strings.Fields(string(b))
-	if len(fs) == 0 {
-		return 0
+	lowest := 0
+	for _, t := range tasks {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/task/" + t.Name() + "/children")
+		if err != nil {
+			continue
+		}
+		for _, f := range strings.Fields(string(b)) {
+			if c, err := strconv.Atoi(f); err == nil && (lowest == 0 || c < lowest) {
+				lowest = c
+			}
+		}
 	}
-	c, _ := strconv.Atoi(fs[0])
-	return c
+	return lowest
 }
