@@ -4,10 +4,10 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/nsys-cortex/cortex/internal/llm"
 	"github.com/nsys-cortex/cortex/internal/session"
+	"github.com/nsys-cortex/cortex/internal/tools"
 )
 
 // The message that stands for compacted history is the session's summary
@@ -30,7 +30,7 @@ const keepResultChars = 2000
 // message; the system prompt (AGENTS.md, ...) is not part of the history
 // and the current request and what followed it stay verbatim. A summary
 // request that itself overflows drops the oldest message and tries again.
-func (a *Agent) compact(ctx context.Context, request string) (Finding, error) {
+func (a *Agent) compact(ctx context.Context, request string) error {
 	cur := a.currentTurn()
 	// 1. Trim tool results before the current turn (all but the last two
 	// messages when the turn is all there is).
@@ -43,7 +43,7 @@ func (a *Agent) compact(ctx context.Context, request string) (Finding, error) {
 		for j, p := range a.history[i].Parts {
 			if p.ToolResult != nil && len(p.ToolResult.Content) > keepResultChars {
 				r := *p.ToolResult
-				r.Content = headTail(r.Content, keepResultChars)
+				r.Content = tools.CapText(r.Content, keepResultChars)
 				a.history[i].Parts[j].ToolResult = &r
 				trimmed++
 			}
@@ -51,7 +51,7 @@ func (a *Agent) compact(ctx context.Context, request string) (Finding, error) {
 	}
 	if trimmed > 0 && !a.budget.over(a.request()) {
 		a.emit(Event{Kind: EventCompaction, Text: fmt.Sprintf("trimmed %d old tool results", trimmed)})
-		return Finding{}, nil
+		return nil
 	}
 	// 2. Summarise everything before the kept part: the current request
 	// and what followed it. When the current turn alone is too long, keep
@@ -74,7 +74,7 @@ func (a *Agent) compact(ctx context.Context, request string) (Finding, error) {
 		carry = request
 	}
 	if len(older) == 0 {
-		return Finding{}, fmt.Errorf("the context is full and nothing is left to compact: the current request and its last step alone exceed the budget")
+		return fmt.Errorf("the context is full and nothing is left to compact: the current request and its last step alone exceed the budget")
 	}
 	for {
 		summary, err := a.summarise(ctx, previous, older)
@@ -83,7 +83,7 @@ func (a *Agent) compact(ctx context.Context, request string) (Finding, error) {
 			continue
 		}
 		if err != nil {
-			return Finding{}, fmt.Errorf("compaction: %w", err)
+			return fmt.Errorf("compaction: %w", err)
 		}
 		if carry != "" && !strings.Contains(summary, carry) {
 			summary += "\n\n## Current request (verbatim)\n" + carry
@@ -95,7 +95,7 @@ func (a *Agent) compact(ctx context.Context, request string) (Finding, error) {
 		if a.cfg.OnCompaction != nil {
 			a.cfg.OnCompaction(summary, len(kept))
 		}
-		return Finding{}, nil
+		return nil
 	}
 }
 
@@ -128,13 +128,13 @@ func (a *Agent) summarise(ctx context.Context, previous string, msgs []llm.Messa
 			case p.Text != "":
 				fmt.Fprintf(&b, "%s: %s\n", m.Role, p.Text)
 			case p.ToolCall != nil:
-				fmt.Fprintf(&b, "assistant called %s %s\n", p.ToolCall.Name, headTail(string(p.ToolCall.Input), 1000))
+				fmt.Fprintf(&b, "assistant called %s %s\n", p.ToolCall.Name, tools.CapText(string(p.ToolCall.Input), 1000))
 			case p.ToolResult != nil:
 				status := "result"
 				if p.ToolResult.IsError {
 					status = "error"
 				}
-				fmt.Fprintf(&b, "%s %s: %s\n", p.ToolResult.Name, status, headTail(p.ToolResult.Content, keepResultChars))
+				fmt.Fprintf(&b, "%s %s: %s\n", p.ToolResult.Name, status, tools.CapText(p.ToolResult.Content, keepResultChars))
 			}
 		}
 	}
@@ -151,19 +151,4 @@ func (a *Agent) summarise(ctx context.Context, previous string, msgs []llm.Messa
 		return "", fmt.Errorf("the model returned an empty summary")
 	}
 	return s, nil
-}
-
-// headTail keeps the head and tail of s within n bytes.
-func headTail(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	h, t := n*2/3, len(s)-(n-n*2/3)
-	for h > 0 && !utf8.RuneStart(s[h]) {
-		h--
-	}
-	for t < len(s) && !utf8.RuneStart(s[t]) {
-		t++
-	}
-	return fmt.Sprintf("%s\n[… %d characters trimmed …]\n%s", s[:h], t-h, s[t:])
 }

@@ -186,7 +186,7 @@ func (a *Agent) Turn(ctx context.Context, request string) *TurnResult {
 		}
 		req := &llm.Request{Model: a.cfg.Model, System: a.cfg.System, Messages: a.history, Tools: defs, MaxTokens: a.cfg.MaxOutputTokens}
 		if a.budget.over(req) {
-			if _, err := a.compact(ctx, request); err != nil {
+			if err := a.compact(ctx, request); err != nil {
 				return a.failed(ctx, end, err)
 			}
 			req.Messages = a.history
@@ -204,7 +204,7 @@ func (a *Agent) Turn(ctx context.Context, request string) *TurnResult {
 			if f := a.overflow(); f.Verdict == End {
 				return end(StopLoop, f.Message, nil)
 			}
-			if _, cerr := a.compact(ctx, request); cerr != nil {
+			if cerr := a.compact(ctx, request); cerr != nil {
 				return a.failed(ctx, end, cerr)
 			}
 			continue

@@ -81,12 +81,12 @@ func (c *call) runShell(ctx context.Context, command, cwd string, seconds int) (
 	if err != nil {
 		return nil, err
 	}
-	body := c.kit.redactor.Redact(out.String()) // before any cut: no half secrets
+	body := c.kit.redactor.Redact(out.full()) // before any cut: no half secrets
 	var b strings.Builder
 	limit := c.res.MaxOutputChars
 	if limit > 0 && len(body) > limit {
 		saved := c.saveOutput(ctx, cl, out)
-		body = capText(body, limit-200)
+		body = CapText(body, limit-200)
 		switch {
 		case saved != "" && out.dropped() > 0:
 			body += fmt.Sprintf("\n[output was %d bytes; its first and last %d MiB are in %s: look into it with bash (grep, sed -n, tail)]", out.total, keptOutput>>21, saved)
@@ -217,8 +217,6 @@ func (h *headTail) full() string {
 	}
 	return fmt.Sprintf("%s\n[… %d bytes dropped …]\n%s", h.head, dropped, h.tail())
 }
-
-func (h *headTail) String() string { return h.full() }
 
 type processIn struct {
 	Action       string `json:"action" jsonschema:"list, output, input, signal or kill"`

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"unicode/utf8"
 
 	"github.com/nsys-cortex/cortex/internal/link"
 	"github.com/nsys-cortex/cortex/internal/policy"
@@ -451,7 +452,7 @@ func (k *Kit) Call(ctx context.Context, name string, input json.RawMessage) *Res
 		res = k.failure(err)
 	}
 	res.Decision = k.redactDecision(d)
-	res.Text = capText(k.redactor.Redact(res.Text), c.res.MaxOutputChars) // redact first: a cut must not leave half a secret
+	res.Text = CapText(k.redactor.Redact(res.Text), c.res.MaxOutputChars) // redact first: a cut must not leave half a secret
 	return res
 }
 
@@ -543,47 +544,19 @@ func (k *Kit) record(c *call, req *policy.Request, d policy.Decision) {
 	_ = k.audit.Record("tool.decision", f)
 }
 
-// capText keeps the head and tail of s within max characters.
-func capText(s string, max int) string {
+// CapText keeps the head (two thirds) and the tail of s within about max
+// bytes, with a note saying how much was cut between; the cuts fall on
+// UTF-8 boundaries. A max of 0 or less keeps everything.
+func CapText(s string, max int) string {
 	if max <= 0 || len(s) <= max {
 		return s
 	}
-	head := max * 2 / 3
-	tail := max - head
-	cut := len(s) - head - tail
-	return fmt.Sprintf("%s\n[… %d characters cut …]\n%s", validPrefix(s[:head]), cut, validSuffix(s[len(s)-tail:]))
-}
-
-// validPrefix drops a UTF-8 sequence cut at the end.
-func validPrefix(s string) string {
-	for i := 0; i < 4 && len(s) > 0; i++ {
-		if r := s[len(s)-1]; r < 0x80 {
-			return s
-		} else if r >= 0xC0 { // a lead byte without its continuation
-			return s[:len(s)-1]
-		}
-		if strings.ToValidUTF8(s, "") == s {
-			return s
-		}
-		s = s[:len(s)-1]
+	h, t := max*2/3, len(s)-(max-max*2/3)
+	for h > 0 && !utf8.RuneStart(s[h]) {
+		h--
 	}
-	return s
-}
-
-// validSuffix drops continuation bytes at the start.
-func validSuffix(s string) string {
-	for len(s) > 0 && s[0]&0xC0 == 0x80 {
-		s = s[1:]
+	for t < len(s) && !utf8.RuneStart(s[t]) {
+		t++
 	}
-	return s
-}
-
-// sortedNames lists tool names.
-func sortedNames(ts []*Tool) []string {
-	var out []string
-	for _, t := range ts {
-		out = append(out, t.Name)
-	}
-	slices.Sort(out)
-	return out
+	return fmt.Sprintf("%s\n[… %d characters cut …]\n%s", s[:h], t-h, s[t:])
 }

@@ -46,10 +46,7 @@ var grepTool = define("grep", GroupFSRead, Annotations{ReadOnly: true, Idempoten
 		if err != nil {
 			return nil, err
 		}
-		withheld, err := c.withholdUnreadable(ctx, args.Path, r)
-		if err != nil {
-			return nil, err
-		}
+		withheld := c.withholdUnreadable(ctx, args.Path, r)
 		var b strings.Builder
 		switch mode {
 		case "content":
@@ -114,7 +111,7 @@ var findTool = define("find", GroupFSRead, Annotations{ReadOnly: true, Idempoten
 // itself, or be a symlink to a denied file. Each distinct file is resolved
 // in the neuron and judged as read would judge it. It returns how many
 // files were withheld.
-func (c *call) withholdUnreadable(ctx context.Context, root string, r *protocol.SearchResult) (int, error) {
+func (c *call) withholdUnreadable(ctx context.Context, root string, r *protocol.SearchResult) int {
 	isFile := false
 	if cl, err := c.channel(ctx); err == nil {
 		if st, err := cl.Stat(ctx, root); err == nil && st.Type != protocol.TypeDir {
@@ -126,9 +123,9 @@ func (c *call) withholdUnreadable(ctx context.Context, root string, r *protocol.
 	if h, _, err := c.kit.dirs(ctx, c); err == nil {
 		home = h
 	}
-	ok := func(rel string) (bool, error) {
+	ok := func(rel string) bool {
 		if v, seen := verdict[rel]; seen {
-			return v, nil
+			return v
 		}
 		p := rel
 		if !isFile && !path.IsAbs(rel) {
@@ -136,49 +133,33 @@ func (c *call) withholdUnreadable(ctx context.Context, root string, r *protocol.
 		}
 		abs, err := c.resolve(ctx, p)
 		if err != nil {
-			verdict[rel] = false
-			return false, nil
+			verdict[rel] = false // a path that does not resolve is not shown
+			return false
 		}
 		d := c.kit.policy.Check(&policy.Request{Tool: c.tool.Name, Group: string(c.tool.Group),
 			Paths: []policy.PathAccess{{Path: abs, Access: policy.Read}}, Workspace: c.kit.workdirKnown(), Home: home})
 		verdict[rel] = d.Effect == policy.Allow
-		return verdict[rel], nil
+		return verdict[rel]
 	}
 	withheld := map[string]bool{}
-	keepMatches := r.Matches[:0]
-	for _, m := range r.Matches {
-		if v, err := ok(m.Path); err != nil {
-			return 0, err
-		} else if v {
-			keepMatches = append(keepMatches, m)
+	r.Matches = keepReadable(r.Matches, func(m protocol.SearchMatch) string { return m.Path }, ok, withheld)
+	r.Files = keepReadable(r.Files, func(f string) string { return f }, ok, withheld)
+	r.Counts = keepReadable(r.Counts, func(n protocol.SearchCount) string { return n.Path }, ok, withheld)
+	return len(withheld)
+}
+
+// keepReadable filters results in place by the verdict on their path,
+// adding the paths it drops to withheld.
+func keepReadable[T any](in []T, pathOf func(T) string, ok func(string) bool, withheld map[string]bool) []T {
+	out := in[:0]
+	for _, x := range in {
+		if p := pathOf(x); ok(p) {
+			out = append(out, x)
 		} else {
-			withheld[m.Path] = true
+			withheld[p] = true
 		}
 	}
-	r.Matches = keepMatches
-	keepFiles := r.Files[:0]
-	for _, f := range r.Files {
-		if v, err := ok(f); err != nil {
-			return 0, err
-		} else if v {
-			keepFiles = append(keepFiles, f)
-		} else {
-			withheld[f] = true
-		}
-	}
-	r.Files = keepFiles
-	keepCounts := r.Counts[:0]
-	for _, n := range r.Counts {
-		if v, err := ok(n.Path); err != nil {
-			return 0, err
-		} else if v {
-			keepCounts = append(keepCounts, n)
-		} else {
-			withheld[n.Path] = true
-		}
-	}
-	r.Counts = keepCounts
-	return len(withheld), nil
+	return out
 }
 
 func (c *call) search(ctx context.Context, args *protocol.SearchArgs) (*protocol.SearchResult, error) {

@@ -5,6 +5,7 @@ package toolstest
 import (
 	"context"
 	"encoding/json"
+	"os"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -130,7 +131,10 @@ func (e *Env) File(rel string) string { return filepath.Join(e.State.Workdir, re
 func (e *Env) Put(rel, content string) {
 	e.T.Helper()
 	p := e.File(rel)
-	if err := mkfile(p, content); err != nil {
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		e.T.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
 		e.T.Fatal(err)
 	}
 }
@@ -138,7 +142,7 @@ func (e *Env) Put(rel, content string) {
 // Get reads a workspace file from the host.
 func (e *Env) Get(rel string) string {
 	e.T.Helper()
-	b, err := readfile(e.File(rel))
+	b, err := os.ReadFile(e.File(rel))
 	if err != nil {
 		e.T.Fatal(err)
 	}
