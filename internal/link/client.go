@@ -19,13 +19,16 @@ type Caller interface {
 // Client is the typed API of the channel: one method per command.
 type Client struct {
 	c Caller
+	// view, when set, lets large files under it be copied by the host
+	// directly (see HostView).
+	view *HostView
 }
 
 // NewClient returns a Client that sends through c.
 func NewClient(c Caller) *Client { return &Client{c: c} }
 
 // Client returns a typed client for the link.
-func (l *Link) Client() *Client { return NewClient(l) }
+func (l *Link) Client() *Client { return &Client{c: l, view: l.opts.HostView} }
 
 // call sends a request and decodes its result into out (which may be nil).
 func (c *Client) call(ctx context.Context, cmd protocol.Cmd, args any, body []byte, out any) (*Response, error) {

@@ -1,6 +1,7 @@
 package link
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -132,6 +133,17 @@ func (c *Client) writeFile(ctx context.Context, p string, src chunkSource, o *Wr
 		return 0, err
 	}
 	p = target.Path
+	if c.view.usable() {
+		rest := src.r
+		if rest == nil {
+			rest = bytes.NewReader(src.data[src.off:])
+		}
+		n, err := c.view.writeDirect(p, first, rest, args.Mode)
+		if err != errFallback {
+			release()
+			return n, err
+		}
+	}
 	if args.Mode == 0 {
 		if st, err := c.Stat(ctx, p); err == nil && st.Type == protocol.TypeFile {
 			args.Mode = st.Mode // keep the mode of the file being replaced
@@ -210,6 +222,13 @@ func (c *Client) ReadFile(ctx context.Context, p string) ([]byte, error) {
 	}
 	if st.Type == protocol.TypeDir {
 		return nil, protocol.Errorf(protocol.CodeBadRequest, "read %s: is a directory", st.Path)
+	}
+	if c.view.usable() && st.Size > directMin {
+		var b bytes.Buffer
+		b.Grow(int(st.Size) + 1) // +1: the read of EOF finds room and no regrowth
+		if _, err := c.readDirect(ctx, p, 0, -1, &b); err != errFallback {
+			return b.Bytes(), err
+		}
 	}
 	buf := make([]byte, st.Size)
 	n, eof, err := c.readInto(ctx, p, buf)
@@ -318,6 +337,28 @@ func (c *Client) ReadRangeTo(ctx context.Context, p string, off, n int64, w io.W
 	if n >= 0 {
 		end = off + n
 	}
+	var total int64
+	if c.view.usable() && (end < 0 || end-off > directMin) {
+		// The first chunk through the channel: a small file ends there, at
+		// one round trip. The rest of a large one the host copies itself.
+		buf := chunkPool.Get().(*[]byte)
+		res, body, err := c.readChunk(ctx, p, off, *buf)
+		if err == nil {
+			_, err = w.Write(body)
+		}
+		chunkPool.Put(buf)
+		if err != nil {
+			return 0, err
+		}
+		total, off = int64(len(body)), off+int64(len(body))
+		if res.EOF || res.N < protocol.ChunkSize {
+			return total, nil
+		}
+		m, err := c.readDirect(ctx, p, off, end, w)
+		if err != errFallback {
+			return total + m, err
+		}
+	}
 	type pending struct {
 		done chan struct{}
 		buf  *[]byte
@@ -340,7 +381,6 @@ func (c *Client) ReadRangeTo(ctx context.Context, p string, off, n int64, w io.W
 	var (
 		queue []*pending
 		next  = off
-		total int64
 	)
 	defer func() {
 		for _, pd := range queue {
@@ -459,4 +499,38 @@ func (c *Client) Search(ctx context.Context, args *protocol.SearchArgs) (*protoc
 		return nil, err
 	}
 	return &res, nil
+}
+
+// readDirect copies the file at p from off to end (to its end when end < 0)
+// into w from the host's side of the view, kernel to kernel where w is a
+// file or a socket. It returns errFallback, having copied nothing, when p
+// does not lie beneath the view or the host cannot open it there.
+func (c *Client) readDirect(ctx context.Context, p string, off, end int64, w io.Writer) (int64, error) {
+	target, err := c.Resolve(ctx, p)
+	if err != nil || !target.Exists {
+		return 0, errFallback
+	}
+	rel, ok := c.view.rel(target.Path)
+	if !ok {
+		return 0, errFallback
+	}
+	f, err := c.view.openRead(rel)
+	if err != nil {
+		return 0, errFallback
+	}
+	defer f.Close()
+	if _, err := f.Seek(off, io.SeekStart); err != nil {
+		return 0, errFallback
+	}
+	var src io.Reader = f
+	if end >= 0 {
+		src = &io.LimitedReader{R: f, N: end - off}
+	}
+	// io.Copy hands w a *os.File (or its LimitedReader) to ReadFrom, which
+	// copy_file_range, splice or sendfile serve; a buffer otherwise.
+	n, err := io.Copy(w, src)
+	if err != nil {
+		return n, hostError("read", target.Path, err)
+	}
+	return n, nil
 }

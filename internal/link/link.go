@@ -64,6 +64,9 @@ type Options struct {
 	// Owner, when set, is given the socket and its directory, for an agent
 	// that runs as another user (a sandbox's unprivileged uid).
 	Owner *Owner
+	// HostView, when set, is a directory of the neuron this host sees too:
+	// clients copy large files there directly (see HostView).
+	HostView *HostView
 }
 
 // Owner is a uid and gid.

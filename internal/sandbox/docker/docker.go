@@ -259,6 +259,17 @@ func (r *runtime) SocketOwner(lay layout.Layout, id string) (int, int, bool) {
 	return uid, gid, true
 }
 
+// HostView: the neuron's home is a bind mount of overlays/<id>/home, so the
+// host copies large files there itself, owned by the container's uid
+// (docker cp, too, works from the host's side of the container).
+func (r *runtime) HostView(lay layout.Layout, id string) *link.HostView {
+	v := &link.HostView{Neuron: Home, Host: homeDir(lay, id)}
+	if uid, gid, ok := r.SocketOwner(lay, id); ok {
+		v.Owner = &link.Owner{UID: uid, GID: gid}
+	}
+	return v
+}
+
 // Start runs `docker run` attached, detached from the caller: the client
 // lives as long as the container, and what the agent prints goes to the
 // neuron's log through it. The environment goes through a pipe the client

@@ -1,7 +1,11 @@
 package docker_test
 
 import (
+	"bytes"
 	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -246,5 +250,60 @@ func TestBoundaryFromInside(t *testing.T) {
 	}
 	if got := n.sh("ls /var/run/docker.sock /run/docker.sock 2>&1"); !strings.Contains(got, "No such file") {
 		t.Errorf("the docker socket is reachable: %s", got)
+	}
+}
+
+// Large files under the home are copied by the host itself (the home is a
+// bind mount): they arrive owned by the container's uid, byte for byte,
+// and what an agent's links point at outside the home still goes through
+// the channel, where the container's own view decides.
+func TestHostViewCopies(t *testing.T) {
+	t.Setenv(docker.EnvTransport, "unix")
+	n := newNeuron(t, "hostview", sandbox.CreateOptions{})
+	ctx := context.Background()
+	big := make([]byte, 3*protocol.ChunkSize+777)
+	rand.Read(big)
+	sum := fmt.Sprintf("%x", sha256.Sum256(big))
+	src := filepath.Join(t.TempDir(), "src")
+	if err := os.WriteFile(src, big, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	in, err := os.Open(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	if _, err := n.c.WriteFileFrom(ctx, "big", in, nil); err != nil {
+		t.Fatal(err)
+	}
+	uid := strings.TrimSpace(n.sh("id -u"))
+	if got := n.sh("stat -c '%u %a' big; sha256sum big"); !strings.Contains(got, uid+" 644\n") || !strings.Contains(got, sum) {
+		t.Fatalf("inside the neuron: %q; want owner %s, mode 644, sha256 %s", got, uid, sum)
+	}
+	var out bytes.Buffer
+	if _, err := n.c.ReadFileTo(ctx, "big", &out); err != nil || !bytes.Equal(out.Bytes(), big) {
+		t.Fatalf("read back %d bytes: %v", out.Len(), err)
+	}
+	// A link to /tmp, the container's own tmpfs: through the channel.
+	n.sh("ln -s /tmp/t tlink; ln -s ../../../etc esc")
+	if err := n.c.WriteFile(ctx, "tlink", big, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := n.sh("sha256sum /tmp/t"); !strings.Contains(got, sum) {
+		t.Fatalf("through a link to /tmp: %q", got)
+	}
+	if got, err := n.c.ReadFile(ctx, "tlink"); err != nil || !bytes.Equal(got, big) {
+		t.Fatalf("read through a link to /tmp: %d bytes, %v", len(got), err)
+	}
+	// A link out of the home: the container's read-only root refuses, and
+	// the host's /etc is never touched.
+	err = n.c.WriteFile(ctx, "esc/cortex-planted", big, nil)
+	var pe *protocol.Error
+	if !errors.As(err, &pe) || pe.Code != protocol.CodePermission {
+		t.Fatalf("write through a link out of the home: %v, want PERMISSION", err)
+	}
+	if _, err := os.Stat("/etc/cortex-planted"); err == nil {
+		os.Remove("/etc/cortex-planted")
+		t.Fatal("a write through the neuron's link landed in the host's /etc")
 	}
 }

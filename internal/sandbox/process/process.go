@@ -20,6 +20,7 @@ import (
 	"syscall"
 
 	"github.com/nsys-cortex/cortex/internal/layout"
+	"github.com/nsys-cortex/cortex/internal/link"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
 	"github.com/nsys-cortex/cortex/internal/sandbox/internal/lifecycle"
 )
@@ -59,6 +60,13 @@ func home(lay layout.Layout, id string) string { return filepath.Join(lay.Overla
 
 func (runtime) Workdir(lay layout.Layout, id string) string {
 	return filepath.Join(home(lay, id), "workspace")
+}
+
+// HostView: the agent's root is the workspace, a host directory, so the
+// host copies large files there itself.
+func (r runtime) HostView(lay layout.Layout, id string) *link.HostView {
+	w := r.Workdir(lay, id)
+	return &link.HostView{Neuron: w, Host: w}
 }
 
 // Prepare makes the workspace and tmp directories. Process mode enforces no

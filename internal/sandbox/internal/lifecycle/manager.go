@@ -320,6 +320,9 @@ func (m *Manager) listen(n *neuron) (*link.Link, error) {
 	id := n.id
 	name := fmt.Sprintf("h%d-%s%s", os.Getpid(), ids.New()[1:7], ".sock")
 	opts := link.Options{Neuron: id, Software: "nsys-cortex", OnEvent: func(ev link.ConnEvent) { m.onEvent(n, ev) }}
+	if hv, ok := m.rt.(HostViewer); ok {
+		opts.HostView = hv.HostView(m.lay, id)
+	}
 	if d, ok := m.rt.(Dialer); ok {
 		l, err := d.Link(m.lay, id, opts)
 		if err != nil {

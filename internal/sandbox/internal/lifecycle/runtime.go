@@ -74,6 +74,13 @@ type Running struct {
 	PID int // the host process that stands for it, if there is one
 }
 
+// HostViewer is implemented by runtimes whose neurons have a directory this
+// host sees too (a bind mount): large files there are copied by the host
+// directly, confined beneath it (see link.HostView).
+type HostViewer interface {
+	HostView(lay layout.Layout, id string) *link.HostView
+}
+
 // Dialer is implemented by runtimes whose agent may listen and the host
 // dial (docker's tcp transport) instead of the host listening in the
 // channel directory.
