@@ -33,8 +33,11 @@ func newBudgetState(b Budget) *budgetState {
 	if b.Reserve <= 0 {
 		b.Reserve = b.Window / 5
 	}
-	return &budgetState{cfg: b, ratio: 0.3}
+	return &budgetState{cfg: b, ratio: defaultRatio}
 }
+
+// defaultRatio is the tokens per byte assumed before a provider reports.
+const defaultRatio = 0.3
 
 // size is the request's bytes as the provider will see them, near enough.
 func size(req *llm.Request) int {

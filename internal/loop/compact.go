@@ -2,6 +2,7 @@ package loop
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -25,12 +26,27 @@ Do not invent anything. If a previous summary is given, update it: keep what sti
 // keepResultChars is how much of an old tool result survives trimming.
 const keepResultChars = 2000
 
+// ErrNothingToCompact says a forced compaction found no turn before the
+// latest request to summarise.
+var ErrNothingToCompact = errors.New("nothing to compact: the history holds only the latest request and what followed it")
+
+// Compact summarises the history now, whatever the budget (the /compact
+// command): old tool results are trimmed, and the turns before the latest
+// request become one summary (updating an earlier one); the latest request
+// and what followed it stay verbatim. Call it between turns; the
+// compaction is reported as Turn reports one (OnEvent, OnCompaction).
+func (a *Agent) Compact(ctx context.Context) error {
+	return a.compact(ctx, "", true)
+}
+
 // compact makes the history fit the budget: first old tool results are
 // trimmed (head and tail), then older turns are summarised into one
 // message; the system prompt (AGENTS.md, ...) is not part of the history
 // and the current request and what followed it stay verbatim. A summary
 // request that itself overflows drops the oldest message and tries again.
-func (a *Agent) compact(ctx context.Context, request string) error {
+// force summarises even when trimming made room, and never cuts into the
+// latest turn.
+func (a *Agent) compact(ctx context.Context, request string, force bool) error {
 	cur := a.currentTurn()
 	// 1. Trim tool results before the current turn (all but the last two
 	// messages when the turn is all there is).
@@ -49,7 +65,7 @@ func (a *Agent) compact(ctx context.Context, request string) error {
 			}
 		}
 	}
-	if trimmed > 0 && !a.budget.over(a.request()) {
+	if trimmed > 0 && !force && !a.budget.over(a.request()) {
 		a.emit(Event{Kind: EventCompaction, Text: fmt.Sprintf("trimmed %d old tool results", trimmed)})
 		return nil
 	}
@@ -65,6 +81,8 @@ func (a *Agent) compact(ctx context.Context, request string) error {
 	carry := ""
 	if cur > first {
 		older, kept = a.history[first:cur], a.history[cur:]
+	} else if force {
+		return ErrNothingToCompact
 	} else {
 		split := max(first+1, len(a.history)-2)
 		for split > first+1 && a.history[split].Role == llm.RoleTool {

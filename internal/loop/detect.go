@@ -75,6 +75,13 @@ func (d *Detector) NewTurn() {
 	d.overflows = 0
 }
 
+// Reset forgets everything: the calls of the turn and the answers of earlier
+// turns (the history they belonged to was replaced).
+func (d *Detector) Reset() {
+	d.NewTurn()
+	d.answers = d.answers[:0]
+}
+
 // signature hashes a call: its tool and its input with keys in canonical
 // order (so {"a":1,"b":2} and {"b":2,"a":1} are the same call).
 func signature(name string, input json.RawMessage) uint64 {

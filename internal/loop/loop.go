@@ -115,8 +115,35 @@ func New(cfg Config) (*Agent, error) {
 	return &Agent{cfg: cfg, budget: newBudgetState(cfg.Budget)}, nil
 }
 
-// SetHistory replaces the history (a resumed session).
-func (a *Agent) SetHistory(msgs []llm.Message) { a.history = append([]llm.Message(nil), msgs...) }
+// SetHistory replaces the history (a resumed session, a rewind, a fork).
+// The loop detector forgets the answers it saw: a request asked again after
+// a rewind is not a loop.
+func (a *Agent) SetHistory(msgs []llm.Message) {
+	a.history = append([]llm.Message(nil), msgs...)
+	a.cfg.Detector.Reset()
+}
+
+// SetModel switches the provider and model of the next model calls. The
+// budget's exact counter follows the provider when it was the previous
+// provider's own (or there was none), and the token estimate is
+// recalibrated by the new provider's first report.
+func (a *Agent) SetModel(p llm.Provider, model string) {
+	if old, ok := a.cfg.Provider.(llm.TokenCounter); ok && a.budget.cfg.Counter == old {
+		a.budget.cfg.Counter = nil
+	}
+	if c, ok := p.(llm.TokenCounter); ok && a.budget.cfg.Counter == nil {
+		a.budget.cfg.Counter = c
+	}
+	a.cfg.Provider, a.cfg.Model = p, model
+	a.budget.ratio = defaultRatio
+}
+
+// Model returns the provider and model the next model call uses.
+func (a *Agent) Model() (llm.Provider, string) { return a.cfg.Provider, a.cfg.Model }
+
+// SetSystem replaces the system prompt (rebuilt after the workspace's
+// AGENTS.md may have changed, e.g. after a rewind restored the files).
+func (a *Agent) SetSystem(system string) { a.cfg.System = system }
 
 // History returns the conversation so far.
 func (a *Agent) History() []llm.Message { return append([]llm.Message(nil), a.history...) }
@@ -186,7 +213,7 @@ func (a *Agent) Turn(ctx context.Context, request string) *TurnResult {
 		}
 		req := &llm.Request{Model: a.cfg.Model, System: a.cfg.System, Messages: a.history, Tools: defs, MaxTokens: a.cfg.MaxOutputTokens}
 		if a.budget.over(req) {
-			if err := a.compact(ctx, request); err != nil {
+			if err := a.compact(ctx, request, false); err != nil {
 				return a.failed(ctx, end, err)
 			}
 			req.Messages = a.history
@@ -204,7 +231,7 @@ func (a *Agent) Turn(ctx context.Context, request string) *TurnResult {
 			if f := a.overflow(); f.Verdict == End {
 				return end(StopLoop, f.Message, nil)
 			}
-			if cerr := a.compact(ctx, request); cerr != nil {
+			if cerr := a.compact(ctx, request, false); cerr != nil {
 				return a.failed(ctx, end, cerr)
 			}
 			continue

@@ -130,11 +130,17 @@ type Label struct {
 	Removed bool   `json:"removed,omitempty"`
 }
 
-// Snapshot names a neuron snapshot taken before a turn that changed files:
-// restoring it puts the neuron's overlay back to this point of the
-// conversation (see Session.SnapshotFor).
+// Snapshot names a neuron snapshot taken before a turn that changed files
+// (a checkpoint): restoring it puts the neuron's overlay back to this point
+// of the conversation (see Session.SnapshotFor).
 type Snapshot struct {
 	Name string `json:"name"`
+	// Neuron is the neuron whose overlay was saved ("" in files written
+	// before it was recorded).
+	Neuron string `json:"neuron,omitempty"`
+	// Error says why the snapshot could not be taken: the turn went on,
+	// and a rewind to before it cannot put the files back.
+	Error string `json:"error,omitempty"`
 }
 
 // Errors. Failures wrap one of these with %w (or are a *CorruptError).

@@ -152,7 +152,13 @@ func (s *Session) AppendModelChange(provider, model string) (*Entry, error) {
 
 // AppendSnapshot records the neuron snapshot taken before a turn.
 func (s *Session) AppendSnapshot(name string) (*Entry, error) {
-	return s.Append(Entry{Type: TypeSnapshot, Snapshot: &Snapshot{Name: name}})
+	return s.AppendCheckpoint(Snapshot{Name: name})
+}
+
+// AppendCheckpoint records a checkpoint: the snapshot of a neuron taken
+// (or, with Error set, not taken) before a turn's first change.
+func (s *Session) AppendCheckpoint(c Snapshot) (*Entry, error) {
+	return s.Append(Entry{Type: TypeSnapshot, Snapshot: &c})
 }
 
 // AppendUsage records the usage of one model call.
@@ -378,12 +384,24 @@ func (s *Session) Messages() []llm.Message {
 	s.mu.Lock()
 	path := s.pathTo(s.leaf)
 	s.mu.Unlock()
-	return messages(path)
+	out, _ := messages(path, false)
+	return out
 }
 
-func messages(path []*Entry) []llm.Message {
+// History returns Messages and, beside each message, the id of the entry
+// it comes from (the compaction entry's for the summary message): what a
+// writer needs to name a compaction's first kept entry.
+func (s *Session) History() ([]llm.Message, []string) {
+	s.mu.Lock()
+	path := s.pathTo(s.leaf)
+	s.mu.Unlock()
+	return messages(path, true)
+}
+
+func messages(path []*Entry, withIDs bool) ([]llm.Message, []string) {
 	start := 0
 	var out []llm.Message
+	var ids []string
 	for i := len(path) - 1; i >= 0; i-- {
 		c := path[i].Compaction
 		if path[i].Type != TypeCompaction || c == nil {
@@ -391,6 +409,9 @@ func messages(path []*Entry) []llm.Message {
 		}
 		out = append(make([]llm.Message, 0, len(path)-i+1), llm.Message{Role: llm.RoleUser,
 			Parts: []llm.Part{{Text: SummaryPrefix + c.Summary + SummarySuffix}}})
+		if withIDs {
+			ids = append(make([]string, 0, len(path)-i+1), path[i].ID)
+		}
 		start = i + 1
 		for j := 0; j < i; j++ {
 			if path[j].ID == c.FirstKeptID {
@@ -406,9 +427,12 @@ func messages(path []*Entry) []llm.Message {
 	for _, e := range path[start:] {
 		if e.Type == TypeMessage && e.Message != nil {
 			out = append(out, *e.Message)
+			if withIDs {
+				ids = append(ids, e.ID)
+			}
 		}
 	}
-	return out
+	return out, ids
 }
 
 // Model returns the provider and model in force at the leaf: the header's,
@@ -453,23 +477,34 @@ func (s *Session) Find(name string) (*Entry, error) {
 // path to the leaf (taken before the first later turn that changed files).
 // ok is false when no turn after id changed files. Call it before Branch.
 func (s *Session) SnapshotFor(id string) (name string, ok bool, err error) {
+	c, ok, err := s.CheckpointAfter(id)
+	if !ok {
+		return "", ok, err
+	}
+	return c.Name, true, nil
+}
+
+// CheckpointAfter is SnapshotFor with the whole snapshot entry's payload:
+// which neuron it saved, and whether taking it failed.
+func (s *Session) CheckpointAfter(id string) (*Snapshot, bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.treeEntry(id); err != nil {
-		return "", false, err
+		return nil, false, err
 	}
 	path := s.pathTo(s.leaf)
 	after := false
 	for _, e := range path {
 		if after && e.Type == TypeSnapshot && e.Snapshot != nil {
-			return e.Snapshot.Name, true, nil
+			c := *e.Snapshot
+			return &c, true, nil
 		}
 		after = after || e.ID == id
 	}
 	if !after {
-		return "", false, fmt.Errorf("%w: entry %q is not on the path to the leaf", ErrInvalidEntry, id)
+		return nil, false, fmt.Errorf("%w: entry %q is not on the path to the leaf", ErrInvalidEntry, id)
 	}
-	return "", false, nil
+	return nil, false, nil
 }
 
 // Fork starts a new session whose history is the path from the root to

@@ -173,6 +173,9 @@ func TestFullOverlayStore(t *testing.T) {
 	if err == nil {
 		t.Fatal("an upload into a full disk succeeded")
 	}
+	if pe := (*protocol.Error)(nil); !errors.As(err, &pe) || pe.Code != protocol.CodeTooLarge {
+		t.Errorf("an upload into a full disk: %v, want TOO_LARGE", err)
+	}
 	if got, err := c.ReadFile(ctx, "precious"); err != nil || string(got) != "keep me" {
 		t.Fatalf("after the failed upload: %q %v", got, err)
 	}
