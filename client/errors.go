@@ -7,14 +7,16 @@ import (
 
 // Error codes of the API, each with one HTTP status.
 const (
-	CodeBadRequest          = "BAD_REQUEST"
-	CodeUnauthorized        = "UNAUTHORIZED"
-	CodePolicyDenied        = "POLICY_DENIED"
-	CodePathEscape          = "PATH_ESCAPE"
-	CodePermission          = "PERMISSION"
-	CodeNotFound            = "NOT_FOUND"
-	CodeNotRunning          = "NOT_RUNNING"
-	CodeOwnedElsewhere      = "OWNED_ELSEWHERE"
+	CodeBadRequest     = "BAD_REQUEST"
+	CodeUnauthorized   = "UNAUTHORIZED"
+	CodePolicyDenied   = "POLICY_DENIED"
+	CodePathEscape     = "PATH_ESCAPE"
+	CodePermission     = "PERMISSION"
+	CodeNotFound       = "NOT_FOUND"
+	CodeNotRunning     = "NOT_RUNNING"
+	CodeOwnedElsewhere = "OWNED_ELSEWHERE"
+	// CodeBusy: a chat session is running another request (one at a time).
+	CodeBusy                = "BUSY"
 	CodeTooLarge            = "TOO_LARGE"
 	CodeRangeNotSatisfiable = "RANGE_NOT_SATISFIABLE"
 	CodeUnenforceable       = "UNENFORCEABLE"
@@ -36,6 +38,7 @@ var Statuses = map[string]int{
 	CodeNotFound:            http.StatusNotFound,
 	CodeNotRunning:          http.StatusConflict,
 	CodeOwnedElsewhere:      http.StatusConflict,
+	CodeBusy:                http.StatusConflict,
 	CodeTooLarge:            http.StatusRequestEntityTooLarge,
 	CodeRangeNotSatisfiable: http.StatusRequestedRangeNotSatisfiable,
 	CodeUnenforceable:       http.StatusUnprocessableEntity,

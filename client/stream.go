@@ -20,6 +20,8 @@ type Event struct {
 	Gap     *Gap
 	Result  *ExecResult
 	Process *ProcInfo
+	// Chat is set for the events of a chat turn (ChatEvent's types).
+	Chat *ChatEvent
 }
 
 // Stream reads Server-Sent Events from the daemon. Close it when done
@@ -73,6 +75,9 @@ func (s *Stream) Next() (*Event, error) {
 	case "end":
 		ev.Process = &ProcInfo{}
 		target = ev.Process
+	case "text", "tool_start", "tool_result", "loop", "compaction", "checkpoint", "turn_end":
+		ev.Chat = &ChatEvent{}
+		target = ev.Chat
 	case "error":
 		var ae APIError
 		if err := json.Unmarshal(data, &ae); err != nil {
@@ -87,7 +92,7 @@ func (s *Stream) Next() (*Event, error) {
 	if err := json.Unmarshal(data, target); err != nil {
 		return nil, fmt.Errorf("a malformed %s event: %w", name, err)
 	}
-	if name == "exit" || name == "end" {
+	if name == "exit" || name == "end" || name == "turn_end" {
 		s.Close()
 	}
 	return ev, nil

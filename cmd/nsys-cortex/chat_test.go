@@ -16,10 +16,11 @@ import (
 
 // fakeOpenAI is a chat completions server speaking the OpenAI wire format
 // (SSE chunks, tool-call deltas in pieces, [DONE]); each request gets the
-// next scripted answer.
+// answer route picks for it, else the next scripted answer.
 type fakeOpenAI struct {
 	mu      sync.Mutex
 	answers []func(w io.Writer)
+	route   func(body map[string]any) func(w io.Writer)
 	bodies  []map[string]any
 }
 
@@ -34,7 +35,9 @@ func (f *fakeOpenAI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	f.bodies = append(f.bodies, body)
 	n := len(f.bodies)
 	var next func(io.Writer)
-	if n <= len(f.answers) {
+	if f.route != nil {
+		next = f.route(body)
+	} else if n <= len(f.answers) {
 		next = f.answers[n-1]
 	}
 	f.mu.Unlock()
@@ -141,4 +144,89 @@ func TestChatHeadlessEndToEnd(t *testing.T) {
 	if n := len(fake.bodies[len(fake.bodies)-1]["messages"].([]any)); n < 6 {
 		t.Fatalf("the resumed request has %d messages", n)
 	}
+}
+
+// requests returns the bodies the fake was sent so far.
+func (f *fakeOpenAI) requests() []map[string]any {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]map[string]any(nil), f.bodies...)
+}
+
+// text streams an answer in two pieces.
+func text(s string) func(w io.Writer) {
+	return func(w io.Writer) {
+		half := len(s) / 2
+		chunk(w, map[string]any{"role": "assistant", "content": s[:half]}, "")
+		chunk(w, map[string]any{"content": s[half:]}, "stop")
+	}
+}
+
+// messages returns a request body's messages.
+func messages(body map[string]any) []map[string]any {
+	var out []map[string]any
+	list, _ := body["messages"].([]any)
+	for _, m := range list {
+		if mm, ok := m.(map[string]any); ok {
+			out = append(out, mm)
+		}
+	}
+	return out
+}
+
+// content is a message's text (a string, or parts with text).
+func content(m map[string]any) string {
+	switch c := m["content"].(type) {
+	case string:
+		return c
+	case []any:
+		var b strings.Builder
+		for _, p := range c {
+			if pm, ok := p.(map[string]any); ok {
+				if t, ok := pm["text"].(string); ok {
+					b.WriteString(t)
+				}
+			}
+		}
+		return b.String()
+	}
+	return ""
+}
+
+// system is a request's system prompt.
+func system(body map[string]any) string {
+	for _, m := range messages(body) {
+		if m["role"] == "system" || m["role"] == "developer" {
+			return content(m)
+		}
+	}
+	return ""
+}
+
+// lastUser is the latest user message of a request, and how many
+// assistant messages follow it (the step of the turn).
+func lastUser(body map[string]any) (string, int) {
+	msgs := messages(body)
+	for i := len(msgs) - 1; i >= 0; i-- {
+		if msgs[i]["role"] == "user" {
+			steps := 0
+			for _, m := range msgs[i+1:] {
+				if m["role"] == "assistant" {
+					steps++
+				}
+			}
+			return content(msgs[i]), steps
+		}
+	}
+	return "", 0
+}
+
+// isSummaryRequest and isSuggestionRequest tell the runtime's own
+// requests from a turn's.
+func isSummaryRequest(body map[string]any) bool {
+	return strings.Contains(system(body), "compact the history")
+}
+
+func isSuggestionRequest(body map[string]any) bool {
+	return strings.Contains(system(body), "predict what the user")
 }

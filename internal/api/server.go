@@ -48,6 +48,8 @@ type Options struct {
 	// TermLocks is the directory of the terminals' writer locks (shared
 	// with local CLIs: <home>/terminals); "" takes none.
 	TermLocks string
+	// Chat serves the sessions routes (nil: they answer UNAVAILABLE).
+	Chat *Chat
 }
 
 // Server serves the API.
@@ -60,6 +62,7 @@ type Server struct {
 
 	mu      sync.Mutex
 	clients map[string]*link.Client
+	chats   *chats
 
 	// Streams that never end on their own (process output that follows,
 	// terminals) end when the daemon stops: streams is cancelled then,
@@ -98,6 +101,7 @@ func New(opts Options) *Server {
 		s.log = slog.New(slog.DiscardHandler)
 	}
 	s.metrics = newMetrics(opts.Set)
+	s.startChats()
 	mux := http.NewServeMux()
 	for _, r := range s.Routes() {
 		mux.HandleFunc(r.Method+" "+r.Pattern, r.handler)
@@ -113,7 +117,7 @@ func New(opts Options) *Server {
 
 // Routes lists the /v1 routes (GET /metrics is served besides).
 func (s *Server) Routes() []Route {
-	const n = "/v1/neurons/{id}"
+	const n, sn = "/v1/neurons/{id}", "/v1/sessions/{sid}"
 	return []Route{
 		{"GET", "/v1/health", s.health},
 		{"GET", "/v1/neurons", s.listNeurons},
@@ -137,6 +141,16 @@ func (s *Server) Routes() []Route {
 		{"POST", n + "/files/move", s.move},
 		{"POST", n + "/files/symlink", s.symlink},
 		{"GET", n + "/terminal", s.terminal},
+		{"GET", "/v1/sessions", s.listSessions},
+		{"POST", "/v1/sessions", s.createSession},
+		{"GET", sn, s.getSession},
+		{"PATCH", sn, s.updateSession},
+		{"DELETE", sn, s.closeSession},
+		{"GET", sn + "/turns", s.sessionTurns},
+		{"POST", sn + "/turns", s.runTurn},
+		{"POST", sn + "/compact", s.compactSession},
+		{"POST", sn + "/rewind", s.rewindSession},
+		{"POST", sn + "/fork", s.forkSession},
 	}
 }
 
@@ -193,6 +207,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, grace time.Duration
 	select {
 	case err := <-done:
 		s.endStreams()
+		s.endChats()
 		return err
 	case <-ctx.Done():
 	}
@@ -219,6 +234,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, grace time.Duration
 	case <-time.After(max(time.Until(deadline), time.Second)):
 		s.log.Warn("streams still open after the grace period")
 	}
+	s.endChats()
 	return err
 }
 

@@ -11,9 +11,12 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/nsys-cortex/cortex/internal/api"
+	"github.com/nsys-cortex/cortex/internal/chatrun"
 	"github.com/nsys-cortex/cortex/internal/config"
 	"github.com/nsys-cortex/cortex/internal/layout"
+	"github.com/nsys-cortex/cortex/internal/llm"
 	"github.com/nsys-cortex/cortex/internal/logging"
+	"github.com/nsys-cortex/cortex/internal/sandbox"
 )
 
 // loadConfig reads the config file of the home directory and fills the
@@ -97,8 +100,13 @@ Its log is <home>/logs/cortex.log (nsys-cortex logs [-f]).`,
 				ln.Close()
 				return err
 			}
+			chat, err := a.serveChat(set, cfg)
+			if err != nil {
+				return err
+			}
 			srv := api.New(api.Options{Set: set, Version: a.Version, Token: token,
-				MaxUpload: cfg.Bytes("api.max_upload"), Log: logger.For("api"), TermLocks: filepath.Join(lay.Home, "terminals")})
+				MaxUpload: cfg.Bytes("api.max_upload"), Log: logger.For("api"), TermLocks: filepath.Join(lay.Home, "terminals"),
+				Chat: chat})
 			log := logger.For("serve")
 			log.Info("serving", "addr", ln.Addr().String(), "auth", token != "", "pid", os.Getpid(), "modes", set.Modes())
 			fmt.Fprintf(a.Stderr, "nsys-cortex: serving the API on http://%s (log: %s)\n", ln.Addr(), logger.Path())
@@ -114,4 +122,24 @@ Its log is <home>/logs/cortex.log (nsys-cortex logs [-f]).`,
 	}
 	cmd.Flags().StringVar(&listen, "listen", api.DefaultListen, "address to listen on (api.listen)")
 	return cmd
+}
+
+// serveChat is what the daemon's sessions routes run: the chat's Host over
+// the daemon's neurons, under the standard policy, and the chat settings of
+// the configuration (llm.*, chat.*). Keys are read from the daemon's
+// environment when a session starts, never from requests.
+func (a *App) serveChat(set *sandbox.Set, cfg *config.Config) (*api.Chat, error) {
+	host, err := a.newChatHost(set, &kitFlags{policy: "standard"})
+	if err != nil {
+		return nil, err
+	}
+	checkpoints := cfg.Int("chat.checkpoints")
+	if checkpoints == 0 {
+		checkpoints = -1 // chatrun: none
+	}
+	return &api.Chat{Host: host, Defaults: chatrun.Options{
+		LLM: llm.Config{Provider: cfg.String("llm.provider"), Model: cfg.String("llm.model"),
+			BaseURL: cfg.String("llm.base_url"), KeyEnv: cfg.String("llm.key_env")},
+		MaxSteps: cfg.Int("chat.max_steps"), Window: cfg.Int("chat.context_window"), Checkpoints: checkpoints,
+	}}, nil
 }

@@ -3,6 +3,7 @@ package loop_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -355,5 +356,42 @@ func TestCompactionWithinOneLongTurn(t *testing.T) {
 	}
 	if h[1].Role == llm.RoleTool {
 		t.Fatal("kept history starts with tool results whose call was summarised")
+	}
+}
+
+func TestForcedCompactionAndModelSwitch(t *testing.T) {
+	e := toolstest.New(t, "standard")
+	p := &script{next: func(n int, req *llm.Request) (*llm.Response, error) {
+		if isSummary(req) {
+			return answer("## Goal\nforced summary"), nil
+		}
+		return answer(fmt.Sprintf("answer %d", n)), nil
+	}}
+	var kept []int
+	a, _ := loop.New(loop.Config{Provider: p, Kit: e.Kit, OnCompaction: func(_ string, k int) { kept = append(kept, k) }})
+	if err := a.Compact(e.Ctx); !errors.Is(err, loop.ErrNothingToCompact) {
+		t.Fatalf("compacting nothing: %v", err)
+	}
+	for i := 1; i <= 2; i++ {
+		if r := a.Turn(e.Ctx, fmt.Sprintf("request %d", i)); r.Stop != loop.StopDone {
+			t.Fatalf("%+v", r)
+		}
+	}
+	// No budget is near: Compact summarises anyway, keeping the latest turn.
+	if err := a.Compact(e.Ctx); err != nil {
+		t.Fatal(err)
+	}
+	h := a.History()
+	if len(h) != 3 || !session.IsSummary(h[0]) || h[1].Text() != "request 2" || len(kept) != 1 || kept[0] != 2 {
+		t.Fatalf("after Compact: %d messages, kept %v", len(h), kept)
+	}
+	// The next call goes to the new provider and model.
+	p2 := &script{next: func(int, *llm.Request) (*llm.Response, error) { return answer("from p2"), nil }}
+	a.SetModel(p2, "m2")
+	if prov, m := a.Model(); prov != p2 || m != "m2" {
+		t.Fatal("Model does not say the switch")
+	}
+	if r := a.Turn(e.Ctx, "request 3"); r.Answer != "from p2" || p2.reqs[0].Model != "m2" || len(p2.reqs[0].Messages) != 4 {
+		t.Fatalf("%+v", r)
 	}
 }

@@ -422,6 +422,37 @@ func TestModelAndSnapshots(t *testing.T) {
 	if _, err := s.AppendSnapshot(""); !errors.Is(err, ErrInvalidEntry) {
 		t.Errorf("empty snapshot name: %v", err)
 	}
+	// A checkpoint says which neuron it saved, or why it could not.
+	must(t)(s.AppendMessage(user("u3")))
+	u3 := s.Leaf()
+	must(t)(s.AppendCheckpoint(Snapshot{Name: "ckpt-3", Neuron: "n1", Error: "disk full"}))
+	c, ok, err := reopen(t, m, s).CheckpointAfter(u3)
+	if err != nil || !ok || *c != (Snapshot{Name: "ckpt-3", Neuron: "n1", Error: "disk full"}) {
+		t.Errorf("CheckpointAfter(u3) = %+v %v %v", c, ok, err)
+	}
+}
+
+func TestHistoryNamesEachMessagesEntry(t *testing.T) {
+	t.Parallel()
+	m := newManager(t)
+	s := create(t, m)
+	must(t)(s.AppendMessage(user("u1")))
+	must(t)(s.AppendMessage(assistant("a1")))
+	u2 := must(t)(s.AppendMessage(user("u2")))
+	must(t)(s.AppendSnapshot("ckpt"))
+	a2 := must(t)(s.AppendMessage(assistant("a2")))
+	c := must(t)(s.AppendCompaction(Compaction{Summary: "S", FirstKeptID: u2.ID}))
+	u3 := must(t)(s.AppendMessage(user("u3")))
+	msgs, ids := reopen(t, m, s).History()
+	if got := texts(msgs); !reflect.DeepEqual(got, []string{"summary:S", "u2", "a2", "u3"}) {
+		t.Fatalf("messages %q", got)
+	}
+	if want := []string{c.ID, u2.ID, a2.ID, u3.ID}; !reflect.DeepEqual(ids, want) {
+		t.Fatalf("ids %v, want %v", ids, want)
+	}
+	if !reflect.DeepEqual(texts(s.Messages()), texts(msgs)) {
+		t.Fatal("History and Messages disagree")
+	}
 }
 
 func TestManagerListContinueDelete(t *testing.T) {

@@ -1,0 +1,509 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	cortex "github.com/nsys-cortex/cortex/client"
+	"github.com/nsys-cortex/cortex/internal/chatrun"
+	"github.com/nsys-cortex/cortex/internal/llm"
+	"github.com/nsys-cortex/cortex/internal/llm/providers"
+	"github.com/nsys-cortex/cortex/internal/session"
+)
+
+// Chat configures the sessions routes: the agent runtime of nsys-cortex
+// chat, served. Without it those routes answer UNAVAILABLE.
+type Chat struct {
+	Host *chatrun.Host
+	// Defaults are every session's options (LLM from the daemon's
+	// configuration: llm.provider, llm.model, llm.base_url, llm.key_env);
+	// a request may choose the neuron, the agent, the title, the provider
+	// and the model, nothing else.
+	Defaults chatrun.Options
+	// Idle closes a session no request has used for that long (its file
+	// stays; the next request opens it again). 0: 15 minutes.
+	Idle time.Duration
+}
+
+// chats holds the sessions open in this daemon.
+type chats struct {
+	mu   sync.Mutex
+	open map[string]*openChat
+	// opening serialises Open per session id, so two requests never open
+	// one session twice.
+	opening sync.Mutex
+	stop    chan struct{}
+	wg      sync.WaitGroup
+	ended   sync.Once
+}
+
+type openChat struct {
+	r      *chatrun.Runner
+	users  int // requests using r now
+	last   time.Time
+	closed bool
+}
+
+func (s *Server) chatEnabled() error {
+	if s.opts.Chat == nil || s.opts.Chat.Host == nil {
+		return cortex.APIError{Code: cortex.CodeUnavailable, Message: "this daemon serves no chat sessions (no agent runtime configured)"}
+	}
+	return nil
+}
+
+// Close ends what a server holds without serving (its streams, its open
+// chat sessions): for a server whose Handler was used directly.
+func (s *Server) Close() {
+	s.endStreams()
+	s.endChats()
+}
+
+// startChats starts the closer of idle sessions; endChats closes them all.
+func (s *Server) startChats() {
+	s.chats = &chats{open: map[string]*openChat{}, stop: make(chan struct{})}
+	if s.opts.Chat == nil {
+		return
+	}
+	idle := s.opts.Chat.Idle
+	if idle <= 0 {
+		idle = 15 * time.Minute
+	}
+	s.chats.wg.Go(func() {
+		t := time.NewTicker(min(idle/4, time.Minute))
+		defer t.Stop()
+		for {
+			select {
+			case <-s.chats.stop:
+				return
+			case now := <-t.C:
+				s.closeIdle(now.Add(-idle))
+			}
+		}
+	})
+}
+
+func (s *Server) closeIdle(before time.Time) {
+	s.chats.mu.Lock()
+	var idle []*openChat
+	for id, c := range s.chats.open {
+		if c.users == 0 && c.last.Before(before) {
+			c.closed = true
+			idle = append(idle, c)
+			delete(s.chats.open, id)
+		}
+	}
+	s.chats.mu.Unlock()
+	for _, c := range idle {
+		if err := c.r.Close(); err != nil {
+			s.log.Warn("closing an idle chat session", "session", c.r.ID(), "err", err)
+		}
+	}
+}
+
+// endChats closes every open session (the daemon stops). Turns still
+// running were cancelled with their requests.
+func (s *Server) endChats() {
+	s.chats.ended.Do(func() { close(s.chats.stop) })
+	s.chats.wg.Wait()
+	s.chats.mu.Lock()
+	all := s.chats.open
+	s.chats.open = map[string]*openChat{}
+	s.chats.mu.Unlock()
+	for _, c := range all {
+		c.closed = true
+		c.r.Close()
+	}
+}
+
+// acquireChat returns session id's runner, opening it when the daemon does
+// not hold it; call release when the request is done with it.
+func (s *Server) acquireChat(ctx context.Context, id string) (*chatrun.Runner, func(), error) {
+	if err := s.chatEnabled(); err != nil {
+		return nil, nil, err
+	}
+	if err := session.ValidateID(id); err != nil {
+		return nil, nil, cortex.APIError{Code: cortex.CodeBadRequest, Message: err.Error()}
+	}
+	get := func() *openChat {
+		s.chats.mu.Lock()
+		defer s.chats.mu.Unlock()
+		c := s.chats.open[id]
+		if c != nil {
+			c.users++
+		}
+		return c
+	}
+	c := get()
+	if c == nil {
+		s.chats.opening.Lock()
+		if c = get(); c == nil {
+			o := s.opts.Chat.Defaults
+			o.Resume, o.FollowSession = id, true
+			r, err := chatrun.Open(ctx, s.opts.Chat.Host, o)
+			if err != nil {
+				s.chats.opening.Unlock()
+				return nil, nil, chatError(err)
+			}
+			c = s.hold(r)
+		}
+		s.chats.opening.Unlock()
+	}
+	return c.r, func() { s.releaseChat(c) }, nil
+}
+
+// hold registers an opened runner, used once by the caller.
+func (s *Server) hold(r *chatrun.Runner) *openChat {
+	c := &openChat{r: r, users: 1, last: time.Now()}
+	s.chats.mu.Lock()
+	s.chats.open[r.ID()] = c
+	s.chats.mu.Unlock()
+	return c
+}
+
+func (s *Server) releaseChat(c *openChat) {
+	s.chats.mu.Lock()
+	c.users--
+	c.last = time.Now()
+	s.chats.mu.Unlock()
+}
+
+// chatError maps the runtime's errors onto API codes.
+func chatError(err error) error {
+	switch {
+	case errors.Is(err, chatrun.ErrBusy):
+		return cortex.APIError{Code: cortex.CodeBusy, Message: err.Error() + ": one request at a time per session (wait for the turn to end, or cancel it by closing its stream)"}
+	case errors.Is(err, chatrun.ErrClosed):
+		return cortex.APIError{Code: cortex.CodeUnavailable, Message: err.Error() + ": retry"}
+	case errors.Is(err, chatrun.ErrFilesLost):
+		return cortex.APIError{Code: cortex.CodeBadRequest, Message: err.Error() + ` (send "keepFiles": true to rewind the conversation alone)`}
+	case errors.Is(err, session.ErrNotFound):
+		return cortex.APIError{Code: cortex.CodeNotFound, Message: err.Error()}
+	}
+	return err
+}
+
+// sessionOf describes an open runner.
+func sessionOf(r *chatrun.Runner) cortex.Session {
+	h := r.Session().Header()
+	p, m := r.Model()
+	return cortex.Session{ID: r.ID(), Title: h.Title, Neuron: r.Neuron(), Agent: h.Agent, Provider: p, Model: m,
+		Created: h.Created, Entries: r.Session().Len() + 1, Open: true, ParentSession: h.ParentSession}
+}
+
+func (s *Server) listSessions(w http.ResponseWriter, r *http.Request) {
+	if err := s.chatEnabled(); err != nil {
+		writeError(w, err)
+		return
+	}
+	infos, err := session.ForLayout(s.opts.Chat.Host.Layout).List()
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	s.chats.mu.Lock()
+	out := make([]cortex.Session, 0, len(infos))
+	for _, in := range infos {
+		if in.Err != nil {
+			continue // an unreadable file: nothing to say about it but its name
+		}
+		c := s.chats.open[in.ID]
+		cs := cortex.Session{ID: in.ID, Title: in.Title, Neuron: in.Neuron, Agent: in.Agent, Provider: in.Provider, Model: in.Model,
+			Created: in.Created, Modified: in.Modified, Entries: in.Entries, Open: c != nil, ParentSession: in.ParentSession}
+		out = append(out, cs)
+	}
+	s.chats.mu.Unlock()
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) createSession(w http.ResponseWriter, r *http.Request) {
+	if err := s.chatEnabled(); err != nil {
+		writeError(w, err)
+		return
+	}
+	var req cortex.SessionCreate
+	if err := decodeJSON(w, r, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	if req.Provider != "" && !slices.Contains(providers.Names(), req.Provider) {
+		writeError(w, badRequest("unknown provider %q (known: %s)", req.Provider, strings.Join(providers.Names(), ", ")))
+		return
+	}
+	o := s.opts.Chat.Defaults
+	o.Neuron, o.Title = req.Neuron, req.Title
+	if req.Agent != "" {
+		o.Agent = req.Agent
+	}
+	switch {
+	case req.Provider != "" && req.Provider != o.LLM.Provider:
+		// Another vendor: its own endpoint and key variable, never the
+		// configured provider's (whose base URL would receive that key).
+		o.LLM = llm.Config{Provider: req.Provider, Model: req.Model}
+	case req.Model != "":
+		o.LLM.Model = req.Model
+	}
+	if o.LLM.Provider == "" || o.LLM.Model == "" {
+		writeError(w, badRequest("no provider and model: send \"provider\" and \"model\", or configure llm.provider and llm.model for the daemon"))
+		return
+	}
+	s.chats.opening.Lock()
+	runner, err := chatrun.Open(r.Context(), s.opts.Chat.Host, o)
+	if err != nil {
+		s.chats.opening.Unlock()
+		writeError(w, chatError(err))
+		return
+	}
+	c := s.hold(runner)
+	s.chats.opening.Unlock()
+	defer s.releaseChat(c)
+	writeJSON(w, http.StatusCreated, sessionOf(runner))
+}
+
+func (s *Server) getSession(w http.ResponseWriter, r *http.Request) {
+	rn, release, err := s.acquireChat(r.Context(), r.PathValue("sid"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	defer release()
+	d := cortex.SessionDetail{Session: sessionOf(rn), Messages: []cortex.SessionMessage{}}
+	for _, m := range rn.Messages() {
+		sm := cortex.SessionMessage{Role: string(m.Role), Text: m.Text()}
+		for _, p := range m.Parts {
+			switch {
+			case p.ToolCall != nil:
+				sm.ToolCalls = append(sm.ToolCalls, p.ToolCall.Name)
+			case p.ToolResult != nil:
+				sm.ToolResults++
+			}
+		}
+		d.Messages = append(d.Messages, sm)
+	}
+	writeJSON(w, http.StatusOK, d)
+}
+
+func (s *Server) updateSession(w http.ResponseWriter, r *http.Request) {
+	var req cortex.SessionUpdate
+	if err := decodeJSON(w, r, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	if strings.TrimSpace(req.Model) == "" {
+		writeError(w, badRequest(`"model" is empty: give "name" or "provider/name"`))
+		return
+	}
+	rn, release, err := s.acquireChat(r.Context(), r.PathValue("sid"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	defer release()
+	if err := rn.SetModel(req.Model); err != nil {
+		writeError(w, chatError(err))
+		return
+	}
+	writeJSON(w, http.StatusOK, sessionOf(rn))
+}
+
+func (s *Server) closeSession(w http.ResponseWriter, r *http.Request) {
+	if err := s.chatEnabled(); err != nil {
+		writeError(w, err)
+		return
+	}
+	id := r.PathValue("sid")
+	if err := session.ValidateID(id); err != nil {
+		writeError(w, badRequest("%v", err))
+		return
+	}
+	s.chats.mu.Lock()
+	c := s.chats.open[id]
+	if c != nil && c.users > 0 {
+		s.chats.mu.Unlock()
+		writeError(w, chatError(chatrun.ErrBusy))
+		return
+	}
+	delete(s.chats.open, id)
+	s.chats.mu.Unlock()
+	if c != nil {
+		c.closed = true
+		if err := c.r.Close(); err != nil {
+			s.log.Warn("closing a chat session", "session", id, "err", err)
+		}
+	}
+	if r.URL.Query().Get("remove") == "true" {
+		if err := session.ForLayout(s.opts.Chat.Host.Layout).Delete(id); err != nil {
+			writeError(w, chatError(err))
+			return
+		}
+	} else if c == nil {
+		if _, err := session.ForLayout(s.opts.Chat.Host.Layout).Open(id); err != nil {
+			writeError(w, chatError(err))
+			return
+		}
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) sessionTurns(w http.ResponseWriter, r *http.Request) {
+	rn, release, err := s.acquireChat(r.Context(), r.PathValue("sid"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	defer release()
+	out := []cortex.SessionTurn{}
+	for _, t := range rn.Turns() {
+		out = append(out, turnOf(t))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func turnOf(t chatrun.Turn) cortex.SessionTurn {
+	return cortex.SessionTurn{N: t.N, Entry: t.Entry, Request: t.Request, Files: t.Files.String(), Checkpoint: t.Checkpoint, Why: t.Why}
+}
+
+// runTurn streams one turn as Server-Sent Events. The turn runs while the
+// request does: a client that goes away cancels it (as Ctrl-C does in
+// nsys-cortex chat), and so does the daemon stopping.
+func (s *Server) runTurn(w http.ResponseWriter, r *http.Request) {
+	var req cortex.TurnRequest
+	if err := decodeJSON(w, r, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	if strings.TrimSpace(req.Message) == "" {
+		writeError(w, badRequest(`"message" is empty`))
+		return
+	}
+	rn, release, err := s.acquireChat(r.Context(), r.PathValue("sid"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	defer release()
+	ctx, done := s.streamContext(r)
+	defer done()
+	var sse *sseWriter
+	var ok bool
+	started := false
+	var last map[string]any // turn_end, sent once the session takes requests again
+	res, err := rn.Turn(ctx, req.Message, func(e chatrun.Event) {
+		rec, keep := chatrun.Record(e)
+		if !keep {
+			return
+		}
+		if rec["type"] == "turn_end" {
+			last = rec
+			return
+		}
+		if !started {
+			started = true
+			if sse, ok = newSSE(w); !ok {
+				return
+			}
+		}
+		if sse != nil {
+			sse.event(rec["type"].(string), rec) // a client gone: the context ends the turn
+		}
+	})
+	if !started {
+		if err != nil {
+			writeError(w, chatError(err)) // refused before it began (busy, closed)
+			return
+		}
+		if sse, ok = newSSE(w); !ok {
+			return
+		}
+	}
+	if sse == nil {
+		return
+	}
+	if err != nil {
+		sse.fail(chatError(err))
+		return
+	}
+	if res != nil && res.SessionErr != nil {
+		s.log.Warn("a chat turn could not write all its session entries", "session", rn.ID(), "err", res.SessionErr)
+	}
+	if last != nil {
+		sse.event("turn_end", last)
+	}
+}
+
+func (s *Server) compactSession(w http.ResponseWriter, r *http.Request) {
+	rn, release, err := s.acquireChat(r.Context(), r.PathValue("sid"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	defer release()
+	if err := rn.Compact(r.Context(), nil); err != nil {
+		writeError(w, chatError(err))
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) rewindSession(w http.ResponseWriter, r *http.Request) {
+	var req cortex.RewindRequest
+	if err := decodeJSON(w, r, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	if req.Entry == "" {
+		writeError(w, badRequest(`"entry" is empty: give the entry of a request (GET .../turns lists them)`))
+		return
+	}
+	rn, release, err := s.acquireChat(r.Context(), r.PathValue("sid"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	defer release()
+	rw, err := rn.Rewind(r.Context(), req.Entry, req.KeepFiles)
+	if err != nil {
+		writeError(w, chatError(err))
+		return
+	}
+	writeJSON(w, http.StatusOK, cortex.Rewound{Turn: turnOf(rw.Turn), Restored: rw.Restored})
+}
+
+func (s *Server) forkSession(w http.ResponseWriter, r *http.Request) {
+	var req cortex.ForkRequest
+	if err := decodeJSON(w, r, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	rn, release, err := s.acquireChat(r.Context(), r.PathValue("sid"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	defer release()
+	id, err := rn.Fork(req.Entry)
+	if err != nil {
+		writeError(w, chatError(err))
+		return
+	}
+	// The runner moved to the fork; the parent's file is as it was.
+	s.chats.mu.Lock()
+	for old, c := range s.chats.open {
+		if c.r == rn && old != id {
+			delete(s.chats.open, old)
+			s.chats.open[id] = c
+		}
+	}
+	s.chats.mu.Unlock()
+	out := sessionOf(rn)
+	if out.ID != id {
+		writeError(w, fmt.Errorf("the fork is %s, but the session reads %s", id, out.ID))
+		return
+	}
+	writeJSON(w, http.StatusCreated, out)
+}
