@@ -230,3 +230,60 @@ func isSummaryRequest(body map[string]any) bool {
 func isSuggestionRequest(body map[string]any) bool {
 	return strings.Contains(system(body), "predict what the user")
 }
+
+// A multi-turn task over the real OpenAI wire format in a real neuron: the
+// first turn reads a file, fixes it with edit and runs the tests; the
+// second, resumed from the session, runs them again. The model answers
+// with what the tool results said, so the test sees the neuron's work.
+func TestChatReadEditRunTests(t *testing.T) {
+	c := newCLI(t, "process")
+	if _, errOut, code := c.run("", "create", "fixer"); code != 0 {
+		t.Fatalf("create: %s", errOut)
+	}
+	c.run("", "exec", "fixer", "--", "sh", "-c", `printf 'def add(a, b):\n    return a - b\n' > calc.py && printf "python3 -c 'import calc; assert calc.add(2, 3) == 5' && echo PASS\n" > test.sh`)
+	lastTool := func(body map[string]any) string {
+		msgs := messages(body)
+		if m := msgs[len(msgs)-1]; m["role"] == "tool" {
+			return content(m)
+		}
+		return ""
+	}
+	fake := &fakeOpenAI{}
+	fake.route = func(body map[string]any) func(io.Writer) {
+		req, step := lastUser(body)
+		fix := strings.HasPrefix(req, "fix")
+		switch {
+		case fix && step == 0:
+			return toolCall("r1", "read", map[string]any{"path": "calc.py"})
+		case fix && step == 1:
+			if !strings.Contains(lastTool(body), "a - b") {
+				return text("the read did not show the bug: " + lastTool(body))
+			}
+			return toolCall("e1", "edit", map[string]any{"path": "calc.py", "old_string": "a - b", "new_string": "a + b"})
+		case fix && step == 2, !fix && step == 0:
+			return toolCall("t1", "bash", map[string]any{"command": "sh test.sh"})
+		}
+		return text("tests say: " + strings.TrimSpace(lastTool(body)))
+	}
+	srv := httptest.NewServer(fake)
+	defer srv.Close()
+	c.env = append(c.env, "OPENAI_API_KEY=test-key")
+	args := []string{"chat", "fixer", "--provider", "openai", "--model", "fake", "--base-url", srv.URL + "/v1"}
+	out, errOut, code := c.run("", append(args, "-p", "fix calc.py so the tests pass")...)
+	if code != 0 || !strings.Contains(out, "tests say: PASS") {
+		t.Fatalf("turn 1 (exit %d): %s\n%s", code, out, errOut)
+	}
+	got, _, _ := c.run("", "exec", "fixer", "--", "cat", "calc.py")
+	if !strings.Contains(got, "a + b") {
+		t.Fatalf("calc.py after the turn: %q", got)
+	}
+	out, errOut, code = c.run("", append(args, "--continue", "-p", "run the tests again")...)
+	if code != 0 || !strings.Contains(out, "tests say: PASS") {
+		t.Fatalf("turn 2 (exit %d): %s\n%s", code, out, errOut)
+	}
+	// The second turn's request carried the first turn's work.
+	reqs := fake.requests()
+	if n := len(messages(reqs[len(reqs)-1])); n < 10 {
+		t.Fatalf("the resumed turn's request has %d messages", n)
+	}
+}
