@@ -143,14 +143,14 @@ func (s *Server) Routes() []Route {
 		{"GET", n + "/terminal", s.terminal},
 		{"GET", "/v1/sessions", s.listSessions},
 		{"POST", "/v1/sessions", s.createSession},
-		{"GET", sn, s.getSession},
-		{"PATCH", sn, s.updateSession},
+		{"GET", sn, s.onSession(nil, s.getSession)},
+		{"PATCH", sn, s.onSession(&cortex.SessionUpdate{}, s.updateSession)},
 		{"DELETE", sn, s.closeSession},
-		{"GET", sn + "/turns", s.sessionTurns},
+		{"GET", sn + "/turns", s.onSession(nil, s.sessionTurns)},
 		{"POST", sn + "/turns", s.runTurn},
-		{"POST", sn + "/compact", s.compactSession},
-		{"POST", sn + "/rewind", s.rewindSession},
-		{"POST", sn + "/fork", s.forkSession},
+		{"POST", sn + "/compact", s.onSession(nil, s.compactSession)},
+		{"POST", sn + "/rewind", s.onSession(&cortex.RewindRequest{}, s.rewindSession)},
+		{"POST", sn + "/fork", s.onSession(&cortex.ForkRequest{}, s.forkSession)},
 	}
 }
 

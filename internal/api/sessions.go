@@ -3,8 +3,8 @@ package api
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/http"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -265,13 +265,44 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusCreated, sessionOf(runner))
 }
 
-func (s *Server) getSession(w http.ResponseWriter, r *http.Request) {
-	rn, release, err := s.acquireChat(r.Context(), r.PathValue("sid"))
-	if err != nil {
-		writeError(w, err)
-		return
+// onSession is a route on one session: the JSON body decoded into in (nil:
+// no body), the session's runner held while f runs; f's answer is written
+// with status (204 when out is nil).
+func (s *Server) onSession(in any, f func(r *http.Request, rn *chatrun.Runner) (status int, out any, err error)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		var v any
+		if in != nil {
+			v = reflect.New(reflect.TypeOf(in).Elem()).Interface() // one per request
+			if err := decodeJSON(w, r, v); err != nil {
+				writeError(w, err)
+				return
+			}
+		}
+		rn, release, err := s.acquireChat(r.Context(), r.PathValue("sid"))
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		defer release()
+		r = r.WithContext(context.WithValue(r.Context(), bodyKey{}, v))
+		status, out, err := f(r, rn)
+		switch {
+		case err != nil:
+			writeError(w, chatError(err))
+		case out == nil:
+			w.WriteHeader(http.StatusNoContent)
+		default:
+			writeJSON(w, status, out)
+		}
 	}
-	defer release()
+}
+
+type bodyKey struct{}
+
+// body returns the request body onSession decoded.
+func body[T any](r *http.Request) *T { return r.Context().Value(bodyKey{}).(*T) }
+
+func (s *Server) getSession(r *http.Request, rn *chatrun.Runner) (int, any, error) {
 	d := cortex.SessionDetail{Session: sessionOf(rn), Messages: []cortex.SessionMessage{}}
 	for _, m := range rn.Messages() {
 		sm := cortex.SessionMessage{Role: string(m.Role), Text: m.Text()}
@@ -285,30 +316,59 @@ func (s *Server) getSession(w http.ResponseWriter, r *http.Request) {
 		}
 		d.Messages = append(d.Messages, sm)
 	}
-	writeJSON(w, http.StatusOK, d)
+	return http.StatusOK, d, nil
 }
 
-func (s *Server) updateSession(w http.ResponseWriter, r *http.Request) {
-	var req cortex.SessionUpdate
-	if err := decodeJSON(w, r, &req); err != nil {
-		writeError(w, err)
-		return
-	}
+func (s *Server) updateSession(r *http.Request, rn *chatrun.Runner) (int, any, error) {
+	req := body[cortex.SessionUpdate](r)
 	if strings.TrimSpace(req.Model) == "" {
-		writeError(w, badRequest(`"model" is empty: give "name" or "provider/name"`))
-		return
+		return 0, nil, badRequest(`"model" is empty: give "name" or "provider/name"`)
 	}
-	rn, release, err := s.acquireChat(r.Context(), r.PathValue("sid"))
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	defer release()
 	if err := rn.SetModel(req.Model); err != nil {
-		writeError(w, chatError(err))
-		return
+		return 0, nil, err
 	}
-	writeJSON(w, http.StatusOK, sessionOf(rn))
+	return http.StatusOK, sessionOf(rn), nil
+}
+
+func (s *Server) sessionTurns(_ *http.Request, rn *chatrun.Runner) (int, any, error) {
+	out := []cortex.SessionTurn{}
+	for _, t := range rn.Turns() {
+		out = append(out, turnOf(t))
+	}
+	return http.StatusOK, out, nil
+}
+
+func (s *Server) compactSession(r *http.Request, rn *chatrun.Runner) (int, any, error) {
+	return 0, nil, rn.Compact(r.Context(), nil)
+}
+
+func (s *Server) rewindSession(r *http.Request, rn *chatrun.Runner) (int, any, error) {
+	req := body[cortex.RewindRequest](r)
+	if req.Entry == "" {
+		return 0, nil, badRequest(`"entry" is empty: give the entry of a request (GET .../turns lists them)`)
+	}
+	rw, err := rn.Rewind(r.Context(), req.Entry, req.KeepFiles)
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, cortex.Rewound{Turn: turnOf(rw.Turn), Restored: rw.Restored}, nil
+}
+
+func (s *Server) forkSession(r *http.Request, rn *chatrun.Runner) (int, any, error) {
+	id, err := rn.Fork(body[cortex.ForkRequest](r).Entry)
+	if err != nil {
+		return 0, nil, err
+	}
+	// The runner moved to the fork; the parent's file is as it was.
+	s.chats.mu.Lock()
+	for old, c := range s.chats.open {
+		if c.r == rn && old != id {
+			delete(s.chats.open, old)
+			s.chats.open[id] = c
+		}
+	}
+	s.chats.mu.Unlock()
+	return http.StatusCreated, sessionOf(rn), nil
 }
 
 func (s *Server) closeSession(w http.ResponseWriter, r *http.Request) {
@@ -348,20 +408,6 @@ func (s *Server) closeSession(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	w.WriteHeader(http.StatusNoContent)
-}
-
-func (s *Server) sessionTurns(w http.ResponseWriter, r *http.Request) {
-	rn, release, err := s.acquireChat(r.Context(), r.PathValue("sid"))
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	defer release()
-	out := []cortex.SessionTurn{}
-	for _, t := range rn.Turns() {
-		out = append(out, turnOf(t))
-	}
-	writeJSON(w, http.StatusOK, out)
 }
 
 func turnOf(t chatrun.Turn) cortex.SessionTurn {
@@ -434,76 +480,4 @@ func (s *Server) runTurn(w http.ResponseWriter, r *http.Request) {
 	if last != nil {
 		sse.event("turn_end", last)
 	}
-}
-
-func (s *Server) compactSession(w http.ResponseWriter, r *http.Request) {
-	rn, release, err := s.acquireChat(r.Context(), r.PathValue("sid"))
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	defer release()
-	if err := rn.Compact(r.Context(), nil); err != nil {
-		writeError(w, chatError(err))
-		return
-	}
-	w.WriteHeader(http.StatusNoContent)
-}
-
-func (s *Server) rewindSession(w http.ResponseWriter, r *http.Request) {
-	var req cortex.RewindRequest
-	if err := decodeJSON(w, r, &req); err != nil {
-		writeError(w, err)
-		return
-	}
-	if req.Entry == "" {
-		writeError(w, badRequest(`"entry" is empty: give the entry of a request (GET .../turns lists them)`))
-		return
-	}
-	rn, release, err := s.acquireChat(r.Context(), r.PathValue("sid"))
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	defer release()
-	rw, err := rn.Rewind(r.Context(), req.Entry, req.KeepFiles)
-	if err != nil {
-		writeError(w, chatError(err))
-		return
-	}
-	writeJSON(w, http.StatusOK, cortex.Rewound{Turn: turnOf(rw.Turn), Restored: rw.Restored})
-}
-
-func (s *Server) forkSession(w http.ResponseWriter, r *http.Request) {
-	var req cortex.ForkRequest
-	if err := decodeJSON(w, r, &req); err != nil {
-		writeError(w, err)
-		return
-	}
-	rn, release, err := s.acquireChat(r.Context(), r.PathValue("sid"))
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	defer release()
-	id, err := rn.Fork(req.Entry)
-	if err != nil {
-		writeError(w, chatError(err))
-		return
-	}
-	// The runner moved to the fork; the parent's file is as it was.
-	s.chats.mu.Lock()
-	for old, c := range s.chats.open {
-		if c.r == rn && old != id {
-			delete(s.chats.open, old)
-			s.chats.open[id] = c
-		}
-	}
-	s.chats.mu.Unlock()
-	out := sessionOf(rn)
-	if out.ID != id {
-		writeError(w, fmt.Errorf("the fork is %s, but the session reads %s", id, out.ID))
-		return
-	}
-	writeJSON(w, http.StatusCreated, out)
 }
