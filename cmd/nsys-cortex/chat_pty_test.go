@@ -16,7 +16,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/creack/pty"
 )
 
 var ansiSeq = regexp.MustCompile(`\x1b(\[[0-9;?]*[ -/]*[@-~]|\][^\x07]*\x07|[()][0-9A-Za-z]|[=>])`)
@@ -262,7 +261,7 @@ func TestChatRestoresTheTerminal(t *testing.T) {
 			script := bin + " chat agent1 --provider openai --model fake --base-url " + srv.URL + "/v1; echo exit=$?; stty -a"
 			r := &ptyRun{cmd: exec.Command("sh", "-c", script), done: make(chan error, 1)}
 			r.cmd.Env = c.env
-			startPty(t, r)
+			r.start(t, 100, 30)
 			r.after(t, 0, "Type a request", false)
 			time.Sleep(100 * time.Millisecond) // the editor is reading: raw mode
 			tc.end(t, r)
@@ -277,31 +276,6 @@ func TestChatRestoresTheTerminal(t *testing.T) {
 	}
 }
 
-// startPty runs r.cmd on a new terminal and collects its output.
-func startPty(t *testing.T, r *ptyRun) {
-	t.Helper()
-	tty, err := pty.StartWithSize(r.cmd, &pty.Winsize{Cols: 100, Rows: 30})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.tty = tty
-	copied := make(chan struct{})
-	go func() {
-		buf := make([]byte, 4096)
-		for {
-			n, err := tty.Read(buf)
-			r.mu.Lock()
-			r.out.Write(buf[:n])
-			r.mu.Unlock()
-			if err != nil {
-				close(copied)
-				return
-			}
-		}
-	}()
-	go func() { err := r.cmd.Wait(); tty.Close(); <-copied; r.done <- err }()
-	t.Cleanup(func() { r.cmd.Process.Kill() })
-}
 
 // childOf returns the pid of a child of process pid (waiting for one).
 func childOf(t *testing.T, pid int) int {

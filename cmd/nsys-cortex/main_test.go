@@ -130,7 +130,16 @@ func (c *cli) run(stdin string, args ...string) (string, string, int) {
 	cmd := c.command(args...)
 	var out, errb bytes.Buffer
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = strings.NewReader(stdin), &out, &errb
-	err := cmd.Run()
+	if err := cmd.Start(); err != nil {
+		c.t.Fatalf("running %v: %v", args, err)
+	}
+	// A CLI that hangs fails the test with what it said, instead of
+	// holding the test binary until go test's own timeout.
+	hung := time.AfterFunc(5*time.Minute, func() { cmd.Process.Kill() })
+	err := cmd.Wait()
+	if !hung.Stop() {
+		c.t.Fatalf("%v did not finish in 5 minutes; stdout %q, stderr %q", args, out.String(), errb.String())
+	}
 	code := 0
 	if ee, ok := err.(*exec.ExitError); ok {
 		code = ee.ExitCode()

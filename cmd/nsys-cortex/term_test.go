@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -23,6 +24,13 @@ type ptyRun struct {
 func (c *cli) onPty(t *testing.T, cols, rows uint16, args ...string) *ptyRun {
 	t.Helper()
 	r := &ptyRun{cmd: c.command(args...), done: make(chan error, 1)}
+	r.start(t, cols, rows)
+	return r
+}
+
+// start runs r.cmd on a new terminal of that size and collects its output.
+func (r *ptyRun) start(t *testing.T, cols, rows uint16) {
+	t.Helper()
 	tty, err := pty.StartWithSize(r.cmd, &pty.Winsize{Cols: cols, Rows: rows})
 	if err != nil {
 		t.Fatal(err)
@@ -43,8 +51,9 @@ func (c *cli) onPty(t *testing.T, cols, rows uint16, args ...string) *ptyRun {
 		}
 	}()
 	go func() { err := r.cmd.Wait(); tty.Close(); <-copied; r.done <- err }()
-	t.Cleanup(func() { r.cmd.Process.Kill() })
-	return r
+	// The command leads its own session (pty.Start): its whole process
+	// group ends with the test, children of a shell included.
+	t.Cleanup(func() { syscall.Kill(-r.cmd.Process.Pid, syscall.SIGKILL) })
 }
 
 func (r *ptyRun) output() string {
