@@ -12,6 +12,7 @@ import (
 	"github.com/nsys-cortex/cortex/internal/cli"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
 	"github.com/nsys-cortex/cortex/internal/sandbox/docker"
+	"github.com/nsys-cortex/cortex/internal/sandbox/firecracker"
 	"github.com/nsys-cortex/cortex/internal/sandbox/nsbox"
 	"github.com/nsys-cortex/cortex/internal/sandbox/process"
 )
@@ -30,7 +31,7 @@ func main() {
 	app := &cli.App{
 		Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr,
 		Version:       version,
-		Backends:      []sandbox.Backend{docker.Backend(), nsbox.Backend(), process.Backend()},
+		Backends:      []sandbox.Backend{firecracker.Backend(), docker.Backend(), nsbox.Backend(), process.Backend()},
 		AgentEmbedded: agentbin.Embedded(),
 	}
 	code := app.Run(ctx, os.Args[1:])

@@ -1,0 +1,129 @@
+package firecracker
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/nsys-cortex/cortex/internal/sandbox"
+	"github.com/nsys-cortex/cortex/internal/sandbox/firecracker/vsock"
+)
+
+// The guest's side of the contract, as the image's PID 1
+// (internal/agent/guestinit) defines it: the disks it finds by their
+// virtio serial numbers (Firecracker's drive ids), the configuration it
+// reads from the config disk, and the control port. The types here mirror
+// guestinit's field for field and stand for them until the backend imports
+// that package.
+
+// Drive ids, which the guest sees as the disks' serial numbers
+// (guestinit.SerialRoot, SerialOverlay, SerialConfig).
+const (
+	driveRoot    = "cortex-root"
+	driveOverlay = "cortex-overlay"
+	driveConfig  = "cortex-config"
+)
+
+// GuestConfig is what the host tells the guest (guestinit.Config), as
+// JSON on the config disk: never on the kernel command line.
+type GuestConfig struct {
+	ID           string   `json:"id"`
+	Workdir      string   `json:"workdir"`
+	Env          []string `json:"env"`
+	Pids         int      `json:"pids,omitempty"`
+	NestedUserns bool     `json:"nestedUserns,omitempty"`
+	VsockPort    int      `json:"vsockPort,omitempty"`
+	CtlVsockPort int      `json:"ctlVsockPort,omitempty"`
+}
+
+// configMax bounds the config disk's JSON (guestinit.ConfigMax), and
+// configDiskMin is its least size (vmimage.ConfigDisk's: the kernel's
+// partition scan complains about tinier disks).
+const (
+	configMax     = 1 << 20
+	configDiskMin = 64 << 10
+)
+
+// writeConfigDisk writes cfg as the guest reads it: JSON, NUL-padded to
+// whole 4 KiB blocks (vmimage.ConfigDisk's format).
+func writeConfigDisk(path string, cfg *GuestConfig) error {
+	b, err := json.Marshal(cfg)
+	if err != nil {
+		return err
+	}
+	if len(b) >= configMax {
+		return &sandbox.InvalidError{Reason: fmt.Sprintf("the neuron's configuration is %d bytes (limit %d): the environment is too large", len(b), configMax)}
+	}
+	padded := make([]byte, max(configDiskMin, (len(b)+1+4095)&^4095))
+	copy(padded, b)
+	return os.WriteFile(path, padded, 0o400)
+}
+
+// guestEnv is the agent's environment in the VM: the allow-listed basics
+// and what the operator granted, as in the qemu backend.
+func guestEnv(id string, granted []string) []string {
+	return sandbox.AgentEnv(nil, append([]string{
+		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+		"HOME=" + guestHome, "USER=root", "LOGNAME=root", "SHELL=/bin/sh", "LANG=C.UTF-8", "TMPDIR=/tmp",
+		"NSYS_CORTEX_NEURON=" + id,
+	}, granted...)...)
+}
+
+// Control operations (guestinit.OpRestored, OpPoweroff, OpPing).
+const (
+	OpRestored = "restored"
+	OpPoweroff = "poweroff"
+	OpPing     = "ping"
+)
+
+// CtlRequest is one line of JSON on the control port (guestinit.CtlRequest).
+type CtlRequest struct {
+	Op   string    `json:"op"`
+	Time time.Time `json:"time,omitzero"`
+	Seed []byte    `json:"seed,omitempty"`
+}
+
+// CtlReply is the guest's one-line answer (guestinit.CtlReply).
+type CtlReply struct {
+	OK    bool      `json:"ok"`
+	Error string    `json:"error,omitempty"`
+	Time  time.Time `json:"time"`
+}
+
+// control sends one request to the guest's control port through the VM's
+// hybrid vsock socket uds and returns its answer.
+func control(ctx context.Context, uds string, req *CtlRequest) (*CtlReply, error) {
+	c, err := vsock.Dial(ctx, uds, CtlVsockPort)
+	if err != nil {
+		return nil, fmt.Errorf("control port: %w", err)
+	}
+	defer c.Close()
+	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Now()) })
+	defer stop()
+	b, err := json.Marshal(req)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := c.Write(append(b, '\n')); err != nil {
+		return nil, fmt.Errorf("control port: %w", err)
+	}
+	line, err := bufio.NewReader(c).ReadBytes('\n')
+	if err != nil {
+		if ctx.Err() != nil {
+			err = ctx.Err()
+		}
+		return nil, fmt.Errorf("control port: no answer to %s: %w", req.Op, err)
+	}
+	var reply CtlReply
+	if err := json.Unmarshal(line, &reply); err != nil {
+		return nil, fmt.Errorf("control port: %w", err)
+	}
+	if !reply.OK {
+		return &reply, errors.New("control port: the guest refused " + req.Op + ": " + reply.Error)
+	}
+	return &reply, nil
+}
