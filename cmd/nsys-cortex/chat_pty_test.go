@@ -15,7 +15,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
 )
 
 var ansiSeq = regexp.MustCompile(`\x1b(\[[0-9;?]*[ -/]*[@-~]|\][^\x07]*\x07|[()][0-9A-Za-z]|[=>])`)
@@ -275,7 +274,6 @@ func TestChatRestoresTheTerminal(t *testing.T) {
 		})
 	}
 }
-
 
 // childOf returns the pid of a child of process pid (waiting for one).
 func childOf(t *testing.T, pid int) int {
