@@ -133,17 +133,6 @@ func (c *Client) writeFile(ctx context.Context, p string, src chunkSource, o *Wr
 		return 0, err
 	}
 	p = target.Path
-	if c.view.usable() {
-		rest := src.r
-		if rest == nil {
-			rest = bytes.NewReader(src.data[src.off:])
-		}
-		n, err := c.view.writeDirect(p, first, rest, args.Mode)
-		if err != errFallback {
-			release()
-			return n, err
-		}
-	}
 	if args.Mode == 0 {
 		if st, err := c.Stat(ctx, p); err == nil && st.Type == protocol.TypeFile {
 			args.Mode = st.Mode // keep the mode of the file being replaced
@@ -168,6 +157,17 @@ func (c *Client) writeFile(ctx context.Context, p string, src chunkSource, o *Wr
 	}
 	failed := func() bool { mu.Lock(); defer mu.Unlock(); return firstErr != nil }
 	chunk := first
+	if c.view.usable() {
+		// The agent makes the temporary file (its own, removed if this
+		// client goes away before the move); the host fills it directly.
+		if n, err := c.writeViaView(ctx, tmp, args, first, src); err != errFallback {
+			release()
+			off, chunk = n, nil
+			if err != nil {
+				setErr(err)
+			}
+		}
+	}
 	for len(chunk) > 0 && !failed() {
 		select {
 		case slots <- struct{}{}:
@@ -531,6 +531,39 @@ func (c *Client) readDirect(ctx context.Context, p string, off, end int64, w io.
 	n, err := io.Copy(w, src)
 	if err != nil {
 		return n, hostError("read", target.Path, err)
+	}
+	return n, nil
+}
+
+// writeViaView has the agent create the temporary file tmp (tracked by its
+// session, so it goes if this client does), then writes first and the rest
+// of src into it from the host's side of the view, kernel to kernel where
+// src is a file. errFallback: the host cannot open tmp beneath the view,
+// and the channel writes it.
+func (c *Client) writeViaView(ctx context.Context, tmp string, args *protocol.FileWriteArgs, first []byte, src chunkSource) (int64, error) {
+	rel, ok := c.view.rel(tmp)
+	if !ok {
+		return 0, errFallback
+	}
+	a := *args
+	a.Path, a.Offset, a.Temp = tmp, 0, true
+	if _, err := c.call(ctx, protocol.CmdFileWrite, &a, nil, nil); err != nil {
+		return 0, err
+	}
+	f, err := c.view.openTemp(rel)
+	if err != nil {
+		return 0, errFallback
+	}
+	rest := src.r
+	if rest == nil {
+		rest = bytes.NewReader(src.data[src.off:])
+	}
+	n, err := copyInto(ctx, f, first, rest)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return n, hostError("write", tmp, err)
 	}
 	return n, nil
 }

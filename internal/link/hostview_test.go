@@ -1,9 +1,8 @@
 package link
 
 import (
-	"bytes"
+	"context"
 	"errors"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -30,65 +29,16 @@ func viewFixture(t *testing.T) (*HostView, string, string) {
 	return &HostView{Neuron: "/home/agent", Host: home}, home, secret
 }
 
-func TestHostViewWriteReplacesAtomically(t *testing.T) {
-	v, home, _ := viewFixture(t)
-	target := filepath.Join(home, "ws", "f")
-	if err := os.WriteFile(target, []byte("old"), 0o640); err != nil {
-		t.Fatal(err)
-	}
-	data := bytes.Repeat([]byte("x"), 3*directMin)
-	n, err := v.writeDirect("/home/agent/ws/f", data[:directMin], bytes.NewReader(data[directMin:]), 0)
-	if err != nil || n != int64(len(data)) {
-		t.Fatalf("writeDirect: %d, %v", n, err)
-	}
-	got, _ := os.ReadFile(target)
-	st, _ := os.Stat(target)
-	if !bytes.Equal(got, data) || st.Mode().Perm() != 0o640 {
-		t.Fatalf("the file has %d bytes, mode %v; want %d bytes and the replaced file's mode 0640", len(got), st.Mode().Perm(), len(data))
-	}
-
-	// A source that fails half way leaves the old content, and no temp file.
-	failing := io.MultiReader(bytes.NewReader(data[:100]), iotestErr{})
-	if _, err := v.writeDirect("/home/agent/ws/f", data[:directMin], failing, 0); err == nil || !strings.Contains(err.Error(), "cut short") {
-		t.Fatalf("a failing source: %v, want its error", err)
-	}
-	if got, _ := os.ReadFile(target); !bytes.Equal(got, data) {
-		t.Fatal("a failed copy changed the file")
-	}
-	if ents, _ := os.ReadDir(filepath.Join(home, "ws")); len(ents) != 1 {
-		t.Fatalf("a failed copy left %d entries in the directory, want only the file", len(ents))
-	}
-}
-
-type iotestErr struct{}
-
-func (iotestErr) Read([]byte) (int, error) { return 0, errors.New("upload cut short") }
-
-func TestHostViewOwner(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("giving files to another uid needs root")
-	}
-	v, home, _ := viewFixture(t)
-	v.Owner = &Owner{UID: 4242, GID: 4243}
-	if _, err := v.writeDirect("/home/agent/ws/owned", make([]byte, directMin), bytes.NewReader(nil), 0); err != nil {
-		t.Fatal(err)
-	}
-	st, err := os.Stat(filepath.Join(home, "ws", "owned"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if s := st.Sys().(*syscall.Stat_t); s.Uid != 4242 || s.Gid != 4243 {
-		t.Fatalf("owned by %d:%d, want the agent's 4242:4243", s.Uid, s.Gid)
-	}
-}
-
 // Links the agent planted never lead the host out of the view: not an
 // absolute symlink, not a relative one through "..", not as a directory
-// component, not as the file itself; a FIFO is refused without blocking.
+// component, not as the file itself; a FIFO is refused without blocking;
+// a temporary file to fill is never a link, even one that stays inside.
 func TestHostViewConfined(t *testing.T) {
 	v, home, secret := viewFixture(t)
 	outside := filepath.Dir(secret)
-	for name, target := range map[string]string{"abs": outside, "rel": "../..", "file": secret, "relfile": "../../secret"} {
+	inside := filepath.Join(home, "ws", "target")
+	os.WriteFile(inside, []byte("agent's own file"), 0o644)
+	for name, target := range map[string]string{"abs": outside, "rel": "../..", "file": secret, "relfile": "../../secret", "in": "target"} {
 		if err := os.Symlink(target, filepath.Join(home, "ws", name)); err != nil {
 			t.Fatal(err)
 		}
@@ -98,29 +48,20 @@ func TestHostViewConfined(t *testing.T) {
 			f.Close()
 			t.Errorf("read of %s opened a file outside the view", p)
 		}
-	}
-	for _, p := range []string{"/home/agent/ws/abs/planted", "/home/agent/ws/rel/planted"} {
-		if _, err := v.writeDirect(p, make([]byte, directMin), bytes.NewReader(nil), 0); err != errFallback {
-			t.Errorf("write of %s: %v, want the fallback to the channel", p, err)
+		if f, err := v.openTemp(p); err == nil {
+			f.Close()
+			t.Errorf("write of %s opened a file outside the view", p)
 		}
 	}
-	if _, err := os.Stat(filepath.Join(outside, "planted")); err == nil {
-		t.Fatal("a write through a planted link landed outside the view")
-	}
-	// A link where the agent resolved a file (it raced the host) is left
-	// to the channel, where the agent decides; the file it names is never
-	// touched. With a mode given, the rename replaces the link itself.
-	if _, err := v.writeDirect("/home/agent/ws/file", make([]byte, directMin), bytes.NewReader(nil), 0); err != errFallback {
-		t.Fatalf("write over a planted link: %v, want the fallback to the channel", err)
-	}
-	if _, err := v.writeDirect("/home/agent/ws/file", make([]byte, directMin), bytes.NewReader(nil), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if st, err := os.Lstat(filepath.Join(home, "ws", "file")); err != nil || !st.Mode().IsRegular() {
-		t.Fatalf("after a write with a mode: %v, %v; want a regular file in the link's place", st, err)
+	if f, err := v.openTemp("ws/in"); err == nil {
+		f.Close()
+		t.Error("a temporary file that is a link (to a file inside) was opened")
 	}
 	if got, _ := os.ReadFile(secret); string(got) != "host secret" {
-		t.Fatal("a write over a symlink changed the file it points to")
+		t.Fatal("the secret changed")
+	}
+	if got, _ := os.ReadFile(inside); string(got) != "agent's own file" {
+		t.Fatal("a file behind a link was truncated")
 	}
 	// Paths outside the view are not the view's.
 	for _, p := range []string{"/home/agentx/f", "/tmp/f", "/home/agent", "/home/agent/../x"} {
@@ -132,21 +73,50 @@ func TestHostViewConfined(t *testing.T) {
 	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
+	done := make(chan [2]error, 1)
 	go func() {
-		f, err := v.openRead("ws/fifo")
-		if err == nil {
+		var errs [2]error
+		if f, err := v.openRead("ws/fifo"); err == nil {
 			f.Close()
+		} else {
+			errs[0] = err
 		}
-		done <- err
+		if f, err := v.openTemp("ws/fifo"); err == nil {
+			f.Close()
+		} else {
+			errs[1] = err
+		}
+		done <- errs
 	}()
 	select {
-	case err := <-done:
-		if err != errNotRegular {
-			t.Fatalf("open of a FIFO: %v, want it refused", err)
+	case errs := <-done:
+		if errs[0] != errNotRegular || errs[1] == nil {
+			t.Fatalf("opening a FIFO: %v, want both refused", errs)
 		}
 	case <-time.After(10 * time.Second):
-		t.Fatal("open of a FIFO blocked")
+		t.Fatal("opening a FIFO blocked")
+	}
+}
+
+// A temporary file is emptied when opened, and a cancelled copy from a
+// source that is not a file stops at its next read.
+func TestHostViewTempAndCancel(t *testing.T) {
+	v, home, _ := viewFixture(t)
+	tmp := filepath.Join(home, "ws", ".f.cortex-1")
+	os.WriteFile(tmp, []byte("stale bytes"), 0o644)
+	f, err := v.openTemp("ws/.f.cortex-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	n, err := copyInto(ctx, f, []byte("first"), strings.NewReader("never read"))
+	f.Close()
+	if !errors.Is(err, context.Canceled) || n != 5 {
+		t.Fatalf("a cancelled copy: %d, %v", n, err)
+	}
+	if got, _ := os.ReadFile(tmp); string(got) != "first" {
+		t.Fatalf("the temporary file holds %q", got)
 	}
 }
 

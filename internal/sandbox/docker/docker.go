@@ -260,14 +260,10 @@ func (r *runtime) SocketOwner(lay layout.Layout, id string) (int, int, bool) {
 }
 
 // HostView: the neuron's home is a bind mount of overlays/<id>/home, so the
-// host copies large files there itself, owned by the container's uid
-// (docker cp, too, works from the host's side of the container).
+// host copies large files there itself (docker cp, too, works from the
+// host's side of the container); the agent makes and places every file.
 func (r *runtime) HostView(lay layout.Layout, id string) *link.HostView {
-	v := &link.HostView{Neuron: Home, Host: homeDir(lay, id)}
-	if uid, gid, ok := r.SocketOwner(lay, id); ok {
-		v.Owner = &link.Owner{UID: uid, GID: gid}
-	}
-	return v
+	return &link.HostView{Neuron: Home, Host: homeDir(lay, id)}
 }
 
 // Start runs `docker run` attached, detached from the caller: the client
