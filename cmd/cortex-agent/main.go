@@ -14,6 +14,7 @@ import (
 
 	"github.com/nsys-cortex/cortex/internal/agent"
 	"github.com/nsys-cortex/cortex/internal/agent/confine"
+	"github.com/nsys-cortex/cortex/internal/agent/guestinit"
 	"github.com/nsys-cortex/cortex/internal/protocol"
 )
 
@@ -21,6 +22,11 @@ import (
 var version = "dev"
 
 func main() {
+	// As /init of a microVM's initramfs it is the guest's PID 1 (see
+	// guestinit.Main); it never returns.
+	if os.Getpid() == 1 && os.Args[0] == guestinit.InitPath {
+		guestinit.Main(version)
+	}
 	// "cortex-agent init" is PID 1 of a namespace sandbox (see confine.Init).
 	if len(os.Args) > 1 && os.Args[1] == "init" {
 		os.Exit(confine.Init())

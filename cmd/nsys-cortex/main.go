@@ -15,6 +15,7 @@ import (
 	"github.com/nsys-cortex/cortex/internal/sandbox/firecracker"
 	"github.com/nsys-cortex/cortex/internal/sandbox/nsbox"
 	"github.com/nsys-cortex/cortex/internal/sandbox/process"
+	"github.com/nsys-cortex/cortex/internal/sandbox/qemu"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -31,7 +32,7 @@ func main() {
 	app := &cli.App{
 		Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr,
 		Version:       version,
-		Backends:      []sandbox.Backend{firecracker.Backend(), docker.Backend(), nsbox.Backend(), process.Backend()},
+		Backends:      []sandbox.Backend{firecracker.Backend(), qemu.Backend(), docker.Backend(), nsbox.Backend(), process.Backend()},
 		AgentEmbedded: agentbin.Embedded(),
 	}
 	code := app.Run(ctx, os.Args[1:])

@@ -2,7 +2,8 @@
 // filesystem directory — Debian from debootstrap, or busybox for tests —
 // with cortex-agent and the user "agent" in it, imported into the local
 // Docker daemon. The same directory is an nsbox base (`create --mode nsbox
-// --image DIR`) and, later, a VM's root disk.
+// --image DIR`) and, with Options.VM, the root disk of the microVM image
+// (internal/vmimage: kernel, initramfs, root disk).
 package image
 
 import (
@@ -17,6 +18,8 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+
+	"github.com/nsys-cortex/cortex/internal/vmimage"
 )
 
 // Defaults.
@@ -46,6 +49,11 @@ type Options struct {
 	Rebuild bool
 	// Tag, when set, imports the result into docker under this name.
 	Tag string
+	// VM, when set, is where the microVM image is built from the root
+	// filesystem: the kernel (Kernel and Modules, or the newest installed
+	// one), the initramfs and the root disk.
+	VM              string
+	Kernel, Modules string
 	// Log receives progress and the tools' output.
 	Log io.Writer
 }
@@ -90,6 +98,14 @@ func Build(ctx context.Context, o Options) error {
 		return err
 	}
 	fmt.Fprintf(o.Log, "root filesystem ready: %s\n", o.RootFS)
+	if o.VM != "" {
+		fmt.Fprintf(o.Log, "VM image in %s:\n", o.VM)
+		if _, err := vmimage.Build(ctx, vmimage.BuildOptions{Dir: o.VM, KernelImage: o.Kernel, ModulesDir: o.Modules,
+			Agent: o.Agent, RootFS: o.RootFS, Log: o.Log}); err != nil {
+			return fmt.Errorf("image: the VM image: %w", err)
+		}
+		fmt.Fprintf(o.Log, "VM image ready: %s\n", o.VM)
+	}
 	if o.Tag == "" {
 		return nil
 	}

@@ -5,7 +5,8 @@
 //	sockets/<id>/       the channel directory of a neuron (0700)
 //	snapshots/<id>/     snapshots of a neuron's overlay
 //	mounts/             records of running /ctx mounts (nsys-cortex mount)
-//	images/ sessions/ logs/ bin/ config.json
+//	images/             neuron images; images/vm/ the microVM kernel and disks
+//	sessions/ logs/ bin/ config.json
 //
 // It is a foundation package: standard library only, no I/O but lookups of
 // the environment and the user's home.
@@ -81,6 +82,9 @@ func (l Layout) SnapshotsDir(id string) string { return filepath.Join(l.Home, "s
 
 // ImagesDir holds neuron images and root filesystems.
 func (l Layout) ImagesDir() string { return filepath.Join(l.Home, "images") }
+
+// VMImageDir holds the microVM image: kernel, initramfs, root disk.
+func (l Layout) VMImageDir() string { return filepath.Join(l.ImagesDir(), "vm") }
 
 // SessionsDir holds agent sessions.
 func (l Layout) SessionsDir() string { return filepath.Join(l.Home, "sessions") }

@@ -88,7 +88,7 @@ func NewSet(env Env, backends ...Backend) *Set {
 }
 
 // PlannedModes are the modes of the design (DESIGN.md), built or not.
-var PlannedModes = []string{"firecracker", "docker", "nsbox", "kube", "process"}
+var PlannedModes = []string{"firecracker", "qemu", "docker", "nsbox", "kube", "process"}
 
 // Missing returns the planned modes this build does not register.
 func (s *Set) Missing() []string {

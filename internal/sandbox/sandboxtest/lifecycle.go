@@ -80,7 +80,7 @@ func testDeath(t *testing.T, f *fixture) {
 		_, err := c.Exec(context.Background(), &link.ExecRequest{Command: sh("exec " + strings.Join(sleeper, " ")), Timeout: link.NoTimeout})
 		done <- err
 	}()
-	waitFor(t, 5*time.Second, "the sleeper to start", func() bool { return len(hostProcesses(sleeper)) > 0 })
+	waitFor(t, 5*time.Second, "the sleeper to start", func() bool { return len(f.processes(c, sleeper)) > 0 })
 	killed := time.Now()
 	f.kill(st)
 	select {
@@ -102,7 +102,7 @@ func testDeath(t *testing.T, f *fixture) {
 		st, err := m.Get(ctx, "mortal")
 		return err == nil && st.Status == sandbox.StatusStopped
 	})
-	waitFor(t, 5*time.Second, "the agent's command to die with it", func() bool { return len(hostProcesses(sleeper)) == 0 })
+	waitFor(t, 5*time.Second, "the agent's command to die with it", func() bool { return len(f.processes(c, sleeper)) == 0 })
 	if _, err := m.Connect(ctx, "mortal"); !sandbox.IsNotRunning(err) {
 		t.Fatalf("connect to a dead neuron: %v, want NotRunningError", err)
 	}

@@ -115,7 +115,7 @@ func testProcesses(t *testing.T, f *fixture) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, 5*time.Second, "the child to start", func() bool { return len(hostProcesses(child)) > 0 })
+		waitFor(t, 5*time.Second, "the child to start", func() bool { return len(f.processes(c, child)) > 0 })
 		if err := c.ProcSignal(ctx, info.PID, "TERM"); err != nil {
 			t.Fatal(err)
 		}
@@ -123,7 +123,7 @@ func testProcesses(t *testing.T, f *fixture) {
 		if err != nil || end.Running || end.Signal != "SIGTERM" {
 			t.Fatalf("after TERM: %+v %v", end, err)
 		}
-		waitFor(t, 5*time.Second, "the group's child to die", func() bool { return len(hostProcesses(child)) == 0 })
+		waitFor(t, 5*time.Second, "the group's child to die", func() bool { return len(f.processes(c, child)) == 0 })
 		if err := c.ProcSignal(ctx, info.PID, "TERM"); !protocol.HasCode(err, protocol.CodeNotFound) {
 			t.Fatalf("signal an exited process: %v, want NOT_FOUND", err)
 		}

@@ -22,6 +22,8 @@ import (
 	"time"
 
 	"github.com/nsys-cortex/cortex/internal/layout"
+	"github.com/nsys-cortex/cortex/internal/link"
+	"github.com/nsys-cortex/cortex/internal/protocol"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
 )
 
@@ -38,6 +40,10 @@ type Config struct {
 	Confined bool
 	// Kill kills a neuron's agent from outside; the default SIGKILLs State.PID.
 	Kill func(t *testing.T, st *sandbox.State)
+	// OwnKernel is true when neurons run a kernel of their own (a VM):
+	// their processes are not the host's, so the suite looks for them
+	// inside the neuron, through its channel.
+	OwnKernel bool
 	// Options are the options of every neuron the suite creates.
 	Options sandbox.CreateOptions
 }
@@ -222,6 +228,37 @@ func uniqueSleep() []string {
 }
 
 var sleepSeq atomic.Int64
+
+// processes lists the live processes whose argv is argv that the neuron c
+// reaches runs: among the host's, or inside the neuron when it has a
+// kernel of its own (none once it cannot be reached).
+func (f *fixture) processes(c *link.Client, argv []string) []int {
+	if !f.cfg.OwnKernel {
+		return hostProcesses(argv)
+	}
+	return neuronProcesses(f.ctx, c, argv)
+}
+
+// neuronProcesses scans /proc inside the neuron for live processes whose
+// argv is argv.
+func neuronProcesses(ctx context.Context, c *link.Client, argv []string) []int {
+	const scan = `for p in /proc/[0-9]*; do
+  s=$(cat "$p/stat" 2>/dev/null) || continue
+  case "$s" in *") Z "*) continue;; esac
+  [ "$(tr '\0' ' ' < "$p/cmdline" 2>/dev/null)" = "$1" ] && echo "${p#/proc/}"
+done; true`
+	res, err := c.Exec(ctx, &link.ExecRequest{Command: protocol.Command{Argv: []string{"sh", "-c", scan, "sh", strings.Join(argv, " ") + " "}}})
+	if err != nil || res.ExitCode != 0 {
+		return nil
+	}
+	var out []int
+	for _, l := range strings.Fields(string(res.Stdout)) {
+		if pid, err := strconv.Atoi(l); err == nil {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
 
 // hostProcesses lists the live host processes whose argv is argv.
 func hostProcesses(argv []string) []int {

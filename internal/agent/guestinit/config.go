@@ -1,0 +1,101 @@
+package guestinit
+
+import "time"
+
+// InitPath is where the initramfs holds the agent: the kernel runs it as
+// PID 1 with no arguments.
+const InitPath = "/init"
+
+// ModulesDir holds the initramfs's kernel modules, loaded in the lexical
+// order of their names (the builder numbers them) before the disks are
+// mounted; those in LaterModulesDir are loaded once the agent runs, in
+// the background (vsock: only Firecracker has the device).
+const (
+	ModulesDir      = "/modules"
+	LaterModulesDir = "/modules/later"
+)
+
+// Virtio-blk serial numbers of the disks (QEMU's serial=, Firecracker's
+// drive_id). Without serials the guest takes vda, vdb, vdc in that order.
+const (
+	SerialRoot    = "cortex-root"
+	SerialOverlay = "cortex-overlay"
+	SerialConfig  = "cortex-config"
+)
+
+// Virtio-serial port names: PortPrefix+"0", +"1", ... carry one host
+// connection each; CtlPort is the control port.
+const (
+	PortPrefix = "cortex."
+	CtlPort    = "cortex.ctl"
+)
+
+// Default vsock ports (Firecracker's channel): the agent and the control
+// port. A host connects to them through Firecracker's hybrid vsock
+// ("CONNECT 1024\n").
+const (
+	DefaultVsockPort    = 1024
+	DefaultCtlVsockPort = 1025
+)
+
+// ChannelDir is the agent's channel directory inside the guest; the bridge
+// places one socket per host connection there.
+const ChannelDir = "/run/cortex/channel"
+
+// ConfigMax bounds the config disk's JSON.
+const ConfigMax = 1 << 20
+
+// Config is what the host tells the guest, as JSON on the config disk
+// (NUL-padded to whole sectors). It never goes on the kernel command line,
+// which every user of the host can read in the VMM's argv.
+type Config struct {
+	// ID is the neuron id: the agent announces it, and it is the hostname.
+	ID string `json:"id"`
+	// Workdir is the agent's working directory (made if missing).
+	Workdir string `json:"workdir"`
+	// Env is the agent's whole environment (KEY=VALUE), which its
+	// commands inherit.
+	Env []string `json:"env"`
+	// Pids caps the processes of the agent and everything it starts (a
+	// cgroup's pids.max); 0 is no cap.
+	Pids int `json:"pids,omitempty"`
+	// NestedUserns lets programs create user namespaces (inner sandboxes);
+	// without it user.max_user_namespaces is 0.
+	NestedUserns bool `json:"nestedUserns,omitempty"`
+	// VsockPort and CtlVsockPort are where the guest listens for the
+	// host's vsock connections; 0 takes the defaults, -1 turns one off.
+	VsockPort    int `json:"vsockPort,omitempty"`
+	CtlVsockPort int `json:"ctlVsockPort,omitempty"`
+}
+
+// Control operations.
+const (
+	// OpRestored: a snapshot was just restored. The guest sets its clock to
+	// Time and mixes Seed into its RNG, then reseeds it, so no two restores
+	// of one snapshot share randomness or a stale clock; and it ends every
+	// channel session, so each host starts afresh with a hello.
+	OpRestored = "restored"
+	// OpClock sets the guest's clock to Time. The host follows OpRestored
+	// with it while the guest's answer shows a skew: a guest just resumed
+	// under TCG takes a while to read its first request, and the time in
+	// it is that old by then.
+	OpClock = "clock"
+	// OpPoweroff: end every process, sync the disks, reset the machine.
+	OpPoweroff = "poweroff"
+	// OpPing answers with the guest's clock.
+	OpPing = "ping"
+)
+
+// CtlRequest is one line of JSON the host writes on the control port.
+type CtlRequest struct {
+	Op   string    `json:"op"`
+	Time time.Time `json:"time,omitzero"`
+	Seed []byte    `json:"seed,omitempty"`
+}
+
+// CtlReply is the guest's answer, one line of JSON.
+type CtlReply struct {
+	OK    bool      `json:"ok"`
+	Error string    `json:"error,omitempty"`
+	Time  time.Time `json:"time"` // the guest's clock when it answered
+}

@@ -1,0 +1,23 @@
+// Package guestinit is cortex-agent as PID 1 of a microVM neuron (QEMU's
+// microvm, Firecracker): the kernel runs it as /init from the initramfs
+// that internal/vmimage builds. It
+//
+//   - mounts devtmpfs, proc and sysfs, loads the kernel modules the
+//     initramfs carries (finit_module, in modules.dep order),
+//   - mounts the read-only root disk and the neuron's writable overlay
+//     disk (found by their virtio serial numbers) as one overlayfs and
+//     switches to it (MS_MOVE + chroot),
+//   - starts the ordinary agent (this binary again, watching a channel
+//     directory, exactly as in every other mode) and bridges each host
+//     connection to it: every virtio-serial port named cortex.N, and vsock
+//     connections from the host on Config.VsockPort,
+//   - serves the control port (cortex.ctl, or vsock Config.CtlVsockPort):
+//     set the clock and reseed the RNG after a snapshot is restored, power
+//     off cleanly,
+//   - reaps orphans and never exits: when the agent ends, it ends every
+//     process, syncs the disks and resets the machine, which ends the VMM.
+//
+// It imports only foundation packages and the standard library (the agent
+// runs as a separate process); the host side reads the constants and types
+// here to build disks, command lines and control messages.
+package guestinit

@@ -1,0 +1,287 @@
+package guestinit
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// logTime is how PID 1 stamps its lines on the console (the host keeps
+// them in the neuron's log).
+const logTime = "2006/01/02 15:04:05.000000"
+
+// guest is PID 1's state.
+type guest struct {
+	cfg     Config
+	version string
+	boot    time.Time
+
+	bridge *bridge
+
+	mu       sync.Mutex
+	agent    int  // the agent's pid
+	stopping bool // the machine is going down
+}
+
+// Main is the whole life of the guest's PID 1. It never returns: when the
+// agent ends, or boot fails, the machine is reset, which ends the VMM (QEMU
+// runs with -no-reboot; Firecracker exits on a guest reset).
+func Main(version string) {
+	g := &guest{version: version, boot: time.Now()}
+	// Handled, not ignored: children must not inherit ignored signals.
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, unix.SIGTERM, unix.SIGINT, unix.SIGHUP, unix.SIGPWR, unix.SIGPIPE)
+	go func() {
+		for s := range sigs {
+			if s == unix.SIGTERM || s == unix.SIGPWR {
+				g.requestStop("PID 1 received " + s.String())
+			}
+		}
+	}()
+	if err := g.start(); err != nil {
+		g.logf("boot failed: %v", err)
+		g.halt()
+	}
+	g.reap()
+}
+
+func (g *guest) logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "%s cortex-init: "+format+"\n", append([]any{time.Now().UTC().Format(logTime)}, args...)...)
+}
+
+// start boots the machine up to a running agent and its bridges.
+func (g *guest) start() error {
+	if err := mountEarly(); err != nil {
+		return err
+	}
+	params := moduleParams()
+	n, err := loadModules(ModulesDir, params)
+	if err != nil {
+		return err
+	}
+	later, err := openModules(LaterModulesDir)
+	if err != nil {
+		g.logf("%v (no vsock channel)", err)
+	}
+	disks, err := findDisks(5 * time.Second)
+	if err != nil {
+		return err
+	}
+	if g.cfg, err = readConfig(disks.config); err != nil {
+		return err
+	}
+	if err := switchRoot(disks); err != nil {
+		return err
+	}
+	if err := mountLate(); err != nil {
+		return err
+	}
+	if err := unix.Sethostname([]byte(g.cfg.ID)); err != nil {
+		return fmt.Errorf("hostname: %w", err)
+	}
+	if err := loopbackUp(); err != nil {
+		return fmt.Errorf("network: bringing up lo: %w", err)
+	}
+	if !g.cfg.NestedUserns {
+		if err := os.WriteFile("/proc/sys/user/max_user_namespaces", []byte("0"), 0); err != nil {
+			return fmt.Errorf("user namespaces: turning them off: %w", err)
+		}
+	}
+	if err := os.MkdirAll(ChannelDir, 0o700); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(g.cfg.Workdir, 0o755); err != nil {
+		return fmt.Errorf("workdir %s: %w", g.cfg.Workdir, err)
+	}
+	if home := envValue(g.cfg.Env, "HOME"); home != "" {
+		if err := os.MkdirAll(home, 0o700); err != nil {
+			return fmt.Errorf("home %s: %w", home, err)
+		}
+	}
+	cg, err := pidsCgroup(g.cfg.Pids)
+	if err != nil {
+		return err
+	}
+	pid, err := g.startAgent(cg)
+	if err != nil {
+		return fmt.Errorf("starting the agent: %w", err)
+	}
+	g.mu.Lock()
+	g.agent = pid
+	g.mu.Unlock()
+	g.logf("cortex-agent %s: agent %d started %s after PID 1 did (%d modules)", g.version, pid, time.Since(g.boot).Round(time.Millisecond), n)
+	g.bridge = &bridge{logf: g.logf}
+	go g.bridge.servePorts()
+	go g.serveCtl()
+	go func() {
+		// vsock needs its modules; they are loaded now, the boot done.
+		if err := loadOpened(later, params); err != nil || len(later) == 0 {
+			if err != nil {
+				g.logf("%v (no vsock channel)", err)
+			}
+			return
+		}
+		if p := port(g.cfg.VsockPort, DefaultVsockPort); p > 0 {
+			go g.bridge.serveVsock(uint32(p))
+		}
+		if p := port(g.cfg.CtlVsockPort, DefaultCtlVsockPort); p > 0 {
+			go g.serveCtlVsock(uint32(p))
+		}
+	}()
+	return nil
+}
+
+func port(v, def int) int {
+	if v == 0 {
+		return def
+	}
+	return v
+}
+
+// startAgent runs this binary again as the ordinary agent, watching the
+// channel directory (as in every other mode), inside the pids cgroup.
+func (g *guest) startAgent(cgroup *os.File) (int, error) {
+	args := []string{"cortex-agent", "--id", g.cfg.ID, "--channel-dir", ChannelDir, "--root", "/",
+		"--workdir", g.cfg.Workdir, "--subreaper"}
+	cmd := &exec.Cmd{Path: "/proc/self/exe", Args: args, Env: g.cfg.Env, Dir: g.cfg.Workdir,
+		Stdout: os.Stderr, Stderr: os.Stderr, SysProcAttr: &syscall.SysProcAttr{Setsid: true}}
+	if cgroup != nil {
+		defer cgroup.Close()
+		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, int(cgroup.Fd())
+	}
+	if err := cmd.Start(); err != nil {
+		return 0, err
+	}
+	return cmd.Process.Pid, nil // reaped by reap, never by cmd.Wait
+}
+
+// requestStop brings the machine down from another goroutine than the
+// reaper's.
+func (g *guest) requestStop(why string) { go g.shutdown(why) }
+
+// reap collects every process that ends with PID 1 as its parent: the agent
+// (then the machine goes down) and orphans. It never returns. Blocking in
+// wait4 is also what keeps a Go PID 1 from deadlocking: the runtime would
+// panic with every goroutine asleep, and the kernel with it.
+func (g *guest) reap() {
+	for {
+		var ws unix.WaitStatus
+		pid, err := unix.Wait4(-1, &ws, 0, nil)
+		if err != nil {
+			if !errors.Is(err, unix.EINTR) {
+				time.Sleep(100 * time.Millisecond) // no child (going down): nothing to reap yet
+			}
+			continue
+		}
+		g.mu.Lock()
+		agent := pid == g.agent
+		g.mu.Unlock()
+		if agent {
+			g.shutdown(fmt.Sprintf("the agent ended (%s)", describe(ws)))
+		}
+	}
+}
+
+func describe(ws unix.WaitStatus) string {
+	if ws.Signaled() {
+		return "killed by " + ws.Signal().String()
+	}
+	return fmt.Sprintf("exit status %d", ws.ExitStatus())
+}
+
+// shutdown ends every process (SIGTERM, up to a second's grace, SIGKILL),
+// syncs the disks and resets the machine. It does not return.
+func (g *guest) shutdown(why string) {
+	g.mu.Lock()
+	if g.stopping {
+		g.mu.Unlock()
+		return // another goroutine brings it down
+	}
+	g.stopping = true
+	g.mu.Unlock()
+	g.logf("going down: %s", why)
+	unix.Kill(-1, unix.SIGTERM)
+	for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); {
+		var ws unix.WaitStatus
+		pid, err := unix.Wait4(-1, &ws, unix.WNOHANG, nil)
+		if errors.Is(err, unix.ECHILD) {
+			break
+		}
+		if pid <= 0 {
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	unix.Kill(-1, unix.SIGKILL)
+	g.halt()
+}
+
+// halt syncs and resets the machine; the VMM exits.
+func (g *guest) halt() {
+	unix.Sync()
+	g.logf("reset")
+	unix.Reboot(unix.LINUX_REBOOT_CMD_RESTART)
+	// Not reached; if reset is refused, stay here so the kernel does not
+	// panic on PID 1's exit.
+	for {
+		time.Sleep(time.Hour)
+	}
+}
+
+func envValue(env []string, key string) string {
+	for _, kv := range env {
+		if k, v, ok := strings.Cut(kv, "="); ok && k == key {
+			return v
+		}
+	}
+	return ""
+}
+
+// moduleParams collects module.param=value from the kernel command line,
+// the parameters modprobe would pass to each module.
+func moduleParams() map[string]string {
+	b, _ := os.ReadFile("/proc/cmdline")
+	return parseModuleParams(string(b))
+}
+
+func parseModuleParams(cmdline string) map[string]string {
+	out := map[string]string{}
+	for _, f := range strings.Fields(cmdline) {
+		k, v, ok := strings.Cut(f, "=")
+		mod, param, dotted := strings.Cut(k, ".")
+		if !ok || !dotted || mod == "" || param == "" {
+			continue
+		}
+		mod = strings.ReplaceAll(mod, "-", "_")
+		if out[mod] != "" {
+			out[mod] += " "
+		}
+		out[mod] += param + "=" + v
+	}
+	return out
+}
+
+// loopbackUp brings up lo; a neuron has no other interface.
+func loopbackUp() error {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	ifr, err := unix.NewIfreq("lo")
+	if err != nil {
+		return err
+	}
+	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
+		return err
+	}
+	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP | unix.IFF_RUNNING)
+	return unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr)
+}

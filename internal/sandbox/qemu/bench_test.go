@@ -1,0 +1,122 @@
+package qemu_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/nsys-cortex/cortex/internal/layout"
+	"github.com/nsys-cortex/cortex/internal/sandbox"
+	"github.com/nsys-cortex/cortex/internal/sandbox/qemu"
+	"github.com/nsys-cortex/cortex/internal/sandbox/sandboxtest"
+)
+
+// Each iteration boots or resumes a VM: run with -benchtime=Nx, e.g.
+//
+//	go test ./internal/sandbox/qemu -run '^$' -bench . -benchtime 5x
+
+func benchManager(b *testing.B) (*qemu.Manager, string) {
+	img := requireQEMU(b)
+	lay, err := layout.New(filepath.Join(sandboxtest.ShortTempDir(b), "h"), "")
+	if err != nil {
+		b.Fatal(err)
+	}
+	m := qemu.New(sandbox.Env{Layout: lay, AgentBinary: func() (string, error) { return agentBin, nil }})
+	b.Cleanup(func() {
+		if all, err := m.List(context.Background()); err == nil {
+			for _, st := range all {
+				m.Destroy(context.Background(), st.ID, sandbox.DestroyOptions{Wipe: true})
+			}
+		}
+		m.Close()
+	})
+	return m, img
+}
+
+// firstAnswer connects to neuron id and waits for its agent's answer to
+// a health request.
+func firstAnswer(b *testing.B, m *qemu.Manager, id string) {
+	c, err := m.Connect(context.Background(), id)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := c.Health(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// BenchmarkBoot: create (a cold boot of the VM) to the agent's first
+// answer. The accelerator is chosen before the clock starts.
+func BenchmarkBoot(b *testing.B) {
+	m, img := benchManager(b)
+	ctx := context.Background()
+	if _, err := m.Create(ctx, "warm", sandbox.CreateOptions{Image: img}); err != nil {
+		b.Fatal(err)
+	}
+	m.Destroy(ctx, "warm", sandbox.DestroyOptions{Wipe: true})
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		id := fmt.Sprintf("boot%d", i)
+		if _, err := m.Create(ctx, id, sandbox.CreateOptions{Image: img}); err != nil {
+			b.Fatal(err)
+		}
+		firstAnswer(b, m, id)
+		b.StopTimer()
+		m.Destroy(ctx, id, sandbox.DestroyOptions{Wipe: true})
+		b.StartTimer()
+	}
+}
+
+// BenchmarkSnapshot: a running neuron's snapshot (the VM is paused
+// throughout: state and overlay disk are written).
+func BenchmarkSnapshot(b *testing.B) {
+	m, img := benchManager(b)
+	ctx := context.Background()
+	if _, err := m.Create(ctx, "snap", sandbox.CreateOptions{Image: img}); err != nil {
+		b.Fatal(err)
+	}
+	firstAnswer(b, m, "snap")
+	var paused time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		info, err := m.Snapshot(ctx, "snap", fmt.Sprintf("s%d", i))
+		if err != nil {
+			b.Fatal(err)
+		}
+		paused += info.Took
+		b.StopTimer()
+		os.RemoveAll(filepath.Join(m.SnapshotsDir("snap"), info.Name))
+		b.StartTimer()
+	}
+	b.ReportMetric(float64(paused.Milliseconds())/float64(b.N), "ms-paused/op")
+}
+
+// BenchmarkRestore: a stopped neuron restored from its snapshot to the
+// agent's first answer (QEMU starts, loads the state, runs; the guest
+// sets its clock, reseeds, and greets the host again).
+func BenchmarkRestore(b *testing.B) {
+	m, img := benchManager(b)
+	ctx := context.Background()
+	if _, err := m.Create(ctx, "rest", sandbox.CreateOptions{Image: img}); err != nil {
+		b.Fatal(err)
+	}
+	firstAnswer(b, m, "rest")
+	if _, err := m.Snapshot(ctx, "rest", "s"); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		if err := m.Destroy(ctx, "rest", sandbox.DestroyOptions{}); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		if _, err := m.Restore(ctx, "rest", "s"); err != nil {
+			b.Fatal(err)
+		}
+		firstAnswer(b, m, "rest")
+	}
+}

@@ -1,0 +1,23 @@
+// Package qemu runs each neuron as a QEMU microVM (-M microvm): its own
+// guest kernel, a read-only root disk shared by every neuron, a sparse
+// writable overlay disk per neuron (overlays/<id>/overlay.ext4, kept across
+// destroy and create), and no network device at all. Devices sit on
+// virtio-mmio; the guest's PID 1 is cortex-agent (internal/agent/guestinit)
+// from the initramfs internal/vmimage builds.
+//
+// QEMU runs with KVM where KVM really runs guests (a probe boots the
+// kernel; opening /dev/kvm proves nothing where nested virtualization is
+// missing) and with TCG, software emulation, otherwise: the neuron's log
+// and the self-check say which. Under TCG a boot takes seconds, so the
+// self-check is OK only with KVM and auto never picks this mode then.
+//
+// The channel is one virtio-serial port per host process, each a Unix
+// socket QEMU listens on in the channel directory, joined to the host's
+// link by a relay (relay.go). A control port (cortex.ctl) lets the host
+// power the guest off cleanly and set its clock and reseed its RNG after a
+// snapshot is restored. Snapshots go through QMP (snapshot.go).
+//
+// The lifecycle — state file, discovery, death, destroy — is the one every
+// backend shares (internal/sandbox/internal/lifecycle); a neuron is its
+// QEMU process.
+package qemu

@@ -1,0 +1,139 @@
+package qemu
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/nsys-cortex/cortex/internal/protocol"
+)
+
+// The channel of a VM neuron. QEMU listens on one Unix socket per
+// virtio-serial port (vm-N.sock in the channel directory); the guest sees
+// a host connect or disconnect on a port as the port opening or reaching
+// EOF. A host process takes one free port (an flock on port-N.lock), and
+// its link listens on a socket of its own as in every other mode; a relay
+// joins the two. The relay connects to the port first and connects to the
+// link only once the guest speaks (its agent's hello), so the link's
+// handshake clock does not run while the guest boots (under TCG that takes
+// seconds). One port per host process lets several processes use one
+// neuron at once, as the conformance suite requires.
+
+// portSocket and portLock are port n's files in the channel directory.
+func portSocket(dir string, n int) string { return filepath.Join(dir, fmt.Sprintf("vm-%d.sock", n)) }
+func portLock(dir string, n int) string   { return filepath.Join(dir, fmt.Sprintf("port-%d.lock", n)) }
+
+// claimPort takes the first free port of the VM (of ports), returning it
+// and its lock, held until the file is closed.
+func claimPort(dir string, ports int) (int, *os.File, error) {
+	for n := 0; n < ports; n++ {
+		f, err := os.OpenFile(portLock(dir, n), os.O_CREATE|os.O_RDWR|unix.O_CLOEXEC, 0o600)
+		if err != nil {
+			return 0, nil, err
+		}
+		if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err == nil {
+			return n, f, nil
+		}
+		f.Close()
+	}
+	return 0, nil, fmt.Errorf("all %d channel ports are in use by other host processes", ports)
+}
+
+// portLinger is how long a port stays claimed after its relay let go of
+// it: long enough for the guest to see the disconnect before the next host
+// connects, so a new session never inherits the last one's.
+const portLinger = 250 * time.Millisecond
+
+// relay joins one link (its socket at linkPath) to one port of the VM.
+// It runs until the link's socket is gone (the link was closed).
+type relay struct {
+	linkPath, vmPath string
+	lock             *os.File
+}
+
+func (r *relay) run() {
+	defer func() {
+		time.Sleep(portLinger)
+		r.lock.Close()
+	}()
+	backoff := 10 * time.Millisecond
+	for r.linkAlive() {
+		vm, err := protocol.DialUnix(context.Background(), r.vmPath)
+		if err != nil {
+			// No VM (yet, or any more): the lifecycle closes the link
+			// when the VM is gone for good.
+			time.Sleep(backoff)
+			backoff = min(2*backoff, 500*time.Millisecond)
+			continue
+		}
+		backoff = 10 * time.Millisecond
+		first, err := r.guestSpeaks(vm)
+		if err != nil {
+			vm.Close()
+			continue
+		}
+		host, err := protocol.DialUnix(context.Background(), r.linkPath)
+		if err != nil {
+			vm.Close()
+			return // the link is gone
+		}
+		if _, err := host.Write(first); err == nil {
+			pipe(vm, host)
+		}
+		vm.Close()
+		host.Close()
+	}
+}
+
+// linkAlive reports whether the link still listens (its socket exists).
+func (r *relay) linkAlive() bool {
+	_, err := os.Lstat(r.linkPath)
+	return err == nil
+}
+
+// guestSpeaks waits for the guest's first bytes on a port connection,
+// looking every 200 ms whether the link is still there.
+func (r *relay) guestSpeaks(vm net.Conn) ([]byte, error) {
+	buf := make([]byte, 64<<10)
+	for {
+		vm.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+		n, err := vm.Read(buf)
+		if n > 0 {
+			vm.SetReadDeadline(time.Time{})
+			return buf[:n], nil
+		}
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			if !r.linkAlive() {
+				return nil, errors.New("the link is gone")
+			}
+			continue
+		}
+		if err == nil {
+			err = io.ErrUnexpectedEOF
+		}
+		return nil, err
+	}
+}
+
+// pipe copies both ways until either side ends, then closes both.
+func pipe(a, b net.Conn) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		io.CopyBuffer(a, b, make([]byte, 256<<10))
+		a.Close()
+		b.Close()
+	}()
+	io.CopyBuffer(b, a, make([]byte, 256<<10))
+	a.Close()
+	b.Close()
+	<-done
+}

@@ -1,0 +1,333 @@
+package qemu
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/nsys-cortex/cortex/internal/agent/guestinit"
+	"github.com/nsys-cortex/cortex/internal/ids"
+	"github.com/nsys-cortex/cortex/internal/sandbox"
+	"github.com/nsys-cortex/cortex/internal/store"
+	"github.com/nsys-cortex/cortex/internal/vmimage"
+)
+
+// A snapshot of a running VM neuron, in snapshots/<id>/<name>/:
+//
+//	snapshot.json       what store.ListSnapshots reads, and the machine
+//	data/overlay.ext4   the overlay disk (sparse) — where a plain overlay
+//	                    snapshot keeps the overlay's files, so a cold
+//	                    restore of the disk alone works too
+//	vm/state            the machine's RAM and devices (QMP migrate to a descriptor)
+//	vm/vmlinux, vm/initramfs.cpio, vm/rootfs.ext4
+//	                    the files the VM booted from (hard links): the
+//	                    state loads only into the machine it was saved from
+const (
+	snapMeta      = "snapshot.json"
+	snapOverlay   = "data/overlay.ext4"
+	snapState     = "vm/state"
+	snapKernel    = "vm/vmlinux"
+	snapInitramfs = "vm/initramfs.cpio"
+	snapRootDisk  = "vm/rootfs.ext4"
+)
+
+// SnapshotInfo describes a VM snapshot.
+type SnapshotInfo struct {
+	store.Snapshot
+	Mode string `json:"mode"`
+	// The machine: the state loads into the same one only.
+	KVM       bool  `json:"kvm"`
+	MemoryMiB int64 `json:"memoryMiB"`
+	CPUs      int   `json:"cpus"`
+	// Policy is what the neuron ran under; a restore runs under it again.
+	Policy sandbox.Policy `json:"policy"`
+	// StateBytes is the size of the saved machine state.
+	StateBytes int64 `json:"stateBytes"`
+	// Took is how long the VM was paused for the snapshot.
+	Took time.Duration `json:"tookNs"`
+}
+
+// bootFiles are what a VM boots from.
+type bootFiles struct {
+	Kernel, Initramfs, RootDisk string
+}
+
+// pin links the files into dir and returns the links.
+func (b bootFiles) pin(dir string) (bootFiles, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return b, err
+	}
+	out := bootFiles{filepath.Join(dir, "vmlinux"), filepath.Join(dir, "initramfs.cpio"), filepath.Join(dir, "rootfs.ext4")}
+	for _, f := range [][2]string{{b.Kernel, out.Kernel}, {b.Initramfs, out.Initramfs}, {b.RootDisk, out.RootDisk}} {
+		if f[0] == f[1] {
+			continue
+		}
+		os.Remove(f[1])
+		if err := vmimage.LinkOrCopy(f[0], f[1]); err != nil {
+			return b, fmt.Errorf("the VM's boot files: %w", err)
+		}
+	}
+	return out, nil
+}
+
+// restoreJob is a snapshot the next start of a neuron resumes.
+type restoreJob struct {
+	dir  string
+	meta SnapshotInfo
+}
+
+func (j *restoreJob) file(name string) string { return filepath.Join(j.dir, name) }
+
+func (j *restoreJob) bootFiles() bootFiles {
+	return bootFiles{j.file(snapKernel), j.file(snapInitramfs), j.file(snapRootDisk)}
+}
+
+// resume loads the state into the VM just started (paused, -incoming
+// defer), runs it, and has the guest set its clock and reseed its RNG:
+// every restore of one snapshot gets the present time and randomness of
+// its own.
+func (j *restoreJob) resume(ctx context.Context, chanDir string) error {
+	q, err := dialQMP(ctx, qmpSocket(chanDir))
+	if err != nil {
+		return err
+	}
+	defer q.Close()
+	state, err := os.Open(j.file(snapState))
+	if err != nil {
+		return err
+	}
+	defer state.Close()
+	if err := q.loadState(ctx, state); err != nil {
+		return fmt.Errorf("loading snapshot %s: %w", j.meta.Name, err)
+	}
+	if err := q.run(ctx, "cont", nil, nil); err != nil {
+		return err
+	}
+	seed := make([]byte, 64)
+	rand.Read(seed)
+	cc, err := dialCtl(ctx, chanDir)
+	if err != nil {
+		return err
+	}
+	defer cc.Close()
+	if _, err := cc.do(ctx, &guestinit.CtlRequest{Op: guestinit.OpRestored, Time: time.Now(), Seed: seed}); err != nil {
+		return fmt.Errorf("after loading snapshot %s: %w", j.meta.Name, err)
+	}
+	// The guest, just resumed, read that request late (under TCG its code
+	// is translated again first): the time in it was old by then.
+	offset, err := cc.syncClock(ctx)
+	if err != nil {
+		return fmt.Errorf("after loading snapshot %s: %w", j.meta.Name, err)
+	}
+	if offset.Abs() > time.Second {
+		return fmt.Errorf("after loading snapshot %s: the guest's clock stays %s off", j.meta.Name, offset)
+	}
+	return nil
+}
+
+func (r *runtime) restore(id string) *restoreJob {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.restores[id]
+}
+
+func (r *runtime) setRestore(id string, j *restoreJob) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if j == nil {
+		delete(r.restores, id)
+	} else {
+		r.restores[id] = j
+	}
+}
+
+// Snapshot saves running neuron id whole as snapshot name: its memory and
+// processes, its devices, and its overlay disk. The VM is paused while the
+// state is written and the disk copied, then runs on; hosts stay
+// connected.
+func (m *Manager) Snapshot(ctx context.Context, id, name string) (*SnapshotInfo, error) {
+	if err := ids.Validate(id); err != nil {
+		return nil, &sandbox.InvalidError{Reason: err.Error()}
+	}
+	if err := store.CheckSnapshotName(name); err != nil {
+		return nil, &sandbox.InvalidError{Reason: err.Error()}
+	}
+	st, err := m.Get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if st.Status != sandbox.StatusRunning || st.Policy == nil {
+		return nil, &sandbox.NotRunningError{ID: id, Reason: "it is " + string(st.Status) + ": a VM snapshot saves a running neuron",
+			Hint: "nsys-cortex create " + id + " starts it"}
+	}
+	dir := m.lay.SnapshotsDir(id)
+	final := filepath.Join(dir, name)
+	if _, err := os.Lstat(final); err == nil {
+		return nil, fmt.Errorf("snapshot %q of %s: %w", name, id, store.ErrSnapshotExists)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	tmp, err := os.MkdirTemp(dir, "."+name+".partial-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(tmp) // gone after the rename; a partial one otherwise
+	for _, d := range []string{"data", "vm"} {
+		if err := os.Mkdir(filepath.Join(tmp, d), 0o700); err != nil {
+			return nil, err
+		}
+	}
+	chanDir := m.lay.ChannelDir(Mode, id)
+	q, err := dialQMP(ctx, qmpSocket(chanDir))
+	if err != nil {
+		return nil, err
+	}
+	defer q.Close()
+	var status struct {
+		Status string `json:"status"`
+	}
+	if err := q.run(ctx, "query-status", nil, &status); err != nil {
+		return nil, err
+	}
+	if status.Status != "running" {
+		return nil, fmt.Errorf("snapshot of %s: its VM is %s, not running", id, status.Status)
+	}
+	start := time.Now()
+	if err := q.run(ctx, "stop", nil, nil); err != nil {
+		return nil, err
+	}
+	saved, err := m.saveStopped(ctx, q, id, chanDir, tmp)
+	// Whatever happened, the VM runs on (cont also takes back the disks
+	// the finished migration handed over).
+	cerr := q.run(context.WithoutCancel(ctx), "cont", nil, nil)
+	took := time.Since(start)
+	if err != nil {
+		return nil, errors.Join(err, cerr)
+	}
+	if cerr != nil {
+		return nil, fmt.Errorf("snapshot of %s saved, but its VM did not run again: %w", id, cerr)
+	}
+	boot := bootFiles{filepath.Join(chanDir, "boot", "vmlinux"), filepath.Join(chanDir, "boot", "initramfs.cpio"), filepath.Join(chanDir, "boot", "rootfs.ext4")}
+	if _, err := boot.pin(filepath.Join(tmp, "vm")); err != nil {
+		return nil, err
+	}
+	info := &SnapshotInfo{Snapshot: store.Snapshot{Name: name, Neuron: id, Created: start.UTC(), Files: 1, Bytes: saved},
+		Mode: Mode, Policy: *st.Policy, MemoryMiB: st.Policy.Limits.MemoryBytes >> 20, CPUs: int(st.Policy.Limits.CPUs),
+		KVM: m.runsKVM(st.PID), Took: took}
+	if fi, err := os.Stat(filepath.Join(tmp, snapState)); err == nil {
+		info.StateBytes = fi.Size()
+	}
+	if err := store.WriteJSON(filepath.Join(tmp, snapMeta), info, 0o600); err != nil {
+		return nil, err
+	}
+	if err := os.Rename(tmp, final); err != nil {
+		return nil, err
+	}
+	return info, nil
+}
+
+// saveStopped writes the stopped VM's state and copies its overlay disk
+// into tmp; it returns the bytes the copy takes (it is sparse).
+func (m *Manager) saveStopped(ctx context.Context, q *qmp, id, chanDir, tmp string) (int64, error) {
+	state, err := os.OpenFile(filepath.Join(tmp, snapState), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return 0, err
+	}
+	_, err = q.saveState(ctx, state)
+	if cerr := state.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return 0, fmt.Errorf("snapshot of %s: %w", id, err)
+	}
+	// The VM is stopped and its block layer flushed: the disk matches the
+	// state just saved.
+	if err := vmimage.CopySparse(overlayDisk(m.lay, id), filepath.Join(tmp, snapOverlay)); err != nil {
+		return 0, fmt.Errorf("snapshot of %s: the overlay disk: %w", id, err)
+	}
+	var st syscall.Stat_t
+	if err := syscall.Stat(filepath.Join(tmp, snapOverlay), &st); err != nil {
+		return 0, err
+	}
+	return st.Blocks * 512, nil
+}
+
+// runsKVM reports whether QEMU process pid runs with KVM.
+func (m *Manager) runsKVM(pid int) bool {
+	argv := store.Cmdline(pid)
+	for i := 0; i+1 < len(argv); i++ {
+		if argv[i] == "-accel" {
+			return argv[i+1] == "kvm"
+		}
+	}
+	return false
+}
+
+// SnapshotsDir is where neuron id's snapshots are kept.
+func (m *Manager) SnapshotsDir(id string) string { return m.lay.SnapshotsDir(id) }
+
+// Snapshots lists neuron id's snapshots, oldest first.
+func (m *Manager) Snapshots(ctx context.Context, id string) ([]store.Snapshot, error) {
+	if err := ids.Validate(id); err != nil {
+		return nil, &sandbox.InvalidError{Reason: err.Error()}
+	}
+	return store.ListSnapshots(m.lay.SnapshotsDir(id))
+}
+
+// Restore makes neuron id what it was when snapshot name was taken:
+// a running neuron is stopped, its overlay disk put back, and the saved
+// machine resumed — its processes run on, its files are there, its clock
+// is set to now and its RNG reseeded. Hosts connect again as after a
+// create.
+func (m *Manager) Restore(ctx context.Context, id, name string) (*sandbox.State, error) {
+	if err := ids.Validate(id); err != nil {
+		return nil, &sandbox.InvalidError{Reason: err.Error()}
+	}
+	if err := store.CheckSnapshotName(name); err != nil {
+		return nil, &sandbox.InvalidError{Reason: err.Error()}
+	}
+	job := &restoreJob{dir: filepath.Join(m.lay.SnapshotsDir(id), name)}
+	if err := store.ReadJSON(filepath.Join(job.dir, snapMeta), &job.meta); err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("snapshot %q of %s: %w", name, id, store.ErrSnapshotNotFound)
+		}
+		return nil, err
+	}
+	if job.meta.Mode != Mode {
+		return nil, &sandbox.InvalidError{Reason: fmt.Sprintf("snapshot %q of %s holds files only, not a VM: restore it with the tools' snapshot restore", name, id)}
+	}
+	for _, f := range []string{snapState, snapOverlay, snapKernel, snapInitramfs, snapRootDisk} {
+		if _, err := os.Stat(job.file(f)); err != nil {
+			return nil, fmt.Errorf("snapshot %q of %s is incomplete: %w", name, id, err)
+		}
+	}
+	m.restoreMu.Lock()
+	defer m.restoreMu.Unlock()
+	if st, err := m.Get(ctx, id); err == nil {
+		if st.Status != sandbox.StatusStopped {
+			if err := m.Destroy(ctx, id, sandbox.DestroyOptions{}); err != nil {
+				return nil, err
+			}
+		}
+	} else if !sandbox.IsNotFound(err) {
+		return nil, err
+	} else if _, serr := os.Stat(m.lay.OverlayDir(id)); serr == nil {
+		return nil, err // the id's data belongs to another mode
+	}
+	if err := os.MkdirAll(m.lay.OverlayDir(id), 0o700); err != nil {
+		return nil, err
+	}
+	if err := vmimage.CopySparse(job.file(snapOverlay), overlayDisk(m.lay, id)); err != nil {
+		return nil, fmt.Errorf("restoring the overlay disk of %s: %w", id, err)
+	}
+	m.rt.setRestore(id, job)
+	defer m.rt.setRestore(id, nil)
+	p := job.meta.Policy
+	return m.Create(ctx, id, sandbox.CreateOptions{Network: p.Network, Limits: p.Limits, Image: p.Image, NestedUserns: p.NestedUserns})
+}

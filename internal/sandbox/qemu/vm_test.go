@@ -1,0 +1,403 @@
+package qemu_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nsys-cortex/cortex/internal/layout"
+	"github.com/nsys-cortex/cortex/internal/link"
+	"github.com/nsys-cortex/cortex/internal/protocol"
+	"github.com/nsys-cortex/cortex/internal/sandbox"
+	"github.com/nsys-cortex/cortex/internal/sandbox/qemu"
+	"github.com/nsys-cortex/cortex/internal/sandbox/sandboxtest"
+	"github.com/nsys-cortex/cortex/internal/store"
+)
+
+// vmFixture is one home with one manager over it.
+type vmFixture struct {
+	t   *testing.T
+	m   *qemu.Manager
+	lay layout.Layout
+	img string
+	ctx context.Context
+}
+
+func newVM(t *testing.T) *vmFixture {
+	t.Helper()
+	img := requireQEMU(t)
+	lay, err := layout.New(filepath.Join(sandboxtest.ShortTempDir(t), "h"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := env(t)
+	e.Layout = lay
+	m := qemu.New(e)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	f := &vmFixture{t: t, m: m, lay: lay, img: img, ctx: ctx}
+	t.Cleanup(func() {
+		if all, err := m.List(context.Background()); err == nil {
+			for _, st := range all {
+				m.Destroy(context.Background(), st.ID, sandbox.DestroyOptions{Wipe: true})
+			}
+		}
+		m.Close()
+		cancel()
+		if pids := qemuProcesses(lay, ""); len(pids) > 0 {
+			t.Errorf("QEMU processes left behind: %v", pids)
+		}
+	})
+	return f
+}
+
+func (f *vmFixture) create(id string, opts sandbox.CreateOptions) (*sandbox.State, *link.Client) {
+	f.t.Helper()
+	if opts.Image == "" {
+		opts.Image = f.img
+	}
+	st, err := f.m.Create(f.ctx, id, opts)
+	if err != nil {
+		f.t.Fatalf("create %s: %v", id, err)
+	}
+	c, err := f.m.Connect(f.ctx, id)
+	if err != nil {
+		f.t.Fatalf("connect %s: %v", id, err)
+	}
+	return st, c
+}
+
+func (f *vmFixture) sh(c *link.Client, script string) string {
+	f.t.Helper()
+	res, err := c.Exec(f.ctx, &link.ExecRequest{Command: protocol.Command{Shell: script}})
+	if err != nil {
+		f.t.Fatalf("%s: %v", script, err)
+	}
+	if res.ExitCode != 0 {
+		f.t.Fatalf("%s: exit %d: %s", script, res.ExitCode, res.Stderr)
+	}
+	return strings.TrimSpace(string(res.Stdout))
+}
+
+// qemuProcesses lists this home's live QEMU processes (of neuron id, or
+// all with id ""), found by the marker in their -name.
+func qemuProcesses(lay layout.Layout, id string) []int {
+	entries, _ := os.ReadDir("/proc")
+	var out []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		argv := store.Cmdline(pid)
+		for i := 0; i+1 < len(argv); i++ {
+			if argv[i] != "-name" {
+				continue
+			}
+			name := strings.TrimPrefix(argv[i+1], "guest=")
+			if (id == "" && strings.HasPrefix(name, qemu.Marker(lay, ""))) || name == qemu.Marker(lay, id) {
+				if _, alive := store.ProcStart(pid); alive {
+					out = append(out, pid)
+				}
+			}
+			break
+		}
+	}
+	return out
+}
+
+func TestSnapshotRestore(t *testing.T) {
+	f := newVM(t)
+	ctx := f.ctx
+	_, c := f.create("snap", sandbox.CreateOptions{})
+	if err := c.WriteFile(ctx, "state.txt", []byte("before"), nil); err != nil {
+		t.Fatal(err)
+	}
+	// A background process that counts, in memory and in a file.
+	bg, err := c.ProcStart(ctx, &protocol.ProcStartArgs{Command: protocol.Command{Shell: "i=0; while :; do i=$((i+1)); echo $i > /tmp/ticks; sleep 0.1; done"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond)
+	ticks := func(c *link.Client) int {
+		n, err := strconv.Atoi(f.sh(c, "cat /tmp/ticks"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	before := ticks(c)
+
+	info, err := f.m.Snapshot(ctx, "snap", "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("snapshot: VM paused %s, state %d bytes, disk %d bytes", info.Took, info.StateBytes, info.Bytes)
+	if _, err := f.m.Snapshot(ctx, "snap", "s1"); !errors.Is(err, store.ErrSnapshotExists) {
+		t.Fatalf("a second snapshot of the same name: %v", err)
+	}
+	if _, err := f.m.Snapshot(ctx, "snap", "../x"); !sandbox.IsInvalid(err) {
+		t.Fatalf("a bad snapshot name: %v", err)
+	}
+	// The neuron runs on after the snapshot, and changes.
+	if got := ticks(c); got < before {
+		t.Fatalf("after the snapshot the counter went back: %d < %d", got, before)
+	}
+	if err := c.WriteFile(ctx, "state.txt", []byte("after"), nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.WriteFile(ctx, "later.txt", []byte("x"), nil); err != nil {
+		t.Fatal(err)
+	}
+	// Long enough that a guest clock left as saved would be seconds behind.
+	time.Sleep(3 * time.Second)
+
+	restore := func() (*link.Client, time.Duration) {
+		start := time.Now()
+		if _, err := f.m.Restore(ctx, "snap", "s1"); err != nil {
+			t.Fatal(err)
+		}
+		c, err := f.m.Connect(ctx, "snap")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Health(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return c, time.Since(start)
+	}
+	c2, took := restore()
+	t.Logf("restore (stopping the running VM first) to the first answer: %s", took)
+	if got, err := c2.ReadFile(ctx, "state.txt"); err != nil || string(got) != "before" {
+		t.Fatalf("the file after restore: %q %v", got, err)
+	}
+	if ok, err := c2.Exists(ctx, "later.txt"); err != nil || ok {
+		t.Fatalf("a file written after the snapshot is there after restore: %v %v", ok, err)
+	}
+	procs, err := c2.ProcList(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, p := range procs {
+		found = found || (p.PID == bg.PID && p.Running)
+	}
+	if !found {
+		t.Fatalf("the background process %d is not running after restore: %+v", bg.PID, procs)
+	}
+	n1 := ticks(c2)
+	time.Sleep(time.Second)
+	if n2 := ticks(c2); n2 <= n1 {
+		t.Fatalf("the background process does not run on after restore: %d then %d", n1, n2)
+	}
+	// The guest's clock, to the guest kernel's coarse tick: the mtime of
+	// a file written now.
+	lo := time.Now()
+	fi, err := c2.WriteFileStat(ctx, "clock", []byte("now"), nil)
+	hi := time.Now()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.ModTime.Before(lo.Add(-100*time.Millisecond)) || fi.ModTime.After(hi.Add(100*time.Millisecond)) {
+		t.Fatalf("the guest's clock after restore: %s, the host's %s..%s", fi.ModTime.Format(time.StampMicro), lo.Format(time.StampMicro), hi.Format(time.StampMicro))
+	}
+	t.Logf("the guest's clock after restore: within %s..%s of the host's", fi.ModTime.Sub(hi).Round(time.Millisecond), fi.ModTime.Sub(lo).Round(time.Millisecond))
+	random := func(c *link.Client) string { return f.sh(c, "od -An -tx1 -N32 /dev/urandom | tr -d ' \\n'") }
+	r1 := random(c2)
+	c3, took := restore()
+	t.Logf("second restore to the first answer: %s", took)
+	if r2 := random(c3); r1 == r2 || len(r1) != 64 {
+		t.Fatalf("two restores of one snapshot share their random numbers: %s %s", r1, r2)
+	}
+	all, err := f.m.Snapshots(ctx, "snap")
+	if err != nil || len(all) != 1 || all[0].Name != "s1" {
+		t.Fatalf("snapshots: %+v %v", all, err)
+	}
+	if _, err := f.m.Restore(ctx, "snap", "nope"); !errors.Is(err, store.ErrSnapshotNotFound) {
+		t.Fatalf("restore of an unknown snapshot: %v", err)
+	}
+	if err := f.m.Destroy(ctx, "snap", sandbox.DestroyOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.m.Snapshot(ctx, "snap", "s2"); !sandbox.IsNotRunning(err) {
+		t.Fatalf("snapshot of a stopped neuron: %v, want NOT_RUNNING", err)
+	}
+}
+
+// TestDeath: a guest agent that dies, and a QEMU that is killed, both end
+// the neuron at once: pending calls fail with NOT_RUNNING, no QEMU stays.
+func TestDeath(t *testing.T) {
+	f := newVM(t)
+	ctx := f.ctx
+	pending := func(c *link.Client) chan error {
+		done := make(chan error, 1)
+		go func() {
+			_, err := c.Exec(context.Background(), &link.ExecRequest{Command: protocol.Command{Shell: "sleep 1000"}, Timeout: link.NoTimeout})
+			done <- err
+		}()
+		time.Sleep(300 * time.Millisecond)
+		return done
+	}
+	expectDeath := func(what string, st *sandbox.State, done chan error, killed time.Time) {
+		t.Helper()
+		select {
+		case err := <-done:
+			if !sandbox.IsNotRunning(err) {
+				t.Fatalf("%s: the pending exec: %v, want NOT_RUNNING", what, err)
+			}
+			t.Logf("%s: the pending exec failed %s after the kill", what, time.Since(killed).Round(time.Millisecond))
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%s: the pending exec hangs", what)
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			got, err := f.m.Get(ctx, st.ID)
+			if err == nil && got.Status == sandbox.StatusStopped && len(qemuProcesses(f.lay, st.ID)) == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: after 10 s: %+v %v, QEMU %v", what, got, err, qemuProcesses(f.lay, st.ID))
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	st, c := f.create("mortal", sandbox.CreateOptions{})
+	if err := c.WriteFile(ctx, "kept", []byte("synced"), nil); err != nil {
+		t.Fatal(err)
+	}
+	done := pending(c)
+	killed := time.Now()
+	killGuestAgent(t, st)
+	expectDeath("guest agent killed", st, done, killed)
+
+	// Create replaces the corpse; the guest synced its disk going down.
+	st, c = f.create("mortal", sandbox.CreateOptions{})
+	if got, err := c.ReadFile(ctx, "kept"); err != nil || string(got) != "synced" {
+		t.Fatalf("after the guest agent's death: %q %v", got, err)
+	}
+	done = pending(c)
+	killed = time.Now()
+	if err := syscall.Kill(st.PID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	expectDeath("QEMU killed", st, done, killed)
+}
+
+func TestDestroyLeavesNothing(t *testing.T) {
+	f := newVM(t)
+	ctx := f.ctx
+	st, c := f.create("gone", sandbox.CreateOptions{})
+	if _, err := c.ProcStart(ctx, &protocol.ProcStartArgs{Command: protocol.Command{Shell: "sleep 1000"}}); err != nil {
+		t.Fatal(err)
+	}
+	if len(qemuProcesses(f.lay, "gone")) != 1 {
+		t.Fatalf("QEMU processes of the neuron: %v", qemuProcesses(f.lay, "gone"))
+	}
+	if err := f.m.Destroy(ctx, "gone", sandbox.DestroyOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if pids := qemuProcesses(f.lay, "gone"); len(pids) > 0 || sandboxAlive(st.PID) {
+		t.Fatalf("QEMU still runs after destroy: %v (pid %d)", pids, st.PID)
+	}
+	if _, err := os.Stat(st.SocketDir); !os.IsNotExist(err) {
+		t.Fatalf("the channel directory is left: %v", err)
+	}
+	disk := filepath.Join(st.OverlayPath, "overlay.ext4")
+	if _, err := os.Stat(disk); err != nil {
+		t.Fatalf("destroy without wipe lost the overlay disk: %v", err)
+	}
+	if err := f.m.Destroy(ctx, "gone", sandbox.DestroyOptions{Wipe: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(st.OverlayPath); !os.IsNotExist(err) {
+		t.Fatalf("wipe left the overlay: %v", err)
+	}
+}
+
+func sandboxAlive(pid int) bool { return store.Alive(pid, 0) }
+
+// TestPolicy: what qemu mode enforces inside the guest, and what it
+// refuses rather than drop.
+func TestPolicy(t *testing.T) {
+	f := newVM(t)
+	ctx := f.ctx
+	for name, tc := range map[string]struct {
+		opts  sandbox.CreateOptions
+		check func(error) bool
+	}{
+		"egress":      {sandbox.CreateOptions{Network: sandbox.Network{Mode: sandbox.NetworkEgress, Allow: []string{"example.com"}}}, isUnenforceable},
+		"full":        {sandbox.CreateOptions{Network: sandbox.Network{Mode: sandbox.NetworkFull}}, isUnenforceable},
+		"allow none":  {sandbox.CreateOptions{Network: sandbox.Network{Allow: []string{"example.com"}}}, sandbox.IsInvalid},
+		"half a CPU":  {sandbox.CreateOptions{Limits: sandbox.Limits{CPUs: 0.5}}, isUnenforceable},
+		"tiny memory": {sandbox.CreateOptions{Limits: sandbox.Limits{MemoryBytes: 16 << 20}}, sandbox.IsInvalid},
+		"ctx":         {sandbox.CreateOptions{Ctx: "/tmp"}, isUnenforceable},
+		"no image":    {sandbox.CreateOptions{Image: t.TempDir()}, sandbox.IsInvalid},
+	} {
+		opts := tc.opts
+		if opts.Image == "" {
+			opts.Image = f.img
+		}
+		if _, err := f.m.Create(ctx, "refused", opts); !tc.check(err) {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	if _, err := f.m.Get(ctx, "refused"); !sandbox.IsNotFound(err) {
+		t.Fatalf("a refused create left a neuron: %v", err)
+	}
+	st0, c := f.create("limits", sandbox.CreateOptions{Limits: sandbox.Limits{MemoryBytes: 256 << 20, Pids: 64}})
+	st := st0
+	if st.Policy == nil || st.Policy.Network.Mode != sandbox.NetworkNone || st.Policy.Limits.MemoryBytes != 256<<20 ||
+		st.Policy.Limits.Pids != 64 || st.Policy.Limits.CPUs != 1 {
+		t.Fatalf("policy: %+v", st.Policy)
+	}
+	kb, err := strconv.Atoi(f.sh(c, "awk '/MemTotal/ {print $2}' /proc/meminfo"))
+	if err != nil || kb > 256<<10 || kb < 150<<10 {
+		t.Fatalf("MemTotal %d kB for a 256 MiB neuron (%v)", kb, err)
+	}
+	if got := f.sh(c, "nproc"); got != "1" {
+		t.Fatalf("nproc: %s", got)
+	}
+	if got := f.sh(c, "ls /sys/class/net"); got != "lo" {
+		t.Fatalf("network interfaces: %q, want lo only", got)
+	}
+	// vsock (Firecracker's channel) is loaded once the agent runs: its
+	// modules were opened before the root was switched.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if f.sh(c, "test -d /sys/module/vmw_vsock_virtio_transport && echo yes || true") == "yes" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the vsock modules were not loaded")
+		}
+	}
+	if got := f.sh(c, "cat /sys/fs/cgroup/neuron/pids.max; cat /proc/sys/user/max_user_namespaces; id -u"); got != "64\n0\n0" {
+		t.Fatalf("pids.max, max_user_namespaces, uid: %q", got)
+	}
+	// QEMU itself is nobody on the host when the host process is root.
+	if os.Getuid() == 0 {
+		var st syscall.Stat_t
+		if err := syscall.Stat(fmt.Sprintf("/proc/%d", st0.PID), &st); err != nil || st.Uid == 0 {
+			t.Fatalf("QEMU runs as uid %d (%v), not the neuron's own", st.Uid, err)
+		}
+	}
+	// The pids ceiling holds: 80 processes do not start under 64 (the
+	// shell then kills its whole group, giving the pids back).
+	if _, err := c.Exec(ctx, &link.ExecRequest{Command: protocol.Command{Shell: "for i in $(seq 80); do sleep 30 & done 2>/dev/null; kill -9 0"},
+		Timeout: 20 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.sh(c, "cat /sys/fs/cgroup/neuron/pids.events"); got == "max 0" || !strings.HasPrefix(got, "max ") {
+		t.Fatalf("80 processes under pids.max 64: pids.events %q", got)
+	}
+}
+
+func isUnenforceable(err error) bool {
+	var u *sandbox.UnenforceableError
+	return errors.As(err, &u)
+}
