@@ -9,6 +9,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/nsys-cortex/cortex/internal/agent/guestinit"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
 	"github.com/nsys-cortex/cortex/internal/sandbox/firecracker/vsock"
 )
@@ -16,35 +17,24 @@ import (
 // The guest's side of the contract, as the image's PID 1
 // (internal/agent/guestinit) defines it: the disks it finds by their
 // virtio serial numbers (Firecracker's drive ids), the configuration it
-// reads from the config disk, and the control port. The types here mirror
-// guestinit's field for field and stand for them until the backend imports
-// that package.
+// reads from the config disk, and the control port.
 
-// Drive ids, which the guest sees as the disks' serial numbers
-// (guestinit.SerialRoot, SerialOverlay, SerialConfig).
+// Drive ids, which the guest sees as the disks' serial numbers.
 const (
-	driveRoot    = "cortex-root"
-	driveOverlay = "cortex-overlay"
-	driveConfig  = "cortex-config"
+	driveRoot    = guestinit.SerialRoot
+	driveOverlay = guestinit.SerialOverlay
+	driveConfig  = guestinit.SerialConfig
 )
 
-// GuestConfig is what the host tells the guest (guestinit.Config), as
-// JSON on the config disk: never on the kernel command line.
-type GuestConfig struct {
-	ID           string   `json:"id"`
-	Workdir      string   `json:"workdir"`
-	Env          []string `json:"env"`
-	Pids         int      `json:"pids,omitempty"`
-	NestedUserns bool     `json:"nestedUserns,omitempty"`
-	VsockPort    int      `json:"vsockPort,omitempty"`
-	CtlVsockPort int      `json:"ctlVsockPort,omitempty"`
-}
+// GuestConfig is what the host tells the guest, as JSON on the config
+// disk: never on the kernel command line.
+type GuestConfig = guestinit.Config
 
 // configMax bounds the config disk's JSON (guestinit.ConfigMax), and
 // configDiskMin is its least size (vmimage.ConfigDisk's: the kernel's
 // partition scan complains about tinier disks).
 const (
-	configMax     = 1 << 20
+	configMax     = guestinit.ConfigMax
 	configDiskMin = 64 << 10
 )
 

@@ -6,15 +6,14 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/nsys-cortex/cortex/internal/store"
+	"github.com/nsys-cortex/cortex/internal/vmimage"
 )
 
 // jail is one neuron's chroot: dir is the jailer's directory, root the
@@ -253,43 +252,9 @@ func moveOut(src, dst string) error {
 }
 
 // makeOverlayDisk makes a sparse ext4 image of size bytes at path (labelled
-// so the guest finds it by name), unless one is there.
+// so the guest finds it by name), unless one is there: the qemu mode's.
 func makeOverlayDisk(ctx context.Context, path string, size int64) error {
-	if _, err := os.Stat(path); err == nil {
-		return nil
-	}
-	mkfs, err := exec.LookPath("mkfs.ext4")
-	if err != nil {
-		if _, serr := os.Stat("/sbin/mkfs.ext4"); serr != nil {
-			return fmt.Errorf("making the overlay disk needs mkfs.ext4 (e2fsprogs): %w", err)
-		}
-		mkfs = "/sbin/mkfs.ext4"
-	}
-	tmp := path + ".partial"
-	os.Remove(tmp)
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		return err
-	}
-	err = f.Truncate(size)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	ctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	// As vmimage.OverlayDisk makes it: discarding the file punches holes
-	// (zeroed inode tables the guest need not initialise), and a small
-	// journal, which mkfs writes whole and every snapshot copies.
-	out, err := exec.CommandContext(ctx, mkfs, "-q", "-F", "-L", OverlayLabel, "-m", "0", "-J", "size=16", "-E", "discard", tmp).CombinedOutput()
-	if err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("mkfs.ext4 of the overlay disk: %v: %s", err, strings.TrimSpace(string(out)))
-	}
-	return os.Rename(tmp, path)
+	return vmimage.OverlayDisk(ctx, path, size)
 }
 
 // OverlayLabel is the ext4 label of a neuron's overlay disk.
