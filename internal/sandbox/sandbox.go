@@ -231,3 +231,12 @@ func (s *State) Copy() *State {
 	}
 	return &c
 }
+
+// DiskImageFiles is implemented by managers whose neurons keep their files
+// in a disk image their VM writes while it runs (the microVM modes): the
+// overlay cannot be copied or restored as files, so the tool kit's and the
+// chat's file snapshots refuse such neurons instead of copying a disk that
+// is being written (their VM snapshots are the backend's own).
+type DiskImageFiles interface {
+	FilesInDiskImage()
+}

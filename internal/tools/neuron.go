@@ -220,6 +220,9 @@ func (n *SetNeuron) stopped(ctx context.Context, f func(overlay string) error) e
 
 // CreateSnapshot copies the neuron's overlay.
 func (n *SetNeuron) CreateSnapshot(ctx context.Context, name string) (*store.Snapshot, error) {
+	if err := n.filesCopyable(ctx); err != nil {
+		return nil, err
+	}
 	st, err := n.State(ctx)
 	if err != nil {
 		return nil, err
@@ -235,6 +238,9 @@ func (n *SetNeuron) Snapshots(context.Context) ([]store.Snapshot, error) {
 // RestoreSnapshot stops the neuron, restores its overlay and starts it.
 func (n *SetNeuron) RestoreSnapshot(ctx context.Context, name string) (*store.Snapshot, error) {
 	if err := store.CheckSnapshotName(name); err != nil {
+		return nil, err
+	}
+	if err := n.filesCopyable(ctx); err != nil {
 		return nil, err
 	}
 	var snap *store.Snapshot
@@ -264,4 +270,19 @@ func (d *detached) Client(context.Context) (*link.Client, error) { return nil, E
 
 func (d *detached) State(context.Context) (*sandbox.State, error) {
 	return &sandbox.State{ID: d.ID(), Workdir: d.workdir, Status: sandbox.StatusStopped}, nil
+}
+
+// filesCopyable refuses neurons whose files are a disk image their VM
+// writes (sandbox.DiskImageFiles): copying it as files while it runs would
+// snapshot a disk in the middle of writes.
+func (n *SetNeuron) filesCopyable(ctx context.Context) error {
+	m, st, err := n.set.Find(ctx, n.id)
+	if err != nil {
+		return err
+	}
+	if _, ok := m.(sandbox.DiskImageFiles); ok {
+		return &sandbox.UnenforceableError{Mode: st.Mode, Policy: "file snapshots",
+			Reason: "its files are a disk image the VM writes while it runs; the tool kit cannot snapshot it yet (the mode's own VM snapshots are not reachable from tools and chat checkpoints)"}
+	}
+	return nil
 }

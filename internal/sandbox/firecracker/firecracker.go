@@ -64,6 +64,9 @@ func WithResyncer(rs Resyncer) Option { return func(r *runtime) { r.resync = rs 
 // Manager runs neurons as Firecracker microVMs. It is the common lifecycle
 // (state files, discovery, locks, death) over this backend's runtime, plus
 // VM snapshots.
+// FilesInDiskImage: a firecracker neuron's files are in its overlay disk.
+func (*Manager) FilesInDiskImage() {}
+
 type Manager struct {
 	*lifecycle.Manager
 	rt     *runtime

@@ -55,6 +55,9 @@ func Backend() sandbox.Backend {
 }
 
 // Manager is the lifecycle's manager plus snapshots.
+// FilesInDiskImage: a qemu neuron's files are in its overlay disk.
+func (*Manager) FilesInDiskImage() {}
+
 type Manager struct {
 	*lifecycle.Manager
 	rt  *runtime
