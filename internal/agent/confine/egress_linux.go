@@ -64,7 +64,7 @@ func newNetNS(listen string) (*netns, net.Listener, error) {
 			ready <- result{err: fmt.Errorf("network: a namespace for the neuron: %w", err)}
 			return
 		}
-		if err := loopbackUp(); err != nil {
+		if err := LoopbackUp(); err != nil {
 			ready <- result{err: fmt.Errorf("network: bringing up lo: %w", err)}
 			return
 		}

@@ -105,7 +105,7 @@ func build(cfg *protocol.SandboxInit) error {
 		return fmt.Errorf("hostname: %w", err)
 	}
 	if cfg.Network == "none" {
-		if err := loopbackUp(); err != nil {
+		if err := LoopbackUp(); err != nil {
 			return fmt.Errorf("network: bringing up lo: %w", err)
 		}
 	}
@@ -221,8 +221,9 @@ func pivot(root string) error {
 	return unix.Chdir("/")
 }
 
-// loopbackUp brings up lo in the new network namespace.
-func loopbackUp() error {
+// LoopbackUp brings up lo, in a new network namespace or a VM: a neuron
+// has no other interface.
+func LoopbackUp() error {
 	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return err

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nsys-cortex/cortex/internal/agent/confine"
 )
 
 // logTime is how PID 1 stamps its lines on the console (the host keeps
@@ -87,7 +89,7 @@ func (g *guest) start() error {
 	if err := unix.Sethostname([]byte(g.cfg.ID)); err != nil {
 		return fmt.Errorf("hostname: %w", err)
 	}
-	if err := loopbackUp(); err != nil {
+	if err := confine.LoopbackUp(); err != nil {
 		return fmt.Errorf("network: bringing up lo: %w", err)
 	}
 	if !g.cfg.NestedUserns {
@@ -266,22 +268,4 @@ func parseModuleParams(cmdline string) map[string]string {
 		out[mod] += param + "=" + v
 	}
 	return out
-}
-
-// loopbackUp brings up lo; a neuron has no other interface.
-func loopbackUp() error {
-	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return err
-	}
-	defer unix.Close(fd)
-	ifr, err := unix.NewIfreq("lo")
-	if err != nil {
-		return err
-	}
-	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
-		return err
-	}
-	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP | unix.IFF_RUNNING)
-	return unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr)
 }
