@@ -169,3 +169,47 @@ func IsTransient(err error) bool {
 	}
 	return strings.Contains(err.Error(), "connection reset") || strings.Contains(err.Error(), "unexpected EOF")
 }
+
+// Options are what a provider's New takes besides its Config: how it
+// reaches the vendor and how it waits between retries. The defaults serve
+// users; tests replace them.
+type Options struct {
+	// HTTPClient sends the requests (a proxy, a test transport); nil is the
+	// vendor SDK's own.
+	HTTPClient *http.Client
+	// Sleep is the wait between retries; it must return ctx.Err() when ctx
+	// ends first (default Sleep).
+	Sleep func(ctx context.Context, d time.Duration) error
+	// Backoff computes the delays between retries (default: the
+	// provider's).
+	Backoff Backoff
+}
+
+// Option changes Options.
+type Option func(*Options)
+
+// WithHTTPClient sends requests through c.
+func WithHTTPClient(c *http.Client) Option { return func(o *Options) { o.HTTPClient = c } }
+
+// WithSleep replaces the wait between retries (tests record waits instead
+// of taking them).
+func WithSleep(sleep func(ctx context.Context, d time.Duration) error) Option {
+	return func(o *Options) { o.Sleep = sleep }
+}
+
+// WithBackoff sets the first retry's delay and the cap on any computed
+// delay (retry-after from the server is honoured beyond the cap, up to
+// DefaultMaxRetryAfter).
+func WithBackoff(base, max time.Duration) Option {
+	return func(o *Options) { o.Backoff.Base, o.Backoff.Max = base, max }
+}
+
+// NewOptions returns the defaults, with backoff the provider's, and opts
+// applied over them.
+func NewOptions(backoff Backoff, opts ...Option) Options {
+	o := Options{Sleep: Sleep, Backoff: backoff}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return o
+}

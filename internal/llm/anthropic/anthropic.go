@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
-	"net/http"
 	"os"
 	"time"
 
@@ -46,44 +44,10 @@ var (
 	_ llm.TokenCounter = (*Provider)(nil)
 )
 
-// Option configures a Provider.
-type Option func(*options)
-
-type options struct {
-	httpClient *http.Client
-	sleep      func(ctx context.Context, d time.Duration) error
-	jitter     func() float64
-	baseDelay  time.Duration
-	maxDelay   time.Duration
-}
-
-// WithHTTPClient sends requests through c (a proxy, a test transport).
-func WithHTTPClient(c *http.Client) Option {
-	return func(o *options) { o.httpClient = c }
-}
-
-// WithSleep replaces the wait between retries; sleep must return ctx.Err()
-// when ctx ends first. Tests use it to record waits instead of taking them.
-func WithSleep(sleep func(ctx context.Context, d time.Duration) error) Option {
-	return func(o *options) { o.sleep = sleep }
-}
-
-// WithBackoff sets the first retry's delay and the cap on any computed
-// delay (retry-after from the server is honoured beyond the cap, up to
-// llm.DefaultMaxRetryAfter).
-func WithBackoff(base, max time.Duration) Option {
-	return func(o *options) { o.baseDelay, o.maxDelay = base, max }
-}
-
-// withJitter fixes the jitter source (tests).
-func withJitter(f func() float64) Option {
-	return func(o *options) { o.jitter = f }
-}
-
 // New builds a Provider from cfg. The key is read from the environment
 // variable cfg.KeyEnv names (ANTHROPIC_API_KEY by default); nothing else is
 // read from the environment.
-func New(cfg llm.Config, opts ...Option) (*Provider, error) {
+func New(cfg llm.Config, opts ...llm.Option) (*Provider, error) {
 	keyEnv := cfg.KeyEnv
 	if keyEnv == "" {
 		keyEnv = DefaultKeyEnv
@@ -92,25 +56,12 @@ func New(cfg llm.Config, opts ...Option) (*Provider, error) {
 	if key == "" {
 		return nil, fmt.Errorf("anthropic: no API key: environment variable %s is not set", keyEnv)
 	}
-	o := options{
-		sleep:     llm.Sleep,
-		jitter:    rand.Float64,
-		baseDelay: defaultBaseDelay,
-		maxDelay:  defaultMaxDelay,
-	}
-	for _, opt := range opts {
-		opt(&o)
-	}
+	o := llm.NewOptions(llm.Backoff{Base: defaultBaseDelay, Max: defaultMaxDelay, Jitter: backoffJitter}, opts...)
 	p := &Provider{key: key, model: cfg.Model, timeout: cfg.Timeout}
 	if p.timeout <= 0 {
 		p.timeout = DefaultTimeout
 	}
-	p.policy = llm.RetryPolicy{
-		MaxRetries: cfg.MaxRetries,
-		Timeout:    p.timeout,
-		Backoff:    llm.Backoff{Base: o.baseDelay, Max: o.maxDelay, Jitter: backoffJitter, Rand: o.jitter},
-		Sleep:      o.sleep,
-	}
+	p.policy = llm.RetryPolicy{MaxRetries: cfg.MaxRetries, Timeout: p.timeout, Backoff: o.Backoff, Sleep: o.Sleep}
 	if p.policy.MaxRetries <= 0 {
 		p.policy.MaxRetries = DefaultMaxRetries
 	}
@@ -124,8 +75,8 @@ func New(cfg llm.Config, opts ...Option) (*Provider, error) {
 	if cfg.BaseURL != "" {
 		sdkOpts = append(sdkOpts, option.WithBaseURL(cfg.BaseURL))
 	}
-	if o.httpClient != nil {
-		sdkOpts = append(sdkOpts, option.WithHTTPClient(o.httpClient))
+	if o.HTTPClient != nil {
+		sdkOpts = append(sdkOpts, option.WithHTTPClient(o.HTTPClient))
 	}
 	p.client = sdk.NewClient(sdkOpts...)
 	return p, nil

@@ -325,7 +325,7 @@ func TestRetryOverloaded529(t *testing.T) {
 		jsonAnswer(t, 529, nil, "error_overloaded.json"),
 		sse(t, "text.sse"),
 	)
-	p, waits := f.provider(llm.Config{}, WithBackoff(100*time.Millisecond, time.Second))
+	p, waits := f.provider(llm.Config{}, llm.WithBackoff(100*time.Millisecond, time.Second))
 	if _, err := p.Stream(context.Background(), simpleRequest(), nil); err != nil {
 		t.Fatalf("Stream: %v", err)
 	}
@@ -512,7 +512,7 @@ func TestCancelMidStream(t *testing.T) {
 	f := newFakeServer(t, hold)
 	transport := http.DefaultTransport.(*http.Transport).Clone()
 	client := &http.Client{Transport: transport}
-	p, waits := f.provider(llm.Config{}, WithHTTPClient(client))
+	p, waits := f.provider(llm.Config{}, llm.WithHTTPClient(client))
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -121,7 +121,7 @@ func (f *fakeServer) requests() []recorded {
 
 // provider returns a Provider pointed at the fake server, its waits
 // recorded rather than slept.
-func (f *fakeServer) provider(cfg llm.Config, opts ...Option) (*Provider, *sleepRecorder) {
+func (f *fakeServer) provider(cfg llm.Config, opts ...llm.Option) (*Provider, *sleepRecorder) {
 	f.t.Helper()
 	cfg.BaseURL = f.srv.URL
 	cfg.KeyEnv = testKeyEnv
@@ -129,7 +129,7 @@ func (f *fakeServer) provider(cfg llm.Config, opts ...Option) (*Provider, *sleep
 		cfg.Model = "claude-sonnet-4-5"
 	}
 	rec := &sleepRecorder{}
-	opts = append([]Option{WithSleep(rec.sleep), withJitter(func() float64 { return 0.5 })}, opts...)
+	opts = append([]llm.Option{llm.WithSleep(rec.sleep), func(o *llm.Options) { o.Backoff.Rand = func() float64 { return 0.5 } }}, opts...)
 	p, err := New(cfg, opts...)
 	if err != nil {
 		f.t.Fatalf("New: %v", err)

@@ -131,7 +131,7 @@ func (s *sleeps) all() []time.Duration {
 }
 
 // newTestProvider builds a provider against f.
-func newTestProvider(t *testing.T, f *fakeServer, cfg llm.Config, opts ...Option) (*Provider, *sleeps) {
+func newTestProvider(t *testing.T, f *fakeServer, cfg llm.Config, opts ...llm.Option) (*Provider, *sleeps) {
 	t.Helper()
 	cfg.Provider = "gemini"
 	if cfg.KeyEnv == "" {
@@ -142,7 +142,7 @@ func newTestProvider(t *testing.T, f *fakeServer, cfg llm.Config, opts ...Option
 	}
 	cfg.BaseURL = f.srv.URL
 	s := &sleeps{}
-	p, err := New(cfg, append([]Option{WithSleep(s.sleep), WithHTTPClient(f.srv.Client())}, opts...)...)
+	p, err := New(cfg, append([]llm.Option{llm.WithSleep(s.sleep), llm.WithHTTPClient(f.srv.Client())}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

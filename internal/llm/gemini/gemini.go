@@ -47,26 +47,9 @@ var (
 	_ llm.TokenCounter = (*Provider)(nil)
 )
 
-// Option configures a Provider.
-type Option func(*options)
-
-type options struct {
-	httpClient *http.Client
-	sleep      func(context.Context, time.Duration) error
-}
-
-// WithHTTPClient sets the HTTP client (default: a new http.Client).
-func WithHTTPClient(c *http.Client) Option { return func(o *options) { o.httpClient = c } }
-
-// WithSleep replaces the wait between retries (tests count attempts without
-// waiting). sleep must return ctx's error when ctx is done first.
-func WithSleep(sleep func(ctx context.Context, d time.Duration) error) Option {
-	return func(o *options) { o.sleep = sleep }
-}
-
 // New builds a Gemini provider. The key comes from the environment variable
 // cfg.KeyEnv names, else GEMINI_API_KEY, else GOOGLE_API_KEY.
-func New(cfg llm.Config, opts ...Option) (*Provider, error) {
+func New(cfg llm.Config, opts ...llm.Option) (*Provider, error) {
 	if cfg.Provider != "" && cfg.Provider != "gemini" {
 		return nil, fmt.Errorf("gemini: cannot serve provider %q", cfg.Provider)
 	}
@@ -77,16 +60,13 @@ func New(cfg llm.Config, opts ...Option) (*Provider, error) {
 	if err != nil {
 		return nil, err
 	}
-	o := options{sleep: llm.Sleep}
-	for _, opt := range opts {
-		opt(&o)
-	}
+	o := llm.NewOptions(retryBackoff, opts...)
 	base := cfg.BaseURL
 	if base == "" {
 		base = defaultBaseURL
 	}
 	base = strings.TrimRight(base, "/") + "/"
-	hc := o.httpClient
+	hc := o.HTTPClient
 	if hc == nil {
 		hc = &http.Client{}
 	}
@@ -105,7 +85,7 @@ func New(cfg llm.Config, opts ...Option) (*Provider, error) {
 	if p.timeout <= 0 {
 		p.timeout = defaultTimeout
 	}
-	p.policy = llm.RetryPolicy{MaxRetries: cfg.MaxRetries, Timeout: p.timeout, Backoff: retryBackoff, Sleep: o.sleep}
+	p.policy = llm.RetryPolicy{MaxRetries: cfg.MaxRetries, Timeout: p.timeout, Backoff: o.Backoff, Sleep: o.Sleep}
 	if p.policy.MaxRetries == 0 {
 		p.policy.MaxRetries = defaultMaxRetries
 	}

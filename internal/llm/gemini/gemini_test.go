@@ -347,7 +347,7 @@ func TestCancelReturnsPromptlyWithoutLeak(t *testing.T) {
 	first := strings.SplitAfter(fixture(t, "text.sse"), "\r\n\r\n")[0]
 	f := newFakeServer(t, reply{body: first, hold: true})
 	transport := &http.Transport{}
-	p, _ := newTestProvider(t, f, llm.Config{}, WithHTTPClient(&http.Client{Transport: transport}))
+	p, _ := newTestProvider(t, f, llm.Config{}, llm.WithHTTPClient(&http.Client{Transport: transport}))
 
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -406,7 +406,7 @@ func TestKeyAndConfig(t *testing.T) {
 
 	t.Setenv("GOOGLE_API_KEY", "google-fallback")
 	rt := &roundTripper{}
-	p, err := New(llm.Config{Provider: "gemini", Model: "gemini-2.5-flash"}, WithHTTPClient(&http.Client{Transport: rt}))
+	p, err := New(llm.Config{Provider: "gemini", Model: "gemini-2.5-flash"}, llm.WithHTTPClient(&http.Client{Transport: rt}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -418,7 +418,7 @@ func TestKeyAndConfig(t *testing.T) {
 		t.Errorf("requests = %+v", rt.reqs)
 	}
 	t.Setenv("GEMINI_API_KEY", "gemini-first")
-	p, err = New(llm.Config{Provider: "gemini", Model: "gemini-2.5-flash"}, WithHTTPClient(&http.Client{Transport: rt}))
+	p, err = New(llm.Config{Provider: "gemini", Model: "gemini-2.5-flash"}, llm.WithHTTPClient(&http.Client{Transport: rt}))
 	if err != nil {
 		t.Fatal(err)
 	}

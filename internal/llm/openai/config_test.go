@@ -39,7 +39,7 @@ func TestBaseURLDefaults(t *testing.T) {
 	} {
 		t.Run(provider, func(t *testing.T) {
 			rt := &roundTripper{}
-			p, err := New(llm.Config{Provider: provider, Model: "m"}, WithHTTPClient(&http.Client{Transport: rt}))
+			p, err := New(llm.Config{Provider: provider, Model: "m"}, llm.WithHTTPClient(&http.Client{Transport: rt}))
 			if err != nil {
 				t.Fatal(err)
 			}

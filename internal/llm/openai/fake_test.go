@@ -130,7 +130,7 @@ func (s *sleeps) all() []time.Duration {
 }
 
 // newTestProvider builds an "openai" provider against f.
-func newTestProvider(t *testing.T, f *fakeServer, cfg llm.Config, opts ...Option) (*Provider, *sleeps) {
+func newTestProvider(t *testing.T, f *fakeServer, cfg llm.Config, opts ...llm.Option) (*Provider, *sleeps) {
 	t.Helper()
 	if cfg.Provider == "" {
 		cfg.Provider = "openai"
@@ -141,7 +141,7 @@ func newTestProvider(t *testing.T, f *fakeServer, cfg llm.Config, opts ...Option
 	}
 	cfg.BaseURL = f.srv.URL + "/v1"
 	s := &sleeps{}
-	p, err := New(cfg, append([]Option{WithSleep(s.sleep), WithHTTPClient(f.srv.Client())}, opts...)...)
+	p, err := New(cfg, append([]llm.Option{llm.WithSleep(s.sleep), llm.WithHTTPClient(f.srv.Client())}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,7 +3,6 @@ package openai
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"os"
 	"strings"
 	"time"
@@ -25,9 +24,6 @@ const (
 // retryBackoff is the wait before a retry the server named no delay for:
 // exponential, with jitter over its upper half.
 var retryBackoff = llm.Backoff{Base: baseBackoff, Max: maxBackoff, Jitter: 0.5}
-
-// sleepCtx is the wait between retries unless WithSleep names another.
-var sleepCtx = llm.Sleep
 
 // compat describes a provider name this package serves.
 type compat struct {
@@ -72,27 +68,10 @@ var (
 	_ llm.TokenCounter = (*Provider)(nil)
 )
 
-// Option configures a Provider.
-type Option func(*options)
-
-type options struct {
-	httpClient *http.Client
-	sleep      func(context.Context, time.Duration) error
-}
-
-// WithHTTPClient sets the HTTP client (default: the SDK's).
-func WithHTTPClient(c *http.Client) Option { return func(o *options) { o.httpClient = c } }
-
-// WithSleep replaces the wait between retries (tests count attempts without
-// waiting). sleep must return ctx's error when ctx is done first.
-func WithSleep(sleep func(ctx context.Context, d time.Duration) error) Option {
-	return func(o *options) { o.sleep = sleep }
-}
-
 // New builds the provider cfg.Provider names ("openai", or a compatible
 // server's name). The key is read from the environment variable cfg.KeyEnv
 // names, or the provider's default; local servers need none.
-func New(cfg llm.Config, opts ...Option) (*Provider, error) {
+func New(cfg llm.Config, opts ...llm.Option) (*Provider, error) {
 	c, ok := known[cfg.Provider]
 	if !ok {
 		return nil, fmt.Errorf("openai: unknown provider %q (known: %s)", cfg.Provider, strings.Join(Names(), ", "))
@@ -100,10 +79,7 @@ func New(cfg llm.Config, opts ...Option) (*Provider, error) {
 	if cfg.Model == "" {
 		return nil, fmt.Errorf("%s: no model configured", cfg.Provider)
 	}
-	o := options{sleep: sleepCtx}
-	for _, opt := range opts {
-		opt(&o)
-	}
+	o := llm.NewOptions(retryBackoff, opts...)
 	base := cfg.BaseURL
 	if base == "" {
 		base = c.baseURL
@@ -134,7 +110,7 @@ func New(cfg llm.Config, opts ...Option) (*Provider, error) {
 	if p.timeout <= 0 {
 		p.timeout = defaultTimeout
 	}
-	p.policy = llm.RetryPolicy{MaxRetries: cfg.MaxRetries, Timeout: p.timeout, Backoff: retryBackoff, Sleep: o.sleep}
+	p.policy = llm.RetryPolicy{MaxRetries: cfg.MaxRetries, Timeout: p.timeout, Backoff: o.Backoff, Sleep: o.Sleep}
 	if p.policy.MaxRetries == 0 {
 		p.policy.MaxRetries = defaultMaxRetries
 	}
@@ -151,8 +127,8 @@ func New(cfg llm.Config, opts ...Option) (*Provider, error) {
 	if key != "" {
 		sdkOpts = append(sdkOpts, option.WithAPIKey(key))
 	}
-	if o.httpClient != nil {
-		sdkOpts = append(sdkOpts, option.WithHTTPClient(o.httpClient))
+	if o.HTTPClient != nil {
+		sdkOpts = append(sdkOpts, option.WithHTTPClient(o.HTTPClient))
 	}
 	p.svc = sdk.NewChatCompletionService(sdkOpts...)
 	return p, nil

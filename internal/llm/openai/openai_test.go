@@ -397,7 +397,7 @@ func TestCancelReturnsPromptlyWithoutLeak(t *testing.T) {
 	first := strings.SplitAfter(fixture(t, "text.sse"), "\n\n")[1]
 	f := newFakeServer(t, reply{body: first, hold: true})
 	transport := &http.Transport{}
-	p, _ := newTestProvider(t, f, llm.Config{}, WithHTTPClient(&http.Client{Transport: transport}))
+	p, _ := newTestProvider(t, f, llm.Config{}, llm.WithHTTPClient(&http.Client{Transport: transport}))
 
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -438,9 +438,9 @@ func waitGoroutines(t *testing.T, want int) {
 func TestCancelWhileWaitingToRetry(t *testing.T) {
 	f := newFakeServer(t, reply{status: 429, header: map[string]string{"Retry-After": "30"}, body: fixture(t, "rate_limit.json")})
 	ctx, cancel := context.WithCancel(context.Background())
-	p, _ := newTestProvider(t, f, llm.Config{}, WithSleep(func(ctx context.Context, d time.Duration) error {
+	p, _ := newTestProvider(t, f, llm.Config{}, llm.WithSleep(func(ctx context.Context, d time.Duration) error {
 		cancel()
-		return sleepCtx(ctx, d)
+		return llm.Sleep(ctx, d)
 	}))
 	_, err := p.Stream(ctx, userRequest("hi"), nil)
 	if !errors.Is(err, context.Canceled) || f.count() != 1 {
