@@ -54,28 +54,17 @@ func (v *HostView) rel(p string) (string, bool) {
 // beneath is openat2's confinement: nothing outside the view's directory.
 const beneath = unix.RESOLVE_BENEATH | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_NO_XDEV
 
-// openDir opens directory rel (possibly ".") beneath the view's root.
-func (v *HostView) openDir(rel string) (int, error) {
-	root, err := unix.Open(v.Host, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return -1, err
-	}
-	defer unix.Close(root)
-	if rel == "." {
-		return unix.Dup(root)
-	}
-	return unix.Openat2(root, rel, &unix.OpenHow{Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC, Resolve: beneath})
-}
-
-// openRead opens regular file rel beneath the view's root for reading; it
-// never blocks on a FIFO and refuses anything but a regular file.
-func (v *HostView) openRead(rel string) (*os.File, error) {
+// openRegular opens rel beneath the view's root with flags (and resolve
+// on top of the confinement): a regular file or nothing, never blocking on
+// a FIFO. The file it returns blocks as usual (os.File would otherwise
+// park its reads and writes on the poller).
+func (v *HostView) openRegular(rel string, flags int, resolve uint64) (*os.File, error) {
 	root, err := unix.Open(v.Host, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, err
 	}
 	defer unix.Close(root)
-	fd, err := unix.Openat2(root, rel, &unix.OpenHow{Flags: unix.O_RDONLY | unix.O_NONBLOCK | unix.O_NOCTTY | unix.O_CLOEXEC, Resolve: beneath})
+	fd, err := unix.Openat2(root, rel, &unix.OpenHow{Flags: uint64(flags | unix.O_NONBLOCK | unix.O_NOCTTY | unix.O_CLOEXEC), Resolve: beneath | resolve})
 	if err != nil {
 		return nil, err
 	}
@@ -84,49 +73,37 @@ func (v *HostView) openRead(rel string) (*os.File, error) {
 		unix.Close(fd)
 		return nil, errNotRegular
 	}
-	// Clear O_NONBLOCK: reads of a regular file never block anyway, and
-	// os.File would otherwise park them on the poller.
 	if err := unix.SetNonblock(fd, false); err != nil {
 		unix.Close(fd)
 		return nil, err
 	}
 	return os.NewFile(uintptr(fd), path.Join(v.Neuron, rel)), nil
+}
+
+// openRead opens regular file rel beneath the view's root for reading.
+func (v *HostView) openRead(rel string) (*os.File, error) {
+	return v.openRegular(rel, unix.O_RDONLY, 0)
+}
+
+// openTemp opens rel beneath the view's root for writing: the temporary
+// file the agent has just made. It must be a regular file reached through
+// no link at all, and is emptied.
+func (v *HostView) openTemp(rel string) (*os.File, error) {
+	f, err := v.openRegular(rel, unix.O_WRONLY|unix.O_NOFOLLOW, unix.RESOLVE_NO_SYMLINKS)
+	if err != nil {
+		return nil, err
+	}
+	if err := f.Truncate(0); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
 }
 
 var errNotRegular = errors.New("not a regular file")
 
 // errFallback says the host view cannot do this copy and the channel must.
 var errFallback = errors.New("not through the host view")
-
-// openTemp opens rel beneath the view's root for writing: the temporary
-// file the agent has just made. It must be a regular file (never a FIFO,
-// never through a link), and is emptied.
-func (v *HostView) openTemp(rel string) (*os.File, error) {
-	root, err := unix.Open(v.Host, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, err
-	}
-	defer unix.Close(root)
-	fd, err := unix.Openat2(root, rel, &unix.OpenHow{Flags: unix.O_WRONLY | unix.O_NOFOLLOW | unix.O_NONBLOCK | unix.O_NOCTTY | unix.O_CLOEXEC,
-		Resolve: beneath | unix.RESOLVE_NO_SYMLINKS})
-	if err != nil {
-		return nil, err
-	}
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
-		unix.Close(fd)
-		return nil, errNotRegular
-	}
-	if err := unix.Ftruncate(fd, 0); err != nil {
-		unix.Close(fd)
-		return nil, err
-	}
-	if err := unix.SetNonblock(fd, false); err != nil {
-		unix.Close(fd)
-		return nil, err
-	}
-	return os.NewFile(uintptr(fd), path.Join(v.Neuron, rel)), nil
-}
 
 // copyInto writes first, then the rest of src, into f: an *os.File source
 // goes kernel to kernel (copy_file_range or splice). A cancelled ctx ends
