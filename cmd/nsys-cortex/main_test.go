@@ -423,6 +423,13 @@ func TestShellOnARealTerminal(t *testing.T) {
 			cmd.Process.Kill()
 			t.Fatalf("shell did not exit; output so far: %q", out.String())
 		}
+		// Read what the CLI wrote before it exited: the reads end (EIO)
+		// once nothing holds the terminal and its buffer is drained;
+		// closing it first throws that output away.
+		select {
+		case <-copied:
+		case <-time.After(10 * time.Second):
+		}
 		tty.Close()
 		<-copied
 		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 7 {
