@@ -31,6 +31,11 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == "init" {
 		os.Exit(confine.Init())
 	}
+	// "cortex-agent egress-tunnel ..." is the host's end of a VM neuron's
+	// egress (see confine.EgressTunnel).
+	if len(os.Args) > 1 && os.Args[1] == "egress-tunnel" {
+		os.Exit(confine.EgressTunnel(os.Args[2:]))
+	}
 	// "cortex-agent probe DIR" is nsbox's self-check of overlayfs.
 	if len(os.Args) == 3 && os.Args[1] == "probe" {
 		if err := confine.Probe(os.Args[2]); err != nil {

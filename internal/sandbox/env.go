@@ -64,3 +64,13 @@ func mergeEnv(base, add []string) []string {
 	}
 	return base
 }
+
+// ProxyEnv is what points a neuron's programs at its egress proxy (at
+// addr, host:port): both spellings of the proxy variables, and no_proxy
+// for the neuron's own loopback and host name (servers inside it).
+func ProxyEnv(addr, id string) []string {
+	proxy := "http://" + addr
+	noProxy := "localhost,127.0.0.1,::1," + id
+	return []string{"http_proxy=" + proxy, "https_proxy=" + proxy, "HTTP_PROXY=" + proxy, "HTTPS_PROXY=" + proxy,
+		"no_proxy=" + noProxy, "NO_PROXY=" + noProxy}
+}

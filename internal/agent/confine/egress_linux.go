@@ -96,10 +96,7 @@ func startEgress(plan *egressPlan, logf func(string, ...any)) (func(*protocol.Sa
 	if err != nil {
 		return nil, err
 	}
-	var d net.Dialer
-	log := &rateLog{logf: logf, rate: decisionLogRate, burst: decisionLogBurst}
-	p := &egress.Proxy{Policy: plan.policy, Resolve: plan.resolver.Resolve, Dial: d.DialContext,
-		HostAddrs: hostAddrs, Log: func(dec egress.Decision) { log.print(dec.String()) }}
+	p := plan.proxy(logf)
 	// The proxy lives as long as this process: the sandbox's life.
 	go func() {
 		if err := p.Serve(context.Background(), ln); err != nil {
@@ -110,6 +107,15 @@ func startEgress(plan *egressPlan, logf func(string, ...any)) (func(*protocol.Sa
 		ns.do(func() { p, err = startAgent(cfg) })
 		return p, err
 	}, nil
+}
+
+// proxy is the enforcing proxy of the plan, dialling from this process's
+// network namespace, its decisions logged at a bounded rate.
+func (plan *egressPlan) proxy(logf func(string, ...any)) *egress.Proxy {
+	var d net.Dialer
+	log := &rateLog{logf: logf, rate: decisionLogRate, burst: decisionLogBurst}
+	return &egress.Proxy{Policy: plan.policy, Resolve: plan.resolver.Resolve, Dial: d.DialContext,
+		HostAddrs: hostAddrs, Log: func(dec egress.Decision) { log.print(dec.String()) }}
 }
 
 // hostAddrs lists the addresses of this host's interfaces (this process is

@@ -119,7 +119,7 @@ func join(host hostSide, agent net.Conn) {
 func (b *bridge) servePorts() {
 	for i := 0; ; i++ {
 		for dev, name := range virtioPorts() {
-			if !strings.HasPrefix(name, PortPrefix) || name == CtlPort {
+			if !strings.HasPrefix(name, PortPrefix) || name == CtlPort || name == EgressPort {
 				continue
 			}
 			b.mu.Lock()

@@ -28,6 +28,9 @@ const (
 const (
 	PortPrefix = "cortex."
 	CtlPort    = "cortex.ctl"
+	// EgressPort carries the egress tunnel (egress.GuestTunnel) when the
+	// neuron has network egress.
+	EgressPort = "cortex.egress"
 )
 
 // Default vsock ports (Firecracker's channel): the agent and the control
@@ -62,6 +65,10 @@ type Config struct {
 	// NestedUserns lets programs create user namespaces (inner sandboxes);
 	// without it user.max_user_namespaces is 0.
 	NestedUserns bool `json:"nestedUserns,omitempty"`
+	// Egress, when set, is the loopback address PID 1 listens on for the
+	// guest's proxy connections and carries them to the host's enforcing
+	// proxy over the EgressPort (the guest has no network device).
+	Egress string `json:"egress,omitempty"`
 	// VsockPort and CtlVsockPort are where the guest listens for the
 	// host's vsock connections; 0 takes the defaults, -1 turns one off.
 	VsockPort    int `json:"vsockPort,omitempty"`

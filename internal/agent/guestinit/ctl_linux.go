@@ -98,6 +98,9 @@ func (g *guest) control(req *CtlRequest) error {
 			return err
 		}
 		g.bridge.reset()
+		if g.tunnel != nil {
+			g.tunnel.Reset() // the host's end is a new process
+		}
 		g.logf("restored from a snapshot: clock set, RNG reseeded, sessions ended")
 		return nil
 	}

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nsys-cortex/cortex/internal/agent/confine"
+	"github.com/nsys-cortex/cortex/internal/agent/egress"
 )
 
 // logTime is how PID 1 stamps its lines on the console (the host keeps
@@ -27,6 +28,7 @@ type guest struct {
 	boot    time.Time
 
 	bridge *bridge
+	tunnel *egress.GuestTunnel // with network egress
 
 	mu       sync.Mutex
 	agent    int  // the agent's pid
@@ -106,6 +108,13 @@ func (g *guest) start() error {
 	if home := envValue(g.cfg.Env, "HOME"); home != "" {
 		if err := os.MkdirAll(home, 0o700); err != nil {
 			return fmt.Errorf("home %s: %w", home, err)
+		}
+	}
+	if g.cfg.Egress != "" {
+		// Listening before the agent starts: its programs find the proxy
+		// from their first moment.
+		if err := g.startEgress(); err != nil {
+			return err
 		}
 	}
 	cg, err := pidsCgroup(g.cfg.Pids)

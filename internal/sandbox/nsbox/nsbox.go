@@ -416,9 +416,7 @@ func (r *runtime) plan(req *lifecycle.StartRequest, who identity, ceil *ceilings
 	case sandbox.NetworkEgress:
 		cfg.Network = "egress"
 		cfg.Egress = &protocol.SandboxEgress{Allow: opts.Network.Allow, Listen: EgressProxy}
-		proxy := "http://" + EgressProxy
-		proxyEnv = []string{"http_proxy=" + proxy, "https_proxy=" + proxy, "HTTP_PROXY=" + proxy, "HTTPS_PROXY=" + proxy,
-			"no_proxy=" + noProxy(id), "NO_PROXY=" + noProxy(id)}
+		proxyEnv = sandbox.ProxyEnv(EgressProxy, id)
 	}
 	if opts.Image != "" {
 		cfg.Root.Lower = []string{opts.Image}
@@ -448,10 +446,6 @@ func (r *runtime) plan(req *lifecycle.StartRequest, who identity, ceil *ceilings
 	}, append(proxyEnv, opts.Env...)...)...)
 	return cfg, nil
 }
-
-// noProxy lists what stays off the egress proxy: the neuron's own
-// loopback and host name (servers inside the neuron).
-func noProxy(id string) string { return "localhost,127.0.0.1,::1," + id }
 
 // shellFor picks bash when the root the neuron gets has it: the image's,
 // or the host's /usr.

@@ -34,6 +34,9 @@ type Spec struct {
 	// QMPFD for the QMP monitor. Descriptor numbers in the child.
 	PortFDs      []int
 	CtlFD, QMPFD int
+	// EgressFD, when set, is a connected socket for the egress tunnel's
+	// port, cortex.egress (its other end is the host's enforcing proxy).
+	EgressFD int
 	// Incoming starts the VM paused, waiting for migrate-incoming (a
 	// restore).
 	Incoming bool
@@ -107,6 +110,10 @@ func Args(s Spec) ([]string, error) {
 		port(fmt.Sprintf("port%d", i), fd, fmt.Sprintf("%s%d", guestinit.PortPrefix, i))
 	}
 	port("ctl", s.CtlFD, guestinit.CtlPort)
+	if s.EgressFD > 0 {
+		a = append(a, "-chardev", fmt.Sprintf("socket,id=egress,fd=%d", s.EgressFD),
+			"-device", "virtserialport,chardev=egress,name="+guestinit.EgressPort)
+	}
 	a = append(a, "-chardev", fmt.Sprintf("socket,id=qmp,fd=%d,server=on,wait=off", s.QMPFD), "-mon", "chardev=qmp,mode=control")
 	if s.Incoming {
 		a = append(a, "-incoming", "defer")

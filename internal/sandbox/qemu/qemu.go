@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/nsys-cortex/cortex/internal/agent/egress"
 	"github.com/nsys-cortex/cortex/internal/agent/guestinit"
 	"github.com/nsys-cortex/cortex/internal/layout"
 	"github.com/nsys-cortex/cortex/internal/link"
@@ -129,6 +130,7 @@ type plan struct {
 	imageDir     string
 	limits       sandbox.Limits
 	nestedUserns bool
+	network      sandbox.Network // none, or egress with its allow-list
 }
 
 // plan works out a neuron's VM; the image is opened unless the VM boots
@@ -139,9 +141,16 @@ func (r *runtime) plan(lay layout.Layout, opts sandbox.CreateOptions, withImage 
 		if len(opts.Network.Allow) > 0 {
 			return nil, &sandbox.InvalidError{Reason: "a network allow-list goes with network egress (--allow alone implies it)"}
 		}
-	case sandbox.NetworkEgress, sandbox.NetworkFull:
-		return nil, &sandbox.UnenforceableError{Mode: Mode, Policy: "network " + string(opts.Network.Mode),
-			Reason: "a qemu neuron has no network device at all, and this mode has no enforcing path for egress (never a bridge to the host's network): use --mode nsbox for an egress allow-list"}
+	case sandbox.NetworkEgress:
+		if len(opts.Network.Allow) == 0 {
+			return nil, &sandbox.InvalidError{Reason: "network egress needs an allow-list (--allow HOST[:PORT], *.DOMAIN or CIDR); with nothing to reach, use network none"}
+		}
+		if _, err := egress.Parse(opts.Network.Allow); err != nil {
+			return nil, &sandbox.InvalidError{Reason: "network allow-list: " + err.Error()}
+		}
+	case sandbox.NetworkFull:
+		return nil, &sandbox.UnenforceableError{Mode: Mode, Policy: "network full",
+			Reason: "a qemu neuron has no network device at all, and is never bridged to the host's network: use network egress with an allow-list (enforced on the host), or --mode nsbox/docker for full network"}
 	default:
 		return nil, &sandbox.InvalidError{Reason: fmt.Sprintf("network %q: choose none, egress or full", opts.Network.Mode)}
 	}
@@ -172,7 +181,10 @@ func (r *runtime) plan(lay layout.Layout, opts sandbox.CreateOptions, withImage 
 	if lim.Pids == 0 {
 		lim.Pids = DefaultPids
 	}
-	p := &plan{limits: lim, nestedUserns: opts.NestedUserns, imageDir: opts.Image}
+	p := &plan{limits: lim, nestedUserns: opts.NestedUserns, imageDir: opts.Image, network: sandbox.Network{Mode: sandbox.NetworkNone}}
+	if opts.Network.Mode == sandbox.NetworkEgress {
+		p.network = sandbox.Network{Mode: sandbox.NetworkEgress, Allow: append([]string(nil), opts.Network.Allow...)}
+	}
 	if p.imageDir == "" {
 		p.imageDir = vmimage.DefaultDir(lay)
 	}
@@ -195,7 +207,7 @@ func (r *runtime) Prepare(lay layout.Layout, id string, opts sandbox.CreateOptio
 	if err := vmimage.OverlayDisk(context.Background(), overlayDisk(lay, id), vmimage.DefaultOverlaySize); err != nil {
 		return sandbox.Policy{}, fmt.Errorf("the overlay disk of %s: %w", id, err)
 	}
-	return sandbox.Policy{Network: sandbox.Network{Mode: sandbox.NetworkNone}, Limits: p.limits, Image: p.imageDir,
+	return sandbox.Policy{Network: p.network, Limits: p.limits, Image: p.imageDir,
 		NestedUserns: p.nestedUserns}, nil
 }
 
@@ -213,12 +225,16 @@ func Marker(lay layout.Layout, id string) string {
 
 // guestEnv is the agent's environment inside the VM: only what the
 // operator granted by name on top of the mode's own.
-func guestEnv(id string, granted []string) []string {
-	return sandbox.AgentEnv(nil, append([]string{
+func guestEnv(id string, network sandbox.Network, granted []string) []string {
+	env := []string{
 		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
 		"HOME=" + guestHome, "USER=root", "LOGNAME=root", "SHELL=/bin/sh", "LANG=C.UTF-8", "TMPDIR=/tmp",
 		"NSYS_CORTEX_NEURON=" + id,
-	}, granted...)...)
+	}
+	if network.Mode == sandbox.NetworkEgress {
+		env = append(env, sandbox.ProxyEnv(GuestProxy, id)...)
+	}
+	return sandbox.AgentEnv(nil, append(env, granted...)...)
 }
 
 // Start boots the VM. QEMU's sockets are made here and handed over as
@@ -270,8 +286,11 @@ func (r *runtime) Start(req *lifecycle.StartRequest) (*exec.Cmd, error) {
 			return nil, fmt.Errorf("TCG: %w", err)
 		}
 	}
-	cfg := &guestinit.Config{ID: req.ID, Workdir: Workspace, Env: guestEnv(req.ID, req.Options.Env), Pids: p.limits.Pids,
+	cfg := &guestinit.Config{ID: req.ID, Workdir: Workspace, Env: guestEnv(req.ID, p.network, req.Options.Env), Pids: p.limits.Pids,
 		NestedUserns: p.nestedUserns}
+	if p.network.Mode == sandbox.NetworkEgress {
+		cfg.Egress = GuestProxy
+	}
 	if err := vmimage.ConfigDisk(spec.ConfigDisk, cfg); err != nil {
 		return nil, err
 	}
@@ -288,6 +307,14 @@ func (r *runtime) Start(req *lifecycle.StartRequest) (*exec.Cmd, error) {
 		spec.PortFDs = append(spec.PortFDs, 3+i)
 	}
 	spec.CtlFD, spec.QMPFD = 3+Ports, 4+Ports
+	if p.network.Mode == sandbox.NetworkEgress {
+		vmEnd, err := startTunnel(req, id, p.network.Allow)
+		if err != nil {
+			return nil, err
+		}
+		spec.EgressFD = 3 + len(files)
+		files = append(files, vmEnd)
+	}
 	// QEMU opens every file through a descriptor of ours: it may run as a
 	// user who could not reach them by their paths.
 	disks, err := openDisks(&spec, id, 3+len(files))
