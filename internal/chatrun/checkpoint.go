@@ -23,13 +23,16 @@ import (
 // touched).
 const CheckpointPrefix = "ckpt-"
 
-// Checkpoint is a snapshot of the neuron's files taken before a turn's
-// first call that may change them.
+// Checkpoint is a snapshot of the neuron's files (of the whole VM, on a
+// microVM neuron) taken before a turn's first call that may change them.
 type Checkpoint struct {
 	Name   string `json:"name"`
 	Neuron string `json:"neuron"`
 	Files  int    `json:"files,omitempty"`
 	Bytes  int64  `json:"bytes,omitempty"`
+	// Whole: a whole-VM snapshot (a microVM neuron's): a rewind to it
+	// brings back the neuron's memory and processes too.
+	Whole bool `json:"vm,omitempty"`
 	// Err says why it could not be taken: the turn goes on, and a rewind to
 	// before it cannot put the files back.
 	Err string `json:"error,omitempty"`
@@ -56,7 +59,7 @@ func (r *Runner) takeCheckpoint(ctx context.Context) {
 	if err != nil {
 		c.Err = err.Error()
 	} else {
-		c.Files, c.Bytes = snap.Files, snap.Bytes
+		c.Files, c.Bytes, c.Whole = snap.Files, snap.Bytes, snap.Whole()
 	}
 	if _, err := r.sess.AppendCheckpoint(session.Snapshot{Name: c.Name, Neuron: c.Neuron, Error: c.Err}); err != nil {
 		r.noteWriteErr(err)
@@ -71,6 +74,9 @@ func (r *Runner) takeCheckpoint(ctx context.Context) {
 	r.checkpoint = c
 	if r.onEvent != nil {
 		text := fmt.Sprintf("checkpoint %s: %d files", c.Name, c.Files)
+		if c.Whole {
+			text = fmt.Sprintf("checkpoint %s: the whole VM (memory, processes and disk)", c.Name)
+		}
 		if c.Err != "" {
 			text = "no checkpoint: " + c.Err + " (a rewind to before this turn cannot put the files back)"
 		}
@@ -236,6 +242,9 @@ type Rewound struct {
 	Turn Turn
 	// Restored is the checkpoint whose files were put back ("": none).
 	Restored string
+	// Whole: the checkpoint was a whole-VM snapshot, so the neuron's
+	// memory and the processes that ran then came back too.
+	Whole bool
 }
 
 // ErrFilesLost says a rewind cannot put the files back; the conversation
@@ -248,7 +257,8 @@ var ErrFilesLost = errors.New("the files cannot be put back")
 // that changed them (none: they are left as they are). The files go back
 // first; when they cannot (ErrFilesLost), nothing changes unless keepFiles
 // says to rewind the conversation alone. A restore restarts the neuron:
-// its processes end.
+// its processes end (a VM neuron's checkpoint is the whole VM: its
+// memory and the processes of then come back instead).
 func (r *Runner) Rewind(ctx context.Context, entry string, keepFiles bool) (*Rewound, error) {
 	if err := r.acquire(); err != nil {
 		return nil, err
@@ -271,10 +281,11 @@ func (r *Runner) Rewind(ctx context.Context, entry string, keepFiles bool) (*Rew
 		case FilesLost, FilesUnknown:
 			return nil, fmt.Errorf("rewind to before request %d: %w: %s (rewind the conversation alone, keeping the files as they are, to go on)", turn.N, ErrFilesLost, turn.Why)
 		case FilesRestored:
-			if _, err := r.neuron.RestoreSnapshot(ctx, turn.Checkpoint); err != nil {
+			snap, err := r.neuron.RestoreSnapshot(ctx, turn.Checkpoint)
+			if err != nil {
 				return nil, fmt.Errorf("rewind to before request %d: restoring checkpoint %s: %w", turn.N, turn.Checkpoint, err)
 			}
-			out.Restored = turn.Checkpoint
+			out.Restored, out.Whole = turn.Checkpoint, snap.Whole()
 			if err := r.refreshKit(ctx); err != nil {
 				return out, fmt.Errorf("the files were put back (checkpoint %s), but the tool kit could not be rebuilt: %w", turn.Checkpoint, err)
 			}

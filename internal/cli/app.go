@@ -118,7 +118,7 @@ Home: ~/.nsys-cortex (NSYS_CORTEX_HOME). Mode: auto (NSYS_CORTEX_MODE).`,
 		a.doctorCommand(), a.versionCommand(), a.cleanupOrphansCommand(), a.imageCommand(),
 		a.serveCommand(), a.configCommand(), a.launchCommand(), a.receiptsCommand(),
 		a.attachCommand(), a.termCommand(), a.mcpCommand(), a.policyCommand(), a.toolsCommand(), a.chatCommand(),
-		a.mountCommand(), a.umountCommand(),
+		a.mountCommand(), a.umountCommand(), a.snapshotCommand(),
 	)
 	return root
 }

@@ -285,6 +285,8 @@ func (c *repl) rewind(ctx context.Context, arg string) (bool, string, error) {
 	}
 	files := "the files are as they were"
 	switch {
+	case done.Restored != "" && done.Whole:
+		files = "the neuron is back as it was (checkpoint " + done.Restored + ": its files, memory and the processes that ran then)"
 	case done.Restored != "":
 		files = "the files are back as they were (checkpoint " + done.Restored + "; the neuron restarted)"
 	case keep:

@@ -96,9 +96,14 @@ func (e *UnenforceableError) Error() string {
 // InvalidError: the request itself is wrong (a bad id, a bad option).
 type InvalidError struct {
 	Reason string
+	// Err is the cause where a caller may test for it (errors.Is sees it
+	// through Unwrap); Reason says it already.
+	Err error
 }
 
 func (e *InvalidError) Error() string { return e.Reason }
+
+func (e *InvalidError) Unwrap() error { return e.Err }
 
 // BootError: the agent did not come up.
 type BootError struct {

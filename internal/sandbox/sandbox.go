@@ -32,6 +32,7 @@ import (
 	"time"
 
 	"github.com/nsys-cortex/cortex/internal/link"
+	"github.com/nsys-cortex/cortex/internal/store"
 )
 
 // Status is where a neuron is in its lifecycle.
@@ -232,11 +233,29 @@ func (s *State) Copy() *State {
 	return &c
 }
 
-// DiskImageFiles is implemented by managers whose neurons keep their files
-// in a disk image their VM writes while it runs (the microVM modes): the
-// overlay cannot be copied or restored as files, so the tool kit's and the
-// chat's file snapshots refuse such neurons instead of copying a disk that
-// is being written (their VM snapshots are the backend's own).
-type DiskImageFiles interface {
-	FilesInDiskImage()
+// Snapshotter is implemented by managers that snapshot and restore whole
+// neurons themselves: memory, processes and disk (the microVM modes, whose
+// files are a disk image the VM writes while it runs, so a copy of the
+// overlay as files would catch a disk in the middle of writes). Code above
+// sandbox asks for it by type assertion and uses it instead of copying
+// the overlay.
+//
+// A snapshot is the directory layout.SnapshotsDir(id)/name. Its
+// snapshot.json is a store.Snapshot with Mode set to the manager's mode, so
+// store.ListSnapshots lists it beside copies of files, and
+// store.CheckRestore tells the two apart.
+//
+//	Snapshot  saves running neuron id whole as name; the neuron runs on.
+//	          A stopped neuron fails with NotRunningError, a name taken
+//	          with store.ErrSnapshotExists.
+//	Restore   stops neuron id if it runs and brings it back as snapshot
+//	          name left it: its files, its memory, and its processes,
+//	          which run on from where they were. Clients of the neuron
+//	          from before are dead; connect again as after a Create. An
+//	          unknown name fails with store.ErrSnapshotNotFound; a copy of
+//	          files or another mode's snapshot with InvalidError, before
+//	          anything is stopped.
+type Snapshotter interface {
+	Snapshot(ctx context.Context, id, name string) (*store.Snapshot, error)
+	Restore(ctx context.Context, id, name string) (*State, error)
 }

@@ -14,13 +14,38 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Snapshot describes a saved copy of a neuron's overlay.
+// Snapshot describes a saved neuron, as its snapshot.json records it.
+// There are two kinds, in the same directory (snapshots/<id>/<name>/):
+// a copy of the overlay's files (CreateSnapshot; Mode empty), which any
+// mode that keeps its overlay as files restores; and a whole-neuron
+// snapshot a mode took itself (sandbox.Snapshotter: a VM's memory, its
+// processes and its disk image; Mode names the mode), which only that
+// mode restores. CheckRestore tells which restore fits.
 type Snapshot struct {
 	Name    string    `json:"name"`
 	Neuron  string    `json:"neuron"`
 	Created time.Time `json:"created"`
 	Files   int       `json:"files"`
 	Bytes   int64     `json:"bytes"`
+	// Mode is the mode that took a whole-neuron snapshot; empty for a copy
+	// of the overlay's files.
+	Mode string `json:"mode,omitempty"`
+
+	// vm marks a whole-VM snapshot whose record predates Mode (it has the
+	// vm/ directory the VM modes keep their state in).
+	vm bool
+}
+
+// Whole reports whether s is a whole-neuron snapshot a mode took itself
+// (memory and processes too), not a copy of files.
+func (s *Snapshot) Whole() bool { return s.Mode != "" || s.vm }
+
+// Kind is "vm" for a whole-neuron snapshot, "files" for a copy of files.
+func (s *Snapshot) Kind() string {
+	if s.Whole() {
+		return "vm"
+	}
+	return "files"
 }
 
 // snapshotName is what a snapshot may be called: it is a directory name.
@@ -39,7 +64,90 @@ func CheckSnapshotName(name string) error {
 var (
 	ErrSnapshotExists   = errors.New("snapshot exists")
 	ErrSnapshotNotFound = errors.New("no such snapshot")
+	// ErrSnapshotMismatch: the snapshot is of the other kind than the
+	// neuron restores (a VM's into a neuron of files, or files into a VM),
+	// or of another VM mode.
+	ErrSnapshotMismatch = errors.New("the snapshot does not fit this neuron")
 )
+
+// ReadSnapshot returns the record of snapshot name in dir.
+func ReadSnapshot(dir, name string) (*Snapshot, error) {
+	if err := CheckSnapshotName(name); err != nil {
+		return nil, err
+	}
+	s, err := readSnapshot(filepath.Join(dir, name))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("snapshot %q: %w", name, ErrSnapshotNotFound)
+	}
+	return s, err
+}
+
+// readSnapshot reads the record of the snapshot in dir.
+func readSnapshot(dir string) (*Snapshot, error) {
+	var s Snapshot
+	if err := ReadJSON(filepath.Join(dir, "snapshot.json"), &s); err != nil {
+		return nil, err
+	}
+	if s.Mode == "" {
+		fi, err := os.Stat(filepath.Join(dir, "vm"))
+		s.vm = err == nil && fi.IsDir()
+	}
+	return &s, nil
+}
+
+// CheckRestore fails with ErrSnapshotMismatch unless a neuron of mode can
+// restore s: one whose manager restores whole neurons itself (whole: a
+// VM) takes only whole snapshots of its own mode; any other takes only
+// copies of files. A whole snapshot from before records named their mode
+// is left to the VM mode to check.
+func CheckRestore(s *Snapshot, mode string, whole bool) error {
+	switch {
+	case !whole && s.Whole():
+		this := ""
+		if mode != "" {
+			this = " (this one runs in mode " + mode + ")"
+		}
+		return fmt.Errorf("snapshot %q of %s is a whole-VM snapshot%s (memory, processes and a disk image), not a copy of files: "+
+			"it is never copied into an overlay directory; only a neuron of the mode that took it restores it%s: %w",
+			s.Name, s.Neuron, s.ofMode(), this, ErrSnapshotMismatch)
+	case whole && !s.Whole():
+		return fmt.Errorf("snapshot %q of %s is a copy of files (taken while the neuron ran in a mode that keeps its files as files): "+
+			"a %s neuron's files are a disk image its VM writes, restored only from a VM snapshot of its own: %w",
+			s.Name, s.Neuron, mode, ErrSnapshotMismatch)
+	case whole && s.Mode != "" && s.Mode != mode:
+		return fmt.Errorf("snapshot %q of %s was taken by mode %s: a %s neuron cannot load it: %w", s.Name, s.Neuron, s.Mode, mode, ErrSnapshotMismatch)
+	}
+	return nil
+}
+
+func (s *Snapshot) ofMode() string {
+	if s.Mode == "" {
+		return ""
+	}
+	return " of mode " + s.Mode
+}
+
+// RemoveSnapshot deletes snapshot name from dir.
+func RemoveSnapshot(dir, name string) error {
+	if err := CheckSnapshotName(name); err != nil {
+		return err
+	}
+	p := filepath.Join(dir, name)
+	if _, err := os.Lstat(p); errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("snapshot %q: %w", name, ErrSnapshotNotFound)
+	}
+	// Renamed aside first, so a removal cut short leaves no part of a
+	// snapshot that still lists or restores.
+	tmp, err := os.MkdirTemp(dir, "."+name+".removing-")
+	if err != nil {
+		return err
+	}
+	if err := os.Rename(p, filepath.Join(tmp, name)); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	return os.RemoveAll(tmp)
+}
 
 // owned reports whether a top-level overlay entry belongs to the lifecycle
 // (state records and locks), not to the neuron: snapshots neither save nor
@@ -106,11 +214,11 @@ func ListSnapshots(dir string) ([]Snapshot, error) {
 		if !e.IsDir() || strings.HasPrefix(e.Name(), ".") {
 			continue
 		}
-		var s Snapshot
-		if err := ReadJSON(filepath.Join(dir, e.Name(), "snapshot.json"), &s); err != nil {
+		s, err := readSnapshot(filepath.Join(dir, e.Name()))
+		if err != nil {
 			continue // not a finished snapshot
 		}
-		out = append(out, s)
+		out = append(out, *s)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Created.Before(out[j].Created) })
 	return out, nil
@@ -119,19 +227,18 @@ func ListSnapshots(dir string) ([]Snapshot, error) {
 // RestoreSnapshot makes the overlay directory what it was when snapshot
 // name was taken. The neuron must be stopped. The copy is made beside the
 // overlay first; the overlay's entries are swapped only once it is
-// complete, so a failed restore leaves the overlay as it was.
+// complete, so a failed restore leaves the overlay as it was. A whole-VM
+// snapshot is refused (ErrSnapshotMismatch): its data is a disk image,
+// not the overlay's files.
 func RestoreSnapshot(dir, name, overlay string) (*Snapshot, error) {
-	if err := CheckSnapshotName(name); err != nil {
+	s, err := ReadSnapshot(dir, name)
+	if err != nil {
+		return nil, err
+	}
+	if err := CheckRestore(s, "", false); err != nil {
 		return nil, err
 	}
 	src := filepath.Join(dir, name)
-	var s Snapshot
-	if err := ReadJSON(filepath.Join(src, "snapshot.json"), &s); err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return nil, fmt.Errorf("snapshot %q: %w", name, ErrSnapshotNotFound)
-		}
-		return nil, err
-	}
 	stage, err := os.MkdirTemp(filepath.Dir(overlay), "."+filepath.Base(overlay)+".restore-")
 	if err != nil {
 		return nil, err
@@ -192,7 +299,7 @@ func RestoreSnapshot(dir, name, overlay string) (*Snapshot, error) {
 		inNames = append(inNames, e.Name())
 	}
 	os.RemoveAll(old)
-	return &s, nil
+	return s, nil
 }
 
 // copier copies trees, keeping hard links as links.

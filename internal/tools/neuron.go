@@ -18,12 +18,17 @@ import (
 	"github.com/nsys-cortex/cortex/internal/store"
 )
 
-// Snapshotter is a Neuron whose overlay can be saved and restored.
+// Snapshotter is a Neuron that can be saved and restored: its overlay's
+// files, or, where its mode snapshots whole neurons (a VM), its memory,
+// processes and disk.
 type Snapshotter interface {
 	CreateSnapshot(ctx context.Context, name string) (*store.Snapshot, error)
 	Snapshots(ctx context.Context) ([]store.Snapshot, error)
-	// RestoreSnapshot stops the neuron, puts the overlay back as it was,
-	// and starts it again.
+	// RestoreSnapshot brings the neuron back as the snapshot left it: a
+	// copy of files stops the neuron, puts the overlay back and starts it
+	// again (processes end); a whole-VM snapshot brings back its memory
+	// and processes too. A snapshot of the other kind is refused
+	// (store.ErrSnapshotMismatch) before anything is stopped.
 	RestoreSnapshot(ctx context.Context, name string) (*store.Snapshot, error)
 }
 
@@ -72,7 +77,8 @@ type snapshotIn struct {
 }
 
 var snapshotTool = define("snapshot", GroupSnapshot, Annotations{Destructive: true},
-	"Snapshots of the neuron's files (its overlay): create NAME saves a full copy; list shows them; restore NAME stops the neuron, puts every file back exactly as it was in the snapshot, and starts it again (running processes end).",
+	"Snapshots of the neuron: create NAME saves a full copy of its files; list shows them; restore NAME stops the neuron, puts every file back exactly as it was in the snapshot, and starts it again (running processes end). "+
+		"On a microVM neuron a snapshot is the whole VM: restore also brings back its memory and the processes that ran at the snapshot, which go on from there.",
 	func(s *jsonschema.Schema) { enum(s, "action", "create", "list", "restore") },
 	func(in *snapshotIn) *subject { return &subject{Action: in.Action} },
 	func(ctx context.Context, c *call, in *snapshotIn) (*Result, error) {
@@ -93,6 +99,9 @@ var snapshotTool = define("snapshot", GroupSnapshot, Annotations{Destructive: tr
 			if err != nil {
 				return nil, err
 			}
+			if snap.Whole() {
+				return textf("snapshot %q created: the whole VM (memory, processes and disk), %s on disk", snap.Name, sizeText(snap.Bytes)), nil
+			}
 			return textf("snapshot %q created: %d files, %s", snap.Name, snap.Files, sizeText(snap.Bytes)), nil
 		case "list":
 			all, err := s.Snapshots(ctx)
@@ -104,7 +113,11 @@ var snapshotTool = define("snapshot", GroupSnapshot, Annotations{Destructive: tr
 			}
 			var b strings.Builder
 			for _, snap := range all {
-				fmt.Fprintf(&b, "%s  %s  %d files  %s\n", snap.Name, snap.Created.Format(time.RFC3339), snap.Files, sizeText(snap.Bytes))
+				what := fmt.Sprintf("%d files", snap.Files)
+				if snap.Whole() {
+					what = "whole VM (memory, processes, disk)"
+				}
+				fmt.Fprintf(&b, "%s  %s  %s  %s\n", snap.Name, snap.Created.Format(time.RFC3339), what, sizeText(snap.Bytes))
 			}
 			return text(strings.TrimSuffix(b.String(), "\n")), nil
 		default:
@@ -113,6 +126,9 @@ var snapshotTool = define("snapshot", GroupSnapshot, Annotations{Destructive: tr
 				return nil, err
 			}
 			c.kit.forget()
+			if snap.Whole() {
+				return textf("restored snapshot %q: the whole VM is as it was then, files, memory and the processes that ran (they go on from there; processes started since are gone)", snap.Name), nil
+			}
 			return textf("restored snapshot %q (%d files); the neuron was restarted", snap.Name, snap.Files), nil
 		}
 	})
@@ -205,9 +221,7 @@ func (n *SetNeuron) stopped(ctx context.Context, f func(overlay string) error) e
 	if st.Policy != nil {
 		opts.Network, opts.Limits, opts.Image, opts.NestedUserns = st.Policy.Network, st.Policy.Limits, st.Policy.Image, st.Policy.NestedUserns
 	}
-	n.mu.Lock()
-	n.client = nil
-	n.mu.Unlock()
+	n.dropClient()
 	if err := m.Destroy(ctx, n.id, sandbox.DestroyOptions{}); err != nil {
 		return err
 	}
@@ -218,14 +232,17 @@ func (n *SetNeuron) stopped(ctx context.Context, f func(overlay string) error) e
 	return ferr
 }
 
-// CreateSnapshot copies the neuron's overlay.
+// CreateSnapshot saves the neuron: through its manager where that
+// snapshots whole neurons itself (sandbox.Snapshotter: a VM's memory,
+// processes and disk; the neuron must run), else as a copy of its
+// overlay's files.
 func (n *SetNeuron) CreateSnapshot(ctx context.Context, name string) (*store.Snapshot, error) {
-	if err := n.filesCopyable(ctx); err != nil {
-		return nil, err
-	}
-	st, err := n.State(ctx)
+	m, st, err := n.set.FindExact(ctx, n.id)
 	if err != nil {
 		return nil, err
+	}
+	if vm, ok := m.(sandbox.Snapshotter); ok {
+		return vm.Snapshot(ctx, n.id, name)
 	}
 	return store.CreateSnapshot(n.lay.SnapshotsDir(n.id), name, n.id, st.OverlayPath)
 }
@@ -235,21 +252,43 @@ func (n *SetNeuron) Snapshots(context.Context) ([]store.Snapshot, error) {
 	return store.ListSnapshots(n.lay.SnapshotsDir(n.id))
 }
 
-// RestoreSnapshot stops the neuron, restores its overlay and starts it.
+// RestoreSnapshot brings the neuron back as snapshot name left it. A
+// whole-neuron snapshot is restored by the manager that took it (memory
+// and processes too); a copy of files by stopping the neuron, restoring
+// its overlay and starting it. A snapshot of the other kind is refused
+// before the neuron is touched.
 func (n *SetNeuron) RestoreSnapshot(ctx context.Context, name string) (*store.Snapshot, error) {
-	if err := store.CheckSnapshotName(name); err != nil {
+	snap, err := store.ReadSnapshot(n.lay.SnapshotsDir(n.id), name)
+	if err != nil {
 		return nil, err
 	}
-	if err := n.filesCopyable(ctx); err != nil {
+	m, _, err := n.set.FindExact(ctx, n.id)
+	if err != nil {
 		return nil, err
 	}
-	var snap *store.Snapshot
-	err := n.stopped(ctx, func(overlay string) error {
-		var err error
+	vm, whole := m.(sandbox.Snapshotter)
+	if err := store.CheckRestore(snap, m.Mode(), whole); err != nil {
+		return nil, err
+	}
+	if whole {
+		n.dropClient() // the restore ends the VM it talks to
+		if _, err := vm.Restore(ctx, n.id, name); err != nil {
+			return nil, err
+		}
+		return snap, nil
+	}
+	err = n.stopped(ctx, func(overlay string) error {
 		snap, err = store.RestoreSnapshot(n.lay.SnapshotsDir(n.id), name, overlay)
 		return err
 	})
 	return snap, err
+}
+
+// dropClient forgets the channel: the next Client connects anew.
+func (n *SetNeuron) dropClient() {
+	n.mu.Lock()
+	n.client = nil
+	n.mu.Unlock()
 }
 
 // detached is no neuron at all: policy explanations without one. Paths are
@@ -270,19 +309,4 @@ func (d *detached) Client(context.Context) (*link.Client, error) { return nil, E
 
 func (d *detached) State(context.Context) (*sandbox.State, error) {
 	return &sandbox.State{ID: d.ID(), Workdir: d.workdir, Status: sandbox.StatusStopped}, nil
-}
-
-// filesCopyable refuses neurons whose files are a disk image their VM
-// writes (sandbox.DiskImageFiles): copying it as files while it runs would
-// snapshot a disk in the middle of writes.
-func (n *SetNeuron) filesCopyable(ctx context.Context) error {
-	m, st, err := n.set.Find(ctx, n.id)
-	if err != nil {
-		return err
-	}
-	if _, ok := m.(sandbox.DiskImageFiles); ok {
-		return &sandbox.UnenforceableError{Mode: st.Mode, Policy: "file snapshots",
-			Reason: "its files are a disk image the VM writes while it runs; the tool kit cannot snapshot it yet (the mode's own VM snapshots are not reachable from tools and chat checkpoints)"}
-	}
-	return nil
 }

@@ -125,7 +125,7 @@ func TestKVMSnapshotRestore(t *testing.T) {
 	time.Sleep(3 * time.Second) // the snapshot's clock falls behind
 	var randoms []string
 	for i := 0; i < 2; i++ {
-		r, err := h.mgr.Restore(ctx, "kv", "s")
+		r, err := h.mgr.RestoreVM(ctx, "kv", "s")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -242,7 +242,7 @@ func BenchmarkKVMRestore(b *testing.B) {
 	b.ResetTimer()
 	var st *sandbox.State
 	for i := 0; i < b.N; i++ {
-		r, err := h.mgr.Restore(ctx, "r", "s")
+		r, err := h.mgr.RestoreVM(ctx, "r", "s")
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -323,13 +323,17 @@ func TestSnapshotRestore(t *testing.T) {
 	if j := f.jail("snap"); exists(j.host(jailSnapMem)) || exists(j.host(jailSnapState)) {
 		t.Error("the snapshot's files were left in the jail")
 	}
-	if list, _ := store.ListSnapshots(f.lay.SnapshotsDir("snap")); len(list) != 1 || list[0].Name != "s1" {
-		t.Errorf("the store does not list the VM snapshot: %+v", list)
+	if list, _ := store.ListSnapshots(f.lay.SnapshotsDir("snap")); len(list) != 1 || list[0].Name != "s1" || list[0].Mode != Mode {
+		t.Errorf("the store does not list the VM snapshot as this mode's: %+v", list)
+	}
+	// Nor does the store restore it as files into an overlay directory.
+	if _, err := store.RestoreSnapshot(f.lay.SnapshotsDir("snap"), "s1", t.TempDir()); !errors.Is(err, store.ErrSnapshotMismatch) {
+		t.Errorf("the store restored a VM snapshot as files: %v", err)
 	}
 	// The channel drops across the snapshot and is dialled again.
 	waitExec(t, ctx, c, "echo after > state.txt")
 
-	r, err := f.mgr.Restore(ctx, "snap", "s1")
+	r, err := f.mgr.RestoreVM(ctx, "snap", "s1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -365,6 +369,13 @@ func TestSnapshotRestore(t *testing.T) {
 	}
 	if _, err := f.mgr.Restore(ctx, "snap", "nope"); !errors.Is(err, store.ErrSnapshotNotFound) {
 		t.Errorf("unknown snapshot: %v", err)
+	}
+	// A copy of files is no VM snapshot: refused before the VM is touched.
+	if _, err := store.CreateSnapshot(f.lay.SnapshotsDir("snap"), "files", "snap", t.TempDir()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.mgr.Restore(ctx, "snap", "files"); !sandbox.IsInvalid(err) || !errors.Is(err, store.ErrSnapshotMismatch) {
+		t.Errorf("restore of a copy of files: %v", err)
 	}
 	// A rebuilt root disk does not match the snapshot's memory.
 	later := time.Now().Add(time.Hour)

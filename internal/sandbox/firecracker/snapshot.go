@@ -16,10 +16,10 @@ import (
 )
 
 // A VM snapshot is a directory snapshots/<id>/<name>/ laid out so that
-// the store's overlay snapshots read it too (a disk-only restore, or a
-// listing):
+// the store lists it beside its copies of files (and refuses to restore it
+// as files):
 //
-//	snapshot.json        store.Snapshot: name, neuron, time, size
+//	snapshot.json        store.Snapshot: name, neuron, time, size, mode
 //	data/overlay.ext4    the overlay disk as it was while the VM was paused
 //	data/.mode, .uid     the overlay's markers
 //	vm/vm.json           vmMeta: the VM's shape, policy, Firecracker version
@@ -63,6 +63,8 @@ func (r *runtime) setRestore(id string, p *restorePlan) {
 		r.restores[id] = p
 	}
 }
+
+var _ sandbox.Snapshotter = (*Manager)(nil)
 
 // Snapshot saves running neuron id as snapshot name: the VM is paused,
 // Firecracker writes its state and memory, the overlay disk is copied
@@ -122,7 +124,7 @@ func (m *Manager) Snapshot(ctx context.Context, id, name string) (*store.Snapsho
 	if err := store.WriteJSON(filepath.Join(tmp, "vm", "vm.json"), &meta, 0o600); err != nil {
 		return nil, err
 	}
-	s := &store.Snapshot{Name: name, Neuron: id, Created: meta.Created}
+	s := &store.Snapshot{Name: name, Neuron: id, Created: meta.Created, Mode: Mode}
 	for _, f := range []string{"data/overlay.ext4", "vm/vmstate", "vm/mem"} {
 		if fi, err := os.Stat(filepath.Join(tmp, f)); err == nil {
 			s.Files++
@@ -192,23 +194,40 @@ type Restored struct {
 	Resync ResyncReport
 }
 
-// Restore brings neuron id back as snapshot name left it: a running
+// Restore is RestoreVM for sandbox.Snapshotter: the neuron's state alone.
+func (m *Manager) Restore(ctx context.Context, id, name string) (*sandbox.State, error) {
+	r, err := m.RestoreVM(ctx, id, name)
+	if err != nil {
+		return nil, err
+	}
+	return r.State, nil
+}
+
+// RestoreVM brings neuron id back as snapshot name left it: a running
 // neuron is destroyed first (its overlay is replaced by the snapshot's),
 // then a fresh Firecracker loads the snapshot and resumes. The restored
 // guest's clock is then set from the host's and its RNG reseeded with
 // fresh host entropy, so two restores of one snapshot share neither.
-func (m *Manager) Restore(ctx context.Context, id, name string) (*Restored, error) {
+func (m *Manager) RestoreVM(ctx context.Context, id, name string) (*Restored, error) {
 	m.snapMu.Lock()
 	defer m.snapMu.Unlock()
 	if err := store.CheckSnapshotName(name); err != nil {
 		return nil, &sandbox.InvalidError{Reason: err.Error()}
 	}
 	lay := m.rt.env.Layout
+	snap, err := store.ReadSnapshot(lay.SnapshotsDir(id), name)
+	if err != nil {
+		return nil, fmt.Errorf("neuron %s: %w", id, err)
+	}
+	if err := store.CheckRestore(snap, Mode, true); err != nil {
+		return nil, &sandbox.InvalidError{Reason: err.Error(), Err: err}
+	}
 	dir := filepath.Join(lay.SnapshotsDir(id), name)
 	var meta vmMeta
 	if err := store.ReadJSON(filepath.Join(dir, "vm", "vm.json"), &meta); err != nil {
 		if errors.Is(err, os.ErrNotExist) {
-			return nil, fmt.Errorf("VM snapshot %q of %s: %w", name, id, store.ErrSnapshotNotFound)
+			err := fmt.Errorf("snapshot %q of %s has no Firecracker state (vm/vm.json): another VM mode's? %w", name, id, store.ErrSnapshotMismatch)
+			return nil, &sandbox.InvalidError{Reason: err.Error(), Err: err}
 		}
 		return nil, err
 	}

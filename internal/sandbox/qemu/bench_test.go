@@ -82,7 +82,7 @@ func BenchmarkSnapshot(b *testing.B) {
 	var paused time.Duration
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		info, err := m.Snapshot(ctx, "snap", fmt.Sprintf("s%d", i))
+		info, err := m.SnapshotVM(ctx, "snap", fmt.Sprintf("s%d", i))
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -36,10 +36,9 @@ const (
 	snapRootDisk  = "vm/rootfs.ext4"
 )
 
-// SnapshotInfo describes a VM snapshot.
+// SnapshotInfo describes a VM snapshot (its Mode is qemu).
 type SnapshotInfo struct {
 	store.Snapshot
-	Mode string `json:"mode"`
 	// The machine: the state loads into the same one only.
 	KVM       bool  `json:"kvm"`
 	MemoryMiB int64 `json:"memoryMiB"`
@@ -146,11 +145,22 @@ func (r *runtime) setRestore(id string, j *restoreJob) {
 	}
 }
 
-// Snapshot saves running neuron id whole as snapshot name: its memory and
-// processes, its devices, and its overlay disk. The VM is paused while the
-// state is written and the disk copied, then runs on; hosts stay
+var _ sandbox.Snapshotter = (*Manager)(nil)
+
+// Snapshot is SnapshotVM for sandbox.Snapshotter: the record alone.
+func (m *Manager) Snapshot(ctx context.Context, id, name string) (*store.Snapshot, error) {
+	info, err := m.SnapshotVM(ctx, id, name)
+	if err != nil {
+		return nil, err
+	}
+	return &info.Snapshot, nil
+}
+
+// SnapshotVM saves running neuron id whole as snapshot name: its memory
+// and processes, its devices, and its overlay disk. The VM is paused while
+// the state is written and the disk copied, then runs on; hosts stay
 // connected.
-func (m *Manager) Snapshot(ctx context.Context, id, name string) (*SnapshotInfo, error) {
+func (m *Manager) SnapshotVM(ctx context.Context, id, name string) (*SnapshotInfo, error) {
 	if err := ids.Validate(id); err != nil {
 		return nil, &sandbox.InvalidError{Reason: err.Error()}
 	}
@@ -217,8 +227,8 @@ func (m *Manager) Snapshot(ctx context.Context, id, name string) (*SnapshotInfo,
 	if _, err := boot.pin(filepath.Join(tmp, "vm")); err != nil {
 		return nil, err
 	}
-	info := &SnapshotInfo{Snapshot: store.Snapshot{Name: name, Neuron: id, Created: start.UTC(), Files: 1, Bytes: saved},
-		Mode: Mode, Policy: *st.Policy, MemoryMiB: st.Policy.Limits.MemoryBytes >> 20, CPUs: int(st.Policy.Limits.CPUs),
+	info := &SnapshotInfo{Snapshot: store.Snapshot{Name: name, Neuron: id, Created: start.UTC(), Files: 1, Bytes: saved, Mode: Mode},
+		Policy: *st.Policy, MemoryMiB: st.Policy.Limits.MemoryBytes >> 20, CPUs: int(st.Policy.Limits.CPUs),
 		KVM: m.runsKVM(st.PID), Took: took}
 	if fi, err := os.Stat(filepath.Join(tmp, snapState)); err == nil {
 		info.StateBytes = fi.Size()
@@ -292,15 +302,20 @@ func (m *Manager) Restore(ctx context.Context, id, name string) (*sandbox.State,
 	if err := store.CheckSnapshotName(name); err != nil {
 		return nil, &sandbox.InvalidError{Reason: err.Error()}
 	}
+	snap, err := store.ReadSnapshot(m.lay.SnapshotsDir(id), name)
+	if err != nil {
+		return nil, fmt.Errorf("neuron %s: %w", id, err)
+	}
+	if err := store.CheckRestore(snap, Mode, true); err != nil {
+		return nil, &sandbox.InvalidError{Reason: err.Error(), Err: err}
+	}
 	job := &restoreJob{dir: filepath.Join(m.lay.SnapshotsDir(id), name)}
 	if err := store.ReadJSON(filepath.Join(job.dir, snapMeta), &job.meta); err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return nil, fmt.Errorf("snapshot %q of %s: %w", name, id, store.ErrSnapshotNotFound)
-		}
 		return nil, err
 	}
 	if job.meta.Mode != Mode {
-		return nil, &sandbox.InvalidError{Reason: fmt.Sprintf("snapshot %q of %s holds files only, not a VM: restore it with the tools' snapshot restore", name, id)}
+		err := fmt.Errorf("snapshot %q of %s is another VM mode's: %w", name, id, store.ErrSnapshotMismatch)
+		return nil, &sandbox.InvalidError{Reason: err.Error(), Err: err}
 	}
 	for _, f := range []string{snapState, snapOverlay, snapKernel, snapInitramfs, snapRootDisk} {
 		if _, err := os.Stat(job.file(f)); err != nil {

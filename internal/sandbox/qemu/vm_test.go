@@ -134,7 +134,7 @@ func TestSnapshotRestore(t *testing.T) {
 	}
 	before := ticks(c)
 
-	info, err := f.m.Snapshot(ctx, "snap", "s1")
+	info, err := f.m.SnapshotVM(ctx, "snap", "s1")
 	if err != nil {
 		t.Fatal(err)
 	}

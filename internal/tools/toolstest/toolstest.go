@@ -69,6 +69,12 @@ var agent = sync.OnceValues(sandboxtest.BuildAgent)
 // (sandbox.EnvAllowInsecure).
 func New(t testing.TB, preset string, opts ...tools.Option) *Env {
 	t.Helper()
+	return NewOn(t, process.Backend(), preset, opts...)
+}
+
+// NewOn is New with the neuron run by backend b (the only one of the set).
+func NewOn(t testing.TB, b sandbox.Backend, preset string, opts ...tools.Option) *Env {
+	t.Helper()
 	bin, err := agent()
 	if err != nil {
 		t.Fatal(err)
@@ -77,10 +83,10 @@ func New(t testing.TB, preset string, opts ...tools.Option) *Env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	set := sandbox.NewSet(sandbox.Env{Layout: lay, Exclusive: true, AgentBinary: func() (string, error) { return bin, nil }}, process.Backend())
+	set := sandbox.NewSet(sandbox.Env{Layout: lay, Exclusive: true, AgentBinary: func() (string, error) { return bin, nil }}, b)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	t.Cleanup(cancel)
-	m, err := set.Manager(process.Mode)
+	m, err := set.Manager(b.Name)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,205 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/nsys-cortex/cortex/internal/store"
+	"github.com/nsys-cortex/cortex/internal/tools"
+)
+
+// snapshotView is a snapshot as `snapshot list` shows it.
+type snapshotView struct {
+	store.Snapshot
+	// Kind is "files" (a copy of the overlay's files) or "vm" (the whole
+	// VM: memory, processes and disk).
+	Kind string `json:"kind"`
+}
+
+func (a *App) snapshotCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "snapshot",
+		Short: "Save a neuron and bring it back: create, list, restore, rm",
+		Long: `snapshot saves a neuron as it is now and brings it back later, as the tool
+kit's snapshot tool, the chat's checkpoints and /ctx's "snapshot NAME" do.
+
+A neuron whose mode keeps its files as files (process, nsbox, docker) is
+saved as a copy of its files; a restore stops it, puts every file back and
+starts it again (its processes end). A microVM neuron (qemu, firecracker)
+is saved whole, memory, processes and disk; a restore brings all of it
+back, and the processes that ran then go on from there. A snapshot of one
+kind is never restored into a neuron of the other.
+
+Snapshots are kept in <home>/snapshots/<neuron>/<name>/. This command
+works beside the neurons, never through the daemon (--api).`,
+	}
+	cmd.AddCommand(a.snapshotCreateCommand(), a.snapshotListCommand(), a.snapshotRestoreCommand(), a.snapshotRemoveCommand())
+	return cmd
+}
+
+// snapshotNeuron resolves ref to a local neuron to snapshot; exact asks
+// for its full id (commands that lose data).
+func (a *App) snapshotNeuron(ctx context.Context, ref string, exact bool) (*tools.SetNeuron, error) {
+	if api, err := a.apiClient(); err != nil {
+		return nil, err
+	} else if api != nil {
+		return nil, errors.New("snapshots are taken beside the neurons (their files and VMs are on that host): run nsys-cortex snapshot there, without --api / NSYS_CORTEX_API_URL")
+	}
+	set, err := a.sandboxes()
+	if err != nil {
+		return nil, err
+	}
+	find := set.Find
+	if exact {
+		find = set.FindExact
+	}
+	_, st, err := find(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	return tools.NewSetNeuron(set, a.lay, st.ID), nil
+}
+
+func (a *App) snapshotCreateCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "create NEURON NAME",
+		Short: "Save a neuron as snapshot NAME (its files; a VM whole)",
+		Long: `create saves the neuron as snapshot NAME (1-64 letters, digits, '.', '_', '-')
+and prints NAME. Its files are copied while it runs (after a sync); a
+microVM neuron is paused for the moment its memory and disk are saved,
+and must be running.`,
+		Args:              cobra.ExactArgs(2),
+		ValidArgsFunction: a.neuronArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			if err := store.CheckSnapshotName(args[1]); err != nil {
+				return err
+			}
+			n, err := a.snapshotNeuron(ctx, args[0], false)
+			if err != nil {
+				return err
+			}
+			snap, err := n.CreateSnapshot(ctx, args[1])
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(a.Stdout, snap.Name)
+			if snap.Whole() {
+				fmt.Fprintf(a.Stderr, "snapshot %s of %s: the whole VM (memory, processes and disk), %s on disk\n", snap.Name, n.ID(), sizeText(snap.Bytes))
+			} else {
+				fmt.Fprintf(a.Stderr, "snapshot %s of %s: %d files, %s\n", snap.Name, n.ID(), snap.Files, sizeText(snap.Bytes))
+			}
+			return nil
+		},
+	}
+}
+
+func (a *App) snapshotListCommand() *cobra.Command {
+	var out outputFlags
+	cmd := &cobra.Command{
+		Use:               "list NEURON",
+		Aliases:           []string{"ls"},
+		Short:             "List a neuron's snapshots, oldest first",
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: a.neuronArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			mode, err := out.mode("json", "yaml", "name")
+			if err != nil {
+				return err
+			}
+			n, err := a.snapshotNeuron(cmd.Context(), args[0], false)
+			if err != nil {
+				return err
+			}
+			all, err := n.Snapshots(cmd.Context())
+			if err != nil {
+				return err
+			}
+			views := make([]snapshotView, len(all))
+			for i, s := range all {
+				views[i] = snapshotView{Snapshot: s, Kind: s.Kind()}
+			}
+			if done, err := emitList(&out, a.Stdout, mode, views); done {
+				return err
+			}
+			if mode == "name" {
+				for _, v := range views {
+					fmt.Fprintln(a.Stdout, v.Name)
+				}
+				return nil
+			}
+			rows := make([][]string, len(views))
+			for i, v := range views {
+				files := fmt.Sprint(v.Files)
+				if v.Kind == "vm" {
+					files = "-"
+				}
+				rows[i] = []string{v.Name, v.Kind, ago(v.Created), files, sizeText(v.Bytes)}
+			}
+			return table(a.Stdout, []string{"NAME", "KIND", "CREATED", "FILES", "SIZE"}, rows)
+		},
+	}
+	out.add(cmd, "json, yaml, name", "{{.Name}} {{.Kind}}")
+	return cmd
+}
+
+func (a *App) snapshotRestoreCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "restore NEURON NAME",
+		Short: "Bring a neuron back as snapshot NAME left it",
+		Long: `restore brings the neuron back as snapshot NAME left it and prints NAME.
+From a copy of files, the neuron is stopped (its processes end), every file
+put back exactly, and the neuron started again. A microVM neuron is brought
+back whole: files, memory, and the processes that ran at the snapshot,
+which go on from there. Processes and changes since are gone. NEURON is
+the full id (no prefix: a restore loses what changed since).`,
+		Args:              cobra.ExactArgs(2),
+		ValidArgsFunction: a.neuronArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			n, err := a.snapshotNeuron(cmd.Context(), args[0], true)
+			if err != nil {
+				return err
+			}
+			snap, err := n.RestoreSnapshot(cmd.Context(), args[1])
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(a.Stdout, snap.Name)
+			if snap.Whole() {
+				fmt.Fprintf(a.Stderr, "restored %s to snapshot %s: its files, memory and processes are as they were then\n", n.ID(), snap.Name)
+			} else {
+				fmt.Fprintf(a.Stderr, "restored %s to snapshot %s (%d files); it was restarted: processes that ran have ended\n", n.ID(), snap.Name, snap.Files)
+			}
+			return nil
+		},
+	}
+}
+
+func (a *App) snapshotRemoveCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:               "rm NEURON NAME...",
+		Aliases:           []string{"remove"},
+		Short:             "Delete snapshots of a neuron",
+		Long:              `rm deletes the named snapshots of the neuron for good and prints each name. NEURON is the full id.`,
+		Args:              cobra.MinimumNArgs(2),
+		ValidArgsFunction: a.neuronArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			n, err := a.snapshotNeuron(cmd.Context(), args[0], true)
+			if err != nil {
+				return err
+			}
+			var errs []error
+			for _, name := range args[1:] {
+				if err := store.RemoveSnapshot(a.lay.SnapshotsDir(n.ID()), name); err != nil {
+					errs = append(errs, err)
+					continue
+				}
+				fmt.Fprintln(a.Stdout, name)
+			}
+			return errors.Join(errs...)
+		},
+	}
+}

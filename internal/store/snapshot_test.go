@@ -1,0 +1,124 @@
+package store
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// vmSnapshot lays out a VM mode's snapshot as the qemu and firecracker
+// managers do: a record, the overlay disk under data/, the machine under
+// vm/. mode "" writes a record from before records named their mode.
+func vmSnapshot(t *testing.T, dir, name, mode string) {
+	t.Helper()
+	root := filepath.Join(dir, name)
+	for _, d := range []string{"data", "vm"} {
+		if err := os.MkdirAll(filepath.Join(root, d), 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, f := range []string{"data/overlay.ext4", "vm/state"} {
+		if err := os.WriteFile(filepath.Join(root, f), []byte("disk image"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := &Snapshot{Name: name, Neuron: "n1", Created: time.Now().UTC(), Files: 1, Bytes: 10, Mode: mode}
+	if err := WriteJSON(filepath.Join(root, "snapshot.json"), s, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// An overlay directory never receives a VM's disk image: restoring a
+// whole-VM snapshot as files fails and leaves the overlay as it was.
+func TestRestoreRefusesAVMSnapshot(t *testing.T) {
+	for _, tc := range []struct{ name, mode string }{{"recorded", "qemu"}, {"unrecorded", ""}} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir, overlay := t.TempDir(), t.TempDir()
+			vmSnapshot(t, dir, "vm1", tc.mode)
+			if err := os.WriteFile(filepath.Join(overlay, "keep.txt"), []byte("mine"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			_, err := RestoreSnapshot(dir, "vm1", overlay)
+			if !errors.Is(err, ErrSnapshotMismatch) || !strings.Contains(err.Error(), "whole-VM snapshot") {
+				t.Fatalf("restore of a VM snapshot as files: %v, want ErrSnapshotMismatch", err)
+			}
+			entries, _ := os.ReadDir(overlay)
+			if len(entries) != 1 || entries[0].Name() != "keep.txt" {
+				t.Fatalf("the overlay changed: %v", entries)
+			}
+		})
+	}
+}
+
+func TestCheckRestore(t *testing.T) {
+	dir, overlay := t.TempDir(), t.TempDir()
+	if err := os.WriteFile(filepath.Join(overlay, "f"), []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := CreateSnapshot(dir, "files", "n1", overlay); err != nil {
+		t.Fatal(err)
+	}
+	vmSnapshot(t, dir, "qemu1", "qemu")
+	vmSnapshot(t, dir, "old", "")
+	read := func(name string) *Snapshot {
+		t.Helper()
+		s, err := ReadSnapshot(dir, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	for _, tc := range []struct {
+		snap  string
+		mode  string
+		whole bool
+		fits  bool
+	}{
+		{"files", "process", false, true},
+		{"files", "qemu", true, false},     // files into a VM
+		{"qemu1", "process", false, false}, // a VM into files
+		{"qemu1", "qemu", true, true},
+		{"qemu1", "firecracker", true, false}, // another VM mode's
+		{"old", "nsbox", false, false},        // a VM snapshot from before Mode
+		{"old", "firecracker", true, true},    // left to the mode to check
+	} {
+		err := CheckRestore(read(tc.snap), tc.mode, tc.whole)
+		if tc.fits != (err == nil) || (err != nil && !errors.Is(err, ErrSnapshotMismatch)) {
+			t.Errorf("%s into a %s neuron (whole %v): %v, want fits=%v", tc.snap, tc.mode, tc.whole, err, tc.fits)
+		}
+	}
+	all, err := ListSnapshots(dir)
+	if err != nil || len(all) != 3 {
+		t.Fatalf("list: %+v %v", all, err)
+	}
+	kinds := map[string]string{}
+	for _, s := range all {
+		kinds[s.Name] = s.Kind()
+	}
+	if kinds["files"] != "files" || kinds["qemu1"] != "vm" || kinds["old"] != "vm" {
+		t.Errorf("kinds %v", kinds)
+	}
+	if _, err := ReadSnapshot(dir, "nope"); !errors.Is(err, ErrSnapshotNotFound) {
+		t.Errorf("read of an unknown snapshot: %v", err)
+	}
+}
+
+func TestRemoveSnapshot(t *testing.T) {
+	dir := t.TempDir()
+	vmSnapshot(t, dir, "s1", "qemu")
+	if err := RemoveSnapshot(dir, "s1"); err != nil {
+		t.Fatal(err)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+		t.Fatalf("left behind: %v", entries)
+	}
+	if err := RemoveSnapshot(dir, "s1"); !errors.Is(err, ErrSnapshotNotFound) {
+		t.Fatalf("second remove: %v", err)
+	}
+	if err := RemoveSnapshot(dir, "../x"); err == nil || !strings.Contains(err.Error(), "snapshot name") {
+		t.Fatalf("a bad name: %v", err)
+	}
+}

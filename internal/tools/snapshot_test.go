@@ -1,0 +1,153 @@
+package tools_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nsys-cortex/cortex/internal/layout"
+	"github.com/nsys-cortex/cortex/internal/sandbox"
+	"github.com/nsys-cortex/cortex/internal/sandbox/process"
+	"github.com/nsys-cortex/cortex/internal/store"
+	"github.com/nsys-cortex/cortex/internal/tools/toolstest"
+)
+
+const fakeVMMode = "fakevm"
+
+// fakeVM is a real process-mode manager that snapshots whole neurons
+// itself, as the microVM modes do: the boundary the kit routes on
+// (sandbox.Snapshotter). Its snapshots hold a machine state and no files;
+// its restore stops and starts the neuron, so a channel from before is
+// dead after it.
+type fakeVM struct {
+	sandbox.Manager
+	lay layout.Layout
+
+	mu    sync.Mutex
+	calls []string
+}
+
+var _ sandbox.Snapshotter = (*fakeVM)(nil)
+
+func (f *fakeVM) Mode() string { return fakeVMMode }
+
+func (f *fakeVM) record(call string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls = append(f.calls, call)
+}
+
+func (f *fakeVM) Snapshot(ctx context.Context, id, name string) (*store.Snapshot, error) {
+	f.record("snapshot " + name)
+	if err := store.CheckSnapshotName(name); err != nil {
+		return nil, &sandbox.InvalidError{Reason: err.Error()}
+	}
+	dir := filepath.Join(f.lay.SnapshotsDir(id), name)
+	if _, err := os.Lstat(dir); err == nil {
+		return nil, store.ErrSnapshotExists
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "vm"), 0o700); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "vm", "state"), []byte("memory"), 0o600); err != nil {
+		return nil, err
+	}
+	s := &store.Snapshot{Name: name, Neuron: id, Created: time.Now().UTC(), Files: 1, Bytes: 6, Mode: fakeVMMode}
+	return s, store.WriteJSON(filepath.Join(dir, "snapshot.json"), s, 0o600)
+}
+
+func (f *fakeVM) Restore(ctx context.Context, id, name string) (*sandbox.State, error) {
+	f.record("restore " + name)
+	if err := f.Destroy(ctx, id, sandbox.DestroyOptions{}); err != nil {
+		return nil, err
+	}
+	return f.Create(ctx, id, sandbox.CreateOptions{})
+}
+
+func (f *fakeVM) recorded() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.calls)
+}
+
+func agentPID(t *testing.T, e *toolstest.Env) int {
+	t.Helper()
+	_, st, err := e.Set.FindExact(e.Ctx, e.State.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.PID
+}
+
+// On a neuron whose manager snapshots whole neurons, the snapshot tool
+// goes through the manager (no copy of files is made), refuses a copy of
+// files before touching the neuron, and reconnects after a restore.
+func TestSnapshotOfAVMNeuronGoesThroughItsManager(t *testing.T) {
+	var vm *fakeVM
+	e := toolstest.NewOn(t, sandbox.Backend{Name: fakeVMMode, New: func(env sandbox.Env) (sandbox.Manager, error) {
+		vm = &fakeVM{Manager: process.New(env), lay: env.Layout}
+		return vm, nil
+	}}, "standard")
+	dir := e.Layout.SnapshotsDir(e.State.ID)
+	contains(t, e.Call("snapshot", map[string]any{"action": "create", "name": "s1"}, false), `snapshot "s1" created: the whole VM`)
+	if _, err := os.Stat(filepath.Join(dir, "s1", "data")); !os.IsNotExist(err) {
+		t.Fatalf("the kit copied the VM neuron's files: %v", err)
+	}
+	contains(t, e.Call("snapshot", map[string]any{"action": "list"}, false), "s1", "whole VM")
+
+	// A copy of files (as another mode took it) is not restored into it.
+	if _, err := store.CreateSnapshot(dir, "files", e.State.ID, e.State.OverlayPath); err != nil {
+		t.Fatal(err)
+	}
+	pid := agentPID(t, e)
+	contains(t, e.Call("snapshot", map[string]any{"action": "restore", "name": "files"}, true), "is a copy of files")
+	if got := agentPID(t, e); got != pid {
+		t.Fatalf("a refused restore restarted the neuron: pid %d, was %d", got, pid)
+	}
+
+	contains(t, e.Call("snapshot", map[string]any{"action": "restore", "name": "s1"}, false), `restored snapshot "s1": the whole VM`, "processes")
+	if got := vm.recorded(); !slices.Equal(got, []string{"snapshot s1", "restore s1"}) {
+		t.Fatalf("manager calls %q", got)
+	}
+	if got := agentPID(t, e); got == pid {
+		t.Fatal("the restore did not replace the neuron")
+	}
+	// The channel from before died with the restore: the kit connects anew.
+	contains(t, e.Call("bash", map[string]any{"command": "echo alive"}, false), "alive")
+}
+
+// A VM snapshot found beside a neuron of files (its id was a VM neuron
+// once) is refused: its disk image is never copied into the overlay, and
+// the neuron is not stopped.
+func TestVMSnapshotIsNotRestoredAsFiles(t *testing.T) {
+	e := newEnv(t, "standard")
+	e.Put("keep.txt", "mine\n")
+	snap := filepath.Join(e.Layout.SnapshotsDir(e.State.ID), "vm1")
+	for _, d := range []string{"data", "vm"} {
+		if err := os.MkdirAll(filepath.Join(snap, d), 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(snap, "data", "overlay.ext4"), []byte("ext4"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := &store.Snapshot{Name: "vm1", Neuron: e.State.ID, Created: time.Now().UTC(), Files: 1, Bytes: 4, Mode: "qemu"}
+	if err := store.WriteJSON(filepath.Join(snap, "snapshot.json"), s, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	pid := agentPID(t, e)
+	contains(t, e.Call("snapshot", map[string]any{"action": "restore", "name": "vm1"}, true), "whole-VM snapshot of mode qemu", "never copied into an overlay")
+	if got := agentPID(t, e); got != pid {
+		t.Fatalf("a refused restore restarted the neuron: pid %d, was %d", got, pid)
+	}
+	if got := e.Get("keep.txt"); got != "mine\n" {
+		t.Fatalf("keep.txt: %q", got)
+	}
+	if _, err := os.Stat(e.File("overlay.ext4")); !os.IsNotExist(err) {
+		t.Fatalf("the disk image reached the workspace: %v", err)
+	}
+}
