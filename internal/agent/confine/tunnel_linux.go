@@ -8,11 +8,13 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"sync"
 	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/nsys-cortex/cortex/internal/agent/egress"
 	"github.com/nsys-cortex/cortex/internal/protocol"
 )
 
@@ -34,6 +36,8 @@ func EgressTunnel(args []string) int {
 	fs := flag.NewFlagSet("egress-tunnel", flag.ContinueOnError)
 	uid := fs.Int("uid", -1, "run as this uid (from root)")
 	gid := fs.Int("gid", -1, "run as this gid (from root)")
+	listen := fs.String("listen", "", "serve a tunnel on each connection to this Unix socket (the VMM's guest-initiated vsock connections) instead of descriptor 3")
+	vmm := fs.Int("pid", 0, "with --listen: end when this process, the VMM, does")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -41,6 +45,16 @@ func EgressTunnel(args []string) int {
 	if err != nil {
 		logf("%v", err)
 		return 1
+	}
+	var ln *net.UnixListener
+	var vmmGone *os.File
+	if *listen != "" {
+		if ln, vmmGone, err = listenTunnels(*listen, *vmm, *uid, *gid); err != nil {
+			logf("%v", err)
+			return 1
+		}
+		defer ln.Close()
+		defer vmmGone.Close()
 	}
 	if err := dropTo(*uid, *gid); err != nil {
 		logf("%v", err)
@@ -50,15 +64,24 @@ func EgressTunnel(args []string) int {
 		logf("%v", err)
 		return 1
 	}
+	ctx, stop := signal.NotifyContext(context.Background(), unix.SIGTERM, unix.SIGINT, unix.SIGHUP)
+	defer stop()
+	logf("serving the egress tunnel for %d rules", len(fs.Args()))
+	p := plan.proxy(logf)
+	if ln != nil {
+		go func() {
+			waitReadable(vmmGone)
+			stop()
+		}()
+		serveTunnels(ctx, ln, p, logf)
+		return 0
+	}
 	conn, err := net.FileConn(os.NewFile(TunnelFD, "tunnel"))
 	if err != nil {
 		logf("the tunnel's stream on descriptor %d: %v", TunnelFD, err)
 		return 1
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), unix.SIGTERM, unix.SIGINT, unix.SIGHUP)
-	defer stop()
-	logf("serving the egress tunnel for %d rules", len(fs.Args()))
-	if err := plan.proxy(logf).ServeTunnel(ctx, conn); err != nil {
+	if err := p.ServeTunnel(ctx, conn); err != nil {
 		logf("the tunnel ended: %v", err)
 		return 1
 	}
@@ -84,4 +107,70 @@ func dropTo(uid, gid int) error {
 		return fmt.Errorf("setuid %d: %w", uid, err)
 	}
 	return nil
+}
+
+// listenTunnels listens on path for the VMM's connections, giving the
+// socket to uid and gid (the VMM's), and opens a pidfd of the VMM.
+func listenTunnels(path string, vmm, uid, gid int) (*net.UnixListener, *os.File, error) {
+	if vmm <= 0 {
+		return nil, nil, errors.New("--listen needs --pid, the VMM's process")
+	}
+	fd, err := unix.PidfdOpen(vmm, 0)
+	if err != nil {
+		return nil, nil, fmt.Errorf("the VMM's process %d: %w", vmm, err)
+	}
+	pidfd := os.NewFile(uintptr(fd), "vmm")
+	os.Remove(path)
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
+		pidfd.Close()
+		return nil, nil, fmt.Errorf("the tunnel's socket: %w", err)
+	}
+	if uid >= 0 {
+		err = os.Chown(path, uid, gid)
+	}
+	if err == nil {
+		err = os.Chmod(path, 0o600)
+	}
+	if err != nil {
+		ln.Close()
+		pidfd.Close()
+		return nil, nil, fmt.Errorf("the tunnel's socket: %w", err)
+	}
+	return ln, pidfd, nil
+}
+
+// waitReadable returns once f polls readable (a pidfd: its process ended).
+func waitReadable(f *os.File) {
+	for {
+		fds := []unix.PollFd{{Fd: int32(f.Fd()), Events: unix.POLLIN}}
+		if _, err := unix.Poll(fds, -1); err == nil || !errors.Is(err, unix.EINTR) {
+			return
+		}
+	}
+}
+
+// serveTunnels serves a tunnel on each connection ln accepts until ctx
+// ends, then closes them and waits for them.
+func serveTunnels(ctx context.Context, ln *net.UnixListener, p *egress.Proxy, logf func(string, ...any)) {
+	stop := context.AfterFunc(ctx, func() { ln.Close() })
+	defer stop()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			if ctx.Err() == nil {
+				logf("the tunnel's socket: %v", err)
+			}
+			return
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := p.ServeTunnel(ctx, c); err != nil {
+				logf("a tunnel ended: %v", err)
+			}
+		}()
+	}
 }

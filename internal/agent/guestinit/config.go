@@ -39,6 +39,9 @@ const (
 const (
 	DefaultVsockPort    = 1024
 	DefaultCtlVsockPort = 1025
+	// DefaultEgressVsockPort is the host's port the guest dials for the
+	// egress tunnel (Firecracker passes it to <uds_path>_1026 on the host).
+	DefaultEgressVsockPort = 1026
 )
 
 // ChannelDir is the agent's channel directory inside the guest; the bridge
@@ -69,6 +72,10 @@ type Config struct {
 	// guest's proxy connections and carries them to the host's enforcing
 	// proxy over the EgressPort (the guest has no network device).
 	Egress string `json:"egress,omitempty"`
+	// EgressVsockPort, when set, carries the egress tunnel over vsock, on
+	// a connection the guest makes to the host's port (Firecracker), not
+	// over the EgressPort (QEMU).
+	EgressVsockPort int `json:"egressVsockPort,omitempty"`
 	// VsockPort and CtlVsockPort are where the guest listens for the
 	// host's vsock connections; 0 takes the defaults, -1 turns one off.
 	VsockPort    int `json:"vsockPort,omitempty"`

@@ -146,6 +146,9 @@ func (g *guest) start() error {
 		if p := port(g.cfg.CtlVsockPort, DefaultCtlVsockPort); p > 0 {
 			go g.serveCtlVsock(uint32(p))
 		}
+		if g.tunnel != nil && g.cfg.EgressVsockPort > 0 {
+			go g.serveEgressVsock(uint32(g.cfg.EgressVsockPort))
+		}
 	}()
 	return nil
 }

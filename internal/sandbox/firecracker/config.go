@@ -64,11 +64,9 @@ const (
 	defaultCgroupRoot = "/sys/fs/cgroup"
 	// ParentCgroup is the cgroup (under the v2 mount) neurons' VMs go in.
 	ParentCgroup = "nsys-cortex"
-	// Workspace is the workspace inside the VM, and guestHome the home of
-	// its user (the agent runs its commands as the guest's root), as in
-	// the qemu backend.
+	// Workspace is the workspace inside the VM, as in the qemu backend
+	// (the agent runs its commands as the guest's root, home vmguest.Home).
 	Workspace = "/home/agent/workspace"
-	guestHome = "/root"
 )
 
 // Config says where the pieces of firecracker mode are.

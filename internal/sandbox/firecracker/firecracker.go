@@ -16,12 +16,14 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/nsys-cortex/cortex/internal/agent/egress"
 	"github.com/nsys-cortex/cortex/internal/ids"
 	"github.com/nsys-cortex/cortex/internal/layout"
 	"github.com/nsys-cortex/cortex/internal/link"
 	"github.com/nsys-cortex/cortex/internal/protocol"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
 	"github.com/nsys-cortex/cortex/internal/sandbox/internal/lifecycle"
+	"github.com/nsys-cortex/cortex/internal/sandbox/internal/vmguest"
 	"github.com/nsys-cortex/cortex/internal/store"
 )
 
@@ -64,9 +66,6 @@ func WithResyncer(rs Resyncer) Option { return func(r *runtime) { r.resync = rs 
 // Manager runs neurons as Firecracker microVMs. It is the common lifecycle
 // (state files, discovery, locks, death) over this backend's runtime, plus
 // VM snapshots.
-// FilesInDiskImage: a firecracker neuron's files are in its overlay disk.
-func (*Manager) FilesInDiskImage() {}
-
 type Manager struct {
 	*lifecycle.Manager
 	rt     *runtime
@@ -159,10 +158,17 @@ func (r *runtime) plan(opts sandbox.CreateOptions) (*vmPlan, error) {
 		if len(opts.Network.Allow) > 0 {
 			return nil, &sandbox.InvalidError{Reason: "a network allow-list goes with network egress (--allow alone implies it)"}
 		}
-	case sandbox.NetworkEgress, sandbox.NetworkFull:
-		return nil, &sandbox.UnenforceableError{Mode: Mode, Policy: "network " + string(opts.Network.Mode),
-			Reason: "firecracker neurons have no network device yet: egress must go through nsbox's enforcing proxy, " +
-				"which is not wired to the VM, and this mode never bridges a VM to the host's network (use --mode nsbox for egress)"}
+	case sandbox.NetworkEgress:
+		if len(opts.Network.Allow) == 0 {
+			return nil, &sandbox.InvalidError{Reason: "network egress needs an allow-list (--allow HOST[:PORT], *.DOMAIN or CIDR); with nothing to reach, use network none"}
+		}
+		if _, err := egress.Parse(opts.Network.Allow); err != nil {
+			return nil, &sandbox.InvalidError{Reason: "network allow-list: " + err.Error()}
+		}
+	case sandbox.NetworkFull:
+		return nil, &sandbox.UnenforceableError{Mode: Mode, Policy: "network full",
+			Reason: "a firecracker neuron has no network device, and this mode never bridges a VM to the host's network: " +
+				"use network egress with an allow-list (enforced on the host), or --mode nsbox/docker for full network"}
 	default:
 		return nil, &sandbox.InvalidError{Reason: fmt.Sprintf("network %q: choose none, egress or full", opts.Network.Mode)}
 	}
@@ -198,6 +204,9 @@ func (r *runtime) plan(opts sandbox.CreateOptions) (*vmPlan, error) {
 		p.rootDisk = opts.Image
 	}
 	p.policy = sandbox.Policy{Network: sandbox.Network{Mode: sandbox.NetworkNone}, Limits: lim, Image: opts.Image, NestedUserns: opts.NestedUserns}
+	if opts.Network.Mode == sandbox.NetworkEgress {
+		p.policy.Network = sandbox.Network{Mode: sandbox.NetworkEgress, Allow: append([]string(nil), opts.Network.Allow...)}
+	}
 	return p, nil
 }
 
@@ -246,8 +255,11 @@ func (r *runtime) Start(req *lifecycle.StartRequest) (*exec.Cmd, error) {
 	}
 	restore := r.restoring(id)
 	r.bridges.forget(id)
-	cfg := &GuestConfig{ID: id, Workdir: Workspace, Env: guestEnv(id, req.Options.Env), Pids: p.policy.Limits.Pids,
+	cfg := &GuestConfig{ID: id, Workdir: Workspace, Env: vmguest.Env(id, p.policy.Network, req.Options.Env), Pids: p.policy.Limits.Pids,
 		NestedUserns: p.policy.NestedUserns, VsockPort: AgentVsockPort, CtlVsockPort: CtlVsockPort}
+	if p.policy.Network.Mode == sandbox.NetworkEgress {
+		cfg.Egress, cfg.EgressVsockPort = vmguest.Proxy, EgressVsockPort
+	}
 	if err := r.stage(lay, id, j, p, cfg, restore); err != nil {
 		return nil, fmt.Errorf("staging the jail %s: %w", j.dir, err)
 	}
@@ -280,6 +292,13 @@ func (r *runtime) Start(req *lifecycle.StartRequest) (*exec.Cmd, error) {
 	}
 	if err := waitSocket(j.host(jailAPISock), cmd.Process.Pid, 10*time.Second); err != nil {
 		return fail(err)
+	}
+	if p.policy.Network.Mode == sandbox.NetworkEgress {
+		// Listening before the guest runs (a boot, or a snapshot's load):
+		// it dials the host's port as soon as it can.
+		if err := startTunnel(req, j, cmd.Process.Pid, p.policy.Network.Allow); err != nil {
+			return fail(err)
+		}
 	}
 	c := NewClient(j.host(jailAPISock))
 	defer c.Close()

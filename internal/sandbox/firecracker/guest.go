@@ -53,16 +53,6 @@ func writeConfigDisk(path string, cfg *GuestConfig) error {
 	return os.WriteFile(path, padded, 0o400)
 }
 
-// guestEnv is the agent's environment in the VM: the allow-listed basics
-// and what the operator granted, as in the qemu backend.
-func guestEnv(id string, granted []string) []string {
-	return sandbox.AgentEnv(nil, append([]string{
-		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-		"HOME=" + guestHome, "USER=root", "LOGNAME=root", "SHELL=/bin/sh", "LANG=C.UTF-8", "TMPDIR=/tmp",
-		"NSYS_CORTEX_NEURON=" + id,
-	}, granted...)...)
-}
-
 // Control operations (guestinit.OpRestored, OpPoweroff, OpPing).
 const (
 	OpRestored = "restored"

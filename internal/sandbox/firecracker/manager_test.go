@@ -446,16 +446,16 @@ func TestPolicyRefusals(t *testing.T) {
 		check func(error) bool
 		says  string
 	}{
-		"egress": {sandbox.CreateOptions{Network: sandbox.Network{Mode: sandbox.NetworkEgress, Allow: []string{"example.com"}}},
-			isUnenforceable, "no network device"},
-		"full":     {sandbox.CreateOptions{Network: sandbox.Network{Mode: sandbox.NetworkFull}}, isUnenforceable, "never bridges"},
-		"allow":    {sandbox.CreateOptions{Network: sandbox.Network{Allow: []string{"x"}}}, sandbox.IsInvalid, "allow-list"},
-		"ctx":      {sandbox.CreateOptions{Ctx: "/mnt/ctx"}, isUnenforceable, "/ctx"},
-		"tiny":     {sandbox.CreateOptions{Limits: sandbox.Limits{MemoryBytes: 64 << 20}}, sandbox.IsInvalid, "128 MiB"},
-		"cpus":     {sandbox.CreateOptions{Limits: sandbox.Limits{CPUs: 33}}, sandbox.IsInvalid, "at most 32"},
-		"image":    {sandbox.CreateOptions{Image: "debian:12"}, sandbox.IsInvalid, "absolute path"},
-		"negative": {sandbox.CreateOptions{Limits: sandbox.Limits{MemoryBytes: -1}}, sandbox.IsInvalid, "negative"},
-		"bad env":  {sandbox.CreateOptions{Env: []string{"NOEQUALS"}}, sandbox.IsInvalid, "KEY=VALUE"},
+		"egress":    {sandbox.CreateOptions{Network: sandbox.Network{Mode: sandbox.NetworkEgress}}, sandbox.IsInvalid, "needs an allow-list"},
+		"bad allow": {sandbox.CreateOptions{Network: sandbox.Network{Mode: sandbox.NetworkEgress, Allow: []string{"https://bad.example"}}}, sandbox.IsInvalid, `"https://bad.example"`},
+		"full":      {sandbox.CreateOptions{Network: sandbox.Network{Mode: sandbox.NetworkFull}}, isUnenforceable, "never bridges"},
+		"allow":     {sandbox.CreateOptions{Network: sandbox.Network{Allow: []string{"x"}}}, sandbox.IsInvalid, "allow-list"},
+		"ctx":       {sandbox.CreateOptions{Ctx: "/mnt/ctx"}, isUnenforceable, "/ctx"},
+		"tiny":      {sandbox.CreateOptions{Limits: sandbox.Limits{MemoryBytes: 64 << 20}}, sandbox.IsInvalid, "128 MiB"},
+		"cpus":      {sandbox.CreateOptions{Limits: sandbox.Limits{CPUs: 33}}, sandbox.IsInvalid, "at most 32"},
+		"image":     {sandbox.CreateOptions{Image: "debian:12"}, sandbox.IsInvalid, "absolute path"},
+		"negative":  {sandbox.CreateOptions{Limits: sandbox.Limits{MemoryBytes: -1}}, sandbox.IsInvalid, "negative"},
+		"bad env":   {sandbox.CreateOptions{Env: []string{"NOEQUALS"}}, sandbox.IsInvalid, "KEY=VALUE"},
 	} {
 		_, err := f.mgr.Create(f.ctx, "p-"+strings.ReplaceAll(name, " ", "-"), c.opts)
 		if err == nil || !c.check(err) || !strings.Contains(err.Error(), c.says) {

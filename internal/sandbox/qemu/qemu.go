@@ -21,6 +21,7 @@ import (
 	"github.com/nsys-cortex/cortex/internal/link"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
 	"github.com/nsys-cortex/cortex/internal/sandbox/internal/lifecycle"
+	"github.com/nsys-cortex/cortex/internal/sandbox/internal/vmguest"
 	"github.com/nsys-cortex/cortex/internal/vmimage"
 )
 
@@ -38,7 +39,6 @@ const (
 	// Ports is how many host processes can use one neuron at once.
 	Ports     = 8
 	Workspace = "/home/agent/workspace"
-	guestHome = "/root"
 	minMemory = 128 << 20
 	// bootTimeout is generous: under TCG on a loaded machine a boot can
 	// take several times its usual 4-5 s.
@@ -56,9 +56,6 @@ func Backend() sandbox.Backend {
 }
 
 // Manager is the lifecycle's manager plus snapshots.
-// FilesInDiskImage: a qemu neuron's files are in its overlay disk.
-func (*Manager) FilesInDiskImage() {}
-
 type Manager struct {
 	*lifecycle.Manager
 	rt  *runtime
@@ -223,20 +220,6 @@ func Marker(lay layout.Layout, id string) string {
 	return fmt.Sprintf("nsys-cortex:%08x:%s", h.Sum32(), id)
 }
 
-// guestEnv is the agent's environment inside the VM: only what the
-// operator granted by name on top of the mode's own.
-func guestEnv(id string, network sandbox.Network, granted []string) []string {
-	env := []string{
-		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-		"HOME=" + guestHome, "USER=root", "LOGNAME=root", "SHELL=/bin/sh", "LANG=C.UTF-8", "TMPDIR=/tmp",
-		"NSYS_CORTEX_NEURON=" + id,
-	}
-	if network.Mode == sandbox.NetworkEgress {
-		env = append(env, sandbox.ProxyEnv(GuestProxy, id)...)
-	}
-	return sandbox.AgentEnv(nil, append(env, granted...)...)
-}
-
 // Start boots the VM. QEMU's sockets are made here and handed over as
 // descriptors (a socket path may be longer than bind(2) takes); a restore
 // loads the snapshot's state before the guest runs again.
@@ -286,10 +269,10 @@ func (r *runtime) Start(req *lifecycle.StartRequest) (*exec.Cmd, error) {
 			return nil, fmt.Errorf("TCG: %w", err)
 		}
 	}
-	cfg := &guestinit.Config{ID: req.ID, Workdir: Workspace, Env: guestEnv(req.ID, p.network, req.Options.Env), Pids: p.limits.Pids,
+	cfg := &guestinit.Config{ID: req.ID, Workdir: Workspace, Env: vmguest.Env(req.ID, p.network, req.Options.Env), Pids: p.limits.Pids,
 		NestedUserns: p.nestedUserns}
 	if p.network.Mode == sandbox.NetworkEgress {
-		cfg.Egress = GuestProxy
+		cfg.Egress = vmguest.Proxy
 	}
 	if err := vmimage.ConfigDisk(spec.ConfigDisk, cfg); err != nil {
 		return nil, err

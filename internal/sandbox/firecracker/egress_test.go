@@ -1,0 +1,154 @@
+package firecracker
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nsys-cortex/cortex/internal/agent/egress"
+	"github.com/nsys-cortex/cortex/internal/sandbox"
+	"github.com/nsys-cortex/cortex/internal/sandbox/internal/vmguest"
+	"github.com/nsys-cortex/cortex/internal/sandbox/sandboxtest"
+	"github.com/nsys-cortex/cortex/internal/store"
+)
+
+func origin(t *testing.T, text string) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, text) })}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	return ln.Addr().String()
+}
+
+// tunnelProcess is the live egress-tunnel process listening on path.
+func tunnelProcess(path string) int {
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		argv := store.Cmdline(pid)
+		if len(argv) > 1 && argv[1] == "egress-tunnel" && slices.Contains(argv, path) {
+			if _, alive := store.ProcStart(pid); alive {
+				return pid
+			}
+		}
+	}
+	return 0
+}
+
+// Network egress: the guest is told to dial the host's vsock port, and
+// the tunnel listens where Firecracker connects such a connection (the
+// jail's <uds_path>_<port>), as the jail's uid, enforcing the allow-list;
+// it ends with Firecracker. This test stands in for Firecracker and the
+// guest: it connects to that socket and runs the guest's end of the tunnel.
+func TestEgressTunnel(t *testing.T) {
+	f := newFixture(t)
+	bin, err := sandboxtest.BuildAgent()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.env.AgentBinary = func() (string, error) { return bin, nil }
+	m := f.manager()
+	allowed, denied := origin(t, "allowed"), origin(t, "denied")
+	st, err := m.Create(f.ctx, "net", sandbox.CreateOptions{Network: sandbox.Network{Mode: sandbox.NetworkEgress, Allow: []string{allowed}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Policy.Network.Mode != sandbox.NetworkEgress || !slices.Equal(st.Policy.Network.Allow, []string{allowed}) {
+		t.Fatalf("policy %+v", st.Policy.Network)
+	}
+	// Still no network interface: the API calls are the golden ones.
+	if got := callNames(f.calls("net")); !slices.Equal(got, goldenCreate) {
+		t.Fatalf("API calls %q, want %q", got, goldenCreate)
+	}
+	j := f.jail("net")
+	raw, err := os.ReadFile(j.host(jailConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var gc GuestConfig
+	if err := json.Unmarshal([]byte(strings.TrimRight(string(raw), "\x00")), &gc); err != nil {
+		t.Fatal(err)
+	}
+	if gc.Egress != vmguest.Proxy || gc.EgressVsockPort != EgressVsockPort || !slices.Contains(gc.Env, "http_proxy=http://"+vmguest.Proxy) {
+		t.Fatalf("guest config: egress %q port %d env %q", gc.Egress, gc.EgressVsockPort, gc.Env)
+	}
+
+	sock := tunnelSocket(j)
+	var conn net.Conn
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if conn, err = net.Dial("unix", sock); err == nil {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("the tunnel does not listen on %s: %v", sock, err)
+		}
+	}
+	defer conn.Close()
+	var fi syscall.Stat_t
+	if err := syscall.Stat(sock, &fi); err != nil || int(fi.Uid) != j.uid || fi.Mode&0o777 != 0o600 {
+		t.Errorf("the tunnel's socket: owner %d (jail %d), mode %o: %v", fi.Uid, j.uid, fi.Mode&0o777, err)
+	}
+	pid := tunnelProcess(sock)
+	if status, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid)); !strings.Contains(string(status), fmt.Sprintf("Uid:\t%d\t%d\t%d\t%d\n", j.uid, j.uid, j.uid, j.uid)) {
+		t.Errorf("the tunnel (pid %d) does not run as the jail's uid %d:\n%s", pid, j.uid, status)
+	}
+
+	guest := &egress.GuestTunnel{Logf: t.Logf}
+	guest.Attach(conn)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(f.ctx)
+	served := make(chan struct{})
+	go func() { defer close(served); guest.Serve(ctx, ln) }()
+	defer func() { cancel(); <-served }()
+	pu, _ := url.Parse("http://" + ln.Addr().String())
+	client := &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{Proxy: http.ProxyURL(pu), DisableKeepAlives: true}}
+	get := func(origin string) (int, string) {
+		resp, err := client.Get("http://" + origin + "/")
+		if err != nil {
+			t.Fatalf("GET %s: %v", origin, err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, body := get(allowed); code != 200 || body != "allowed" {
+		t.Errorf("allowed origin: %d %q", code, body)
+	}
+	if code, body := get(denied); code != 403 {
+		t.Errorf("denied origin: %d %q", code, body)
+	}
+	log, _ := os.ReadFile(filepath.Join(f.lay.LogsDir(), "neurons", "net.log"))
+	if !strings.Contains(string(log), "egress allow GET "+allowed) || !strings.Contains(string(log), "egress deny GET "+denied) {
+		t.Errorf("the neuron's log lacks the decisions:\n%s", log)
+	}
+
+	if err := m.Destroy(f.ctx, "net", sandbox.DestroyOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); tunnelProcess(sock) != 0; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the tunnel outlived Firecracker")
+		}
+	}
+}

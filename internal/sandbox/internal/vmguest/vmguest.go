@@ -1,0 +1,84 @@
+// Package vmguest is what the microVM backends (qemu, firecracker) share
+// about the guest they boot from the same image: its environment, and the
+// host's end of its network egress (see internal/agent/egress's tunnel).
+package vmguest
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"syscall"
+
+	"github.com/nsys-cortex/cortex/internal/sandbox"
+)
+
+// Home is the guest agent's home (it runs as the guest's root).
+const Home = "/root"
+
+// Proxy is where a VM neuron's programs find the egress proxy: a listener
+// of the guest's PID 1 on the guest's loopback.
+const Proxy = "127.0.0.1:3128"
+
+// Env is the agent's environment inside the VM: the mode's own variables,
+// the proxy's with network egress, and only what the operator granted by
+// name on top.
+func Env(id string, network sandbox.Network, granted []string) []string {
+	env := []string{
+		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+		"HOME=" + Home, "USER=root", "LOGNAME=root", "SHELL=/bin/sh", "LANG=C.UTF-8", "TMPDIR=/tmp",
+		"NSYS_CORTEX_NEURON=" + id,
+	}
+	if network.Mode == sandbox.NetworkEgress {
+		env = append(env, sandbox.ProxyEnv(Proxy, id)...)
+	}
+	return sandbox.AgentEnv(nil, append(env, granted...)...)
+}
+
+// Tunnel is the host's end of a VM neuron's egress: "cortex-agent
+// egress-tunnel", which serves nsbox's enforcing proxy (the allow-list,
+// the host's resolver read once, the host's own addresses refused to name
+// rules) on every stream the guest opens, and ends with the VMM.
+type Tunnel struct {
+	AgentBin string   // the static cortex-agent on the host
+	Log      *os.File // the neuron's log: the proxy's decisions
+	Allow    []string // the allow-list
+	// Cred, when set, is the identity the tunnel takes: started as root
+	// (the agent binary may sit where that uid cannot reach it), it gives
+	// root up before it reads a byte from the guest.
+	Cred *syscall.Credential
+	// Stream is the tunnel's one stream (a socket pair's end whose other
+	// end is the VMM's: the tunnel ends when it closes). Or Listen is a
+	// Unix socket the VMM connects to once per guest connection, and VMM
+	// the process whose end ends the tunnel.
+	Stream *os.File
+	Listen string
+	VMM    int
+}
+
+// Start starts the tunnel. Its owner is the VMM (it ends with it); a
+// goroutine of this process reaps it should this process outlive it.
+func (t Tunnel) Start() error {
+	args := []string{"cortex-agent", "egress-tunnel"}
+	if t.Cred != nil {
+		args = append(args, "--uid", strconv.Itoa(int(t.Cred.Uid)), "--gid", strconv.Itoa(int(t.Cred.Gid)))
+	}
+	var files []*os.File
+	switch {
+	case t.Stream != nil && t.Listen == "":
+		files = []*os.File{t.Stream} // descriptor 3: confine.TunnelFD
+	case t.Stream == nil && t.Listen != "" && t.VMM > 0:
+		args = append(args, "--listen", t.Listen, "--pid", strconv.Itoa(t.VMM))
+	default:
+		return errors.New("egress tunnel: a stream, or a socket to listen on and the VMM's pid")
+	}
+	args = append(append(args, "--"), t.Allow...)
+	cmd := &exec.Cmd{Path: t.AgentBin, Args: args, Env: []string{}, Dir: "/",
+		Stdout: t.Log, Stderr: t.Log, ExtraFiles: files, SysProcAttr: &syscall.SysProcAttr{Setsid: true}}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("egress: starting the tunnel: %w", err)
+	}
+	go cmd.Wait()
+	return nil
+}
