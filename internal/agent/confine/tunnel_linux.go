@@ -8,7 +8,6 @@ import (
 	"net"
 	"os"
 	"os/signal"
-	"sync"
 	"syscall"
 	"time"
 
@@ -153,24 +152,12 @@ func waitReadable(f *os.File) {
 // serveTunnels serves a tunnel on each connection ln accepts until ctx
 // ends, then closes them and waits for them.
 func serveTunnels(ctx context.Context, ln *net.UnixListener, p *egress.Proxy, logf func(string, ...any)) {
-	stop := context.AfterFunc(ctx, func() { ln.Close() })
-	defer stop()
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	for {
-		c, err := ln.Accept()
-		if err != nil {
-			if ctx.Err() == nil {
-				logf("the tunnel's socket: %v", err)
-			}
-			return
+	err := egress.ServeConns(ctx, ln, func(ctx context.Context, c net.Conn) {
+		if err := p.ServeTunnel(ctx, c); err != nil {
+			logf("a tunnel ended: %v", err)
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := p.ServeTunnel(ctx, c); err != nil {
-				logf("a tunnel ended: %v", err)
-			}
-		}()
+	})
+	if err != nil {
+		logf("the tunnel's socket: %v", err)
 	}
 }

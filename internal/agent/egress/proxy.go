@@ -85,17 +85,37 @@ type Proxy struct {
 // Serve answers connections on ln until ctx ends or ln fails, and then
 // closes every connection it still has and waits for them.
 func (p *Proxy) Serve(ctx context.Context, ln net.Listener) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	stop := context.AfterFunc(ctx, func() { ln.Close() })
-	defer stop()
 	max := p.MaxConns
 	if max <= 0 {
 		max = defaultMaxConns
 	}
 	slots := make(chan struct{}, max)
+	return ServeConns(ctx, ln, func(ctx context.Context, c net.Conn) {
+		select {
+		case slots <- struct{}{}:
+		default:
+			c.Write([]byte(response(503, "connection_limit_reached", "too many connections at once")))
+			c.Close()
+			return
+		}
+		defer func() { <-slots }()
+		p.handle(ctx, c)
+	})
+}
+
+// ServeConns accepts connections on ln until ctx ends or ln fails (a
+// timeout is retried), and handles each in a goroutine of its own. It
+// closes ln when ctx ends; when it returns, the context its handlers got
+// has ended and every handler has returned.
+func ServeConns(ctx context.Context, ln net.Listener, handle func(context.Context, net.Conn)) error {
+	ctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(ctx, func() { ln.Close() })
+	defer stop()
 	var wg sync.WaitGroup
-	defer wg.Wait()
+	defer func() {
+		cancel()
+		wg.Wait()
+	}()
 	for {
 		c, err := ln.Accept()
 		if err != nil {
@@ -108,18 +128,10 @@ func (p *Proxy) Serve(ctx context.Context, ln net.Listener) error {
 			}
 			return err
 		}
-		select {
-		case slots <- struct{}{}:
-		default:
-			c.Write([]byte(response(503, "connection_limit_reached", "too many connections at once")))
-			c.Close()
-			continue
-		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			defer func() { <-slots }()
-			p.handle(ctx, c)
+			handle(ctx, c)
 		}()
 	}
 }

@@ -363,30 +363,7 @@ func (t *GuestTunnel) session(ctx context.Context) (*yamux.Session, error) {
 // Serve carries each connection ln accepts to the host's proxy, until ln
 // fails or ctx ends; connections still open then are closed.
 func (t *GuestTunnel) Serve(ctx context.Context, ln net.Listener) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	stop := context.AfterFunc(ctx, func() { ln.Close() })
-	defer stop()
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	for {
-		c, err := ln.Accept()
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				continue
-			}
-			return err
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			t.carry(ctx, c)
-		}()
-	}
+	return ServeConns(ctx, ln, t.carry)
 }
 
 // carry joins one local connection to a new stream, both ways, with

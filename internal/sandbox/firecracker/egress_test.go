@@ -24,18 +24,6 @@ import (
 	"github.com/nsys-cortex/cortex/internal/store"
 )
 
-func origin(t *testing.T, text string) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, text) })}
-	go srv.Serve(ln)
-	t.Cleanup(func() { srv.Close() })
-	return ln.Addr().String()
-}
-
 // tunnelProcess is the live egress-tunnel process listening on path.
 func tunnelProcess(path string) int {
 	entries, _ := os.ReadDir("/proc")
@@ -67,7 +55,8 @@ func TestEgressTunnel(t *testing.T) {
 	}
 	f.env.AgentBinary = func() (string, error) { return bin, nil }
 	m := f.manager()
-	allowed, denied := origin(t, "allowed"), origin(t, "denied")
+	allowed := fmt.Sprintf("127.0.0.1:%d", sandboxtest.ServeText(t, "127.0.0.1:0", "allowed"))
+	denied := fmt.Sprintf("127.0.0.1:%d", sandboxtest.ServeText(t, "127.0.0.1:0", "denied"))
 	st, err := m.Create(f.ctx, "net", sandbox.CreateOptions{Network: sandbox.Network{Mode: sandbox.NetworkEgress, Allow: []string{allowed}}})
 	if err != nil {
 		t.Fatal(err)
@@ -132,7 +121,7 @@ func TestEgressTunnel(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(b)
 	}
-	if code, body := get(allowed); code != 200 || body != "allowed" {
+	if code, body := get(allowed); code != 200 || body != "allowed\n" {
 		t.Errorf("allowed origin: %d %q", code, body)
 	}
 	if code, body := get(denied); code != 403 {

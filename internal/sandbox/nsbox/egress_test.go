@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,19 +18,6 @@ import (
 	"github.com/nsys-cortex/cortex/internal/sandbox/nsbox"
 	"github.com/nsys-cortex/cortex/internal/sandbox/sandboxtest"
 )
-
-// hostHTTP serves text on a listener of the host's.
-func hostHTTP(t *testing.T, addr, text string) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, text) })}
-	go srv.Serve(ln)
-	t.Cleanup(func() { srv.Close() })
-	return ln.Addr().(*net.TCPAddr).Port
-}
 
 // hostAddress is an address of this host's other than loopback, if it has one.
 func hostAddress() string {
@@ -57,8 +43,8 @@ func requireCurl(t *testing.T) {
 // proxy, nothing else is, and there is no way around the proxy.
 func TestEgress(t *testing.T) {
 	requireCurl(t)
-	allowed := hostHTTP(t, "127.0.0.1:0", "hello from an allowed server")
-	other := hostHTTP(t, "127.0.0.1:0", "hello from another server")
+	allowed := sandboxtest.ServeText(t, "127.0.0.1:0", "hello from an allowed server")
+	other := sandboxtest.ServeText(t, "127.0.0.1:0", "hello from another server")
 	n := newNeuron(t, "egress", sandbox.CreateOptions{Network: sandbox.Network{Mode: sandbox.NetworkEgress,
 		Allow: []string{fmt.Sprintf("127.0.0.1:%d", allowed), fmt.Sprintf("localhost:%d", allowed), fmt.Sprintf("localhost:%d", other)}}})
 	check := func(what, script string, wantExit int, want string) {
@@ -89,7 +75,7 @@ func TestEgress(t *testing.T) {
 		t.Errorf("the neuron has more than a loopback: %q", n.sh("cat /proc/net/dev").Stdout)
 	}
 	if ip := hostAddress(); ip != "" {
-		port := hostHTTP(t, "0.0.0.0:0", "hello from the host's network")
+		port := sandboxtest.ServeText(t, "0.0.0.0:0", "hello from the host's network")
 		check("--noproxy to the host's address", curl+fmt.Sprintf("--noproxy '*' http://%s:%d/", ip, port), 1, "")
 		check("a raw connection to the host's address", fmt.Sprintf("bash -c 'exec 3<>/dev/tcp/%s/%d' 2>&1", ip, port), 1, "unreachable")
 		check("the host's address through the proxy", code+fmt.Sprintf("http://%s:%d/", ip, port), 0, "403")

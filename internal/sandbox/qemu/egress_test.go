@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -17,21 +15,9 @@ import (
 	"github.com/nsys-cortex/cortex/internal/link"
 	"github.com/nsys-cortex/cortex/internal/protocol"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
+	"github.com/nsys-cortex/cortex/internal/sandbox/sandboxtest"
 	"github.com/nsys-cortex/cortex/internal/store"
 )
-
-// hostHTTP serves text on a loopback listener of the host's.
-func hostHTTP(t *testing.T, text string) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, text) })}
-	go srv.Serve(ln)
-	t.Cleanup(func() { srv.Close() })
-	return ln.Addr().(*net.TCPAddr).Port
-}
 
 // egressCheck runs script in the guest and wants its exit status to be
 // zero or not (wantOK) and its output to hold want.
@@ -54,8 +40,8 @@ func egressCheck(t *testing.T, f *vmFixture, c *link.Client, what, script string
 // tunnel process) it still works.
 func TestEgress(t *testing.T) {
 	f := newVM(t)
-	allowed := hostHTTP(t, "hello from an allowed server")
-	other := hostHTTP(t, "hello from another server")
+	allowed := sandboxtest.ServeText(t, "127.0.0.1:0", "hello from an allowed server")
+	other := sandboxtest.ServeText(t, "127.0.0.1:0", "hello from another server")
 	st, c := f.create("egress", sandbox.CreateOptions{Network: sandbox.Network{Mode: sandbox.NetworkEgress,
 		Allow: []string{fmt.Sprintf("127.0.0.1:%d", allowed)}}})
 	if st.Policy == nil || st.Policy.Network.Mode != sandbox.NetworkEgress || len(st.Policy.Network.Allow) != 1 {

@@ -111,21 +111,5 @@ func TestToolKitSnapshot(t *testing.T) {
 	if c2 == c {
 		t.Fatal("the neuron kept its channel to the VM the restore replaced")
 	}
-	if got, err := c2.ReadFile(ctx, "state.txt"); err != nil || string(got) != "before" {
-		t.Fatalf("state.txt after the restore: %q %v", got, err)
-	}
-	if ok, err := c2.Exists(ctx, "later.txt"); err != nil || ok {
-		t.Fatalf("a file written after the snapshot is there after the restore: %v %v", ok, err)
-	}
-	procs, err := c2.ProcList(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	running := false
-	for _, p := range procs {
-		running = running || (p.PID == bg.PID && p.Running)
-	}
-	if !running {
-		t.Fatalf("the process that ran at the snapshot (%d) is not running after the restore: %+v", bg.PID, procs)
-	}
+	wantRestored(t, ctx, c2, bg.PID)
 }

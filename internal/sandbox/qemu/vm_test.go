@@ -174,23 +174,7 @@ func TestSnapshotRestore(t *testing.T) {
 	}
 	c2, took := restore()
 	t.Logf("restore (stopping the running VM first) to the first answer: %s", took)
-	if got, err := c2.ReadFile(ctx, "state.txt"); err != nil || string(got) != "before" {
-		t.Fatalf("the file after restore: %q %v", got, err)
-	}
-	if ok, err := c2.Exists(ctx, "later.txt"); err != nil || ok {
-		t.Fatalf("a file written after the snapshot is there after restore: %v %v", ok, err)
-	}
-	procs, err := c2.ProcList(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	found := false
-	for _, p := range procs {
-		found = found || (p.PID == bg.PID && p.Running)
-	}
-	if !found {
-		t.Fatalf("the background process %d is not running after restore: %+v", bg.PID, procs)
-	}
+	wantRestored(t, ctx, c2, bg.PID)
 	n1 := ticks(c2)
 	time.Sleep(time.Second)
 	if n2 := ticks(c2); n2 <= n1 {
@@ -331,13 +315,13 @@ func TestPolicy(t *testing.T) {
 		opts  sandbox.CreateOptions
 		check func(error) bool
 	}{
-		"egress":      {sandbox.CreateOptions{Network: sandbox.Network{Mode: sandbox.NetworkEgress, Allow: []string{"example.com"}}}, isUnenforceable},
-		"full":        {sandbox.CreateOptions{Network: sandbox.Network{Mode: sandbox.NetworkFull}}, isUnenforceable},
-		"allow none":  {sandbox.CreateOptions{Network: sandbox.Network{Allow: []string{"example.com"}}}, sandbox.IsInvalid},
-		"half a CPU":  {sandbox.CreateOptions{Limits: sandbox.Limits{CPUs: 0.5}}, isUnenforceable},
-		"tiny memory": {sandbox.CreateOptions{Limits: sandbox.Limits{MemoryBytes: 16 << 20}}, sandbox.IsInvalid},
-		"ctx":         {sandbox.CreateOptions{Ctx: "/tmp"}, isUnenforceable},
-		"no image":    {sandbox.CreateOptions{Image: t.TempDir()}, sandbox.IsInvalid},
+		"egress, no allow-list": {sandbox.CreateOptions{Network: sandbox.Network{Mode: sandbox.NetworkEgress}}, sandbox.IsInvalid},
+		"full":                  {sandbox.CreateOptions{Network: sandbox.Network{Mode: sandbox.NetworkFull}}, isUnenforceable},
+		"allow none":            {sandbox.CreateOptions{Network: sandbox.Network{Allow: []string{"example.com"}}}, sandbox.IsInvalid},
+		"half a CPU":            {sandbox.CreateOptions{Limits: sandbox.Limits{CPUs: 0.5}}, isUnenforceable},
+		"tiny memory":           {sandbox.CreateOptions{Limits: sandbox.Limits{MemoryBytes: 16 << 20}}, sandbox.IsInvalid},
+		"ctx":                   {sandbox.CreateOptions{Ctx: "/tmp"}, isUnenforceable},
+		"no image":              {sandbox.CreateOptions{Image: t.TempDir()}, sandbox.IsInvalid},
 	} {
 		opts := tc.opts
 		if opts.Image == "" {
@@ -400,4 +384,27 @@ func TestPolicy(t *testing.T) {
 func isUnenforceable(err error) bool {
 	var u *sandbox.UnenforceableError
 	return errors.As(err, &u)
+}
+
+// wantRestored checks a neuron restored from a snapshot taken with
+// state.txt "before", before later.txt was written, while process pid ran:
+// the file is back, the later one gone, the process runs on.
+func wantRestored(t *testing.T, ctx context.Context, c *link.Client, pid int) {
+	t.Helper()
+	if got, err := c.ReadFile(ctx, "state.txt"); err != nil || string(got) != "before" {
+		t.Fatalf("state.txt after the restore: %q %v", got, err)
+	}
+	if ok, err := c.Exists(ctx, "later.txt"); err != nil || ok {
+		t.Fatalf("a file written after the snapshot is there after the restore: %v %v", ok, err)
+	}
+	procs, err := c.ProcList(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range procs {
+		if p.PID == pid && p.Running {
+			return
+		}
+	}
+	t.Fatalf("the process that ran at the snapshot (%d) is not running after the restore: %+v", pid, procs)
 }

@@ -9,6 +9,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -360,4 +362,20 @@ func BuildAgent() (string, error) {
 		}
 	})
 	return buildPath, buildErr
+}
+
+// ServeText serves text (and a newline) to every HTTP request on a
+// listener of the host's at addr ("127.0.0.1:0": a free loopback port)
+// until the test ends, and returns the port: the far side of network
+// egress tests.
+func ServeText(t testing.TB, addr, text string) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, text) })}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	return ln.Addr().(*net.TCPAddr).Port
 }
