@@ -15,7 +15,9 @@
 // socket QEMU listens on in the channel directory, joined to the host's
 // link by a relay (relay.go). A control port (cortex.ctl) lets the host
 // power the guest off cleanly and set its clock and reseed its RNG after a
-// snapshot is restored. Snapshots go through QMP (snapshot.go).
+// snapshot is restored. Snapshots go through QMP (snapshot.go). Network
+// egress, when granted, crosses another port to the host's enforcing
+// proxy (egress.go): still no network device.
 //
 // The lifecycle — state file, discovery, death, destroy — is the one every
 // backend shares (internal/sandbox/internal/lifecycle); a neuron is its
