@@ -16,7 +16,10 @@ const (
 	CodeNotRunning     = "NOT_RUNNING"
 	CodeOwnedElsewhere = "OWNED_ELSEWHERE"
 	// CodeBusy: a chat session is running another request (one at a time).
-	CodeBusy                = "BUSY"
+	CodeBusy = "BUSY"
+	// CodeExists: what a request would create exists already (a snapshot
+	// name taken).
+	CodeExists              = "EXISTS"
 	CodeTooLarge            = "TOO_LARGE"
 	CodeRangeNotSatisfiable = "RANGE_NOT_SATISFIABLE"
 	CodeUnenforceable       = "UNENFORCEABLE"
@@ -39,6 +42,7 @@ var Statuses = map[string]int{
 	CodeNotRunning:          http.StatusConflict,
 	CodeOwnedElsewhere:      http.StatusConflict,
 	CodeBusy:                http.StatusConflict,
+	CodeExists:              http.StatusConflict,
 	CodeTooLarge:            http.StatusRequestEntityTooLarge,
 	CodeRangeNotSatisfiable: http.StatusRequestedRangeNotSatisfiable,
 	CodeUnenforceable:       http.StatusUnprocessableEntity,
@@ -74,6 +78,7 @@ type (
 	NotFoundError       struct{ APIError }
 	NotRunningError     struct{ APIError }
 	OwnedElsewhereError struct{ APIError }
+	ExistsError         struct{ APIError }
 	TooLargeError       struct{ APIError }
 	CapacityError       struct{ APIError }
 	TimeoutError        struct{ APIError }
@@ -86,6 +91,7 @@ func (e PathEscapeError) Unwrap() error     { return e.APIError }
 func (e NotFoundError) Unwrap() error       { return e.APIError }
 func (e NotRunningError) Unwrap() error     { return e.APIError }
 func (e OwnedElsewhereError) Unwrap() error { return e.APIError }
+func (e ExistsError) Unwrap() error         { return e.APIError }
 func (e TooLargeError) Unwrap() error       { return e.APIError }
 func (e CapacityError) Unwrap() error       { return e.APIError }
 func (e TimeoutError) Unwrap() error        { return e.APIError }
@@ -107,6 +113,8 @@ func (e APIError) Typed() error {
 		return NotRunningError{e}
 	case CodeOwnedElsewhere:
 		return OwnedElsewhereError{e}
+	case CodeExists:
+		return ExistsError{e}
 	case CodeTooLarge:
 		return TooLargeError{e}
 	case CodeCapacity:

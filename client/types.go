@@ -238,3 +238,33 @@ type TermMessage struct {
 	Code     string `json:"code,omitempty"`
 	Message  string `json:"message,omitempty"`
 }
+
+// Snapshot is a saved neuron (GET /v1/neurons/{id}/snapshots). Kind is
+// "files", a copy of the neuron's files, which a neuron of any mode that
+// keeps its files as files restores; or "vm", the whole microVM (memory,
+// processes and disk), which only a neuron of Mode restores.
+type Snapshot struct {
+	Name    string    `json:"name"`
+	Neuron  string    `json:"neuron"`
+	Created time.Time `json:"created"`
+	// Files counts the regular files of a copy of files (1 for a VM's
+	// disk); Bytes is the space the snapshot takes.
+	Files int   `json:"files"`
+	Bytes int64 `json:"bytes"`
+	// Mode is the mode that took a "vm" snapshot.
+	Mode string `json:"mode,omitempty"`
+	Kind string `json:"kind"`
+}
+
+// SnapshotCreate names a new snapshot (POST /v1/neurons/{id}/snapshots):
+// 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit.
+type SnapshotCreate struct {
+	Name string `json:"name"`
+}
+
+// Restored is the answer to a restore: the snapshot restored and the
+// neuron as it is after (running again; restarted, for a copy of files).
+type Restored struct {
+	Snapshot Snapshot `json:"snapshot"`
+	Neuron   Neuron   `json:"neuron"`
+}

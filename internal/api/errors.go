@@ -14,6 +14,7 @@ import (
 	cortex "github.com/nsys-cortex/cortex/client"
 	"github.com/nsys-cortex/cortex/internal/protocol"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
+	"github.com/nsys-cortex/cortex/internal/store"
 )
 
 // apiError maps an error of the layers below to the API's code.
@@ -38,6 +39,12 @@ func apiError(err error) cortex.APIError {
 	case errors.As(err, &mbe):
 		code = cortex.CodeTooLarge
 		err = fmt.Errorf("the request body is larger than this route's limit of %d bytes", mbe.Limit)
+	case errors.Is(err, store.ErrSnapshotExists):
+		code = cortex.CodeExists
+	case errors.Is(err, store.ErrSnapshotNotFound):
+		code = cortex.CodeNotFound
+	case errors.Is(err, store.ErrSnapshotMismatch):
+		code = cortex.CodeBadRequest
 	case errors.As(err, &nf):
 		code = cortex.CodeNotFound
 	case errors.As(err, &nr):

@@ -62,7 +62,10 @@ type Server struct {
 
 	mu      sync.Mutex
 	clients map[string]*link.Client
-	chats   *chats
+	// snapLocks holds, per neuron, a channel closed when the snapshot
+	// operation running on it ends (lockSnapshots).
+	snapLocks map[string]chan struct{}
+	chats     *chats
 
 	// Streams that never end on their own (process output that follows,
 	// terminals) end when the daemon stops: streams is cancelled then,
@@ -95,7 +98,8 @@ func New(opts Options) *Server {
 	if opts.MaxUpload <= 0 {
 		opts.MaxUpload = DefaultMaxUpload
 	}
-	s := &Server{opts: opts, log: opts.Log, started: time.Now(), clients: map[string]*link.Client{}}
+	s := &Server{opts: opts, log: opts.Log, started: time.Now(), clients: map[string]*link.Client{},
+		snapLocks: map[string]chan struct{}{}}
 	s.streams, s.endStreams = context.WithCancel(context.Background())
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -141,6 +145,10 @@ func (s *Server) Routes() []Route {
 		{"POST", n + "/files/move", s.move},
 		{"POST", n + "/files/symlink", s.symlink},
 		{"GET", n + "/terminal", s.terminal},
+		{"GET", n + "/snapshots", s.listSnapshots},
+		{"POST", n + "/snapshots", s.createSnapshot},
+		{"POST", n + "/snapshots/{name}/restore", s.restoreSnapshot},
+		{"DELETE", n + "/snapshots/{name}", s.deleteSnapshot},
 		{"GET", "/v1/sessions", s.listSessions},
 		{"POST", "/v1/sessions", s.createSession},
 		{"GET", sn, s.onSession(nil, s.getSession)},

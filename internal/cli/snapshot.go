@@ -7,16 +7,96 @@ import (
 
 	"github.com/spf13/cobra"
 
+	cortex "github.com/nsys-cortex/cortex/client"
+	"github.com/nsys-cortex/cortex/internal/api"
 	"github.com/nsys-cortex/cortex/internal/store"
 	"github.com/nsys-cortex/cortex/internal/tools"
 )
 
-// snapshotView is a snapshot as `snapshot list` shows it.
-type snapshotView struct {
-	store.Snapshot
-	// Kind is "files" (a copy of the overlay's files) or "vm" (the whole
-	// VM: memory, processes and disk).
-	Kind string `json:"kind"`
+// snapshots is what the snapshot commands do to one neuron: beside it, or
+// through the daemon. Either way a snapshot is shown as the API shows it
+// (cortex.Snapshot), so the output is the same.
+type snapshots interface {
+	ID() string
+	Create(ctx context.Context, name string) (*cortex.Snapshot, error)
+	List(ctx context.Context) ([]cortex.Snapshot, error)
+	Restore(ctx context.Context, name string) (*cortex.Snapshot, error)
+	Remove(ctx context.Context, name string) error
+}
+
+var (
+	_ snapshots = (*localSnapshots)(nil)
+	_ snapshots = (*remoteSnapshots)(nil)
+)
+
+// localSnapshots works beside the neuron, through tools.SetNeuron.
+type localSnapshots struct {
+	n   *tools.SetNeuron
+	dir string // the neuron's snapshots directory
+}
+
+func (l *localSnapshots) ID() string { return l.n.ID() }
+
+func (l *localSnapshots) Create(ctx context.Context, name string) (*cortex.Snapshot, error) {
+	snap, err := l.n.CreateSnapshot(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	v := api.SnapshotOf(snap)
+	return &v, nil
+}
+
+func (l *localSnapshots) List(ctx context.Context) ([]cortex.Snapshot, error) {
+	all, err := l.n.Snapshots(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]cortex.Snapshot, len(all))
+	for i := range all {
+		out[i] = api.SnapshotOf(&all[i])
+	}
+	return out, nil
+}
+
+func (l *localSnapshots) Restore(ctx context.Context, name string) (*cortex.Snapshot, error) {
+	snap, err := l.n.RestoreSnapshot(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	v := api.SnapshotOf(snap)
+	return &v, nil
+}
+
+func (l *localSnapshots) Remove(_ context.Context, name string) error {
+	return store.RemoveSnapshot(l.dir, name)
+}
+
+// remoteSnapshots goes through the daemon's snapshot routes.
+type remoteSnapshots struct {
+	c  *cortex.Client
+	id string
+}
+
+func (r *remoteSnapshots) ID() string { return r.id }
+
+func (r *remoteSnapshots) Create(ctx context.Context, name string) (*cortex.Snapshot, error) {
+	return r.c.CreateSnapshot(ctx, r.id, name)
+}
+
+func (r *remoteSnapshots) List(ctx context.Context) ([]cortex.Snapshot, error) {
+	return r.c.Snapshots(ctx, r.id)
+}
+
+func (r *remoteSnapshots) Restore(ctx context.Context, name string) (*cortex.Snapshot, error) {
+	out, err := r.c.RestoreSnapshot(ctx, r.id, name)
+	if err != nil {
+		return nil, err
+	}
+	return &out.Snapshot, nil
+}
+
+func (r *remoteSnapshots) Remove(ctx context.Context, name string) error {
+	return r.c.DeleteSnapshot(ctx, r.id, name)
 }
 
 func (a *App) snapshotCommand() *cobra.Command {
@@ -33,20 +113,26 @@ is saved whole, memory, processes and disk; a restore brings all of it
 back, and the processes that ran then go on from there. A snapshot of one
 kind is never restored into a neuron of the other.
 
-Snapshots are kept in <home>/snapshots/<neuron>/<name>/. This command
-works beside the neurons, never through the daemon (--api).`,
+Snapshots are kept in <home>/snapshots/<neuron>/<name>/ on the host that
+runs the neuron. With --api (or NSYS_CORTEX_API_URL) the daemon takes and
+restores them there; the output is the same either way.`,
 	}
 	cmd.AddCommand(a.snapshotCreateCommand(), a.snapshotListCommand(), a.snapshotRestoreCommand(), a.snapshotRemoveCommand())
 	return cmd
 }
 
-// snapshotNeuron resolves ref to a local neuron to snapshot; exact asks
-// for its full id (commands that lose data).
-func (a *App) snapshotNeuron(ctx context.Context, ref string, exact bool) (*tools.SetNeuron, error) {
-	if api, err := a.apiClient(); err != nil {
+// snapshotNeuron resolves ref to the neuron to snapshot, through the
+// daemon when the CLI is pointed at one; exact asks for its full id
+// (commands that lose data).
+func (a *App) snapshotNeuron(ctx context.Context, ref string, exact bool) (snapshots, error) {
+	if c, err := a.apiClient(); err != nil {
 		return nil, err
-	} else if api != nil {
-		return nil, errors.New("snapshots are taken beside the neurons (their files and VMs are on that host): run nsys-cortex snapshot there, without --api / NSYS_CORTEX_API_URL")
+	} else if c != nil {
+		st, err := remoteFind(ctx, c, ref, !exact)
+		if err != nil {
+			return nil, err
+		}
+		return &remoteSnapshots{c: c, id: st.ID}, nil
 	}
 	set, err := a.sandboxes()
 	if err != nil {
@@ -60,7 +146,7 @@ func (a *App) snapshotNeuron(ctx context.Context, ref string, exact bool) (*tool
 	if err != nil {
 		return nil, err
 	}
-	return tools.NewSetNeuron(set, a.lay, st.ID), nil
+	return &localSnapshots{n: tools.NewSetNeuron(set, a.lay, st.ID), dir: a.lay.SnapshotsDir(st.ID)}, nil
 }
 
 func (a *App) snapshotCreateCommand() *cobra.Command {
@@ -82,12 +168,12 @@ and must be running.`,
 			if err != nil {
 				return err
 			}
-			snap, err := n.CreateSnapshot(ctx, args[1])
+			snap, err := n.Create(ctx, args[1])
 			if err != nil {
 				return err
 			}
 			fmt.Fprintln(a.Stdout, snap.Name)
-			if snap.Whole() {
+			if snap.Kind == "vm" {
 				fmt.Fprintf(a.Stderr, "snapshot %s of %s: the whole VM (memory, processes and disk), %s on disk\n", snap.Name, n.ID(), sizeText(snap.Bytes))
 			} else {
 				fmt.Fprintf(a.Stderr, "snapshot %s of %s: %d files, %s\n", snap.Name, n.ID(), snap.Files, sizeText(snap.Bytes))
@@ -114,13 +200,12 @@ func (a *App) snapshotListCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			all, err := n.Snapshots(cmd.Context())
+			views, err := n.List(cmd.Context())
 			if err != nil {
 				return err
 			}
-			views := make([]snapshotView, len(all))
-			for i, s := range all {
-				views[i] = snapshotView{Snapshot: s, Kind: s.Kind()}
+			if views == nil {
+				views = []cortex.Snapshot{} // -o json: [], not null
 			}
 			if done, err := emitList(&out, a.Stdout, mode, views); done {
 				return err
@@ -163,12 +248,12 @@ the full id (no prefix: a restore loses what changed since).`,
 			if err != nil {
 				return err
 			}
-			snap, err := n.RestoreSnapshot(cmd.Context(), args[1])
+			snap, err := n.Restore(cmd.Context(), args[1])
 			if err != nil {
 				return err
 			}
 			fmt.Fprintln(a.Stdout, snap.Name)
-			if snap.Whole() {
+			if snap.Kind == "vm" {
 				fmt.Fprintf(a.Stderr, "restored %s to snapshot %s: its files, memory and processes are as they were then\n", n.ID(), snap.Name)
 			} else {
 				fmt.Fprintf(a.Stderr, "restored %s to snapshot %s (%d files); it was restarted: processes that ran have ended\n", n.ID(), snap.Name, snap.Files)
@@ -193,7 +278,7 @@ func (a *App) snapshotRemoveCommand() *cobra.Command {
 			}
 			var errs []error
 			for _, name := range args[1:] {
-				if err := store.RemoveSnapshot(a.lay.SnapshotsDir(n.ID()), name); err != nil {
+				if err := n.Remove(cmd.Context(), name); err != nil {
 					errs = append(errs, err)
 					continue
 				}

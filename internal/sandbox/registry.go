@@ -101,6 +101,10 @@ func (s *Set) Missing() []string {
 	return out
 }
 
+// Layout is the home directory the set's modes keep their neurons in
+// (where snapshots of them go too).
+func (s *Set) Layout() layout.Layout { return s.env.Layout }
+
 // Modes returns the registered mode names, in auto order.
 func (s *Set) Modes() []string {
 	out := make([]string, len(s.backends))

@@ -221,12 +221,18 @@ func (n *SetNeuron) stopped(ctx context.Context, f func(overlay string) error) e
 	if st.Policy != nil {
 		opts.Network, opts.Limits, opts.Image, opts.NestedUserns = st.Policy.Network, st.Policy.Limits, st.Policy.Image, st.Policy.NestedUserns
 	}
+	if err := ctx.Err(); err != nil {
+		return err // nothing stopped yet
+	}
 	n.dropClient()
 	if err := m.Destroy(ctx, n.id, sandbox.DestroyOptions{}); err != nil {
 		return err
 	}
 	ferr := f(st.OverlayPath)
-	if _, err := m.Create(ctx, n.id, opts); err != nil {
+	// Started again even when ctx ended meanwhile (Ctrl-C, an API client
+	// that went away): once stopped, the neuron must not be left down.
+	// Create is bounded by the mode's boot timeout.
+	if _, err := m.Create(context.WithoutCancel(ctx), n.id, opts); err != nil {
 		return errors.Join(ferr, fmt.Errorf("start %s again: %w", n.id, err))
 	}
 	return ferr
@@ -243,6 +249,9 @@ func (n *SetNeuron) CreateSnapshot(ctx context.Context, name string) (*store.Sna
 	}
 	if vm, ok := m.(sandbox.Snapshotter); ok {
 		return vm.Snapshot(ctx, n.id, name)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err // the copy below runs to its end once begun
 	}
 	return store.CreateSnapshot(n.lay.SnapshotsDir(n.id), name, n.id, st.OverlayPath)
 }
