@@ -52,7 +52,9 @@ func KernelCmdline(s Spec) string {
 	if !s.KVM {
 		// The TSC is the host's; the emulated timers lag it under load,
 		// so the watchdog would swap it for jiffies (ms resolution, drift).
-		args = append(args, "tsc=reliable", "tsc_early_khz="+strconv.FormatInt(s.TSCkHz, 10))
+		// An emulated CPU does not speculate: the guest kernel's Spectre
+		// mitigations (retpolines, RSB filling) would only cost time.
+		args = append(args, "tsc=reliable", "tsc_early_khz="+strconv.FormatInt(s.TSCkHz, 10), "mitigations=off")
 	}
 	return strings.Join(args, " ")
 }

@@ -85,7 +85,7 @@ func TestArgs(t *testing.T) {
 		t.Errorf("chardevs %q", got)
 	}
 	cmdline := flags(args, "-append")[0]
-	for _, want := range []string{"console=ttyS0", "panic=-1", "reboot=t", "tsc_early_khz=2800000", "tsc=reliable", "cryptomgr.notests"} {
+	for _, want := range []string{"console=ttyS0", "panic=-1", "reboot=t", "tsc_early_khz=2800000", "tsc=reliable", "cryptomgr.notests", "mitigations=off"} {
 		if !slices.Contains(strings.Fields(cmdline), want) {
 			t.Errorf("kernel command line %q lacks %s", cmdline, want)
 		}
@@ -103,8 +103,8 @@ func TestArgsKVMAndRestore(t *testing.T) {
 	if got := flags(args, "-accel"); got[0] != "kvm" || flags(args, "-cpu")[0] != "host" {
 		t.Errorf("kvm: %v %v", got, flags(args, "-cpu"))
 	}
-	if strings.Contains(flags(args, "-append")[0], "tsc") {
-		t.Errorf("TSC parameters under KVM: %q", flags(args, "-append")[0])
+	if a := flags(args, "-append")[0]; strings.Contains(a, "tsc") || strings.Contains(a, "mitigations") {
+		t.Errorf("TCG's parameters under KVM: %q", a)
 	}
 	if got := flags(args, "-incoming"); len(got) != 1 || got[0] != "defer" {
 		t.Errorf("-incoming %v", got)
