@@ -9,8 +9,10 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"os"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -236,4 +238,87 @@ func TestTunnelEnds(t *testing.T) {
 	if code != 502 || !strings.Contains(body, "egress proxy is down") {
 		t.Fatalf("after the stream ended: %d %q", code, body)
 	}
+}
+
+// bigOrigin serves size bytes to every request.
+func bigOrigin(b *testing.B, size int) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	body := make([]byte, size)
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write(body) })}
+	go srv.Serve(ln)
+	b.Cleanup(func() { srv.Close() })
+	return ln.Addr().String()
+}
+
+// fetch downloads http://origin/ through the proxy at proxy, discarding it.
+func fetch(b *testing.B, proxy, origin string) {
+	pu, _ := url.Parse("http://" + proxy)
+	c := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(pu), DisableKeepAlives: true}}
+	resp, err := c.Get("http://" + origin + "/")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if _, err := io.Copy(io.Discard, resp.Body); err != nil || resp.StatusCode != 200 {
+		b.Fatalf("%d %v", resp.StatusCode, err)
+	}
+}
+
+// BenchmarkDownload: 32 MiB from an allowed origin, through the proxy on
+// loopback (as nsbox serves it) and through the tunnel a VM's guest uses
+// (a yamux stream over one Unix socket pair, as QEMU's chardev carries it;
+// the guest's emulated CPU is not part of this).
+func BenchmarkDownload(b *testing.B) {
+	const size = 32 << 20
+	origin := bigOrigin(b, size)
+	pol, err := Parse([]string{origin})
+	if err != nil {
+		b.Fatal(err)
+	}
+	var d net.Dialer
+	p := &Proxy{Policy: pol, Dial: d.DialContext}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	b.Run("proxy", func(b *testing.B) {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			b.Fatal(err)
+		}
+		go p.Serve(ctx, ln)
+		b.SetBytes(size)
+		for i := 0; i < b.N; i++ {
+			fetch(b, ln.Addr().String(), origin)
+		}
+	})
+	b.Run("tunnel", func(b *testing.B) {
+		pair, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM, 0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		conn := func(fd int) net.Conn {
+			f := os.NewFile(uintptr(fd), "pair")
+			defer f.Close()
+			c, err := net.FileConn(f)
+			if err != nil {
+				b.Fatal(err)
+			}
+			return c
+		}
+		guestSide, hostSide := conn(pair[0]), conn(pair[1])
+		go p.ServeTunnel(ctx, hostSide)
+		g := &GuestTunnel{}
+		g.Attach(guestSide)
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			b.Fatal(err)
+		}
+		go g.Serve(ctx, ln)
+		b.SetBytes(size)
+		for i := 0; i < b.N; i++ {
+			fetch(b, ln.Addr().String(), origin)
+		}
+	})
 }
