@@ -120,10 +120,7 @@ func (r *Runner) prune() ([]string, error) {
 	for len(ours) > r.opts.Checkpoints {
 		name := ours[0].Name
 		ours = ours[1:]
-		if err := store.CheckSnapshotName(name); err != nil {
-			return pruned, err
-		}
-		if err := os.RemoveAll(filepath.Join(dir, name)); err != nil {
+		if err := store.RemoveSnapshot(dir, name); err != nil && !errors.Is(err, store.ErrSnapshotNotFound) {
 			return pruned, err
 		}
 		pruned = append(pruned, name)
