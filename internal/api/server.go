@@ -62,10 +62,7 @@ type Server struct {
 
 	mu      sync.Mutex
 	clients map[string]*link.Client
-	// snapLocks holds, per neuron, a channel closed when the snapshot
-	// operation running on it ends (lockSnapshots).
-	snapLocks map[string]chan struct{}
-	chats     *chats
+	chats   *chats
 
 	// Streams that never end on their own (process output that follows,
 	// terminals) end when the daemon stops: streams is cancelled then,
@@ -98,8 +95,7 @@ func New(opts Options) *Server {
 	if opts.MaxUpload <= 0 {
 		opts.MaxUpload = DefaultMaxUpload
 	}
-	s := &Server{opts: opts, log: opts.Log, started: time.Now(), clients: map[string]*link.Client{},
-		snapLocks: map[string]chan struct{}{}}
+	s := &Server{opts: opts, log: opts.Log, started: time.Now(), clients: map[string]*link.Client{}}
 	s.streams, s.endStreams = context.WithCancel(context.Background())
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)

@@ -3,7 +3,6 @@ package api
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/http"
 
 	cortex "github.com/nsys-cortex/cortex/client"
@@ -29,33 +28,6 @@ func snapshotName(r *http.Request) (string, error) {
 		return "", badRequest("%v", err)
 	}
 	return name, nil
-}
-
-// lockSnapshots serialises the snapshot operations that change neuron id
-// or its snapshots (a restore must not swap the files a create is copying;
-// two restores must not stop and start it at once). Waiting ends with ctx.
-func (s *Server) lockSnapshots(ctx context.Context, id string) (unlock func(), err error) {
-	for {
-		s.mu.Lock()
-		held, busy := s.snapLocks[id]
-		if !busy {
-			mine := make(chan struct{})
-			s.snapLocks[id] = mine
-			s.mu.Unlock()
-			return func() {
-				s.mu.Lock()
-				delete(s.snapLocks, id)
-				s.mu.Unlock()
-				close(mine)
-			}, nil
-		}
-		s.mu.Unlock()
-		select {
-		case <-held:
-		case <-ctx.Done():
-			return nil, fmt.Errorf("waiting for another snapshot operation on %s: %w", id, context.Cause(ctx))
-		}
-	}
 }
 
 func (s *Server) listSnapshots(w http.ResponseWriter, r *http.Request) {
@@ -97,12 +69,6 @@ func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	unlock, err := s.lockSnapshots(r.Context(), st.ID)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	defer unlock()
 	snap, err := tools.NewSetNeuron(s.opts.Set, s.opts.Set.Layout(), st.ID).CreateSnapshot(r.Context(), req.Name)
 	if err != nil {
 		writeError(w, err)
@@ -130,12 +96,6 @@ func (s *Server) restoreSnapshot(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	unlock, err := s.lockSnapshots(r.Context(), st.ID)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	defer unlock()
 	// The restore stops the neuron (or replaces its VM): the cached channel
 	// dies with it. Forgotten after too, for a request that cached it
 	// meanwhile.
@@ -188,13 +148,7 @@ func (s *Server) deleteSnapshot(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	unlock, err := s.lockSnapshots(r.Context(), st.ID)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	defer unlock()
-	if err := store.RemoveSnapshot(s.opts.Set.Layout().SnapshotsDir(st.ID), name); err != nil {
+	if err := tools.NewSetNeuron(s.opts.Set, s.opts.Set.Layout(), st.ID).RemoveSnapshot(r.Context(), name); err != nil {
 		writeError(w, err)
 		return
 	}

@@ -31,8 +31,7 @@ var (
 
 // localSnapshots works beside the neuron, through tools.SetNeuron.
 type localSnapshots struct {
-	n   *tools.SetNeuron
-	dir string // the neuron's snapshots directory
+	n *tools.SetNeuron
 }
 
 func (l *localSnapshots) ID() string { return l.n.ID() }
@@ -67,8 +66,8 @@ func (l *localSnapshots) Restore(ctx context.Context, name string) (*cortex.Snap
 	return &v, nil
 }
 
-func (l *localSnapshots) Remove(_ context.Context, name string) error {
-	return store.RemoveSnapshot(l.dir, name)
+func (l *localSnapshots) Remove(ctx context.Context, name string) error {
+	return l.n.RemoveSnapshot(ctx, name)
 }
 
 // remoteSnapshots goes through the daemon's snapshot routes.
@@ -146,7 +145,7 @@ func (a *App) snapshotNeuron(ctx context.Context, ref string, exact bool) (snaps
 	if err != nil {
 		return nil, err
 	}
-	return &localSnapshots{n: tools.NewSetNeuron(set, a.lay, st.ID), dir: a.lay.SnapshotsDir(st.ID)}, nil
+	return &localSnapshots{n: tools.NewSetNeuron(set, a.lay, st.ID)}, nil
 }
 
 func (a *App) snapshotCreateCommand() *cobra.Command {

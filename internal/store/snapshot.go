@@ -1,6 +1,7 @@
 package store
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -430,4 +431,35 @@ func copyXattrs(src, dst string) error {
 		}
 	}
 	return nil
+}
+
+// snapshotLockFile, in a neuron's snapshots directory, is the lock every
+// snapshot operation that changes the neuron or its snapshots holds
+// (ListSnapshots skips it: its name starts with a dot).
+const snapshotLockFile = ".lock"
+
+// LockSnapshots takes the lock of the snapshots in dir, waiting while
+// another operation holds it, in this process or another (a daemon's API,
+// a chat's checkpoint, a local CLI), until ctx ends. A restore must not
+// swap the files a create is copying, nor two restores stop and start a
+// neuron at once. The kernel drops the lock if its holder dies.
+func LockSnapshots(ctx context.Context, dir string) (unlock func(), err error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	l := NewLock(filepath.Join(dir, snapshotLockFile))
+	for wait := time.Millisecond; ; wait = min(2*wait, 50*time.Millisecond) {
+		ok, err := l.TryExclusive()
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			return l.Release, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("waiting for another snapshot operation (%s): %w", dir, context.Cause(ctx))
+		case <-time.After(wait):
+		}
+	}
 }

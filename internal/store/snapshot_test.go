@@ -1,6 +1,7 @@
 package store
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -120,5 +121,46 @@ func TestRemoveSnapshot(t *testing.T) {
 	}
 	if err := RemoveSnapshot(dir, "../x"); err == nil || !strings.Contains(err.Error(), "snapshot name") {
 		t.Fatalf("a bad name: %v", err)
+	}
+}
+
+// One snapshot operation at a time per neuron, across lock holders (each
+// LockSnapshots is its own open file, as another process's would be): the
+// second waits for the first, or gives up when its context ends.
+func TestLockSnapshots(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "snapshots", "n1")
+	unlock, err := LockSnapshots(context.Background(), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if _, err := LockSnapshots(ctx, dir); err == nil || !strings.Contains(err.Error(), "waiting for another snapshot operation") {
+		t.Fatalf("a second holder while the first holds it: %v", err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		u, err := LockSnapshots(context.Background(), dir)
+		if err == nil {
+			u()
+		}
+		got <- err
+	}()
+	select {
+	case err := <-got:
+		t.Fatalf("the second holder did not wait: %v", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	unlock()
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the second holder still waits after the first let go")
+	}
+	if all, err := ListSnapshots(dir); err != nil || len(all) != 0 {
+		t.Fatalf("the lock file lists as a snapshot: %v %v", all, err)
 	}
 }

@@ -243,6 +243,11 @@ func (n *SetNeuron) stopped(ctx context.Context, f func(overlay string) error) e
 // processes and disk; the neuron must run), else as a copy of its
 // overlay's files.
 func (n *SetNeuron) CreateSnapshot(ctx context.Context, name string) (*store.Snapshot, error) {
+	unlock, err := store.LockSnapshots(ctx, n.lay.SnapshotsDir(n.id))
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
 	m, st, err := n.set.FindExact(ctx, n.id)
 	if err != nil {
 		return nil, err
@@ -267,6 +272,14 @@ func (n *SetNeuron) Snapshots(context.Context) ([]store.Snapshot, error) {
 // its overlay and starting it. A snapshot of the other kind is refused
 // before the neuron is touched.
 func (n *SetNeuron) RestoreSnapshot(ctx context.Context, name string) (*store.Snapshot, error) {
+	if err := store.CheckSnapshotName(name); err != nil {
+		return nil, err
+	}
+	unlock, err := store.LockSnapshots(ctx, n.lay.SnapshotsDir(n.id))
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
 	snap, err := store.ReadSnapshot(n.lay.SnapshotsDir(n.id), name)
 	if err != nil {
 		return nil, err
@@ -291,6 +304,20 @@ func (n *SetNeuron) RestoreSnapshot(ctx context.Context, name string) (*store.Sn
 		return err
 	})
 	return snap, err
+}
+
+// RemoveSnapshot deletes snapshot name of the neuron, once no other
+// snapshot operation on it runs.
+func (n *SetNeuron) RemoveSnapshot(ctx context.Context, name string) error {
+	if err := store.CheckSnapshotName(name); err != nil {
+		return err
+	}
+	unlock, err := store.LockSnapshots(ctx, n.lay.SnapshotsDir(n.id))
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	return store.RemoveSnapshot(n.lay.SnapshotsDir(n.id), name)
 }
 
 // dropClient forgets the channel: the next Client connects anew.
