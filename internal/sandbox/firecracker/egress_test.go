@@ -11,7 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -21,26 +20,7 @@ import (
 	"github.com/nsys-cortex/cortex/internal/sandbox"
 	"github.com/nsys-cortex/cortex/internal/sandbox/internal/vmguest"
 	"github.com/nsys-cortex/cortex/internal/sandbox/sandboxtest"
-	"github.com/nsys-cortex/cortex/internal/store"
 )
-
-// tunnelProcess is the live egress-tunnel process listening on path.
-func tunnelProcess(path string) int {
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		argv := store.Cmdline(pid)
-		if len(argv) > 1 && argv[1] == "egress-tunnel" && slices.Contains(argv, path) {
-			if _, alive := store.ProcStart(pid); alive {
-				return pid
-			}
-		}
-	}
-	return 0
-}
 
 // Network egress: the guest is told to dial the host's vsock port, and
 // the tunnel listens where Firecracker connects such a connection (the
@@ -95,7 +75,11 @@ func TestEgressTunnel(t *testing.T) {
 	if err := syscall.Stat(sock, &fi); err != nil || int(fi.Uid) != j.uid || fi.Mode&0o777 != 0o600 {
 		t.Errorf("the tunnel's socket: owner %d (jail %d), mode %o: %v", fi.Uid, j.uid, fi.Mode&0o777, err)
 	}
-	pid := tunnelProcess(sock)
+	pids := sandboxtest.TunnelProcesses(sock)
+	if len(pids) != 1 {
+		t.Fatalf("egress-tunnel processes for %s: %v", sock, pids)
+	}
+	pid := pids[0]
 	if status, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid)); !strings.Contains(string(status), fmt.Sprintf("Uid:\t%d\t%d\t%d\t%d\n", j.uid, j.uid, j.uid, j.uid)) {
 		t.Errorf("the tunnel (pid %d) does not run as the jail's uid %d:\n%s", pid, j.uid, status)
 	}
@@ -135,7 +119,7 @@ func TestEgressTunnel(t *testing.T) {
 	if err := m.Destroy(f.ctx, "net", sandbox.DestroyOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(10 * time.Second); tunnelProcess(sock) != 0; time.Sleep(50 * time.Millisecond) {
+	for deadline := time.Now().Add(10 * time.Second); len(sandboxtest.TunnelProcesses(sock)) > 0; time.Sleep(50 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the tunnel outlived Firecracker")
 		}

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -16,7 +14,6 @@ import (
 	"github.com/nsys-cortex/cortex/internal/protocol"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
 	"github.com/nsys-cortex/cortex/internal/sandbox/sandboxtest"
-	"github.com/nsys-cortex/cortex/internal/store"
 )
 
 // egressCheck runs script in the guest and wants its exit status to be
@@ -79,36 +76,17 @@ func TestEgress(t *testing.T) {
 	}
 	// The tunnel's host process ends with its QEMU.
 	rule := fmt.Sprintf("127.0.0.1:%d", allowed)
-	if len(tunnels(rule)) == 0 {
+	if len(sandboxtest.TunnelProcesses(rule)) == 0 {
 		t.Error("no egress-tunnel process for the running neuron")
 	}
 	if err := f.m.Destroy(f.ctx, "egress", sandbox.DestroyOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(10 * time.Second); len(tunnels(rule)) > 0; time.Sleep(50 * time.Millisecond) {
+	for deadline := time.Now().Add(10 * time.Second); len(sandboxtest.TunnelProcesses(rule)) > 0; time.Sleep(50 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("egress-tunnel processes left after destroy: %v", tunnels(rule))
+			t.Fatalf("egress-tunnel processes left after destroy: %v", sandboxtest.TunnelProcesses(rule))
 		}
 	}
-}
-
-// tunnels lists the live egress-tunnel processes serving rule.
-func tunnels(rule string) []int {
-	var out []int
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		argv := store.Cmdline(pid)
-		if len(argv) > 1 && argv[1] == "egress-tunnel" && slices.Contains(argv, rule) {
-			if _, alive := store.ProcStart(pid); alive {
-				out = append(out, pid)
-			}
-		}
-	}
-	return out
 }
 
 // What qemu mode cannot enforce, or what is wrong, fails before a boot.

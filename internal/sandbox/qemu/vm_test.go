@@ -88,28 +88,15 @@ func (f *vmFixture) sh(c *link.Client, script string) string {
 // qemuProcesses lists this home's live QEMU processes (of neuron id, or
 // all with id ""), found by the marker in their -name.
 func qemuProcesses(lay layout.Layout, id string) []int {
-	entries, _ := os.ReadDir("/proc")
-	var out []int
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		argv := store.Cmdline(pid)
+	return sandboxtest.Processes(func(argv []string) bool {
 		for i := 0; i+1 < len(argv); i++ {
-			if argv[i] != "-name" {
-				continue
+			if argv[i] == "-name" {
+				name := strings.TrimPrefix(argv[i+1], "guest=")
+				return (id == "" && strings.HasPrefix(name, qemu.Marker(lay, ""))) || name == qemu.Marker(lay, id)
 			}
-			name := strings.TrimPrefix(argv[i+1], "guest=")
-			if (id == "" && strings.HasPrefix(name, qemu.Marker(lay, ""))) || name == qemu.Marker(lay, id) {
-				if _, alive := store.ProcStart(pid); alive {
-					out = append(out, pid)
-				}
-			}
-			break
 		}
-	}
-	return out
+		return false
+	})
 }
 
 func TestSnapshotRestore(t *testing.T) {

@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -27,6 +28,7 @@ import (
 	"github.com/nsys-cortex/cortex/internal/link"
 	"github.com/nsys-cortex/cortex/internal/protocol"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
+	"github.com/nsys-cortex/cortex/internal/store"
 )
 
 // Config describes the backend under test.
@@ -378,4 +380,31 @@ func ServeText(t testing.TB, addr, text string) int {
 	go srv.Serve(ln)
 	t.Cleanup(func() { srv.Close() })
 	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// Processes lists the live processes of this host whose argv match
+// accepts (zombies are not alive).
+func Processes(match func(argv []string) bool) []int {
+	var out []int
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if argv := store.Cmdline(pid); len(argv) > 0 && match(argv) {
+			if _, alive := store.ProcStart(pid); alive {
+				out = append(out, pid)
+			}
+		}
+	}
+	return out
+}
+
+// TunnelProcesses lists the live "cortex-agent egress-tunnel" processes
+// whose arguments hold arg (a rule, a socket path).
+func TunnelProcesses(arg string) []int {
+	return Processes(func(argv []string) bool {
+		return len(argv) > 1 && argv[1] == "egress-tunnel" && slices.Contains(argv, arg)
+	})
 }
