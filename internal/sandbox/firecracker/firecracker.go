@@ -16,7 +16,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/nsys-cortex/cortex/internal/agent/egress"
 	"github.com/nsys-cortex/cortex/internal/ids"
 	"github.com/nsys-cortex/cortex/internal/layout"
 	"github.com/nsys-cortex/cortex/internal/link"
@@ -84,7 +83,7 @@ var (
 // New returns a firecracker-mode manager. Its Create refuses (naming what
 // is missing) while the self-check fails.
 func New(env sandbox.Env, opts ...Option) (*Manager, error) {
-	r := &runtime{env: env, probe: runKVMProbe, restores: map[string]*restorePlan{}}
+	r := &runtime{env: env, probe: runKVMProbe}
 	cfg, err := ConfigFromEnv(env.Layout)
 	if err != nil {
 		return nil, err
@@ -117,8 +116,7 @@ type runtime struct {
 	resync  Resyncer
 	bridges bridgeSet
 
-	mu       sync.Mutex
-	restores map[string]*restorePlan // neurons being restored, by id
+	restores vmguest.Pending[restorePlan] // neurons being restored, by id
 }
 
 func (r *runtime) Mode() string { return Mode }
@@ -153,24 +151,9 @@ type vmPlan struct {
 }
 
 func (r *runtime) plan(opts sandbox.CreateOptions) (*vmPlan, error) {
-	switch opts.Network.Mode {
-	case sandbox.NetworkDefault, sandbox.NetworkNone:
-		if len(opts.Network.Allow) > 0 {
-			return nil, &sandbox.InvalidError{Reason: "a network allow-list goes with network egress (--allow alone implies it)"}
-		}
-	case sandbox.NetworkEgress:
-		if len(opts.Network.Allow) == 0 {
-			return nil, &sandbox.InvalidError{Reason: "network egress needs an allow-list (--allow HOST[:PORT], *.DOMAIN or CIDR); with nothing to reach, use network none"}
-		}
-		if _, err := egress.Parse(opts.Network.Allow); err != nil {
-			return nil, &sandbox.InvalidError{Reason: "network allow-list: " + err.Error()}
-		}
-	case sandbox.NetworkFull:
-		return nil, &sandbox.UnenforceableError{Mode: Mode, Policy: "network full",
-			Reason: "a firecracker neuron has no network device, and this mode never bridges a VM to the host's network: " +
-				"use network egress with an allow-list (enforced on the host), or --mode nsbox/docker for full network"}
-	default:
-		return nil, &sandbox.InvalidError{Reason: fmt.Sprintf("network %q: choose none, egress or full", opts.Network.Mode)}
+	network, err := vmguest.Network(Mode, opts.Network)
+	if err != nil {
+		return nil, err
 	}
 	if opts.Ctx != "" {
 		return nil, &sandbox.UnenforceableError{Mode: Mode, Policy: "a /ctx mount",
@@ -203,10 +186,7 @@ func (r *runtime) plan(opts sandbox.CreateOptions) (*vmPlan, error) {
 		}
 		p.rootDisk = opts.Image
 	}
-	p.policy = sandbox.Policy{Network: sandbox.Network{Mode: sandbox.NetworkNone}, Limits: lim, Image: opts.Image, NestedUserns: opts.NestedUserns}
-	if opts.Network.Mode == sandbox.NetworkEgress {
-		p.policy.Network = sandbox.Network{Mode: sandbox.NetworkEgress, Allow: append([]string(nil), opts.Network.Allow...)}
-	}
+	p.policy = sandbox.Policy{Network: network, Limits: lim, Image: opts.Image, NestedUserns: opts.NestedUserns}
 	return p, nil
 }
 
@@ -253,7 +233,7 @@ func (r *runtime) Start(req *lifecycle.StartRequest) (*exec.Cmd, error) {
 	if err != nil {
 		return nil, err
 	}
-	restore := r.restoring(id)
+	restore := r.restores.Get(id)
 	r.bridges.forget(id)
 	cfg := &GuestConfig{ID: id, Workdir: Workspace, Env: vmguest.Env(id, p.policy.Network, req.Options.Env), Pids: p.policy.Limits.Pids,
 		NestedUserns: p.policy.NestedUserns, VsockPort: AgentVsockPort, CtlVsockPort: CtlVsockPort}

@@ -48,22 +48,6 @@ type restorePlan struct {
 	dir string // the snapshot's directory
 }
 
-func (r *runtime) restoring(id string) *restorePlan {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.restores[id]
-}
-
-func (r *runtime) setRestore(id string, p *restorePlan) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if p == nil {
-		delete(r.restores, id)
-	} else {
-		r.restores[id] = p
-	}
-}
-
 var _ sandbox.Snapshotter = (*Manager)(nil)
 
 // Snapshot saves running neuron id as snapshot name: the VM is paused,
@@ -245,8 +229,8 @@ func (m *Manager) RestoreVM(ctx context.Context, id, name string) (*Restored, er
 		return nil, &sandbox.InvalidError{Reason: fmt.Sprintf("VM snapshot %q was taken over the root disk %s (%s); %s is not that disk any more "+
 			"(a rebuilt image?), and the snapshot's memory would not match it", name, meta.RootDisk, meta.RootDiskStamp, root)}
 	}
-	m.rt.setRestore(id, &restorePlan{dir: dir})
-	defer m.rt.setRestore(id, nil)
+	m.rt.restores.Set(id, &restorePlan{dir: dir})
+	defer m.rt.restores.Set(id, nil)
 	if st, err := m.Get(ctx, id); err == nil && st.Status != sandbox.StatusStopped {
 		if err := m.Destroy(ctx, id, sandbox.DestroyOptions{}); err != nil {
 			return nil, fmt.Errorf("stopping %s before its restore: %w", id, err)

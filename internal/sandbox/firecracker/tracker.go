@@ -84,7 +84,7 @@ func (r *runtime) Stop(lay layout.Layout, id string, st *sandbox.State) {
 	if len(pids) == 0 {
 		return
 	}
-	if r.restoring(id) == nil && r.powerOff(lay, id) {
+	if r.restores.Get(id) == nil && r.powerOff(lay, id) {
 		for _, pid := range pids {
 			waitExit(pid, 5*time.Second)
 		}

@@ -28,7 +28,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/nsys-cortex/cortex/internal/agent/egress"
 	"github.com/nsys-cortex/cortex/internal/ctxfs"
 	"github.com/nsys-cortex/cortex/internal/layout"
 	"github.com/nsys-cortex/cortex/internal/protocol"
@@ -171,23 +170,13 @@ func (r *runtime) Prepare(lay layout.Layout, id string, opts sandbox.CreateOptio
 }
 
 func (r *runtime) prepare(lay layout.Layout, id string, opts sandbox.CreateOptions) (*ceilings, error) {
-	switch opts.Network.Mode {
-	case sandbox.NetworkDefault, sandbox.NetworkNone, sandbox.NetworkFull:
-		if len(opts.Network.Allow) > 0 {
-			return nil, &sandbox.InvalidError{Reason: "a network allow-list goes with network egress"}
-		}
-	case sandbox.NetworkEgress:
-		if len(opts.Network.Allow) == 0 {
-			return nil, &sandbox.InvalidError{Reason: "network egress needs an allow-list (--allow HOST[:PORT], *.DOMAIN or CIDR); with nothing to reach, use network none"}
-		}
-		if _, err := egress.Parse(opts.Network.Allow); err != nil {
-			return nil, &sandbox.InvalidError{Reason: err.Error()}
-		}
+	if err := sandbox.CheckNetwork(opts.Network); err != nil {
+		return nil, err
+	}
+	if opts.Network.Mode == sandbox.NetworkEgress {
 		if p := probe(r.env); !p.egress.OK {
 			return nil, &sandbox.UnenforceableError{Mode: Mode, Policy: "network egress", Reason: p.egress.Detail}
 		}
-	default:
-		return nil, &sandbox.InvalidError{Reason: fmt.Sprintf("network %q: choose none, egress or full", opts.Network.Mode)}
 	}
 	ceil, err := r.ceilings(opts.Limits)
 	if err != nil {

@@ -96,7 +96,7 @@ func TestNetworkRefusals(t *testing.T) {
 		net  sandbox.Network
 		want string
 	}{
-		{sandbox.Network{Mode: sandbox.NetworkFull}, "never bridged to the host's network"},
+		{sandbox.Network{Mode: sandbox.NetworkFull}, "never bridges a VM to the host's network"},
 		{sandbox.Network{Mode: sandbox.NetworkEgress}, "needs an allow-list"},
 		{sandbox.Network{Mode: sandbox.NetworkEgress, Allow: []string{"https://bad.example"}}, `"https://bad.example"`},
 		{sandbox.Network{Mode: sandbox.NetworkNone, Allow: []string{"ok.example"}}, "goes with network egress"},

@@ -15,7 +15,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/nsys-cortex/cortex/internal/agent/egress"
 	"github.com/nsys-cortex/cortex/internal/agent/guestinit"
 	"github.com/nsys-cortex/cortex/internal/layout"
 	"github.com/nsys-cortex/cortex/internal/link"
@@ -71,15 +70,14 @@ var (
 
 // New returns a qemu-mode manager.
 func New(env sandbox.Env) *Manager {
-	rt := &runtime{env: env, restores: map[string]*restoreJob{}}
+	rt := &runtime{env: env}
 	return &Manager{Manager: lifecycle.New(env, rt), rt: rt, lay: env.Layout}
 }
 
 type runtime struct {
 	env sandbox.Env
 
-	mu       sync.Mutex
-	restores map[string]*restoreJob // neurons whose next start restores a snapshot
+	restores vmguest.Pending[restoreJob] // neurons whose next start restores a snapshot
 }
 
 var (
@@ -133,23 +131,9 @@ type plan struct {
 // plan works out a neuron's VM; the image is opened unless the VM boots
 // from a snapshot's files (withImage false).
 func (r *runtime) plan(lay layout.Layout, opts sandbox.CreateOptions, withImage bool) (*plan, error) {
-	switch opts.Network.Mode {
-	case sandbox.NetworkDefault, sandbox.NetworkNone:
-		if len(opts.Network.Allow) > 0 {
-			return nil, &sandbox.InvalidError{Reason: "a network allow-list goes with network egress (--allow alone implies it)"}
-		}
-	case sandbox.NetworkEgress:
-		if len(opts.Network.Allow) == 0 {
-			return nil, &sandbox.InvalidError{Reason: "network egress needs an allow-list (--allow HOST[:PORT], *.DOMAIN or CIDR); with nothing to reach, use network none"}
-		}
-		if _, err := egress.Parse(opts.Network.Allow); err != nil {
-			return nil, &sandbox.InvalidError{Reason: "network allow-list: " + err.Error()}
-		}
-	case sandbox.NetworkFull:
-		return nil, &sandbox.UnenforceableError{Mode: Mode, Policy: "network full",
-			Reason: "a qemu neuron has no network device at all, and is never bridged to the host's network: use network egress with an allow-list (enforced on the host), or --mode nsbox/docker for full network"}
-	default:
-		return nil, &sandbox.InvalidError{Reason: fmt.Sprintf("network %q: choose none, egress or full", opts.Network.Mode)}
+	network, err := vmguest.Network(Mode, opts.Network)
+	if err != nil {
+		return nil, err
 	}
 	if opts.Ctx != "" {
 		return nil, &sandbox.UnenforceableError{Mode: Mode, Policy: "a /ctx mount",
@@ -178,10 +162,7 @@ func (r *runtime) plan(lay layout.Layout, opts sandbox.CreateOptions, withImage 
 	if lim.Pids == 0 {
 		lim.Pids = DefaultPids
 	}
-	p := &plan{limits: lim, nestedUserns: opts.NestedUserns, imageDir: opts.Image, network: sandbox.Network{Mode: sandbox.NetworkNone}}
-	if opts.Network.Mode == sandbox.NetworkEgress {
-		p.network = sandbox.Network{Mode: sandbox.NetworkEgress, Allow: append([]string(nil), opts.Network.Allow...)}
-	}
+	p := &plan{limits: lim, nestedUserns: opts.NestedUserns, imageDir: opts.Image, network: network}
 	if p.imageDir == "" {
 		p.imageDir = vmimage.DefaultDir(lay)
 	}
@@ -197,7 +178,7 @@ func (r *runtime) plan(lay layout.Layout, opts sandbox.CreateOptions, withImage 
 
 // Prepare checks the options and makes the overlay disk of a new neuron.
 func (r *runtime) Prepare(lay layout.Layout, id string, opts sandbox.CreateOptions) (sandbox.Policy, error) {
-	p, err := r.plan(lay, opts, r.restore(id) == nil)
+	p, err := r.plan(lay, opts, r.restores.Get(id) == nil)
 	if err != nil {
 		return sandbox.Policy{}, err
 	}
@@ -224,7 +205,7 @@ func Marker(lay layout.Layout, id string) string {
 // descriptors (a socket path may be longer than bind(2) takes); a restore
 // loads the snapshot's state before the guest runs again.
 func (r *runtime) Start(req *lifecycle.StartRequest) (*exec.Cmd, error) {
-	job := r.restore(req.ID)
+	job := r.restores.Get(req.ID)
 	p, err := r.plan(req.Layout, req.Options, job == nil)
 	if err != nil {
 		return nil, err

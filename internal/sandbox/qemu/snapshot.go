@@ -129,22 +129,6 @@ func (j *restoreJob) resume(ctx context.Context, chanDir string) error {
 	return nil
 }
 
-func (r *runtime) restore(id string) *restoreJob {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.restores[id]
-}
-
-func (r *runtime) setRestore(id string, j *restoreJob) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if j == nil {
-		delete(r.restores, id)
-	} else {
-		r.restores[id] = j
-	}
-}
-
 var _ sandbox.Snapshotter = (*Manager)(nil)
 
 // Snapshot is SnapshotVM for sandbox.Snapshotter: the record alone.
@@ -341,8 +325,8 @@ func (m *Manager) Restore(ctx context.Context, id, name string) (*sandbox.State,
 	if err := vmimage.CopySparse(job.file(snapOverlay), overlayDisk(m.lay, id)); err != nil {
 		return nil, fmt.Errorf("restoring the overlay disk of %s: %w", id, err)
 	}
-	m.rt.setRestore(id, job)
-	defer m.rt.setRestore(id, nil)
+	m.rt.restores.Set(id, job)
+	defer m.rt.restores.Set(id, nil)
 	p := job.meta.Policy
 	return m.Create(ctx, id, sandbox.CreateOptions{Network: p.Network, Limits: p.Limits, Image: p.Image, NestedUserns: p.NestedUserns})
 }

@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
+	"sync"
 	"syscall"
 
 	"github.com/nsys-cortex/cortex/internal/sandbox"
@@ -81,4 +83,52 @@ func (t Tunnel) Start() error {
 	}
 	go cmd.Wait()
 	return nil
+}
+
+// Network is the network policy of a VM neuron of mode that asked for n:
+// none, or egress with its allow-list (enforced on the host, through the
+// tunnel). Full network is refused: a VM has no network device and is
+// never bridged to the host's network.
+func Network(mode string, n sandbox.Network) (sandbox.Network, error) {
+	if err := sandbox.CheckNetwork(n); err != nil {
+		return sandbox.Network{}, err
+	}
+	switch n.Mode {
+	case sandbox.NetworkFull:
+		return sandbox.Network{}, &sandbox.UnenforceableError{Mode: mode, Policy: "network full",
+			Reason: "a " + mode + " neuron has no network device, and this mode never bridges a VM to the host's network: " +
+				"use network egress with an allow-list (enforced on the host), or --mode nsbox/docker for full network"}
+	case sandbox.NetworkEgress:
+		return sandbox.Network{Mode: sandbox.NetworkEgress, Allow: slices.Clone(n.Allow)}, nil
+	}
+	return sandbox.Network{Mode: sandbox.NetworkNone}, nil
+}
+
+// Pending holds, by neuron id, what the next start of a neuron does
+// instead of a boot (the snapshot a Restore loads): the create that Restore
+// runs finds it in the runtime's Start. The zero value is ready.
+type Pending[T any] struct {
+	mu sync.Mutex
+	m  map[string]*T
+}
+
+// Get returns neuron id's pending start, or nil.
+func (p *Pending[T]) Get(id string) *T {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.m[id]
+}
+
+// Set makes v neuron id's pending start; nil removes it.
+func (p *Pending[T]) Set(id string, v *T) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if v == nil {
+		delete(p.m, id)
+		return
+	}
+	if p.m == nil {
+		p.m = map[string]*T{}
+	}
+	p.m[id] = v
 }
