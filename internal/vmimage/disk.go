@@ -17,10 +17,12 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nsys-cortex/cortex/internal/agent/guestinit"
+	"github.com/nsys-cortex/cortex/internal/sandbox"
 )
 
-// configDiskMin is the smallest config disk made.
-const configDiskMin = 64 << 10
+// ConfigDiskMin is the smallest config disk made (the kernel's partition
+// scan complains about tinier disks).
+const ConfigDiskMin = 64 << 10
 
 // DefaultOverlaySize is the size a neuron's overlay disk is made with. The
 // file is sparse: it takes on the host only what the guest writes.
@@ -125,7 +127,7 @@ func OverlayDisk(ctx context.Context, path string, size int64) error {
 }
 
 // ConfigDisk writes cfg as the guest reads it (guestinit.Config): JSON,
-// NUL-padded to whole 4 KiB blocks and at least configDiskMin (the
+// NUL-padded to whole 4 KiB blocks and at least ConfigDiskMin (the
 // kernel's partition scan complains about tinier disks), owner-only (it
 // holds the environment the operator granted, which may carry secrets).
 func ConfigDisk(path string, cfg *guestinit.Config) error {
@@ -134,9 +136,9 @@ func ConfigDisk(path string, cfg *guestinit.Config) error {
 		return err
 	}
 	if len(b) >= guestinit.ConfigMax {
-		return fmt.Errorf("config disk: %d bytes of configuration (limit %d): the environment is too large", len(b), guestinit.ConfigMax)
+		return &sandbox.InvalidError{Reason: fmt.Sprintf("the neuron's configuration is %d bytes (limit %d): the environment is too large", len(b), guestinit.ConfigMax)}
 	}
-	padded := make([]byte, max(configDiskMin, (len(b)+1+4095)&^4095))
+	padded := make([]byte, max(ConfigDiskMin, (len(b)+1+4095)&^4095))
 	copy(padded, b)
 	return writeAtomic(path, 0o600, func(f *os.File) error {
 		_, err := f.Write(padded)

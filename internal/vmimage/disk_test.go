@@ -99,7 +99,7 @@ func TestConfigDisk(t *testing.T) {
 	}
 	b, _ := os.ReadFile(p)
 	fi, _ := os.Stat(p)
-	if len(b) != configDiskMin || fi.Mode().Perm() != 0o600 {
+	if len(b) != ConfigDiskMin || fi.Mode().Perm() != 0o600 {
 		t.Fatalf("config disk of %d bytes, mode %v", len(b), fi.Mode())
 	}
 	var got guestinit.Config

@@ -24,6 +24,7 @@ import (
 	"github.com/nsys-cortex/cortex/internal/sandbox/internal/lifecycle"
 	"github.com/nsys-cortex/cortex/internal/sandbox/internal/vmguest"
 	"github.com/nsys-cortex/cortex/internal/store"
+	"github.com/nsys-cortex/cortex/internal/vmimage"
 )
 
 // Mode is this backend's name.
@@ -310,7 +311,7 @@ func (r *runtime) stage(lay layout.Layout, id string, j jail, p *vmPlan, cfg *Gu
 		if err := sparseCopy(filepath.Join(restore.dir, "vm", "config.img"), j.host(jailConfig)); err != nil {
 			return err
 		}
-	} else if err := writeConfigDisk(j.host(jailConfig), cfg); err != nil {
+	} else if err := vmimage.ConfigDisk(j.host(jailConfig), cfg); err != nil {
 		return err
 	}
 	if err := os.Lchown(j.host(jailConfig), 0, j.gid); err != nil {

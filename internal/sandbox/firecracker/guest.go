@@ -6,12 +6,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"time"
 
 	"github.com/nsys-cortex/cortex/internal/agent/guestinit"
-	"github.com/nsys-cortex/cortex/internal/sandbox"
 	"github.com/nsys-cortex/cortex/internal/sandbox/firecracker/vsock"
+	"github.com/nsys-cortex/cortex/internal/vmimage"
 )
 
 // The guest's side of the contract, as the image's PID 1
@@ -30,49 +29,25 @@ const (
 // disk: never on the kernel command line.
 type GuestConfig = guestinit.Config
 
-// configMax bounds the config disk's JSON (guestinit.ConfigMax), and
-// configDiskMin is its least size (vmimage.ConfigDisk's: the kernel's
-// partition scan complains about tinier disks).
+// configMax bounds the config disk's JSON, and configDiskMin is its least
+// size: vmimage.ConfigDisk writes it, as for qemu mode.
 const (
 	configMax     = guestinit.ConfigMax
-	configDiskMin = 64 << 10
+	configDiskMin = vmimage.ConfigDiskMin
 )
 
-// writeConfigDisk writes cfg as the guest reads it: JSON, NUL-padded to
-// whole 4 KiB blocks (vmimage.ConfigDisk's format).
-func writeConfigDisk(path string, cfg *GuestConfig) error {
-	b, err := json.Marshal(cfg)
-	if err != nil {
-		return err
-	}
-	if len(b) >= configMax {
-		return &sandbox.InvalidError{Reason: fmt.Sprintf("the neuron's configuration is %d bytes (limit %d): the environment is too large", len(b), configMax)}
-	}
-	padded := make([]byte, max(configDiskMin, (len(b)+1+4095)&^4095))
-	copy(padded, b)
-	return os.WriteFile(path, padded, 0o400)
-}
-
-// Control operations (guestinit.OpRestored, OpPoweroff, OpPing).
+// The control port's operations and messages: the guest's own
+// (guestinit).
 const (
-	OpRestored = "restored"
-	OpPoweroff = "poweroff"
-	OpPing     = "ping"
+	OpRestored = guestinit.OpRestored
+	OpPoweroff = guestinit.OpPoweroff
+	OpPing     = guestinit.OpPing
 )
 
-// CtlRequest is one line of JSON on the control port (guestinit.CtlRequest).
-type CtlRequest struct {
-	Op   string    `json:"op"`
-	Time time.Time `json:"time,omitzero"`
-	Seed []byte    `json:"seed,omitempty"`
-}
-
-// CtlReply is the guest's one-line answer (guestinit.CtlReply).
-type CtlReply struct {
-	OK    bool      `json:"ok"`
-	Error string    `json:"error,omitempty"`
-	Time  time.Time `json:"time"`
-}
+type (
+	CtlRequest = guestinit.CtlRequest
+	CtlReply   = guestinit.CtlReply
+)
 
 // control sends one request to the guest's control port through the VM's
 // hybrid vsock socket uds and returns its answer.
