@@ -58,27 +58,51 @@ type AgentProcess struct {
 	ChannelDir string
 }
 
-// FindAgents lists running cortex-agent processes whose channel directory
-// lies under socketsDir: the last resort when a state file is lost.
-func FindAgents(socketsDir string) []AgentProcess {
+// FoundProcess is a live process FindProcesses found, with what its
+// match made of its argv.
+type FoundProcess[T any] struct {
+	PID int
+	Of  T
+}
+
+// FindProcesses reads the argv of every process of this host and returns
+// the live ones (zombies are not) that match accepts, with what it made of
+// each.
+func FindProcesses[T any](match func(argv []string) (T, bool)) []FoundProcess[T] {
 	entries, _ := os.ReadDir("/proc")
-	var out []AgentProcess
+	var out []FoundProcess[T]
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
+		if err != nil || pid <= 0 {
 			continue
 		}
 		argv := Cmdline(pid)
-		if len(argv) == 0 || !strings.HasPrefix(filepath.Base(argv[0]), "cortex-agent") {
+		if len(argv) == 0 {
 			continue
 		}
-		ap := AgentProcess{PID: pid, ID: flagValue(argv, "id"), ChannelDir: flagValue(argv, "channel-dir")}
-		if ap.ID == "" || ap.ChannelDir == "" || !strings.HasPrefix(ap.ChannelDir, socketsDir+string(filepath.Separator)) {
-			continue
+		if v, ok := match(argv); ok {
+			if _, alive := ProcStart(pid); alive {
+				out = append(out, FoundProcess[T]{PID: pid, Of: v})
+			}
 		}
-		if _, alive := ProcStart(pid); alive {
-			out = append(out, ap)
+	}
+	return out
+}
+
+// FindAgents lists running cortex-agent processes whose channel directory
+// lies under socketsDir: the last resort when a state file is lost.
+func FindAgents(socketsDir string) []AgentProcess {
+	found := FindProcesses(func(argv []string) (AgentProcess, bool) {
+		if !strings.HasPrefix(filepath.Base(argv[0]), "cortex-agent") {
+			return AgentProcess{}, false
 		}
+		ap := AgentProcess{ID: flagValue(argv, "id"), ChannelDir: flagValue(argv, "channel-dir")}
+		return ap, ap.ID != "" && ap.ChannelDir != "" && strings.HasPrefix(ap.ChannelDir, socketsDir+string(filepath.Separator))
+	})
+	out := make([]AgentProcess, 0, len(found))
+	for _, f := range found {
+		f.Of.PID = f.PID
+		out = append(out, f.Of)
 	}
 	return out
 }

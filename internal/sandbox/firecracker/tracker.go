@@ -1,8 +1,6 @@
 package firecracker
 
 import (
-	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -40,27 +38,19 @@ func (r *runtime) Running(lay layout.Layout) ([]lifecycle.Running, error) {
 
 func (r *runtime) scan(lay layout.Layout) []lifecycle.Running {
 	prefix := homeTag(lay) + "-"
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil
-	}
-	var out []lifecycle.Running
-	for _, e := range entries {
-		pid := 0
-		if _, err := fmt.Sscanf(e.Name(), "%d", &pid); err != nil || pid <= 0 {
-			continue
-		}
-		argv := store.Cmdline(pid)
+	found := store.FindProcesses(func(argv []string) (string, bool) {
 		for i := 1; i+1 < len(argv); i++ {
-			if argv[i] != "--id" || !strings.HasPrefix(argv[i+1], prefix) {
-				continue
+			if argv[i] == "--id" && strings.HasPrefix(argv[i+1], prefix) {
+				var mk marker
+				ok := store.ReadJSON(filepath.Join(jailDir(r.cfg.ChrootBase, argv[0], argv[i+1]), markerFile), &mk) == nil && mk.Home == lay.Home
+				return mk.Neuron, ok
 			}
-			var mk marker
-			if store.ReadJSON(filepath.Join(jailDir(r.cfg.ChrootBase, argv[0], argv[i+1]), markerFile), &mk) == nil && mk.Home == lay.Home {
-				out = append(out, lifecycle.Running{ID: mk.Neuron, PID: pid})
-			}
-			break
 		}
+		return "", false
+	})
+	out := make([]lifecycle.Running, 0, len(found))
+	for _, f := range found {
+		out = append(out, lifecycle.Running{ID: f.Of, PID: f.PID})
 	}
 	return out
 }

@@ -2,8 +2,6 @@ package qemu
 
 import (
 	"context"
-	"os"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -90,28 +88,18 @@ func stopProcess(pid int, grace time.Duration) {
 // Running lists this home's QEMU processes by the marker in their -name.
 func (r *runtime) Running(lay layout.Layout) ([]lifecycle.Running, error) {
 	prefix := Marker(lay, "")
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil, err
-	}
-	var out []lifecycle.Running
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		argv := store.Cmdline(pid)
+	found := store.FindProcesses(func(argv []string) (string, bool) {
 		for i := 0; i+1 < len(argv); i++ {
-			if argv[i] != "-name" {
-				continue
+			if argv[i] == "-name" {
+				id, ok := strings.CutPrefix(strings.TrimPrefix(argv[i+1], "guest="), prefix)
+				return id, ok && id != ""
 			}
-			if id, ok := strings.CutPrefix(strings.TrimPrefix(argv[i+1], "guest="), prefix); ok && id != "" {
-				if _, alive := store.ProcStart(pid); alive {
-					out = append(out, lifecycle.Running{ID: id, PID: pid})
-				}
-			}
-			break
 		}
+		return "", false
+	})
+	out := make([]lifecycle.Running, 0, len(found))
+	for _, f := range found {
+		out = append(out, lifecycle.Running{ID: f.Of, PID: f.PID})
 	}
 	return out, nil
 }

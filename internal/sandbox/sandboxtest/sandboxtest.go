@@ -178,7 +178,7 @@ func testLifecycle(t *testing.T, f *fixture) {
 	if err != nil || got.Status != sandbox.StatusStopped || got.PID != 0 {
 		t.Fatalf("get after destroy: %+v, %v", got, err)
 	}
-	if alive(st.PID) {
+	if store.Alive(st.PID, 0) {
 		t.Fatalf("agent %d still alive after destroy", st.PID)
 	}
 	if _, err := c.Health(f.ctx); !sandbox.IsNotRunning(err) {
@@ -266,35 +266,7 @@ done; true`
 
 // hostProcesses lists the live host processes whose argv is argv.
 func hostProcesses(argv []string) []int {
-	want := strings.Join(argv, "\x00")
-	var out []int
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		if err != nil || strings.TrimRight(string(b), "\x00") != want {
-			continue
-		}
-		if alive(pid) {
-			out = append(out, pid)
-		}
-	}
-	return out
-}
-
-func alive(pid int) bool {
-	if pid <= 0 {
-		return false
-	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	i := strings.LastIndexByte(string(b), ')')
-	return i > 0 && len(b) > i+2 && b[i+2] != 'Z'
+	return Processes(func(a []string) bool { return slices.Equal(a, argv) })
 }
 
 // testNoLeaks checks that a full lifecycle leaves no goroutine behind.
@@ -386,17 +358,8 @@ func ServeText(t testing.TB, addr, text string) int {
 // accepts (zombies are not alive).
 func Processes(match func(argv []string) bool) []int {
 	var out []int
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		if argv := store.Cmdline(pid); len(argv) > 0 && match(argv) {
-			if _, alive := store.ProcStart(pid); alive {
-				out = append(out, pid)
-			}
-		}
+	for _, f := range store.FindProcesses(func(argv []string) (struct{}, bool) { return struct{}{}, match(argv) }) {
+		out = append(out, f.PID)
 	}
 	return out
 }
