@@ -160,33 +160,38 @@ func CopySparse(src, dst string) error {
 	if err != nil {
 		return err
 	}
-	return writeAtomic(dst, st.Mode().Perm(), func(out *os.File) error {
-		if unix.IoctlFileClone(int(out.Fd()), int(in.Fd())) == nil {
-			return nil
+	return writeAtomic(dst, st.Mode().Perm(), func(out *os.File) error { return CopyInto(out, in, st.Size()) })
+}
+
+// CopyInto copies the first size bytes of in into the empty file out,
+// keeping holes holes: a clone (reflink) where the filesystem has them,
+// otherwise only the data extents (SEEK_DATA/SEEK_HOLE).
+func CopyInto(out, in *os.File, size int64) error {
+	if unix.IoctlFileClone(int(out.Fd()), int(in.Fd())) == nil {
+		return nil
+	}
+	if err := out.Truncate(size); err != nil {
+		return err
+	}
+	buf := make([]byte, 1<<20)
+	for off := int64(0); off < size; {
+		data, err := unix.Seek(int(in.Fd()), off, unix.SEEK_DATA)
+		if errors.Is(err, unix.ENXIO) {
+			break // only a hole is left
 		}
-		if err := out.Truncate(st.Size()); err != nil {
+		if err != nil {
+			return copyRange(in, out, 0, size, buf) // no SEEK_DATA here: copy it all
+		}
+		hole, err := unix.Seek(int(in.Fd()), data, unix.SEEK_HOLE)
+		if err != nil {
 			return err
 		}
-		buf := make([]byte, 1<<20)
-		for off := int64(0); off < st.Size(); {
-			data, err := unix.Seek(int(in.Fd()), off, unix.SEEK_DATA)
-			if errors.Is(err, unix.ENXIO) {
-				break // only a hole is left
-			}
-			if err != nil {
-				return copyRange(in, out, 0, st.Size(), buf) // no SEEK_DATA here: copy it all
-			}
-			hole, err := unix.Seek(int(in.Fd()), data, unix.SEEK_HOLE)
-			if err != nil {
-				return err
-			}
-			if err := copyRange(in, out, data, hole, buf); err != nil {
-				return err
-			}
-			off = hole
+		if err := copyRange(in, out, data, hole, buf); err != nil {
+			return err
 		}
-		return nil
-	})
+		off = hole
+	}
+	return nil
 }
 
 func copyRange(in, out *os.File, from, to int64, buf []byte) error {

@@ -4,13 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"syscall"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/nsys-cortex/cortex/internal/store"
 	"github.com/nsys-cortex/cortex/internal/vmimage"
@@ -153,9 +150,8 @@ func (j jail) remove() error {
 	return os.RemoveAll(j.dir)
 }
 
-// sparseCopy copies src to a new file dst: a reflink where the filesystem
-// shares extents (btrfs, XFS: instant), otherwise only the data extents
-// (SEEK_DATA/SEEK_HOLE), so holes stay holes.
+// sparseCopy copies src to a new file dst, private (0600), which must not
+// exist: vmimage.CopyInto, a reflink or the data extents alone.
 func sparseCopy(src, dst string) error {
 	in, err := os.Open(src)
 	if err != nil {
@@ -170,53 +166,12 @@ func sparseCopy(src, dst string) error {
 	if err != nil {
 		return err
 	}
-	if unix.IoctlFileClone(int(out.Fd()), int(in.Fd())) == nil {
-		return out.Close()
-	}
-	if err := copyExtents(in, out, st.Size()); err != nil {
-		out.Close()
-		os.Remove(dst)
-		return err
-	}
-	if err := out.Truncate(st.Size()); err != nil {
+	if err := vmimage.CopyInto(out, in, st.Size()); err != nil {
 		out.Close()
 		os.Remove(dst)
 		return err
 	}
 	return out.Close()
-}
-
-func copyExtents(in, out *os.File, size int64) error {
-	fd := int(in.Fd())
-	for off := int64(0); off < size; {
-		data, err := unix.Seek(fd, off, unix.SEEK_DATA)
-		if errors.Is(err, syscall.ENXIO) {
-			return nil // only a hole is left
-		}
-		if err != nil {
-			// No SEEK_DATA here: copy it all.
-			if _, err := in.Seek(0, io.SeekStart); err != nil {
-				return err
-			}
-			_, err = io.Copy(out, in)
-			return err
-		}
-		hole, err := unix.Seek(fd, data, unix.SEEK_HOLE)
-		if err != nil {
-			return err
-		}
-		if _, err := in.Seek(data, io.SeekStart); err != nil {
-			return err
-		}
-		if _, err := out.Seek(data, io.SeekStart); err != nil {
-			return err
-		}
-		if _, err := io.CopyN(out, in, hole-data); err != nil {
-			return err
-		}
-		off = hole
-	}
-	return nil
 }
 
 // copyAtomic copies src over dst through a temporary file beside dst.
