@@ -88,7 +88,7 @@ func main() {
 		}
 	}
 	cfg.Version = version
-	cfg.Logger = log.New(os.Stderr, "cortex-agent["+cfg.ID+"] ", log.LstdFlags|log.Lmicroseconds)
+	cfg.Logger = log.New(os.Stderr, "cortex-agent["+cfg.ID+"] ", log.LstdFlags|log.Lmicroseconds|log.LUTC)
 	a, err := agent.New(cfg)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "cortex-agent: %v\n", err)

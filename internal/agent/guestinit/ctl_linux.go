@@ -67,7 +67,7 @@ func (g *guest) ctlSession(rw io.ReadWriter) {
 		} else if err := g.control(&req); err != nil {
 			reply = CtlReply{Error: err.Error()}
 		}
-		reply.Time = time.Now()
+		reply.Time = time.Now().UTC() // UTC: no time zone file to load
 		b, _ := json.Marshal(&reply)
 		if _, err := rw.Write(append(b, '\n')); err != nil {
 			return
@@ -76,6 +76,20 @@ func (g *guest) ctlSession(rw io.ReadWriter) {
 			g.requestStop("the host asked to power off")
 		}
 	}
+}
+
+// primeCtl has the JSON package build its encoders and decoders for the
+// control messages at boot: a snapshot then holds them, and the first
+// answer after a restore does not build them again (under TCG every
+// first run of code costs its translation, and the host waits on that
+// answer).
+func primeCtl() {
+	b, _ := json.Marshal(&CtlRequest{Op: OpPing, Time: time.Now().UTC(), Seed: []byte{0}})
+	var req CtlRequest
+	json.Unmarshal(b, &req)
+	b, _ = json.Marshal(&CtlReply{OK: true, Error: "-", Time: req.Time})
+	var reply CtlReply
+	json.Unmarshal(b, &reply)
 }
 
 func (g *guest) control(req *CtlRequest) error {

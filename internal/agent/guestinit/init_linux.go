@@ -131,6 +131,7 @@ func (g *guest) start() error {
 	g.logf("cortex-agent %s: agent %d started %s after PID 1 did (%d modules)", g.version, pid, time.Since(g.boot).Round(time.Millisecond), n)
 	g.bridge = &bridge{logf: g.logf}
 	go g.bridge.servePorts()
+	primeCtl()
 	go g.serveCtl()
 	go func() {
 		// vsock needs its modules; they are loaded now, the boot done.

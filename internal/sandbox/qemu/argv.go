@@ -47,8 +47,10 @@ type Spec struct {
 // travels on the config disk.
 func KernelCmdline(s Spec) string {
 	// cryptomgr.notests: the crypto self-tests take half a second of a
-	// TCG boot.
-	args := []string{"console=ttyS0", "quiet", "reboot=t", "panic=-1", "pci=off", "nomodeset", "cryptomgr.notests"}
+	// TCG boot. psi=0: no pressure-stall accounting in every context
+	// switch (nothing in the guest reads it; under TCG its code is more
+	// to translate after every restore).
+	args := []string{"console=ttyS0", "quiet", "reboot=t", "panic=-1", "pci=off", "nomodeset", "cryptomgr.notests", "psi=0"}
 	if !s.KVM {
 		// The TSC is the host's; the emulated timers lag it under load,
 		// so the watchdog would swap it for jiffies (ms resolution, drift).

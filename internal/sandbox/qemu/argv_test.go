@@ -85,7 +85,7 @@ func TestArgs(t *testing.T) {
 		t.Errorf("chardevs %q", got)
 	}
 	cmdline := flags(args, "-append")[0]
-	for _, want := range []string{"console=ttyS0", "panic=-1", "reboot=t", "tsc_early_khz=2800000", "tsc=reliable", "cryptomgr.notests", "mitigations=off"} {
+	for _, want := range []string{"console=ttyS0", "panic=-1", "reboot=t", "tsc_early_khz=2800000", "tsc=reliable", "cryptomgr.notests", "psi=0", "mitigations=off"} {
 		if !slices.Contains(strings.Fields(cmdline), want) {
 			t.Errorf("kernel command line %q lacks %s", cmdline, want)
 		}
