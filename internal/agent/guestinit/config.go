@@ -84,10 +84,13 @@ type Config struct {
 
 // Control operations.
 const (
-	// OpRestored: a snapshot was just restored. The guest sets its clock to
-	// Time and mixes Seed into its RNG, then reseeds it, so no two restores
-	// of one snapshot share randomness or a stale clock; and it ends every
-	// channel session, so each host starts afresh with a hello.
+	// OpRestored: a snapshot was just restored. The guest sets its clock —
+	// moves it on by Advance (how long the machine was stopped) when the
+	// host knows that, else to Time — and mixes Seed into its RNG, then
+	// reseeds it, so no two restores of one snapshot share randomness or
+	// a stale clock; and it ends every channel session, so each host
+	// starts afresh with a hello. Advance is exact however late the
+	// guest reads the request; Time is that late.
 	OpRestored = "restored"
 	// OpClock sets the guest's clock to Time. The host follows OpRestored
 	// with it while the guest's answer shows a skew: a guest just resumed
@@ -105,6 +108,9 @@ type CtlRequest struct {
 	Op   string    `json:"op"`
 	Time time.Time `json:"time,omitzero"`
 	Seed []byte    `json:"seed,omitempty"`
+	// Advance (OpRestored): the time between the snapshot's stop and
+	// the restored machine's start.
+	Advance time.Duration `json:"advanceNs,omitempty"`
 }
 
 // CtlReply is the guest's answer, one line of JSON.

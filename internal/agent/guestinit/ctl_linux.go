@@ -72,8 +72,13 @@ func (g *guest) ctlSession(rw io.ReadWriter) {
 		if _, err := rw.Write(append(b, '\n')); err != nil {
 			return
 		}
-		if reply.OK && req.Op == OpPoweroff {
+		switch {
+		case reply.OK && req.Op == OpPoweroff:
 			g.requestStop("the host asked to power off")
+		case reply.OK && req.Op == OpRestored:
+			// Logged once the host has its answer: the serial console is
+			// slow, and under TCG its code is translated anew.
+			g.logf("restored from a snapshot: clock set, RNG reseeded, sessions ended")
 		}
 	}
 }
@@ -105,7 +110,11 @@ func (g *guest) control(req *CtlRequest) error {
 		if req.Time.IsZero() || len(req.Seed) < 32 {
 			return errors.New("restored: needs the time and a seed of at least 32 bytes")
 		}
-		if err := setClock(req.Time); err != nil {
+		t := req.Time
+		if req.Advance > 0 {
+			t = time.Now().Add(req.Advance)
+		}
+		if err := setClock(t); err != nil {
 			return err
 		}
 		if err := reseed(req.Seed); err != nil {
@@ -115,7 +124,6 @@ func (g *guest) control(req *CtlRequest) error {
 		if g.tunnel != nil {
 			g.tunnel.Reset() // the host's end is a new process
 		}
-		g.logf("restored from a snapshot: clock set, RNG reseeded, sessions ended")
 		return nil
 	}
 	return fmt.Errorf("unknown operation %q", req.Op)

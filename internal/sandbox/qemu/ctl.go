@@ -72,18 +72,46 @@ func control(ctx context.Context, dir string, req *guestinit.CtlRequest) (*guest
 	return cc.do(ctx, req)
 }
 
-// A restored guest's clock is set again until it is within maxClockSkew of
-// the host's (give or take half a round trip, which no exchange can tell
+// A guest's clock is set again until it is within maxClockSkew of the
+// host's (give or take half a round trip, which no exchange can tell
 // apart), in at most maxClockTries exchanges.
 const (
 	maxClockSkew  = 20 * time.Millisecond
 	maxClockTries = 5
 )
 
+// clockTimeout bounds setting a booted guest's clock.
+const clockTimeout = 10 * time.Second
+
+// setClock sets the clock of the guest whose channel directory is dir
+// (syncClock); an offset still past a second is an error.
+func setClock(ctx context.Context, dir string) error {
+	cc, err := dialCtl(ctx, dir)
+	if err != nil {
+		return err
+	}
+	defer cc.Close()
+	offset, err := cc.syncClock(ctx)
+	if err != nil {
+		return err
+	}
+	if offset.Abs() > time.Second {
+		return fmt.Errorf("the guest's clock stays %s off", offset)
+	}
+	return nil
+}
+
 // syncClock measures the guest clock's offset from the host's the way NTP
 // does (a ping: the guest's time against the middle of the round trip)
-// and sets it, ahead by half a round trip for the request's own travel,
-// until the offset is small. It returns the last offset measured.
+// and, while it is off, sets it, ahead by half a round trip for the
+// request's own travel. It returns the last offset measured.
+//
+// A guest just resumed under TCG reads its first requests late (its code
+// is translated anew) and then answers at once, so such a round trip is
+// long and lopsided: its middle says the clock is ahead when it is not.
+// A clock is set only when the guest's time lies outside the round trip
+// itself (widened by maxClockSkew); one inside it, but measured by a
+// round trip too long to tell, is measured again.
 func (cc *ctlConn) syncClock(ctx context.Context) (time.Duration, error) {
 	var offset time.Duration
 	for i := 0; i < maxClockTries; i++ {
@@ -94,8 +122,11 @@ func (cc *ctlConn) syncClock(ctx context.Context) (time.Duration, error) {
 		}
 		rtt := time.Since(t0)
 		offset = reply.Time.Sub(t0.Add(rtt / 2))
-		if offset.Abs() <= maxClockSkew {
+		switch {
+		case offset.Abs() <= maxClockSkew:
 			return offset, nil
+		case offset.Abs() <= maxClockSkew+rtt/2:
+			continue // within the round trip: too long a one to tell
 		}
 		if _, err := cc.do(ctx, &guestinit.CtlRequest{Op: guestinit.OpClock, Time: time.Now().Add(rtt / 2)}); err != nil {
 			return 0, err

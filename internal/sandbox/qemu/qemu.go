@@ -74,6 +74,39 @@ func New(env sandbox.Env) *Manager {
 	return &Manager{Manager: lifecycle.New(env, rt), rt: rt, lay: env.Layout}
 }
 
+// Create creates neuron id as every mode does, then sets a cold-booted
+// guest's clock from the host's: under TCG the guest read the emulated
+// RTC, which holds whole seconds, so it starts up to a second off. (A
+// restore sets the clock as it resumes the guest; a snapshot keeps the
+// clock it had, so it keeps this one.) A guest whose clock cannot be set
+// runs on, and its log says why.
+func (m *Manager) Create(ctx context.Context, id string, opts sandbox.CreateOptions) (*sandbox.State, error) {
+	st, err := m.Manager.Create(ctx, id, opts)
+	if err != nil || m.rt.restores.Get(id) != nil {
+		return st, err
+	}
+	cctx, cancel := context.WithTimeout(ctx, clockTimeout)
+	defer cancel()
+	if err := setClock(cctx, m.lay.ChannelDir(Mode, id)); err != nil {
+		m.logf(id, "the guest's clock was not set: %v", err)
+	}
+	return st, nil
+}
+
+// logf adds a line of the host's to neuron id's log.
+func (m *Manager) logf(id, format string, args ...any) {
+	p, err := m.LogPath(context.Background(), id)
+	if err != nil {
+		return
+	}
+	f, err := os.OpenFile(p, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	fmt.Fprintf(f, "%s nsys-cortex: "+format+"\n", append([]any{time.Now().UTC().Format("2006/01/02 15:04:05.000000")}, args...)...)
+}
+
 type runtime struct {
 	env sandbox.Env
 

@@ -49,6 +49,9 @@ type SnapshotInfo struct {
 	StateBytes int64 `json:"stateBytes"`
 	// Took is how long the VM was paused for the snapshot.
 	Took time.Duration `json:"tookNs"`
+	// Stopped is the host's clock when the VM stopped: the guest's clock
+	// stood still from then, and a restore moves it on by the time since.
+	Stopped time.Time `json:"stopped,omitzero"`
 }
 
 // bootFiles are what a VM boots from.
@@ -107,6 +110,11 @@ func (j *restoreJob) resume(ctx context.Context, chanDir string) error {
 	if err := q.run(ctx, "cont", nil, nil); err != nil {
 		return err
 	}
+	// The guest's clock stood still from the snapshot's stop until now.
+	var advance time.Duration
+	if !j.meta.Stopped.IsZero() {
+		advance = max(time.Since(j.meta.Stopped), time.Nanosecond)
+	}
 	seed := make([]byte, 64)
 	rand.Read(seed)
 	cc, err := dialCtl(ctx, chanDir)
@@ -114,11 +122,12 @@ func (j *restoreJob) resume(ctx context.Context, chanDir string) error {
 		return err
 	}
 	defer cc.Close()
-	if _, err := cc.do(ctx, &guestinit.CtlRequest{Op: guestinit.OpRestored, Time: time.Now(), Seed: seed}); err != nil {
+	if _, err := cc.do(ctx, &guestinit.CtlRequest{Op: guestinit.OpRestored, Time: time.Now(), Advance: advance, Seed: seed}); err != nil {
 		return fmt.Errorf("after loading snapshot %s: %w", j.meta.Name, err)
 	}
-	// The guest, just resumed, read that request late (under TCG its code
-	// is translated again first): the time in it was old by then.
+	// Checked, and set again while off: a snapshot of older makings has
+	// no stop time, and the time in the request was old when the guest,
+	// just resumed, read it (under TCG its code is translated anew first).
 	offset, err := cc.syncClock(ctx)
 	if err != nil {
 		return fmt.Errorf("after loading snapshot %s: %w", j.meta.Name, err)
@@ -196,6 +205,7 @@ func (m *Manager) SnapshotVM(ctx context.Context, id, name string) (*SnapshotInf
 	if err := q.run(ctx, "stop", nil, nil); err != nil {
 		return nil, err
 	}
+	stopped := time.Now()
 	saved, err := m.saveStopped(ctx, q, id, chanDir, tmp)
 	// Whatever happened, the VM runs on (cont also takes back the disks
 	// the finished migration handed over).
@@ -213,7 +223,7 @@ func (m *Manager) SnapshotVM(ctx context.Context, id, name string) (*SnapshotInf
 	}
 	info := &SnapshotInfo{Snapshot: store.Snapshot{Name: name, Neuron: id, Created: start.UTC(), Files: 1, Bytes: saved, Mode: Mode},
 		Policy: *st.Policy, MemoryMiB: st.Policy.Limits.MemoryBytes >> 20, CPUs: int(st.Policy.Limits.CPUs),
-		KVM: m.runsKVM(st.PID), Took: took}
+		KVM: m.runsKVM(st.PID), Took: took, Stopped: stopped.UTC()}
 	if fi, err := os.Stat(filepath.Join(tmp, snapState)); err == nil {
 		info.StateBytes = fi.Size()
 	}
