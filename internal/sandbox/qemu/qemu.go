@@ -77,12 +77,12 @@ func New(env sandbox.Env) *Manager {
 // Create creates neuron id as every mode does, then sets a cold-booted
 // guest's clock from the host's: under TCG the guest read the emulated
 // RTC, which holds whole seconds, so it starts up to a second off. (A
-// restore sets the clock as it resumes the guest; a snapshot keeps the
-// clock it had, so it keeps this one.) A guest whose clock cannot be set
-// runs on, and its log says why.
+// restore, which does not come this way, sets the clock as it resumes
+// the guest; a snapshot keeps the clock it had, so it keeps this one.)
+// A guest whose clock cannot be set runs on, and its log says why.
 func (m *Manager) Create(ctx context.Context, id string, opts sandbox.CreateOptions) (*sandbox.State, error) {
 	st, err := m.Manager.Create(ctx, id, opts)
-	if err != nil || m.rt.restores.Get(id) != nil {
+	if err != nil {
 		return st, err
 	}
 	cctx, cancel := context.WithTimeout(ctx, clockTimeout)

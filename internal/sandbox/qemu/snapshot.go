@@ -81,6 +81,9 @@ func (b bootFiles) pin(dir string) (bootFiles, error) {
 type restoreJob struct {
 	dir  string
 	meta SnapshotInfo
+	// clock has the outcome of the check of the resumed guest's clock,
+	// which runs while its agent greets the host; nil until it starts.
+	clock chan error
 }
 
 func (j *restoreJob) file(name string) string { return filepath.Join(j.dir, name) }
@@ -121,20 +124,26 @@ func (j *restoreJob) resume(ctx context.Context, chanDir string) error {
 	if err != nil {
 		return err
 	}
-	defer cc.Close()
 	if _, err := cc.do(ctx, &guestinit.CtlRequest{Op: guestinit.OpRestored, Time: time.Now(), Advance: advance, Seed: seed}); err != nil {
+		cc.Close()
 		return fmt.Errorf("after loading snapshot %s: %w", j.meta.Name, err)
 	}
-	// Checked, and set again while off: a snapshot of older makings has
-	// no stop time, and the time in the request was old when the guest,
-	// just resumed, read it (under TCG its code is translated anew first).
-	offset, err := cc.syncClock(ctx)
-	if err != nil {
-		return fmt.Errorf("after loading snapshot %s: %w", j.meta.Name, err)
-	}
-	if offset.Abs() > time.Second {
-		return fmt.Errorf("after loading snapshot %s: the guest's clock stays %s off", j.meta.Name, offset)
-	}
+	// The clock is checked, and set again while off, while the agent
+	// greets the host (Restore waits for both): a snapshot of older
+	// makings has no stop time, and the time in the request was old when
+	// the guest, just resumed, read it (under TCG its code is translated
+	// anew first).
+	j.clock = make(chan error, 1)
+	go func() {
+		defer cc.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), clockTimeout)
+		defer cancel()
+		offset, err := cc.syncClock(ctx)
+		if err == nil && offset.Abs() > time.Second {
+			err = fmt.Errorf("the guest's clock stays %s off", offset)
+		}
+		j.clock <- err
+	}()
 	return nil
 }
 
@@ -338,5 +347,13 @@ func (m *Manager) Restore(ctx context.Context, id, name string) (*sandbox.State,
 	m.rt.restores.Set(id, job)
 	defer m.rt.restores.Set(id, nil)
 	p := job.meta.Policy
-	return m.Create(ctx, id, sandbox.CreateOptions{Network: p.Network, Limits: p.Limits, Image: p.Image, NestedUserns: p.NestedUserns})
+	st, err := m.Manager.Create(ctx, id, sandbox.CreateOptions{Network: p.Network, Limits: p.Limits, Image: p.Image, NestedUserns: p.NestedUserns})
+	if job.clock == nil { // the VM did not get as far as resuming
+		return st, err
+	}
+	if cerr := <-job.clock; cerr != nil && err == nil {
+		m.Manager.Destroy(context.WithoutCancel(ctx), id, sandbox.DestroyOptions{})
+		return nil, fmt.Errorf("after loading snapshot %s: %w", name, cerr)
+	}
+	return st, err
 }
