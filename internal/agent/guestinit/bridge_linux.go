@@ -112,16 +112,19 @@ func join(host hostSide, agent net.Conn) {
 	host.SetReadDeadline(time.Time{})
 }
 
-// servePorts serves every virtio-serial port named PortPrefix+N, found now
-// and later (ports may be added while the guest runs). The ports a VM
-// boots with appear as virtio_console probes them: the first second is
-// watched closely.
-func (b *bridge) servePorts() {
+// servePorts serves every virtio-serial port named PortPrefix+N. The
+// ports a VM boots with appear as virtio_console probes them: the first
+// second is watched closely. Once the want ports the host made are there
+// it stops looking; with want 0 (unknown) it looks on, rarely, as long as
+// the guest runs.
+func (b *bridge) servePorts(want int) {
 	for i := 0; ; i++ {
+		found := 0
 		for dev, name := range virtioPorts() {
 			if !strings.HasPrefix(name, PortPrefix) || name == CtlPort || name == EgressPort {
 				continue
 			}
+			found++
 			b.mu.Lock()
 			seen := b.ports[dev]
 			if b.ports == nil {
@@ -132,6 +135,9 @@ func (b *bridge) servePorts() {
 			if !seen {
 				go b.servePort(dev, name)
 			}
+		}
+		if want > 0 && found >= want {
+			return
 		}
 		if i < 10 {
 			time.Sleep(100 * time.Millisecond)
@@ -198,8 +204,8 @@ func openPort(dev string) (*os.File, error) {
 }
 
 // waitHostCheck is how often waitHost looks at a port without being woken,
-// and portScan how often new ports are looked for: an idle guest's only
-// timers, so they are rare.
+// and portScan how often ports not yet there are looked for: an idle
+// guest's only timers, so they are rare.
 const (
 	waitHostCheck = 5 * time.Second
 	portScan      = 5 * time.Second

@@ -80,6 +80,11 @@ type Config struct {
 	// host's vsock connections; 0 takes the defaults, -1 turns one off.
 	VsockPort    int `json:"vsockPort,omitempty"`
 	CtlVsockPort int `json:"ctlVsockPort,omitempty"`
+	// Ports is how many channel ports (virtio-serial, PortPrefix+N) the
+	// machine has: PID 1 looks for them as they appear at boot, and stops
+	// looking once it has them all. -1: none (vsock only); 0: unknown,
+	// looked for as long as the guest runs.
+	Ports int `json:"ports,omitempty"`
 }
 
 // Control operations.

@@ -130,7 +130,9 @@ func (g *guest) start() error {
 	g.mu.Unlock()
 	g.logf("cortex-agent %s: agent %d started %s after PID 1 did (%d modules)", g.version, pid, time.Since(g.boot).Round(time.Millisecond), n)
 	g.bridge = &bridge{logf: g.logf}
-	go g.bridge.servePorts()
+	if g.cfg.Ports >= 0 {
+		go g.bridge.servePorts(g.cfg.Ports)
+	}
 	primeCtl()
 	go g.serveCtl()
 	go func() {

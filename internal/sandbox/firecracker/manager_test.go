@@ -161,7 +161,7 @@ func TestCreateExecDestroy(t *testing.T) {
 	if err := json.Unmarshal([]byte(strings.TrimRight(string(raw), "\x00")), &gc); err != nil || len(raw)%4096 != 0 || len(raw) < configDiskMin {
 		t.Fatalf("config disk (%d bytes): %v", len(raw), err)
 	}
-	if gc.ID != "demo" || gc.Workdir != Workspace || gc.VsockPort != AgentVsockPort || gc.CtlVsockPort != CtlVsockPort || gc.NestedUserns {
+	if gc.ID != "demo" || gc.Workdir != Workspace || gc.VsockPort != AgentVsockPort || gc.CtlVsockPort != CtlVsockPort || gc.NestedUserns || gc.Ports != -1 {
 		t.Errorf("config %+v", gc)
 	}
 	if _, cs := inode(t, j.host(jailConfig)); cs.Uid != 0 || int(cs.Gid) != j.gid || cs.Mode&0o777 != 0o440 {

@@ -16,7 +16,8 @@ import (
 
 // Each iteration boots or resumes a VM: run with -benchtime=Nx, e.g.
 //
-//	go test ./internal/sandbox/qemu -run '^$' -bench . -benchtime 5x
+//	go test ./internal/sandbox/qemu -run '^$' -bench 'Boot|Snapshot|Restore' -benchtime 5x
+//	go test ./internal/sandbox/qemu -run '^$' -bench IdleCPU -benchtime 1x
 
 func benchManager(b *testing.B) (*qemu.Manager, string) {
 	img := requireQEMU(b)
@@ -128,6 +129,32 @@ func BenchmarkRestore(b *testing.B) {
 	// answer: the guest's work, which a busy host's stolen time does not
 	// inflate as it does the wall clock.
 	b.ReportMetric(float64(cpu.Microseconds())/1000/float64(b.N), "ms-vmm-cpu/op")
+}
+
+// BenchmarkIdleCPU: the host CPU an idle VM takes (its QEMU's threads),
+// in ms per second, measured over 20 s once 10 s after its boot have
+// passed (the guest's boot-time work is done by then). Each iteration
+// takes half a minute: -benchtime 1x.
+func BenchmarkIdleCPU(b *testing.B) {
+	m, img := benchManager(b)
+	ctx := context.Background()
+	var used time.Duration
+	for i := 0; i < b.N; i++ {
+		id := fmt.Sprintf("idle%d", i)
+		st, err := m.Create(ctx, id, sandbox.CreateOptions{Image: img})
+		if err != nil {
+			b.Fatal(err)
+		}
+		firstAnswer(b, m, id)
+		time.Sleep(10 * time.Second)
+		before := processCPU(b, st.PID)
+		time.Sleep(20 * time.Second)
+		used += processCPU(b, st.PID) - before
+		if err := m.Destroy(ctx, id, sandbox.DestroyOptions{Wipe: true}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(used.Microseconds())/1000/20/float64(b.N), "ms-cpu/s")
 }
 
 // processCPU is the CPU time process pid's threads have used so far

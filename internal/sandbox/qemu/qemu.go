@@ -284,7 +284,7 @@ func (r *runtime) Start(req *lifecycle.StartRequest) (*exec.Cmd, error) {
 		}
 	}
 	cfg := &guestinit.Config{ID: req.ID, Workdir: Workspace, Env: vmguest.Env(req.ID, p.network, req.Options.Env), Pids: p.limits.Pids,
-		NestedUserns: p.nestedUserns}
+		NestedUserns: p.nestedUserns, Ports: Ports}
 	if p.network.Mode == sandbox.NetworkEgress {
 		cfg.Egress = vmguest.Proxy
 	}
