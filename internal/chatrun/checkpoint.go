@@ -65,7 +65,7 @@ func (r *Runner) takeCheckpoint(ctx context.Context) {
 		r.noteWriteErr(err)
 	}
 	if c.Err == "" {
-		pruned, err := r.prune()
+		pruned, err := r.prune(ctx)
 		c.Pruned = pruned
 		if err != nil {
 			r.noteWriteErr(fmt.Errorf("pruning checkpoints: %w", err))
@@ -104,7 +104,9 @@ func (r *Runner) snapshotsDir() string { return r.host.Layout.SnapshotsDir(r.neu
 
 // prune deletes the neuron's oldest checkpoints beyond the bound (every
 // session's: the bound is on the neuron's disk) and returns their names.
-func (r *Runner) prune() ([]string, error) {
+// Each goes under the neuron's snapshot lock, as every snapshot
+// operation does: never while a restore or another removal of it runs.
+func (r *Runner) prune(ctx context.Context) ([]string, error) {
 	dir := r.snapshotsDir()
 	all, err := store.ListSnapshots(dir) // oldest first
 	if err != nil {
@@ -120,7 +122,7 @@ func (r *Runner) prune() ([]string, error) {
 	for len(ours) > r.opts.Checkpoints {
 		name := ours[0].Name
 		ours = ours[1:]
-		if err := store.RemoveSnapshot(dir, name); err != nil && !errors.Is(err, store.ErrSnapshotNotFound) {
+		if err := r.neuron.RemoveSnapshot(ctx, name); err != nil && !errors.Is(err, store.ErrSnapshotNotFound) {
 			return pruned, err
 		}
 		pruned = append(pruned, name)
