@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/metrics"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -278,12 +279,13 @@ func (a *Agent) dispatch(req *request) (any, []byte, error) {
 }
 
 func (a *Agent) health() *protocol.HealthResult {
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
+	// The heap from runtime/metrics: runtime.ReadMemStats stops the world.
+	heap := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+	metrics.Read(heap)
 	procs, ptys := a.procs.counts()
 	return &protocol.HealthResult{
 		Version: a.cfg.Version, Protocol: protocol.Version(), PID: a.pid,
-		UptimeMs: time.Since(a.started).Milliseconds(), RSSBytes: rss(), HeapBytes: int64(ms.HeapAlloc),
+		UptimeMs: time.Since(a.started).Milliseconds(), RSSBytes: rss(), HeapBytes: int64(heap[0].Value.Uint64()),
 		Commands: a.commands.Load(), Processes: procs, Ptys: ptys, Goroutines: runtime.NumGoroutine(),
 		Sessions: int(a.sessionCount.Load()), Root: a.fs.root, Workdir: a.fs.workdir,
 		Identity: identity(), Mounts: mounts(),

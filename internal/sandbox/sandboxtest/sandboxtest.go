@@ -168,7 +168,7 @@ func testLifecycle(t *testing.T, f *fixture) {
 		t.Fatal(err)
 	}
 	h, err := c.Health(f.ctx)
-	if err != nil || h.PID <= 0 || h.Protocol == "" || h.UptimeMs < 0 {
+	if err != nil || h.PID <= 0 || h.Protocol == "" || h.UptimeMs < 0 || h.HeapBytes <= 0 || h.Goroutines <= 0 {
 		t.Fatalf("health: %+v, %v", h, err)
 	}
 	if err := m.Destroy(f.ctx, "life", sandbox.DestroyOptions{}); err != nil {
