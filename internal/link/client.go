@@ -30,6 +30,24 @@ func NewClient(c Caller) *Client { return &Client{c: c} }
 // Client returns a typed client for the link.
 func (l *Link) Client() *Client { return &Client{c: l, view: l.opts.HostView} }
 
+// Closed reports whether the client's link was closed: its neuron was
+// destroyed (a restore or a restart replaces it), or this process let go
+// of it. A new Connect gives a working client then; a closed one answers
+// every request NOT_RUNNING. A client over one connection never reports
+// closed (its requests fail once that connection ends).
+func (c *Client) Closed() bool {
+	l, ok := c.c.(*Link)
+	if !ok {
+		return false
+	}
+	select {
+	case <-l.done:
+		return true
+	default:
+		return false
+	}
+}
+
 // call sends a request and decodes its result into out (which may be nil).
 func (c *Client) call(ctx context.Context, cmd protocol.Cmd, args any, body []byte, out any) (*Response, error) {
 	resp, err := c.c.Call(ctx, &Request{Cmd: cmd, Args: args, Body: body})

@@ -185,9 +185,13 @@ func (n *SetNeuron) State(ctx context.Context) (*sandbox.State, error) {
 func (n *SetNeuron) Client(ctx context.Context) (*link.Client, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.client != nil {
+	// A client whose link was closed talks to a neuron that is gone: this
+	// one was restored or restarted by someone else (the API, another
+	// tool kit of this process) since.
+	if n.client != nil && !n.client.Closed() {
 		return n.client, nil
 	}
+	n.client = nil
 	m, st, err := n.set.FindExact(ctx, n.id)
 	if err != nil {
 		return nil, err

@@ -358,3 +358,35 @@ func TestNeuronAndMemoryTools(t *testing.T) {
 	contains(t, e.Call("memory_get", map[string]any{"key": "project/build"}, true), "project/build")
 	contains(t, e.Call("memory_update", map[string]any{"key": "k"}, true), `"content" is required`)
 }
+
+// A tool kit's neuron that someone else restarts (or restores) in the same
+// process — the API while a chat session holds the neuron — is reached
+// again on the next call, not through the closed link of the neuron that
+// was replaced.
+func TestClientAfterReplacement(t *testing.T) {
+	e := newEnv(t, "standard")
+	mine := tools.NewSetNeuron(e.Set, e.Layout, e.State.ID)
+	before, err := mine.Client(e.Ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := before.Health(e.Ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := tools.NewSetNeuron(e.Set, e.Layout, e.State.ID).Restart(e.Ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !before.Closed() {
+		t.Fatal("the client of the replaced neuron does not say its link is closed")
+	}
+	after, err := mine.Client(e.Ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after == before {
+		t.Fatal("the tool kit kept the client of the neuron that was replaced")
+	}
+	if _, err := after.Health(e.Ctx); err != nil {
+		t.Fatalf("after the neuron was replaced: %v", err)
+	}
+}
