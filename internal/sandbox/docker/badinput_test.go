@@ -31,11 +31,7 @@ func manager(t *testing.T) (sandbox.Manager, layout.Layout) {
 	e.Layout = lay
 	m := docker.New(e)
 	t.Cleanup(func() {
-		if all, err := m.List(context.Background()); err == nil {
-			for _, st := range all {
-				m.Destroy(context.Background(), st.ID, sandbox.DestroyOptions{Wipe: true})
-			}
-		}
+		sandboxtest.DestroyAll(m)
 		m.Close()
 	})
 	return m, lay

@@ -22,6 +22,7 @@ import (
 	"github.com/nsys-cortex/cortex/internal/protocol"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
 	"github.com/nsys-cortex/cortex/internal/sandbox/docker"
+	"github.com/nsys-cortex/cortex/internal/sandbox/sandboxtest"
 )
 
 func benchManager(b *testing.B) sandbox.Manager {
@@ -40,10 +41,7 @@ func benchManager(b *testing.B) sandbox.Manager {
 	lay, _ := layout.New(home, "")
 	m := docker.New(sandbox.Env{Layout: lay, AgentBinary: func() (string, error) { return agentBin, nil }})
 	b.Cleanup(func() {
-		all, _ := m.List(context.Background())
-		for _, st := range all {
-			m.Destroy(context.Background(), st.ID, sandbox.DestroyOptions{Wipe: true})
-		}
+		sandboxtest.DestroyAll(m)
 		m.Close()
 		os.RemoveAll(home)
 	})

@@ -66,11 +66,7 @@ func newRealHome(t testing.TB) *realHome {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if all, err := h.mgr.List(context.Background()); err == nil {
-			for _, st := range all {
-				h.mgr.Destroy(context.Background(), st.ID, sandbox.DestroyOptions{Wipe: true})
-			}
-		}
+		sandboxtest.DestroyAll(h.mgr)
 		h.mgr.Close()
 	})
 	return h

@@ -108,11 +108,7 @@ func newFixtureWith(t testing.TB, fake func(*fakefc.Config), opts ...Option) *fi
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	f.ctx = ctx
 	t.Cleanup(func() {
-		if all, err := f.mgr.List(context.Background()); err == nil {
-			for _, st := range all {
-				f.mgr.Destroy(context.Background(), st.ID, sandbox.DestroyOptions{Wipe: true})
-			}
-		}
+		sandboxtest.DestroyAll(f.mgr)
 		f.mgr.Close()
 		cancel()
 	})

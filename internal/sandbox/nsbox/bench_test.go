@@ -24,6 +24,7 @@ import (
 	"github.com/nsys-cortex/cortex/internal/sandbox/internal/lifecycle"
 	"github.com/nsys-cortex/cortex/internal/sandbox/nsbox"
 	"github.com/nsys-cortex/cortex/internal/sandbox/process"
+	"github.com/nsys-cortex/cortex/internal/sandbox/sandboxtest"
 )
 
 func benchEnv(b *testing.B) sandbox.Env {
@@ -39,10 +40,7 @@ func benchEnv(b *testing.B) sandbox.Env {
 
 func benchManager(b *testing.B, m *lifecycle.Manager) *lifecycle.Manager {
 	b.Cleanup(func() {
-		all, _ := m.List(context.Background())
-		for _, st := range all {
-			m.Destroy(context.Background(), st.ID, sandbox.DestroyOptions{Wipe: true})
-		}
+		sandboxtest.DestroyAll(m)
 		m.Close()
 	})
 	return m

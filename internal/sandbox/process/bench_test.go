@@ -24,6 +24,7 @@ import (
 	"github.com/nsys-cortex/cortex/internal/sandbox"
 	"github.com/nsys-cortex/cortex/internal/sandbox/internal/lifecycle"
 	"github.com/nsys-cortex/cortex/internal/sandbox/process"
+	"github.com/nsys-cortex/cortex/internal/sandbox/sandboxtest"
 )
 
 // benchManager returns a manager over a home under dir (the file system the
@@ -37,10 +38,7 @@ func benchManager(b *testing.B, dir string) *lifecycle.Manager {
 	lay, _ := layout.New(home, "")
 	m := process.New(sandbox.Env{Layout: lay, AgentBinary: func() (string, error) { return agentBin, nil }})
 	b.Cleanup(func() {
-		all, _ := m.List(context.Background())
-		for _, st := range all {
-			m.Destroy(context.Background(), st.ID, sandbox.DestroyOptions{Wipe: true})
-		}
+		sandboxtest.DestroyAll(m)
 		m.Close()
 		os.RemoveAll(home)
 	})

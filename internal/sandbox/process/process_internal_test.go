@@ -36,10 +36,7 @@ func newManager(t *testing.T) (*lifecycle.Manager, sandbox.Env) {
 	e.Layout = lay
 	m := process.New(e)
 	t.Cleanup(func() {
-		all, _ := m.List(context.Background())
-		for _, st := range all {
-			m.Destroy(context.Background(), st.ID, sandbox.DestroyOptions{Wipe: true})
-		}
+		sandboxtest.DestroyAll(m)
 		m.Close()
 	})
 	return m, e

@@ -27,11 +27,7 @@ func benchManager(b *testing.B) (*qemu.Manager, string) {
 	}
 	m := qemu.New(sandbox.Env{Layout: lay, AgentBinary: func() (string, error) { return agentBin, nil }})
 	b.Cleanup(func() {
-		if all, err := m.List(context.Background()); err == nil {
-			for _, st := range all {
-				m.Destroy(context.Background(), st.ID, sandbox.DestroyOptions{Wipe: true})
-			}
-		}
+		sandboxtest.DestroyAll(m)
 		m.Close()
 	})
 	return m, img

@@ -37,11 +37,7 @@ func TestToolKitSnapshot(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if all, err := m.List(context.Background()); err == nil {
-			for _, st := range all {
-				m.Destroy(context.Background(), st.ID, sandbox.DestroyOptions{Wipe: true})
-			}
-		}
+		sandboxtest.DestroyAll(m)
 		set.Close()
 		if pids := qemuProcesses(lay, ""); len(pids) > 0 {
 			t.Errorf("QEMU processes left behind: %v", pids)

@@ -43,11 +43,7 @@ func newVM(t *testing.T) *vmFixture {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	f := &vmFixture{t: t, m: m, lay: lay, img: img, ctx: ctx}
 	t.Cleanup(func() {
-		if all, err := m.List(context.Background()); err == nil {
-			for _, st := range all {
-				m.Destroy(context.Background(), st.ID, sandbox.DestroyOptions{Wipe: true})
-			}
-		}
+		sandboxtest.DestroyAll(m)
 		m.Close()
 		cancel()
 		if pids := qemuProcesses(lay, ""); len(pids) > 0 {

@@ -64,6 +64,19 @@ func ShortTempDir(t testing.TB) string {
 	return d
 }
 
+// DestroyAll destroys every neuron m lists, their data too: a test's or
+// a benchmark's cleanup, before it closes m. Errors are ignored (what is
+// left is the test's own check to make).
+func DestroyAll(m interface {
+	List(context.Context) ([]*sandbox.State, error)
+	Destroy(context.Context, string, sandbox.DestroyOptions) error
+}) {
+	all, _ := m.List(context.Background())
+	for _, st := range all {
+		m.Destroy(context.Background(), st.ID, sandbox.DestroyOptions{Wipe: true})
+	}
+}
+
 // fixture is one test's home directory and the managers over it.
 type fixture struct {
 	t    *testing.T
