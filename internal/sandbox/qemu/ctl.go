@@ -83,14 +83,19 @@ const (
 // clockTimeout bounds setting a booted guest's clock.
 const clockTimeout = 10 * time.Second
 
-// setClock sets the clock of the guest whose channel directory is dir
-// (syncClock); an offset still past a second is an error.
+// setClock sets the clock of the guest whose channel directory is dir.
 func setClock(ctx context.Context, dir string) error {
 	cc, err := dialCtl(ctx, dir)
 	if err != nil {
 		return err
 	}
 	defer cc.Close()
+	return cc.setClock(ctx)
+}
+
+// setClock sets the guest's clock (syncClock); an offset still past a
+// second is an error.
+func (cc *ctlConn) setClock(ctx context.Context) error {
 	offset, err := cc.syncClock(ctx)
 	if err != nil {
 		return err

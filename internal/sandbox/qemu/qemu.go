@@ -88,23 +88,9 @@ func (m *Manager) Create(ctx context.Context, id string, opts sandbox.CreateOpti
 	cctx, cancel := context.WithTimeout(ctx, clockTimeout)
 	defer cancel()
 	if err := setClock(cctx, m.lay.ChannelDir(Mode, id)); err != nil {
-		m.logf(id, "the guest's clock was not set: %v", err)
+		m.Logf(id, "the guest's clock was not set: %v", err)
 	}
 	return st, nil
-}
-
-// logf adds a line of the host's to neuron id's log.
-func (m *Manager) logf(id, format string, args ...any) {
-	p, err := m.LogPath(context.Background(), id)
-	if err != nil {
-		return
-	}
-	f, err := os.OpenFile(p, os.O_WRONLY|os.O_APPEND, 0)
-	if err != nil {
-		return
-	}
-	defer f.Close()
-	fmt.Fprintf(f, "%s nsys-cortex: "+format+"\n", append([]any{time.Now().UTC().Format("2006/01/02 15:04:05.000000")}, args...)...)
 }
 
 type runtime struct {
@@ -323,8 +309,7 @@ func (r *runtime) Start(req *lifecycle.StartRequest) (*exec.Cmd, error) {
 	if err != nil {
 		return nil, err
 	}
-	fmt.Fprintf(req.Log, "%s nsys-cortex: qemu %s, %d MiB, %d vCPU, %s\n", time.Now().UTC().Format("2006/01/02 15:04:05.000000"),
-		acc, spec.MemoryMiB, spec.CPUs, id)
+	lifecycle.HostLine(req.Log, "qemu %s, %d MiB, %d vCPU, %s", acc, spec.MemoryMiB, spec.CPUs, id)
 	cmd := &exec.Cmd{Path: bin, Args: append([]string{bin}, args...), Env: qemuEnv(req.ID),
 		Stdout: req.Log, Stderr: req.Log, ExtraFiles: files, SysProcAttr: &syscall.SysProcAttr{Setsid: true, Credential: id.cred}}
 	if err := cmd.Start(); err != nil {

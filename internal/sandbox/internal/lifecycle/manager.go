@@ -19,6 +19,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -297,6 +298,22 @@ func (m *Manager) create(ctx context.Context, id, bin string, lock *store.Lock, 
 // the neuron is created again.
 const maxLog = 4 << 20
 
+// HostLine writes one line of the host's to a neuron's log, stamped (UTC,
+// to the microsecond) as the guest's and the agent's lines are.
+func HostLine(w io.Writer, format string, args ...any) {
+	fmt.Fprintf(w, "%s nsys-cortex: "+format+"\n", append([]any{time.Now().UTC().Format("2006/01/02 15:04:05.000000")}, args...)...)
+}
+
+// Logf adds a line of the host's to neuron id's log (when it has one).
+func (m *Manager) Logf(id, format string, args ...any) {
+	f, err := os.OpenFile(m.logFile(id), os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	HostLine(f, format, args...)
+}
+
 // spawn starts the agent through the runtime, its output in the log. The
 // log keeps what earlier runs wrote, up to maxLog, and one older file.
 func (m *Manager) spawn(id, bin string, opts sandbox.CreateOptions) (*exec.Cmd, error) {
@@ -309,8 +326,7 @@ func (m *Manager) spawn(id, bin string, opts sandbox.CreateOptions) (*exec.Cmd, 
 		return nil, err
 	}
 	defer logf.Close() // the child has its own copy
-	fmt.Fprintf(logf, "%s nsys-cortex: creating %s (mode %s, host pid %d)\n", time.Now().UTC().Format("2006/01/02 15:04:05.000000"),
-		id, m.rt.Mode(), os.Getpid())
+	HostLine(logf, "creating %s (mode %s, host pid %d)", id, m.rt.Mode(), os.Getpid())
 	return m.rt.Start(&StartRequest{ID: id, Layout: m.lay, AgentBin: bin, SocketDir: m.socketDir(id),
 		Workdir: m.workdir(id), Log: logf, Options: opts})
 }
