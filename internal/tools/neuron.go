@@ -191,7 +191,6 @@ func (n *SetNeuron) Client(ctx context.Context) (*link.Client, error) {
 	if n.client != nil && !n.client.Closed() {
 		return n.client, nil
 	}
-	n.client = nil
 	m, st, err := n.set.FindExact(ctx, n.id)
 	if err != nil {
 		return nil, err
