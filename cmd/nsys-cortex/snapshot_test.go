@@ -60,6 +60,23 @@ func TestSnapshotCommand(t *testing.T) {
 	if out := c.ok("snapshot", "list", "sn", "-o", "json"); strings.TrimSpace(out) != "[]" {
 		t.Fatalf("list after rm: %q", out)
 	}
+
+	// Snapshots outlive a wipe: listed and removed still, by the full id;
+	// a restore needs the neuron.
+	c.ok("snapshot", "create", "sn", "w1")
+	c.ok("destroy", "--wipe", "sn")
+	if out := c.ok("snapshot", "list", "sn", "-o", "name"); out != "w1\n" {
+		t.Fatalf("list after a wipe: %q", out)
+	}
+	if _, errs, code := c.run("", "snapshot", "restore", "sn", "w1"); code != 125 || !strings.Contains(errs, "not found") {
+		t.Fatalf("restore after a wipe: %d %q", code, errs)
+	}
+	if out := c.ok("snapshot", "rm", "sn", "w1"); out != "w1\n" {
+		t.Fatalf("rm after a wipe: %q", out)
+	}
+	if _, errs, code := c.run("", "snapshot", "list", "never"); code != 125 || !strings.Contains(errs, "not found") {
+		t.Fatalf("list of a neuron that never was: %d %q", code, errs)
+	}
 }
 
 // nsys-cortex --api URL snapshot ...: the same commands through a real
@@ -126,6 +143,19 @@ func TestSnapshotCommandThroughServe(t *testing.T) {
 	c.ok(api("snapshot", "create", "rs", "s2")...)
 	if out, errs, code := c.run("", api("snapshot", "rm", "rs", "s2", "gone")...); code != 125 || out != "s2\n" || !strings.Contains(errs, "no such snapshot") {
 		t.Fatalf("rm of one there and one not: %d %q %q", code, out, errs)
+	}
+
+	// Snapshots outlive a wipe: the daemon lists and deletes them still.
+	c.ok(api("snapshot", "create", gen, "w1")...)
+	c.ok(api("destroy", "--wipe", gen)...)
+	if out := c.ok(api("snapshot", "list", gen, "-o", "name")...); out != "g1\nw1\n" {
+		t.Fatalf("list after a wipe: %q", out)
+	}
+	if out := c.ok(api("snapshot", "rm", gen, "g1", "w1")...); out != "g1\nw1\n" {
+		t.Fatalf("rm after a wipe: %q", out)
+	}
+	if _, errs, code := c.run("", api("snapshot", "list", "never")...); code != 125 || !strings.Contains(errs, "NOT_FOUND") {
+		t.Fatalf("list of a neuron that never was: %d %q", code, errs)
 	}
 
 	// The daemon gone, the same snapshots list the same way locally.

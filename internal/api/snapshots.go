@@ -30,13 +30,28 @@ func snapshotName(r *http.Request) (string, error) {
 	return name, nil
 }
 
+// snapshotsOf returns the neuron of the request's id for listing and
+// deleting its snapshots: also one that is gone (destroyed with its
+// data), whose snapshots outlive it.
+func (s *Server) snapshotsOf(r *http.Request) (*tools.SetNeuron, error) {
+	id := r.PathValue("id")
+	_, st, err := s.opts.Set.FindExact(r.Context(), id)
+	if err == nil {
+		return tools.NewSetNeuron(s.opts.Set, s.opts.Set.Layout(), st.ID), nil
+	}
+	if n := tools.LeftSnapshots(s.opts.Set, s.opts.Set.Layout(), id); n != nil && sandbox.IsNotFound(err) {
+		return n, nil
+	}
+	return nil, err
+}
+
 func (s *Server) listSnapshots(w http.ResponseWriter, r *http.Request) {
-	_, st, err := s.opts.Set.FindExact(r.Context(), r.PathValue("id"))
+	n, err := s.snapshotsOf(r)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	all, err := tools.NewSetNeuron(s.opts.Set, s.opts.Set.Layout(), st.ID).Snapshots(r.Context())
+	all, err := n.Snapshots(r.Context())
 	if err != nil {
 		writeError(w, err)
 		return
@@ -143,15 +158,15 @@ func (s *Server) deleteSnapshot(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	_, st, err := s.opts.Set.FindExact(r.Context(), r.PathValue("id"))
+	n, err := s.snapshotsOf(r)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	if err := tools.NewSetNeuron(s.opts.Set, s.opts.Set.Layout(), st.ID).RemoveSnapshot(r.Context(), name); err != nil {
+	if err := n.RemoveSnapshot(r.Context(), name); err != nil {
 		writeError(w, err)
 		return
 	}
-	s.log.Info("snapshot deleted", "id", st.ID, "name", name)
+	s.log.Info("snapshot deleted", "id", n.ID(), "name", name)
 	w.WriteHeader(http.StatusNoContent)
 }

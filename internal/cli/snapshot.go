@@ -9,6 +9,7 @@ import (
 
 	cortex "github.com/nsys-cortex/cortex/client"
 	"github.com/nsys-cortex/cortex/internal/api"
+	"github.com/nsys-cortex/cortex/internal/sandbox"
 	"github.com/nsys-cortex/cortex/internal/store"
 	"github.com/nsys-cortex/cortex/internal/tools"
 )
@@ -113,7 +114,8 @@ back, and the processes that ran then go on from there. A snapshot of one
 kind is never restored into a neuron of the other.
 
 Snapshots are kept in <home>/snapshots/<neuron>/<name>/ on the host that
-runs the neuron. With --api (or NSYS_CORTEX_API_URL) the daemon takes and
+runs the neuron. They outlive the neuron, a destroy --wipe too: list and
+rm still take the snapshots of a neuron that is gone, by its full id. With --api (or NSYS_CORTEX_API_URL) the daemon takes and
 restores them there; the output is the same either way.`,
 	}
 	cmd.AddCommand(a.snapshotCreateCommand(), a.snapshotListCommand(), a.snapshotRestoreCommand(), a.snapshotRemoveCommand())
@@ -122,12 +124,17 @@ restores them there; the output is the same either way.`,
 
 // snapshotNeuron resolves ref to the neuron to snapshot, through the
 // daemon when the CLI is pointed at one; exact asks for its full id
-// (commands that lose data).
-func (a *App) snapshotNeuron(ctx context.Context, ref string, exact bool) (snapshots, error) {
+// (commands that lose data). left also takes the snapshots of a neuron
+// that is gone (destroyed with its data), by its full id: listing and
+// removing them needs no neuron.
+func (a *App) snapshotNeuron(ctx context.Context, ref string, exact, left bool) (snapshots, error) {
 	if c, err := a.apiClient(); err != nil {
 		return nil, err
 	} else if c != nil {
 		st, err := remoteFind(ctx, c, ref, !exact)
+		if left && (errors.As(err, &cortex.NotFoundError{}) || sandbox.IsNotFound(err)) {
+			return &remoteSnapshots{c: c, id: ref}, nil // the daemon finds what is left, or says not found
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -143,6 +150,9 @@ func (a *App) snapshotNeuron(ctx context.Context, ref string, exact bool) (snaps
 	}
 	_, st, err := find(ctx, ref)
 	if err != nil {
+		if n := tools.LeftSnapshots(set, a.lay, ref); left && sandbox.IsNotFound(err) && n != nil {
+			return &localSnapshots{n: n}, nil
+		}
 		return nil, err
 	}
 	return &localSnapshots{n: tools.NewSetNeuron(set, a.lay, st.ID)}, nil
@@ -163,7 +173,7 @@ and must be running.`,
 			if err := store.CheckSnapshotName(args[1]); err != nil {
 				return err
 			}
-			n, err := a.snapshotNeuron(ctx, args[0], false)
+			n, err := a.snapshotNeuron(ctx, args[0], false, false)
 			if err != nil {
 				return err
 			}
@@ -195,7 +205,7 @@ func (a *App) snapshotListCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			n, err := a.snapshotNeuron(cmd.Context(), args[0], false)
+			n, err := a.snapshotNeuron(cmd.Context(), args[0], false, true)
 			if err != nil {
 				return err
 			}
@@ -243,7 +253,7 @@ the full id (no prefix: a restore loses what changed since).`,
 		Args:              cobra.ExactArgs(2),
 		ValidArgsFunction: a.neuronArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			n, err := a.snapshotNeuron(cmd.Context(), args[0], true)
+			n, err := a.snapshotNeuron(cmd.Context(), args[0], true, false)
 			if err != nil {
 				return err
 			}
@@ -271,7 +281,7 @@ func (a *App) snapshotRemoveCommand() *cobra.Command {
 		Args:              cobra.MinimumNArgs(2),
 		ValidArgsFunction: a.neuronArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			n, err := a.snapshotNeuron(cmd.Context(), args[0], true)
+			n, err := a.snapshotNeuron(cmd.Context(), args[0], true, true)
 			if err != nil {
 				return err
 			}

@@ -5,12 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/google/jsonschema-go/jsonschema"
 
+	"github.com/nsys-cortex/cortex/internal/ids"
 	"github.com/nsys-cortex/cortex/internal/layout"
 	"github.com/nsys-cortex/cortex/internal/link"
 	"github.com/nsys-cortex/cortex/internal/protocol"
@@ -174,6 +176,20 @@ func NewSetNeuron(set *sandbox.Set, lay layout.Layout, id string) *SetNeuron {
 
 // ID names the neuron.
 func (n *SetNeuron) ID() string { return n.id }
+
+// LeftSnapshots returns the snapshots of neuron id when the neuron itself
+// is gone (destroyed with its data: snapshots outlive a wipe), so they can
+// still be listed and removed; nil when id is no valid id or has none.
+// Creating or restoring needs the neuron.
+func LeftSnapshots(set *sandbox.Set, lay layout.Layout, id string) *SetNeuron {
+	if ids.Validate(id) != nil {
+		return nil
+	}
+	if fi, err := os.Stat(lay.SnapshotsDir(id)); err != nil || !fi.IsDir() {
+		return nil
+	}
+	return NewSetNeuron(set, lay, id)
+}
 
 // State returns the neuron's record.
 func (n *SetNeuron) State(ctx context.Context) (*sandbox.State, error) {
