@@ -372,6 +372,52 @@ func TestCopy(t *testing.T) {
 	})
 }
 
+// TestCopyNeverFollowsTheNeuronsLinks is the review's reproduction: a
+// neuron plants a symlink to a host directory in a tree that is copied
+// out, then turns the link into a directory holding a file, and the tree
+// is copied into the same place again. Before, the second copy wrote the
+// file through the link, as root, into the host directory.
+func TestCopyNeverFollowsTheNeuronsLinks(t *testing.T) {
+	eachMode(t, func(t *testing.T, c *cli) {
+		c.ok("create", "cpx")
+		outside := t.TempDir() // stands for /root/.ssh
+		results := filepath.Join(t.TempDir(), "results")
+		os.Mkdir(results, 0o755)
+		c.ok("exec", "cpx", "sh", "-c", "mkdir out && ln -s "+outside+" out/l && echo a > out/a")
+		c.ok("cp", "cpx:out", results)
+		if target, err := os.Readlink(filepath.Join(results, "out/l")); err != nil || target != outside {
+			t.Fatalf("the link is copied as a link: %q %v", target, err)
+		}
+		c.ok("exec", "cpx", "sh", "-c", "rm out/l && mkdir out/l && echo KEY > out/l/authorized_keys")
+		_, errs, code := c.run("", "cp", "cpx:out", results)
+		if code != 125 || !strings.Contains(errs, "not a directory") {
+			t.Errorf("the second copy: exit %d, %q; want 125 and the link refused", code, errs)
+		}
+		if names, _ := os.ReadDir(outside); len(names) != 0 {
+			t.Fatalf("the copy wrote through the neuron's symlink into %s: %v", outside, names)
+		}
+		// A file's set-id bits never come out of a neuron.
+		c.ok("exec", "cpx", "sh", "-c", "echo x > suid && chmod 4755 suid")
+		c.ok("cp", "cpx:suid", filepath.Join(results, "suid"))
+		if st, err := os.Stat(filepath.Join(results, "suid")); err != nil || st.Mode()&(os.ModeSetuid|os.ModeSetgid) != 0 || st.Mode().Perm() != 0o755 {
+			t.Errorf("the copied file's mode: %v %v", st.Mode(), err)
+		}
+		// Between neurons, the same: the source's link never leads the
+		// copy out of the destination's tree.
+		c.ok("create", "cpy")
+		c.ok("exec", "cpx", "sh", "-c", "mkdir t && ln -s /home t/l")
+		c.ok("exec", "cpy", "mkdir", "in")
+		c.ok("cp", "cpx:t", "cpy:in")
+		c.ok("exec", "cpx", "sh", "-c", "rm t/l && mkdir t/l && echo planted > t/l/.bashrc")
+		if _, errs, code := c.run("", "cp", "cpx:t", "cpy:in"); code != 125 || !strings.Contains(errs, "not a directory") {
+			t.Errorf("neuron to neuron through a planted link: exit %d, %q", code, errs)
+		}
+		if out, _, _ := c.run("", "exec", "cpy", "sh", "-c", "cat /home/.bashrc 2>/dev/null"); strings.Contains(out, "planted") {
+			t.Fatal("the source neuron planted a file outside the destination's tree")
+		}
+	})
+}
+
 func TestBackgroundProcesses(t *testing.T) {
 	eachMode(t, func(t *testing.T, c *cli) {
 		c.ok("create", "bg")

@@ -12,7 +12,9 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
 
+	"github.com/nsys-cortex/cortex/internal/hostfs"
 	"github.com/nsys-cortex/cortex/internal/ids"
 	"github.com/nsys-cortex/cortex/internal/link"
 	"github.com/nsys-cortex/cortex/internal/protocol"
@@ -60,6 +62,12 @@ workdir). Copying into an existing directory puts the source inside it;
 otherwise the destination's directory must exist. "-" is stdin (as SRC) or
 stdout (as DST), for a single file. An interrupted copy leaves the
 destination as it was.
+
+The destination you name is resolved as you wrote it; everything the copy
+makes below it is made without following any symlink, so a link a neuron
+planted (in this copy or an earlier one into the same place) fails the copy
+instead of being written through. Files never carry set-id bits out of a
+neuron.
 
   nsys-cortex cp ./report.csv demo:            # into the neuron's workdir
   nsys-cortex cp demo:out/result.json .        # out of it
@@ -164,7 +172,7 @@ func (a *App) statSource(ctx context.Context, src location) (bool, fs.FileMode, 
 	if fi.Type != protocol.TypeDir && fi.Type != protocol.TypeFile {
 		return false, 0, fmt.Errorf("cp: %s is not a regular file or a directory", src)
 	}
-	return fi.Type == protocol.TypeDir, fs.FileMode(fi.Mode), nil
+	return fi.Type == protocol.TypeDir, fi.Perm(), nil
 }
 
 func isDir(ctx context.Context, l location) (bool, error) {
@@ -227,22 +235,12 @@ func copyFile(ctx context.Context, src, dst location, mode fs.FileMode) error {
 		_, err = dst.client.WriteFileFrom(ctx, dst.path, f, &link.WriteOptions{Mode: mode})
 		return err
 	case dst.neuron == "":
-		tmp, err := os.CreateTemp(filepath.Dir(dst.path), "."+filepath.Base(dst.path)+".cortex-*")
+		dir, err := hostfs.Open(filepath.Dir(dst.path))
 		if err != nil {
 			return err
 		}
-		defer os.Remove(tmp.Name()) // after a successful rename there is nothing left to remove
-		_, err = src.client.ReadFileTo(ctx, src.path, tmp)
-		if cerr := tmp.Close(); err == nil {
-			err = cerr
-		}
-		if err == nil {
-			err = os.Chmod(tmp.Name(), mode)
-		}
-		if err != nil {
-			return err
-		}
-		return os.Rename(tmp.Name(), dst.path)
+		defer dir.Close()
+		return receiveFile(ctx, src, dir, filepath.Base(dst.path), mode)
 	}
 	// Neuron to neuron: stream through a pipe.
 	pr, pw := io.Pipe()
@@ -268,6 +266,31 @@ type entry struct {
 	target string // of a symlink
 }
 
+// receiveFile copies the neuron file src into a new file name in the host
+// directory dir: written to a temporary file made there (O_EXCL: nothing
+// planted at its name is opened), given mode's permission bits only, and
+// renamed over name (which replaces a symlink there, never follows it).
+func receiveFile(ctx context.Context, src location, dir *hostfs.Dir, name string, mode fs.FileMode) error {
+	tmp, tmpName, err := dir.CreateTemp("."+name+".cortex-", 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = src.client.ReadFileTo(ctx, src.path, tmp)
+	if err == nil {
+		err = tmp.Chmod(mode.Perm())
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = dir.Rename(tmpName, name)
+	}
+	if err != nil {
+		dir.Remove(tmpName)
+	}
+	return err
+}
+
 // copyTree copies a directory tree: files, directories and symlinks (kept
 // as links, never followed). Anything else is reported and makes cp fail.
 func (a *App) copyTree(ctx context.Context, src, dst location) error {
@@ -275,6 +298,88 @@ func (a *App) copyTree(ctx context.Context, src, dst location) error {
 	if err != nil {
 		return err
 	}
+	if dst.neuron == "" {
+		err = receiveTree(ctx, src, dst.path, entries)
+	} else {
+		err = sendTree(ctx, src, dst, entries)
+	}
+	if err != nil {
+		return err
+	}
+	if skipped > 0 {
+		return fmt.Errorf("cp: skipped %d entries that are neither files, directories nor symlinks", skipped)
+	}
+	return nil
+}
+
+// receiveTree writes the tree of a neuron's entries under the host
+// directory dst. The entries' names and shape are the neuron's: every
+// directory below dst is made and entered by descriptor (hostfs), one name
+// at a time, so a symlink the neuron planted — in this copy or an earlier
+// one into the same place — is never followed; a name that exists as
+// something else than what the entry says fails the copy. dst itself is
+// the operator's path and is resolved as written.
+func receiveTree(ctx context.Context, src location, dst string, entries []entry) error {
+	if err := os.Mkdir(dst, entries[0].mode|0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+		return err
+	}
+	root, err := hostfs.Open(dst)
+	if err != nil {
+		return err
+	}
+	// The open directories along the current entry's path: entries come
+	// parents first, each directory's subtree after it (walk's order).
+	type open struct {
+		rel string
+		dir *hostfs.Dir
+	}
+	stack := []open{{".", root}}
+	defer func() {
+		for _, o := range stack {
+			o.dir.Close()
+		}
+	}()
+	for _, e := range entries[1:] {
+		parent, name := path.Split(e.rel)
+		parent = path.Clean(parent)
+		for len(stack) > 1 && stack[len(stack)-1].rel != parent {
+			stack[len(stack)-1].dir.Close()
+			stack = stack[:len(stack)-1]
+		}
+		if stack[len(stack)-1].rel != parent {
+			return fmt.Errorf("cp: %s comes before its directory (an internal error)", e.rel)
+		}
+		dir := stack[len(stack)-1].dir
+		var err error
+		switch e.kind {
+		case protocol.TypeFile:
+			s := src
+			s.path = joinFor(src, e.rel)
+			err = receiveFile(ctx, s, dir, name, e.mode)
+		case protocol.TypeDir:
+			var sub *hostfs.Dir
+			if sub, _, err = dir.MakeDir(name, e.mode|0o700); err == nil {
+				stack = append(stack, open{e.rel, sub})
+			}
+		case protocol.TypeSymlink:
+			if st, lerr := dir.Lstat(name); lerr == nil && st.Mode&unix.S_IFMT == unix.S_IFLNK {
+				dir.Remove(name) // replace an old link, as cp -a does
+			}
+			err = dir.Symlink(e.target, name)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// sendTree copies entries into a neuron. Between two neurons the entries
+// are the source neuron's, so a directory the copy enters must be a
+// directory in the destination, not a symlink there (which an earlier
+// copy from the same source could have made): each is checked before
+// anything is written into it.
+func sendTree(ctx context.Context, src, dst location, entries []entry) error {
 	for _, e := range entries {
 		s, d := src, dst
 		s.path, d.path = joinFor(src, e.rel), joinFor(dst, e.rel)
@@ -283,7 +388,7 @@ func (a *App) copyTree(ctx context.Context, src, dst location) error {
 		case protocol.TypeFile:
 			err = copyFile(ctx, s, d, e.mode)
 		case protocol.TypeDir:
-			err = makeDir(ctx, d, e.mode)
+			err = makeDir(ctx, d)
 		case protocol.TypeSymlink:
 			err = makeSymlink(ctx, d, e.target)
 		}
@@ -291,11 +396,14 @@ func (a *App) copyTree(ctx context.Context, src, dst location) error {
 			return err
 		}
 	}
-	if skipped > 0 {
-		return fmt.Errorf("cp: skipped %d entries that are neither files, directories nor symlinks", skipped)
-	}
 	return nil
 }
+
+// Bounds on a tree a neuron lists: its shape is the neuron's to choose.
+const (
+	maxTreeEntries = 1 << 20
+	maxTreeDepth   = 512
+)
 
 // walk lists a tree, the root first, parents before children.
 func (a *App) walk(ctx context.Context, src location) ([]entry, int, error) {
@@ -333,18 +441,34 @@ func (a *App) walk(ctx context.Context, src location) ([]entry, int, error) {
 		})
 		return entries, skipped, err
 	}
-	var walk func(rel string) error
-	walk = func(rel string) error {
+	var walk func(rel string, depth int) error
+	walk = func(rel string, depth int) error {
+		if depth > maxTreeDepth {
+			return fmt.Errorf("cp: %s:%s nests deeper than %d directories", src.neuron, path.Join(src.path, rel), maxTreeDepth)
+		}
 		list, err := src.client.List(ctx, path.Join(src.path, rel))
 		if err != nil {
 			return err
 		}
+		// The listing is the neuron's: check it here too (a daemon's
+		// client has not), so that no name leads outside the tree.
+		seen := make(map[string]bool, len(list))
 		for _, fi := range list {
-			e := entry{rel: path.Join(rel, fi.Name), kind: fi.Type, mode: fs.FileMode(fi.Mode), target: fi.Target}
+			if err := fi.CheckEntry(); err != nil {
+				return fmt.Errorf("cp: %s:%s: refusing the listing: %v", src.neuron, path.Join(src.path, rel), err)
+			}
+			if seen[fi.Name] {
+				return fmt.Errorf("cp: %s:%s: %q is listed twice (it changed while it was read); try again", src.neuron, path.Join(src.path, rel), fi.Name)
+			}
+			seen[fi.Name] = true
+			if len(entries) >= maxTreeEntries {
+				return fmt.Errorf("cp: %s:%s holds more than %d entries", src.neuron, src.path, maxTreeEntries)
+			}
+			e := entry{rel: path.Join(rel, fi.Name), kind: fi.Type, mode: fi.Perm(), target: fi.Target}
 			switch fi.Type {
 			case protocol.TypeDir:
 				entries = append(entries, e)
-				if err := walk(e.rel); err != nil {
+				if err := walk(e.rel, depth+1); err != nil {
 					return err
 				}
 			case protocol.TypeFile, protocol.TypeSymlink:
@@ -357,28 +481,27 @@ func (a *App) walk(ctx context.Context, src location) ([]entry, int, error) {
 		return nil
 	}
 	entries = append(entries, entry{rel: ".", kind: protocol.TypeDir, mode: 0o755})
-	return entries, skipped, walk(".")
+	return entries, skipped, walk(".", 0)
 }
 
-func makeDir(ctx context.Context, d location, mode fs.FileMode) error {
-	if d.neuron == "" {
-		if err := os.Mkdir(d.path, mode|0o700); err != nil && !errors.Is(err, fs.ErrExist) {
-			return err
-		}
-		return nil
+// makeDir makes directory d in a neuron, or checks that it is one there
+// already — a directory, not a symlink to one.
+func makeDir(ctx context.Context, d location) error {
+	fi, err := d.client.Lstat(ctx, d.path)
+	switch {
+	case protocol.HasCode(err, protocol.CodeNotFound):
+		_, err = d.client.Mkdir(ctx, d.path)
+		return err
+	case err != nil:
+		return err
+	case fi.Type != protocol.TypeDir:
+		return fmt.Errorf("cp: %s exists and is a %s, not a directory: a copy never writes through it", d, fi.Type)
 	}
-	_, err := d.client.Mkdir(ctx, d.path)
-	return err
+	return nil
 }
 
-// makeSymlink creates (or replaces) the symlink d pointing at target.
+// makeSymlink creates (or replaces) the symlink d in a neuron.
 func makeSymlink(ctx context.Context, d location, target string) error {
-	if d.neuron == "" {
-		if fi, err := os.Lstat(d.path); err == nil && fi.Mode()&fs.ModeSymlink != 0 {
-			os.Remove(d.path) // replace an old link, as cp -a does
-		}
-		return os.Symlink(target, d.path)
-	}
 	if fi, err := d.client.Lstat(ctx, d.path); err == nil && fi.Type == protocol.TypeSymlink {
 		if err := d.client.Remove(ctx, d.path, false); err != nil {
 			return err

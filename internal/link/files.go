@@ -435,14 +435,39 @@ func (c *Client) Exists(ctx context.Context, p string) (bool, error) {
 	return r.Exists, err
 }
 
-// List returns the entries of directory p, sorted by name.
+// MaxListTotal bounds the entries List accepts for one directory, however
+// many pages the agent says there are.
+const MaxListTotal = 1 << 20
+
+// List returns the entries of directory p, sorted by name. The agent's
+// pages are untrusted input: every entry must be well formed
+// (protocol.FileInfo.CheckEntry), no name may appear twice (a directory
+// that changed between two pages could otherwise show one name first as a
+// symlink, then as a directory), and a page may not be larger than asked
+// for nor the whole listing larger than MaxListTotal.
 func (c *Client) List(ctx context.Context, p string) ([]protocol.FileInfo, error) {
 	var all []protocol.FileInfo
+	seen := map[string]bool{}
 	next := 0
 	for {
 		var page protocol.FileListResult
 		if _, err := c.call(ctx, protocol.CmdFileList, &protocol.FileListArgs{Path: p, Offset: next}, nil, &page); err != nil {
 			return nil, err
+		}
+		if len(page.Entries) > protocol.MaxListEntries || len(all)+len(page.Entries) > MaxListTotal {
+			return nil, badAnswer("file_list %s: a page of %d entries after %d (at most %d a page, %d in all)",
+				p, len(page.Entries), len(all), protocol.MaxListEntries, MaxListTotal)
+		}
+		for i := range page.Entries {
+			fi := &page.Entries[i]
+			if err := fi.CheckEntry(); err != nil {
+				return nil, badAnswer("file_list %s: %v", p, err)
+			}
+			if seen[fi.Name] {
+				return nil, badAnswer("file_list %s: %q listed twice (the directory changed while it was read; try again)", p, fi.Name)
+			}
+			seen[fi.Name] = true
+			fi.Mode = uint32(fi.Perm())
 		}
 		all = append(all, page.Entries...)
 		if !page.More || page.Next <= next {
@@ -450,6 +475,12 @@ func (c *Client) List(ctx context.Context, p string) ([]protocol.FileInfo, error
 		}
 		next = page.Next
 	}
+}
+
+// badAnswer is the error for an answer of the agent's that the host
+// refuses to act on: INTERNAL, since a sound agent never sends one.
+func badAnswer(format string, args ...any) error {
+	return protocol.Errorf(protocol.CodeInternal, "the agent's answer is refused: "+format, args...)
 }
 
 // Mkdir creates directory p and its parents; it returns the absolute path.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -170,4 +171,67 @@ func TestHostileSizesAreErrors(t *testing.T) {
 	if _, err := c.Exec(ctx, &link.ExecRequest{Command: protocol.Command{Argv: []string{"x"}}}); !protocol.HasCode(err, protocol.CodeInternal) {
 		t.Fatalf("exec: %v", err)
 	}
+}
+
+// A listing is the agent's word, and the agent may be the neuron's own
+// code: names that are not single path elements, a name given twice (one
+// way to show a name first as a symlink, then as a directory), unknown
+// types and oversized pages are refused, and set-id bits never reach the
+// caller.
+func TestHostileListingsAreRefused(t *testing.T) {
+	cases := map[string][]string{
+		"dot-dot":        {`{"name":"..","type":"dir"}`},
+		"slash":          {`{"name":"../x/y","type":"file"}`},
+		"nul":            {`{"name":"a\u0000b","type":"file"}`},
+		"empty":          {`{"name":"","type":"file"}`},
+		"unknown type":   {`{"name":"a","type":"socket"}`},
+		"target on file": {`{"name":"a","type":"file","target":"/etc"}`},
+		"empty target":   {`{"name":"a","type":"symlink"}`},
+		"negative size":  {`{"name":"a","type":"file","size":-1}`},
+		// The same name on two pages: first a symlink, then a directory.
+		"twice across pages": {`{"name":"l","type":"symlink","target":"/root/.ssh"}`, `{"name":"l","type":"dir"}`},
+	}
+	for name, pages := range cases {
+		t.Run(name, func(t *testing.T) {
+			l, _ := newListener(t)
+			fa := dialFake(t, l, agentHello())
+			c := link.NewClient(connected(t, l))
+			go func() {
+				for i := 0; ; i++ {
+					f := fa.read()
+					if f == nil || i >= len(pages) {
+						return
+					}
+					more := i < len(pages)-1
+					data := fmt.Sprintf(`{"path":"/d","entries":[%s],"more":%v,"next":%d,"total":%d}`, pages[i], more, i+1, len(pages))
+					fa.write(&protocol.Header{Kind: protocol.KindResponse, ID: f.ID, Data: json.RawMessage(data)}, nil)
+				}
+			}()
+			entries, err := c.List(context.Background(), "/d")
+			if err == nil {
+				t.Fatalf("accepted %+v", entries)
+			}
+			if !strings.Contains(err.Error(), "refused") {
+				t.Errorf("error %q does not say the answer was refused", err)
+			}
+		})
+	}
+	t.Run("set-id bits", func(t *testing.T) {
+		l, _ := newListener(t)
+		fa := dialFake(t, l, agentHello())
+		c := link.NewClient(connected(t, l))
+		go func() {
+			f := fa.read()
+			if f == nil {
+				return
+			}
+			mode := uint32(0o755 | fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky | fs.ModeDevice)
+			data := fmt.Sprintf(`{"path":"/d","entries":[{"name":"x","type":"file","mode":%d}],"total":1}`, mode)
+			fa.write(&protocol.Header{Kind: protocol.KindResponse, ID: f.ID, Data: json.RawMessage(data)}, nil)
+		}()
+		entries, err := c.List(context.Background(), "/d")
+		if err != nil || len(entries) != 1 || entries[0].Mode != 0o755 {
+			t.Fatalf("%+v %v, want mode 0755 only", entries, err)
+		}
+	})
 }
