@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nsys-cortex/cortex/internal/hostfs"
 )
 
 // Snapshot describes a saved neuron, as its snapshot.json records it.
@@ -150,10 +152,14 @@ func RemoveSnapshot(dir, name string) error {
 	return os.RemoveAll(tmp)
 }
 
-// owned reports whether a top-level overlay entry belongs to the lifecycle
-// (state records and locks), not to the neuron: snapshots neither save nor
-// restore it.
-func owned(name string) bool { return strings.HasPrefix(name, ".neuron") }
+// HostRecord reports whether a top-level entry of a neuron's overlay
+// directory is one of the host's records about the neuron, not the
+// neuron's data: its state file and lock (.neuron.json, .lock), its mode,
+// uid and cgroups (.mode, .uid, .cgroups), its launch receipts. Snapshots
+// neither save nor restore them, so a restore never takes back a record
+// made after the snapshot (every such name starts with a dot, or is
+// "receipts", the receipts' place before they moved).
+func HostRecord(name string) bool { return strings.HasPrefix(name, ".") || name == "receipts" }
 
 // CreateSnapshot copies the overlay directory into dir/name: every file
 // byte for byte with its mode, owner (when this process may set it), times,
@@ -179,17 +185,8 @@ func CreateSnapshot(dir, name, neuron, overlay string) (*Snapshot, error) {
 	if err := os.Mkdir(filepath.Join(tmp, "data"), 0o700); err != nil {
 		return nil, err
 	}
-	entries, err := os.ReadDir(overlay)
-	if err != nil {
+	if err := cp.copyEntries(overlay, filepath.Join(tmp, "data"), HostRecord); err != nil {
 		return nil, fmt.Errorf("snapshot of %s: %w", neuron, err)
-	}
-	for _, e := range entries {
-		if owned(e.Name()) {
-			continue
-		}
-		if err := cp.copy(filepath.Join(overlay, e.Name()), filepath.Join(tmp, "data", e.Name())); err != nil {
-			return nil, fmt.Errorf("snapshot of %s: %w", neuron, err)
-		}
 	}
 	s := &Snapshot{Name: name, Neuron: neuron, Created: time.Now().UTC(), Files: cp.files, Bytes: cp.bytes}
 	if err := WriteJSON(filepath.Join(tmp, "snapshot.json"), s, 0o600); err != nil {
@@ -251,10 +248,10 @@ func RestoreSnapshot(dir, name, overlay string) (*Snapshot, error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, e := range entries {
-		if err := cp.copy(filepath.Join(data, e.Name()), filepath.Join(stage, e.Name())); err != nil {
-			return nil, fmt.Errorf("restore of %q: %w", name, err)
-		}
+	// Host records in an older snapshot (receipts, before they were left
+	// out) are not restored: the host's own are kept below.
+	if err := cp.copyEntries(data, stage, HostRecord); err != nil {
+		return nil, fmt.Errorf("restore of %q: %w", name, err)
 	}
 	// Swap: move the current entries aside, then the restored ones in. If
 	// any rename fails, everything moved is put back before returning, so
@@ -285,7 +282,7 @@ func RestoreSnapshot(dir, name, overlay string) (*Snapshot, error) {
 		return fmt.Errorf("restore of %q: %w (the overlay is unchanged)", name, cause)
 	}
 	for _, e := range current {
-		if owned(e.Name()) {
+		if HostRecord(e.Name()) {
 			continue
 		}
 		if err := os.Rename(filepath.Join(overlay, e.Name()), filepath.Join(old, e.Name())); err != nil {
@@ -294,6 +291,9 @@ func RestoreSnapshot(dir, name, overlay string) (*Snapshot, error) {
 		asideNames = append(asideNames, e.Name())
 	}
 	for _, e := range entries {
+		if HostRecord(e.Name()) {
+			continue
+		}
 		if err := os.Rename(filepath.Join(stage, e.Name()), filepath.Join(overlay, e.Name())); err != nil {
 			return nil, undo(err)
 		}
@@ -303,7 +303,14 @@ func RestoreSnapshot(dir, name, overlay string) (*Snapshot, error) {
 	return s, nil
 }
 
-// copier copies trees, keeping hard links as links.
+// copier copies trees, keeping hard links as links. The source may be a
+// live overlay, which the neuron writes while it is copied: it is read by
+// descriptor (hostfs), one name at a time, never following a symlink, and
+// what is copied is what the opened descriptor is (its fstat), so a file
+// swapped for a symlink to a host file (renameat2 RENAME_EXCHANGE in a
+// loop) is never read through. The destination is a directory of the
+// host's own (a snapshot in the making, a restore's staging directory),
+// which no neuron reaches.
 type copier struct {
 	links map[[2]uint64]string // (dev, ino) of a multiply linked file -> its copy
 	root  bool
@@ -313,65 +320,150 @@ type copier struct {
 
 func newCopier() *copier { return &copier{links: map[[2]uint64]string{}, root: os.Geteuid() == 0} }
 
-func (c *copier) copy(src, dst string) error {
-	var st unix.Stat_t
-	if err := unix.Lstat(src, &st); err != nil {
-		return &os.PathError{Op: "lstat", Path: src, Err: err}
+// copyEntries copies the entries of the directory src (but those skip
+// says to leave) into the existing directory dst.
+func (c *copier) copyEntries(src string, dst string, skip func(string) bool) error {
+	d, err := hostfs.Open(src)
+	if err != nil {
+		return err
 	}
-	mode := st.Mode & unix.S_IFMT
-	if mode != unix.S_IFDIR && st.Nlink > 1 {
-		key := [2]uint64{uint64(st.Dev), st.Ino}
-		if first, ok := c.links[key]; ok {
-			return os.Link(first, dst)
+	defer d.Close()
+	names, err := d.Names()
+	if err != nil {
+		return err
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		if skip != nil && skip(name) {
+			continue
 		}
-		c.links[key] = dst
+		if err := c.copy(d, name, filepath.Join(dst, name)); err != nil {
+			return err
+		}
 	}
-	switch mode {
+	return nil
+}
+
+// changeRetries is how often an entry that changed kind between its lstat
+// and its open is looked at again before the copy gives up.
+const changeRetries = 3
+
+// errChanged: the source changed under the copy (a name that was one kind
+// of file is another by the time it is opened).
+var errChanged = errors.New("changed while it was copied (try again, or stop the neuron first)")
+
+// copy copies entry name of dir to dst. An entry that turns out to be of
+// another kind when it is opened (a neuron swapping it) is looked at again:
+// what is copied is always what was opened, never what a name led to.
+func (c *copier) copy(dir *hostfs.Dir, name, dst string) error {
+	var err error
+	for range changeRetries {
+		if err = c.copyOnce(dir, name, dst); !errors.Is(err, errChanged) {
+			return err
+		}
+	}
+	return err
+}
+
+func (c *copier) copyOnce(dir *hostfs.Dir, name, dst string) error {
+	st, err := dir.Lstat(name)
+	if err != nil {
+		return err
+	}
+	src := filepath.Join(dir.Path(), name)
+	switch st.Mode & unix.S_IFMT {
 	case unix.S_IFDIR:
+		sub, err := dir.Sub(name)
+		if err != nil {
+			return fmt.Errorf("copy %s: %w", src, errChanged)
+		}
+		defer sub.Close()
+		if st, err = sub.Stat(); err != nil {
+			return err
+		}
 		if err := os.Mkdir(dst, 0o700); err != nil {
 			return err
 		}
-		entries, err := os.ReadDir(src)
+		names, err := sub.Names()
 		if err != nil {
 			return err
 		}
-		for _, e := range entries {
-			if err := c.copy(filepath.Join(src, e.Name()), filepath.Join(dst, e.Name())); err != nil {
+		sort.Strings(names)
+		for _, n := range names {
+			if err := c.copy(sub, n, filepath.Join(dst, n)); err != nil {
 				return err
 			}
 		}
+		if err := copyXattrs(int(sub.Fd()), src, dst); err != nil {
+			return err
+		}
 	case unix.S_IFREG:
-		if err := c.copyFile(src, dst); err != nil {
+		in, fst, err := dir.OpenFile(name, unix.O_RDONLY, 0)
+		if err != nil {
+			if errors.Is(err, hostfs.ErrSymlink) || errors.Is(err, hostfs.ErrNotRegular) {
+				return fmt.Errorf("copy %s: %w", src, errChanged)
+			}
+			return err
+		}
+		defer in.Close()
+		st = fst
+		if first, linked := c.linked(st, dst); linked {
+			return os.Link(first, dst)
+		}
+		if err := c.copyFile(in, dst); err != nil {
+			return err
+		}
+		if err := copyXattrs(int(in.Fd()), src, dst); err != nil {
 			return err
 		}
 		c.files++
 		c.bytes += st.Size
 	case unix.S_IFLNK:
-		target, err := os.Readlink(src)
+		target, err := dir.Readlink(name)
 		if err != nil {
-			return err
+			return fmt.Errorf("copy %s: %w", src, errChanged)
+		}
+		if first, linked := c.linked(st, dst); linked {
+			return os.Link(first, dst)
 		}
 		if err := os.Symlink(target, dst); err != nil {
 			return err
 		}
-	case unix.S_IFCHR, unix.S_IFBLK, unix.S_IFIFO:
-		if err := unix.Mknod(dst, st.Mode, int(st.Rdev)); err != nil {
-			return fmt.Errorf("copy %s: a device node (an overlay whiteout?) needs privilege to recreate: %w", src, err)
+	case unix.S_IFCHR, unix.S_IFIFO:
+		// A character device can only be an overlayfs whiteout (0:0): a
+		// neuron cannot make any other, and none is ever recreated.
+		if st.Mode&unix.S_IFMT == unix.S_IFCHR && st.Rdev != 0 {
+			return fmt.Errorf("copy %s: a device node (%d:%d) that is not an overlay whiteout is never copied", src, unix.Major(st.Rdev), unix.Minor(st.Rdev))
+		}
+		if first, linked := c.linked(st, dst); linked {
+			return os.Link(first, dst)
+		}
+		if err := unix.Mknod(dst, st.Mode&(unix.S_IFMT|0o777), 0); err != nil {
+			return fmt.Errorf("copy %s: a whiteout needs privilege to recreate: %w", src, err)
 		}
 	case unix.S_IFSOCK:
 		return nil // a socket is not data
 	default:
-		return fmt.Errorf("copy %s: unknown file type %o", src, mode)
+		return fmt.Errorf("copy %s: a file of type %o is never copied", src, st.Mode&unix.S_IFMT)
 	}
-	return c.attrs(src, dst, &st)
+	return c.attrs(dst, st)
 }
 
-func (c *copier) copyFile(src, dst string) error {
-	in, err := os.Open(src)
-	if err != nil {
-		return err
+// linked reports whether a multiply linked file was copied already, and
+// where; otherwise it remembers dst as its copy.
+func (c *copier) linked(st *unix.Stat_t, dst string) (string, bool) {
+	if st.Nlink <= 1 {
+		return "", false
 	}
-	defer in.Close()
+	key := [2]uint64{uint64(st.Dev), st.Ino}
+	if first, ok := c.links[key]; ok {
+		return first, true
+	}
+	c.links[key] = dst
+	return "", false
+}
+
+func (c *copier) copyFile(in *os.File, dst string) error {
 	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return err
@@ -383,16 +475,14 @@ func (c *copier) copyFile(src, dst string) error {
 	return out.Close()
 }
 
-// attrs copies owner, extended attributes, mode and times, in the order
-// that keeps each (chown clears set-id bits; mode after it).
-func (c *copier) attrs(src, dst string, st *unix.Stat_t) error {
+// attrs copies owner, mode and times, in the order that keeps each
+// (chown clears set-id bits; mode after it). The extended attributes were
+// copied with the contents.
+func (c *copier) attrs(dst string, st *unix.Stat_t) error {
 	if c.root {
 		if err := unix.Lchown(dst, int(st.Uid), int(st.Gid)); err != nil {
 			return err
 		}
-	}
-	if err := copyXattrs(src, dst); err != nil {
-		return err
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFLNK {
 		if err := unix.Chmod(dst, st.Mode&0o7777); err != nil {
@@ -403,14 +493,17 @@ func (c *copier) attrs(src, dst string, st *unix.Stat_t) error {
 	return unix.UtimesNanoAt(unix.AT_FDCWD, dst, ts, unix.AT_SYMLINK_NOFOLLOW)
 }
 
-// copyXattrs copies the extended attributes this process may read and set.
-func copyXattrs(src, dst string) error {
-	size, err := unix.Llistxattr(src, nil)
+// copyXattrs copies the extended attributes of the open file fd (a
+// directory or a regular file; overlayfs keeps opaque-directory marks
+// there) that this process may read and set onto dst. src names it in
+// errors.
+func copyXattrs(fd int, src, dst string) error {
+	size, err := unix.Flistxattr(fd, nil)
 	if err != nil || size == 0 {
 		return nil // none, or a filesystem without them
 	}
 	buf := make([]byte, size)
-	n, err := unix.Llistxattr(src, buf)
+	n, err := unix.Flistxattr(fd, buf)
 	if err != nil {
 		return nil
 	}
@@ -418,12 +511,12 @@ func copyXattrs(src, dst string) error {
 		if name == "" {
 			continue
 		}
-		vs, err := unix.Lgetxattr(src, name, nil)
+		vs, err := unix.Fgetxattr(fd, name, nil)
 		if err != nil {
 			continue // not readable by us (trusted.* without privilege)
 		}
 		val := make([]byte, vs)
-		if vs, err = unix.Lgetxattr(src, name, val); err != nil {
+		if vs, err = unix.Fgetxattr(fd, name, val); err != nil {
 			continue
 		}
 		if err := unix.Lsetxattr(dst, name, val[:vs], 0); err != nil && !errors.Is(err, unix.EPERM) && !errors.Is(err, unix.ENOTSUP) {

@@ -154,6 +154,7 @@ func Run(t *testing.T, cfg Config) {
 	t.Run("Death", func(t *testing.T) { testDeath(t, newFixture(t, cfg)) })
 	t.Run("Discovery", func(t *testing.T) { testDiscovery(t, newFixture(t, cfg)) })
 	t.Run("Ownership", func(t *testing.T) { testOwnership(t, newFixture(t, cfg)) })
+	t.Run("Boundary", func(t *testing.T) { testBoundary(t, newFixture(t, cfg)) })
 	t.Run("NoLeaks", func(t *testing.T) { testNoLeaks(t, cfg) })
 }
 

@@ -1,0 +1,173 @@
+package sandboxtest
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nsys-cortex/cortex/internal/link"
+	"github.com/nsys-cortex/cortex/internal/protocol"
+	"github.com/nsys-cortex/cortex/internal/store"
+	"github.com/nsys-cortex/cortex/internal/transfer"
+)
+
+// testBoundary tries, in every mode, the attacks an adversarial review
+// made on host code that trusted a neuron: the neuron plants symlinks to
+// host paths in what the host copies, and swaps files for such links while
+// the host reads them. Every attempt must fail, and nothing of the host's
+// may be written or read through the neuron's links.
+func testBoundary(t *testing.T, f *fixture) {
+	m, c := f.running("bound")
+	st, err := m.Get(f.ctx, "bound")
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func(script string) {
+		t.Helper()
+		res, err := c.Exec(f.ctx, &link.ExecRequest{Command: sh(script)})
+		if err != nil || res.ExitCode != 0 {
+			t.Fatalf("%s: %+v %v", script, res, err)
+		}
+	}
+	secret := hostSecret(t)
+
+	t.Run("CopyOutNeverFollowsLinks", func(t *testing.T) {
+		outside := t.TempDir() // stands for /root/.ssh
+		results := filepath.Join(t.TempDir(), "results")
+		os.Mkdir(results, 0o755)
+		src := transfer.Location{Neuron: "bound", Path: "out", Client: c}
+		dst := transfer.Location{Path: results}
+		run("mkdir out && ln -s " + outside + " out/l && echo a > out/a")
+		if err := transfer.Copy(f.ctx, src, dst, transfer.Options{Stderr: io.Discard}); err != nil {
+			t.Fatal(err)
+		}
+		run("rm out/l && mkdir out/l && echo KEY > out/l/authorized_keys")
+		err := transfer.Copy(f.ctx, src, dst, transfer.Options{Stderr: io.Discard})
+		if err == nil || !strings.Contains(err.Error(), "not a directory") {
+			t.Errorf("the second copy: %v, want the planted link refused", err)
+		}
+		if names, _ := os.ReadDir(outside); len(names) != 0 {
+			t.Fatalf("the copy wrote through the neuron's link into %s: %v", outside, names)
+		}
+	})
+
+	t.Run("SnapshotNeverReadsThroughLinks", func(t *testing.T) {
+		if f.cfg.OwnKernel {
+			t.Skip("a VM neuron's snapshot is its VMM's (memory and disk image), not a copy of its files by the host")
+		}
+		// Files are swapped, as fast as the neuron can, with links to a
+		// root-only host file; the host snapshots meanwhile.
+		tool := uploadHostile(t, f, c)
+		run("mkdir -p swaps")
+		p, err := c.ProcStart(f.ctx, &protocol.ProcStartArgs{Command: protocol.Command{Argv: []string{tool, "swap", "swaps", secret.path, "50"}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.ProcSignal(context.Background(), p.PID, "KILL")
+		waitFor(t, 30*time.Second, "the swaps to start", func() bool {
+			fi, err := c.Lstat(f.ctx, "swaps/l49")
+			return err == nil && fi.Type != ""
+		})
+		dir := f.env.Layout.SnapshotsDir(st.ID)
+		ok := 0
+		for i := range 30 {
+			name := "race" + strings.Repeat("x", i%3) + hex.EncodeToString([]byte{byte(i)})
+			snap, err := store.CreateSnapshot(dir, name, st.ID, st.OverlayPath)
+			if err != nil {
+				continue // the copy may give up on an entry that keeps changing
+			}
+			ok++
+			if where := holds(t, filepath.Join(dir, snap.Name), secret.content); where != "" {
+				t.Fatalf("snapshot %s holds the host's root-only file, at %s", snap.Name, where)
+			}
+		}
+		t.Logf("%d of 30 snapshots taken during the swaps", ok)
+	})
+}
+
+// secretFile is a root-only host file with random content.
+type secretFile struct{ path, content string }
+
+func hostSecret(t *testing.T) secretFile {
+	t.Helper()
+	var b [16]byte
+	rand.Read(b[:])
+	s := secretFile{path: filepath.Join(t.TempDir(), "secret"), content: "SECRET-" + hex.EncodeToString(b[:])}
+	if err := os.WriteFile(s.path, []byte(s.content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// holds returns the first regular file under dir whose contents contain
+// needle ("" if none).
+func holds(t *testing.T, dir, needle string) string {
+	t.Helper()
+	found := ""
+	filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || found != "" || !d.Type().IsRegular() {
+			return nil
+		}
+		if b, err := os.ReadFile(p); err == nil && bytes.Contains(b, []byte(needle)) {
+			found = p
+		}
+		return nil
+	})
+	return found
+}
+
+var hostileOnce sync.Once
+var hostilePath string
+var hostileErr error
+
+// BuildHostile builds the boundary suite's in-neuron tool (testdata/
+// hostile, static) once per test binary; NSYS_CORTEX_TEST_HOSTILE names a
+// prebuilt one instead.
+func BuildHostile() (string, error) {
+	if p := os.Getenv("NSYS_CORTEX_TEST_HOSTILE"); p != "" {
+		return p, nil
+	}
+	hostileOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "cxhostile")
+		if err != nil {
+			hostileErr = err
+			return
+		}
+		hostilePath = filepath.Join(dir, "hostile")
+		cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", hostilePath, "github.com/nsys-cortex/cortex/internal/sandbox/sandboxtest/testdata/hostile")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			hostileErr = fmt.Errorf("building the hostile tool: %v\n%s", err, out)
+		}
+	})
+	return hostilePath, hostileErr
+}
+
+// uploadHostile puts the hostile tool into the neuron and returns its path
+// there.
+func uploadHostile(t *testing.T, f *fixture, c *link.Client) string {
+	t.Helper()
+	p, err := BuildHostile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.WriteFile(f.ctx, ".hostile", b, &link.WriteOptions{Mode: 0o755}); err != nil {
+		t.Fatal(err)
+	}
+	return "./.hostile"
+}
