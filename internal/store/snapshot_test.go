@@ -164,3 +164,43 @@ func TestLockSnapshots(t *testing.T) {
 		t.Fatalf("the lock file lists as a snapshot: %v %v", all, err)
 	}
 }
+
+// Host records are the host's: a snapshot neither saves nor restores them,
+// so receipts made after a snapshot survive its restore, and a snapshot's
+// old records never come back.
+func TestSnapshotsLeaveHostRecords(t *testing.T) {
+	dir, overlay := t.TempDir(), t.TempDir()
+	write := func(rel, content string) {
+		t.Helper()
+		p := filepath.Join(overlay, rel)
+		os.MkdirAll(filepath.Dir(p), 0o755)
+		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("upper/data.txt", "before")
+	write("receipts/r1.json", "{}")
+	write(".uid", "2000000001")
+	if _, err := CreateSnapshot(dir, "s1", "n1", overlay); err != nil {
+		t.Fatal(err)
+	}
+	for _, rel := range []string{"receipts", ".uid"} {
+		if _, err := os.Lstat(filepath.Join(dir, "s1", "data", rel)); err == nil {
+			t.Errorf("the snapshot holds the host record %s", rel)
+		}
+	}
+	write("upper/data.txt", "after")
+	write("receipts/r2.json", "{}")
+	write(".uid", "2000000002")
+	if _, err := RestoreSnapshot(dir, "s1", overlay); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(overlay, "upper/data.txt")); string(b) != "before" {
+		t.Errorf("data = %q, want the snapshot's", b)
+	}
+	for rel, want := range map[string]string{"receipts/r2.json": "{}", ".uid": "2000000002"} {
+		if b, err := os.ReadFile(filepath.Join(overlay, rel)); err != nil || string(b) != want {
+			t.Errorf("%s = %q %v after the restore, want the host's %q", rel, b, err, want)
+		}
+	}
+}
