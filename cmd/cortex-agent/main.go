@@ -6,11 +6,14 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"log"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/nsys-cortex/cortex/internal/agent"
 	"github.com/nsys-cortex/cortex/internal/agent/confine"
@@ -52,13 +55,18 @@ func main() {
 		}
 		return
 	}
+	// Nothing of the neuron's, though it runs as this agent's user, may
+	// ptrace it or read its memory, environment or descriptors (the
+	// per-start secret among them): the agent is non-dumpable from its
+	// first moment, confined or not.
+	unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
 	var cfg agent.Config
 	showVersion := flag.Bool("version", false, "print the version and exit")
 	flag.StringVar(&cfg.ID, "id", "", "the neuron id this agent serves")
 	flag.StringVar(&cfg.ChannelDir, "channel-dir", "", "directory to watch for host sockets")
 	flag.StringVar(&cfg.Connect, "connect", "", "a single host socket to dial (instead of -channel-dir)")
 	flag.StringVar(&cfg.Listen, "listen", "", "a TCP address to listen on for hosts with the token (instead of -channel-dir)")
-	tokenFile := flag.String("token-file", "", "a file holding the token hosts must present (with -listen)")
+	secretFD := flag.Int(strings.TrimPrefix(protocol.SecretFDFlag, "--"), -1, "read the neuron's per-start secret from this descriptor (then closed)")
 	flag.StringVar(&cfg.Root, "root", "/", "confine file operations to this directory")
 	flag.StringVar(&cfg.Workdir, "workdir", "", "default working directory (default: the root)")
 	flag.BoolVar(&cfg.Subreaper, "subreaper", false, "adopt orphaned descendants so shutdown ends them")
@@ -73,13 +81,16 @@ func main() {
 		fmt.Fprintf(os.Stderr, "cortex-agent: unexpected arguments %q\n", flag.Args())
 		os.Exit(2)
 	}
-	if *tokenFile != "" {
-		b, err := os.ReadFile(*tokenFile)
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "cortex-agent: reading the token: %v\n", err)
-			os.Exit(1)
-		}
-		cfg.Token = strings.TrimSpace(string(b))
+	secret, err := readSecret(*secretFD)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "cortex-agent: %v\n", err)
+		os.Exit(1)
+	}
+	// The secret proves this agent to every host; an agent that listens
+	// (docker's tcp transport) also takes it as the token hosts present.
+	cfg.Secret = secret
+	if cfg.Listen != "" {
+		cfg.Token = secret
 	}
 	if *confined {
 		if err := confine.Apply(confine.Options{NestedUserns: *nested}); err != nil {
@@ -101,4 +112,24 @@ func main() {
 		cfg.Logger.Printf("stopped: %v", err)
 		os.Exit(1)
 	}
+}
+
+// readSecret takes the neuron's per-start secret from descriptor fd (when
+// not -1) or from protocol.SecretEnv, and leaves neither behind.
+func readSecret(fd int) (string, error) {
+	v, fromEnv := os.LookupEnv(protocol.SecretEnv)
+	os.Unsetenv(protocol.SecretEnv)
+	if fd < 0 {
+		if fromEnv {
+			return strings.TrimSpace(v), nil
+		}
+		return "", nil
+	}
+	f := os.NewFile(uintptr(fd), "secret")
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, 4096))
+	if err != nil {
+		return "", fmt.Errorf("reading the secret from descriptor %d: %w", fd, err)
+	}
+	return strings.TrimSpace(string(b)), nil
 }

@@ -38,9 +38,12 @@ type Config struct {
 	// transport): the host dials, and must open with a hello that carries
 	// Token; anyone else is dropped before the agent says anything.
 	Listen string
-	// Token is sent in the hello where the transport needs one, and
-	// required of the host when listening.
+	// Token is required of the host when listening.
 	Token string
+	// Secret is the neuron's per-start secret, handed over by whoever
+	// started the agent (never through the neuron's disk or environment):
+	// the agent answers each host's nonce with a proof of it.
+	Secret string
 	// Version is this agent's software version.
 	Version string
 	// Subreaper makes the agent adopt orphaned descendants so that shutdown

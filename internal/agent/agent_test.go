@@ -41,22 +41,26 @@ func socketPair(t *testing.T) (net.Conn, net.Conn) {
 
 // rawHost speaks the protocol by hand to an agent served in-process.
 type rawHost struct {
-	t    *testing.T
-	conn net.Conn
-	r    *protocol.Reader
-	done chan error
-	root string
+	t     *testing.T
+	conn  net.Conn
+	r     *protocol.Reader
+	done  chan error
+	root  string
+	nonce string
 }
+
+// rawSecret is the per-start secret of the raw hosts' agents.
+const rawSecret = "raw-secret"
 
 func newRawHost(t *testing.T) *rawHost {
 	t.Helper()
 	root := t.TempDir()
-	a, err := New(Config{ID: "raw", Root: root, Version: "test", Logger: log.New(io.Discard, "", 0)})
+	a, err := New(Config{ID: "raw", Root: root, Version: "test", Secret: rawSecret, Logger: log.New(io.Discard, "", 0)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	hostEnd, agentEnd := socketPair(t)
-	h := &rawHost{t: t, conn: hostEnd, r: protocol.NewReader(hostEnd, 0), done: make(chan error, 1), root: root}
+	h := &rawHost{t: t, conn: hostEnd, r: protocol.NewReader(hostEnd, 0), done: make(chan error, 1), root: root, nonce: protocol.NewNonce()}
 	go func() { h.done <- a.ServeConn(context.Background(), agentEnd) }()
 	t.Cleanup(func() {
 		hostEnd.Close()
@@ -86,15 +90,17 @@ func (h *rawHost) read() *protocol.Frame {
 	return f
 }
 
-// hello completes the handshake and returns the agent's hello.
+// hello completes the handshake (the host speaks first, with a nonce)
+// and returns the agent's hello.
 func (h *rawHost) hello() protocol.Hello {
 	h.t.Helper()
+	h.send(&protocol.Header{Kind: protocol.KindHello}, protocol.Hello{Protocol: protocol.Version(), Role: protocol.RoleHost,
+		Window: protocol.DefaultWindow, Nonce: h.nonce}, nil)
 	f := h.read()
 	var peer protocol.Hello
 	if f.Kind != protocol.KindHello || json.Unmarshal(f.Data, &peer) != nil {
 		h.t.Fatalf("first frame: %+v", f.Header)
 	}
-	h.send(&protocol.Header{Kind: protocol.KindHello}, protocol.Hello{Protocol: protocol.Version(), Role: protocol.RoleHost, Window: protocol.DefaultWindow}, nil)
 	return peer
 }
 
@@ -112,6 +118,14 @@ func TestHelloAnnouncesEveryCommand(t *testing.T) {
 		if !caps[string(c)] {
 			t.Errorf("hello does not announce %s", c)
 		}
+	}
+	// The agent answers the host's nonce with a proof of its secret, and
+	// never sends the secret itself.
+	if !protocol.CheckProof(rawSecret, "raw", h.nonce, peer.Proof) {
+		t.Errorf("proof %q does not answer the nonce", peer.Proof)
+	}
+	if b, _ := json.Marshal(peer); strings.Contains(string(b), rawSecret) {
+		t.Errorf("the hello holds the secret: %s", b)
 	}
 }
 
@@ -168,7 +182,6 @@ func TestOversizedFrameClosesTheSession(t *testing.T) {
 
 func TestWrongProtocolMajorIsRefused(t *testing.T) {
 	h := newRawHost(t)
-	h.read() // the agent's hello
 	h.send(&protocol.Header{Kind: protocol.KindHello}, protocol.Hello{Protocol: "2.0", Role: protocol.RoleHost}, nil)
 	select {
 	case err := <-h.done:

@@ -116,21 +116,23 @@ func (s *session) handshake() error {
 	}
 	hello := protocol.Hello{
 		Protocol: protocol.Version(), Role: protocol.RoleAgent, Software: "cortex-agent " + s.a.cfg.Version,
-		Caps: caps, Neuron: s.a.cfg.ID, PID: s.a.pid, Token: s.a.cfg.Token,
+		Caps: caps, Neuron: s.a.cfg.ID, PID: s.a.pid,
 		MaxBody: protocol.MaxBody, Window: protocol.DefaultWindow,
 	}
+	// The host speaks first either way: its hello holds the nonce this
+	// agent proves its secret against (and, to an agent that listens where
+	// anyone may connect, the host's token, checked before this agent says
+	// anything).
 	var err error
-	if s.a.cfg.Listen != "" {
-		// Anyone may connect to a port: the host proves itself first.
-		s.peer, err = protocol.AnswerHello(s.w, s.r, hello, protocol.RoleHost, func(peer protocol.Hello) error {
-			if subtle.ConstantTimeCompare([]byte(peer.Token), []byte(s.a.cfg.Token)) != 1 {
-				return errors.New("a host with a wrong token")
-			}
-			return nil
-		})
-		return err
-	}
-	s.peer, err = protocol.ExchangeHello(s.w, s.r, hello, protocol.RoleHost)
+	s.peer, err = protocol.AnswerHello(s.w, s.r, hello, protocol.RoleHost, func(peer protocol.Hello, me *protocol.Hello) error {
+		if s.a.cfg.Listen != "" && subtle.ConstantTimeCompare([]byte(peer.Token), []byte(s.a.cfg.Token)) != 1 {
+			return errors.New("a host with a wrong token")
+		}
+		if s.a.cfg.Secret != "" && peer.Nonce != "" {
+			me.Proof = protocol.AgentProof(s.a.cfg.Secret, s.a.cfg.ID, peer.Nonce)
+		}
+		return nil
+	})
 	return err
 }
 

@@ -95,8 +95,13 @@ type result struct {
 type HandshakeOptions struct {
 	// Neuron, when set, must equal the id in the agent's hello.
 	Neuron string
-	// Token, when set, must equal the agent's token.
+	// Token, when set, must equal the agent's token (with Present, it is
+	// sent to the agent instead).
 	Token string
+	// Secret, when set, is the neuron's per-start secret: the host's hello
+	// carries a fresh nonce, and the agent must answer it with
+	// protocol.AgentProof, or the connection is refused.
+	Secret string
 	// Present sends Token in the host's hello: the host dialled an agent
 	// that listens where anyone may connect, and must prove itself.
 	Present bool
@@ -105,6 +110,18 @@ type HandshakeOptions struct {
 	// Timeout bounds the exchange (default 10 s).
 	Timeout time.Duration
 }
+
+// ErrNotTheAgent marks a handshake refused because of what the peer said
+// (another neuron's agent, a wrong token or proof, an incompatible
+// protocol), not because the connection broke — a relay whose guest was
+// just restored may garble a hello and try again; a peer that is not the
+// agent stays refused.
+var ErrNotTheAgent = errors.New("not the neuron's agent")
+
+type notTheAgent struct{ error }
+
+func (e notTheAgent) Unwrap() error        { return e.error }
+func (e notTheAgent) Is(target error) bool { return target == ErrNotTheAgent }
 
 // Handshake exchanges hellos on nc and returns the connection, or closes nc
 // and says why the agent was refused.
@@ -131,15 +148,28 @@ func (c *Conn) hello(o HandshakeOptions) error {
 	if o.Present {
 		me.Token = o.Token
 	}
+	if o.Secret != "" {
+		me.Nonce = protocol.NewNonce()
+	}
 	var err error
 	if c.peer, err = protocol.ExchangeHello(c.w, c.r, me, protocol.RoleAgent); err != nil {
+		if errors.Is(err, protocol.ErrIncompatible) {
+			return notTheAgent{err}
+		}
 		return err
 	}
 	if o.Neuron != "" && c.peer.Neuron != o.Neuron {
-		return fmt.Errorf("agent serves neuron %q, want %q", c.peer.Neuron, o.Neuron)
+		return notTheAgent{fmt.Errorf("agent serves neuron %q, want %q", c.peer.Neuron, o.Neuron)}
 	}
-	if o.Token != "" && !tokenEqual(c.peer.Token, o.Token) {
-		return errors.New("agent presented a wrong token")
+	if o.Token != "" && !o.Present && !tokenEqual(c.peer.Token, o.Token) {
+		return notTheAgent{errors.New("agent presented a wrong token")}
+	}
+	if o.Secret != "" && !protocol.CheckProof(o.Secret, c.peer.Neuron, me.Nonce, c.peer.Proof) {
+		if c.peer.Proof == "" {
+			return notTheAgent{fmt.Errorf("the peer (%q) did not prove it is the neuron's agent: an agent older than this host "+
+				"(create the neuron again; a VM image needs building again), or a process in the neuron posing as its agent", c.peer.Software)}
+		}
+		return notTheAgent{fmt.Errorf("the peer (%q) gave a wrong proof of being the neuron's agent: a process in the neuron posing as its agent", c.peer.Software)}
 	}
 	c.caps = map[string]bool{}
 	for _, cp := range c.peer.Caps {

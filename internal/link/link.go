@@ -2,9 +2,7 @@ package link
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/subtle"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -54,8 +52,12 @@ type ConnEvent struct {
 type Options struct {
 	// Neuron is the id the agent must announce.
 	Neuron string
-	// Token, when set, must be presented by the agent.
+	// Token, when set, must be presented by the agent (a listening link)
+	// or is presented to it (a dialling one).
 	Token string
+	// Secret, when set, is the neuron's per-start secret: every agent
+	// connection must prove it holds it (see HandshakeOptions.Secret).
+	Secret string
 	// Software names the host in its hello.
 	Software string
 	// OnEvent is called (from the link's goroutines, one at a time) when the
@@ -97,44 +99,54 @@ type Link struct {
 	evMu   sync.Mutex // serialises OnEvent calls
 }
 
-// Listen creates the socket at path (its directory 0700, the socket 0600)
-// and starts accepting the agent. The socket appears under its final name
-// only once it is listening, so an agent watching the directory can dial it
-// as soon as it sees it.
+// Listen creates the socket at path and starts accepting the agent. The
+// socket appears under its final name only once it is listening, so an
+// agent watching the directory can dial it as soon as it sees it.
+//
+// The channel directory is bound into the neuron, and a rootless neuron's
+// processes share the host user's uid, so nothing here acts by name in
+// it: the socket is bound, given its mode and (with Owner) its owner in a
+// directory of the host's own beside it, and only then renamed into the
+// channel directory (rename replaces, never follows, what is at the
+// name). The channel directory stays the host's: 0700, or 0755 with Owner
+// (the agent, another uid, must read it), never the agent's to write.
 func Listen(path string, o Options) (*Link, error) {
 	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	mode := os.FileMode(0o700)
+	if o.Owner != nil {
+		mode = 0o755
+	}
+	if err := os.MkdirAll(dir, mode); err != nil {
 		return nil, fmt.Errorf("channel directory: %w", err)
 	}
-	if err := os.Chmod(dir, 0o700); err != nil {
+	if err := os.Chmod(dir, mode); err != nil {
 		return nil, fmt.Errorf("channel directory: %w", err)
 	}
-	var rnd [6]byte
-	rand.Read(rnd[:])
-	tmp := filepath.Join(dir, ".listen-"+hex.EncodeToString(rnd[:]))
+	stage, err := os.MkdirTemp(filepath.Dir(dir), ".listen-")
+	if err != nil {
+		return nil, fmt.Errorf("listening on %s: %w", path, err)
+	}
+	defer os.RemoveAll(stage)
+	tmp := filepath.Join(stage, "s")
 	ln, err := protocol.ListenUnix(tmp)
 	if err != nil {
 		return nil, fmt.Errorf("listening on %s: %w", path, err)
 	}
 	ln.SetUnlinkOnClose(false) // the socket is renamed; Close removes it by its final name
-	if err := os.Chmod(tmp, 0o600); err != nil {
+	fail := func(err error) (*Link, error) {
 		ln.Close()
-		os.Remove(tmp)
 		return nil, err
 	}
+	if err := os.Chmod(tmp, 0o600); err != nil {
+		return fail(err)
+	}
 	if o.Owner != nil {
-		for _, p := range []string{dir, tmp} {
-			if err := os.Lchown(p, o.Owner.UID, o.Owner.GID); err != nil {
-				ln.Close()
-				os.Remove(tmp)
-				return nil, fmt.Errorf("giving %s to uid %d: %w", p, o.Owner.UID, err)
-			}
+		if err := os.Lchown(tmp, o.Owner.UID, o.Owner.GID); err != nil {
+			return fail(fmt.Errorf("giving %s to uid %d: %w", path, o.Owner.UID, err))
 		}
 	}
 	if err := os.Rename(tmp, path); err != nil {
-		ln.Close()
-		os.Remove(tmp)
-		return nil, fmt.Errorf("placing socket %s: %w", path, err)
+		return fail(fmt.Errorf("placing socket %s: %w", path, err))
 	}
 	l := &Link{path: path, ln: ln, opts: o, ready: make(chan struct{}), done: make(chan struct{})}
 	l.wg.Add(1)
@@ -165,7 +177,7 @@ func (l *Link) acceptLoop() {
 		l.wg.Add(1)
 		go func() {
 			defer l.wg.Done()
-			c, err := Handshake(nc, HandshakeOptions{Neuron: l.opts.Neuron, Token: l.opts.Token, Software: l.opts.Software})
+			c, err := Handshake(nc, HandshakeOptions{Neuron: l.opts.Neuron, Token: l.opts.Token, Secret: l.opts.Secret, Software: l.opts.Software})
 			if err != nil {
 				// Handshake closed it; a refused peer gets nothing more.
 				l.emit(ConnEvent{Kind: Refused, Neuron: l.opts.Neuron, Err: err})
@@ -346,7 +358,7 @@ func (l *Link) dialLoop(ctx context.Context, addr func(ctx context.Context) (str
 			failed(err)
 			continue
 		}
-		c, err := Handshake(nc, HandshakeOptions{Neuron: l.opts.Neuron, Token: l.opts.Token, Present: true,
+		c, err := Handshake(nc, HandshakeOptions{Neuron: l.opts.Neuron, Token: l.opts.Token, Secret: l.opts.Secret, Present: true,
 			Software: l.opts.Software, Timeout: 5 * time.Second})
 		if err != nil {
 			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) {

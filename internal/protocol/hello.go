@@ -2,8 +2,13 @@ package protocol
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 )
+
+// ErrIncompatible: the peer's hello was read, and it speaks another major
+// version or plays the wrong role (not a connection that broke).
+var ErrIncompatible = errors.New("incompatible peer")
 
 // ExchangeHello sends me and reads the peer's hello, which must come from
 // wantRole and speak this major version. The caller sets deadlines.
@@ -14,16 +19,16 @@ func ExchangeHello(w *FrameWriter, r *Reader, me Hello, wantRole string) (Hello,
 	return readHello(r, me, wantRole)
 }
 
-// AnswerHello is the other order, for the side that listens where anyone
-// may connect (an agent on a TCP port): it reads the peer's hello first,
-// lets check refuse it (a wrong token), and only then sends its own, so a
-// stranger learns nothing.
-func AnswerHello(w *FrameWriter, r *Reader, me Hello, wantRole string, check func(Hello) error) (Hello, error) {
+// AnswerHello is the other order, for the agent: it reads the peer's hello
+// first, lets check refuse it (a wrong token) or complete its own (a proof
+// of the peer's nonce), and only then sends its own, so a stranger who is
+// refused learns nothing.
+func AnswerHello(w *FrameWriter, r *Reader, me Hello, wantRole string, check func(peer Hello, me *Hello) error) (Hello, error) {
 	peer, err := readHello(r, me, wantRole)
 	if err != nil {
 		return peer, err
 	}
-	if err := check(peer); err != nil {
+	if err := check(peer, &me); err != nil {
 		return peer, err
 	}
 	return peer, sendHello(w, me)
@@ -57,11 +62,11 @@ func readHello(r *Reader, me Hello, wantRole string) (Hello, error) {
 		return peer, fmt.Errorf("the %s's hello: %w", wantRole, err)
 	}
 	if major != Major {
-		return peer, fmt.Errorf("%s %q speaks protocol %s but this %s speaks %s: install a matching cortex-agent",
-			wantRole, peer.Software, peer.Protocol, me.Role, Version())
+		return peer, fmt.Errorf("%w: %s %q speaks protocol %s but this %s speaks %s: install a matching cortex-agent",
+			ErrIncompatible, wantRole, peer.Software, peer.Protocol, me.Role, Version())
 	}
 	if peer.Role != wantRole {
-		return peer, fmt.Errorf("peer announced role %q, want %s", peer.Role, wantRole)
+		return peer, fmt.Errorf("%w: peer announced role %q, want %s", ErrIncompatible, peer.Role, wantRole)
 	}
 	return peer, nil
 }

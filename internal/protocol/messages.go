@@ -11,7 +11,7 @@ import (
 // minor never sends a command or field the older side did not announce.
 const (
 	Major = 1
-	Minor = 1
+	Minor = 2
 )
 
 // Version returns "Major.Minor".
@@ -89,8 +89,15 @@ type Hello struct {
 	// Neuron is the id the agent serves.
 	Neuron string `json:"neuron,omitempty"`
 	PID    int    `json:"pid,omitempty"`
-	// Token authenticates the agent where the transport needs it (TCP).
+	// Token authenticates the host to an agent that listens where anyone
+	// may connect (docker's tcp transport).
 	Token string `json:"token,omitempty"`
+	// Nonce is the host's challenge: a fresh random value per connection.
+	Nonce string `json:"nonce,omitempty"`
+	// Proof is the agent's answer to the host's Nonce (AgentProof): that it
+	// holds the neuron's per-start secret, which nothing else in the
+	// neuron can read.
+	Proof string `json:"proof,omitempty"`
 	// MaxBody is the largest body the sender accepts.
 	MaxBody int `json:"maxBody,omitempty"`
 	// Window is the initial stream credit the sender grants.

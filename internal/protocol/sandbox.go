@@ -44,6 +44,10 @@ type SandboxInit struct {
 	Workdir string `json:"workdir"`
 	// Chown lists inside paths made the agent's own when they are created.
 	Chown []string `json:"chown,omitempty"`
+	// Secret is the neuron's per-start secret. PID 1 hands it to every
+	// agent it starts on a descriptor (--secret-fd), never on the neuron's
+	// disk or in its environment.
+	Secret string `json:"secret,omitempty"`
 }
 
 // OverlayMount is an overlayfs mount.
@@ -75,6 +79,18 @@ type Rlimit struct {
 	Resource int    `json:"resource"`
 	Value    uint64 `json:"value"`
 }
+
+// How a per-start secret reaches the agent (see AgentProof).
+const (
+	// SecretFDFlag N: the agent reads its secret from descriptor N, all of
+	// it, and closes it.
+	SecretFDFlag = "--secret-fd"
+	// SecretEnv is where the agent finds its secret when no descriptor can
+	// be passed (a container's environment): the agent removes it from its
+	// environment before it starts anything, and is non-dumpable from its
+	// first moment, so no command reads it.
+	SecretEnv = "NSYS_CORTEX_AGENT_SECRET"
+)
 
 // Agent flags a sandbox adds for its agent.
 const (

@@ -249,8 +249,19 @@ func startAgent(cfg *protocol.SandboxInit) (*os.Process, error) {
 			return nil, fmt.Errorf("resource limit %d: %w", rl.Resource, err)
 		}
 	}
+	args := append([]string{"cortex-agent"}, cfg.AgentArgs...)
+	var extra []*os.File
+	if cfg.Secret != "" {
+		secret, err := SecretPipe(cfg.Secret)
+		if err != nil {
+			return nil, fmt.Errorf("the agent's secret: %w", err)
+		}
+		defer secret.Close()
+		extra = []*os.File{secret}
+		args = append(args, protocol.SecretFDFlag, "3")
+	}
 	cmd := &exec.Cmd{
-		Path: "/proc/self/exe", Args: append([]string{"cortex-agent"}, cfg.AgentArgs...),
+		Path: "/proc/self/exe", Args: args, ExtraFiles: extra,
 		Env: cfg.Env, Dir: cfg.Workdir, Stdout: os.Stderr, Stderr: os.Stderr,
 		SysProcAttr: &syscall.SysProcAttr{
 			Cloneflags:                 syscall.CLONE_NEWUSER,
@@ -326,12 +337,53 @@ func supervise(cfg *protocol.SandboxInit, agent int, spawn func(*protocol.Sandbo
 			logf("the agent ended (status %d) %d times within %s; giving up", status, len(restarts), restartWindow)
 			return status
 		}
-		logf("the agent ended (status %d); starting it again", status)
+		// Nothing the old agent started may outlive it: a process left
+		// running could race the new agent's first moments (before it is
+		// non-dumpable) for its secret. Everything in the neuron but PID 1
+		// is killed, and reaped, before the new agent starts.
+		killed := killTheRest()
+		logf("the agent ended (status %d); %d other processes ended with it; starting it again", status, killed)
 		p, err := spawn(cfg)
 		if err != nil {
 			logf("restarting the agent: %v", err)
 			return 1
 		}
 		current.Store(int64(p.Pid))
+	}
+}
+
+// SecretPipe returns the read end of a pipe holding secret alone (its
+// write end closed), to pass to the agent as a descriptor.
+func SecretPipe(secret string) (*os.File, error) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	_, err = w.WriteString(secret)
+	if cerr := w.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		r.Close()
+		return nil, err
+	}
+	return r, nil
+}
+
+// killTheRest kills every process of this pid namespace but PID 1 (the
+// caller) and reaps them; it returns how many it reaped.
+func killTheRest() int {
+	unix.Kill(-1, unix.SIGKILL)
+	n := 0
+	for {
+		var ws unix.WaitStatus
+		_, err := unix.Wait4(-1, &ws, 0, nil)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return n // ECHILD: none left
+		}
+		n++
 	}
 }

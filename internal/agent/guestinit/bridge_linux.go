@@ -24,6 +24,10 @@ import (
 type bridge struct {
 	logf func(string, ...any)
 	seq  atomic.Int64
+	// agent is the agent's pid now, and uid the user it runs as: a socket
+	// is the agent's to dial, and a connection from anyone else is dropped.
+	agent func() int
+	uid   int
 
 	mu       sync.Mutex
 	ports    map[string]bool       // devices served
@@ -51,17 +55,51 @@ func (b *bridge) expose(kind string) (net.Conn, error) {
 	}
 	ln.SetUnlinkOnClose(false)
 	defer ln.Close()
+	// Only the agent's user may connect (0600, its own); and of that
+	// user's processes, only the agent is taken.
+	if err := os.Chmod(tmp, 0o600); err != nil {
+		os.Remove(tmp)
+		return nil, err
+	}
+	if err := os.Chown(tmp, b.uid, b.uid); err != nil {
+		os.Remove(tmp)
+		return nil, err
+	}
 	if err := os.Rename(tmp, final); err != nil {
 		os.Remove(tmp)
 		return nil, err
 	}
 	defer os.Remove(final)
 	ln.SetDeadline(time.Now().Add(exposeTimeout))
-	c, err := ln.Accept()
-	if err != nil {
-		return nil, fmt.Errorf("the agent did not dial %s: %w", name, err)
+	for {
+		c, err := ln.AcceptUnix()
+		if err != nil {
+			return nil, fmt.Errorf("the agent did not dial %s: %w", name, err)
+		}
+		pid, err := peerPID(c)
+		if err == nil && b.agent != nil && pid == b.agent() {
+			return c, nil
+		}
+		b.logf("%s: dropped a connection from pid %d, which is not the agent (%v)", name, pid, err)
+		c.Close()
 	}
-	return c, nil
+}
+
+// peerPID is the pid of the process at the other end of c.
+func peerPID(c *net.UnixConn) (int, error) {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return 0, err
+	}
+	var cred *unix.Ucred
+	var serr error
+	if err := raw.Control(func(fd uintptr) { cred, serr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED) }); err != nil {
+		return 0, err
+	}
+	if serr != nil {
+		return 0, serr
+	}
+	return int(cred.Pid), nil
 }
 
 // reset ends every session: after a snapshot is restored the hosts the
@@ -192,6 +230,10 @@ func (b *bridge) servePort(dev, name string) {
 		if err != nil {
 			b.logf("port %s: %v", name, err)
 			time.Sleep(time.Second)
+			continue
+		}
+		if _, err := f.Write([]byte(PortReady)); err != nil {
+			c.Close()
 			continue
 		}
 		b.join(f, c)

@@ -23,6 +23,12 @@ const (
 	SerialConfig  = "cortex-config"
 )
 
+// PortReady is what PID 1 writes on a virtio-serial channel port once
+// the agent is connected for the host that opened it, before any byte of
+// the channel: the host (which cannot tell a booting guest from a silent
+// one) starts its hello then, and the agent answers it.
+const PortReady = "cortex-agent ready\n"
+
 // Virtio-serial port names: PortPrefix+"0", +"1", ... carry one host
 // connection each; CtlPort is the control port.
 const (
@@ -85,7 +91,23 @@ type Config struct {
 	// looking once it has them all. -1: none (vsock only); 0: unknown,
 	// looked for as long as the guest runs.
 	Ports int `json:"ports,omitempty"`
+	// Secret is the neuron's per-start secret: PID 1 hands it to the agent
+	// on a descriptor, and the agent proves it to every host.
+	Secret string `json:"secret,omitempty"`
+	// Root runs the agent, and so every command, as the guest's root — the
+	// policy's explicit grant. Without it they run as the unprivileged
+	// AgentUID, and guest root is PID 1 alone: nothing a command does can
+	// reach the agent's memory, the channel's devices or the config disk.
+	Root bool `json:"root,omitempty"`
 }
+
+// The unprivileged guest user the agent and its commands run as.
+const (
+	AgentUID  = 1000
+	AgentGID  = 1000
+	AgentUser = "agent"
+	AgentHome = "/home/agent"
+)
 
 // Control operations.
 const (

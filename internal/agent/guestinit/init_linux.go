@@ -15,6 +15,7 @@ import (
 
 	"github.com/nsys-cortex/cortex/internal/agent/confine"
 	"github.com/nsys-cortex/cortex/internal/agent/egress"
+	"github.com/nsys-cortex/cortex/internal/protocol"
 )
 
 // logTime is how PID 1 stamps its lines on the console (the host keeps
@@ -99,16 +100,24 @@ func (g *guest) start() error {
 			return fmt.Errorf("user namespaces: turning them off: %w", err)
 		}
 	}
-	if err := os.MkdirAll(ChannelDir, 0o700); err != nil {
+	// Links in world-writable sticky directories and to files one does
+	// not own are the kernel's to refuse (an image without systemd leaves
+	// both off): PID 1 works as root on trees the agent's user writes.
+	for _, f := range []string{"/proc/sys/fs/protected_hardlinks", "/proc/sys/fs/protected_symlinks"} {
+		if err := os.WriteFile(f, []byte("1"), 0); err != nil {
+			return fmt.Errorf("%s: %w", f, err)
+		}
+	}
+	// The channel directory is PID 1's: the agent reads it and dials the
+	// sockets the bridge places there, nobody else writes it.
+	if err := os.MkdirAll(ChannelDir, 0o755); err != nil {
 		return err
 	}
-	if err := os.MkdirAll(g.cfg.Workdir, 0o755); err != nil {
-		return fmt.Errorf("workdir %s: %w", g.cfg.Workdir, err)
+	if err := os.Chmod(ChannelDir, 0o755); err != nil {
+		return err
 	}
-	if home := envValue(g.cfg.Env, "HOME"); home != "" {
-		if err := os.MkdirAll(home, 0o700); err != nil {
-			return fmt.Errorf("home %s: %w", home, err)
-		}
+	if err := g.prepareUser(); err != nil {
+		return err
 	}
 	if g.cfg.Egress != "" {
 		// Listening before the agent starts: its programs find the proxy
@@ -129,7 +138,15 @@ func (g *guest) start() error {
 	g.agent = pid
 	g.mu.Unlock()
 	g.logf("cortex-agent %s: agent %d started %s after PID 1 did (%d modules)", g.version, pid, time.Since(g.boot).Round(time.Millisecond), n)
-	g.bridge = &bridge{logf: g.logf}
+	uid := AgentUID
+	if g.cfg.Root {
+		uid = 0
+	}
+	g.bridge = &bridge{logf: g.logf, uid: uid, agent: func() int {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		return g.agent
+	}}
 	if g.cfg.Ports >= 0 {
 		go g.bridge.servePorts(g.cfg.Ports)
 	}
@@ -168,8 +185,21 @@ func port(v, def int) int {
 func (g *guest) startAgent(cgroup *os.File) (int, error) {
 	args := []string{"cortex-agent", "--id", g.cfg.ID, "--channel-dir", ChannelDir, "--root", "/",
 		"--workdir", g.cfg.Workdir, "--subreaper"}
-	cmd := &exec.Cmd{Path: "/proc/self/exe", Args: args, Env: g.cfg.Env, Dir: g.cfg.Workdir,
+	var extra []*os.File
+	if g.cfg.Secret != "" {
+		secret, err := confine.SecretPipe(g.cfg.Secret)
+		if err != nil {
+			return 0, fmt.Errorf("the agent's secret: %w", err)
+		}
+		defer secret.Close()
+		extra = []*os.File{secret}
+		args = append(args, protocol.SecretFDFlag, "3")
+	}
+	cmd := &exec.Cmd{Path: "/proc/self/exe", Args: args, Env: g.cfg.Env, Dir: g.cfg.Workdir, ExtraFiles: extra,
 		Stdout: os.Stderr, Stderr: os.Stderr, SysProcAttr: &syscall.SysProcAttr{Setsid: true}}
+	if !g.cfg.Root {
+		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: AgentUID, Gid: AgentGID, Groups: []uint32{AgentGID}}
+	}
 	if cgroup != nil {
 		defer cgroup.Close()
 		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, int(cgroup.Fd())

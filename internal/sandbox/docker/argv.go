@@ -12,8 +12,6 @@ const (
 	Home       = "/home/agent"
 	Workspace  = Home + "/workspace"
 	AgentPort  = 9999
-	// TokenFile is the token's name in the channel directory (tcp).
-	TokenFile = "token"
 )
 
 // Labels every neuron container carries.
@@ -32,7 +30,8 @@ type RunSpec struct {
 	// UID and GID are the (non-root) user the container runs as.
 	UID, GID int
 	// Channel and Home are the host directories mounted at ChannelDir and
-	// Home: the only two mounts.
+	// Home: the only two mounts (the tcp transport, Publish, has no
+	// channel directory).
 	Channel, Home string
 	// Network is "none", a docker network's name, or "" for the daemon's
 	// default network.
@@ -57,11 +56,19 @@ type RunSpec struct {
 // RunArgs returns the arguments of `docker` that run a neuron: the
 // boundary, pinned by tests. The container runs as a non-root user with no
 // capabilities and no way to gain privileges, on a read-only root with a
-// private /tmp, under memory, process and CPU ceilings, with docker's init
-// as PID 1, removed when it stops, and with exactly two host directories
-// mounted: the channel directory and the neuron's home.
+// private /tmp, under memory, process and CPU ceilings, removed when it
+// stops, and with exactly two host directories mounted: the channel
+// directory (read-only: the agent only finds sockets there and connects)
+// and the neuron's home. The agent itself is PID 1 — no docker init, whose
+// environment every command could read — and reaps orphans as init does.
 func RunArgs(s RunSpec) ([]string, error) {
-	for _, p := range []struct{ what, v string }{{"channel directory", s.Channel}, {"home", s.Home}} {
+	paths := []struct{ what, v string }{{"home", s.Home}}
+	if !s.Publish {
+		paths = append(paths, struct{ what, v string }{"channel directory", s.Channel})
+	} else if s.Channel != "" {
+		return nil, fmt.Errorf("docker: the tcp transport has no channel directory to mount")
+	}
+	for _, p := range paths {
 		if p.v == "" || !strings.HasPrefix(p.v, "/") {
 			return nil, fmt.Errorf("docker: the %s %q is not an absolute path", p.what, p.v)
 		}
@@ -82,7 +89,7 @@ func RunArgs(s RunSpec) ([]string, error) {
 	if s.TmpBytes > 0 {
 		tmp += ",size=" + strconv.FormatInt(s.TmpBytes, 10)
 	}
-	a := []string{"run", "--rm", "--init", "--pull", "never",
+	a := []string{"run", "--rm", "--pull", "never",
 		"--name", s.Name, "--hostname", hostname(s.ID),
 		"--label", LabelManaged + "=true", "--label", LabelID + "=" + s.ID, "--label", LabelHome + "=" + s.HomeTag,
 		"--user", fmt.Sprintf("%d:%d", s.UID, s.GID),
@@ -105,8 +112,10 @@ func RunArgs(s RunSpec) ([]string, error) {
 	if s.Publish {
 		a = append(a, "--publish", fmt.Sprintf("127.0.0.1:0:%d/tcp", AgentPort))
 	}
+	if !s.Publish {
+		a = append(a, "--mount", "type=bind,source="+s.Channel+",target="+ChannelDir+",readonly")
+	}
 	a = append(a,
-		"--mount", "type=bind,source="+s.Channel+",target="+ChannelDir,
 		"--mount", "type=bind,source="+s.Home+",target="+Home,
 		"--workdir", Workspace)
 	if s.EnvFile != "" {

@@ -20,7 +20,7 @@ func TestRunArgsPinned(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"run", "--rm", "--init", "--pull", "never",
+	want := []string{"run", "--rm", "--pull", "never",
 		"--name", "nsys-cortex-0badc0de-web", "--hostname", "web",
 		"--label", "nsys-cortex.managed=true", "--label", "nsys-cortex.id=web", "--label", "nsys-cortex.home=0badc0de",
 		"--user", "1000:1000",
@@ -28,7 +28,7 @@ func TestRunArgsPinned(t *testing.T) {
 		"--read-only", "--tmpfs", "/tmp:rw,exec,nosuid,nodev,mode=1777,size=1073741824",
 		"--memory", "2147483648", "--memory-swap", "2147483648", "--pids-limit", "1024",
 		"--network", "none",
-		"--mount", "type=bind,source=/home/op/.nsys-cortex/sockets/docker/web,target=/run/nsys-cortex",
+		"--mount", "type=bind,source=/home/op/.nsys-cortex/sockets/docker/web,target=/run/nsys-cortex,readonly",
 		"--mount", "type=bind,source=/home/op/.nsys-cortex/overlays/web/home,target=/home/agent",
 		"--workdir", "/home/agent/workspace",
 		"--env-file", "/dev/fd/3",
@@ -37,7 +37,7 @@ func TestRunArgsPinned(t *testing.T) {
 		t.Fatalf("docker %s\nwant\ndocker %s", strings.Join(got, " "), strings.Join(want, " "))
 	}
 	s := spec()
-	s.Network, s.Publish, s.CPUs = "", true, 1.5
+	s.Network, s.Publish, s.CPUs, s.Channel = "", true, 1.5, ""
 	got, _ = RunArgs(s)
 	line := strings.Join(got, " ")
 	for _, w := range []string{"--cpus 1.5", "--publish 127.0.0.1:0:9999/tcp"} {
@@ -56,7 +56,7 @@ func TestRunArgsPinned(t *testing.T) {
 func TestRunArgsBoundary(t *testing.T) {
 	variants := []func(*RunSpec){
 		func(*RunSpec) {},
-		func(s *RunSpec) { s.Network, s.Publish = "", true },
+		func(s *RunSpec) { s.Network, s.Publish, s.Channel = "", true, "" },
 		func(s *RunSpec) { s.MemoryBytes, s.Pids, s.TmpBytes = 0, 0, 0 },
 		func(s *RunSpec) { s.UID, s.GID = 2000123456, 2000123456 },
 	}
@@ -68,14 +68,14 @@ func TestRunArgsBoundary(t *testing.T) {
 			t.Fatalf("variant %d: %v", i, err)
 		}
 		line := " " + strings.Join(args, " ") + " "
-		for _, must := range []string{" --rm ", " --init ", " --cap-drop ALL ", " --security-opt no-new-privileges ",
+		for _, must := range []string{" --rm ", " --cap-drop ALL ", " --security-opt no-new-privileges ",
 			" --read-only ", " --user ", " --label nsys-cortex.managed=true ", " --pull never "} {
 			if !strings.Contains(line, must) {
 				t.Errorf("variant %d lacks %q: %s", i, must, line)
 			}
 		}
 		for _, never := range []string{"--privileged", "--cap-add", "docker.sock", "seccomp=unconfined", "apparmor=unconfined",
-			" --pid ", " --ipc ", " --userns ", " --uts ", "--device", "--volumes-from", " -v ", "--volume", "sk-secret", "ANTHROPIC_API_KEY", " --env ", " -e "} {
+			" --init ", " --pid ", " --ipc ", " --userns ", " --uts ", "--device", "--volumes-from", " -v ", "--volume", "sk-secret", "ANTHROPIC_API_KEY", " --env ", " -e "} {
 			if strings.Contains(line, never) {
 				t.Errorf("variant %d holds %q: %s", i, never, line)
 			}
@@ -95,8 +95,11 @@ func TestRunArgsBoundary(t *testing.T) {
 				t.Errorf("user %q", args[j+1])
 			}
 		}
-		if mounts != 2 {
-			t.Errorf("variant %d: %d mounts, want exactly 2", i, mounts)
+		if want := map[bool]int{false: 2, true: 1}[s.Publish]; mounts != want {
+			t.Errorf("variant %d: %d mounts, want exactly %d", i, mounts, want)
+		}
+		if !s.Publish && !strings.Contains(line, "target=/run/nsys-cortex,readonly ") {
+			t.Errorf("variant %d: the channel directory is not mounted read-only: %s", i, line)
 		}
 		if s.MemoryBytes > 0 && !strings.Contains(line, " --memory-swap ") {
 			t.Errorf("variant %d: a memory ceiling without --memory-swap lets the container swap past it", i)
@@ -112,7 +115,8 @@ func TestRunArgsRefuses(t *testing.T) {
 		{func(s *RunSpec) { s.UID, s.GID = 0, 0 }, "never runs as root"},
 		{func(s *RunSpec) { s.Home = "/home/a,b" }, "','"},
 		{func(s *RunSpec) { s.Channel = "relative/dir" }, "not an absolute path"},
-		{func(s *RunSpec) { s.Publish = true }, "no port to publish"},
+		{func(s *RunSpec) { s.Publish, s.Channel = true, "" }, "no port to publish"},
+		{func(s *RunSpec) { s.Publish, s.Network = true, "" }, "no channel directory"},
 		{func(s *RunSpec) { s.Image = "" }, "needs an image"},
 	} {
 		s := spec()

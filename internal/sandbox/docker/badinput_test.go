@@ -101,15 +101,21 @@ func TestWrongToken(t *testing.T) {
 	if _, err := m.Create(ctx, "tok", sandbox.CreateOptions{Network: sandbox.Network{Mode: sandbox.NetworkFull}}); err != nil {
 		t.Fatal(err)
 	}
-	token := filepath.Join(lay.ChannelDir(docker.Mode, "tok"), docker.TokenFile)
-	if err := os.WriteFile(token, []byte(strings.Repeat("0", 64)+"\n"), 0o600); err != nil {
+	// The token is the neuron's per-start secret, in the host's record of
+	// it: another host that reads a wrong one presents a wrong token.
+	record := filepath.Join(lay.OverlayDir("tok"), ".channel")
+	secret, err := os.ReadFile(record)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(record, []byte(strings.Repeat("0", 64)+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	other := docker.New(sandbox.Env{Layout: lay, AgentBinary: env(t).AgentBinary})
 	defer other.Close()
 	cctx, cancel := context.WithTimeout(ctx, 15*time.Second) // a host gives up sooner than the default
 	defer cancel()
-	_, err := other.Connect(cctx, "tok")
+	_, err = other.Connect(cctx, "tok")
 	if !sandbox.IsNotRunning(err) || !strings.Contains(err.Error(), "token") {
 		t.Fatalf("connect with a wrong token: %v", err)
 	}
@@ -122,8 +128,8 @@ func TestWrongToken(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if bytes.Contains(res.Stdout, []byte("TOKEN")) || bytes.Contains(res.Stdout, []byte("token=")) {
-		t.Errorf("a token is in the environment: %s", res.Stdout)
+	if bytes.Contains(res.Stdout, bytes.TrimSpace(secret)) || bytes.Contains(res.Stdout, []byte(protocol.SecretEnv)) {
+		t.Errorf("the secret is in the environment: %s", res.Stdout)
 	}
 }
 

@@ -13,8 +13,6 @@ package docker
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"hash/fnv"
 	"net"
@@ -192,7 +190,7 @@ func (r *runtime) plan(lay layout.Layout, id string, opts sandbox.CreateOptions)
 	}
 	args := []string{"--id", id, "--root", "/", "--workdir", Workspace, "--subreaper", protocol.ConfineFlag}
 	if p.tcp {
-		args = append(args, "--listen", fmt.Sprintf("0.0.0.0:%d", AgentPort), "--token-file", ChannelDir+"/"+TokenFile)
+		args = append(args, "--listen", fmt.Sprintf("0.0.0.0:%d", AgentPort))
 	} else {
 		args = append(args, "--channel-dir", ChannelDir)
 	}
@@ -204,8 +202,12 @@ func (r *runtime) plan(lay layout.Layout, id string, opts sandbox.CreateOptions)
 		"NPM_CONFIG_PREFIX=" + Home + "/.npm-global", "PIP_USER=1", "PIP_BREAK_SYSTEM_PACKAGES=1",
 		"NSYS_CORTEX_NEURON=" + id,
 	}, opts.Env...)...)
+	channel := lay.ChannelDir(Mode, id)
+	if p.tcp {
+		channel = ""
+	}
 	p.spec = RunSpec{Name: ContainerName(lay, id), ID: id, HomeTag: homeTag(lay), Image: img, UID: uid, GID: gid,
-		Channel: lay.ChannelDir(Mode, id), Home: homeDir(lay, id), Network: network, Publish: p.tcp,
+		Channel: channel, Home: homeDir(lay, id), Network: network, Publish: p.tcp,
 		MemoryBytes: lim.MemoryBytes, Pids: lim.Pids, CPUs: lim.CPUs, TmpBytes: tmpBytes, Env: env, AgentArgs: args}
 	if _, err := EnvFileContent(env); err != nil {
 		return nil, &sandbox.InvalidError{Reason: err.Error()}
@@ -275,7 +277,10 @@ func (r *runtime) Start(req *lifecycle.StartRequest) (*exec.Cmd, error) {
 	if err != nil {
 		return nil, err
 	}
-	content, err := EnvFileContent(p.spec.Env)
+	// The per-start secret goes in the environment the client reads from
+	// the pipe: the agent (PID 1 of the container, non-dumpable from its
+	// first moment) takes it out before it starts anything.
+	content, err := EnvFileContent(append(p.spec.Env, protocol.SecretEnv+"="+req.Secret))
 	if err != nil {
 		return nil, err
 	}
@@ -315,30 +320,16 @@ func (r *runtime) Start(req *lifecycle.StartRequest) (*exec.Cmd, error) {
 // Released: a container is removed when it stops (--rm); nothing is held.
 func (r *runtime) Released(layout.Layout, string) {}
 
-// Link dials the agent of neuron id when the transport is tcp: the port docker published,
-// and the token in the channel directory (made now if there is none: a
-// create clears the directory first, so each create gets a fresh one).
+// Link dials the agent of neuron id when the transport is tcp: the port
+// docker published. The host presents the neuron's per-start secret as its
+// token, and the agent proves it holds the same secret.
 func (r *runtime) Link(lay layout.Layout, id string, o link.Options) (*link.Link, error) {
 	if t, _, err := resolveTransport(context.Background()); err != nil {
 		return nil, err
 	} else if t != "tcp" {
 		return nil, nil
 	}
-	dir := lay.ChannelDir(Mode, id)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, err
-	}
-	uid, gid, owned := r.SocketOwner(lay, id)
-	if owned {
-		if err := os.Lchown(dir, uid, gid); err != nil {
-			return nil, err
-		}
-	}
-	token, err := readOrMakeToken(filepath.Join(dir, TokenFile), uid, gid, owned)
-	if err != nil {
-		return nil, err
-	}
-	o.Token = token
+	o.Token = o.Secret
 	name := ContainerName(lay, id)
 	var mu sync.Mutex
 	var addr string
@@ -375,34 +366,6 @@ func loopbackAddr(out string) (string, error) {
 		}
 	}
 	return "", fmt.Errorf("docker port printed no IPv4 address: %q", out)
-}
-
-// readOrMakeToken returns the token in path, or writes a fresh one
-// (32 random bytes, hex, owner-only).
-func readOrMakeToken(path string, uid, gid int, chown bool) (string, error) {
-	if b, err := os.ReadFile(path); err == nil && len(strings.TrimSpace(string(b))) >= 32 {
-		return strings.TrimSpace(string(b)), nil
-	}
-	var raw [32]byte
-	if _, err := rand.Read(raw[:]); err != nil {
-		return "", err
-	}
-	token := hex.EncodeToString(raw[:])
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, []byte(token+"\n"), 0o600); err != nil {
-		return "", err
-	}
-	if chown {
-		if err := os.Lchown(tmp, uid, gid); err != nil {
-			os.Remove(tmp)
-			return "", err
-		}
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		os.Remove(tmp)
-		return "", err
-	}
-	return token, nil
 }
 
 // Alive reports whether neuron st.ID's container runs.

@@ -114,9 +114,10 @@ func TestConformance(t *testing.T) {
 	requireDocker(t)
 	t.Setenv(docker.EnvTransport, "unix")
 	sandboxtest.Run(t, sandboxtest.Config{
-		New:  func(e sandbox.Env) sandbox.Manager { return docker.New(e) },
-		Env:  env,
-		Kill: dockerKill,
+		New:        func(e sandbox.Env) sandbox.Manager { return docker.New(e) },
+		Env:        env,
+		Kill:       dockerKill,
+		ChannelDir: docker.ChannelDir,
 	})
 }
 
@@ -127,10 +128,11 @@ func TestConformanceTCP(t *testing.T) {
 	t.Setenv(docker.EnvTransport, "tcp")
 	t.Setenv(docker.EnvNetwork, testNetwork)
 	sandboxtest.Run(t, sandboxtest.Config{
-		New:     func(e sandbox.Env) sandbox.Manager { return docker.New(e) },
-		Env:     env,
-		Kill:    dockerKill,
-		Options: sandbox.CreateOptions{Network: sandbox.Network{Mode: sandbox.NetworkFull}},
+		New:        func(e sandbox.Env) sandbox.Manager { return docker.New(e) },
+		Env:        env,
+		Kill:       dockerKill,
+		Options:    sandbox.CreateOptions{Network: sandbox.Network{Mode: sandbox.NetworkFull}},
+		ChannelDir: docker.ChannelDir,
 	})
 }
 

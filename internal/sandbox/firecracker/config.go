@@ -65,7 +65,7 @@ const (
 	// ParentCgroup is the cgroup (under the v2 mount) neurons' VMs go in.
 	ParentCgroup = "nsys-cortex"
 	// Workspace is the workspace inside the VM, as in the qemu backend
-	// (the agent runs its commands as the guest's root, home vmguest.Home).
+	// (the agent runs as the unprivileged guest user, home vmguest.Home).
 	Workspace = "/home/agent/workspace"
 )
 

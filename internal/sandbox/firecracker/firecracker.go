@@ -236,7 +236,7 @@ func (r *runtime) Start(req *lifecycle.StartRequest) (*exec.Cmd, error) {
 	}
 	restore := r.restores.Get(id)
 	r.bridges.forget(id)
-	cfg := &GuestConfig{ID: id, Workdir: Workspace, Env: vmguest.Env(id, p.policy.Network, req.Options.Env), Pids: p.policy.Limits.Pids,
+	cfg := &GuestConfig{ID: id, Workdir: Workspace, Env: vmguest.Env(id, p.policy.Network, req.Options.Env, false), Secret: req.Secret, Pids: p.policy.Limits.Pids,
 		NestedUserns: p.policy.NestedUserns, VsockPort: AgentVsockPort, CtlVsockPort: CtlVsockPort, Ports: -1}
 	if p.policy.Network.Mode == sandbox.NetworkEgress {
 		cfg.Egress, cfg.EgressVsockPort = vmguest.Proxy, EgressVsockPort

@@ -110,7 +110,7 @@ func TestCreateExecDestroy(t *testing.T) {
 	}
 	// The agent's environment came on the config disk: what was granted,
 	// nothing of the host's.
-	if got := exec1(t, ctx, c, `echo "$GREETING from $PWD as $USER, token ${GITHUB_TOKEN:-unset}"`); got != "hello from "+Workspace+" as root, token unset" {
+	if got := exec1(t, ctx, c, `echo "$GREETING from $PWD as $USER, token ${GITHUB_TOKEN:-unset}"`); got != "hello from "+Workspace+" as agent, token unset" {
 		t.Fatalf("exec: %q", got)
 	}
 	if err := c.WriteFile(ctx, "notes.txt", []byte("kept"), nil); err != nil {

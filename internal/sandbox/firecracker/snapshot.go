@@ -12,6 +12,7 @@ import (
 	"github.com/nsys-cortex/cortex/internal/layout"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
 	"github.com/nsys-cortex/cortex/internal/sandbox/firecracker/vsock"
+	"github.com/nsys-cortex/cortex/internal/sandbox/internal/lifecycle"
 	"github.com/nsys-cortex/cortex/internal/store"
 )
 
@@ -45,7 +46,23 @@ type vmMeta struct {
 // it in Start (load, not boot), and Stop (no power-off of a VM whose disk
 // is being replaced).
 type restorePlan struct {
-	dir string // the snapshot's directory
+	dir    string // the snapshot's directory
+	secret string // the channel secret the saved agent holds
+}
+
+// snapSecret is where a snapshot keeps its agent's channel secret
+// (owner-only; the saved memory holds it too).
+const snapSecret = "vm/channel"
+
+var _ lifecycle.SecretKeeper = (*runtime)(nil)
+
+// KeptSecret: a VM resumed from a snapshot runs the agent that was saved,
+// which holds the secret it was started with.
+func (r *runtime) KeptSecret(_ layout.Layout, id string) (string, bool) {
+	if p := r.restores.Get(id); p != nil {
+		return p.secret, true
+	}
+	return "", false
 }
 
 var _ sandbox.Snapshotter = (*Manager)(nil)
@@ -102,7 +119,14 @@ func (m *Manager) Snapshot(ctx context.Context, id, name string) (*store.Snapsho
 	if meta.RootDiskStamp, err = diskStamp(meta.RootDisk); err != nil {
 		return nil, err
 	}
+	secret, err := m.Secret(id)
+	if err != nil {
+		return nil, err
+	}
 	if err := m.rt.snapshotVM(ctx, lay, id, j, tmp, &meta); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(tmp, snapSecret), []byte(secret+"\n"), 0o600); err != nil {
 		return nil, err
 	}
 	if err := store.WriteJSON(filepath.Join(tmp, "vm", "vm.json"), &meta, 0o600); err != nil {
@@ -229,9 +253,21 @@ func (m *Manager) RestoreVM(ctx context.Context, id, name string) (*Restored, er
 		return nil, &sandbox.InvalidError{Reason: fmt.Sprintf("VM snapshot %q was taken over the root disk %s (%s); %s is not that disk any more "+
 			"(a rebuilt image?), and the snapshot's memory would not match it", name, meta.RootDisk, meta.RootDiskStamp, root)}
 	}
-	m.rt.restores.Set(id, &restorePlan{dir: dir})
+	b, err := os.ReadFile(filepath.Join(dir, snapSecret))
+	secret := strings.TrimSpace(string(b))
+	if err != nil || secret == "" {
+		return nil, &sandbox.InvalidError{Reason: fmt.Sprintf("snapshot %q of %s was taken by an older nsys-cortex: its agent cannot prove "+
+			"it is the neuron's agent, so it is not restored (take a new snapshot of a neuron created by this version)", name, id)}
+	}
+	m.rt.restores.Set(id, &restorePlan{dir: dir, secret: secret})
 	defer m.rt.restores.Set(id, nil)
+	// The policy is the host's, never the snapshot's: a running neuron's
+	// network policy stays, a stopped one gets the default (none).
+	var network sandbox.Network
 	if st, err := m.Get(ctx, id); err == nil && st.Status != sandbox.StatusStopped {
+		if st.Policy != nil && st.Status == sandbox.StatusRunning {
+			network = st.Policy.Network
+		}
 		if err := m.Destroy(ctx, id, sandbox.DestroyOptions{}); err != nil {
 			return nil, fmt.Errorf("stopping %s before its restore: %w", id, err)
 		}
@@ -242,7 +278,7 @@ func (m *Manager) RestoreVM(ctx context.Context, id, name string) (*Restored, er
 	if err := copyAtomic(filepath.Join(dir, "data", "overlay.ext4"), overlayDisk(lay, id)); err != nil {
 		return nil, fmt.Errorf("restoring the overlay disk: %w", err)
 	}
-	opts := sandbox.CreateOptions{Network: meta.Policy.Network, Limits: meta.Policy.Limits, Image: meta.Policy.Image, NestedUserns: meta.Policy.NestedUserns}
+	opts := sandbox.CreateOptions{Network: network, Limits: meta.Policy.Limits, Image: meta.Policy.Image, NestedUserns: meta.Policy.NestedUserns}
 	st, err := m.Create(ctx, id, opts)
 	if err != nil {
 		return nil, err

@@ -381,7 +381,11 @@ func (r *runtime) plan(req *lifecycle.StartRequest, who identity, ceil *ceilings
 		ID: id, Hostname: id, Network: "none", UID: AgentUID, GID: AgentGID,
 		Root: protocol.OverlayMount{Target: filepath.Join(lay.OverlayDir(id), "root"),
 			Upper: upper(lay, id, "root"), Work: work(lay, id, "root")},
-		Binds:     []protocol.BindMount{{Source: req.SocketDir, Target: ChannelDir}},
+		// Read-only: the agent only finds sockets there and connects to
+		// them (which a read-only mount allows), and nothing in the
+		// neuron may place or move one — whatever its uid.
+		Binds:     []protocol.BindMount{{Source: req.SocketDir, Target: ChannelDir, ReadOnly: true}},
+		Secret:    req.Secret,
 		Rlimits:   ceil.rlimits,
 		AgentArgs: []string{"--id", id, "--channel-dir", ChannelDir, "--root", "/", "--workdir", Workspace, "--subreaper", protocol.ConfineFlag},
 		Workdir:   Workspace,

@@ -44,8 +44,9 @@ func requireNsbox(t *testing.T) {
 func TestConformance(t *testing.T) {
 	requireNsbox(t)
 	sandboxtest.Run(t, sandboxtest.Config{
-		New:      func(e sandbox.Env) sandbox.Manager { return nsbox.New(e) },
-		Env:      env,
-		Confined: false,
+		New:        func(e sandbox.Env) sandbox.Manager { return nsbox.New(e) },
+		Env:        env,
+		Confined:   false,
+		ChannelDir: nsbox.ChannelDir,
 	})
 }

@@ -21,6 +21,7 @@ import (
 
 	"github.com/nsys-cortex/cortex/internal/layout"
 	"github.com/nsys-cortex/cortex/internal/link"
+	"github.com/nsys-cortex/cortex/internal/protocol"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
 	"github.com/nsys-cortex/cortex/internal/sandbox/internal/lifecycle"
 )
@@ -96,11 +97,16 @@ func (r runtime) Start(req *lifecycle.StartRequest) (*exec.Cmd, error) {
 	if !hasKey(env, "PATH") {
 		env = append(env, "PATH=/usr/local/bin:/usr/bin:/bin")
 	}
+	secret, err := lifecycle.SecretPipe(req.Secret)
+	if err != nil {
+		return nil, err
+	}
+	defer secret.Close()
 	cmd := &exec.Cmd{
 		Path: req.AgentBin,
 		Args: []string{req.AgentBin, "--id", req.ID, "--channel-dir", req.SocketDir, "--root", req.Workdir,
-			"--workdir", req.Workdir, "--subreaper"},
-		Env: env, Dir: req.Workdir, Stdout: req.Log, Stderr: req.Log,
+			"--workdir", req.Workdir, "--subreaper", protocol.SecretFDFlag, "3"},
+		Env: env, Dir: req.Workdir, Stdout: req.Log, Stderr: req.Log, ExtraFiles: []*os.File{secret},
 		SysProcAttr: &syscall.SysProcAttr{Setsid: true},
 	}
 	if err := cmd.Start(); err != nil {

@@ -109,6 +109,17 @@ var (
 
 func (r *runtime) Mode() string { return Mode }
 
+var _ lifecycle.SecretKeeper = (*runtime)(nil)
+
+// KeptSecret: a VM resumed from a snapshot runs the agent that was saved,
+// which holds the secret it was started with.
+func (r *runtime) KeptSecret(_ layout.Layout, id string) (string, bool) {
+	if job := r.restores.Get(id); job != nil {
+		return job.secret, true
+	}
+	return "", false
+}
+
 // binary finds QEMU.
 func binary() (string, error) {
 	name := os.Getenv(EnvBinary)
@@ -269,8 +280,8 @@ func (r *runtime) Start(req *lifecycle.StartRequest) (*exec.Cmd, error) {
 			return nil, fmt.Errorf("TCG: %w", err)
 		}
 	}
-	cfg := &guestinit.Config{ID: req.ID, Workdir: Workspace, Env: vmguest.Env(req.ID, p.network, req.Options.Env), Pids: p.limits.Pids,
-		NestedUserns: p.nestedUserns, Ports: Ports}
+	cfg := &guestinit.Config{ID: req.ID, Workdir: Workspace, Env: vmguest.Env(req.ID, p.network, req.Options.Env, false), Pids: p.limits.Pids,
+		NestedUserns: p.nestedUserns, Ports: Ports, Secret: req.Secret}
 	if p.network.Mode == sandbox.NetworkEgress {
 		cfg.Egress = vmguest.Proxy
 	}
@@ -347,6 +358,9 @@ func (r *runtime) Link(lay layout.Layout, id string, o link.Options) (*link.Link
 		return nil, err
 	}
 	rl := &relay{linkPath: l.Path(), vmPath: portSocket(dir, n), lock: lock}
+	if job := r.restores.Get(id); job != nil {
+		rl.after = job.resumed
+	}
 	go rl.run() // ends when the link does (its socket goes)
 	return l, nil
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nsys-cortex/cortex/internal/agent/guestinit"
 	"github.com/nsys-cortex/cortex/internal/image"
 	"github.com/nsys-cortex/cortex/internal/layout"
 	"github.com/nsys-cortex/cortex/internal/link"
@@ -114,12 +115,13 @@ func killGuestAgent(t *testing.T, st *sandbox.State) {
 
 func conformance(t *testing.T) sandboxtest.Config {
 	return sandboxtest.Config{
-		New:       func(e sandbox.Env) sandbox.Manager { return qemu.New(e) },
-		Env:       env,
-		Confined:  false,
-		Kill:      killGuestAgent,
-		OwnKernel: true,
-		Options:   sandbox.CreateOptions{Image: requireQEMU(t)},
+		New:        func(e sandbox.Env) sandbox.Manager { return qemu.New(e) },
+		Env:        env,
+		Confined:   false,
+		Kill:       killGuestAgent,
+		OwnKernel:  true,
+		Options:    sandbox.CreateOptions{Image: requireQEMU(t)},
+		ChannelDir: guestinit.ChannelDir,
 	}
 }
 

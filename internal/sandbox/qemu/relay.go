@@ -1,6 +1,7 @@
 package qemu
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/nsys-cortex/cortex/internal/agent/guestinit"
 	"github.com/nsys-cortex/cortex/internal/protocol"
 )
 
@@ -21,9 +23,10 @@ import (
 // EOF. A host process takes one free port (an flock on port-N.lock), and
 // its link listens on a socket of its own as in every other mode; a relay
 // joins the two. The relay connects to the port first and connects to the
-// link only once the guest speaks (its agent's hello), so the link's
+// link only once the guest says its agent is ready for this session
+// (guestinit.PortReady, which the relay keeps to itself), so the link's
 // handshake clock does not run while the guest boots (under TCG that takes
-// seconds). One port per host process lets several processes use one
+// seconds); then the host's hello goes first, as on every channel. One port per host process lets several processes use one
 // neuron at once, as the conformance suite requires.
 
 // portSocket and portLock are port n's files in the channel directory.
@@ -56,6 +59,9 @@ const portLinger = 250 * time.Millisecond
 type relay struct {
 	linkPath, vmPath string
 	lock             *os.File
+	// after, when set, is closed once the VM may be dialled (a restored
+	// guest has ended its snapshot's sessions).
+	after <-chan struct{}
 }
 
 func (r *relay) run() {
@@ -63,6 +69,16 @@ func (r *relay) run() {
 		time.Sleep(portLinger)
 		r.lock.Close()
 	}()
+	for wait := r.after; wait != nil; {
+		select {
+		case <-wait:
+			wait = nil
+		case <-time.After(200 * time.Millisecond):
+			if !r.linkAlive() {
+				return // the start failed before the guest resumed
+			}
+		}
+	}
 	backoff := 10 * time.Millisecond
 	for r.linkAlive() {
 		vm, err := protocol.DialUnix(context.Background(), r.vmPath)
@@ -84,7 +100,9 @@ func (r *relay) run() {
 			vm.Close()
 			return // the link is gone
 		}
-		if _, err := host.Write(first); err == nil {
+		if len(first) == 0 {
+			pipe(vm, host)
+		} else if _, err := host.Write(first); err == nil {
 			pipe(vm, host)
 		}
 		vm.Close()
@@ -98,16 +116,37 @@ func (r *relay) linkAlive() bool {
 	return err == nil
 }
 
-// guestSpeaks waits for the guest's first bytes on a port connection,
-// looking every 200 ms whether the link is still there.
+// guestSpeaks waits for the guest's readiness on a port connection
+// (guestinit.PortReady), looking every 200 ms whether the link is still
+// there, and returns what came after it (nothing, from a sound guest).
 func (r *relay) guestSpeaks(vm net.Conn) ([]byte, error) {
 	buf := make([]byte, 64<<10)
+	got := 0
 	for {
 		vm.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
-		n, err := vm.Read(buf)
-		if n > 0 {
+		n, err := vm.Read(buf[got:])
+		got += n
+		// Every session the guest opens on the port starts with its
+		// readiness; sessions it ended before this relay came (a guest
+		// just restored ends those of its snapshot) leave theirs first.
+		ready := []byte(guestinit.PortReady)
+		rest := buf[:got]
+		seen := false
+		for bytes.HasPrefix(rest, ready) {
+			rest, seen = rest[len(ready):], true
+		}
+		switch {
+		case seen && (len(rest) == 0 || !bytes.HasPrefix(ready, rest)): // not another readiness, cut short
 			vm.SetReadDeadline(time.Time{})
-			return buf[:n], nil
+			return rest, nil
+		case !seen && !bytes.HasPrefix(ready, rest):
+			return nil, fmt.Errorf("the guest opened the port with %q, not its readiness", buf[:min(got, 64)])
+		}
+		if got == len(buf) {
+			return nil, errors.New("the guest sent nothing but readiness")
+		}
+		if n > 0 && err == nil {
+			continue
 		}
 		var ne net.Error
 		if errors.As(err, &ne) && ne.Timeout() {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -34,6 +35,9 @@ const (
 	snapKernel    = "vm/vmlinux"
 	snapInitramfs = "vm/initramfs.cpio"
 	snapRootDisk  = "vm/rootfs.ext4"
+	// snapSecret is the channel secret the saved agent holds (owner-only,
+	// beside the machine's state, which holds it too).
+	snapSecret = "vm/channel"
 )
 
 // SnapshotInfo describes a VM snapshot (its Mode is qemu).
@@ -81,9 +85,16 @@ func (b bootFiles) pin(dir string) (bootFiles, error) {
 type restoreJob struct {
 	dir  string
 	meta SnapshotInfo
+	// secret is the channel secret the saved agent holds.
+	secret string
 	// clock has the outcome of the check of the resumed guest's clock,
 	// which runs while its agent greets the host; nil until it starts.
 	clock chan error
+	// resumed is closed once the guest has heard it was restored (and has
+	// ended the channel sessions of its snapshot), or the resume failed:
+	// this process's relay opens its port only then, so its session is
+	// one the restored guest made.
+	resumed chan struct{}
 }
 
 func (j *restoreJob) file(name string) string { return filepath.Join(j.dir, name) }
@@ -97,6 +108,7 @@ func (j *restoreJob) bootFiles() bootFiles {
 // every restore of one snapshot gets the present time and randomness of
 // its own.
 func (j *restoreJob) resume(ctx context.Context, chanDir string) error {
+	defer close(j.resumed)
 	q, err := dialQMP(ctx, qmpSocket(chanDir))
 	if err != nil {
 		return err
@@ -212,6 +224,9 @@ func (m *Manager) SnapshotVM(ctx context.Context, id, name string) (*SnapshotInf
 	}
 	stopped := time.Now()
 	saved, err := m.saveStopped(ctx, q, id, chanDir, tmp)
+	if err == nil {
+		err = m.keepSecret(id, filepath.Join(tmp, snapSecret))
+	}
 	// Whatever happened, the VM runs on (cont also takes back the disks
 	// the finished migration handed over).
 	cerr := q.run(context.WithoutCancel(ctx), "cont", nil, nil)
@@ -239,6 +254,16 @@ func (m *Manager) SnapshotVM(ctx context.Context, id, name string) (*SnapshotInf
 		return nil, err
 	}
 	return info, nil
+}
+
+// keepSecret saves the running agent's channel secret where a restore of
+// the snapshot finds it: the restored agent proves the same one.
+func (m *Manager) keepSecret(id, path string) error {
+	secret, err := m.Secret(id)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, []byte(secret+"\n"), 0o600)
 }
 
 // saveStopped writes the stopped VM's state and copies its overlay disk
@@ -308,7 +333,7 @@ func (m *Manager) Restore(ctx context.Context, id, name string) (*sandbox.State,
 	if err := store.CheckRestore(snap, Mode, true); err != nil {
 		return nil, &sandbox.InvalidError{Reason: err.Error(), Err: err}
 	}
-	job := &restoreJob{dir: filepath.Join(m.lay.SnapshotsDir(id), name)}
+	job := &restoreJob{dir: filepath.Join(m.lay.SnapshotsDir(id), name), resumed: make(chan struct{})}
 	if err := store.ReadJSON(filepath.Join(job.dir, snapMeta), &job.meta); err != nil {
 		return nil, err
 	}
@@ -321,9 +346,23 @@ func (m *Manager) Restore(ctx context.Context, id, name string) (*sandbox.State,
 			return nil, fmt.Errorf("snapshot %q of %s is incomplete: %w", name, id, err)
 		}
 	}
+	if b, err := os.ReadFile(job.file(snapSecret)); err == nil && len(strings.TrimSpace(string(b))) > 0 {
+		job.secret = strings.TrimSpace(string(b))
+	} else {
+		return nil, &sandbox.InvalidError{Reason: fmt.Sprintf("snapshot %q of %s was taken by an older nsys-cortex: its agent cannot prove "+
+			"it is the neuron's agent, so it is not restored (take a new snapshot of a neuron created by this version)", name, id)}
+	}
 	m.restoreMu.Lock()
 	defer m.restoreMu.Unlock()
+	// The policy is the host's, never the snapshot's: a running neuron's
+	// stays, a stopped one gets the defaults (network none), as a create
+	// without flags would; the snapshot's network policy is not brought
+	// back (a neuron tightened since would get its old egress again).
+	var policy sandbox.Policy
 	if st, err := m.Get(ctx, id); err == nil {
+		if st.Policy != nil && st.Status == sandbox.StatusRunning {
+			policy = *st.Policy
+		}
 		if st.Status != sandbox.StatusStopped {
 			if err := m.Destroy(ctx, id, sandbox.DestroyOptions{}); err != nil {
 				return nil, err
@@ -342,8 +381,10 @@ func (m *Manager) Restore(ctx context.Context, id, name string) (*sandbox.State,
 	}
 	m.rt.restores.Set(id, job)
 	defer m.rt.restores.Set(id, nil)
+	// The machine is the snapshot's (its memory and vCPUs, in Start); its
+	// image and nested-namespace setting are in its state already.
 	p := job.meta.Policy
-	st, err := m.Manager.Create(ctx, id, sandbox.CreateOptions{Network: p.Network, Limits: p.Limits, Image: p.Image, NestedUserns: p.NestedUserns})
+	st, err := m.Manager.Create(ctx, id, sandbox.CreateOptions{Network: policy.Network, Limits: p.Limits, Image: p.Image, NestedUserns: p.NestedUserns})
 	if job.clock == nil { // the VM did not get as far as resuming
 		return st, err
 	}

@@ -351,8 +351,18 @@ func TestPolicy(t *testing.T) {
 			t.Fatal("the vsock modules were not loaded")
 		}
 	}
-	if got := f.sh(c, "cat /sys/fs/cgroup/neuron/pids.max; cat /proc/sys/user/max_user_namespaces; id -u"); got != "64\n0\n0" {
-		t.Fatalf("pids.max, max_user_namespaces, uid: %q", got)
+	// Commands run as the unprivileged guest user: guest root is PID 1's.
+	if got := f.sh(c, "cat /sys/fs/cgroup/neuron/pids.max; cat /proc/sys/user/max_user_namespaces; id -u; id -un; echo $HOME"); got != "64\n0\n1000\nagent\n/home/agent" {
+		t.Fatalf("pids.max, max_user_namespaces, uid, user, home: %q", got)
+	}
+	for _, root := range []string{"cat /dev/vport*p* 2>&1 | head -c 200", "ls /run/cortex/channel >/dev/null && echo listed", "echo x > /etc/x 2>&1 || echo refused"} {
+		out := f.sh(c, root)
+		if strings.Contains(root, "/etc/x") && out != "refused" && !strings.Contains(out, "denied") {
+			t.Errorf("%s: %q: an unprivileged command wrote /etc", root, out)
+		}
+		if strings.Contains(root, "vport") && !strings.Contains(out, "denied") && !strings.Contains(out, "No such") {
+			t.Errorf("%s: %q: a command read a channel device", root, out)
+		}
 	}
 	// QEMU itself is nobody on the host when the host process is root.
 	if os.Getuid() == 0 {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/nsys-cortex/cortex/internal/link"
 	"github.com/nsys-cortex/cortex/internal/protocol"
+	"github.com/nsys-cortex/cortex/internal/sandbox"
 	"github.com/nsys-cortex/cortex/internal/store"
 	"github.com/nsys-cortex/cortex/internal/transfer"
 )
@@ -60,6 +61,50 @@ func testBoundary(t *testing.T, f *fixture) {
 		if names, _ := os.ReadDir(outside); len(names) != 0 {
 			t.Fatalf("the copy wrote through the neuron's link into %s: %v", outside, names)
 		}
+	})
+
+	t.Run("ImpostorIsRefused", func(t *testing.T) {
+		// A process of the neuron stops the real agent and answers the
+		// host's next connection as if it were the agent.
+		tool := uploadHostile(t, f, c)
+		dir := f.cfg.ChannelDir
+		if dir == "" {
+			dir = st.SocketDir // process mode: the neuron sees the host's paths
+		}
+		if _, err := c.ProcStart(f.ctx, &protocol.ProcStartArgs{Command: protocol.Command{Argv: []string{tool, "impostor", dir, "8"}}}); err != nil {
+			t.Fatal(err)
+		}
+		// Where the agent is PID 1 of its namespace (docker), nothing in
+		// the neuron can stop it: the impostor then only races it.
+		stopped := waitUntil(5*time.Second, func() bool {
+			ctx, cancel := context.WithTimeout(f.ctx, 300*time.Millisecond)
+			defer cancel()
+			_, err := c.Health(ctx)
+			return err != nil
+		})
+		t.Logf("the impostor stopped the agent: %v", stopped)
+		ctx, cancel := context.WithTimeout(f.ctx, 5*time.Second)
+		defer cancel()
+		other, err := f.manager().Connect(ctx, "bound")
+		if err == nil {
+			res, eerr := other.Exec(ctx, &link.ExecRequest{Command: protocol.Command{Argv: []string{"id"}}})
+			if eerr == nil && strings.Contains(string(res.Stdout), "forged-by-the-impostor") {
+				t.Fatalf("a new host connection took the impostor's forged answer: %q", res.Stdout)
+			}
+			if stopped {
+				t.Fatalf("a new host connection was answered while the agent was stopped: %+v %v", res, eerr)
+			}
+		} else if !strings.Contains(err.Error(), "posing as its agent") && !droppedInGuest(f, m, "bound") {
+			// Either the host refused the impostor's hello, or (a VM) the
+			// guest's PID 1 never let it reach the host at all.
+			t.Errorf("the impostor was neither refused by the host nor dropped by the guest: %v", err)
+		}
+		waitFor(t, 30*time.Second, "the agent to go on", func() bool {
+			ctx, cancel := context.WithTimeout(f.ctx, time.Second)
+			defer cancel()
+			_, err := c.Health(ctx)
+			return err == nil
+		})
 	})
 
 	t.Run("SnapshotNeverReadsThroughLinks", func(t *testing.T) {
@@ -170,4 +215,34 @@ func uploadHostile(t *testing.T, f *fixture, c *link.Client) string {
 		t.Fatal(err)
 	}
 	return "./.hostile"
+}
+
+// waitUntil polls cond until it holds (true) or d passes (false).
+func waitUntil(d time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(d)
+	for {
+		if cond() {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// droppedInGuest reports whether the neuron's log says its PID 1 dropped
+// a connection to the channel that did not come from the agent (a VM's
+// bridge checks the peer of every socket it places).
+func droppedInGuest(f *fixture, m sandbox.Manager, id string) bool {
+	lp, ok := m.(sandbox.LogPather)
+	if !ok {
+		return false
+	}
+	path, err := lp.LogPath(f.ctx, id)
+	if err != nil {
+		return false
+	}
+	b, err := os.ReadFile(path)
+	return err == nil && bytes.Contains(b, []byte("which is not the agent"))
 }

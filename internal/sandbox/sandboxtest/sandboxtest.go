@@ -50,6 +50,9 @@ type Config struct {
 	OwnKernel bool
 	// Options are the options of every neuron the suite creates.
 	Options sandbox.CreateOptions
+	// ChannelDir is where the host's sockets appear inside the neuron
+	// (empty: at their host path, as in process mode).
+	ChannelDir string
 }
 
 // ShortTempDir returns a fresh directory with a short path (Unix socket

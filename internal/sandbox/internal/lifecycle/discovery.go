@@ -299,6 +299,10 @@ func (m *Manager) unresponsive(st *sandbox.State, err error) error {
 	if !errors.As(err, &be) {
 		return err // cancelled, or refused: as it is
 	}
+	if strings.HasPrefix(be.Reason, refusedPrefix) {
+		return &sandbox.NotRunningError{ID: st.ID, Reason: "it runs, but " + be.Reason,
+			Hint: "if nothing in the neuron poses as its agent, nsys-cortex destroy " + st.ID + " and create it again; its data stays"}
+	}
 	if strings.HasPrefix(be.Reason, "no connection to the agent") {
 		return &sandbox.NotRunningError{ID: st.ID, Reason: "it runs, but " + be.Reason,
 			Hint: "nsys-cortex destroy " + st.ID + " and create it again to restart it; its data stays"}

@@ -34,6 +34,7 @@ import (
 	"github.com/nsys-cortex/cortex/internal/ids"
 	"github.com/nsys-cortex/cortex/internal/layout"
 	"github.com/nsys-cortex/cortex/internal/link"
+	"github.com/nsys-cortex/cortex/internal/protocol"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
 	"github.com/nsys-cortex/cortex/internal/store"
 )
@@ -59,10 +60,13 @@ type Manager struct {
 // neuron is a neuron this process holds: its channel, its lock, and (when
 // this process started it) the agent process.
 type neuron struct {
-	id    string
-	link  *link.Link
-	lock  *store.Lock
-	state *sandbox.State
+	id string
+	// secret is the neuron's per-start secret its agent proves on every
+	// connection ("" until read from its record).
+	secret string
+	link   *link.Link
+	lock   *store.Lock
+	state  *sandbox.State
 	// exited is closed when the agent this process started has been reaped.
 	exited chan struct{}
 	// refused receives why a connecting agent failed the handshake.
@@ -90,6 +94,44 @@ func (m *Manager) socketDir(id string) string { return m.lay.ChannelDir(m.rt.Mod
 func (m *Manager) logFile(id string) string {
 	return filepath.Join(m.lay.LogsDir(), "neurons", id+".log")
 }
+
+// secretFile holds the per-start secret of a neuron's agent (a host
+// record, owner-only, never in a snapshot).
+func (m *Manager) secretFile(id string) string { return filepath.Join(m.overlay(id), ".channel") }
+
+// newSecret makes the secret of a neuron about to start (or takes the one
+// the runtime keeps: a VM resumed from a snapshot holds its own) and
+// records it for every host process that connects later.
+func (m *Manager) newSecret(id string) (string, error) {
+	secret := protocol.NewSecret()
+	if k, ok := m.rt.(SecretKeeper); ok {
+		if kept, ok := k.KeptSecret(m.lay, id); ok {
+			secret = kept
+		}
+	}
+	if err := store.WriteFileAtomic(m.secretFile(id), []byte(secret+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("recording the channel secret of %s: %w", id, err)
+	}
+	return secret, nil
+}
+
+// Secret returns the per-start secret of neuron id's running agent (a VM
+// mode keeps it with a whole-machine snapshot, whose agent holds it).
+func (m *Manager) Secret(id string) (string, error) { return m.readSecret(id) }
+
+// readSecret returns the recorded secret of a running neuron.
+func (m *Manager) readSecret(id string) (string, error) {
+	b, err := os.ReadFile(m.secretFile(id))
+	if s := strings.TrimSpace(string(b)); err == nil && s != "" {
+		return s, nil
+	}
+	if errors.Is(err, fs.ErrNotExist) || err == nil {
+		return "", &sandbox.NotRunningError{ID: id, Reason: "it was started by an older nsys-cortex, whose agent cannot prove it is the neuron's agent",
+			Hint: "nsys-cortex destroy " + id + " and create it again; its data stays"}
+	}
+	return "", fmt.Errorf("the channel secret of %s: %w", id, err)
+}
+
 func (m *Manager) lockFor(id string) *store.Lock {
 	return store.NewLock(filepath.Join(m.overlay(id), ".lock"))
 }
@@ -251,11 +293,15 @@ func (m *Manager) create(ctx context.Context, id, bin string, lock *store.Lock, 
 	}
 	os.RemoveAll(st.SocketDir) // sockets of hosts that are gone
 	n := &neuron{id: id, lock: lock, state: st, exited: make(chan struct{}), refused: make(chan error, 1)}
+	if n.secret, err = m.newSecret(id); err != nil {
+		m.clear(id)
+		return nil, err
+	}
 	if n.link, err = m.listen(n); err != nil {
 		m.clear(id)
 		return nil, err
 	}
-	cmd, err := m.spawn(id, bin, opts)
+	cmd, err := m.spawn(id, bin, n.secret, opts)
 	if err != nil {
 		n.link.Close()
 		m.clear(id)
@@ -294,6 +340,10 @@ func (m *Manager) create(ctx context.Context, id, bin string, lock *store.Lock, 
 	return out, nil
 }
 
+// refusedPrefix starts the reason of a boot or connect whose peer failed
+// the handshake (a wrong neuron, no proof of the secret).
+const refusedPrefix = "the agent was refused: "
+
 // maxLog is the size past which a neuron's log is moved to <id>.log.1 when
 // the neuron is created again.
 const maxLog = 4 << 20
@@ -316,7 +366,7 @@ func (m *Manager) Logf(id, format string, args ...any) {
 
 // spawn starts the agent through the runtime, its output in the log. The
 // log keeps what earlier runs wrote, up to maxLog, and one older file.
-func (m *Manager) spawn(id, bin string, opts sandbox.CreateOptions) (*exec.Cmd, error) {
+func (m *Manager) spawn(id, bin, secret string, opts sandbox.CreateOptions) (*exec.Cmd, error) {
 	path := m.logFile(id)
 	if st, err := os.Stat(path); err == nil && st.Size() > maxLog {
 		os.Rename(path, path+".1") // on failure the log just grows
@@ -328,14 +378,20 @@ func (m *Manager) spawn(id, bin string, opts sandbox.CreateOptions) (*exec.Cmd, 
 	defer logf.Close() // the child has its own copy
 	HostLine(logf, "creating %s (mode %s, host pid %d)", id, m.rt.Mode(), os.Getpid())
 	return m.rt.Start(&StartRequest{ID: id, Layout: m.lay, AgentBin: bin, SocketDir: m.socketDir(id),
-		Workdir: m.workdir(id), Log: logf, Options: opts})
+		Workdir: m.workdir(id), Log: logf, Options: opts, Secret: secret})
 }
 
 // listen opens this process's socket in the neuron's channel directory.
 func (m *Manager) listen(n *neuron) (*link.Link, error) {
 	id := n.id
+	if n.secret == "" {
+		var err error
+		if n.secret, err = m.readSecret(id); err != nil {
+			return nil, err
+		}
+	}
 	name := fmt.Sprintf("h%d-%s%s", os.Getpid(), ids.New()[1:7], ".sock")
-	opts := link.Options{Neuron: id, Software: "nsys-cortex", OnEvent: func(ev link.ConnEvent) { m.onEvent(n, ev) }}
+	opts := link.Options{Neuron: id, Software: "nsys-cortex", Secret: n.secret, OnEvent: func(ev link.ConnEvent) { m.onEvent(n, ev) }}
 	if hv, ok := m.rt.(HostViewer); ok {
 		opts.HostView = hv.HostView(m.lay, id)
 	}
@@ -402,7 +458,7 @@ func (m *Manager) waitAgent(ctx context.Context, n *neuron, timeout time.Duratio
 	case err := <-n.refused:
 		cancel()
 		<-ch
-		return nil, &sandbox.BootError{ID: n.id, Reason: "the agent was refused: " + err.Error(), Log: m.logTail(n.id)}
+		return nil, &sandbox.BootError{ID: n.id, Reason: refusedPrefix + err.Error(), Log: m.logTail(n.id)}
 	}
 }
 
@@ -480,9 +536,14 @@ func (m *Manager) hold(n *neuron) {
 func (m *Manager) onEvent(n *neuron, ev link.ConnEvent) {
 	id := n.id
 	if ev.Kind == link.Refused {
-		select {
-		case n.refused <- ev.Err:
-		default:
+		// A peer that is not the agent fails a boot or connect at once; a
+		// hello cut short (a VM's channel reset under the relay) does not:
+		// the agent comes again.
+		if errors.Is(ev.Err, link.ErrNotTheAgent) {
+			select {
+			case n.refused <- ev.Err:
+			default:
+			}
 		}
 		return
 	}

@@ -44,6 +44,20 @@ type StartRequest struct {
 	Workdir   string // as the neuron sees it
 	Log       *os.File
 	Options   sandbox.CreateOptions
+	// Secret is the neuron's per-start secret. Start hands it to the agent
+	// outside the neuron's reach (a descriptor, a VM's config disk, a
+	// container's environment that the agent clears before it starts
+	// anything): never a file in the neuron, never an environment a
+	// command inherits. Without it the agent cannot prove itself and the
+	// host refuses it.
+	Secret string
+}
+
+// SecretKeeper is implemented by runtimes whose next start must reuse a
+// secret an agent already holds (a VM resumed from a snapshot, its agent
+// and memory as they were).
+type SecretKeeper interface {
+	KeptSecret(lay layout.Layout, id string) (string, bool)
 }
 
 // SocketOwner is implemented by runtimes whose agent runs as another host
@@ -102,4 +116,24 @@ type Explainer interface {
 // copies first).
 type BootTimeouter interface {
 	BootTimeout() time.Duration
+}
+
+// SecretPipe returns the read end of a pipe that holds secret and nothing
+// else (its write end closed): a child's descriptor (ExtraFiles) that the
+// agent reads with --secret-fd and closes. The caller closes its copy once
+// the child has started.
+func SecretPipe(secret string) (*os.File, error) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	_, err = w.WriteString(secret)
+	if cerr := w.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		r.Close()
+		return nil, err
+	}
+	return r, nil
 }

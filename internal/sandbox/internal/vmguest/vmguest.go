@@ -13,11 +13,16 @@ import (
 	"sync"
 	"syscall"
 
+	"github.com/nsys-cortex/cortex/internal/agent/guestinit"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
 )
 
-// Home is the guest agent's home (it runs as the guest's root).
-const Home = "/root"
+// The guest agent's identity: the unprivileged guestinit.AgentUser, or
+// root where the policy grants it (sandbox.CreateOptions.GuestRoot).
+const (
+	Home     = guestinit.AgentHome
+	RootHome = "/root"
+)
 
 // Proxy is where a VM neuron's programs find the egress proxy: a listener
 // of the guest's PID 1 on the guest's loopback.
@@ -25,11 +30,15 @@ const Proxy = "127.0.0.1:3128"
 
 // Env is the agent's environment inside the VM: the mode's own variables,
 // the proxy's with network egress, and only what the operator granted by
-// name on top.
-func Env(id string, network sandbox.Network, granted []string) []string {
+// name on top. root says the agent runs as the guest's root.
+func Env(id string, network sandbox.Network, granted []string, root bool) []string {
+	home, user := Home, guestinit.AgentUser
+	if root {
+		home, user = RootHome, "root"
+	}
 	env := []string{
 		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-		"HOME=" + Home, "USER=root", "LOGNAME=root", "SHELL=/bin/sh", "LANG=C.UTF-8", "TMPDIR=/tmp",
+		"HOME=" + home, "USER=" + user, "LOGNAME=" + user, "SHELL=/bin/sh", "LANG=C.UTF-8", "TMPDIR=/tmp",
 		"NSYS_CORTEX_NEURON=" + id,
 	}
 	if network.Mode == sandbox.NetworkEgress {

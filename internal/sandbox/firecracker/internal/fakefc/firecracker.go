@@ -164,6 +164,8 @@ type guestConfig struct {
 	NestedUserns bool     `json:"nestedUserns,omitempty"`
 	VsockPort    int      `json:"vsockPort,omitempty"`
 	CtlVsockPort int      `json:"ctlVsockPort,omitempty"`
+	// Secret is the per-start secret the agent proves to every host.
+	Secret string `json:"secret,omitempty"`
 }
 
 // ctlRequest and ctlReply are the control port's lines (guestinit's).
@@ -264,7 +266,7 @@ func (g *guest) start(vm *VM, delay time.Duration) {
 	if err != nil {
 		die("fake guest: %v", err)
 	}
-	a, err := agent.New(agent.Config{ID: conf.ID, Root: "/", Workdir: conf.Workdir, ChannelDir: chanDir,
+	a, err := agent.New(agent.Config{ID: conf.ID, Root: "/", Workdir: conf.Workdir, ChannelDir: chanDir, Secret: conf.Secret,
 		Version: "fake-guest", Logger: log.New(os.Stderr, "fake guest: ", log.LstdFlags)})
 	if err != nil {
 		die("fake guest: %v", err)
