@@ -72,7 +72,11 @@ func (a *Agent) fileWrite(req *request) (any, []byte, error) {
 	if err := f.Close(); err != nil {
 		return nil, nil, pathError("write", abs, err)
 	}
-	return &protocol.FileWriteResult{Written: n, Size: st.Size()}, nil, nil
+	res := &protocol.FileWriteResult{Written: n, Size: st.Size()}
+	if sys, ok := st.Sys().(*syscall.Stat_t); ok {
+		res.Ino = sys.Ino
+	}
+	return res, nil, nil
 }
 
 // writeAtomic writes data to a temporary file beside p and renames it over p.

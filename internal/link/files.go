@@ -578,10 +578,14 @@ func (c *Client) writeViaView(ctx context.Context, tmp string, args *protocol.Fi
 	}
 	a := *args
 	a.Path, a.Offset, a.Temp = tmp, 0, true
-	if _, err := c.call(ctx, protocol.CmdFileWrite, &a, nil, nil); err != nil {
+	var made protocol.FileWriteResult
+	if _, err := c.call(ctx, protocol.CmdFileWrite, &a, nil, &made); err != nil {
 		return 0, err
 	}
-	f, err := c.view.openTemp(rel)
+	// Whatever sits at the name now is filled only if it is the file the
+	// agent just made (its inode, one link): a process of the neuron that
+	// swapped in a hard link to another file gets nothing written there.
+	f, err := c.view.openTemp(rel, made.Ino)
 	if err != nil {
 		return 0, errFallback
 	}

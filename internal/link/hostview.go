@@ -86,12 +86,18 @@ func (v *HostView) openRead(rel string) (*os.File, error) {
 }
 
 // openTemp opens rel beneath the view's root for writing: the temporary
-// file the agent has just made. It must be a regular file reached through
-// no link at all, and is emptied.
-func (v *HostView) openTemp(rel string) (*os.File, error) {
+// file the agent has just made, inode ino. It must be a regular file
+// reached through no link at all, that inode, with one link only; it is
+// emptied.
+func (v *HostView) openTemp(rel string, ino uint64) (*os.File, error) {
 	f, err := v.openRegular(rel, unix.O_WRONLY|unix.O_NOFOLLOW, unix.RESOLVE_NO_SYMLINKS)
 	if err != nil {
 		return nil, err
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil || ino == 0 || st.Ino != ino || st.Nlink != 1 {
+		f.Close()
+		return nil, errNotTheTemp
 	}
 	if err := f.Truncate(0); err != nil {
 		f.Close()
@@ -101,6 +107,10 @@ func (v *HostView) openTemp(rel string) (*os.File, error) {
 }
 
 var errNotRegular = errors.New("not a regular file")
+
+// errNotTheTemp: the file at an upload's temporary name is not the one the
+// agent made.
+var errNotTheTemp = errors.New("not the agent's temporary file")
 
 // errFallback says the host view cannot do this copy and the channel must.
 var errFallback = errors.New("not through the host view")

@@ -48,14 +48,33 @@ func TestHostViewConfined(t *testing.T) {
 			f.Close()
 			t.Errorf("read of %s opened a file outside the view", p)
 		}
-		if f, err := v.openTemp(p); err == nil {
+		if f, err := v.openTemp(p, inoOf(t, secret)); err == nil {
 			f.Close()
 			t.Errorf("write of %s opened a file outside the view", p)
 		}
 	}
-	if f, err := v.openTemp("ws/in"); err == nil {
+	if f, err := v.openTemp("ws/in", inoOf(t, inside)); err == nil {
 		f.Close()
 		t.Error("a temporary file that is a link (to a file inside) was opened")
+	}
+	// The temporary file is filled only if it is the one the agent made:
+	// its inode, one link. A hard link to another file put in its place
+	// (or a second name for it) is refused.
+	temp := filepath.Join(home, "ws", "temp")
+	os.WriteFile(temp, nil, 0o600)
+	if f, err := v.openTemp("ws/temp", inoOf(t, temp)+1); err == nil {
+		f.Close()
+		t.Error("a temporary file of another inode was opened")
+	}
+	if f, err := v.openTemp("ws/temp", inoOf(t, temp)); err != nil {
+		t.Errorf("the agent's own temporary file: %v", err)
+	} else {
+		f.Close()
+	}
+	os.Link(temp, filepath.Join(home, "ws", "temp2"))
+	if f, err := v.openTemp("ws/temp", inoOf(t, temp)); err == nil {
+		f.Close()
+		t.Error("a temporary file with a second link was opened")
 	}
 	if got, _ := os.ReadFile(secret); string(got) != "host secret" {
 		t.Fatal("the secret changed")
@@ -81,7 +100,7 @@ func TestHostViewConfined(t *testing.T) {
 		} else {
 			errs[0] = err
 		}
-		if f, err := v.openTemp("ws/fifo"); err == nil {
+		if f, err := v.openTemp("ws/fifo", inoOf(t, fifo)); err == nil {
 			f.Close()
 		} else {
 			errs[1] = err
@@ -104,7 +123,7 @@ func TestHostViewTempAndCancel(t *testing.T) {
 	v, home, _ := viewFixture(t)
 	tmp := filepath.Join(home, "ws", ".f.cortex-1")
 	os.WriteFile(tmp, []byte("stale bytes"), 0o644)
-	f, err := v.openTemp("ws/.f.cortex-1")
+	f, err := v.openTemp("ws/.f.cortex-1", inoOf(t, tmp))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,4 +146,13 @@ func TestHostErrorCodes(t *testing.T) {
 			t.Errorf("%v: %v, want %s", errno, err, code)
 		}
 	}
+}
+
+func inoOf(t *testing.T, p string) uint64 {
+	t.Helper()
+	var st syscall.Stat_t
+	if err := syscall.Lstat(p, &st); err != nil {
+		t.Fatal(err)
+	}
+	return st.Ino
 }

@@ -217,6 +217,10 @@ type FileWriteResult struct {
 	// ModTime is the file's modification time after an atomic write
 	// (since 1.1; zero from older agents and for other writes).
 	ModTime time.Time `json:"modTime,omitzero"`
+	// Ino is the file's inode number: a host that fills an upload's
+	// temporary file through a host view checks it opened the very file
+	// the agent made.
+	Ino uint64 `json:"ino,omitempty"`
 }
 
 // FileReadArgs reads up to Length bytes at Offset; the body holds them.
