@@ -289,9 +289,28 @@ type checker struct {
 	denied     bool
 	posix      bool              // the script being checked is read by a POSIX sh
 	seen       map[Decision]bool // checks made already (the second reading of a script repeats most)
+	// maybe counts the readings of text that may run but need not (see
+	// checker.maybe) the checker is inside.
+	maybeDepth int
+}
+
+// maybe runs check on text that the command may run, read approximately:
+// the words xargs reads from `echo ...`, quoted text bash may evaluate
+// later. Only the deny rules apply there; nothing else it finds (a command
+// no rule matches, a parse error) counts, since the text may be just text.
+func (ck *checker) maybe(check func()) {
+	ck.maybeDepth++
+	defer func() { ck.maybeDepth-- }()
+	check()
 }
 
 func (ck *checker) add(d Decision) {
+	if ck.maybeDepth > 0 {
+		if d.Effect != Deny || !isRuleLabel(d.Rule) {
+			return
+		}
+		d.Reason += " (in text the shell may run)"
+	}
 	if ck.seen[d] {
 		return
 	}
@@ -303,6 +322,12 @@ func (ck *checker) add(d Decision) {
 	if d.Effect.Severity() == Deny.Severity() {
 		ck.denied = true
 	}
+}
+
+// isRuleLabel reports whether a check was made by a rule of the policy
+// (a command or path rule, or the fork bomb check) rather than a default.
+func isRuleLabel(label string) bool {
+	return strings.HasPrefix(label, "commands[") || strings.HasPrefix(label, "paths[") || strings.HasPrefix(label, RuleForkBomb)
 }
 
 // done reports whether further checks cannot change the decision: the first

@@ -50,8 +50,8 @@ type Policy struct {
 	// that runs itself in the background or in a pipeline (default deny).
 	ForkBomb Effect `json:"forkBomb,omitempty"`
 	// DynamicCommand is the effect of a command whose name is not known
-	// before it runs ($CMD, "$(which rm)") (default ask; deny when
-	// CommandDefault is deny).
+	// before it runs ($CMD, "$(which rm)", the command of `xargs env`, a
+	// script in a variable) (default ask; deny when CommandDefault is deny).
 	DynamicCommand Effect `json:"dynamicCommand,omitempty"`
 
 	Resources Resources `json:"resources"`

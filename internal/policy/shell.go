@@ -20,6 +20,7 @@ type stdinSource struct {
 	fromDownloader bool         // an earlier pipeline stage runs curl or wget
 	heredoc        *syntax.Word // a here-document or here-string
 	heredocSrc     string       // the source heredoc's positions point into
+	piped          *string      // what the previous pipeline stage prints, when its text shows it
 }
 
 // script parses shell source as the shell that runs it reads it, and
@@ -52,6 +53,8 @@ func (ck *checker) script(src string, depth int, posix bool) {
 func (ck *checker) walk(root syntax.Node, src string, depth int) {
 	var fed map[*syntax.CallExpr]bool
 	var seenPipes map[*syntax.BinaryCmd]bool
+	var piped map[*syntax.CallExpr]*string
+	var seenPiped map[*syntax.BinaryCmd]bool
 	var stmtOf map[*syntax.CallExpr]*syntax.Stmt
 	// A simple command is checked after what is under it, in the order bash
 	// runs things: substitutions in its words first.
@@ -61,7 +64,7 @@ func (ck *checker) walk(root syntax.Node, src string, depth int) {
 			done := stack[len(stack)-1]
 			stack = stack[:len(stack)-1]
 			if call, ok := done.(*syntax.CallExpr); ok && !ck.done() {
-				in := stdinSource{fromDownloader: fed[call], heredocSrc: src}
+				in := stdinSource{fromDownloader: fed[call], heredocSrc: src, piped: piped[call]}
 				if st := stmtOf[call]; st != nil {
 					in.heredoc = heredocOf(st)
 				}
@@ -82,6 +85,12 @@ func (ck *checker) walk(root syntax.Node, src string, depth int) {
 				stmtOf[call] = n
 			}
 		case *syntax.BinaryCmd:
+			if (n.Op == syntax.Pipe || n.Op == syntax.PipeAll) && !seenPiped[n] {
+				if piped == nil {
+					piped, seenPiped = map[*syntax.CallExpr]*string{}, map[*syntax.BinaryCmd]bool{}
+				}
+				markPiped(n, src, piped, seenPiped)
+			}
 			if (n.Op == syntax.Pipe || n.Op == syntax.PipeAll) && ck.c.pipeToShell != Allow && !seenPipes[n] {
 				if fed == nil {
 					fed, seenPipes = map[*syntax.CallExpr]bool{}, map[*syntax.BinaryCmd]bool{}
@@ -125,7 +134,7 @@ func (ck *checker) simple(ws []word, depth int, in stdinSource, wraps int) {
 		ck.add(Decision{Effect: Deny, Rule: RuleNestingLimit, Reason: "more than 16 wrapper commands around one command", Subject: subject})
 		return
 	}
-	if ws[0].dyn {
+	if ws[0].runtime() {
 		ck.dynamic(subject, "the command name is only known when it runs")
 		return
 	}
@@ -149,19 +158,36 @@ func (ck *checker) simple(ws []word, depth int, in stdinSource, wraps int) {
 			e := ck.c.pipeToShell
 			ck.add(Decision{Effect: e, Rule: RulePipeToShell + " " + string(e), Reason: "runs a script downloaded by curl or wget without showing it", Subject: "curl/wget | " + subject})
 		}
-		if in.heredoc != nil && shells[v.name] {
-			ck.nested(reduceHeredoc(in.heredoc, in.heredocSrc), depth, dialectOf(v.name))
+		if dialect, ok := stdinShell(ws); ok && in.heredoc != nil {
+			ck.nested(reduceHeredoc(in.heredoc, in.heredocSrc), depth, dialect)
 		}
 	}
-	for _, inner := range unwrap(ws) {
+	if dialect, ok := stdinShell(ws); ok && in.piped != nil && in.heredoc == nil {
+		ck.maybe(func() { ck.nested(word{val: *in.piped}, depth, dialect) })
+	}
+	innerIn := in
+	if v.name == "xargs" {
+		innerIn = stdinSource{} // xargs reads its stdin; what it runs gets /dev/null
+	}
+	for _, inner := range unwrap(ws, in) {
 		if ck.done() {
 			return
 		}
-		if inner.script != nil {
-			ck.nested(*inner.script, depth, inner.shell)
-			continue
+		run := func() {
+			switch {
+			case inner.dynamic != "":
+				ck.dynamic(subject, inner.dynamic)
+			case inner.script != nil:
+				ck.nested(*inner.script, depth, inner.shell)
+			default:
+				ck.simple(inner.words, depth, innerIn, wraps+1)
+			}
 		}
-		ck.simple(inner.words, depth, in, wraps+1)
+		if inner.maybe {
+			ck.maybe(run)
+		} else {
+			run()
+		}
 	}
 }
 
@@ -218,6 +244,21 @@ func markFed(b *syntax.BinaryCmd, src string, fed map[*syntax.CallExpr]bool, see
 			fed[call] = true
 		}
 		downloaded = downloaded || runsDownloader(st, src)
+	}
+}
+
+// markPiped records, for each simple command of a pipeline after the
+// first stage, what the stage before it prints when its text shows it.
+func markPiped(b *syntax.BinaryCmd, src string, piped map[*syntax.CallExpr]*string, seen map[*syntax.BinaryCmd]bool) {
+	stages := append(pipelineStages(b.X, seen), pipelineStages(b.Y, seen)...)
+	for k := 1; k < len(stages); k++ {
+		call, ok := stages[k].Cmd.(*syntax.CallExpr)
+		if !ok {
+			continue
+		}
+		if out, ok := staticOutput(stages[k-1], src); ok {
+			piped[call] = &out
+		}
 	}
 }
 

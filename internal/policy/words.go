@@ -46,30 +46,112 @@ type word struct {
 	pat string
 	// quoted is true when any part of the word was quoted or escaped.
 	quoted bool
+	// prefix is the static text the word starts with, before the first
+	// part only known at run time (an expansion, or a glob character the
+	// shell expands to file names). It tells whether the word can be an
+	// option: "./$f" cannot, "$f" and "-$x" can.
+	prefix string
+	// split is true when an unquoted expansion may split the word into
+	// several, or none: each of them can be anything.
+	split bool
+	// glob is true when unquoted glob characters make the shell replace the
+	// word with the file names it matches, any number of them.
+	glob bool
+	// out is, for a word that is one command or process substitution, what
+	// it prints when its text shows it ($(echo rm), <(printf x)).
+	out *string
+}
+
+// multi reports whether the word may become several words, or none.
+func (w word) multi() bool { return w.split || w.glob }
+
+// runtime reports whether the value is only known when the command runs.
+func (w word) runtime() bool { return w.dyn || w.glob }
+
+// optionLike reports whether the word may be an option when the command
+// reads it: its known start begins with "-" or is empty, or splitting may
+// make a later piece of it one.
+func (w word) optionLike() bool {
+	if !w.runtime() {
+		return len(w.val) > 1 && w.val[0] == '-'
+	}
+	return w.split || w.prefix == "" || w.prefix[0] == '-'
 }
 
 // seg is a run of a word's text.
 type seg struct {
-	s   string
-	lit bool // quoted or escaped: glob characters in it are literal
-	dyn bool // an expansion: s is its placeholder
+	s     string
+	lit   bool // quoted or escaped: glob characters in it are literal
+	dyn   bool // an expansion: s is its placeholder
+	split bool // an unquoted expansion, which the shell splits into words
+	glob  bool // an extended glob: @(...), +(...)
+	// out is what a command or process substitution prints, when its
+	// text shows it.
+	out *string
 }
 
 func reduceWord(w *syntax.Word, src string) word {
 	segs := segments(w.Parts, src, false, nil)
-	var val, pat strings.Builder
-	dyn, quoted := false, false
+	var val, pat, probe strings.Builder
+	out := word{}
 	for _, s := range segs {
 		val.WriteString(s.s)
-		if s.lit || s.dyn {
+		switch {
+		case s.dyn:
 			pat.WriteString(escapeGlob(s.s))
-		} else {
+			probe.WriteByte(0)
+		case s.glob:
 			pat.WriteString(s.s)
+			probe.WriteByte('*')
+		case s.lit:
+			pat.WriteString(escapeGlob(s.s))
+			probe.WriteString(escapeGlob(s.s))
+		default:
+			pat.WriteString(s.s)
+			probe.WriteString(s.s)
 		}
-		dyn = dyn || s.dyn
-		quoted = quoted || s.lit
+		out.dyn = out.dyn || s.dyn
+		out.quoted = out.quoted || s.lit
+		out.split = out.split || s.split
 	}
-	return word{val: val.String(), dyn: dyn, pat: pat.String(), quoted: quoted}
+	out.val, out.pat = val.String(), pat.String()
+	out.prefix, out.glob = staticPrefix(probe.String())
+	if len(segs) == 1 {
+		out.out = segs[0].out
+	}
+	return out
+}
+
+// staticPrefix reads a word's pattern in which each expansion is a NUL: it
+// returns the literal text before the first expansion or glob character,
+// and whether the word has unquoted glob characters.
+func staticPrefix(probe string) (prefix string, glob bool) {
+	var b strings.Builder
+	cut := -1
+	for i := 0; i < len(probe); i++ {
+		c := probe[i]
+		switch {
+		case c == '\\' && i+1 < len(probe):
+			i++
+			if cut < 0 {
+				b.WriteByte(probe[i])
+			}
+			continue
+		case c == '*' || c == '?' || c == '[' && strings.Contains(probe[i+1:], "]"):
+			glob = true
+			if cut < 0 {
+				cut = i
+			}
+		case c == 0:
+			if cut < 0 {
+				cut = i
+			}
+		}
+		if cut < 0 {
+			b.WriteByte(c)
+		}
+	}
+	return b.String(), glob
 }
 
 // reduceWords reduces a command's words, performing brace expansion, which
@@ -92,7 +174,7 @@ func reduceWords(ws []*syntax.Word, src string) []word {
 			expanded = append(expanded, reduceWord(bw, src))
 		}
 		if tooMany {
-			out = append(out, word{val: nodeSource(w, src), dyn: true})
+			out = append(out, word{val: nodeSource(w, src), dyn: true, split: true})
 			continue
 		}
 		out = append(out, expanded...)
@@ -114,16 +196,40 @@ func segments(parts []syntax.WordPart, src string, inDbl bool, out []seg) []seg 
 		case *syntax.DblQuoted:
 			out = segments(p.Parts, src, true, out)
 		case *syntax.ParamExp:
-			out = append(out, seg{s: paramPlaceholder(p, src), dyn: true})
-		case *syntax.CmdSubst, *syntax.ArithmExp, *syntax.ProcSubst:
+			out = append(out, seg{s: paramPlaceholder(p, src), dyn: true, split: !inDbl})
+		case *syntax.CmdSubst:
+			o := substOutput(p.Stmts, src)
+			if o != nil {
+				t := strings.TrimRight(*o, "\n") // as $( ) does
+				o = &t
+			}
+			out = append(out, seg{s: nodeSource(p, src), dyn: true, split: !inDbl, out: o})
+		case *syntax.ProcSubst:
+			out = append(out, seg{s: nodeSource(p, src), dyn: true, out: substOutput(p.Stmts, src)})
+		case *syntax.ArithmExp:
 			out = append(out, seg{s: nodeSource(p, src), dyn: true})
 		case *syntax.ExtGlob:
-			out = append(out, seg{s: p.Op.String() + p.Pattern.Value + ")"})
+			out = append(out, seg{s: p.Op.String() + p.Pattern.Value + ")", glob: true})
 		default: // BraceExp is expanded before; anything new is unknown text.
-			out = append(out, seg{s: nodeSource(p, src), dyn: true})
+			out = append(out, seg{s: nodeSource(p, src), dyn: true, split: true})
 		}
 	}
 	return out
+}
+
+// substOutput is what the statements of a substitution print, when every
+// one of them shows it.
+func substOutput(sts []*syntax.Stmt, src string) *string {
+	var b strings.Builder
+	for _, st := range sts {
+		o, ok := staticOutput(st, src)
+		if !ok {
+			return nil
+		}
+		b.WriteString(o)
+	}
+	s := b.String()
+	return &s
 }
 
 // literalSegments removes the shell's backslash escapes from a literal.

@@ -12,6 +12,12 @@ type inner struct {
 	// shell is the shell that runs script: "bash", "sh" (POSIX), or ""
 	// for the current one (eval).
 	shell string
+	// dynamic, when set, says why the command the wrapper runs is only
+	// known at run time (a word that may be find's -exec, ...).
+	dynamic string
+	// maybe marks a command the wrapper may run, read from text that feeds
+	// it (xargs reading `echo rm -rf /`): only deny rules apply to it.
+	maybe bool
 }
 
 // posixShells read their source as POSIX sh, not bash: dash reads $'...'
@@ -26,101 +32,11 @@ func dialectOf(shell string) string {
 	return "bash"
 }
 
-type optSet map[string]bool
-
-func opts(names ...string) optSet {
-	s := optSet{}
-	for _, n := range names {
-		s[n] = true
-	}
-	return s
-}
-
-var (
-	sudoValues    = opts("-u", "-g", "-C", "-D", "-p", "-r", "-t", "-T", "-U", "--user", "--group", "--close-from", "--chdir", "--prompt", "--role", "--type", "--command-timeout", "--other-user", "--host")
-	doasValues    = opts("-C", "-u")
-	envValues     = opts("-u", "-C", "-S", "--unset", "--chdir", "--split-string")
-	niceValues    = opts("-n", "--adjustment")
-	timeoutValues = opts("-s", "-k", "--signal", "--kill-after")
-	timeValues    = opts("-f", "-o", "--format", "--output")
-	execValues    = opts("-a")
-	xargsValues   = opts("-a", "-d", "-E", "-I", "-L", "-n", "-P", "-s", "--arg-file", "--delimiter", "--max-lines", "--max-args", "--max-procs", "--max-chars", "--process-slot-var")
-	stdbufValues  = opts("-i", "-o", "-e", "--input", "--output", "--error")
-	chrootValues  = opts("--userspec", "--groups")
-	ioniceValues  = opts("-c", "-n", "-p", "-P", "-u", "--class", "--classdata", "--pid", "--pgid", "--uid")
-	watchValues   = opts("-n", "--interval", "-q", "--equexit")
-	noValues      = optSet{}
-)
-
 var shells = map[string]bool{"sh": true, "bash": true, "dash": true, "zsh": true, "ash": true, "ksh": true, "mksh": true, "rbash": true}
-
-// option is one option a wrapper was given; val is set for options that
-// take a value.
-type option struct {
-	name string
-	val  *word
-}
-
-// skipOptions consumes leading options and returns the words after them.
-// A dynamic word ends the options: it may be the command itself.
-func skipOptions(args []word, values optSet) (rest []word, got []option) {
-	for i := 0; i < len(args); i++ {
-		a := args[i]
-		if a.dyn {
-			return args[i:], got
-		}
-		if a.val == "--" {
-			return args[i+1:], got
-		}
-		if len(a.val) < 2 || a.val[0] != '-' {
-			return args[i:], got
-		}
-		if strings.HasPrefix(a.val, "--") {
-			name, val, hasVal := strings.Cut(a.val, "=")
-			o := option{name: name}
-			switch {
-			case hasVal:
-				o.val = &word{val: val}
-			case values[name] && i+1 < len(args):
-				i++
-				o.val = &args[i]
-			}
-			got = append(got, o)
-			continue
-		}
-		for j := 1; j < len(a.val); j++ {
-			name := "-" + a.val[j:j+1]
-			o := option{name: name}
-			if values[name] {
-				if j+1 < len(a.val) {
-					o.val = &word{val: a.val[j+1:]}
-				} else if i+1 < len(args) {
-					i++
-					o.val = &args[i]
-				}
-				got = append(got, o)
-				break
-			}
-			got = append(got, o)
-		}
-	}
-	return nil, got
-}
-
-func hasOption(got []option, names ...string) *option {
-	for i := range got {
-		for _, n := range names {
-			if got[i].name == n {
-				return &got[i]
-			}
-		}
-	}
-	return nil
-}
 
 // skipAssignments drops leading NAME=value words (env, sudo).
 func skipAssignments(ws []word) []word {
-	for len(ws) > 0 && !ws[0].dyn && isAssignment(ws[0].val) {
+	for len(ws) > 0 && !ws[0].runtime() && isAssignment(ws[0].val) {
 		ws = ws[1:]
 	}
 	return ws
@@ -128,10 +44,15 @@ func skipAssignments(ws []word) []word {
 
 func isAssignment(s string) bool {
 	name, _, ok := strings.Cut(s, "=")
-	if !ok || name == "" {
+	return ok && isName(name)
+}
+
+// isName reports whether s is a shell variable name.
+func isName(s string) bool {
+	if s == "" {
 		return false
 	}
-	for i, r := range name {
+	for i, r := range s {
 		if !(r == '_' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || i > 0 && r >= '0' && r <= '9') {
 			return false
 		}
@@ -146,6 +67,16 @@ func commandOf(ws []word) []inner {
 	return []inner{{words: ws}}
 }
 
+// afterOperand drops the operand a wrapper reads before its command
+// (timeout's duration, chroot's new root). An operand that may split into
+// several words leaves the command unknown: it stays first.
+func afterOperand(rest []word) []word {
+	if len(rest) == 0 || rest[0].multi() {
+		return rest
+	}
+	return rest[1:]
+}
+
 // joinScript joins words into shell source, as eval and watch do.
 func joinScript(ws []word) []inner {
 	if len(ws) == 0 {
@@ -155,73 +86,65 @@ func joinScript(ws []word) []inner {
 	vals := make([]string, len(ws))
 	for i, w := range ws {
 		vals[i] = w.val
-		s.dyn = s.dyn || w.dyn
+		s.dyn = s.dyn || w.runtime()
 	}
 	s.val = strings.Join(vals, " ")
 	return []inner{{script: &s}}
 }
 
 // unwrap returns what a wrapper command runs; nil when ws is not a wrapper
-// or runs nothing.
-func unwrap(ws []word) []inner {
+// or runs nothing. in is what feeds the command's standard input.
+func unwrap(ws []word, in stdinSource) []inner {
 	name := baseName(ws[0].val)
 	args := ws[1:]
 	switch name {
 	case "sudo":
-		rest, _ := skipOptions(args, sudoValues)
+		rest, _ := parseOptions(args, sudoOpts)
 		return commandOf(skipAssignments(rest))
 	case "doas":
-		rest, _ := skipOptions(args, doasValues)
+		rest, _ := parseOptions(args, doasOpts)
 		return commandOf(rest)
 	case "env":
 		return unwrapEnv(args)
 	case "nice":
-		rest, _ := skipOptions(args, niceValues)
+		rest, _ := parseOptions(args, niceOpts)
 		return commandOf(rest)
-	case "nohup", "builtin", "busybox":
-		rest, _ := skipOptions(args, noValues)
-		if name != "nohup" {
-			rest = args
-		}
+	case "nohup":
+		rest, _ := parseOptions(args, nohupOpts)
 		return commandOf(rest)
+	case "builtin", "busybox":
+		return commandOf(args)
 	case "setsid":
-		rest, _ := skipOptions(args, noValues)
+		rest, _ := parseOptions(args, setsidOpts)
 		return commandOf(rest)
 	case "timeout":
-		rest, _ := skipOptions(args, timeoutValues)
-		if len(rest) > 0 {
-			rest = rest[1:] // the duration
-		}
-		return commandOf(rest)
+		rest, _ := parseOptions(args, timeoutOpts)
+		return commandOf(afterOperand(rest))
 	case "time":
-		rest, _ := skipOptions(args, timeValues)
+		rest, _ := parseOptions(args, timeOpts)
 		return commandOf(rest)
 	case "command":
-		rest, got := skipOptions(args, noValues)
+		rest, got := parseOptions(args, commandOpts)
 		if hasOption(got, "-v", "-V") != nil {
 			return nil // only prints what the name is
 		}
 		return commandOf(rest)
 	case "exec":
-		rest, _ := skipOptions(args, execValues)
+		rest, _ := parseOptions(args, execOpts)
 		return commandOf(rest)
 	case "xargs":
-		rest, _ := skipOptions(args, xargsValues)
-		return commandOf(rest)
+		return unwrapXargs(args, in)
 	case "stdbuf":
-		rest, _ := skipOptions(args, stdbufValues)
+		rest, _ := parseOptions(args, stdbufOpts)
 		return commandOf(rest)
 	case "chroot":
-		rest, _ := skipOptions(args, chrootValues)
-		if len(rest) > 0 {
-			rest = rest[1:] // the new root
-		}
-		return commandOf(rest)
+		rest, _ := parseOptions(args, chrootOpts)
+		return commandOf(afterOperand(rest))
 	case "ionice":
-		rest, _ := skipOptions(args, ioniceValues)
+		rest, _ := parseOptions(args, ioniceOpts)
 		return commandOf(rest)
 	case "watch":
-		rest, got := skipOptions(args, watchValues)
+		rest, got := parseOptions(args, watchOpts)
 		if hasOption(got, "-x", "--exec") != nil {
 			return commandOf(rest)
 		}
@@ -229,9 +152,27 @@ func unwrap(ws []word) []inner {
 	case "eval":
 		return joinScript(args)
 	case "su", "runuser":
-		return unwrapSu(args)
+		return unwrapSu(name, args)
 	case "find":
 		return unwrapFind(args)
+	case "trap":
+		return unwrapTrap(args)
+	case "mapfile", "readarray":
+		_, got := parseOptions(args, mapfileOpts)
+		return optionScript(got, ":", "-C")
+	case "source", ".":
+		if len(args) > 0 && args[0].val == "--" {
+			args = args[1:]
+		}
+		if len(args) > 0 {
+			if s := scriptFile(args[0]); s != nil {
+				return []inner{{script: s}}
+			}
+		}
+		return nil
+	case "compgen", "complete":
+		_, got := parseOptions(args, compgenOpts)
+		return optionScript(got, ":", "-C", "-W")
 	}
 	if shells[name] {
 		if script, _ := shellScript(args); script != nil {
@@ -241,49 +182,171 @@ func unwrap(ws []word) []inner {
 	return nil
 }
 
+var (
+	mapfileOpts = newGetopt("+d:n:O:s:tu:C:c:")
+	compgenOpts = newGetopt("+abcdefgjksuvo:A:G:W:F:C:X:P:S:prDEI")
+)
+
+// optionScript returns the values of the options that hold shell source
+// (mapfile -C, compgen -C and -W) as scripts; prefix is put before each
+// (":" for text that is expanded rather than run, which checks the
+// substitutions in it).
+func optionScript(got []option, prefix string, names ...string) []inner {
+	var out []inner
+	for _, o := range got {
+		for _, n := range names {
+			if o.name == n && o.val != nil {
+				s := *o.val
+				if n == "-W" {
+					s.val = prefix + " " + s.val
+				}
+				out = append(out, inner{script: &s, shell: ""})
+			}
+		}
+	}
+	return out
+}
+
+// unwrapTrap returns the action of `trap ACTION SIGNAL...`, which the shell
+// runs when the signal (or EXIT, ERR, DEBUG, RETURN) comes.
+func unwrapTrap(args []word) []inner {
+	if len(args) > 0 && args[0].val == "--" {
+		args = args[1:]
+	}
+	if len(args) < 2 || args[0].val == "-" || args[0].val == "" || !args[0].runtime() && strings.HasPrefix(args[0].val, "-") {
+		return nil // prints, or resets the signals
+	}
+	return []inner{{script: &args[0]}}
+}
+
 func unwrapEnv(args []word) []inner {
-	rest, got := skipOptions(args, envValues)
+	rest, got := parseOptions(args, envOpts)
+	if len(rest) > 0 && !rest[0].runtime() && rest[0].val == "-" {
+		rest = rest[1:] // a lone "-" is -i
+	}
 	rest = skipAssignments(rest)
 	split := hasOption(got, "-S", "--split-string")
 	if split == nil || split.val == nil {
 		return commandOf(rest)
 	}
 	// env -S splits its string into words ahead of the remaining ones.
-	s := word{val: split.val.val, dyn: split.val.dyn}
+	s := word{val: split.val.val, dyn: split.val.runtime()}
 	for _, w := range rest {
 		s.val += " " + shellQuote(w.val)
-		s.dyn = s.dyn || w.dyn
+		s.dyn = s.dyn || w.runtime()
 	}
 	return []inner{{script: &s}}
 }
 
-func unwrapSu(args []word) []inner {
+// unwrapSu finds the command su and runuser run: -c STR (in any cluster,
+// attached or not), --command, --session-command, the shell -s names, and
+// runuser -u USER CMD. They permute their options, so every word counts; a
+// word only known at run time may be -c itself.
+func unwrapSu(name string, args []word) []inner {
+	var out []inner
+	var operands []word
+	hasU := false
 	for i := 0; i < len(args); i++ {
 		a := args[i]
-		if a.dyn {
+		switch {
+		case a.runtime():
+			return append(out, inner{dynamic: "a word only known at run time may be su's -c"})
+		case a.val == "--":
+			operands = append(operands, args[i+1:]...)
+			i = len(args)
+			continue
+		case strings.HasPrefix(a.val, "--"):
+			n, val, hasVal := strings.Cut(a.val, "=")
+			canon, k, ok := suOpts.lookupLong(n)
+			var v *word
+			switch {
+			case hasVal:
+				v = &word{val: val}
+			case ok && k == requiredArg && i+1 < len(args):
+				i++
+				v = &args[i]
+			}
+			if v != nil {
+				out = append(out, suValue(canon, *v)...)
+			}
+			hasU = hasU || canon == "--user"
+			continue
+		case len(a.val) > 1 && a.val[0] == '-':
+			for j := 1; j < len(a.val); j++ {
+				if suOpts.short[a.val[j]] != requiredArg {
+					continue
+				}
+				var v *word
+				if j+1 < len(a.val) {
+					v = &word{val: a.val[j+1:]}
+				} else if i+1 < len(args) {
+					i++
+					v = &args[i]
+				}
+				if v != nil {
+					out = append(out, suValue("-"+a.val[j:j+1], *v)...)
+				}
+				hasU = hasU || a.val[j] == 'u'
+				break
+			}
 			continue
 		}
-		switch {
-		case a.val == "-c" || a.val == "--command":
-			if i+1 < len(args) {
-				return []inner{{script: &args[i+1]}}
-			}
-		case strings.HasPrefix(a.val, "--command="):
-			return []inner{{script: &word{val: strings.TrimPrefix(a.val, "--command=")}}}
-		case a.val == "-u" && i+2 < len(args) && baseName(args[0].val) != "su":
-			// runuser -u USER CMD...
-			return commandOf(args[i+2:])
-		}
+		operands = append(operands, a)
+	}
+	if name == "runuser" && hasU && len(operands) > 0 {
+		out = append(out, inner{words: operands})
+	}
+	return out
+}
+
+// suValue is what an option of su with a value runs.
+func suValue(opt string, v word) []inner {
+	switch opt {
+	case "-c", "--command", "--session-command":
+		return []inner{{script: &v}}
+	case "-s", "--shell":
+		return []inner{{words: []word{v}}}
 	}
 	return nil
 }
 
+// findValues are the find primaries that read the next word as their value
+// (-fprintf reads two).
+var findValues = map[string]int{
+	"-name": 1, "-iname": 1, "-path": 1, "-ipath": 1, "-wholename": 1, "-iwholename": 1,
+	"-regex": 1, "-iregex": 1, "-lname": 1, "-ilname": 1, "-type": 1, "-xtype": 1,
+	"-user": 1, "-group": 1, "-uid": 1, "-gid": 1, "-perm": 1, "-size": 1,
+	"-mtime": 1, "-atime": 1, "-ctime": 1, "-mmin": 1, "-amin": 1, "-cmin": 1,
+	"-newer": 1, "-anewer": 1, "-cnewer": 1, "-samefile": 1, "-inum": 1, "-links": 1,
+	"-used": 1, "-maxdepth": 1, "-mindepth": 1, "-fstype": 1, "-context": 1,
+	"-regextype": 1, "-files0-from": 1, "-printf": 1, "-fprint": 1, "-fprint0": 1,
+	"-fls": 1, "-fprintf": 2, "-D": 1,
+}
+
 // unwrapFind returns the commands of find's -exec, -execdir, -ok and -okdir
-// actions, which end at ";" or "+".
+// actions, which end at ";" or "+". A word only known at run time that is
+// not the value of a primary may itself be -exec: what find runs is then
+// unknown.
 func unwrapFind(args []word) []inner {
 	var out []inner
 	for i := 0; i < len(args); i++ {
-		switch args[i].val {
+		a := args[i]
+		if a.runtime() {
+			out = append(out, inner{dynamic: "a word only known at run time may be find's -exec"})
+			continue
+		}
+		if n, ok := findValues[a.val]; ok {
+			i += n
+			if i < len(args) && args[i].multi() {
+				out = append(out, inner{dynamic: "a value that splits into words may hold find's -exec"})
+			}
+			continue
+		}
+		if strings.HasPrefix(a.val, "-newer") {
+			i++
+			continue
+		}
+		switch a.val {
 		case "-exec", "-execdir", "-ok", "-okdir":
 		default:
 			continue
@@ -299,7 +362,9 @@ func unwrapFind(args []word) []inner {
 }
 
 // shellScript finds the command string of "sh -c STR" and whether the shell
-// reads its script from stdin (no -c and no script file, or -s).
+// reads its script from stdin (no -c and no script file, or -s). A word only
+// known at run time where an option or the script may stand makes the
+// script dynamic: it may be -c.
 func shellScript(args []word) (script *word, readsStdin bool) {
 	hasC, hasS := false, false
 	i := 0
@@ -307,7 +372,7 @@ loop:
 	for ; i < len(args); i++ {
 		a := args[i]
 		switch {
-		case a.dyn:
+		case a.runtime():
 			break loop
 		case a.val == "--" || a.val == "-":
 			i++
@@ -332,16 +397,67 @@ loop:
 		}
 		return nil, false
 	}
+	if len(operands) > 0 {
+		if s := scriptFile(operands[0]); s != nil {
+			return s, false
+		}
+		if isStdinPath(operands[0].val) {
+			return nil, true
+		}
+	}
+	if len(operands) > 0 && operands[0].runtime() && (operands[0].multi() || len(operands) > 1 || strings.HasPrefix(operands[0].prefix, "-")) {
+		return &word{val: joinVals(operands), dyn: true}, false
+	}
 	return nil, len(operands) == 0 || hasS
+}
+
+// scriptFile returns the script a shell reads from a script operand that
+// is a process substitution (bash <(...), source <(...)): what it prints
+// when the text shows it, else a script only known at run time. nil for
+// any other operand.
+func scriptFile(w word) *word {
+	if !w.dyn || !strings.HasPrefix(w.val, "<(") {
+		return nil
+	}
+	if w.out != nil {
+		return &word{val: *w.out}
+	}
+	return &word{val: w.val, dyn: true}
+}
+
+// isStdinPath reports whether a script operand names standard input.
+func isStdinPath(p string) bool {
+	switch p {
+	case "/dev/stdin", "/dev/fd/0", "/proc/self/fd/0":
+		return true
+	}
+	return false
+}
+
+// stdinShell returns the dialect of a shell, or of source and ".", that
+// reads the script it runs from stdin ("" for the current shell).
+func stdinShell(ws []word) (dialect string, ok bool) {
+	name := baseName(ws[0].val)
+	switch {
+	case shells[name]:
+		_, stdin := shellScript(ws[1:])
+		return dialectOf(name), stdin
+	case name == "source" || name == ".":
+		args := ws[1:]
+		if len(args) > 0 && args[0].val == "--" {
+			args = args[1:]
+		}
+		return "", len(args) > 0 && isStdinPath(args[0].val)
+	}
+	return "", false
 }
 
 // readsScriptFromStdin reports whether ws is a shell or interpreter that
 // takes its program from stdin.
 func readsScriptFromStdin(ws []word) bool {
 	name := baseName(ws[0].val)
-	if shells[name] {
-		_, stdin := shellScript(ws[1:])
-		return stdin
+	if _, ok := stdinShell(ws); ok || shells[name] || name == "source" || name == "." {
+		return ok
 	}
 	if !isInterpreter(name) {
 		return false

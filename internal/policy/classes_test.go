@@ -1,0 +1,139 @@
+package policy
+
+import "testing"
+
+// reported are the commands the security review ran under a preset: each
+// wrote a file or ran a program the preset should have kept out. The
+// table keeps them, and their siblings, closed.
+var reported = []struct {
+	cmd    string
+	preset string
+	want   Effect // the most the preset may answer: Deny, or Ask
+}{
+	// Wrappers whose command arrives at run time.
+	{`echo touch /tmp/x | xargs env`, "readonly", Deny},
+	{`echo 5 touch /tmp/x | xargs timeout`, "readonly", Deny},
+	{`echo touch /tmp/x | xargs timeout 5`, "readonly", Deny},
+	{`printf 'touch\0/tmp/x\0' | xargs -0 env`, "readonly", Deny},
+	{`echo rm -rf / | xargs env`, "standard", Deny},
+	{`echo rm -rf / | xargs env`, "trusted", Deny},
+	{`find . | xargs env`, "standard", Ask},
+}
+
+func TestReportedBypasses(t *testing.T) {
+	t.Parallel()
+	for _, tt := range reported {
+		t.Run(tt.preset+"/"+tt.cmd, func(t *testing.T) {
+			p := mustPreset(t, tt.preset)
+			d := p.Check(bash(tt.cmd))
+			if d.Effect.Severity() < tt.want.Severity() {
+				t.Fatalf("got %s by %s, want %s\n%s", d.Effect, d.Rule, tt.want, p.Explain(bash(tt.cmd)))
+			}
+		})
+	}
+}
+
+// effects is what readonly, standard and trusted answer.
+type effects [3]Effect
+
+var presetOrder = [3]string{"readonly", "standard", "trusted"}
+
+func checkEffects(t *testing.T, cmd string, want effects) {
+	t.Helper()
+	for i, name := range presetOrder {
+		p := mustPreset(t, name)
+		if d := p.Check(bash(cmd)); d.Effect != want[i] {
+			t.Errorf("%s: got %s by %s, want %s\n%s", name, d.Effect, d.Rule, want[i], p.Explain(bash(cmd)))
+		}
+	}
+}
+
+// TestRunTimeCommands: a wrapper whose command only arrives when it runs
+// (from xargs's input, a word that splits) runs an unknown command; one
+// that the text feeds (echo ... | xargs) runs what the text shows.
+func TestRunTimeCommands(t *testing.T) {
+	t.Parallel()
+	const A, Q, D = Allow, Ask, Deny
+	tests := []struct {
+		cmd  string
+		want effects
+	}{
+		// xargs with a static, listed command stays useful.
+		{`find . -name '*.go' | xargs grep foo`, effects{A, A, A}},
+		{`find . -print0 | xargs -0 grep -n foo`, effects{A, A, A}},
+		{`find . | xargs -I X grep foo X`, effects{A, A, A}},
+		{`ls | xargs`, effects{A, A, A}}, // runs echo
+		{`xargs -a list wc -l`, effects{A, A, A}},
+		// Its command is a wrapper: what runs comes from the input.
+		{`find . | xargs env`, effects{D, Q, A}},
+		{`xargs timeout`, effects{D, Q, A}},
+		{`xargs timeout 5`, effects{D, Q, A}},
+		{`xargs -0 env < list`, effects{D, Q, A}},
+		{`xargs --null env`, effects{D, Q, A}},
+		{`xargs --nu env`, effects{D, Q, A}},
+		{`xargs -n1 nice`, effects{D, Q, A}},
+		{`xargs nohup`, effects{D, Q, A}},
+		{`xargs stdbuf -oL`, effects{D, Q, A}},
+		{`xargs command`, effects{D, Q, A}},
+		{`xargs xargs`, effects{D, Q, A}},
+		{`xargs find`, effects{D, Q, A}},
+		{`xargs env -S`, effects{D, Q, A}},
+		{`xargs sh`, effects{D, Q, A}},
+		{`xargs bash -c`, effects{D, Q, A}},
+		{`xargs -I{} sh -c {}`, effects{D, Q, A}},
+		{`xargs -i env {}`, effects{D, Q, A}},
+		{`xargs --replace=X env X`, effects{D, Q, A}},
+		{`xargs -I{} {}`, effects{D, Q, A}},
+		{`xargs sh -c 'echo "$@"' sh`, effects{D, A, A}}, // the script is static
+		// The input is in the text: what xargs runs is checked.
+		{`echo rm -rf / | xargs env`, effects{D, D, D}},
+		{`echo / | xargs rm -rf`, effects{D, D, D}},
+		{`printf 'rm\n-rf\n/\n' | xargs env`, effects{D, D, D}},
+		{`printf 'rm\0-rf\0/\0' | xargs -0 nice`, effects{D, D, D}},
+		{`printf '%s\n' rm -rf / | xargs timeout 5`, effects{D, D, D}},
+		{`{ echo rm; echo -rf /; } | xargs env`, effects{D, D, D}},
+		{`xargs env <<< 'rm -rf /'`, effects{D, D, D}},
+		{`xargs -a <(echo rm -rf /) env`, effects{D, D, D}},
+		{`echo / | xargs -I{} rm -rf {}`, effects{D, D, D}},
+		{`echo 'rm -rf /' | xargs -I{} sh -c {}`, effects{D, D, D}},
+		{`xargs --arg x rm -rf /`, effects{D, D, D}}, // --arg is --arg-file: x is not the command
+		// Wrapper options: abbreviations, values, clusters.
+		{`env - rm -rf /`, effects{D, D, D}},
+		{`env --split-str='rm -rf /'`, effects{D, D, D}},
+		{`env -vS'rm -rf /'`, effects{D, D, D}},
+		{`timeout --sig=KILL 5 rm -rf /`, effects{D, D, D}},
+		{`timeout --kill 5 10 rm -rf /`, effects{D, D, D}},
+		{`stdbuf --out=L rm -rf /`, effects{D, D, D}},
+		{`sudo --us=root rm -rf /`, effects{D, D, D}},
+		{`nice -5 rm -rf /`, effects{D, D, D}},
+		{`su -lc 'rm -rf /'`, effects{D, D, D}},
+		{`su root --comm='rm -rf /'`, effects{D, D, D}},
+		{`su --session-command='rm -rf /'`, effects{D, D, D}},
+		// Words that split leave the command unknown.
+		{`timeout $d ls`, effects{D, Q, A}},
+		{`nice -n $x ls`, effects{D, Q, A}},
+		{`find . $x`, effects{D, Q, A}},
+		{`find . "$x" -print`, effects{D, Q, A}},
+		{`find . -name "$p"`, effects{A, A, A}},
+		{`bash $script`, effects{D, Q, A}},
+		{`/bin/r? -rf /tmp/x`, effects{D, Q, A}}, // a glob in the name
+		// Scripts a shell reads from elsewhere.
+		{`echo 'rm -rf /' | sh`, effects{D, D, D}},
+		{`cat <<< 'rm -rf /' | bash`, effects{D, D, D}},
+		{`bash <(echo rm -rf /)`, effects{D, D, D}},
+		{`source <(echo rm -rf /)`, effects{D, D, D}},
+		{`. /dev/stdin <<< 'rm -rf /'`, effects{D, D, D}},
+		{`echo 'rm -rf /' | bash /dev/stdin`, effects{D, D, D}},
+		{`source <(kubectl completion bash)`, effects{D, Q, A}},
+		{`cat script.sh | sh`, effects{D, A, A}},
+		{`trap 'rm -rf /' EXIT`, effects{D, D, D}},
+		{`mapfile -C 'rm -rf /;:' -c1 < f`, effects{D, D, D}},
+		{`compgen -W '$(rm -rf /)' x`, effects{D, D, D}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.cmd, func(t *testing.T) {
+			t.Parallel()
+			checkEffects(t, tt.cmd, tt.want)
+		})
+	}
+}
