@@ -67,6 +67,7 @@ const (
 	RuleNestingLimit   = "nesting limit"
 	RuleCommandDefault = "commandDefault"
 	RuleDynamicCommand = "dynamicCommand"
+	RuleDynamicArg     = "dynamicArgument"
 	RuleWriteRedirects = "writeRedirects"
 	RulePipeToShell    = "pipeToShell"
 	RuleForkBomb       = "forkBomb"
@@ -84,6 +85,7 @@ type compiled struct {
 	pipeToShell    Effect
 	forkBomb       Effect
 	dynamicCommand Effect
+	dynamicArg     Effect
 }
 
 type pathRule struct {
@@ -105,6 +107,7 @@ func compile(p *Policy) (*compiled, error) {
 		{"commandDefault", p.CommandDefault}, {"elevation", p.Elevation},
 		{"writeRedirects", p.WriteRedirects}, {"pipeToShell", p.PipeToShell},
 		{"forkBomb", p.ForkBomb}, {"dynamicCommand", p.DynamicCommand},
+		{"dynamicArgument", p.DynamicArgument},
 	} {
 		if err := validateOptionalEffect(f.name, f.e); err != nil {
 			return nil, err
@@ -122,9 +125,11 @@ func compile(p *Policy) (*compiled, error) {
 		pipeToShell:    orDefault(p.PipeToShell, Allow),
 		forkBomb:       orDefault(p.ForkBomb, Deny),
 		dynamicCommand: orDefault(p.DynamicCommand, Ask),
+		dynamicArg:     orDefault(p.DynamicArgument, Allow),
 	}
 	if c.commandDefault == Deny {
-		c.dynamicCommand = Deny
+		// An allow-list holds only if what it cannot read is refused.
+		c.dynamicCommand, c.dynamicArg = Deny, Deny
 	}
 	for i, r := range p.Paths {
 		pr, err := compilePathRule(i, r)

@@ -18,6 +18,10 @@ var reported = []struct {
 	{`echo rm -rf / | xargs env`, "standard", Deny},
 	{`echo rm -rf / | xargs env`, "trusted", Deny},
 	{`find . | xargs env`, "standard", Ask},
+	// GNU long-option abbreviations and long forms.
+	{`sort --out=/tmp/x f`, "readonly", Deny},
+	{`git grep --open-files-in=touch x`, "readonly", Deny},
+	{`file --compile -m magic`, "readonly", Deny},
 }
 
 func TestReportedBypasses(t *testing.T) {
@@ -129,6 +133,92 @@ func TestRunTimeCommands(t *testing.T) {
 		{`trap 'rm -rf /' EXIT`, effects{D, D, D}},
 		{`mapfile -C 'rm -rf /;:' -c1 < f`, effects{D, D, D}},
 		{`compgen -W '$(rm -rf /)' x`, effects{D, D, D}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.cmd, func(t *testing.T) {
+			t.Parallel()
+			checkEffects(t, tt.cmd, tt.want)
+		})
+	}
+}
+
+// TestLongOptions: an option counts however getopt_long would read it
+// (abbreviated, with "=" or the next word as its value, in a cluster), and
+// in readonly a word only known at run time may be any option.
+func TestLongOptions(t *testing.T) {
+	t.Parallel()
+	const A, Q, D = Allow, Ask, Deny
+	tests := []struct {
+		cmd  string
+		want effects
+	}{
+		{`sort --output=/tmp/x f`, effects{D, A, A}},
+		{`sort --outp /tmp/x f`, effects{D, A, A}},
+		{`sort --o=/tmp/x f`, effects{D, A, A}},
+		{`sort -uo/tmp/x f`, effects{D, A, A}},
+		{`sort --comp=sh f`, effects{D, A, A}},
+		{`sort --temporary-d=/tmp f`, effects{D, A, A}},
+		{`sort -T /tmp f`, effects{D, A, A}},
+		{`sort -t: -k2 -n f`, effects{A, A, A}},
+		{`sort --reverse --unique f`, effects{A, A, A}},
+		{`file --comp -m magic`, effects{D, A, A}},
+		{`file -zC -m magic`, effects{D, A, A}},
+		{`file --mime-type x`, effects{A, A, A}},
+		{`date --se 2020-01-01`, effects{D, A, A}},
+		{`date -us 2020-01-01`, effects{D, A, A}},
+		{`date -d yesterday +%F`, effects{A, A, A}},
+		{`tree -R -H . -L 1`, effects{D, A, A}},
+		{`tree -ao out`, effects{D, A, A}},
+		{`tree -L 2 -a`, effects{A, A, A}},
+		{`rg --pre ./x TODO`, effects{D, A, A}},
+		{`rg --hostname-bin=./x TODO`, effects{D, A, A}},
+		{`rg -n --hidden TODO`, effects{A, A, A}},
+		{`git grep --open TODO`, effects{D, A, A}},
+		{`git grep -nOvi TODO`, effects{D, A, A}},
+		{`git log -p --out=x.patch`, effects{D, A, A}},
+		{`git show --ext HEAD`, effects{D, A, A}},
+		{`git diff --ext-diff`, effects{D, A, A}},
+		{`git log -p --textconv`, effects{D, A, A}},
+		{`git log -p --text`, effects{A, A, A}}, // --text is an option of its own
+		{`git branch --edit-desc`, effects{D, A, A}},
+		{`git log --oneline -5`, effects{A, A, A}},
+		{`git diff HEAD~1`, effects{A, A, A}},
+		{`git status --short`, effects{A, A, A}},
+		// Aliases of short flags count abbreviated too.
+		{`rm --rec --for /`, effects{D, D, D}},
+		{`rm --recursive -f /`, effects{D, D, D}},
+		{`chmod --recu 777 /`, effects{D, D, A}},
+		// A word only known at run time may be any option: readonly denies
+		// where that option would be denied; "--" ends the options.
+		{`sort "$f"`, effects{D, A, A}},
+		{`sort $f`, effects{D, A, A}},
+		{`sort -- "$f"`, effects{A, A, A}},
+		{`sort -k "$k" f`, effects{A, A, A}},
+		{`sort ./"$f"`, effects{A, A, A}},
+		{`sort -o$f x`, effects{D, A, A}},
+		{`sort --output=$f x`, effects{D, A, A}},
+		{`sort *`, effects{D, A, A}}, // a file may be named -o...
+		{`sort ./*`, effects{A, A, A}},
+		{`echo a | xargs sort`, effects{D, A, A}},
+		{`uniq $f`, effects{D, A, A}}, // may split into IN OUT
+		{`uniq "$f"`, effects{A, A, A}},
+		{`uniq -f 1 in`, effects{A, A, A}},
+		{`git log "$rev"`, effects{D, A, A}},
+		{`git log --end-of-options "$rev"`, effects{A, A, A}},
+		{`git log --grep "$p"`, effects{A, A, A}},
+		{`git log --format="$f"`, effects{A, A, A}},
+		{`git -C "$d" log`, effects{A, A, A}},
+		{`git "$x" log`, effects{D, A, A}},
+		{`rg foo "$d"`, effects{D, A, A}},
+		{`rg -- foo "$d"`, effects{A, A, A}},
+		{`date "$x"`, effects{D, A, A}},
+		{`date -d "$x"`, effects{A, A, A}},
+		{`file "$f"`, effects{D, A, A}},
+		{`tree "$d"`, effects{D, A, A}},
+		{`find . "$x"`, effects{D, Q, A}},
+		{`cat "$f" | grep "$p"`, effects{A, A, A}},
+		{`ls $d`, effects{A, A, A}},
+		{`find . -name '*.go' | xargs grep foo`, effects{A, A, A}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.cmd, func(t *testing.T) {

@@ -29,9 +29,15 @@ type ruleWord struct {
 	// key and value split a "key=/path" word (dd's of=/dev/sda) so the path
 	// part is compared cleaned.
 	key, value string
+	// long is an unquoted long flag's name ("--output" for --output or
+	// --output*): a command's flag that abbreviates it matches.
+	long string
 }
 
-var clusterRE = regexp.MustCompile(`^-[A-Za-z0-9]+$`)
+var (
+	clusterRE = regexp.MustCompile(`^-[A-Za-z0-9]+$`)
+	longRE    = regexp.MustCompile(`^--[A-Za-z0-9][-A-Za-z0-9]*\*?$`)
+)
 
 func compileCommandRule(i int, r CommandRule) (*cmdRule, error) {
 	field := fmt.Sprintf("commands[%d]", i)
@@ -87,6 +93,9 @@ func (c *cmdRule) add(w word) {
 		if !w.quoted && clusterRE.MatchString(w.pat) {
 			rw.cluster = w.val[1:]
 		}
+		if !w.quoted && longRE.MatchString(w.pat) {
+			rw.long = strings.TrimSuffix(w.val, "*")
+		}
 		c.flags = append(c.flags, rw)
 	default:
 		rw.pathLike = isPathLike(w.val)
@@ -106,94 +115,11 @@ func hasVarPrefix(s, v string) bool {
 	return s == v || strings.HasPrefix(s, v+"/")
 }
 
-// Flag spellings that mean the same short flag, per command, so that
-// "rm --recursive --force" matches a rule "rm -rf" and "rm -R" matches "rm -r".
-var flagAliases = map[string]map[string]byte{
-	"rm":    {"-R": 'r', "--recursive": 'r', "--force": 'f', "--dir": 'd', "--interactive": 'i', "--verbose": 'v'},
-	"cp":    {"-R": 'r', "--recursive": 'r', "--force": 'f', "--archive": 'a'},
-	"chmod": {"--recursive": 'R', "--verbose": 'v', "--changes": 'c'},
-	"chown": {"--recursive": 'R', "--verbose": 'v', "--changes": 'c'},
-	"chgrp": {"--recursive": 'R', "--verbose": 'v', "--changes": 'c'},
-	"git":   {"--force": 'f', "--all": 'a'},
-}
-
-// Commands whose single-dash options are whole words (find -delete), not
-// clusters of letters.
-var singleDashLong = map[string]bool{"find": true}
-
-// Options that take the next word as their value, per command, so the value
-// is not mistaken for an operand ("git -C dir push" has operands [push]).
-var optionValues = map[string]map[string]bool{
-	"git": {"-C": true, "-c": true, "--git-dir": true, "--work-tree": true, "--namespace": true, "--config-env": true, "--super-prefix": true},
-}
-
-// cmdView is a simple command split the way rules look at it.
-type cmdView struct {
-	words    []word
-	name     string // basename of the command name
-	flags    []string
-	letters  [256]bool // short flags present, aliases included
-	operands []word
-}
-
-func newView(ws []word) *cmdView {
-	v := &cmdView{words: ws, name: baseName(ws[0].val)}
-	aliases := flagAliases[v.name]
-	values := optionValues[v.name]
-	endOfOpts := false
-	for i := 1; i < len(ws); i++ {
-		w := ws[i]
-		if endOfOpts || w.dyn || len(w.val) < 2 || w.val[0] != '-' {
-			v.operands = append(v.operands, w)
-			continue
-		}
-		if w.val == "--" {
-			endOfOpts = true
-			continue
-		}
-		v.flags = append(v.flags, w.val)
-		if values[w.val] {
-			i++ // the option's value
-		}
-		if strings.HasPrefix(w.val, "--") {
-			name, _, _ := strings.Cut(w.val, "=")
-			if a, ok := aliases[name]; ok {
-				v.letters[a] = true
-			}
-			continue
-		}
-		if singleDashLong[v.name] {
-			continue
-		}
-		for j := 1; j < len(w.val); j++ {
-			b := w.val[j]
-			v.letters[b] = true
-			if a, ok := aliases["-"+string(b)]; ok {
-				v.letters[a] = true
-			}
-		}
-	}
-	return v
-}
-
-// baseName is the last element of a command name: /bin/rm and ./rm are rm.
-func baseName(s string) string {
-	s = strings.TrimRight(s, "/")
-	if i := strings.LastIndexByte(s, '/'); i >= 0 {
-		return s[i+1:]
-	}
-	return s
-}
-
 // env is what path-like words expand against.
 type env struct{ home, workspace string }
 
 func (c *cmdRule) matches(v *cmdView, e env) bool {
-	if c.nameSlash {
-		if !globMatch(c.name.pat, path.Clean(v.words[0].val), true) {
-			return false
-		}
-	} else if !globMatch(c.name.pat, v.name, false) {
+	if !c.matchName(v) {
 		return false
 	}
 	for _, f := range c.flags {
@@ -202,6 +128,50 @@ func (c *cmdRule) matches(v *cmdView, e env) bool {
 		}
 	}
 	return matchOperands(c.operands, v.operands, e)
+}
+
+func (c *cmdRule) matchName(v *cmdView) bool {
+	if c.nameSlash {
+		return globMatch(c.name.pat, path.Clean(v.words[0].val), true)
+	}
+	return globMatch(c.name.pat, v.name, false)
+}
+
+// couldMatch reports whether the rule may match the command once its words
+// only known at run time have their values: a word that may be an option
+// counts as any flag, a run-time operand as any operand, and one that may
+// split as any number of them.
+func (c *cmdRule) couldMatch(v *cmdView, e env) bool {
+	if !c.matchName(v) {
+		return false
+	}
+	for _, f := range c.flags {
+		if !v.wild && !f.matchFlag(v) {
+			return false
+		}
+	}
+	return matchLoose(c.operands, v.operands, e)
+}
+
+func matchLoose(pats []ruleWord, ws []word, e env) bool {
+	switch {
+	case len(pats) == 0:
+		return true
+	case pats[0].any:
+		for k := 0; k <= len(ws); k++ {
+			if matchLoose(pats[1:], ws[k:], e) {
+				return true
+			}
+		}
+		return false
+	case len(ws) == 0:
+		return false
+	case ws[0].multi():
+		return matchLoose(pats, ws[1:], e) || matchLoose(pats[1:], ws, e)
+	case ws[0].runtime():
+		return matchLoose(pats[1:], ws[1:], e)
+	}
+	return pats[0].matchOperand(ws[0], e) && matchLoose(pats[1:], ws[1:], e)
 }
 
 func (rw *ruleWord) matchFlag(v *cmdView) bool {
@@ -225,11 +195,24 @@ func (rw *ruleWord) matchFlag(v *cmdView) bool {
 		if globMatch(rw.pat, f, false) {
 			return true
 		}
-		if name, _, ok := strings.Cut(f, "="); ok && globMatch(rw.pat, name, false) {
+		name, _, ok := strings.Cut(f, "=")
+		if ok && globMatch(rw.pat, name, false) {
+			return true
+		}
+		if rw.long != "" && abbreviates(v.name, name, rw.long) {
 			return true
 		}
 	}
 	return false
+}
+
+// abbreviates reports whether a command's long flag may be getopt_long's
+// abbreviation of long: a prefix of it that is not itself another option.
+// A prefix shared with other options makes the command refuse it, so
+// counting it errs on the safe side.
+func abbreviates(cmd, flag, long string) bool {
+	return len(flag) > 2 && strings.HasPrefix(flag, "--") && !singleDashLong[cmd] &&
+		strings.HasPrefix(long, flag) && !exactLong[cmd][flag]
 }
 
 // matchOperands matches rule operands against the command's operands from
@@ -307,7 +290,7 @@ func checkCommandExamples(field string, c *cmdRule) error {
 	probe := &compiled{
 		commands:       []*cmdRule{c},
 		commandDefault: Allow, elevation: Allow, writeRedirects: Allow,
-		pipeToShell: Allow, forkBomb: Allow, dynamicCommand: Allow,
+		pipeToShell: Allow, forkBomb: Allow, dynamicCommand: Allow, dynamicArg: Allow,
 	}
 	matches := func(src string) (bool, error) {
 		ck := &checker{c: probe, env: env{home: ExampleHome, workspace: ExampleWorkspace}}

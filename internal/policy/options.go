@@ -195,3 +195,46 @@ var (
 		"preserve-environment", "pty", "shell:", "whitelist-environment:", "user:", "help", "version")
 	noOpts = newGetopt("+")
 )
+
+// commandOptions are how the commands readonly lists read their options,
+// where an option of theirs writes a file or runs a program: with them a
+// word only known at run time that is an option's value is known not to
+// be an option itself ("sort -k "$K" f" is safe, "sort "$X" f" may be
+// -o). Commands not listed permute their options and take no values, the
+// safe reading.
+var commandOptions = map[string]*getopt{
+	"sort": newGetopt("bcCdfghik:mMno:rRsS:t:T:uVz",
+		"ignore-leading-blanks", "dictionary-order", "ignore-case", "general-numeric-sort",
+		"ignore-nonprinting", "month-sort", "human-numeric-sort", "numeric-sort", "random-sort",
+		"random-source:", "reverse", "sort:", "version-sort", "batch-size:", "check::",
+		"compress-program:", "debug", "files0-from:", "key:", "merge", "output:", "stable",
+		"buffer-size:", "field-separator:", "temporary-directory:", "parallel:", "unique",
+		"zero-terminated", "help", "version"),
+	"uniq": newGetopt("cdDf:is:uw:z",
+		"count", "repeated", "all-repeated::", "skip-fields:", "ignore-case", "skip-chars:",
+		"unique", "zero-terminated", "check-chars:", "group::", "help", "version"),
+	"date": newGetopt("d:f:I::r:Rs:u",
+		"date:", "debug", "file:", "iso-8601::", "resolution", "reference:", "rfc-email",
+		"rfc-3339:", "set:", "universal", "utc", "help", "version"),
+	"file": newGetopt("0bcCdEe:f:F:hiklLm:nNpP:rsSvzZ",
+		"apple", "brief", "checking-printout", "compile", "debug", "exclude:", "exclude-quiet:",
+		"extension", "files-from:", "separator:", "help", "mime", "mime-type", "mime-encoding",
+		"keep-going", "list", "dereference", "no-dereference", "magic-file:", "no-buffer",
+		"no-pad", "no-sandbox", "parameter:", "preserve-date", "raw", "special-files",
+		"uncompress", "uncompress-noreport", "print0", "version"),
+	"tree": newGetopt("adfgilnpqrstuxACDFJNQRSUvX" + "L:P:I:o:H:T:"),
+	"rg": newGetopt("e:f:g:t:T:m:A:B:C:j:M:E:r:d:",
+		"regexp:", "file:", "glob:", "iglob:", "type:", "type-not:", "type-add:", "type-clear:",
+		"max-count:", "after-context:", "before-context:", "context:", "threads:",
+		"max-columns:", "encoding:", "replace:", "max-depth:", "max-filesize:", "pre:",
+		"pre-glob:", "ignore-file:", "sort:", "sortr:", "colors:", "color:", "path-separator:",
+		"context-separator:", "field-match-separator:", "field-context-separator:",
+		"hostname-bin:", "hyperlink-format:", "engine:", "dfa-size-limit:", "regex-size-limit:"),
+	"git": newGetopt("C:c:n:e:f:m:A:B:S:G:L:",
+		"git-dir:", "work-tree:", "namespace:", "config-env:", "super-prefix:", "grep:",
+		"author:", "committer:", "since:", "after:", "until:", "before:", "format:", "pretty:",
+		"max-count:", "skip:", "date:", "encoding:", "contains:", "no-contains:", "merged:",
+		"no-merged:", "points-at:", "sort:", "max-depth:", "threads:", "contents:",
+		"ignore-rev:", "ignore-revs-file:", "exclude:", "exclude-from:", "exclude-per-directory:",
+		"with-tree:", "abbrev-ref::", "short::", "output:", "open-files-in-pager::"),
+}

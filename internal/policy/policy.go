@@ -53,6 +53,11 @@ type Policy struct {
 	// before it runs ($CMD, "$(which rm)", the command of `xargs env`, a
 	// script in a variable) (default ask; deny when CommandDefault is deny).
 	DynamicCommand Effect `json:"dynamicCommand,omitempty"`
+	// DynamicArgument is the effect of a command one of whose words, only
+	// known at run time, could make a rule with a more severe effect match
+	// ("sort $X" when X may hold --output=f) (default allow, which reads
+	// such words as placeholders; deny when CommandDefault is deny).
+	DynamicArgument Effect `json:"dynamicArgument,omitempty"`
 
 	Resources Resources `json:"resources"`
 
@@ -246,6 +251,7 @@ func merge(base, over *Policy) *Policy {
 		{&p.PipeToShell, &over.PipeToShell},
 		{&p.ForkBomb, &over.ForkBomb},
 		{&p.DynamicCommand, &over.DynamicCommand},
+		{&p.DynamicArgument, &over.DynamicArgument},
 	} {
 		if *f.src != "" {
 			*f.dst = *f.src

@@ -1,6 +1,8 @@
 package policy
 
 import (
+	"fmt"
+	"slices"
 	"strings"
 
 	"mvdan.cc/sh/v3/syntax"
@@ -140,16 +142,20 @@ func (ck *checker) simple(ws []word, depth int, in stdinSource, wraps int) {
 	}
 	v := newView(ws)
 	matched := false
+	var missed []*cmdRule // rules that do not match, for dynamicArgument
 	for _, r := range ck.c.commands {
 		if r.matches(v, ck.env) {
 			matched = true
 			ck.add(Decision{Effect: r.Effect, Rule: r.label, Reason: r.Reason, Subject: subject})
+		} else if r.Effect != Allow {
+			missed = append(missed, r)
 		}
 	}
 	if !matched {
 		e := ck.c.commandDefault
 		ck.add(Decision{Effect: e, Rule: RuleCommandDefault + " " + string(e), Reason: "no command rule matches", Subject: subject})
 	}
+	ck.dynamicArgs(ws, v, missed, subject)
 	if wraps == 0 {
 		ck.operandPaths(ws[1:])
 	}
@@ -188,6 +194,26 @@ func (ck *checker) simple(ws []word, depth int, in stdinSource, wraps int) {
 		} else {
 			run()
 		}
+	}
+}
+
+// dynamicArgs applies dynamicArgument when a word only known at run time
+// could make a rule that did not match, and is more severe than allow,
+// match: readonly's "sort $X" may be "sort --output=f".
+func (ck *checker) dynamicArgs(ws []word, v *cmdView, missed []*cmdRule, subject string) {
+	if ck.c.dynamicArg == Allow || !slices.ContainsFunc(ws[1:], word.runtime) {
+		return
+	}
+	for _, r := range missed {
+		if !r.couldMatch(v, ck.env) {
+			continue
+		}
+		e := ck.c.dynamicArg
+		if r.Effect.Severity() < e.Severity() {
+			e = r.Effect
+		}
+		ck.add(Decision{Effect: e, Rule: RuleDynamicArg + " " + string(e),
+			Reason: fmt.Sprintf("a word only known at run time could make %s match (%s)", r.label, r.Reason), Subject: subject})
 	}
 }
 
