@@ -68,6 +68,7 @@ const (
 	RuleCommandDefault = "commandDefault"
 	RuleDynamicCommand = "dynamicCommand"
 	RuleDynamicArg     = "dynamicArgument"
+	RuleRuntimeEval    = "runtimeEval"
 	RuleWriteRedirects = "writeRedirects"
 	RulePipeToShell    = "pipeToShell"
 	RuleForkBomb       = "forkBomb"
@@ -86,6 +87,7 @@ type compiled struct {
 	forkBomb       Effect
 	dynamicCommand Effect
 	dynamicArg     Effect
+	runtimeEval    Effect
 }
 
 type pathRule struct {
@@ -107,7 +109,7 @@ func compile(p *Policy) (*compiled, error) {
 		{"commandDefault", p.CommandDefault}, {"elevation", p.Elevation},
 		{"writeRedirects", p.WriteRedirects}, {"pipeToShell", p.PipeToShell},
 		{"forkBomb", p.ForkBomb}, {"dynamicCommand", p.DynamicCommand},
-		{"dynamicArgument", p.DynamicArgument},
+		{"dynamicArgument", p.DynamicArgument}, {"runtimeEval", p.RuntimeEval},
 	} {
 		if err := validateOptionalEffect(f.name, f.e); err != nil {
 			return nil, err
@@ -126,10 +128,11 @@ func compile(p *Policy) (*compiled, error) {
 		forkBomb:       orDefault(p.ForkBomb, Deny),
 		dynamicCommand: orDefault(p.DynamicCommand, Ask),
 		dynamicArg:     orDefault(p.DynamicArgument, Allow),
+		runtimeEval:    orDefault(p.RuntimeEval, Allow),
 	}
 	if c.commandDefault == Deny {
 		// An allow-list holds only if what it cannot read is refused.
-		c.dynamicCommand, c.dynamicArg = Deny, Deny
+		c.dynamicCommand, c.dynamicArg, c.runtimeEval = Deny, Deny, Deny
 	}
 	for i, r := range p.Paths {
 		pr, err := compilePathRule(i, r)

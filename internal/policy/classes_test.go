@@ -22,6 +22,15 @@ var reported = []struct {
 	{`sort --out=/tmp/x f`, "readonly", Deny},
 	{`git grep --open-files-in=touch x`, "readonly", Deny},
 	{`file --compile -m magic`, "readonly", Deny},
+	// Bash evaluating quoted text.
+	{`printf -v 'a[$(touch /tmp/x)]' x`, "readonly", Deny},
+	{`test -v 'a[$(touch /tmp/x)]'`, "readonly", Deny},
+	{`x='a[$(touch /tmp/x)]'; [[ $x -eq 0 ]]`, "readonly", Deny},
+	{`x='a[$(touch /tmp/x)]'; echo $((x))`, "readonly", Deny},
+	{`x='a[$(touch /tmp/x)]'; let x`, "readonly", Deny},
+	{`declare -i x='a[$(touch /tmp/x)]'`, "readonly", Deny},
+	{`x='a[$(touch /tmp/x)]'; echo ${!x}`, "readonly", Deny},
+	{`x='$(touch /tmp/x)'; echo ${x@P}`, "readonly", Deny},
 }
 
 func TestReportedBypasses(t *testing.T) {
@@ -224,6 +233,83 @@ func TestLongOptions(t *testing.T) {
 		t.Run(tt.cmd, func(t *testing.T) {
 			t.Parallel()
 			checkEffects(t, tt.cmd, tt.want)
+		})
+	}
+}
+
+// TestRuntimeEval: readonly denies the constructs in which bash evaluates
+// text it only reads at run time, and keeps arithmetic on literals.
+func TestRuntimeEval(t *testing.T) {
+	t.Parallel()
+	p := mustPreset(t, "readonly")
+	std := mustPreset(t, "standard")
+	tests := []struct {
+		cmd  string
+		want Effect
+	}{
+		{`echo $((x))`, Deny},
+		{`echo $(( $x + 1 ))`, Deny},
+		{`echo $[x]`, Deny},
+		{`(( x ))`, Deny},
+		{`for ((i=0; i<3; i++)); do echo $i; done`, Deny},
+		{`let x=1`, Deny},
+		{`a[i]=1`, Deny},
+		{`a=([i]=1)`, Deny},
+		{`echo ${a[i]}`, Deny},
+		{`echo ${a[$(echo 1)]}`, Deny},
+		{`echo ${s:n}`, Deny},
+		{`echo ${s:0:$(echo 2)}`, Deny},
+		{`[[ $x -eq 0 ]]`, Deny},
+		{`[[ x -lt 1 ]]`, Deny},
+		{`[[ -v a[$x] ]]`, Deny},
+		{`[[ -v $x ]]`, Deny},
+		{`test -v "$x"`, Deny},
+		{`[ -v 'a[0]' ]`, Deny},
+		{`test "$x" "$y"`, Deny},         // x may be -v
+		{`[ -n $x ]`, Deny},              // $x may split into "x -o -v a[...]"
+		{`[ -f "$f" -a -r "$f" ]`, Deny}, // four or more: any word may be an operator
+		{`printf -v x %s y`, Deny},
+		{`printf -vx %s y`, Deny},
+		{`printf "$fmt" x`, Deny},
+		{`declare -i n=1`, Deny},
+		{`local -n ref=PATH`, Deny},
+		{`typeset -I x`, Deny},
+		{`declare "$spec"`, Deny},
+		{`declare 'a[$(id)]=1'`, Deny},
+		{`echo ${!x}`, Deny},
+		{`echo ${!a[0]}`, Deny},
+		{`echo ${x@P}`, Deny},
+		{`env declare -i x=1`, Deny}, // not listed either
+		// Literals are read as numbers, nothing else.
+		{`echo $((1 + 2 * 3)) $((0x10)) $((2#101)) $(($# + 1))`, Allow},
+		{`echo ${a[0]} ${a[-1]} "${a[@]}" ${#a[@]} ${#s} ${s:1:2}`, Allow},
+		{`[[ 1 -eq 1 && -n $x && $x == y* ]]`, Allow},
+		{`[[ -v HOME ]]`, Allow},
+		{`[ -n "$x" ]`, Allow},
+		{`[ -z "$x" ]`, Allow},
+		{`[ "$x" = y ]`, Allow},
+		{`[ "$x" ]`, Allow},
+		{`[ -f x -a -r y ]`, Allow},
+		{`test -v HOME`, Allow},
+		{`printf '%s\n' "$x"`, Allow},
+		{`printf -- -v`, Allow},
+		{`echo ${!x*} ${!a[@]}`, Allow},
+		{`declare -a arr=(1 2)`, Allow},
+		{`export x`, Allow},
+	}
+	for _, tt := range tests {
+		t.Run(tt.cmd, func(t *testing.T) {
+			t.Parallel()
+			d := p.Check(bash(tt.cmd))
+			if d.Effect != tt.want {
+				t.Fatalf("got %s by %s, want %s\n%s", d.Effect, d.Rule, tt.want, p.Explain(bash(tt.cmd)))
+			}
+			if tt.want == Deny && d.Rule != RuleRuntimeEval+" deny" && d.Rule != RuleCommandDefault+" deny" {
+				t.Errorf("decided by %s, want %s", d.Rule, RuleRuntimeEval)
+			}
+			if d := std.Check(bash(tt.cmd)); d.Effect != Allow {
+				t.Errorf("standard: got %s by %s, want allow", d.Effect, d.Rule)
+			}
 		})
 	}
 }

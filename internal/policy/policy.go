@@ -58,6 +58,11 @@ type Policy struct {
 	// ("sort $X" when X may hold --output=f) (default allow, which reads
 	// such words as placeholders; deny when CommandDefault is deny).
 	DynamicArgument Effect `json:"dynamicArgument,omitempty"`
+	// RuntimeEval is the effect of a construct in which bash evaluates text
+	// it only reads at run time: arithmetic on variables ($((x)), let,
+	// [[ x -eq 0 ]]), test -v, printf -v, read, declare -i and -n, ${!x},
+	// ${x@P} (default allow; deny when CommandDefault is deny).
+	RuntimeEval Effect `json:"runtimeEval,omitempty"`
 
 	Resources Resources `json:"resources"`
 
@@ -252,6 +257,7 @@ func merge(base, over *Policy) *Policy {
 		{&p.ForkBomb, &over.ForkBomb},
 		{&p.DynamicCommand, &over.DynamicCommand},
 		{&p.DynamicArgument, &over.DynamicArgument},
+		{&p.RuntimeEval, &over.RuntimeEval},
 	} {
 		if *f.src != "" {
 			*f.dst = *f.src

@@ -103,6 +103,8 @@ func (ck *checker) walk(root syntax.Node, src string, depth int) {
 			ck.redirect(n, src)
 		case *syntax.FuncDecl:
 			ck.funcDecl(n, src)
+		default:
+			ck.evalNode(n, src)
 		}
 		return true
 	})
@@ -159,6 +161,7 @@ func (ck *checker) simple(ws []word, depth int, in stdinSource, wraps int) {
 	if wraps == 0 {
 		ck.operandPaths(ws[1:])
 	}
+	ck.evalCall(ws)
 	if (in.fromDownloader || in.heredoc != nil) && readsScriptFromStdin(ws) {
 		if in.fromDownloader && ck.c.pipeToShell != Allow {
 			e := ck.c.pipeToShell
