@@ -69,6 +69,7 @@ const (
 	RuleDynamicCommand = "dynamicCommand"
 	RuleDynamicArg     = "dynamicArgument"
 	RuleRuntimeEval    = "runtimeEval"
+	RuleEnvAssignment  = "envAssignment"
 	RuleWriteRedirects = "writeRedirects"
 	RulePipeToShell    = "pipeToShell"
 	RuleForkBomb       = "forkBomb"
@@ -88,6 +89,7 @@ type compiled struct {
 	dynamicCommand Effect
 	dynamicArg     Effect
 	runtimeEval    Effect
+	envAssignment  Effect
 }
 
 type pathRule struct {
@@ -110,6 +112,7 @@ func compile(p *Policy) (*compiled, error) {
 		{"writeRedirects", p.WriteRedirects}, {"pipeToShell", p.PipeToShell},
 		{"forkBomb", p.ForkBomb}, {"dynamicCommand", p.DynamicCommand},
 		{"dynamicArgument", p.DynamicArgument}, {"runtimeEval", p.RuntimeEval},
+		{"envAssignment", p.EnvAssignment},
 	} {
 		if err := validateOptionalEffect(f.name, f.e); err != nil {
 			return nil, err
@@ -129,10 +132,11 @@ func compile(p *Policy) (*compiled, error) {
 		dynamicCommand: orDefault(p.DynamicCommand, Ask),
 		dynamicArg:     orDefault(p.DynamicArgument, Allow),
 		runtimeEval:    orDefault(p.RuntimeEval, Allow),
+		envAssignment:  orDefault(p.EnvAssignment, Allow),
 	}
 	if c.commandDefault == Deny {
 		// An allow-list holds only if what it cannot read is refused.
-		c.dynamicCommand, c.dynamicArg, c.runtimeEval = Deny, Deny, Deny
+		c.dynamicCommand, c.dynamicArg, c.runtimeEval, c.envAssignment = Deny, Deny, Deny, Deny
 	}
 	for i, r := range p.Paths {
 		pr, err := compilePathRule(i, r)

@@ -31,6 +31,13 @@ var reported = []struct {
 	{`declare -i x='a[$(touch /tmp/x)]'`, "readonly", Deny},
 	{`x='a[$(touch /tmp/x)]'; echo ${!x}`, "readonly", Deny},
 	{`x='$(touch /tmp/x)'; echo ${x@P}`, "readonly", Deny},
+	// Environment assignments that make git run commands.
+	{`GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=core.pager GIT_CONFIG_VALUE_0='touch /tmp/x' git log`, "readonly", Deny},
+	{`GIT_CONFIG_PARAMETERS="'core.pager'='touch /tmp/x'" git log`, "readonly", Deny},
+	{`GIT_EXTERNAL_DIFF='touch /tmp/x' git diff`, "readonly", Deny},
+	{`GIT_EDITOR='touch /tmp/x' git branch --edit-description`, "readonly", Deny},
+	{`GIT_EXTERNAL_DIFF='rm -rf /' git diff`, "standard", Deny},
+	{`GIT_EXTERNAL_DIFF='rm -rf /' git diff`, "trusted", Deny},
 }
 
 func TestReportedBypasses(t *testing.T) {
@@ -310,6 +317,65 @@ func TestRuntimeEval(t *testing.T) {
 			if d := std.Check(bash(tt.cmd)); d.Effect != Allow {
 				t.Errorf("standard: got %s by %s, want allow", d.Effect, d.Rule)
 			}
+		})
+	}
+}
+
+// TestEnvAssignments: readonly sets no environment variable but a few
+// harmless ones, however the assignment is spelled; every preset checks the
+// command lines variables like GIT_PAGER hold against its deny rules.
+func TestEnvAssignments(t *testing.T) {
+	t.Parallel()
+	const A, D = Allow, Deny
+	tests := []struct {
+		cmd  string
+		want effects
+	}{
+		{`PATH=./tools:$PATH ls`, effects{D, A, A}},
+		{`PATH+=:. ls`, effects{D, A, A}},
+		{`export PATH=/tmp; ls`, effects{D, A, A}},
+		{`export 'PATH=/tmp'`, effects{D, A, A}},
+		{`declare -x PATH=/tmp`, effects{D, A, A}},
+		{`env PATH=/tmp ls`, effects{D, A, A}},
+		{`env -i ls`, effects{D, A, A}},
+		{`env - ls`, effects{D, A, A}},
+		{`env -u PATH ls`, effects{D, A, A}},
+		{`for PATH in /tmp; do ls; done`, effects{D, A, A}},
+		{`: ${PATH:=/tmp}`, effects{D, A, A}},
+		{`ls {PATH}>/dev/null`, effects{D, A, A}},
+		{`coproc PATH { ls; }`, effects{D, A, A}},
+		{`xargs --process-slot-var=PATH ls`, effects{D, A, A}},
+		{`LD_PRELOAD=./x.so ls`, effects{D, A, A}},
+		{`BASH_ENV=./x ls`, effects{D, A, A}},
+		{`GIT_DIR=/tmp/evil git log`, effects{D, A, A}},
+		{`GIT_CONFIG_GLOBAL=/tmp/c git log`, effects{D, A, A}},
+		{`GIT_EXEC_PATH=/tmp git log`, effects{D, A, A}},
+		{`GIT_PAGER=less git log`, effects{D, A, A}},
+		{`PS4='$(id)' ls`, effects{D, A, A}},
+		{`BASH_CMDS[ls]=/tmp/x; ls`, effects{D, A, A}},
+		// Harmless ones, and shell variables.
+		{`LANG=C LC_ALL=C TZ=UTC COLUMNS=80 NO_COLOR=1 ls`, effects{A, A, A}},
+		{`x=1; echo "$x"`, effects{A, A, A}},
+		{`f=$(ls | head -1); cat "$f"`, effects{A, A, A}},
+		{`for f in a b; do wc -l "$f"; done`, effects{A, A, A}},
+		{`export PATH`, effects{A, A, A}},
+		{`env -u FOO ls`, effects{A, A, A}},
+		// Command lines in variables meet the deny rules everywhere.
+		{`GIT_PAGER='rm -rf /' git log`, effects{D, D, D}},
+		{`PAGER='rm -rf /' man ls`, effects{D, D, D}},
+		{`export EDITOR='rm -rf /'`, effects{D, D, D}},
+		{`env GIT_SSH_COMMAND='rm -rf /' git fetch`, effects{D, D, D}},
+		{`LESSOPEN='|rm -rf / %s' less f`, effects{D, D, D}},
+		{`GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=alias.x GIT_CONFIG_VALUE_0='!rm -rf /' git x`, effects{D, D, D}},
+		{`GIT_CONFIG_PARAMETERS="'core.pager'='rm -rf /'" git log`, effects{D, D, D}},
+		{`git -c core.pager='rm -rf /' log`, effects{D, D, D}},
+		{`git -c alias.x='!mkfs.ext4 /dev/sda' x`, effects{D, D, D}},
+		{`GIT_SSH_COMMAND="ssh -i $KEY" git fetch`, effects{D, A, A}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.cmd, func(t *testing.T) {
+			t.Parallel()
+			checkEffects(t, tt.cmd, tt.want)
 		})
 	}
 }

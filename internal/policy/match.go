@@ -290,7 +290,7 @@ func checkCommandExamples(field string, c *cmdRule) error {
 	probe := &compiled{
 		commands:       []*cmdRule{c},
 		commandDefault: Allow, elevation: Allow, writeRedirects: Allow,
-		pipeToShell: Allow, forkBomb: Allow, dynamicCommand: Allow, dynamicArg: Allow, runtimeEval: Allow,
+		pipeToShell: Allow, forkBomb: Allow, dynamicCommand: Allow, dynamicArg: Allow, runtimeEval: Allow, envAssignment: Allow,
 	}
 	matches := func(src string) (bool, error) {
 		ck := &checker{c: probe, env: env{home: ExampleHome, workspace: ExampleWorkspace}}

@@ -63,6 +63,12 @@ type Policy struct {
 	// [[ x -eq 0 ]]), test -v, printf -v, read, declare -i and -n, ${!x},
 	// ${x@P} (default allow; deny when CommandDefault is deny).
 	RuntimeEval Effect `json:"runtimeEval,omitempty"`
+	// EnvAssignment is the effect of setting an environment variable other
+	// than LANG, LANGUAGE, LC_*, TZ, COLUMNS, LINES and NO_COLOR (a name with
+	// a lower-case letter is a shell variable and always fine), in any form:
+	// PATH=x cmd, export, env NAME=x, for NAME in, read NAME (default
+	// allow; deny when CommandDefault is deny).
+	EnvAssignment Effect `json:"envAssignment,omitempty"`
 
 	Resources Resources `json:"resources"`
 
@@ -258,6 +264,7 @@ func merge(base, over *Policy) *Policy {
 		{&p.DynamicCommand, &over.DynamicCommand},
 		{&p.DynamicArgument, &over.DynamicArgument},
 		{&p.RuntimeEval, &over.RuntimeEval},
+		{&p.EnvAssignment, &over.EnvAssignment},
 	} {
 		if *f.src != "" {
 			*f.dst = *f.src

@@ -103,9 +103,9 @@ func (ck *checker) walk(root syntax.Node, src string, depth int) {
 			ck.redirect(n, src)
 		case *syntax.FuncDecl:
 			ck.funcDecl(n, src)
-		default:
-			ck.evalNode(n, src)
 		}
+		ck.evalNode(n, src)
+		ck.assignNode(n, src, depth)
 		return true
 	})
 }
@@ -162,6 +162,7 @@ func (ck *checker) simple(ws []word, depth int, in stdinSource, wraps int) {
 		ck.operandPaths(ws[1:])
 	}
 	ck.evalCall(ws)
+	ck.assignWords(ws, depth)
 	if (in.fromDownloader || in.heredoc != nil) && readsScriptFromStdin(ws) {
 		if in.fromDownloader && ck.c.pipeToShell != Allow {
 			e := ck.c.pipeToShell
