@@ -38,6 +38,12 @@ var reported = []struct {
 	{`GIT_EDITOR='touch /tmp/x' git branch --edit-description`, "readonly", Deny},
 	{`GIT_EXTERNAL_DIFF='rm -rf /' git diff`, "standard", Deny},
 	{`GIT_EXTERNAL_DIFF='rm -rf /' git diff`, "trusted", Deny},
+	// Names matched by basename.
+	{`tools/ls`, "readonly", Deny},
+	{`PATH=./tools:$PATH ls`, "readonly", Deny},
+	// /proc environments of threads.
+	{`cat /proc/1/task/1/environ`, "readonly", Deny},
+	{`cat /proc/1/task/1/environ`, "standard", Deny},
 }
 
 func TestReportedBypasses(t *testing.T) {
@@ -378,4 +384,61 @@ func TestEnvAssignments(t *testing.T) {
 			checkEffects(t, tt.cmd, tt.want)
 		})
 	}
+}
+
+// TestCommandPaths: an allow rule for ls means the ls found through PATH or
+// in the system's directories, not a program of that name elsewhere; deny
+// rules match any path by its basename.
+func TestCommandPaths(t *testing.T) {
+	t.Parallel()
+	const A, Q, D = Allow, Ask, Deny
+	tests := []struct {
+		cmd  string
+		want effects
+	}{
+		{`ls -la`, effects{A, A, A}},
+		{`/bin/ls -la`, effects{A, A, A}},
+		{`/usr/bin/git log`, effects{A, A, A}},
+		{`//usr/bin/./cat f`, effects{A, A, A}},
+		{`tools/ls`, effects{D, A, A}},
+		{`./ls`, effects{D, A, A}},
+		{`/tmp/ls`, effects{D, A, A}},
+		{`/usr/local/bin/ls`, effects{D, A, A}},
+		{`/usr/bin/../../tmp/ls`, effects{D, A, A}},
+		{`~/bin/cat f`, effects{D, A, A}},
+		{`command ./ls`, effects{D, A, A}},
+		{`timeout 5 tools/grep x`, effects{D, A, A}},
+		{`find . | xargs ./grep x`, effects{D, A, A}},
+		{`./rm -rf /`, effects{D, D, D}},
+		{`/tmp/x/rm -rf /`, effects{D, D, D}},
+		{`tools/sudo id`, effects{D, Q, A}},
+		// /proc: every process's and thread's environment and memory, and
+		// other processes' open files.
+		{`cat /proc/1/task/1/environ`, effects{D, D, A}},
+		{`cat /proc/thread-self/environ`, effects{D, D, A}},
+		{`cat /proc/self/task/12/environ`, effects{D, D, A}},
+		{`cat /proc//1/./environ`, effects{D, D, A}},
+		{`cat /proc/1/mem`, effects{D, D, A}},
+		{`cat /proc/1/fd/3`, effects{D, D, A}},
+		{`ls -l /proc/1/fd`, effects{A, A, A}},
+		{`cat /proc/1/cmdline /proc/self/status`, effects{A, A, A}},
+		{`echo x > /proc/self/root/etc/passwd`, effects{D, D, A}},
+		{`echo 1 > /proc/sys/kernel/sysrq`, effects{D, D, A}},
+		{`echo 1 > /sys/power/state`, effects{D, D, A}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.cmd, func(t *testing.T) {
+			t.Parallel()
+			checkEffects(t, tt.cmd, tt.want)
+		})
+	}
+	t.Run("read tool", func(t *testing.T) {
+		for _, name := range []string{"readonly", "standard"} {
+			p := mustPreset(t, name)
+			r := &Request{Tool: "read", Group: "fs_read", Paths: []PathAccess{{"/proc/1/task/1/environ", Read}}}
+			if d := p.Check(r); d.Effect != Deny {
+				t.Errorf("%s: got %+v", name, d)
+			}
+		}
+	})
 }

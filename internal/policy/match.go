@@ -134,7 +134,25 @@ func (c *cmdRule) matchName(v *cmdView) bool {
 	if c.nameSlash {
 		return globMatch(c.name.pat, path.Clean(v.words[0].val), true)
 	}
+	if c.Effect == Allow && !systemCommand(v.words[0].val) {
+		return false // ./ls, tools/ls, /tmp/ls are not the ls an allow rule means
+	}
 	return globMatch(c.name.pat, v.name, false)
+}
+
+// systemDirs hold the programs a bare command name means, whatever PATH
+// holds: only there does /usr/bin/ls count as ls for an allow rule.
+var systemDirs = map[string]bool{"/bin": true, "/usr/bin": true, "/sbin": true, "/usr/sbin": true}
+
+// systemCommand reports whether a command name means the program the rules
+// name: a bare name, found through PATH (which readonly does not let a
+// command change), or a path into systemDirs. Deny and ask rules match any
+// path by its basename: ./rm is as suspect as rm.
+func systemCommand(name string) bool {
+	if !strings.Contains(name, "/") {
+		return true
+	}
+	return systemDirs[path.Dir(path.Clean(name))]
 }
 
 // couldMatch reports whether the rule may match the command once its words
