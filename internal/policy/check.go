@@ -304,6 +304,7 @@ type checker struct {
 	// maybe counts the readings of text that may run but need not (see
 	// checker.maybe) the checker is inside.
 	maybeDepth int
+	vars       vars // static values the text assigns, for speculate
 }
 
 // maybe runs check on text that the command may run, read approximately:

@@ -442,3 +442,54 @@ func TestCommandPaths(t *testing.T) {
 		}
 	})
 }
+
+// TestSpeculation: the catastrophic denies of standard and trusted see
+// through words the text gives values to, quoted text bash may evaluate
+// later, and glob names.
+func TestSpeculation(t *testing.T) {
+	t.Parallel()
+	const A, Q, D = Allow, Ask, Deny
+	tests := []struct {
+		cmd  string
+		want effects
+	}{
+		{`$(echo rm) -rf /`, effects{D, D, D}},
+		{"`echo rm` -rf /", effects{D, D, D}},
+		{`r$(echo m) -rf /`, effects{D, D, D}},
+		{`$(printf 'rm -rf /')`, effects{D, D, D}},
+		{`x=rm; $x -rf /`, effects{D, D, D}},
+		{`for c in ls rm; do $c -rf /; done`, effects{D, D, D}},
+		{`x=(rm -rf /); "${x[@]}"`, effects{D, D, D}},
+		{`${x:-rm} -rf /`, effects{D, D, D}},
+		{`d=/; rm -rf $d`, effects{D, D, D}},
+		{`x='rm -rf /'; eval "$x"`, effects{D, D, D}},
+		{`x='rm -rf /'; bash -c "$x"`, effects{D, D, D}},
+		{`bash -c "$(echo rm -rf /)"`, effects{D, D, D}},
+		{`x=':(){ :|:& };:'; eval "$x"`, effects{D, D, D}},
+		{`x='a[$(rm -rf /)]'; echo $((x))`, effects{D, D, D}},
+		{`x='a[$(rm -rf /)]'; [[ $x -eq 0 ]]`, effects{D, D, D}},
+		{`printf -v 'a[$(rm -rf /)]' x`, effects{D, D, D}},
+		{`test -v 'a[$(mkfs.ext4 /dev/sda1)]'`, effects{D, D, D}},
+		{`x='$(rm -rf /)'; echo ${x@P}`, effects{D, D, D}},
+		{"x='`dd if=/dev/zero of=/dev/sda`'; echo ${x@P}", effects{D, D, D}},
+		{`declare -i n='a[$(rm -rf /)]'`, effects{D, D, D}},
+		{`echo "\$(rm -rf /)"`, effects{A, D, D}}, // text that may run later; readonly denies what would run it
+		{"cat > f <<'EOF'\n$(rm -rf /)\nEOF", effects{D, D, D}},
+		{`/bin/r? -rf /`, effects{D, D, D}},
+		{`/bin/r[m] -rf /`, effects{D, D, D}},
+		{`/sbin/mkfs.e* /dev/sda1`, effects{D, D, D}},
+		// What the text does not show stays as it was.
+		{`"$(which rm)" -rf /`, effects{D, Q, A}},
+		{`rm -rf "$DIR"`, effects{D, A, A}},
+		{`x=/tmp/build; rm -rf $x`, effects{D, A, A}},
+		{`grep -r 'rm -rf /' .`, effects{A, A, A}},
+		{`echo "$(date)" '$HOME'`, effects{A, A, A}},
+		{`awk '{print $1}' f`, effects{D, A, A}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.cmd, func(t *testing.T) {
+			t.Parallel()
+			checkEffects(t, tt.cmd, tt.want)
+		})
+	}
+}

@@ -47,6 +47,7 @@ func (ck *checker) script(src string, depth int, posix bool) {
 		ck.add(Decision{Effect: Deny, Rule: RuleParseError, Reason: "the command does not parse as " + dialect + ": " + err.Error(), Subject: src})
 		return
 	}
+	ck.collectVars(f, src)
 	ck.walk(f, src, depth)
 }
 
@@ -103,6 +104,8 @@ func (ck *checker) walk(root syntax.Node, src string, depth int) {
 			ck.redirect(n, src)
 		case *syntax.FuncDecl:
 			ck.funcDecl(n, src)
+		case *syntax.Word:
+			ck.quotedCode(n, src, depth)
 		}
 		ck.evalNode(n, src)
 		ck.assignNode(n, src, depth)
@@ -138,6 +141,7 @@ func (ck *checker) simple(ws []word, depth int, in stdinSource, wraps int) {
 		ck.add(Decision{Effect: Deny, Rule: RuleNestingLimit, Reason: "more than 16 wrapper commands around one command", Subject: subject})
 		return
 	}
+	ck.speculate(ws, depth, in, wraps)
 	if ws[0].runtime() {
 		ck.dynamic(subject, "the command name is only known when it runs")
 		return
@@ -224,13 +228,14 @@ func (ck *checker) dynamicArgs(ws []word, v *cmdView, missed []*cmdRule, subject
 // nested checks shell source that a command runs (bash -c STR, eval ...)
 // as shell reads it ("": the current shell, for eval).
 func (ck *checker) nested(s word, depth int, shell string) {
-	if s.dyn {
-		ck.dynamic(s.val, "runs shell source only known when it runs")
-		return
-	}
 	posix := ck.posix
 	if shell != "" {
 		posix = shell == "sh"
+	}
+	if s.dyn {
+		ck.dynamic(s.val, "runs shell source only known when it runs")
+		ck.speculateScript(s, depth, posix)
+		return
 	}
 	ck.script(s.val, depth+1, posix)
 }

@@ -60,6 +60,9 @@ type word struct {
 	// out is, for a word that is one command or process substitution, what
 	// it prints when its text shows it ($(echo rm), <(printf x)).
 	out *string
+	// segs are the word's runs of text, for folding what is known of its
+	// expansions (see fold).
+	segs []seg
 }
 
 // multi reports whether the word may become several words, or none.
@@ -88,6 +91,12 @@ type seg struct {
 	// out is what a command or process substitution prints, when its
 	// text shows it.
 	out *string
+	// param names the variable of $x, ${x}, ${x:-w}, ${x[@]}; deflt is
+	// the static w of ${x:-w} and ${x:=w}; elems marks ${x[@]}, ${x[*]}.
+	param string
+	deflt *string
+	elems bool
+	proc  bool // a process substitution: it expands to a file name, not to out
 }
 
 func reduceWord(w *syntax.Word, src string) word {
@@ -119,6 +128,7 @@ func reduceWord(w *syntax.Word, src string) word {
 	if len(segs) == 1 {
 		out.out = segs[0].out
 	}
+	out.segs = segs
 	return out
 }
 
@@ -196,7 +206,9 @@ func segments(parts []syntax.WordPart, src string, inDbl bool, out []seg) []seg 
 		case *syntax.DblQuoted:
 			out = segments(p.Parts, src, true, out)
 		case *syntax.ParamExp:
-			out = append(out, seg{s: paramPlaceholder(p, src), dyn: true, split: !inDbl})
+			sg := seg{s: paramPlaceholder(p, src), dyn: true, split: !inDbl}
+			sg.param, sg.deflt, sg.elems = paramFold(p, src)
+			out = append(out, sg)
 		case *syntax.CmdSubst:
 			o := substOutput(p.Stmts, src)
 			if o != nil {
@@ -205,7 +217,7 @@ func segments(parts []syntax.WordPart, src string, inDbl bool, out []seg) []seg 
 			}
 			out = append(out, seg{s: nodeSource(p, src), dyn: true, split: !inDbl, out: o})
 		case *syntax.ProcSubst:
-			out = append(out, seg{s: nodeSource(p, src), dyn: true, out: substOutput(p.Stmts, src)})
+			out = append(out, seg{s: nodeSource(p, src), dyn: true, out: substOutput(p.Stmts, src), proc: true})
 		case *syntax.ArithmExp:
 			out = append(out, seg{s: nodeSource(p, src), dyn: true})
 		case *syntax.ExtGlob:
@@ -267,6 +279,40 @@ func literalSegments(v string, inDbl bool, out []seg) []seg {
 	}
 	flush()
 	return out
+}
+
+// paramFold returns what fold needs to know of a parameter expansion: the
+// variable it reads ("" when it does more than read one), a static
+// default, and whether it is all elements of an array.
+func paramFold(p *syntax.ParamExp, src string) (name string, deflt *string, elems bool) {
+	if p.Param == nil || p.Excl || p.Length || p.Slice != nil || p.Repl != nil || p.Names != 0 ||
+		p.Width || p.Flags != nil || p.NestedParam != nil || len(p.Modifiers) > 0 {
+		return "", nil, false
+	}
+	if p.Index != nil {
+		if !allElements(p.Index) {
+			return "", nil, false
+		}
+		elems = true
+	}
+	if p.Exp != nil {
+		switch p.Exp.Op {
+		case syntax.DefaultUnset, syntax.DefaultUnsetOrNull, syntax.AssignUnset, syntax.AssignUnsetOrNull:
+		default:
+			return "", nil, false
+		}
+		if p.Exp.Word != nil {
+			w := reduceWord(p.Exp.Word, src)
+			if w.runtime() {
+				return "", nil, false
+			}
+			deflt = &w.val
+		} else {
+			empty := ""
+			deflt = &empty
+		}
+	}
+	return p.Param.Value, deflt, elems
 }
 
 func paramPlaceholder(p *syntax.ParamExp, src string) string {

@@ -87,6 +87,10 @@ func joinScript(ws []word) []inner {
 	for i, w := range ws {
 		vals[i] = w.val
 		s.dyn = s.dyn || w.runtime()
+		if i > 0 {
+			s.segs = append(s.segs, seg{s: " "})
+		}
+		s.segs = append(s.segs, w.segs...)
 	}
 	s.val = strings.Join(vals, " ")
 	return []inner{{script: &s}}
