@@ -493,3 +493,29 @@ func TestSpeculation(t *testing.T) {
 		})
 	}
 }
+
+// TestShellReading: text is read as bash reads it where the parser reads
+// it otherwise. Found by the generated variants (TestGeneratedVariants).
+func TestShellReading(t *testing.T) {
+	t.Parallel()
+	const A, D = Allow, Deny
+	tests := []struct {
+		cmd  string
+		want effects
+	}{
+		// A here-string is a word: its backslashes go before it is fed.
+		{`bash <<< \r\m\ \-\r\f\ \/`, effects{D, D, D}},
+		{`xargs env <<< \r\m\ \-\r\f\ \/`, effects{D, D, D}},
+		// Each level of backquotes takes one level of backslashes off.
+		{"echo `a \\`b \\\\\\`rm -rf /\\\\\\`\\``", effects{D, D, D}},
+		{"echo `echo \\`\\\\\\\\l\\\\\\\\s -d /\\``", effects{A, A, A}},
+		// Text sh may run is read as bash too: sh is bash on some systems.
+		{`echo ':(){ :|:& };:' | sh`, effects{D, D, D}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.cmd, func(t *testing.T) {
+			t.Parallel()
+			checkEffects(t, tt.cmd, tt.want)
+		})
+	}
+}

@@ -24,8 +24,7 @@ const (
 // text returns the static text that feeds a command's stdin, if known.
 func (in stdinSource) text() (string, bool) {
 	if in.heredoc != nil {
-		w := reduceHeredoc(in.heredoc, in.heredocSrc)
-		return w.val, true
+		return stdinDoc(in.heredoc, in.heredocSrc).val, true
 	}
 	if in.piped != nil {
 		return *in.piped, true
@@ -50,7 +49,7 @@ func staticOutput(st *syntax.Stmt, src string) (string, bool) {
 			return printfOutput(ws[1:])
 		case "cat":
 			if h := heredocOf(st); h != nil && len(ws) == 1 {
-				return reduceHeredoc(h, src).val, true
+				return stdinDoc(h, src).val, true
 			}
 		}
 	case *syntax.Block:

@@ -19,10 +19,10 @@ const (
 // stdinSource is what feeds a simple command's standard input, as far as
 // pipe-to-shell and here-documents go.
 type stdinSource struct {
-	fromDownloader bool         // an earlier pipeline stage runs curl or wget
-	heredoc        *syntax.Word // a here-document or here-string
-	heredocSrc     string       // the source heredoc's positions point into
-	piped          *string      // what the previous pipeline stage prints, when its text shows it
+	fromDownloader bool             // an earlier pipeline stage runs curl or wget
+	heredoc        *syntax.Redirect // a here-document or here-string
+	heredocSrc     string           // the source heredoc's positions point into
+	piped          *string          // what the previous pipeline stage prints, when its text shows it
 }
 
 // script parses shell source as the shell that runs it reads it, and
@@ -39,6 +39,10 @@ func (ck *checker) script(src string, depth int, posix bool) {
 	ck.posix = posix
 	defer func() { ck.posix = saved }()
 	f, err := parseAs(src, posix)
+	if err != nil && posix && ck.maybeDepth > 0 {
+		// Text that may run is read generously: sh is bash on some systems.
+		f, err = parseAs(src, false)
+	}
 	if err != nil {
 		dialect := "bash"
 		if posix {
@@ -62,10 +66,14 @@ func (ck *checker) walk(root syntax.Node, src string, depth int) {
 	// A simple command is checked after what is under it, in the order bash
 	// runs things: substitutions in its words first.
 	var stack []syntax.Node
+	backquotes := 0 // backquoted substitutions around the node
 	syntax.Walk(root, func(n syntax.Node) bool {
 		if n == nil {
 			done := stack[len(stack)-1]
 			stack = stack[:len(stack)-1]
+			if cs, ok := done.(*syntax.CmdSubst); ok && cs.Backquotes {
+				backquotes--
+			}
 			if call, ok := done.(*syntax.CallExpr); ok && !ck.done() {
 				in := stdinSource{fromDownloader: fed[call], heredocSrc: src, piped: piped[call]}
 				if st := stmtOf[call]; st != nil {
@@ -78,8 +86,16 @@ func (ck *checker) walk(root syntax.Node, src string, depth int) {
 		if ck.done() {
 			return false
 		}
+		if cs, ok := n.(*syntax.CmdSubst); ok && backquotes > 0 {
+			ck.nestedBackquotes(cs, src, depth, backquotes)
+			return false // its children, as the parser read them, are wrong
+		}
 		stack = append(stack, n)
 		switch n := n.(type) {
+		case *syntax.CmdSubst:
+			if n.Backquotes {
+				backquotes++
+			}
 		case *syntax.Stmt:
 			if call, ok := n.Cmd.(*syntax.CallExpr); ok && len(n.Redirs) > 0 {
 				if stmtOf == nil {
@@ -173,7 +189,7 @@ func (ck *checker) simple(ws []word, depth int, in stdinSource, wraps int) {
 			ck.add(Decision{Effect: e, Rule: RulePipeToShell + " " + string(e), Reason: "runs a script downloaded by curl or wget without showing it", Subject: "curl/wget | " + subject})
 		}
 		if dialect, ok := stdinShell(ws); ok && in.heredoc != nil {
-			ck.nested(reduceHeredoc(in.heredoc, in.heredocSrc), depth, dialect)
+			ck.nested(stdinDoc(in.heredoc, in.heredocSrc), depth, dialect)
 		}
 	}
 	if dialect, ok := stdinShell(ws); ok && in.piped != nil && in.heredoc == nil {
@@ -225,6 +241,44 @@ func (ck *checker) dynamicArgs(ws []word, v *cmdView, missed []*cmdRule, subject
 	}
 }
 
+// nestedBackquotes reads a substitution inside backquotes as bash does:
+// each enclosing pair of backquotes takes one level of backslashes off
+// (\\ to \, \` to `, \$ to $) before the text inside is parsed, and the
+// parser takes off only one. So the text is taken from the source and
+// unescaped once per level.
+func (ck *checker) nestedBackquotes(cs *syntax.CmdSubst, src string, depth, levels int) {
+	start, end := int(cs.Left.Offset())+1, int(cs.Right.Offset())
+	if !cs.Backquotes {
+		start++ // after "$("
+	} else {
+		levels++
+	}
+	if start > end || end > len(src) {
+		ck.dynamic(nodeSource(cs, src), "a substitution nested in backquotes that cannot be read")
+		return
+	}
+	text := src[start:end]
+	if cs.Backquotes {
+		text = strings.TrimRight(text, `\`) // the backslashes of the closing quote
+	}
+	for range levels {
+		text = unbackquote(text)
+	}
+	ck.script(text, depth+1, ck.posix)
+}
+
+// unbackquote removes one level of backquote escapes.
+func unbackquote(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+1 < len(s) && strings.IndexByte("\\`$", s[i+1]) >= 0 {
+			i++
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
 // nested checks shell source that a command runs (bash -c STR, eval ...)
 // as shell reads it ("": the current shell, for eval).
 func (ck *checker) nested(s word, depth int, shell string) {
@@ -240,18 +294,29 @@ func (ck *checker) nested(s word, depth int, shell string) {
 	ck.script(s.val, depth+1, posix)
 }
 
-func heredocOf(st *syntax.Stmt) *syntax.Word {
+func heredocOf(st *syntax.Stmt) *syntax.Redirect {
 	for _, r := range st.Redirs {
 		switch r.Op {
 		case syntax.Hdoc, syntax.DashHdoc:
 			if r.Hdoc != nil {
-				return r.Hdoc
+				return r
 			}
 		case syntax.WordHdoc:
-			return r.Word
+			return r
 		}
 	}
 	return nil
+}
+
+// stdinDoc is the text a here-document or here-string feeds: a here-string
+// is a word like any other (<<< \r\m is "rm"), with a newline after it.
+func stdinDoc(r *syntax.Redirect, src string) word {
+	if r.Op == syntax.WordHdoc {
+		w := reduceWord(r.Word, src)
+		w.val += "\n"
+		return w
+	}
+	return reduceHeredoc(r.Hdoc, src)
 }
 
 // reduceHeredoc reads a here-document body, where backslash escapes work
