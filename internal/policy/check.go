@@ -304,14 +304,30 @@ type checker struct {
 	// maybe counts the readings of text that may run but need not (see
 	// checker.maybe) the checker is inside.
 	maybeDepth int
+	maybeRuns  int  // readings made, against maxMaybe
 	vars       vars // static values the text assigns, for speculate
 }
+
+// maxMaybe caps the readings of text that may run in one request: each can
+// hold more (eval "$x" where x holds eval "$x" ...), so without a cap the
+// work would grow exponentially with the text.
+const maxMaybe = 512
 
 // maybe runs check on text that the command may run, read approximately:
 // the words xargs reads from `echo ...`, quoted text bash may evaluate
 // later. Only the deny rules apply there; nothing else it finds (a command
 // no rule matches, a parse error) counts, since the text may be just text.
+// Past maxMaybe readings the request gets the dynamicCommand effect
+// instead: what else it may run is not read.
 func (ck *checker) maybe(check func()) {
+	if ck.maybeRuns >= maxMaybe {
+		depth := ck.maybeDepth
+		ck.maybeDepth = 0
+		ck.dynamic("", fmt.Sprintf("more than %d pieces of text that may run: the rest is not read", maxMaybe))
+		ck.maybeDepth = depth
+		return
+	}
+	ck.maybeRuns++
 	ck.maybeDepth++
 	defer func() { ck.maybeDepth-- }()
 	check()

@@ -1,6 +1,10 @@
 package policy
 
-import "testing"
+import (
+	"fmt"
+	"strings"
+	"testing"
+)
 
 // reported are the commands the security review ran under a preset: each
 // wrote a file or ran a program the preset should have kept out. The
@@ -517,5 +521,24 @@ func TestShellReading(t *testing.T) {
 			t.Parallel()
 			checkEffects(t, tt.cmd, tt.want)
 		})
+	}
+}
+
+// TestSpeculationBound: text that holds more text that may run, again and
+// again, is read up to a bound, and what is left is dynamic.
+func TestSpeculationBound(t *testing.T) {
+	t.Parallel()
+	cmd := `eval "$x"`
+	for i := range 8 {
+		cmd = fmt.Sprintf(`x='eval "$x"%s'; %s`, strings.Repeat(" ", i), cmd)
+	}
+	p := mustPreset(t, "standard")
+	if d := p.Check(bash(cmd)); d.Effect != Ask || !strings.HasPrefix(d.Rule, RuleDynamicCommand) {
+		t.Fatalf("got %+v", d)
+	}
+	ro := mustPreset(t, "readonly")
+	long := "uniq" + strings.Repeat(" $f", 200)
+	if d := ro.Check(bash(long)); d.Effect != Deny {
+		t.Fatalf("readonly %q: got %+v", long[:20], d)
 	}
 }

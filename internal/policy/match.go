@@ -168,8 +168,15 @@ func (c *cmdRule) couldMatch(v *cmdView, e env) bool {
 			return false
 		}
 	}
+	if len(v.operands) > maxLooseOperands {
+		return true // too many to try every way: it may
+	}
 	return matchLoose(c.operands, v.operands, e)
 }
+
+// maxLooseOperands bounds matchLoose, whose tries grow with the operands
+// that may split.
+const maxLooseOperands = 64
 
 func matchLoose(pats []ruleWord, ws []word, e env) bool {
 	switch {
