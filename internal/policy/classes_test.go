@@ -243,6 +243,9 @@ func TestLongOptions(t *testing.T) {
 		{`tree "$d"`, effects{D, A, A}},
 		{`find . "$x"`, effects{D, Q, A}},
 		{`cat "$f" | grep "$p"`, effects{A, A, A}},
+		{`sort -u <(cat a b)`, effects{A, A, A}}, // /dev/fd/N, never an option
+		{`diff <(sort a) <(sort b)`, effects{A, A, A}},
+		{`git log --since=yesterday --author="$me"`, effects{A, A, A}},
 		{`ls $d`, effects{A, A, A}},
 		{`find . -name '*.go' | xargs grep foo`, effects{A, A, A}},
 	}

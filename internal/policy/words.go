@@ -106,6 +106,9 @@ func reduceWord(w *syntax.Word, src string) word {
 	for _, s := range segs {
 		val.WriteString(s.s)
 		switch {
+		case s.proc:
+			pat.WriteString(escapeGlob(s.s))
+			probe.WriteString("/dev/fd/\x00") // what <(...) expands to: never an option
 		case s.dyn:
 			pat.WriteString(escapeGlob(s.s))
 			probe.WriteByte(0)
