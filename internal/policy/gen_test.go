@@ -483,7 +483,7 @@ func (g gen) wrapAll(x string) string {
 // carry runs source text through a shell, eval and the like; simple says
 // it is one simple command (env -S runs only such).
 func (g gen) carry(src string, simple bool) string {
-	switch g.c.pick(13) {
+	switch g.c.pick(14) {
 	case 0:
 		return "bash -c " + shellQuote(src)
 	case 1:
@@ -510,6 +510,8 @@ func (g gen) carry(src string, simple bool) string {
 		}
 	case 11:
 		return "bash <<" + g.one("EOF", "'EOF'", "-EOF") + "\n" + src + "\nEOF"
+	case 12:
+		return g.one("sudo -s", "sudo -i", "su", "su -", "chroot /") + " <<< " + shellQuote(src)
 	}
 	return src
 }

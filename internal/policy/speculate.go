@@ -80,8 +80,13 @@ func (ck *checker) collectVars(root syntax.Node, src string) {
 				}
 				ck.vars.addArray(n.Name.Value, elems)
 			} else if n.Value != nil {
-				if w := reduceWord(n.Value, src); !w.runtime() {
+				w := reduceWord(n.Value, src)
+				if !w.runtime() {
 					ck.vars.addScalar(n.Name.Value, w.val)
+				} else if texts, _, ok := ck.foldTexts(w); ok {
+					for _, t := range texts { // b=$a after a=/
+						ck.vars.addScalar(n.Name.Value, t)
+					}
 				}
 			}
 		case *syntax.WordIter:

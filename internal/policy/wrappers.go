@@ -453,7 +453,27 @@ func stdinShell(ws []word) (dialect string, ok bool) {
 		}
 		return "", len(args) > 0 && isStdinPath(args[0].val)
 	}
-	return "", false
+	return "bash", runsLoginShell(name, ws[1:])
+}
+
+// runsLoginShell reports whether a command given no command to run starts
+// a shell, which reads its commands from stdin: sudo -s or -i, doas -s, su
+// and runuser without -c, chroot DIR.
+func runsLoginShell(name string, args []word) bool {
+	switch name {
+	case "sudo":
+		rest, got := parseOptions(args, sudoOpts)
+		return len(skipAssignments(rest)) == 0 && hasOption(got, "-s", "--shell", "-i", "--login") != nil
+	case "doas":
+		rest, got := parseOptions(args, doasOpts)
+		return len(rest) == 0 && hasOption(got, "-s") != nil
+	case "su", "runuser":
+		return len(unwrapSu(name, args)) == 0
+	case "chroot":
+		rest, _ := parseOptions(args, chrootOpts)
+		return len(rest) == 1
+	}
+	return false
 }
 
 // readsScriptFromStdin reports whether ws is a shell or interpreter that
