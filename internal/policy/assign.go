@@ -178,8 +178,9 @@ func (ck *checker) assignWords(ws []word, depth int) {
 			names(args[1:2])
 		}
 	case "printf":
-		if _, got := parseOptions(args, printfOpts); hasOption(got, "-v") != nil && hasOption(got, "-v").val != nil {
-			names([]word{*hasOption(got, "-v").val})
+		_, got := parseOptions(args, printfOpts)
+		if v := hasOption(got, "-v"); v != nil && v.val != nil {
+			names([]word{*v.val})
 		}
 	case "unset":
 		for _, w := range args {

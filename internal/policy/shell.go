@@ -163,6 +163,19 @@ func (ck *checker) simple(ws []word, depth int, in stdinSource, wraps int) {
 		return
 	}
 	v := newView(ws)
+	ck.rules(ws, v, subject)
+	if wraps == 0 {
+		ck.operandPaths(ws[1:])
+	}
+	ck.evalCall(ws)
+	ck.assignWords(ws, depth)
+	ck.stdin(ws, depth, in)
+	ck.unwrapped(ws, v.name, depth, in, wraps, subject)
+}
+
+// rules applies the command rules to one simple command, commandDefault
+// when none matches, and dynamicArgument.
+func (ck *checker) rules(ws []word, v *cmdView, subject string) {
 	matched := false
 	var missed []*cmdRule // rules that do not match, for dynamicArgument
 	for _, r := range ck.c.commands {
@@ -178,15 +191,16 @@ func (ck *checker) simple(ws []word, depth int, in stdinSource, wraps int) {
 		ck.add(Decision{Effect: e, Rule: RuleCommandDefault + " " + string(e), Reason: "no command rule matches", Subject: subject})
 	}
 	ck.dynamicArgs(ws, v, missed, subject)
-	if wraps == 0 {
-		ck.operandPaths(ws[1:])
-	}
-	ck.evalCall(ws)
-	ck.assignWords(ws, depth)
+}
+
+// stdin checks what a shell or interpreter reads as its script from stdin:
+// a download (pipeToShell), a here-document, text the previous stage
+// prints.
+func (ck *checker) stdin(ws []word, depth int, in stdinSource) {
 	if (in.fromDownloader || in.heredoc != nil) && readsScriptFromStdin(ws) {
 		if in.fromDownloader && ck.c.pipeToShell != Allow {
 			e := ck.c.pipeToShell
-			ck.add(Decision{Effect: e, Rule: RulePipeToShell + " " + string(e), Reason: "runs a script downloaded by curl or wget without showing it", Subject: "curl/wget | " + subject})
+			ck.add(Decision{Effect: e, Rule: RulePipeToShell + " " + string(e), Reason: "runs a script downloaded by curl or wget without showing it", Subject: "curl/wget | " + joinVals(ws)})
 		}
 		if dialect, ok := stdinShell(ws); ok && in.heredoc != nil {
 			ck.nested(stdinDoc(in.heredoc, in.heredocSrc), depth, dialect)
@@ -195,8 +209,12 @@ func (ck *checker) simple(ws []word, depth int, in stdinSource, wraps int) {
 	if dialect, ok := stdinShell(ws); ok && in.piped != nil && in.heredoc == nil {
 		ck.maybe(func() { ck.nested(word{val: *in.piped}, depth, dialect) })
 	}
+}
+
+// unwrapped checks what a wrapper runs.
+func (ck *checker) unwrapped(ws []word, name string, depth int, in stdinSource, wraps int, subject string) {
 	innerIn := in
-	if v.name == "xargs" {
+	if name == "xargs" {
 		innerIn = stdinSource{} // xargs reads its stdin; what it runs gets /dev/null
 	}
 	for _, inner := range unwrap(ws, in) {

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"slices"
 	"strings"
 )
 
@@ -163,7 +164,7 @@ func unwrap(ws []word, in stdinSource) []inner {
 		return unwrapTrap(args)
 	case "mapfile", "readarray":
 		_, got := parseOptions(args, mapfileOpts)
-		return optionScript(got, ":", "-C")
+		return optionScript(got, "-C")
 	case "source", ".":
 		if len(args) > 0 && args[0].val == "--" {
 			args = args[1:]
@@ -176,7 +177,7 @@ func unwrap(ws []word, in stdinSource) []inner {
 		return nil
 	case "compgen", "complete":
 		_, got := parseOptions(args, compgenOpts)
-		return optionScript(got, ":", "-C", "-W")
+		return optionScript(got, "-C", "-W")
 	}
 	if shells[name] {
 		if script, _ := shellScript(args); script != nil {
@@ -192,21 +193,20 @@ var (
 )
 
 // optionScript returns the values of the options that hold shell source
-// (mapfile -C, compgen -C and -W) as scripts; prefix is put before each
-// (":" for text that is expanded rather than run, which checks the
-// substitutions in it).
-func optionScript(got []option, prefix string, names ...string) []inner {
+// (mapfile -C, compgen -C) as scripts, and of those that hold words the
+// shell expands (compgen -W) as the words of a ":" command, which checks
+// the substitutions in them.
+func optionScript(got []option, names ...string) []inner {
 	var out []inner
 	for _, o := range got {
-		for _, n := range names {
-			if o.name == n && o.val != nil {
-				s := *o.val
-				if n == "-W" {
-					s.val = prefix + " " + s.val
-				}
-				out = append(out, inner{script: &s, shell: ""})
-			}
+		if o.val == nil || !slices.Contains(names, o.name) {
+			continue
 		}
+		s := *o.val
+		if o.name == "-W" {
+			s.val = ": " + s.val
+		}
+		out = append(out, inner{script: &s})
 	}
 	return out
 }
