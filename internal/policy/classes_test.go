@@ -143,7 +143,9 @@ func TestRunTimeCommands(t *testing.T) {
 		{`timeout $d ls`, effects{D, Q, A}},
 		{`nice -n $x ls`, effects{D, Q, A}},
 		{`find . $x`, effects{D, Q, A}},
-		{`find . "$x" -print`, effects{D, Q, A}},
+		{`find . "$x" rm -rf /tmp/x \;`, effects{D, Q, A}},
+		{`find "$dir" -type f -print`, effects{D, A, A}}, // one word cannot end an -exec; readonly: it may be -delete
+		{`find "$a" "$b" -print`, effects{D, Q, A}},
 		{`find . -name "$p"`, effects{A, A, A}},
 		{`bash $script`, effects{D, Q, A}},
 		{`/bin/r? -rf /tmp/x`, effects{D, Q, A}}, // a glob in the name
@@ -248,7 +250,7 @@ func TestLongOptions(t *testing.T) {
 		{`date -d "$x"`, effects{A, A, A}},
 		{`file "$f"`, effects{D, A, A}},
 		{`tree "$d"`, effects{D, A, A}},
-		{`find . "$x"`, effects{D, Q, A}},
+		{`find . $x`, effects{D, Q, A}},
 		{`cat "$f" | grep "$p"`, effects{A, A, A}},
 		{`sort -u <(cat a b)`, effects{A, A, A}}, // /dev/fd/N, never an option
 		{`diff <(sort a) <(sort b)`, effects{A, A, A}},

@@ -329,14 +329,21 @@ var findValues = map[string]int{
 
 // unwrapFind returns the commands of find's -exec, -execdir, -ok and -okdir
 // actions, which end at ";" or "+". A word only known at run time that is
-// not the value of a primary may itself be -exec: what find runs is then
-// unknown.
+// not the value of a primary may itself be -exec, running the words after
+// it up to a ";" or "+": what find runs is then unknown. A word that splits
+// may hold all of that; a single one needs a terminator after it
+// (find "$dir" -type f runs nothing).
 func unwrapFind(args []word) []inner {
 	var out []inner
+	terminated := func(rest []word) bool {
+		return slices.ContainsFunc(rest, func(w word) bool { return w.runtime() || w.val == ";" || w.val == "+" })
+	}
 	for i := 0; i < len(args); i++ {
 		a := args[i]
 		if a.runtime() {
-			out = append(out, inner{dynamic: "a word only known at run time may be find's -exec"})
+			if a.multi() || terminated(args[i+1:]) {
+				out = append(out, inner{dynamic: "a word only known at run time may be find's -exec"})
+			}
 			continue
 		}
 		if n, ok := findValues[a.val]; ok {
