@@ -49,4 +49,11 @@ fi
 step "fuzz the frame decoder (${FUZZTIME:=300000x})"
 go test ./internal/protocol -run '^$' -fuzz FuzzReader -fuzztime "$FUZZTIME"
 
+# The policy's generated variants of each bypass class (readonly must not
+# allow what writes or runs an unlisted program; standard and trusted must
+# deny every catastrophic one), a count of inputs each.
+step "fuzz the policy (${POLICY_FUZZ:=20000x} inputs a class)"
+go test ./internal/policy -run '^$' -fuzz '^FuzzReadonlyClasses$' -fuzztime "$POLICY_FUZZ"
+go test ./internal/policy -run '^$' -fuzz '^FuzzCatastrophicClasses$' -fuzztime "$POLICY_FUZZ"
+
 echo; echo "all tests passed"
