@@ -166,3 +166,29 @@ func TestSwapRace(t *testing.T) {
 		t.Fatalf("the outside directory was written to: %v", names)
 	}
 }
+
+func TestEnsureDirAndWriteFile(t *testing.T) {
+	dir, outside := tree(t)
+	if err := EnsureDir(dir, "l/home", 0o755, os.Getuid(), os.Getgid(), false); !errors.Is(err, ErrNotDir) {
+		t.Errorf("EnsureDir through a link: %v", err)
+	}
+	if err := EnsureDir(dir, "d/a/b", 0o755, os.Getuid(), os.Getgid(), true); err != nil {
+		t.Fatal(err)
+	}
+	d := open(t, filepath.Join(dir, "d"))
+	if err := os.Symlink(filepath.Join(outside, "secret"), filepath.Join(dir, "d", "hosts")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.ReadFile("hosts", 100); !errors.Is(err, ErrSymlink) {
+		t.Errorf("ReadFile through a link: %v", err)
+	}
+	if err := d.WriteFile("hosts", []byte("mine"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(outside, "secret")); string(b) != "secret" {
+		t.Fatalf("WriteFile wrote through the link: %q", b)
+	}
+	if b, err := d.ReadFile("hosts", 100); err != nil || string(b) != "mine" {
+		t.Fatalf("ReadFile = %q %v", b, err)
+	}
+}

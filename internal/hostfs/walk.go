@@ -5,6 +5,8 @@ package hostfs
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
+	"io"
 	"io/fs"
 	"os"
 	"strings"
@@ -58,4 +60,79 @@ func (d *Dir) Reopen() (*Dir, error) {
 		return nil, &fs.PathError{Op: "open", Path: d.path, Err: err}
 	}
 	return &Dir{f: os.NewFile(uintptr(fd), d.path), path: d.path}, nil
+}
+
+// EnsureDir makes directory rel (slash-separated) beneath the directory
+// at root — root is the caller's own path, rel is in a tree a neuron
+// writes — never through a symlink, and, when chown is set, gives it to
+// uid:gid (by its descriptor) unless it is theirs already. Directories it
+// makes on the way get perm.
+func EnsureDir(root, rel string, perm fs.FileMode, uid, gid int, chown bool) error {
+	r, err := Open(root)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	d, err := MakeDirs(r, rel, perm, nil)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	if !chown {
+		return nil
+	}
+	st, err := d.Stat()
+	if err != nil {
+		return err
+	}
+	if int(st.Uid) == uid && int(st.Gid) == gid {
+		return nil
+	}
+	return d.Fchown(uid, gid)
+}
+
+// WriteFile replaces name in d with data, atomically: a new file made
+// with O_EXCL beside it, then renamed over it (a symlink at name is
+// replaced, never followed).
+func (d *Dir) WriteFile(name string, data []byte, perm fs.FileMode) error {
+	if err := d.check("write", name); err != nil {
+		return err
+	}
+	f, tmp, err := d.CreateTemp("."+name+".", perm)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Chmod(perm)
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = d.Rename(tmp, name)
+	}
+	if err != nil {
+		d.Remove(tmp)
+	}
+	return err
+}
+
+// ReadFile returns the contents of regular file name in d, at most max
+// bytes (a longer file is an error).
+func (d *Dir) ReadFile(name string, max int64) ([]byte, error) {
+	f, st, err := d.OpenFile(name, unix.O_RDONLY, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if st.Size > max {
+		return nil, &fs.PathError{Op: "read", Path: d.join(name), Err: unix.EFBIG}
+	}
+	b := make([]byte, st.Size)
+	n, err := io.ReadFull(f, b)
+	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) {
+		return nil, err
+	}
+	return b[:n], nil
 }

@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -51,7 +50,7 @@ func Init() int {
 			return 1
 		}
 	}
-	if err := build(&cfg); err != nil {
+	if err := build(&cfg, logf); err != nil {
 		logf("%v", err)
 		return 1
 	}
@@ -79,25 +78,36 @@ func Init() int {
 	return supervise(&cfg, agent.Pid, spawn, logf)
 }
 
-// build makes the neuron's root and moves into it.
-func build(cfg *protocol.SandboxInit) error {
+// build makes the neuron's root and moves into it. Every mount point
+// inside the root is reached by descriptor, without following a link
+// (mountPoint): the root is the neuron's overlay.
+func build(cfg *protocol.SandboxInit, logf func(string, ...any)) error {
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("mount: making / private: %w", err)
 	}
 	root := cfg.Root.Target
+	if err := os.MkdirAll(root, 0o755); err != nil { // the host's own directory
+		return fmt.Errorf("mount: %s: %w", root, err)
+	}
 	if err := mountOverlay(cfg.Root, root); err != nil {
 		return err
 	}
 	for _, o := range cfg.Overlays {
-		if err := mountOverlay(o, filepath.Join(root, o.Target)); err != nil {
+		mp, err := mountPoint(root, o.Target, false, logf)
+		if err != nil {
+			return err
+		}
+		err = mountOverlay(o, procPath(mp))
+		mp.Close()
+		if err != nil {
 			return err
 		}
 	}
-	if err := mountSpecial(cfg, root); err != nil {
+	if err := mountSpecial(cfg, root, logf); err != nil {
 		return err
 	}
 	for _, b := range cfg.Binds {
-		if err := bind(b, root); err != nil {
+		if err := bind(b, root, logf); err != nil {
 			return err
 		}
 	}
@@ -122,9 +132,6 @@ func mountOverlay(o protocol.OverlayMount, target string) error {
 		}
 	}
 	data := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,userxattr", strings.Join(o.Lower, ":"), o.Upper, o.Work)
-	if err := os.MkdirAll(target, 0o755); err != nil {
-		return fmt.Errorf("mount: %s: %w", target, err)
-	}
 	if err := unix.Mount("overlay", target, "overlay", 0, data); err != nil {
 		return fmt.Errorf("mount: overlay on %s (%s): %w", o.Target, data, err)
 	}
@@ -132,7 +139,7 @@ func mountOverlay(o protocol.OverlayMount, target string) error {
 }
 
 // mountSpecial mounts /proc, a minimal /dev, and private /tmp and /run.
-func mountSpecial(cfg *protocol.SandboxInit, root string) error {
+func mountSpecial(cfg *protocol.SandboxInit, root string, logf func(string, ...any)) error {
 	type m struct {
 		src, target, fstype string
 		flags               uintptr
@@ -155,51 +162,65 @@ func mountSpecial(cfg *protocol.SandboxInit, root string) error {
 		{"tmpfs", "/run", "tmpfs", unix.MS_NOSUID | unix.MS_NODEV, "mode=755"},
 	}
 	for _, mt := range mounts {
-		target := filepath.Join(root, mt.target)
-		if err := os.MkdirAll(target, 0o755); err != nil {
-			return fmt.Errorf("mount: %s: %w", mt.target, err)
+		mp, err := mountPoint(root, mt.target, false, logf)
+		if err != nil {
+			return err
 		}
-		if err := unix.Mount(mt.src, target, mt.fstype, mt.flags, mt.data); err != nil {
+		err = unix.Mount(mt.src, procPath(mp), mt.fstype, mt.flags, mt.data)
+		mp.Close()
+		if err != nil {
 			return fmt.Errorf("mount: %s on %s: %w", mt.fstype, mt.target, err)
 		}
 	}
+	// /dev is the fresh tmpfs just mounted: its files are made there.
 	for _, dev := range []string{"null", "zero", "full", "random", "urandom", "tty"} {
-		target := filepath.Join(root, "dev", dev)
-		if err := os.WriteFile(target, nil, 0o666); err != nil {
-			return fmt.Errorf("mount: /dev/%s: %w", dev, err)
+		mp, err := mountPoint(root, "dev/"+dev, true, logf)
+		if err != nil {
+			return err
 		}
-		if err := unix.Mount("/dev/"+dev, target, "", unix.MS_BIND, ""); err != nil {
+		err = unix.Mount("/dev/"+dev, procPath(mp), "", unix.MS_BIND, "")
+		mp.Close()
+		if err != nil {
 			return fmt.Errorf("mount: /dev/%s: %w", dev, err)
 		}
 	}
+	devDir, err := mountPoint(root, "dev", false, logf)
+	if err != nil {
+		return err
+	}
+	defer devDir.Close()
 	for name, target := range map[string]string{"ptmx": "pts/ptmx", "fd": "/proc/self/fd", "stdin": "/proc/self/fd/0",
 		"stdout": "/proc/self/fd/1", "stderr": "/proc/self/fd/2"} {
-		if err := os.Symlink(target, filepath.Join(root, "dev", name)); err != nil {
+		if err := unix.Symlinkat(target, int(devDir.Fd()), name); err != nil {
 			return fmt.Errorf("mount: /dev/%s: %w", name, err)
 		}
 	}
 	return nil
 }
 
-func bind(b protocol.BindMount, root string) error {
-	target := filepath.Join(root, b.Target)
-	st, err := os.Stat(b.Source)
+func bind(b protocol.BindMount, root string, logf func(string, ...any)) error {
+	st, err := os.Stat(b.Source) // the host's path
 	if err != nil {
 		return fmt.Errorf("mount: bind source %s: %w", b.Source, err)
 	}
-	if st.IsDir() {
-		err = os.MkdirAll(target, 0o755)
-	} else if err = os.MkdirAll(filepath.Dir(target), 0o755); err == nil {
-		err = os.WriteFile(target, nil, 0o600)
-	}
+	mp, err := mountPoint(root, b.Target, !st.IsDir(), logf)
 	if err != nil {
-		return fmt.Errorf("mount: bind target %s: %w", b.Target, err)
+		return err
 	}
-	if err := unix.Mount(b.Source, target, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+	err = unix.Mount(b.Source, procPath(mp), "", unix.MS_BIND|unix.MS_REC, "")
+	mp.Close()
+	if err != nil {
 		return fmt.Errorf("mount: binding %s at %s: %w", b.Source, b.Target, err)
 	}
 	if b.ReadOnly {
-		if err := unix.Mount("", target, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
+		// The new mount's root, reached again by name through the mount.
+		mp, err := mountPoint(root, b.Target, !st.IsDir(), logf)
+		if err != nil {
+			return err
+		}
+		err = unix.Mount("", procPath(mp), "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, "")
+		mp.Close()
+		if err != nil {
 			return fmt.Errorf("mount: making %s read-only: %w", b.Target, err)
 		}
 	}

@@ -25,6 +25,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/nsys-cortex/cortex/internal/hostfs"
 	"github.com/nsys-cortex/cortex/internal/layout"
 	"github.com/nsys-cortex/cortex/internal/link"
 	"github.com/nsys-cortex/cortex/internal/protocol"
@@ -224,28 +225,15 @@ func (r *runtime) Prepare(lay layout.Layout, id string, opts sandbox.CreateOptio
 	if err != nil {
 		return sandbox.Policy{}, err
 	}
-	for _, d := range []string{p.spec.Home, filepath.Join(p.spec.Home, "workspace")} {
-		if err := ensureOwned(d, p.spec.UID, p.spec.GID); err != nil {
+	// The home is the container's to change: it and its workspace are
+	// made and given over by descriptor, never through a link there.
+	root := os.Getuid() == 0
+	for _, rel := range []string{"home", "home/workspace"} {
+		if err := hostfs.EnsureDir(lay.OverlayDir(id), rel, 0o755, p.spec.UID, p.spec.GID, root); err != nil {
 			return sandbox.Policy{}, fmt.Errorf("the home of %s: %w", id, err)
 		}
 	}
 	return sandbox.Policy{Network: sandbox.Network{Mode: p.netw}, Limits: p.limits, Image: p.spec.Image}, nil
-}
-
-// ensureOwned makes directory d, owned by uid when this process is root.
-func ensureOwned(d string, uid, gid int) error {
-	if err := os.MkdirAll(d, 0o755); err != nil {
-		return err
-	}
-	if os.Getuid() != 0 {
-		return nil
-	}
-	if st, err := os.Stat(d); err == nil {
-		if s, ok := st.Sys().(*syscall.Stat_t); ok && int(s.Uid) == uid {
-			return nil
-		}
-	}
-	return os.Lchown(d, uid, gid)
 }
 
 // SocketOwner gives the channel to the container's uid when this process

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/nsys-cortex/cortex/internal/hostfs"
 	"github.com/nsys-cortex/cortex/internal/layout"
 	"github.com/nsys-cortex/cortex/internal/store"
 )
@@ -154,22 +155,29 @@ func buildBase(root string) error {
 	return nil
 }
 
-// writeNeuronEtc gives a neuron its own /etc/hostname and /etc/hosts (in
-// its upper layer).
-func writeNeuronEtc(etc, id string) error {
-	if err := os.MkdirAll(etc, 0o755); err != nil {
+// writeNeuronEtc gives a neuron its own /etc/hostname and /etc/hosts in
+// its upper layer (the directory at root), by descriptor: nothing the
+// neuron left there is followed.
+func writeNeuronEtc(root, id string) error {
+	r, err := hostfs.Open(root)
+	if err != nil {
 		return err
 	}
+	defer r.Close()
+	etc, err := hostfs.MakeDirs(r, "etc", 0o755, nil)
+	if err != nil {
+		return fmt.Errorf("the neuron's /etc: %w", err)
+	}
+	defer etc.Close()
 	files := map[string]string{
 		"hosts":    fmt.Sprintf("127.0.0.1\tlocalhost\n127.0.1.1\t%s\n::1\tlocalhost ip6-localhost ip6-loopback\n", id),
 		"hostname": id + "\n",
 	}
 	for name, content := range files {
-		p := filepath.Join(etc, name)
-		if b, err := os.ReadFile(p); err == nil && string(b) == content {
+		if b, err := etc.ReadFile(name, 1<<16); err == nil && string(b) == content {
 			continue // a neuron created again: nothing to do
 		}
-		if err := store.WriteFileAtomic(p, []byte(content), 0o644); err != nil {
+		if err := etc.WriteFile(name, []byte(content), 0o644); err != nil {
 			return err
 		}
 	}

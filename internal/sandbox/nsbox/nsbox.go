@@ -29,6 +29,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nsys-cortex/cortex/internal/ctxfs"
+	"github.com/nsys-cortex/cortex/internal/hostfs"
 	"github.com/nsys-cortex/cortex/internal/layout"
 	"github.com/nsys-cortex/cortex/internal/protocol"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
@@ -213,19 +214,23 @@ func (r *runtime) prepare(lay layout.Layout, id string, opts sandbox.CreateOptio
 	// What the agent owns inside: its home, /opt, and /usr/local (a
 	// directory of the neuron's own, not the host's), so that pip- and
 	// npm-style installs land and persist.
-	owned := []string{filepath.Join(upper(lay, id, "root"), AgentHome), filepath.Join(upper(lay, id, "root"), Workspace),
-		filepath.Join(upper(lay, id, "root"), "opt")}
+	// Below the host's own directories (the upper layer, the neuron's
+	// /usr/local) everything is the neuron's to change: each is made and
+	// given to the agent by descriptor, never through a symlink there.
+	type dir struct{ root, rel string }
+	owned := []dir{{upper(lay, id, "root"), AgentHome}, {upper(lay, id, "root"), Workspace}, {upper(lay, id, "root"), "opt"}}
 	if opts.Image == "" {
-		for _, d := range []string{"", "bin", "sbin", "lib", "include", "share", "etc", "src"} {
-			owned = append(owned, filepath.Join(usrLocal(lay, id), d))
+		owned = append(owned, dir{lay.OverlayDir(id), "usr-local"})
+		for _, d := range []string{"bin", "sbin", "lib", "include", "share", "etc", "src"} {
+			owned = append(owned, dir{usrLocal(lay, id), d})
 		}
 	}
 	for _, d := range owned {
-		if err := ensureOwned(d, who); err != nil {
-			return nil, err
+		if err := hostfs.EnsureDir(d.root, d.rel, 0o755, who.agentUID, who.agentGID, who.rootHost()); err != nil {
+			return nil, fmt.Errorf("the neuron's %s: %w", d.rel, err)
 		}
 	}
-	return ceil, writeNeuronEtc(filepath.Join(upper(lay, id, "root"), "etc"), id)
+	return ceil, writeNeuronEtc(upper(lay, id, "root"), id)
 }
 
 // primeCgroups starts priming the kernel's cgroup migration for neuron id
@@ -257,21 +262,6 @@ func (r *runtime) waitPrimed(id string) {
 	if done != nil {
 		<-done
 	}
-}
-
-// ensureOwned makes directory d, owned by the agent's host uid.
-func ensureOwned(d string, who identity) error {
-	if st, err := os.Stat(d); err == nil {
-		if s, ok := st.Sys().(*syscall.Stat_t); ok && int(s.Uid) == who.agentUID {
-			return nil // a neuron created again: nothing to do
-		}
-	} else if err := os.MkdirAll(d, 0o755); err != nil {
-		return err
-	}
-	if who.rootHost() {
-		return os.Lchown(d, who.agentUID, who.agentGID)
-	}
-	return nil
 }
 
 // Start starts PID 1 of the sandbox in new namespaces, puts it in its
