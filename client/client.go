@@ -2,7 +2,8 @@
 // serve): neurons, commands, background processes, files and terminals,
 // with the daemon's errors as typed Go errors:
 //
-//	c, _ := cortex.New("http://127.0.0.1:3100", cortex.WithToken(os.Getenv("NSYS_CORTEX_API_TOKEN")))
+//	token, _ := cortex.LocalToken() // NSYS_CORTEX_API_TOKEN, or the one serve made
+//	c, _ := cortex.New("http://127.0.0.1:3100", cortex.WithToken(token))
 //	n, err := c.Create(ctx, &cortex.CreateRequest{ID: "demo"})
 //	res, err := c.Neuron("demo").Exec(ctx, &cortex.ExecRequest{Command: cortex.Command{Shell: "uname -a"}})
 //	if errors.As(err, &cortex.NotRunningError{}) { ... }
@@ -18,6 +19,8 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 )
@@ -34,6 +37,29 @@ type Option func(*Client)
 
 // WithToken sends the bearer token the daemon requires.
 func WithToken(token string) Option { return func(c *Client) { c.token = token } }
+
+// LocalToken returns the token of a daemon on this machine: the
+// environment's NSYS_CORTEX_API_TOKEN, else the one `nsys-cortex serve`
+// made and keeps in its home ($NSYS_CORTEX_HOME, default ~/.nsys-cortex,
+// file api.token), for WithToken.
+func LocalToken() (string, error) {
+	if t := os.Getenv("NSYS_CORTEX_API_TOKEN"); t != "" {
+		return t, nil
+	}
+	home := os.Getenv("NSYS_CORTEX_HOME")
+	if home == "" {
+		h, err := os.UserHomeDir()
+		if err != nil {
+			return "", err
+		}
+		home = filepath.Join(h, ".nsys-cortex")
+	}
+	b, err := os.ReadFile(filepath.Join(home, "api.token"))
+	if err != nil {
+		return "", fmt.Errorf("no NSYS_CORTEX_API_TOKEN, and the daemon's own token: %w", err)
+	}
+	return strings.TrimSpace(string(b)), nil
+}
 
 // WithHTTPClient uses hc (its transport, proxies and TLS) instead of a
 // client of the SDK's own; do not give it a Timeout, or streams end with it.

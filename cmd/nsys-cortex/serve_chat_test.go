@@ -29,7 +29,12 @@ func TestServeChatSession(t *testing.T) {
 	defer srv.Close()
 	url, _ := c.serve(t, "OPENAI_API_KEY=test-key", "NSYS_CORTEX_PROVIDER=openai", "NSYS_CORTEX_MODEL=fake",
 		"NSYS_CORTEX_LLM_BASE_URL="+srv.URL+"/v1")
-	api, err := cortex.New(url)
+	t.Setenv("NSYS_CORTEX_HOME", c.home)
+	token, err := cortex.LocalToken()
+	if err != nil {
+		t.Fatal(err)
+	}
+	api, err := cortex.New(url, cortex.WithToken(token))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package main_test
 
 import (
 	"bufio"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -147,7 +148,7 @@ func TestServe(t *testing.T) {
 	}
 	sh := exec.Command("bash", "-euo", "pipefail", "-c", strings.Join(script, "\n"))
 	sh.Dir = "../.."
-	sh.Env = append(os.Environ(), "NSYS_CORTEX_API_URL="+url)
+	sh.Env = append(os.Environ(), "NSYS_CORTEX_API_URL="+url, "NSYS_CORTEX_HOME="+c.home)
 	if out, err := sh.CombinedOutput(); err != nil {
 		t.Fatalf("the README's curl lines: %v\n%s", err, out)
 	} else if !strings.Contains(string(out), `"stdout":"Linux\n"`) || !strings.Contains(string(out), "event: exit") {
@@ -171,14 +172,39 @@ func TestServe(t *testing.T) {
 	}
 }
 
-// A daemon refuses a non-loopback listener without a token, and requires
-// the token it has.
+// A daemon always requires a token: the one configured, or one it makes
+// and keeps in the home (which the CLI of that home reads); a neuron with
+// network full, on the host's loopback, cannot drive it.
 func TestServeAuth(t *testing.T) {
-	c := newCLI(t, "process")
-	if _, errs, code := c.run("", "serve", "--listen", "0.0.0.0:0"); code != 125 || !strings.Contains(errs, "NSYS_CORTEX_API_TOKEN") {
-		t.Fatalf("%d %q", code, errs)
+	mode := "process"
+	if ms := modes(t); slices.Contains(ms, "nsbox") {
+		mode = "nsbox"
 	}
-	url, _ := c.serve(t, "NSYS_CORTEX_API_TOKEN=tok-123")
+	c := newCLI(t, mode)
+	url, stop := c.serve(t)
+	token, err := os.ReadFile(filepath.Join(c.home, "api.token"))
+	if err != nil || len(strings.TrimSpace(string(token))) != 64 {
+		t.Fatalf("the daemon's own token: %q %v", token, err)
+	}
+	if st, _ := os.Stat(filepath.Join(c.home, "api.token")); st.Mode().Perm() != 0o600 {
+		t.Errorf("api.token has mode %v", st.Mode())
+	}
+	c.ok("--api", url, "create", "other")
+	if resp, err := http.Get(url + "/v1/neurons"); err != nil || resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("a loopback request without the token: %v %v", resp, err)
+	}
+	if mode == "nsbox" {
+		// The review's reproduction: from inside a full-network neuron.
+		c.ok("--api", url, "create", "--network", "full", "full")
+		out, _, _ := c.run("", "--api", url, "exec", "full", "--", "sh", "-c",
+			`curl -s -o /dev/null -w '%{http_code}' --json '{"argv":["id"]}' `+url+`/v1/neurons/other/exec; `+
+				`cat ~/../../*/.nsys-cortex/api.token /root/.nsys-cortex/api.token 2>/dev/null | head -c 64`)
+		if strings.TrimSpace(out) != "401" {
+			t.Errorf("a full-network neuron driving the API: %q, want 401 and no token", out)
+		}
+	}
+	stop()
+	url, _ = c.serve(t, "NSYS_CORTEX_API_TOKEN=tok-123")
 	if _, errs, code := c.run("", "--api", url, "list"); code != 125 || !strings.Contains(errs, "UNAUTHORIZED") {
 		t.Fatalf("without the token: %d %q", code, errs)
 	}

@@ -242,16 +242,17 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, grace time.Duration
 	return err
 }
 
-// CheckListener refuses a listener other than loopback without a token.
+// CheckListener refuses to serve without a token, on any address: a
+// neuron with network full shares the host's network, loopback included,
+// so a daemon that answered loopback clients without a token would run
+// whatever such a neuron asked, in every neuron (serve makes a token when
+// none is configured).
 func CheckListener(addr net.Addr, token string) error {
 	if token != "" {
 		return nil
 	}
-	if ta, ok := addr.(*net.TCPAddr); ok && !ta.IP.IsLoopback() {
-		return fmt.Errorf("refusing to listen on %s without a token: anyone who reaches it could run commands in every neuron; "+
-			"set NSYS_CORTEX_API_TOKEN (or nsys-cortex config set api.token ...), or listen on 127.0.0.1", addr)
-	}
-	return nil
+	return fmt.Errorf("refusing to listen on %s without a token: anyone who reaches it — a neuron with network full reaches "+
+		"loopback — could run commands in every neuron; set NSYS_CORTEX_API_TOKEN (or nsys-cortex config set api.token ...)", addr)
 }
 
 // client returns a channel client for neuron id (exact ids only: an API

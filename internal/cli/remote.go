@@ -12,6 +12,7 @@ import (
 
 	cortex "github.com/nsys-cortex/cortex/client"
 	"github.com/nsys-cortex/cortex/internal/ids"
+	"github.com/nsys-cortex/cortex/internal/layout"
 	"github.com/nsys-cortex/cortex/internal/link"
 	"github.com/nsys-cortex/cortex/internal/protocol"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
@@ -61,7 +62,16 @@ func (a *App) apiClient() (*cortex.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	c, err := cortex.New(url, cortex.WithToken(cfg.String("api.token")))
+	token := cfg.String("api.token")
+	if token == "" {
+		// A daemon of this home made its own token: read it.
+		if lay, err := layout.FromEnv(); err == nil {
+			if token, err = localToken(lay, false); err != nil {
+				return nil, err
+			}
+		}
+	}
+	c, err := cortex.New(url, cortex.WithToken(token))
 	if err != nil {
 		return nil, err
 	}

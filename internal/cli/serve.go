@@ -2,11 +2,15 @@ package cli
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -17,6 +21,7 @@ import (
 	"github.com/nsys-cortex/cortex/internal/llm"
 	"github.com/nsys-cortex/cortex/internal/logging"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
+	"github.com/nsys-cortex/cortex/internal/store"
 )
 
 // loadConfig reads the config file of the home directory and fills the
@@ -54,8 +59,11 @@ api.shutdown_grace) and ends open streams. Neurons keep running and keep
 their data; the daemon owns the neurons it touches, so other nsys-cortex
 processes reach them through it (NSYS_CORTEX_API_URL or --api).
 
-A listener other than loopback needs a token (api.token,
-NSYS_CORTEX_API_TOKEN): the daemon refuses to start without one.
+Every request needs the bearer token, on every address, loopback too:
+a neuron with network full shares the host's network. Without api.token
+(NSYS_CORTEX_API_TOKEN), serve makes one and keeps it in <home>/api.token
+(owner-only), which the CLI of the same home reads by itself; other
+clients send it as "Authorization: Bearer $(cat ~/.nsys-cortex/api.token)".
 Its log is <home>/logs/cortex.log (nsys-cortex logs [-f]).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -72,6 +80,13 @@ Its log is <home>/logs/cortex.log (nsys-cortex logs [-f]).`,
 			lay, err := layout.FromEnv()
 			if err != nil {
 				return err
+			}
+			tokenFrom := "api.token"
+			if token == "" {
+				if token, err = localToken(lay, true); err != nil {
+					return err
+				}
+				tokenFrom = lay.APITokenFile()
 			}
 			levels, err := logging.ParseLevels(cfg.String("log.level"))
 			if err != nil {
@@ -109,7 +124,7 @@ Its log is <home>/logs/cortex.log (nsys-cortex logs [-f]).`,
 				Chat: chat})
 			log := logger.For("serve")
 			log.Info("serving", "addr", ln.Addr().String(), "auth", token != "", "pid", os.Getpid(), "modes", set.Modes())
-			fmt.Fprintf(a.Stderr, "nsys-cortex: serving the API on http://%s (log: %s)\n", ln.Addr(), logger.Path())
+			fmt.Fprintf(a.Stderr, "nsys-cortex: serving the API on http://%s (token: %s; log: %s)\n", ln.Addr(), tokenFrom, logger.Path())
 			err = srv.Serve(cmd.Context(), ln, cfg.Duration("api.shutdown_grace"))
 			if err != nil && !errors.Is(err, context.Canceled) {
 				log.Error("serve ended", "err", err)
@@ -142,4 +157,30 @@ func (a *App) serveChat(set *sandbox.Set, cfg *config.Config) (*api.Chat, error)
 			BaseURL: cfg.String("llm.base_url"), KeyEnv: cfg.String("llm.key_env")},
 		MaxSteps: cfg.Int("chat.max_steps"), Window: cfg.Int("chat.context_window"), Checkpoints: checkpoints,
 	}}, nil
+}
+
+// localToken returns the token in the home's api.token file; with create,
+// a missing one is made (32 random bytes, hex, owner-only) first.
+func localToken(lay layout.Layout, create bool) (string, error) {
+	path := lay.APITokenFile()
+	if b, err := os.ReadFile(path); err == nil {
+		if t := strings.TrimSpace(string(b)); len(t) >= 32 {
+			return t, nil
+		}
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return "", fmt.Errorf("the API token (%s): %w", path, err)
+	}
+	if !create {
+		return "", nil
+	}
+	var raw [32]byte
+	rand.Read(raw[:])
+	t := hex.EncodeToString(raw[:])
+	if err := os.MkdirAll(lay.Home, 0o700); err != nil {
+		return "", err
+	}
+	if err := store.WriteFileAtomic(path, []byte(t+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("the API token (%s): %w", path, err)
+	}
+	return t, nil
 }

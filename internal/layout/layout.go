@@ -100,3 +100,7 @@ func (l Layout) MountsDir() string { return filepath.Join(l.Home, "mounts") }
 
 // ConfigFile is the configuration file.
 func (l Layout) ConfigFile() string { return filepath.Join(l.Home, "config.json") }
+
+// APITokenFile holds the token `serve` made for itself when none was
+// configured (owner-only); local CLIs read it to reach that daemon.
+func (l Layout) APITokenFile() string { return filepath.Join(l.Home, "api.token") }
