@@ -4,6 +4,8 @@ package main_test
 // process against real agents, as a user's shell would run them.
 
 import (
+	"github.com/nsys-cortex/cortex/internal/protocol"
+
 	"bytes"
 	"encoding/json"
 	"fmt"
@@ -525,7 +527,7 @@ func TestErrorsAreClear(t *testing.T) {
 	if out := c.ok("doctor"); !strings.Contains(out, "process") || !strings.Contains(out, "NSYS_CORTEX_ALLOW_INSECURE_DEV") {
 		t.Fatalf("doctor: %q", out)
 	}
-	if out := c.ok("version"); !strings.Contains(out, "protocol 1.1") {
+	if out := c.ok("version"); !strings.Contains(out, "protocol "+protocol.Version()) {
 		t.Fatalf("version: %q", out)
 	}
 }

@@ -142,11 +142,11 @@ func TestGracefulShutdown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := api.New(api.Options{Set: d.set})
+	srv := api.New(api.Options{Set: d.set, Token: "gs-token"})
 	ctx, cancel := context.WithCancel(context.Background())
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ctx, ln, 5*time.Second) }()
-	c, _ := cortex.New("http://" + ln.Addr().String())
+	c, _ := cortex.New("http://"+ln.Addr().String(), cortex.WithToken("gs-token"))
 	h := c.Neuron(n.ID())
 	bg := context.Background()
 	p, err := h.Start(bg, &cortex.StartRequest{Command: cortex.Command{Argv: []string{"sleep", "60"}}})

@@ -102,7 +102,7 @@ var keys = []Key{
 	{Name: "api.shutdown_grace", Env: "NSYS_CORTEX_API_SHUTDOWN_GRACE", Type: TypeDuration, Default: "10s",
 		Description: "how long the daemon lets requests finish when asked to stop"},
 	{Name: "api.token", Env: "NSYS_CORTEX_API_TOKEN", Type: TypeString, Default: "", Secret: true,
-		Description: "bearer token of the API (the daemon requires it, the CLI sends it)"},
+		Description: "bearer token of the API (the daemon always requires one, the CLI sends it); unset, serve makes one and keeps it in the home's api.token file"},
 	{Name: "api.url", Env: "NSYS_CORTEX_API_URL", Type: TypeString, Default: "",
 		Description: "when set, the CLI talks to the daemon at this URL instead of running neurons itself"},
 	{Name: "chat.checkpoints", Env: "NSYS_CORTEX_CHAT_CHECKPOINTS", Type: TypeInt, Default: "20",
