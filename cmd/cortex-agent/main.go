@@ -18,6 +18,7 @@ import (
 	"github.com/nsys-cortex/cortex/internal/agent"
 	"github.com/nsys-cortex/cortex/internal/agent/confine"
 	"github.com/nsys-cortex/cortex/internal/agent/guestinit"
+	"github.com/nsys-cortex/cortex/internal/agent/logline"
 	"github.com/nsys-cortex/cortex/internal/protocol"
 )
 
@@ -99,7 +100,9 @@ func main() {
 		}
 	}
 	cfg.Version = version
-	cfg.Logger = log.New(os.Stderr, "cortex-agent["+cfg.ID+"] ", log.LstdFlags|log.Lmicroseconds|log.LUTC)
+	// The neuron's log: every line cleaned, the whole within a budget (a
+	// neuron that makes its agent log as fast as it can fills no disk).
+	cfg.Logger = log.New(logline.New(os.Stderr, logline.DefaultBudget), "cortex-agent["+cfg.ID+"] ", log.LstdFlags|log.Lmicroseconds|log.LUTC)
 	a, err := agent.New(cfg)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "cortex-agent: %v\n", err)

@@ -683,3 +683,25 @@ func TestCreateAllow(t *testing.T) {
 		}
 	})
 }
+
+// A neuron's log holds lines the neuron had a hand in (a VM's console, the
+// errors its agent reports): `logs ID` prints them with every control
+// character escaped, so none retitles the terminal, writes its clipboard or
+// moves the cursor.
+func TestNeuronLogIsPrintedClean(t *testing.T) {
+	c := newCLI(t, "process")
+	c.ok("create", "lg")
+	f, err := os.OpenFile(filepath.Join(c.home, "logs", "neurons", "lg.log"), os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteString("guest says \x1b]0;owned\x07 and \x1b]52;c;ZXZpbA==\x07 and \x1b[2J\rcr\n")
+	f.Close()
+	out := c.ok("logs", "lg")
+	if strings.ContainsAny(out, "\x1b\x07\r") {
+		t.Fatalf("logs printed raw control characters: %q", out)
+	}
+	if !strings.Contains(out, `guest says \x1b]0;owned\x07`) || !strings.Contains(out, "creating lg") {
+		t.Fatalf("logs: %q", out)
+	}
+}

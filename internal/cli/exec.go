@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -501,11 +502,29 @@ func (a *App) neuronLog(ctx context.Context, ref string, follow bool) error {
 		return err
 	}
 	defer f.Close()
+	// The log holds lines of the neuron's (its kernel's console, in a VM):
+	// each is printed cleaned of control characters, so none can move the
+	// cursor, retitle the terminal or write its clipboard.
+	r := bufio.NewReader(f)
+	var partial string
 	for {
-		if _, err := io.Copy(a.Stdout, f); err != nil {
+		line, err := r.ReadString('\n')
+		partial += line
+		if err == nil {
+			if _, err := io.WriteString(a.Stdout, protocol.CleanLogText(strings.TrimSuffix(partial, "\n"))+"\n"); err != nil {
+				return err
+			}
+			partial = ""
+			continue
+		}
+		if !errors.Is(err, io.EOF) {
 			return err
 		}
 		if !follow {
+			if partial != "" {
+				_, err := io.WriteString(a.Stdout, protocol.CleanLogText(partial)+"\n")
+				return err
+			}
 			return nil
 		}
 		select {

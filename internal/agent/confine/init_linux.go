@@ -14,12 +14,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/nsys-cortex/cortex/internal/agent/logline"
 	"github.com/nsys-cortex/cortex/internal/protocol"
 )
-
-// logTime is how PID 1 stamps its log lines (the agent's log package
-// stamps its own).
-const logTime = "2006/01/02 15:04:05.000000"
 
 // ConfigFD is the descriptor Init reads its configuration from (see
 // protocol.SandboxInit).
@@ -29,9 +26,7 @@ const ConfigFD = 3
 // configuration, builds the root, starts the agent and reaps until the agent
 // exits. It returns the exit status for os.Exit.
 func Init() int {
-	logf := func(format string, args ...any) {
-		fmt.Fprintf(os.Stderr, "%s cortex-agent init: "+format+"\n", append([]any{time.Now().UTC().Format(logTime)}, args...)...)
-	}
+	logf := logline.Logf(os.Stderr, "cortex-agent init")
 	f := os.NewFile(ConfigFD, "sandbox-config")
 	defer f.Close()
 	dec := json.NewDecoder(f)

@@ -1,6 +1,8 @@
 package confine
 
 import (
+	"github.com/nsys-cortex/cortex/internal/agent/logline"
+
 	"context"
 	"errors"
 	"flag"
@@ -9,7 +11,6 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
-	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -29,9 +30,7 @@ const TunnelFD = 3
 // gone (its end of the pair closes) or a signal ends it. Its decisions go
 // to stderr, the neuron's log, at a bounded rate.
 func EgressTunnel(args []string) int {
-	logf := func(format string, args ...any) {
-		fmt.Fprintf(os.Stderr, "%s cortex-egress: "+format+"\n", append([]any{time.Now().UTC().Format(logTime)}, args...)...)
-	}
+	logf := logline.Logf(os.Stderr, "cortex-egress")
 	fs := flag.NewFlagSet("egress-tunnel", flag.ContinueOnError)
 	uid := fs.Int("uid", -1, "run as this uid (from root)")
 	gid := fs.Int("gid", -1, "run as this gid (from root)")

@@ -15,12 +15,9 @@ import (
 
 	"github.com/nsys-cortex/cortex/internal/agent/confine"
 	"github.com/nsys-cortex/cortex/internal/agent/egress"
+	"github.com/nsys-cortex/cortex/internal/agent/logline"
 	"github.com/nsys-cortex/cortex/internal/protocol"
 )
-
-// logTime is how PID 1 stamps its lines on the console (the host keeps
-// them in the neuron's log).
-const logTime = "2006/01/02 15:04:05.000000"
 
 // guest is PID 1's state.
 type guest struct {
@@ -58,9 +55,11 @@ func Main(version string) {
 	g.reap()
 }
 
-func (g *guest) logf(format string, args ...any) {
-	fmt.Fprintf(os.Stderr, "%s cortex-init: "+format+"\n", append([]any{time.Now().UTC().Format(logTime)}, args...)...)
-}
+// logf writes a line of PID 1's to the console (the neuron's log on the
+// host), cleaned and within its budget.
+var logf = logline.Logf(os.Stderr, "cortex-init")
+
+func (g *guest) logf(format string, args ...any) { logf(format, args...) }
 
 // start boots the machine up to a running agent and its bridges.
 func (g *guest) start() error {
@@ -108,6 +107,12 @@ func (g *guest) start() error {
 			return fmt.Errorf("%s: %w", f, err)
 		}
 	}
+	// The console is the neuron's log on the host: from here on the
+	// kernel writes only emergencies there, and no line per crash of a
+	// program whose name the neuron chose (PID 1's own lines are cleaned
+	// and bounded: logline).
+	os.WriteFile("/proc/sys/kernel/printk", []byte("1"), 0)
+	os.WriteFile("/proc/sys/debug/exception-trace", []byte("0"), 0)
 	// The channel directory is PID 1's: the agent reads it and dials the
 	// sockets the bridge places there, nobody else writes it.
 	if err := os.MkdirAll(ChannelDir, 0o755); err != nil {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nsys-cortex/cortex/internal/agent/logline"
 	"github.com/nsys-cortex/cortex/internal/layout"
 	"github.com/nsys-cortex/cortex/internal/link"
 	"github.com/nsys-cortex/cortex/internal/protocol"
@@ -192,3 +194,49 @@ func TestFullOverlayStore(t *testing.T) {
 }
 
 func shell(script string) protocol.Command { return protocol.Command{Shell: script} }
+
+// The review's reproduction: a neuron makes its agent log as fast as it
+// can (here, a flood of garbage connections to the tcp transport's port,
+// each a line). The log stays within the agent's budget, and no line of
+// it carries the neuron's escape sequences.
+func TestAgentLogIsBounded(t *testing.T) {
+	t.Setenv(docker.EnvTransport, "tcp")
+	t.Setenv(docker.EnvNetwork, testNetwork)
+	n := newNeuron(t, "flood", sandbox.CreateOptions{Network: sandbox.Network{Mode: sandbox.NetworkFull}})
+	tool, err := sandboxtest.BuildHostile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(tool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := n.c.WriteFile(ctx, "hostile", b, &link.WriteOptions{Mode: 0o755}); err != nil {
+		t.Fatal(err)
+	}
+	n.sh(fmt.Sprintf("./hostile flood 127.0.0.1:%d 60000", docker.AgentPort))
+	logPath := filepath.Join(n.lay.LogsDir(), "neurons", "flood.log")
+	waitUntilLogged := time.Now().Add(time.Minute)
+	var log []byte
+	for time.Now().Before(waitUntilLogged) {
+		log, _ = os.ReadFile(logPath)
+		if bytes.Contains(log, []byte("log limit reached")) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if !bytes.Contains(log, []byte("log limit reached")) {
+		t.Fatalf("the flood did not reach the agent's log budget (%d bytes logged)", len(log))
+	}
+	if len(log) > logline.DefaultBudget+1<<20 {
+		t.Errorf("the neuron's log holds %d bytes, past the agent's budget of %d", len(log), logline.DefaultBudget)
+	}
+	if bytes.ContainsRune(log, 0x1b) {
+		t.Error("the log holds an escape sequence of the neuron's")
+	}
+	// The neuron is fine for all that.
+	if out := n.sh("echo still"); out != "still\n" {
+		t.Fatalf("after the flood: %q", out)
+	}
+}

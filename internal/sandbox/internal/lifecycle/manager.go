@@ -351,7 +351,10 @@ const maxLog = 4 << 20
 // HostLine writes one line of the host's to a neuron's log, stamped (UTC,
 // to the microsecond) as the guest's and the agent's lines are.
 func HostLine(w io.Writer, format string, args ...any) {
-	fmt.Fprintf(w, "%s nsys-cortex: "+format+"\n", append([]any{time.Now().UTC().Format("2006/01/02 15:04:05.000000")}, args...)...)
+	// What the line says may hold the neuron's words (a guest's error):
+	// cleaned, so it stays one line of the host's.
+	msg := protocol.CleanLogText(fmt.Sprintf(format, args...))
+	fmt.Fprintf(w, "%s nsys-cortex: %s\n", time.Now().UTC().Format("2006/01/02 15:04:05.000000"), msg)
 }
 
 // Logf adds a line of the host's to neuron id's log (when it has one).

@@ -9,6 +9,9 @@
 //	                            seconds answer every host socket in DIR as
 //	                            the agent would, forging "uid=0(root)" for
 //	                            every exec; then let the agent go on
+//	hostile flood ADDR N        open N connections to the TCP address ADDR,
+//	                            each sending a line of garbage: every one a
+//	                            line in the agent's log
 package main
 
 import (
@@ -49,6 +52,20 @@ func main() {
 			fail("SECS must be a positive number")
 		}
 		impostor(os.Args[2], time.Duration(secs)*time.Second)
+	case "flood":
+		if len(os.Args) != 4 {
+			fail("usage: hostile flood ADDR N")
+		}
+		n, err := strconv.Atoi(os.Args[3])
+		if err != nil || n < 1 {
+			fail("N must be a positive number")
+		}
+		for range n {
+			if c, err := net.Dial("tcp", os.Args[2]); err == nil {
+				c.Write([]byte("\x1b]0;garbage\x07\n"))
+				c.Close()
+			}
+		}
 	default:
 		fail("unknown command " + os.Args[1])
 	}
