@@ -216,9 +216,11 @@ func (m *Manager) Destroy(ctx context.Context, id string, opts sandbox.DestroyOp
 	m.clear(id)
 	os.Remove(filepath.Join(m.overlay(id), ".owner"))
 	if opts.Wipe {
+		uid := recordedUID(m.lay, id)
 		if err := os.RemoveAll(m.overlay(id)); err != nil {
 			return fmt.Errorf("wiping the overlay of %s: %w", id, err)
 		}
+		ReleaseIdentity(m.lay, id, uid)
 		os.Remove(m.logFile(id))
 		os.Remove(m.logFile(id) + ".1")
 	}

@@ -235,7 +235,9 @@ func (m *Manager) Create(ctx context.Context, id string, opts sandbox.CreateOpti
 		if !exists {
 			// A new neuron that could not be made leaves nothing behind
 			// (its log stays, to say why).
+			uid := recordedUID(m.lay, id)
 			os.RemoveAll(m.overlay(id))
+			ReleaseIdentity(m.lay, id, uid)
 		}
 		lock.Release()
 		return nil, err
