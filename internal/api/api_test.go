@@ -401,6 +401,14 @@ func TestBadInput(t *testing.T) {
 		{"text typed into a process", "POST", "/v1/neurons/bad/processes/1/input", `x`, 400, "BAD_REQUEST", "octet-stream", []string{"Content-Type", "text/plain"}},
 		{"malformed JSON", "POST", "/v1/neurons/bad/exec", `{"argv":["true"]`, 400, "BAD_REQUEST", "not valid JSON", nil},
 		{"unknown field", "POST", "/v1/neurons/bad/exec", `{"argv":["true"],"cmd":"x"}`, 400, "BAD_REQUEST", `cmd`, nil},
+		// A key given twice means two things to two readers: refused.
+		// An API client names no host directory to base a neuron on.
+		{"host directory as image", "POST", "/v1/neurons", `{"id":"img","image":"/"}`, 403, "POLICY_DENIED", "api.images", nil},
+		{"docker image not built by Cortex", "POST", "/v1/neurons", `{"id":"img","image":"alpine:latest"}`, 403, "POLICY_DENIED", "api.images", nil},
+		{"duplicate key", "POST", "/v1/neurons", `{"id":"a1","id":"a2"}`, 400, "BAD_REQUEST", `names \"id\" twice`, nil},
+		{"duplicate key in another case", "POST", "/v1/neurons", `{"id":"a1","ID":"a2"}`, 400, "BAD_REQUEST", `names \"ID\" twice`, nil},
+		{"nested duplicate key", "POST", "/v1/neurons", `{"id":"a1","limits":{"pids":1,"pids":99999}}`, 400, "BAD_REQUEST", `limits.pids`, nil},
+		{"duplicate key in an argv exec", "POST", "/v1/neurons/bad/exec", `{"argv":["true"],"argv":["rm","-rf","/"]}`, 400, "BAD_REQUEST", "twice", nil},
 		{"wrong type", "POST", "/v1/neurons/bad/exec", `{"argv":"true"}`, 400, "BAD_REQUEST", `argv\" must be a list of strings`, nil},
 		{"no command", "POST", "/v1/neurons/bad/exec", `{}`, 400, "BAD_REQUEST", "argv or shell", nil},
 		{"no body", "POST", "/v1/neurons", ``, 400, "BAD_REQUEST", "no JSON body", nil},

@@ -2,8 +2,12 @@ package api
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
+	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	cortex "github.com/nsys-cortex/cortex/client"
@@ -68,6 +72,10 @@ func (s *Server) createNeuron(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	opts.BootTimeout = time.Duration(req.BootTimeoutMs) * time.Millisecond
+	if err := s.checkImage(req.Image); err != nil {
+		writeError(w, err)
+		return
+	}
 	m, why, err := s.opts.Set.Resolve(r.Context(), req.Mode)
 	if err != nil {
 		writeError(w, err)
@@ -155,4 +163,26 @@ func intParam(r *http.Request, name string, def int64) (int64, error) {
 		return 0, badRequest("query parameter %s=%q: give a non-negative integer", name, v)
 	}
 	return n, nil
+}
+
+// checkImage allows an image a create names over the API: one Cortex
+// built (a directory beneath the home's images/, resolved; a docker tag of
+// nsys-cortex-neuron), or one the operator listed (api.images).
+func (s *Server) checkImage(image string) error {
+	if image == "" || slices.Contains(s.opts.Images, image) {
+		return nil
+	}
+	if strings.HasPrefix(image, "nsys-cortex-neuron:") && !strings.ContainsAny(image, "/ ") {
+		return nil
+	}
+	if filepath.IsAbs(image) {
+		images := s.opts.Set.Layout().ImagesDir()
+		real, err := filepath.EvalSymlinks(image)
+		root, rerr := filepath.EvalSymlinks(images)
+		if err == nil && rerr == nil && strings.HasPrefix(real, root+string(filepath.Separator)) {
+			return nil
+		}
+	}
+	return cortex.APIError{Code: cortex.CodePolicyDenied, Message: fmt.Sprintf("image %q is neither one Cortex built (under %s, or an nsys-cortex-neuron tag) "+
+		"nor one the operator listed (api.images): an API client cannot base a neuron on any directory or image it names", image, s.opts.Set.Layout().ImagesDir())}
 }

@@ -50,6 +50,11 @@ type Options struct {
 	TermLocks string
 	// Chat serves the sessions routes (nil: they answer UNAVAILABLE).
 	Chat *Chat
+	// Images are the images a create may name besides those Cortex built
+	// (a directory under the home's images/, an nsys-cortex-neuron tag):
+	// the operator's list (api.images). Anything else is refused: an API
+	// client must not base a neuron on any host directory it names.
+	Images []string
 }
 
 // Server serves the API.

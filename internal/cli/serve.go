@@ -121,7 +121,7 @@ Its log is <home>/logs/cortex.log (nsys-cortex logs [-f]).`,
 			}
 			srv := api.New(api.Options{Set: set, Version: a.Version, Token: token,
 				MaxUpload: cfg.Bytes("api.max_upload"), Log: logger.For("api"), TermLocks: filepath.Join(lay.Home, "terminals"),
-				Chat: chat})
+				Chat: chat, Images: splitList(cfg.String("api.images"))})
 			log := logger.For("serve")
 			log.Info("serving", "addr", ln.Addr().String(), "auth", token != "", "pid", os.Getpid(), "modes", set.Modes())
 			fmt.Fprintf(a.Stderr, "nsys-cortex: serving the API on http://%s (token: %s; log: %s)\n", ln.Addr(), tokenFrom, logger.Path())
@@ -183,4 +183,15 @@ func localToken(lay layout.Layout, create bool) (string, error) {
 		return "", fmt.Errorf("the API token (%s): %w", path, err)
 	}
 	return t, nil
+}
+
+// splitList splits a comma-separated setting, dropping empty items.
+func splitList(s string) []string {
+	var out []string
+	for _, v := range strings.Split(s, ",") {
+		if v = strings.TrimSpace(v); v != "" {
+			out = append(out, v)
+		}
+	}
+	return out
 }

@@ -95,6 +95,8 @@ func (k Key) Form() string {
 var keys = []Key{
 	{Name: "allow_insecure_dev", Env: "NSYS_CORTEX_ALLOW_INSECURE_DEV", Type: TypeBool, Default: "false",
 		Description: "allow process mode, which runs neurons without isolation"},
+	{Name: "api.images", Env: "NSYS_CORTEX_API_IMAGES", Type: TypeString, Default: "",
+		Description: "comma-separated images API clients may ask for besides those Cortex built (a create's image is otherwise refused)"},
 	{Name: "api.listen", Env: "NSYS_CORTEX_API_LISTEN", Type: TypeString, Default: "127.0.0.1:3100",
 		Description: "address the API daemon (serve) listens on", check: nonEmpty},
 	{Name: "api.max_upload", Env: "NSYS_CORTEX_API_MAX_UPLOAD", Type: TypeBytes, Default: "1g",
