@@ -73,6 +73,7 @@ func main() {
 	flag.BoolVar(&cfg.Subreaper, "subreaper", false, "adopt orphaned descendants so shutdown ends them")
 	confined := flag.Bool(strings.TrimPrefix(protocol.ConfineFlag, "--"), false, "confine this process (no_new_privs, seccomp, Landlock) before serving")
 	nested := flag.Bool(strings.TrimPrefix(protocol.NestedUsernsFlag, "--"), false, "with -confine: let programs create user namespaces (inner sandboxes)")
+	landlocked := flag.Bool(strings.TrimPrefix(confine.LandlockedFlag, "--"), false, "(set by the agent itself) already in its Landlock domain")
 	flag.Parse()
 	if *showVersion {
 		fmt.Printf("cortex-agent %s (protocol %s)\n", version, protocol.Version())
@@ -81,6 +82,16 @@ func main() {
 	if flag.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "cortex-agent: unexpected arguments %q\n", flag.Args())
 		os.Exit(2)
+	}
+	if *confined && !*landlocked {
+		// Returns only where the kernel cannot scope (why, for the log);
+		// otherwise the agent starts again inside its domain.
+		why, err := confine.EnterLandlock(os.Args)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "cortex-agent: %v\n", err)
+			os.Exit(1)
+		}
+		fmt.Fprintf(os.Stderr, "cortex-agent: %s\n", why)
 	}
 	secret, err := readSecret(*secretFD)
 	if err != nil {

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"syscall"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/nsys-cortex/cortex/internal/sandbox"
 )
 
@@ -51,10 +53,19 @@ func runProbe(env sandbox.Env) *probeResult {
 	} else {
 		p.seccomp.Detail = "the kernel reports no seccomp support"
 	}
-	if lsm, err := os.ReadFile("/sys/kernel/security/lsm"); err == nil && bytes.Contains(lsm, []byte("landlock")) {
-		p.landlock.Detail = "the kernel has Landlock, but this build does not apply it yet; the namespaces and seccomp are the boundary"
-	} else {
-		p.landlock.Detail = "not in this kernel (or securityfs is not mounted); the namespaces and seccomp are the boundary"
+	// landlock_create_ruleset(NULL, 0, LANDLOCK_CREATE_RULESET_VERSION)
+	// answers the ABI, or fails where the kernel has no Landlock (the LSM
+	// list in securityfs is often not mounted: not a test).
+	switch abi, _, e := syscall.Syscall(unix.SYS_LANDLOCK_CREATE_RULESET, 0, 0, 1); {
+	case e != 0:
+		p.landlock.Detail = fmt.Sprintf("not available (%v): the namespaces and seccomp are the boundary; abstract Unix sockets of "+
+			"the host stay reachable to a neuron with network full", e)
+	case abi < 6:
+		p.landlock.Detail = fmt.Sprintf("ABI %d: too old to scope (6 scopes abstract Unix sockets and signals); not applied", abi)
+	default:
+		p.landlock.OK = true
+		p.landlock.Detail = fmt.Sprintf("ABI %d: the agent and its commands run in a domain that reaches no abstract Unix socket "+
+			"and signals no process outside the neuron", abi)
 	}
 	if cg := detectCgroups(); cg != nil {
 		p.cgroups.OK, p.cgroups.Detail = true, cg.describe()+": memory, process and CPU ceilings"

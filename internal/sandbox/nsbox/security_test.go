@@ -19,6 +19,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/nsys-cortex/cortex/internal/layout"
 	"github.com/nsys-cortex/cortex/internal/link"
 	"github.com/nsys-cortex/cortex/internal/protocol"
@@ -246,6 +248,42 @@ func TestNetwork(t *testing.T) {
 	full := newNeuron(t, "netfull", sandbox.CreateOptions{Network: sandbox.Network{Mode: sandbox.NetworkFull}})
 	if res := full.sh("bash -c '" + probe + "'"); res.ExitCode != 0 || !strings.Contains(string(res.Stdout), "hello") {
 		t.Fatalf("network full could not reach the host: %d %q %q", res.ExitCode, res.Stdout, res.Stderr)
+	}
+}
+
+// The abstract socket namespace is the network namespace's: a neuron with
+// network full shares the host's, and without Landlock's scoping it
+// reached every abstract socket of the host (a desktop's X server, a
+// container runtime's). Where the kernel scopes (ABI 6), it reaches none.
+func TestAbstractSocketsOfTheHost(t *testing.T) {
+	name := fmt.Sprintf("cortex-test-%d", os.Getpid())
+	ln, err := net.Listen("unix", "@"+name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	full := newNeuron(t, "abstract", sandbox.CreateOptions{Network: sandbox.Network{Mode: sandbox.NetworkFull}})
+	full.install()
+	out := strings.TrimSpace(string(full.sh("./escape -abstract " + name).Stdout))
+	abi, _, e := syscall.Syscall(unix.SYS_LANDLOCK_CREATE_RULESET, 0, 0, 1)
+	if e != 0 || abi < 6 {
+		t.Skipf("the kernel cannot scope abstract sockets (Landlock ABI %d, %v): the neuron got %q", abi, e, out)
+	}
+	if !strings.HasPrefix(out, "denied:") {
+		t.Fatalf("a full-network neuron connected to the host's abstract socket @%s: %q", name, out)
+	}
+	// The neuron's own abstract sockets work as ever.
+	if res := full.sh("./escape -abstract nosuch"); !strings.Contains(string(res.Stdout), "denied") {
+		t.Fatalf("%q", res.Stdout)
 	}
 }
 

@@ -5,6 +5,7 @@
 //	escape -file PATH -port N -pid N -agent N   the escapes
 //	escape -hog BYTES                    allocate and touch BYTES of memory
 //	escape -int80                        keyctl through the i386 entry point (amd64)
+//	escape -abstract NAME                connect to the abstract Unix socket @NAME
 package main
 
 import (
@@ -30,7 +31,18 @@ func main() {
 	agent := flag.Int("agent", 0, "the agent's pid (inside)")
 	hog := flag.Int64("hog", 0, "allocate this many bytes and touch them")
 	i386 := flag.Bool("int80", false, "call keyctl through the i386 entry point and print what it returned")
+	abstract := flag.String("abstract", "", "connect to the abstract Unix socket @NAME and print what happened")
 	flag.Parse()
+	if *abstract != "" {
+		c, err := net.Dial("unix", "@"+*abstract)
+		if err != nil {
+			fmt.Println("denied:", err)
+			return
+		}
+		c.Close()
+		fmt.Println("ALLOWED")
+		return
+	}
 	if *i386 {
 		// KEYCTL_GET_KEYRING_ID of the session keyring, creating it: a
 		// key serial when the call went through.
