@@ -165,7 +165,9 @@ func (k kind) growing() bool {
 func (k kind) writable() bool { return k == kNCtl || k == kPCtl || k == kTCtl || k == kTInput }
 
 // operatorOnly areas hold facts about every neuron.
-func (k kind) operatorOnly() bool { return k >= kSessions }
+// The magic file's token is the mount's identity, which only the host's
+// validation reads: a neuron has no use for it (and must not learn it).
+func (k kind) operatorOnly() bool { return k >= kSessions || k == kMagic }
 
 // operator reports whether c sees everything.
 func (t *Tree) operator(c Caller) bool { return c.UID == 0 || c.UID == t.o.Owner.UID }
@@ -181,7 +183,7 @@ func (t *Tree) mayRead(c Caller, r *ref) bool {
 	if r.neuron != nil {
 		return r.neuron.UID >= 0 && uint32(r.neuron.UID) == c.UID
 	}
-	return true // the root, the magic file, neurons/
+	return true // the root, neurons/
 }
 
 // resolve finds what p names. Children of a neuron are checked against
@@ -348,9 +350,9 @@ func (t *Tree) list(ctx context.Context, c Caller, r *ref) ([]string, error) {
 	var names []string
 	switch r.kind {
 	case kRoot:
-		names = []string{MagicName, "neurons"}
+		names = []string{"neurons"}
 		if t.operator(c) {
-			names = append(names, "agents", "audit", "sessions")
+			names = append(names, MagicName, "agents", "audit", "sessions")
 		}
 	case kNeurons:
 		for _, n := range t.o.Source.Snapshot().Neurons {

@@ -72,7 +72,11 @@ func TestPerUIDVisibility(t *testing.T) {
 	if err != nil || len(ents) != 1 || ents[0].Name() != "a" {
 		t.Fatalf("neurons seen by a's uid: %v, %v; want only a", ents, err)
 	}
-	for _, p := range []string{"neurons/b/status", "neurons/b", "audit/log", "sessions", "agents/coder/AGENTS.md"} {
+	// Nor the mount's token: only the host's validation reads it.
+	if root, _ := fs.ReadDir(a, "."); len(root) != 1 || root[0].Name() != "neurons" {
+		t.Errorf("the root as a's uid sees it: %v; want neurons only", root)
+	}
+	for _, p := range []string{ctxfs.MagicName, "neurons/b/status", "neurons/b", "audit/log", "sessions", "agents/coder/AGENTS.md"} {
 		if _, err := fs.ReadFile(a, p); !errors.Is(err, fs.ErrNotExist) {
 			t.Errorf("a's uid reads %s: %v; want not-exist", p, err)
 		}

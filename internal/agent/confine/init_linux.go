@@ -126,9 +126,38 @@ func mountOverlay(o protocol.OverlayMount, target string) error {
 			return fmt.Errorf("mount: overlay path %q holds ',' or ':'", p)
 		}
 	}
-	data := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,userxattr", strings.Join(o.Lower, ":"), o.Upper, o.Work)
+	// The layers are named by descriptor (/proc/self/fd/N): the mount's
+	// options, which the neuron reads in /proc/self/mountinfo, then show
+	// no path of the host's.
+	named := func(p string) (string, func(), error) {
+		fd, err := unix.Open(p, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return "", nil, fmt.Errorf("mount: overlay layer %s: %w", p, err)
+		}
+		return fmt.Sprintf("/proc/self/fd/%d", fd), func() { unix.Close(fd) }, nil
+	}
+	var lowers []string
+	for _, l := range o.Lower {
+		n, done, err := named(l)
+		if err != nil {
+			return err
+		}
+		defer done()
+		lowers = append(lowers, n)
+	}
+	upper, doneU, err := named(o.Upper)
+	if err != nil {
+		return err
+	}
+	defer doneU()
+	work, doneW, err := named(o.Work)
+	if err != nil {
+		return err
+	}
+	defer doneW()
+	data := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,userxattr", strings.Join(lowers, ":"), upper, work)
 	if err := unix.Mount("overlay", target, "overlay", 0, data); err != nil {
-		return fmt.Errorf("mount: overlay on %s (%s): %w", o.Target, data, err)
+		return fmt.Errorf("mount: overlay on %s (lower %s, upper %s, work %s): %w", o.Target, strings.Join(o.Lower, ":"), o.Upper, o.Work, err)
 	}
 	return nil
 }

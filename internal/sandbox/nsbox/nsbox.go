@@ -420,7 +420,17 @@ func (r *runtime) plan(req *lifecycle.StartRequest, who identity, ceil *ceilings
 			cfg.Overlays = append(cfg.Overlays, protocol.OverlayMount{Target: d, Lower: []string{d},
 				Upper: upper(lay, id, layer), Work: work(lay, id, layer)})
 		}
-		cfg.Binds = append(cfg.Binds, protocol.BindMount{Source: usrLocal(lay, id), Target: "/usr/local"})
+		// /usr/local is the neuron's own directory, as the upper layer of
+		// an overlay over an empty one rather than a bind: a bind's
+		// mountinfo line would show its host path.
+		empty := filepath.Join(lay.OverlayDir(id), ".empty") // a host record: never in a snapshot
+		for _, d := range []string{empty, work(lay, id, "usr-local")} {
+			if err := os.MkdirAll(d, 0o755); err != nil {
+				return nil, err
+			}
+		}
+		cfg.Overlays = append(cfg.Overlays, protocol.OverlayMount{Target: "/usr/local", Lower: []string{empty},
+			Upper: usrLocal(lay, id), Work: work(lay, id, "usr-local")})
 	}
 	cfg.Env = sandbox.AgentEnv(nil, append([]string{
 		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",

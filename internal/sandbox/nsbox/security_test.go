@@ -287,6 +287,22 @@ func TestAbstractSocketsOfTheHost(t *testing.T) {
 	}
 }
 
+// A neuron's mountinfo shows no path of the host's: overlay layers are
+// named by descriptor, /usr/local is an overlay, not a bind. (The channel
+// directory's bind still shows where it is: its line is the one left.)
+func TestMountinfoHidesHostPaths(t *testing.T) {
+	n := newNeuron(t, "mounts", sandbox.CreateOptions{})
+	out := string(n.sh("cat /proc/self/mountinfo").Stdout)
+	for _, line := range strings.Split(out, "\n") {
+		if strings.Contains(line, n.env.Layout.Home) && !strings.Contains(line, " /run/nsys-cortex ") {
+			t.Errorf("mountinfo shows a host path: %s", line)
+		}
+	}
+	if !strings.Contains(out, " /usr/local ") {
+		t.Fatalf("no /usr/local mount:\n%s", out)
+	}
+}
+
 func asErr[T error](err error, target *T) bool {
 	for err != nil {
 		if e, ok := err.(T); ok {
