@@ -2,6 +2,9 @@ package main_test
 
 import (
 	"bufio"
+	"fmt"
+	"hash/fnv"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -67,6 +70,24 @@ func TestCtxInsideANeuron(t *testing.T) {
 	if out := c.ok("exec", "cx1", "--", "cat", "/ctx/neurons/cx1/policy.json"); !strings.Contains(out, `"ctxWritable": true`) && !strings.Contains(out, `"ctxWritable":true`) {
 		t.Fatalf("policy.json: %s", out)
 	}
+	// A neuron that stops itself through its ctl (the review saw its
+	// cgroup left behind after the wipe): stopped, wiped, nothing left.
+	c.run("", "exec", "cx1", "--", "sh", "-c", "echo stop > /ctx/neurons/cx1/ctl")
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if out, _, _ := c.run("", "status", "cx1", "--format", "{{.Status}}"); strings.TrimSpace(out) == "stopped" {
+			break
+		}
+	}
+	cgroups := cgroupsOf(t, c.home, "cx1")
+	if len(cgroups) == 0 && os.Getenv("NSYS_CORTEX_REQUIRE_NSBOX") == "1" {
+		t.Log("no cgroup of cx1 found (none made here?)")
+	}
+	c.ok("destroy", "--wipe", "cx1")
+	for _, d := range cgroups {
+		if _, err := os.Stat(d); err == nil {
+			t.Errorf("cgroup %s is left after the wipe", d)
+		}
+	}
 	// Anything else at --ctx is refused, loudly.
 	plain := t.TempDir()
 	if _, errOut, code := c.run("", "create", "--ctx", plain, "cx3"); code == 0 || !strings.Contains(errOut, "no CortexFS is mounted") {
@@ -75,4 +96,25 @@ func TestCtxInsideANeuron(t *testing.T) {
 	if _, errOut, code := newCLI(t, "process").run("", "create", "--ctx", dir, "cx4"); code == 0 || !strings.Contains(errOut, "/ctx") {
 		t.Fatalf("process mode with --ctx: exit %d, %q", code, errOut)
 	}
+}
+
+// cgroupsOf lists the cgroup directories of neuron id of the home (nsbox
+// names them <id>@<a hash of its overlay directory>) in every hierarchy.
+func cgroupsOf(t *testing.T, home, id string) []string {
+	t.Helper()
+	h := fnv.New32a()
+	h.Write([]byte(filepath.Join(home, "overlays", id)))
+	name := fmt.Sprintf("%s@%08x", id, h.Sum32())
+	var out []string
+	filepath.WalkDir("/sys/fs/cgroup", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || !d.IsDir() {
+			return nil
+		}
+		if d.Name() == name {
+			out = append(out, p)
+			return filepath.SkipDir
+		}
+		return nil
+	})
+	return out
 }

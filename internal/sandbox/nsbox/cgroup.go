@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -307,17 +308,45 @@ func removeCgroups(lay layout.Layout, id string) {
 	if store.ReadJSON(f, &dirs) != nil {
 		return
 	}
+	left := false
 	for _, d := range dirs {
-		// The kernel tears the pid namespace down asynchronously: wait for
-		// the cgroup to empty (a busy one cannot be removed).
-		for pause := time.Millisecond; pause < 3*time.Second; pause *= 2 {
+		// Whatever is still in the neuron's cgroup is the neuron's (a
+		// process caught in a request to the host, say, as a stop through
+		// /ctx is): it is killed, and the kernel tears the pid namespace
+		// down asynchronously, so the cgroup is waited for until it empties
+		// (a busy one cannot be removed).
+		killCgroup(d)
+		removed := false
+		for pause := time.Millisecond; pause < 4*time.Second; pause *= 2 {
 			if err := os.Remove(d); err == nil || errors.Is(err, os.ErrNotExist) {
+				removed = true
 				break
 			}
+			killCgroup(d)
 			time.Sleep(pause)
 		}
+		left = left || !removed
 	}
-	os.Remove(f)
+	if !left {
+		os.Remove(f) // kept otherwise: the next create or wipe tries again
+	}
+}
+
+// killCgroup kills every process in cgroup directory d: with cgroup.kill
+// where the hierarchy has it (v2), else each pid of cgroup.procs.
+func killCgroup(d string) {
+	if err := os.WriteFile(filepath.Join(d, "cgroup.kill"), []byte("1"), 0); err == nil {
+		return
+	}
+	b, err := os.ReadFile(filepath.Join(d, "cgroup.procs"))
+	if err != nil {
+		return
+	}
+	for _, f := range strings.Fields(string(b)) {
+		if pid, err := strconv.Atoi(f); err == nil && pid > 1 {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
 }
 
 func waitTick() { time.Sleep(10 * time.Millisecond) }

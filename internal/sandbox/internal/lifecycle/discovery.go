@@ -216,6 +216,10 @@ func (m *Manager) Destroy(ctx context.Context, id string, opts sandbox.DestroyOp
 	m.clear(id)
 	os.Remove(filepath.Join(m.overlay(id), ".owner"))
 	if opts.Wipe {
+		// Once more, now that the neuron is surely stopped: what the runtime
+		// could not free at the stop (a cgroup still emptying) it frees now,
+		// before its records go with the overlay.
+		m.rt.Released(m.lay, id)
 		uid := recordedUID(m.lay, id)
 		if err := os.RemoveAll(m.overlay(id)); err != nil {
 			return fmt.Errorf("wiping the overlay of %s: %w", id, err)
