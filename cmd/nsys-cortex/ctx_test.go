@@ -70,6 +70,25 @@ func TestCtxInsideANeuron(t *testing.T) {
 	if out := c.ok("exec", "cx1", "--", "cat", "/ctx/neurons/cx1/policy.json"); !strings.Contains(out, `"ctxWritable": true`) && !strings.Contains(out, `"ctxWritable":true`) {
 		t.Fatalf("policy.json: %s", out)
 	}
+	// What a neuron asks of the host through its own ctl goes through the
+	// gate, under the policy of the tool kit that drives it: with
+	// readonly's, it can neither snapshot nor stop itself (the review did
+	// both with `sort --out=.../ctl`); with standard's it can.
+	c.ok("tools", "call", "ls", "--neuron", "cx1", "--policy", "readonly", "--input", `{"path":"."}`)
+	for _, verb := range []string{"snapshot s1", "stop"} {
+		_, errOut, code := c.run("", "exec", "cx1", "--", "bash", "-c", "echo "+verb+" > /ctx/neurons/cx1/ctl")
+		if code == 0 || !strings.Contains(errOut, "not permitted") {
+			t.Errorf("%q under readonly: exit %d, %q; want EPERM", verb, code, errOut)
+		}
+	}
+	if out := c.ok("exec", "cx1", "--", "cat", "/ctx/neurons/cx1/ctl"); !strings.Contains(out, "readonly") {
+		t.Errorf("the ctl does not say why: %q", out)
+	}
+	if out := c.ok("snapshot", "list", "cx1"); strings.Contains(out, "s1") {
+		t.Fatalf("a snapshot was taken past the gate: %s", out)
+	}
+	c.ok("tools", "call", "ls", "--neuron", "cx1", "--policy", "standard", "--input", `{"path":"."}`)
+	c.ok("exec", "cx1", "--", "sh", "-c", "echo snapshot s2 > /ctx/neurons/cx1/ctl")
 	// A neuron that stops itself through its ctl (the review saw its
 	// cgroup left behind after the wipe): stopped, wiped, nothing left.
 	c.run("", "exec", "cx1", "--", "sh", "-c", "echo stop > /ctx/neurons/cx1/ctl")

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	cortex "github.com/nsys-cortex/cortex/client"
+	"github.com/nsys-cortex/cortex/internal/gate"
 	"github.com/nsys-cortex/cortex/internal/link"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
 )
@@ -50,6 +51,9 @@ type Options struct {
 	TermLocks string
 	// Chat serves the sessions routes (nil: they answer UNAVAILABLE).
 	Chat *Chat
+	// Gate authorizes every route's action (nil: a gate of its own that
+	// allows the API's clients, recording nothing).
+	Gate *gate.Gate
 	// Images are the images a create may name besides those Cortex built
 	// (a directory under the home's images/, an nsys-cortex-neuron tag):
 	// the operator's list (api.images). Anything else is refused: an API
@@ -89,10 +93,12 @@ func (s *Server) streamContext(r *http.Request) (ctx context.Context, done func(
 	return ctx, func() { stop(); cancel(nil); s.streamWG.Done() }
 }
 
-// Route is one served method and path pattern.
+// Route is one served method and path pattern, and the action it asks
+// the gate about before its handler runs.
 type Route struct {
 	Method, Pattern string
 	handler         http.HandlerFunc
+	Action          gate.Action
 }
 
 // New returns a server over opts.Set.
@@ -109,7 +115,7 @@ func New(opts Options) *Server {
 	s.startChats()
 	mux := http.NewServeMux()
 	for _, r := range s.Routes() {
-		mux.HandleFunc(r.Method+" "+r.Pattern, r.handler)
+		mux.HandleFunc(r.Method+" "+r.Pattern, s.gated(r))
 	}
 	mux.Handle("GET /metrics", s.metrics.handler())
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -124,42 +130,60 @@ func New(opts Options) *Server {
 func (s *Server) Routes() []Route {
 	const n, sn = "/v1/neurons/{id}", "/v1/sessions/{sid}"
 	return []Route{
-		{"GET", "/v1/health", s.health},
-		{"GET", "/v1/neurons", s.listNeurons},
-		{"POST", "/v1/neurons", s.createNeuron},
-		{"GET", n, s.getNeuron},
-		{"DELETE", n, s.destroyNeuron},
-		{"GET", n + "/health", s.neuronHealth},
-		{"POST", n + "/exec", s.exec},
-		{"POST", n + "/processes", s.startProcess},
-		{"GET", n + "/processes", s.listProcesses},
-		{"GET", n + "/processes/{pid}", s.getProcess},
-		{"GET", n + "/processes/{pid}/output", s.processOutput},
-		{"POST", n + "/processes/{pid}/input", s.processInput},
-		{"POST", n + "/processes/{pid}/signal", s.signalProcess},
-		{"GET", n + "/files", s.readFile},
-		{"PUT", n + "/files", s.writeFile},
-		{"DELETE", n + "/files", s.removeFile},
-		{"GET", n + "/files/list", s.listFiles},
-		{"GET", n + "/files/stat", s.statFile},
-		{"POST", n + "/files/mkdir", s.mkdir},
-		{"POST", n + "/files/move", s.move},
-		{"POST", n + "/files/symlink", s.symlink},
-		{"GET", n + "/terminal", s.terminal},
-		{"GET", n + "/snapshots", s.listSnapshots},
-		{"POST", n + "/snapshots", s.createSnapshot},
-		{"POST", n + "/snapshots/{name}/restore", s.restoreSnapshot},
-		{"DELETE", n + "/snapshots/{name}", s.deleteSnapshot},
-		{"GET", "/v1/sessions", s.listSessions},
-		{"POST", "/v1/sessions", s.createSession},
-		{"GET", sn, s.onSession(nil, s.getSession)},
-		{"PATCH", sn, s.onSession(&cortex.SessionUpdate{}, s.updateSession)},
-		{"DELETE", sn, s.closeSession},
-		{"GET", sn + "/turns", s.onSession(nil, s.sessionTurns)},
-		{"POST", sn + "/turns", s.runTurn},
-		{"POST", sn + "/compact", s.onSession(nil, s.compactSession)},
-		{"POST", sn + "/rewind", s.onSession(&cortex.RewindRequest{}, s.rewindSession)},
-		{"POST", sn + "/fork", s.onSession(&cortex.ForkRequest{}, s.forkSession)},
+		{"GET", "/v1/health", s.health, gate.Read},
+		{"GET", "/v1/neurons", s.listNeurons, gate.Read},
+		{"POST", "/v1/neurons", s.createNeuron, gate.Create},
+		{"GET", n, s.getNeuron, gate.Read},
+		{"DELETE", n, s.destroyNeuron, gate.Destroy},
+		{"GET", n + "/health", s.neuronHealth, gate.Read},
+		{"POST", n + "/exec", s.exec, gate.Exec},
+		{"POST", n + "/processes", s.startProcess, gate.ProcessStart},
+		{"GET", n + "/processes", s.listProcesses, gate.ProcessRead},
+		{"GET", n + "/processes/{pid}", s.getProcess, gate.ProcessRead},
+		{"GET", n + "/processes/{pid}/output", s.processOutput, gate.ProcessRead},
+		{"POST", n + "/processes/{pid}/input", s.processInput, gate.ProcessInput},
+		{"POST", n + "/processes/{pid}/signal", s.signalProcess, gate.ProcessSignal},
+		{"GET", n + "/files", s.readFile, gate.FileRead},
+		{"PUT", n + "/files", s.writeFile, gate.FileWrite},
+		{"DELETE", n + "/files", s.removeFile, gate.FileWrite},
+		{"GET", n + "/files/list", s.listFiles, gate.FileRead},
+		{"GET", n + "/files/stat", s.statFile, gate.FileRead},
+		{"POST", n + "/files/mkdir", s.mkdir, gate.FileWrite},
+		{"POST", n + "/files/move", s.move, gate.FileWrite},
+		{"POST", n + "/files/symlink", s.symlink, gate.FileWrite},
+		{"GET", n + "/terminal", s.terminal, gate.TerminalOpen},
+		{"GET", n + "/snapshots", s.listSnapshots, gate.SnapshotRead},
+		{"POST", n + "/snapshots", s.createSnapshot, gate.SnapshotCreate},
+		{"POST", n + "/snapshots/{name}/restore", s.restoreSnapshot, gate.SnapshotRestore},
+		{"DELETE", n + "/snapshots/{name}", s.deleteSnapshot, gate.SnapshotRemove},
+		{"GET", "/v1/sessions", s.listSessions, gate.Session},
+		{"POST", "/v1/sessions", s.createSession, gate.Session},
+		{"GET", sn, s.onSession(nil, s.getSession), gate.Session},
+		{"PATCH", sn, s.onSession(&cortex.SessionUpdate{}, s.updateSession), gate.Session},
+		{"DELETE", sn, s.closeSession, gate.Session},
+		{"GET", sn + "/turns", s.onSession(nil, s.sessionTurns), gate.Session},
+		{"POST", sn + "/turns", s.runTurn, gate.Session},
+		{"POST", sn + "/compact", s.onSession(nil, s.compactSession), gate.Session},
+		{"POST", sn + "/rewind", s.onSession(&cortex.RewindRequest{}, s.rewindSession), gate.Session},
+		{"POST", sn + "/fork", s.onSession(&cortex.ForkRequest{}, s.forkSession), gate.Session},
+	}
+}
+
+// gated asks the gate about r's action on the neuron the request names
+// (its {id}), as the API's client, before r's handler runs: one gate for
+// every route, so a route cannot forget it.
+func (s *Server) gated(r Route) http.HandlerFunc {
+	return func(w http.ResponseWriter, req *http.Request) {
+		g := s.opts.Gate
+		if g == nil {
+			g = &gate.Gate{}
+		}
+		if err := g.Allow(req.Context(), &gate.Request{Principal: gate.Principal{Kind: gate.APIClient}, Neuron: req.PathValue("id"),
+			Action: r.Action, Detail: req.Method + " " + r.Pattern}, nil); err != nil {
+			writeError(w, cortex.APIError{Code: cortex.CodePolicyDenied, Message: err.Error()})
+			return
+		}
+		r.handler(w, req)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/nsys-cortex/cortex/internal/gate"
 	"github.com/nsys-cortex/cortex/internal/ids"
 	"github.com/nsys-cortex/cortex/internal/transfer"
 )
@@ -65,7 +66,11 @@ neuron.
 					l.Client = c
 					continue
 				}
-				c, st, err := a.connect(ctx, l.Neuron)
+				action := gate.FileRead
+				if l == &dst {
+					action = gate.FileWrite
+				}
+				c, st, err := a.connect(ctx, l.Neuron, action)
 				if err != nil {
 					return err
 				}

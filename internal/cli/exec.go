@@ -17,6 +17,8 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
+	"github.com/nsys-cortex/cortex/internal/gate"
+	"github.com/nsys-cortex/cortex/internal/launch"
 	"github.com/nsys-cortex/cortex/internal/layout"
 	"github.com/nsys-cortex/cortex/internal/link"
 	"github.com/nsys-cortex/cortex/internal/logging"
@@ -27,7 +29,7 @@ import (
 
 // connect finds a running neuron by id (or unique prefix) and connects:
 // through the daemon when the CLI is pointed at one, else directly.
-func (a *App) connect(ctx context.Context, ref string) (channel, *sandbox.State, error) {
+func (a *App) connect(ctx context.Context, ref string, action gate.Action) (channel, *sandbox.State, error) {
 	api, err := a.apiClient()
 	if err != nil {
 		return nil, nil, err
@@ -50,8 +52,23 @@ func (a *App) connect(ctx context.Context, ref string) (channel, *sandbox.State,
 	if err != nil {
 		return nil, nil, err
 	}
+	// Through the daemon, its gate decides (above); locally, this one.
+	if err := a.authorize(ctx, action, st.ID); err != nil {
+		return nil, nil, err
+	}
 	c, err := m.Connect(ctx, st.ID)
 	return c, st, err
+}
+
+// authorize asks the host's one gate about the operator's action on
+// neuron id (the local CLI is the operator: it is allowed, and recorded).
+func (a *App) authorize(ctx context.Context, action gate.Action, id string) error {
+	lay, err := layout.FromEnv()
+	if err != nil {
+		return err
+	}
+	g := &gate.Gate{Audit: launch.NewAudit(filepath.Join(lay.LogsDir(), "audit.log")), Layout: lay}
+	return g.Allow(ctx, &gate.Request{Principal: gate.Principal{Kind: gate.Operator}, Neuron: id, Action: action}, nil)
 }
 
 // SignalCause is the cause of a context cancelled by a signal.
@@ -98,7 +115,7 @@ Ctrl-C (or SIGTERM, SIGHUP) kills the command in the neuron.`,
 		ValidArgsFunction: a.neuronArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
-			c, st, err := a.connect(ctx, args[0])
+			c, st, err := a.connect(ctx, args[0], gate.Exec)
 			if err != nil {
 				return err
 			}
@@ -360,7 +377,7 @@ func (a *App) psCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			c, _, err := a.connect(cmd.Context(), args[0])
+			c, _, err := a.connect(cmd.Context(), args[0], gate.ProcessRead)
 			if err != nil {
 				return err
 			}
@@ -397,12 +414,12 @@ func (a *App) psCommand() *cobra.Command {
 }
 
 // process connects to neuron ref and parses the pid of one of its processes.
-func (a *App) process(ctx context.Context, ref, pidArg string) (channel, int, error) {
+func (a *App) process(ctx context.Context, ref, pidArg string, action gate.Action) (channel, int, error) {
 	pid, err := strconv.Atoi(pidArg)
 	if err != nil || pid <= 0 {
 		return nil, 0, fmt.Errorf("PID %q is not a process id", pidArg)
 	}
-	c, _, err := a.connect(ctx, ref)
+	c, _, err := a.connect(ctx, ref, action)
 	return c, pid, err
 }
 
@@ -426,7 +443,7 @@ neuron). -f keeps following.`,
 			if len(args) == 1 {
 				return a.neuronLog(ctx, args[0], follow)
 			}
-			c, pid, err := a.process(ctx, args[0], args[1])
+			c, pid, err := a.process(ctx, args[0], args[1], gate.ProcessRead)
 			if err != nil {
 				return err
 			}
@@ -543,7 +560,7 @@ func (a *App) killCommand() *cobra.Command {
 		Args:              cobra.ExactArgs(2),
 		ValidArgsFunction: a.neuronArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, pid, err := a.process(cmd.Context(), args[0], args[1])
+			c, pid, err := a.process(cmd.Context(), args[0], args[1], gate.ProcessSignal)
 			if err != nil {
 				return err
 			}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/nsys-cortex/cortex/internal/gate"
 	"github.com/nsys-cortex/cortex/internal/launch"
 	"github.com/nsys-cortex/cortex/internal/layout"
 	"github.com/nsys-cortex/cortex/internal/link"
@@ -96,7 +97,7 @@ them; add your own as <home>/profiles/NAME.json).`,
 			case stdio:
 				io = launch.IOStdio
 			}
-			c, st, err := a.connect(ctx, args[0])
+			c, st, err := a.connect(ctx, args[0], gate.Launch)
 			if err != nil {
 				return err
 			}

@@ -84,8 +84,9 @@ func (a *App) serveCtx(ctx context.Context, dir string, readOnly, debug bool) er
 	var tok [12]byte
 	rand.Read(tok[:])
 	token := hex.EncodeToString(tok[:])
-	tree := ctxfs.NewTree(ctxfs.Options{Source: src, Channel: src, Controller: src, Records: src,
-		Auditor: launch.NewAudit(src.AuditLog()), ReadOnly: readOnly, Token: token,
+	audit := launch.NewAudit(src.AuditLog())
+	tree := ctxfs.NewTree(ctxfs.Options{Source: src, Channel: src, Controller: src, Gate: ctxsource.NewGate(a.lay, audit), Records: src,
+		Auditor: audit, ReadOnly: readOnly, Token: token,
 		Owner: ctxfs.Caller{UID: uint32(os.Getuid()), GID: uint32(os.Getgid())}})
 	srv, err := ctxfs.Mount(dir, tree, ctxfs.MountOptions{Debug: debug})
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	cortex "github.com/nsys-cortex/cortex/client"
+	"github.com/nsys-cortex/cortex/internal/gate"
 	"github.com/nsys-cortex/cortex/internal/ids"
 	"github.com/nsys-cortex/cortex/internal/layout"
 	"github.com/nsys-cortex/cortex/internal/link"
@@ -392,6 +393,9 @@ func (a *App) create(ctx context.Context, set *sandbox.Set, id, mode string, opt
 		if err != nil {
 			return nil, "", err
 		}
+		if err := a.authorize(ctx, gate.Create, id); err != nil {
+			return nil, "", err
+		}
 		st, err := m.Create(ctx, id, opts)
 		if st == nil {
 			st = &sandbox.State{ID: id, Mode: m.Mode()}
@@ -482,6 +486,9 @@ func (a *App) destroy(ctx context.Context, id string, wipe bool) error {
 	}
 	m, st, err := set.FindExact(ctx, id)
 	if err != nil {
+		return err
+	}
+	if err := a.authorize(ctx, gate.Destroy, st.ID); err != nil {
 		return err
 	}
 	return m.Destroy(ctx, st.ID, sandbox.DestroyOptions{Wipe: wipe})

@@ -17,6 +17,8 @@ import (
 	"github.com/nsys-cortex/cortex/internal/api"
 	"github.com/nsys-cortex/cortex/internal/chatrun"
 	"github.com/nsys-cortex/cortex/internal/config"
+	"github.com/nsys-cortex/cortex/internal/gate"
+	"github.com/nsys-cortex/cortex/internal/launch"
 	"github.com/nsys-cortex/cortex/internal/layout"
 	"github.com/nsys-cortex/cortex/internal/llm"
 	"github.com/nsys-cortex/cortex/internal/logging"
@@ -121,7 +123,8 @@ Its log is <home>/logs/cortex.log (nsys-cortex logs [-f]).`,
 			}
 			srv := api.New(api.Options{Set: set, Version: a.Version, Token: token,
 				MaxUpload: cfg.Bytes("api.max_upload"), Log: logger.For("api"), TermLocks: filepath.Join(lay.Home, "terminals"),
-				Chat: chat, Images: splitList(cfg.String("api.images"))})
+				Chat: chat, Images: splitList(cfg.String("api.images")),
+				Gate: &gate.Gate{Audit: launch.NewAudit(filepath.Join(lay.LogsDir(), "audit.log")), Layout: lay}})
 			log := logger.For("serve")
 			log.Info("serving", "addr", ln.Addr().String(), "auth", token != "", "pid", os.Getpid(), "modes", set.Modes())
 			fmt.Fprintf(a.Stderr, "nsys-cortex: serving the API on http://%s (token: %s; log: %s)\n", ln.Addr(), tokenFrom, logger.Path())

@@ -9,6 +9,7 @@ import (
 
 	cortex "github.com/nsys-cortex/cortex/client"
 	"github.com/nsys-cortex/cortex/internal/api"
+	"github.com/nsys-cortex/cortex/internal/gate"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
 	"github.com/nsys-cortex/cortex/internal/store"
 	"github.com/nsys-cortex/cortex/internal/tools"
@@ -33,11 +34,15 @@ var (
 // localSnapshots works beside the neuron, through tools.SetNeuron.
 type localSnapshots struct {
 	n *tools.SetNeuron
+	a *App
 }
 
 func (l *localSnapshots) ID() string { return l.n.ID() }
 
 func (l *localSnapshots) Create(ctx context.Context, name string) (*cortex.Snapshot, error) {
+	if err := l.a.authorize(ctx, gate.SnapshotCreate, l.n.ID()); err != nil {
+		return nil, err
+	}
 	snap, err := l.n.CreateSnapshot(ctx, name)
 	if err != nil {
 		return nil, err
@@ -59,6 +64,9 @@ func (l *localSnapshots) List(ctx context.Context) ([]cortex.Snapshot, error) {
 }
 
 func (l *localSnapshots) Restore(ctx context.Context, name string) (*cortex.Snapshot, error) {
+	if err := l.a.authorize(ctx, gate.SnapshotRestore, l.n.ID()); err != nil {
+		return nil, err
+	}
 	snap, err := l.n.RestoreSnapshot(ctx, name)
 	if err != nil {
 		return nil, err
@@ -68,6 +76,9 @@ func (l *localSnapshots) Restore(ctx context.Context, name string) (*cortex.Snap
 }
 
 func (l *localSnapshots) Remove(ctx context.Context, name string) error {
+	if err := l.a.authorize(ctx, gate.SnapshotRemove, l.n.ID()); err != nil {
+		return err
+	}
 	return l.n.RemoveSnapshot(ctx, name)
 }
 
@@ -151,11 +162,11 @@ func (a *App) snapshotNeuron(ctx context.Context, ref string, exact, left bool) 
 	_, st, err := find(ctx, ref)
 	if err != nil {
 		if n := tools.LeftSnapshots(set, a.lay, ref); left && sandbox.IsNotFound(err) && n != nil {
-			return &localSnapshots{n: n}, nil
+			return &localSnapshots{n: n, a: a}, nil
 		}
 		return nil, err
 	}
-	return &localSnapshots{n: tools.NewSetNeuron(set, a.lay, st.ID)}, nil
+	return &localSnapshots{n: tools.NewSetNeuron(set, a.lay, st.ID), a: a}, nil
 }
 
 func (a *App) snapshotCreateCommand() *cobra.Command {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/nsys-cortex/cortex/internal/gate"
 	"io"
 	"os"
 	"os/signal"
@@ -131,7 +132,7 @@ func (a *App) rawTerminal(onResize func(cols, rows int)) (restore func(), err er
 // new one running command when ref is ""), as its writer unless watch.
 // It returns the terminal's exit status, or 0 after a detach.
 func (a *App) attachTo(ctx context.Context, neuron, ref string, command *protocol.Command, watch bool) (int, error) {
-	c, st, err := a.connect(ctx, neuron)
+	c, st, err := a.connect(ctx, neuron, gate.TerminalOpen)
 	if err != nil {
 		return 0, err
 	}
@@ -251,7 +252,7 @@ func (a *App) termCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			c, _, err := a.connect(cmd.Context(), args[0])
+			c, _, err := a.connect(cmd.Context(), args[0], gate.Read)
 			if err != nil {
 				return err
 			}
@@ -289,7 +290,7 @@ func (a *App) termCommand() *cobra.Command {
 		Args:              cobra.ExactArgs(2),
 		ValidArgsFunction: a.neuronArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, _, err := a.connect(cmd.Context(), args[0])
+			c, _, err := a.connect(cmd.Context(), args[0], gate.TerminalControl)
 			if err != nil {
 				return err
 			}

@@ -36,7 +36,10 @@ func (t *Tree) write(ctx context.Context, c Caller, r *ref, data []byte) error {
 	}
 	if r.kind == kTInput {
 		cmd := &Command{Neuron: r.neuron.ID, Target: TargetTerminal, PID: r.proc.PID, Verb: "input", Data: data, UID: c.UID}
-		err := t.o.Controller.Control(ctx, cmd)
+		err := t.authorize(ctx, c, cmd)
+		if err == nil {
+			err = t.o.Controller.Control(ctx, cmd)
+		}
 		t.audit(r, cmd, "", err)
 		return err
 	}
@@ -52,6 +55,9 @@ func (t *Tree) write(ctx context.Context, c Caller, r *ref, data []byte) error {
 		cmd, err := t.parse(r, line)
 		if err == nil {
 			cmd.UID = c.UID
+			err = t.authorize(ctx, c, cmd)
+		}
+		if err == nil {
 			err = t.o.Controller.Control(ctx, cmd)
 		}
 		t.audit(r, cmd, line, err)
@@ -60,6 +66,22 @@ func (t *Tree) write(ctx context.Context, c Caller, r *ref, data []byte) error {
 			return err
 		}
 		t.setLast(r.path, fmt.Sprintf("ok %q", line))
+	}
+	return nil
+}
+
+// authorize asks the gate about cmd; without one, only the operator's
+// commands pass.
+func (t *Tree) authorize(ctx context.Context, c Caller, cmd *Command) error {
+	op := t.operator(c)
+	if t.o.Gate == nil {
+		if op {
+			return nil
+		}
+		return fmt.Errorf("%w: no gate authorizes a neuron's own requests on this mount", ErrDenied)
+	}
+	if err := t.o.Gate.Authorize(ctx, op, cmd); err != nil {
+		return fmt.Errorf("%w: %v", ErrDenied, err)
 	}
 	return nil
 }
@@ -181,6 +203,8 @@ func Errno(err error) syscall.Errno {
 		return syscall.ENOENT
 	case errors.Is(err, ErrPermission), errors.Is(err, iofs.ErrPermission):
 		return syscall.EACCES
+	case errors.Is(err, ErrDenied):
+		return syscall.EPERM
 	case errors.Is(err, ErrInvalid):
 		return syscall.EINVAL
 	case errors.Is(err, ErrReadOnly):

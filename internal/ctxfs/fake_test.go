@@ -3,6 +3,7 @@ package ctxfs_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -28,6 +29,21 @@ type fake struct {
 	out   map[string][]byte // neuron/pid/stream
 	cmds  []ctxfs.Command
 	facts []map[string]any
+	// asked is every command the gate was asked about; deny refuses them.
+	asked []ctxfs.Command
+	deny  bool
+}
+
+// Authorize is the fake's gate: it records what it is asked, and allows
+// unless deny is set.
+func (f *fake) Authorize(ctx context.Context, operator bool, c *ctxfs.Command) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.asked = append(f.asked, *c)
+	if f.deny {
+		return errors.New("denied by the fake gate")
+	}
+	return nil
 }
 
 var t0 = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
@@ -193,7 +209,7 @@ func (f *fake) AuditLog() string { return filepath.Join(f.dir, "audit.log") }
 
 // tree returns a tree over f with operator uid 0.
 func (f *fake) tree(opts ...func(*ctxfs.Options)) *ctxfs.Tree {
-	o := ctxfs.Options{Source: f, Channel: f, Controller: f, Records: f, Auditor: f, Token: "tok"}
+	o := ctxfs.Options{Source: f, Channel: f, Controller: f, Gate: f, Records: f, Auditor: f, Token: "tok"}
 	for _, fn := range opts {
 		fn(&o)
 	}

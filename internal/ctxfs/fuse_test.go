@@ -253,6 +253,14 @@ func TestMountedPerUID(t *testing.T) {
 	if out, err := as("sh", "-c", "echo restart > "+filepath.Join(dir, "neurons/mine/ctl")); err != nil {
 		t.Errorf("a neuron's ctl write after validation: %q, %v", out, err)
 	}
+	// A write the gate refuses fails with EPERM, through the kernel too.
+	f.mu.Lock()
+	f.deny = true
+	f.mu.Unlock()
+	ctl := filepath.Join(dir, "neurons/mine/ctl")
+	if out, err := as("/usr/bin/python3", "-c", "import os; fd = os.open('"+ctl+"', os.O_WRONLY); os.write(fd, b'restart')"); err == nil || !strings.Contains(out, "not permitted") {
+		t.Errorf("a ctl write the gate refuses: %q, %v; want EPERM", out, err)
+	}
 }
 
 func TestValidate(t *testing.T) {

@@ -99,6 +99,15 @@ type Controller interface {
 	Control(ctx context.Context, c *Command) error
 }
 
+// Gate authorizes every command written to /ctx before the Controller
+// carries it out: the host's one authorization point (internal/gate).
+// operator says the writer is the mount's owner (or root); otherwise it is
+// the neuron itself, through its own subtree. An error refuses the write
+// (EPERM), and what it says is what the ctl file reads next.
+type Gate interface {
+	Authorize(ctx context.Context, operator bool, c *Command) error
+}
+
 // HostFile is a file on the host that ctxfs shows read-only.
 type HostFile struct {
 	Name    string
@@ -139,8 +148,10 @@ type Auditor interface {
 var (
 	ErrNotFound   = errors.New("not found")
 	ErrPermission = errors.New("permission denied")
-	ErrInvalid    = errors.New("invalid argument")
-	ErrReadOnly   = errors.New("read-only")
+	// ErrDenied: the gate refused the request (EPERM).
+	ErrDenied   = errors.New("denied")
+	ErrInvalid  = errors.New("invalid argument")
+	ErrReadOnly = errors.New("read-only")
 )
 
 // invalidf is an ErrInvalid with a reason.

@@ -26,8 +26,11 @@ type Options struct {
 	Source     Source
 	Channel    Channel
 	Controller Controller
-	Records    Records
-	Auditor    Auditor
+	// Gate authorizes every write before it reaches the Controller; with
+	// none, only the operator's writes are carried out.
+	Gate    Gate
+	Records Records
+	Auditor Auditor
 	// Owner is the operator: the mount's owner, who sees everything (uid 0
 	// always does).
 	Owner Caller

@@ -199,3 +199,63 @@ func TestNeuronWritesNeedValidation(t *testing.T) {
 		t.Fatalf("commands %+v", c)
 	}
 }
+
+// Every writable file of the tree reaches a neuron only through the gate:
+// the test finds the writable files itself (any file with a write bit, as
+// the operator sees the tree), writes each verb there with a gate that
+// refuses everything, and fails if a command reached the controller, the
+// gate was not asked, or a writable file is one it does not know.
+func TestEveryWriteGoesThroughTheGate(t *testing.T) {
+	ctx := context.Background()
+	f := standard(t)
+	f.deny = true
+	tr := f.tree()
+	verbs := map[string][]string{
+		"ctl":    {"stop", "restart", "snapshot s1", "kill TERM"}, // a neuron's
+		"pctl":   {"signal KILL"},
+		"tctl":   {"resize 80x24", "close"},
+		"tinput": {"ls\n"},
+	}
+	var writable []string
+	fs.WalkDir(tr.FS(operator), ".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return nil
+		}
+		if fi, err := d.Info(); err == nil && fi.Mode().Perm()&0o222 != 0 {
+			writable = append(writable, p)
+		}
+		return nil
+	})
+	if len(writable) < 4 {
+		t.Fatalf("writable files found: %v", writable)
+	}
+	for _, p := range writable {
+		var kind string
+		switch {
+		case strings.Contains(p, "/terminals/") && strings.HasSuffix(p, "/input"):
+			kind = "tinput"
+		case strings.Contains(p, "/terminals/") && strings.HasSuffix(p, "/ctl"):
+			kind = "tctl"
+		case strings.Contains(p, "/processes/") && strings.HasSuffix(p, "/ctl"):
+			kind = "pctl"
+		case strings.HasSuffix(p, "/ctl"):
+			kind = "ctl"
+		default:
+			t.Errorf("%s is writable, and this test knows no verbs for it: say how the gate sees its writes", p)
+			continue
+		}
+		for _, line := range verbs[kind] {
+			asked := len(f.asked)
+			err := tr.WriteFile(ctx, operator, p, []byte(line))
+			if ctxfs.Errno(err) != syscall.EPERM {
+				t.Errorf("%s < %q with a gate that refuses: %v, want EPERM", p, line, err)
+			}
+			if len(f.asked) != asked+1 {
+				t.Errorf("%s < %q: the gate was asked %d times", p, line, len(f.asked)-asked)
+			}
+		}
+	}
+	if cmds := f.commands(); len(cmds) != 0 {
+		t.Fatalf("commands reached the controller past a refusing gate: %+v", cmds)
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"unicode/utf8"
 
+	"github.com/nsys-cortex/cortex/internal/gate"
 	"github.com/nsys-cortex/cortex/internal/link"
 	"github.com/nsys-cortex/cortex/internal/policy"
 	"github.com/nsys-cortex/cortex/internal/protocol"
@@ -122,6 +123,13 @@ func New(n Neuron, opts ...Option) (*Kit, error) {
 	for _, t := range builtins() {
 		if err := k.Add(t); err != nil {
 			return nil, err
+		}
+	}
+	// What the neuron asks of the host itself (its /ctx writes) is governed
+	// by the policy of the kit that drives it.
+	if sn, ok := n.(*SetNeuron); ok {
+		if err := gate.RecordPolicy(sn.lay, sn.id, k.policy); err != nil {
+			return nil, fmt.Errorf("recording the policy of neuron %s: %w", sn.id, err)
 		}
 	}
 	return k, nil
@@ -416,7 +424,10 @@ func (k *Kit) Call(ctx context.Context, name string, input json.RawMessage) *Res
 	if err != nil {
 		return k.failure(err)
 	}
-	d := k.policy.Check(req)
+	// The one gate: the kit's agent is judged by the kit's policy (the
+	// kit's own record below is the audit fact, with the call's detail).
+	d := (&gate.Gate{}).Check(ctx, &gate.Request{Principal: gate.Principal{Kind: gate.Agent, Name: k.agent},
+		Neuron: k.neuron.ID(), Action: gate.Tool, Policy: req}, k.policy)
 	k.record(c, req, d)
 	if d.Effect == policy.Ask {
 		approve := k.approve
