@@ -69,6 +69,9 @@ type Limits struct {
 	MemoryBytes int64   `json:"memoryBytes,omitempty"`
 	Pids        int     `json:"pids,omitempty"`
 	CPUs        float64 `json:"cpus,omitempty"`
+	// DiskBytes bounds the neuron's data on the host (writes past it fail
+	// with ENOSPC inside).
+	DiskBytes int64 `json:"diskBytes,omitempty"`
 }
 
 // CreateRequest creates a neuron (POST /v1/neurons). Every field is

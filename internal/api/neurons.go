@@ -67,7 +67,7 @@ func (s *Server) createNeuron(w http.ResponseWriter, r *http.Request) {
 	case req.BootTimeoutMs < 0:
 		writeError(w, badRequest("bootTimeoutMs: %d is negative", req.BootTimeoutMs))
 		return
-	case req.Limits.MemoryBytes < 0 || req.Limits.Pids < 0 || req.Limits.CPUs < 0:
+	case req.Limits.MemoryBytes < 0 || req.Limits.Pids < 0 || req.Limits.CPUs < 0 || req.Limits.DiskBytes < 0:
 		writeError(w, badRequest("limits: a ceiling cannot be negative"))
 		return
 	}

@@ -141,6 +141,11 @@ func (a *App) sandboxes() (*sandbox.Set, error) {
 			return bin, binErr
 		}}
 		env.Exclusive = a.exclusive
+		if a.cfg != nil {
+			env.DefaultDisk = a.cfg.Bytes("disk")
+			env.MaxSnapshots = a.cfg.Int("snapshots.max")
+			env.MaxSnapshotBytes = a.cfg.Bytes("snapshots.max_bytes")
+		}
 		a.env = env
 		a.set = sandbox.NewSet(env, a.Backends...)
 	})

@@ -17,7 +17,7 @@ import (
 )
 
 func (a *App) createCommand() *cobra.Command {
-	var mode, network, memory, image, ctxDir string
+	var mode, network, memory, diskSize, image, ctxDir string
 	var env, allow []string
 	var boot time.Duration
 	var nested bool
@@ -68,6 +68,11 @@ it the host's network.`,
 					return fmt.Errorf("--memory: %w", err)
 				}
 			}
+			if diskSize != "" {
+				if opts.Limits.DiskBytes, err = parseBytes(diskSize); err != nil {
+					return fmt.Errorf("--disk: %w", err)
+				}
+			}
 			if image != "" {
 				if opts.Image, err = filepath.Abs(image); err != nil {
 					return err
@@ -114,6 +119,7 @@ it the host's network.`,
 	cmd.Flags().StringArrayVar(&allow, "allow", nil, "what --network egress may reach: host[:port], *.domain[:port], address or CIDR[:port] (repeatable; implies --network egress)")
 	cmd.Flags().StringVar(&memory, "memory", "", "memory ceiling, e.g. 512m or 2g (default 2g where enforceable)")
 	cmd.Flags().IntVar(&pids, "pids", 0, "process ceiling (default 1024 where enforceable)")
+	cmd.Flags().StringVar(&diskSize, "disk", "", "disk ceiling of the neuron's data, e.g. 2g: a filesystem of its own, ENOSPC inside past it (default: the disk setting, 10g, where enforceable)")
 	cmd.Flags().Float64Var(&cpus, "cpus", 0, "CPU ceiling in cores, e.g. 1.5 (default none)")
 	cmd.Flags().StringVar(&ctxDir, "ctx", "", "show this CortexFS mount (nsys-cortex mount DIR) at /ctx inside: the neuron sees its own subtree, writable only if the mount validates at start; nsbox only")
 	cmd.Flags().BoolVar(&nested, "nested-userns", false, "let programs create user namespaces of their own (inner sandboxes: bubblewrap, Codex's sandbox); nsbox only")
@@ -146,6 +152,9 @@ func policyChanges(cmd *cobra.Command, want sandbox.CreateOptions, have *sandbox
 	}
 	if changed("cpus") && want.Limits.CPUs != have.Limits.CPUs {
 		differ = append(differ, "CPU limit")
+	}
+	if changed("disk") && want.Limits.DiskBytes != have.Limits.DiskBytes {
+		differ = append(differ, "disk ceiling")
 	}
 	if changed("image") && want.Image != have.Image {
 		differ = append(differ, "image")
@@ -190,6 +199,9 @@ func policyText(p *sandbox.Policy) [][]string {
 	}
 	if p.Limits.CPUs > 0 {
 		limits = append(limits, fmt.Sprintf("%g CPUs", p.Limits.CPUs))
+	}
+	if p.Limits.DiskBytes > 0 {
+		limits = append(limits, fmt.Sprintf("disk %s", sizeText(p.Limits.DiskBytes)))
 	}
 	if len(limits) == 0 {
 		limits = []string{"none"}

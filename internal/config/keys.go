@@ -115,6 +115,8 @@ var keys = []Key{
 		Description: "model calls per chat turn before it stops"},
 	{Name: "chat.suggestions", Env: "NSYS_CORTEX_CHAT_SUGGESTIONS", Type: TypeBool, Default: "true",
 		Description: "suggest the next request as ghost text in interactive chats"},
+	{Name: "disk", Env: "NSYS_CORTEX_DISK", Type: TypeBytes, Default: "10g",
+		Description: "disk ceiling of a new neuron that names none (a filesystem of its own; where the mode cannot enforce one, e.g. not as root, it is left out); 0: none"},
 	{Name: "docker.image", Env: "NSYS_CORTEX_DOCKER_IMAGE", Type: TypeString, Default: "nsys-cortex-neuron:latest",
 		Description: "image docker-mode neurons run", check: nonEmpty},
 	{Name: "docker.network", Env: "NSYS_CORTEX_DOCKER_NETWORK", Type: TypeString, Default: "",
@@ -144,6 +146,10 @@ var keys = []Key{
 		Description: "isolation mode of new neurons: auto or a mode doctor lists", check: nonEmpty},
 	{Name: "overlay_store_dir", Env: "NSYS_CORTEX_OVERLAY_STORE_DIR", Type: TypeString, Default: "",
 		Description: "where neurons' persistent data lives (empty: <home>/overlays)"},
+	{Name: "snapshots.max", Env: "NSYS_CORTEX_SNAPSHOTS_MAX", Type: TypeInt, Default: "64",
+		Description: "snapshots a neuron may keep at most (0: no cap)"},
+	{Name: "snapshots.max_bytes", Env: "NSYS_CORTEX_SNAPSHOTS_MAX_BYTES", Type: TypeBytes, Default: "64g",
+		Description: "bytes a neuron's snapshots may hold together at most (0: no cap)"},
 }
 
 // byName indexes keys.

@@ -69,7 +69,7 @@ type CapacityError struct {
 	Reason string
 }
 
-func (e *CapacityError) Error() string { return "no capacity for another neuron: " + e.Reason }
+func (e *CapacityError) Error() string { return "no capacity: " + e.Reason }
 
 // UnavailableError: a mode cannot run here, or refuses to without consent.
 type UnavailableError struct {

@@ -68,6 +68,15 @@ type Env struct {
 	// Exclusive makes the manager the sole owner of the neurons it touches
 	// (a daemon); other processes then get OwnedElsewhereError.
 	Exclusive bool
+	// DefaultDisk is the disk ceiling of a new neuron that asks for none,
+	// where the mode can enforce one (0: none). A ceiling asked for
+	// (Limits.DiskBytes) that a mode cannot enforce fails the create; this
+	// default is left out there.
+	DefaultDisk int64
+	// MaxSnapshots and MaxSnapshotBytes cap a neuron's snapshots (their
+	// number, and the bytes they hold together); 0 is no cap.
+	MaxSnapshots     int
+	MaxSnapshotBytes int64
 }
 
 // Set holds the registered modes and the managers built from them; it routes
@@ -104,6 +113,9 @@ func (s *Set) Missing() []string {
 // Layout is the home directory the set's modes keep their neurons in
 // (where snapshots of them go too).
 func (s *Set) Layout() layout.Layout { return s.env.Layout }
+
+// Env returns the environment the set's managers are built over.
+func (s *Set) Env() Env { return s.env }
 
 // Modes returns the registered mode names, in auto order.
 func (s *Set) Modes() []string {

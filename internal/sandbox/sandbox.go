@@ -92,6 +92,17 @@ type Policy struct {
 	CtxWritable bool   `json:"ctxWritable,omitempty"`
 }
 
+// DataRooter is implemented by managers whose neurons' data may live on a
+// filesystem of its own (a disk ceiling). DataRoot mounts it where it is
+// not mounted (after the host restarted) and returns the directory that
+// holds the neuron's data: that filesystem's root, or the overlay
+// directory. A file copy snapshot is of that directory, and a restore
+// goes into it, so a snapshot made with a disk restores into a neuron
+// without one and the other way round.
+type DataRooter interface {
+	DataRoot(ctx context.Context, id string) (string, error)
+}
+
 // LogPather is implemented by managers that keep a log file per neuron.
 type LogPather interface {
 	// LogPath returns where neuron id's log is on the host.
@@ -166,6 +177,9 @@ type Limits struct {
 	MemoryBytes int64   `json:"memoryBytes,omitempty"`
 	Pids        int     `json:"pids,omitempty"`
 	CPUs        float64 `json:"cpus,omitempty"`
+	// DiskBytes bounds what the neuron's data may take on the host (a
+	// filesystem of its own: writes past it fail with ENOSPC inside).
+	DiskBytes int64 `json:"diskBytes,omitempty"`
 }
 
 // Refuse returns an UnenforceableError when opts ask for any isolation a
@@ -175,6 +189,8 @@ func (o *CreateOptions) Refuse(mode, why string) error {
 	switch {
 	case o.Network.Mode != NetworkDefault && o.Network.Mode != NetworkFull:
 		return &UnenforceableError{Mode: mode, Policy: "network " + string(o.Network.Mode), Reason: why}
+	case o.Limits.DiskBytes != 0:
+		return &UnenforceableError{Mode: mode, Policy: "a disk ceiling", Reason: why}
 	case o.Limits != Limits{}:
 		return &UnenforceableError{Mode: mode, Policy: "resource limits", Reason: why}
 	case o.Image != "":

@@ -158,8 +158,11 @@ func RemoveSnapshot(dir, name string) error {
 // uid and cgroups (.mode, .uid, .cgroups), its launch receipts. Snapshots
 // neither save nor restore them, so a restore never takes back a record
 // made after the snapshot (every such name starts with a dot, or is
-// "receipts", the receipts' place before they moved).
-func HostRecord(name string) bool { return strings.HasPrefix(name, ".") || name == "receipts" }
+// "receipts", the receipts' place before they moved). lost+found is the
+// root of a neuron's disk of its own: the filesystem's, not the neuron's.
+func HostRecord(name string) bool {
+	return strings.HasPrefix(name, ".") || name == "receipts" || name == "lost+found"
+}
 
 // CreateSnapshot copies the overlay directory into dir/name: every file
 // byte for byte with its mode, owner (when this process may set it), times,
@@ -236,44 +239,65 @@ func RestoreSnapshot(dir, name, overlay string) (*Snapshot, error) {
 	if err := CheckRestore(s, "", false); err != nil {
 		return nil, err
 	}
-	src := filepath.Join(dir, name)
-	stage, err := os.MkdirTemp(filepath.Dir(overlay), "."+filepath.Base(overlay)+".restore-")
-	if err != nil {
+	if err := restoreInto(filepath.Join(dir, name, "data"), overlay, name); err != nil {
 		return nil, err
+	}
+	return s, nil
+}
+
+// restoreInto makes directory to's entries (but its host records) what
+// from's are. The copy is made in a staging directory inside to (its own
+// filesystem), and the entries are swapped only once it is complete, so a
+// failed restore leaves to as it was. An entry of to that is a mount point
+// (a neuron's disk of its own) is not swapped but restored into, the same
+// way: its contents are the neuron's, the mount is the host's.
+func restoreInto(from, to, name string) error {
+	var toSt unix.Stat_t
+	if err := unix.Lstat(to, &toSt); err != nil {
+		return err
+	}
+	mounts := map[string]bool{}
+	current, err := os.ReadDir(to)
+	if err != nil {
+		return err
+	}
+	for _, e := range current {
+		var st unix.Stat_t
+		if e.IsDir() && unix.Lstat(filepath.Join(to, e.Name()), &st) == nil && st.Dev != toSt.Dev {
+			mounts[e.Name()] = true
+		}
+	}
+	entries, err := os.ReadDir(from)
+	if err != nil {
+		return err
+	}
+	stage, err := os.MkdirTemp(to, ".restore-")
+	if err != nil {
+		return err
 	}
 	defer os.RemoveAll(stage)
-	cp := newCopier()
-	data := filepath.Join(src, "data")
-	entries, err := os.ReadDir(data)
-	if err != nil {
-		return nil, err
-	}
 	// Host records in an older snapshot (receipts, before they were left
 	// out) are not restored: the host's own are kept below.
-	if err := cp.copyEntries(data, stage, HostRecord); err != nil {
-		return nil, fmt.Errorf("restore of %q: %w", name, err)
+	cp := newCopier()
+	if err := cp.copyEntries(from, stage, func(n string) bool { return HostRecord(n) || mounts[n] }); err != nil {
+		return fmt.Errorf("restore of %q: %w", name, err)
 	}
 	// Swap: move the current entries aside, then the restored ones in. If
 	// any rename fails, everything moved is put back before returning, so
-	// the overlay is as it was; only a complete swap removes the old
+	// the directory is as it was; only a complete swap removes the old
 	// entries.
-	old, err := os.MkdirTemp(filepath.Dir(overlay), "."+filepath.Base(overlay)+".old-")
+	old, err := os.MkdirTemp(to, ".old-")
 	if err != nil {
-		return nil, err
-	}
-	current, err := os.ReadDir(overlay)
-	if err != nil {
-		os.Remove(old)
-		return nil, err
+		return err
 	}
 	var asideNames, inNames []string
 	undo := func(cause error) error {
 		var errs []error
 		for _, n := range inNames {
-			errs = append(errs, os.Rename(filepath.Join(overlay, n), filepath.Join(stage, n)))
+			errs = append(errs, os.Rename(filepath.Join(to, n), filepath.Join(stage, n)))
 		}
 		for _, n := range asideNames {
-			errs = append(errs, os.Rename(filepath.Join(old, n), filepath.Join(overlay, n)))
+			errs = append(errs, os.Rename(filepath.Join(old, n), filepath.Join(to, n)))
 		}
 		if err := errors.Join(errs...); err != nil {
 			return fmt.Errorf("restore of %q failed (%w) and putting the overlay back failed too: its entries are in %s: %v", name, cause, old, err)
@@ -282,25 +306,32 @@ func RestoreSnapshot(dir, name, overlay string) (*Snapshot, error) {
 		return fmt.Errorf("restore of %q: %w (the overlay is unchanged)", name, cause)
 	}
 	for _, e := range current {
-		if HostRecord(e.Name()) {
+		if HostRecord(e.Name()) || mounts[e.Name()] {
 			continue
 		}
-		if err := os.Rename(filepath.Join(overlay, e.Name()), filepath.Join(old, e.Name())); err != nil {
-			return nil, undo(err)
+		if err := os.Rename(filepath.Join(to, e.Name()), filepath.Join(old, e.Name())); err != nil {
+			return undo(err)
 		}
 		asideNames = append(asideNames, e.Name())
 	}
 	for _, e := range entries {
-		if HostRecord(e.Name()) {
+		if HostRecord(e.Name()) || mounts[e.Name()] {
 			continue
 		}
-		if err := os.Rename(filepath.Join(stage, e.Name()), filepath.Join(overlay, e.Name())); err != nil {
-			return nil, undo(err)
+		if err := os.Rename(filepath.Join(stage, e.Name()), filepath.Join(to, e.Name())); err != nil {
+			return undo(err)
 		}
 		inNames = append(inNames, e.Name())
 	}
 	os.RemoveAll(old)
-	return s, nil
+	for _, e := range entries {
+		if mounts[e.Name()] && e.IsDir() {
+			if err := restoreInto(filepath.Join(from, e.Name()), filepath.Join(to, e.Name()), name); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // copier copies trees, keeping hard links as links. The source may be a

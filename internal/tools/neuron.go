@@ -271,13 +271,55 @@ func (n *SetNeuron) CreateSnapshot(ctx context.Context, name string) (*store.Sna
 	if err != nil {
 		return nil, err
 	}
+	if err := n.checkCaps(); err != nil {
+		return nil, err
+	}
 	if vm, ok := m.(sandbox.Snapshotter); ok {
 		return vm.Snapshot(ctx, n.id, name)
+	}
+	root, err := dataRoot(ctx, m, n.id, st.OverlayPath)
+	if err != nil {
+		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err // the copy below runs to its end once begun
 	}
-	return store.CreateSnapshot(n.lay.SnapshotsDir(n.id), name, n.id, st.OverlayPath)
+	return store.CreateSnapshot(n.lay.SnapshotsDir(n.id), name, n.id, root)
+}
+
+// dataRoot is where the neuron's data is (sandbox.DataRooter): its
+// overlay directory, unless its manager says otherwise.
+func dataRoot(ctx context.Context, m sandbox.Manager, id, overlay string) (string, error) {
+	if dr, ok := m.(sandbox.DataRooter); ok {
+		return dr.DataRoot(ctx, id)
+	}
+	return overlay, nil
+}
+
+// checkCaps refuses a new snapshot past the home's caps on a neuron's
+// snapshots (their number, their bytes together): snapshots take the
+// host's disk, and a neuron (or its agent's snapshot tool) must not fill
+// it with them.
+func (n *SetNeuron) checkCaps() error {
+	env := n.set.Env()
+	if env.MaxSnapshots <= 0 && env.MaxSnapshotBytes <= 0 {
+		return nil
+	}
+	all, err := store.ListSnapshots(n.lay.SnapshotsDir(n.id))
+	if err != nil {
+		return err
+	}
+	var bytes int64
+	for _, s := range all {
+		bytes += s.Bytes
+	}
+	switch {
+	case env.MaxSnapshots > 0 && len(all) >= env.MaxSnapshots:
+		return &sandbox.CapacityError{Reason: fmt.Sprintf("neuron %s has %d snapshots, the most it may keep (snapshots.max): remove one first (nsys-cortex snapshot rm)", n.id, len(all))}
+	case env.MaxSnapshotBytes > 0 && bytes >= env.MaxSnapshotBytes:
+		return &sandbox.CapacityError{Reason: fmt.Sprintf("neuron %s's snapshots hold %d MiB, the most it may keep (snapshots.max_bytes %d MiB): remove one first", n.id, bytes>>20, env.MaxSnapshotBytes>>20)}
+	}
+	return nil
 }
 
 // Snapshots lists the neuron's snapshots.
@@ -319,7 +361,11 @@ func (n *SetNeuron) RestoreSnapshot(ctx context.Context, name string) (*store.Sn
 		return snap, nil
 	}
 	err = n.stopped(ctx, func(overlay string) error {
-		snap, err = store.RestoreSnapshot(n.lay.SnapshotsDir(n.id), name, overlay)
+		root, err := dataRoot(ctx, m, n.id, overlay)
+		if err != nil {
+			return err
+		}
+		snap, err = store.RestoreSnapshot(n.lay.SnapshotsDir(n.id), name, root)
 		return err
 	})
 	return snap, err

@@ -2,9 +2,11 @@ package tools_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -13,6 +15,7 @@ import (
 	"github.com/nsys-cortex/cortex/internal/sandbox"
 	"github.com/nsys-cortex/cortex/internal/sandbox/process"
 	"github.com/nsys-cortex/cortex/internal/store"
+	"github.com/nsys-cortex/cortex/internal/tools"
 	"github.com/nsys-cortex/cortex/internal/tools/toolstest"
 )
 
@@ -149,5 +152,48 @@ func TestVMSnapshotIsNotRestoredAsFiles(t *testing.T) {
 	}
 	if _, err := os.Stat(e.File("overlay.ext4")); !os.IsNotExist(err) {
 		t.Fatalf("the disk image reached the workspace: %v", err)
+	}
+}
+
+// Snapshots take the host's disk: past the home's caps (snapshots.max,
+// snapshots.max_bytes) a new one is refused with a CapacityError that
+// names the cap, and removing one makes room again. The agent's snapshot
+// tool goes through the same check.
+func TestSnapshotCaps(t *testing.T) {
+	e := toolstest.NewTuned(t, process.Backend(), func(env *sandbox.Env) {
+		env.MaxSnapshots, env.MaxSnapshotBytes = 2, 4<<20
+	}, "trusted")
+	n := tools.NewSetNeuron(e.Set, e.Layout, e.State.ID)
+	for _, name := range []string{"a", "b"} {
+		if _, err := n.CreateSnapshot(e.Ctx, name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err := n.CreateSnapshot(e.Ctx, "c")
+	var ce *sandbox.CapacityError
+	if !errors.As(err, &ce) || !strings.Contains(err.Error(), "snapshots.max") {
+		t.Fatalf("a third snapshot past snapshots.max 2: %v", err)
+	}
+	if text := e.Call("snapshot", map[string]any{"action": "create", "name": "c"}, true); !strings.Contains(text, "snapshots.max") {
+		t.Fatalf("the snapshot tool past the cap: %s", text)
+	}
+	if err := n.RemoveSnapshot(e.Ctx, "b"); err != nil {
+		t.Fatal(err)
+	}
+	// 5 MiB of data: the next snapshot is taken (the cap is checked
+	// before), the one after it is refused by its bytes.
+	e.Put("big", strings.Repeat("x", 5<<20))
+	if _, err := n.CreateSnapshot(e.Ctx, "c"); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.RemoveSnapshot(e.Ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.CreateSnapshot(e.Ctx, "d"); !errors.As(err, &ce) || !strings.Contains(err.Error(), "snapshots.max_bytes") {
+		t.Fatalf("a snapshot past snapshots.max_bytes: %v", err)
+	}
+	all, err := n.Snapshots(e.Ctx)
+	if err != nil || len(all) != 1 || all[0].Name != "c" {
+		t.Fatalf("snapshots left: %+v %v", all, err)
 	}
 }

@@ -30,16 +30,56 @@ const DefaultOverlaySize = 8 << 30
 
 // Mkfs finds mkfs.ext4 (e2fsprogs), which may live in /sbin, outside a
 // user's PATH.
-func Mkfs() (string, error) {
-	if p, err := exec.LookPath("mkfs.ext4"); err == nil {
+func Mkfs() (string, error) { return e2fsprogs("mkfs.ext4") }
+
+// e2fsprogs finds one of e2fsprogs' programs, in PATH or /sbin.
+func e2fsprogs(name string) (string, error) {
+	if p, err := exec.LookPath(name); err == nil {
 		return p, nil
 	}
-	for _, p := range []string{"/usr/sbin/mkfs.ext4", "/sbin/mkfs.ext4"} {
+	for _, p := range []string{"/usr/sbin/" + name, "/sbin/" + name} {
 		if _, err := os.Stat(p); err == nil {
 			return p, nil
 		}
 	}
-	return "", errors.New("mkfs.ext4 is not installed (apt-get install e2fsprogs)")
+	return "", fmt.Errorf("%s is not installed (apt-get install e2fsprogs)", name)
+}
+
+// GrowDisk grows the ext4 image at path, which nothing has mounted or
+// attached, to size bytes: the file, then the filesystem in it. The image
+// must be one only a kernel wrote (a loop-mounted disk of a neuron), never
+// a guest's raw disk.
+func GrowDisk(ctx context.Context, path string, size int64) error {
+	st, err := os.Stat(path)
+	if err != nil {
+		return err
+	}
+	if size < st.Size() {
+		return fmt.Errorf("%s is %d bytes: a disk is never made smaller", path, st.Size())
+	}
+	e2fsck, err := e2fsprogs("e2fsck")
+	if err != nil {
+		return err
+	}
+	resize, err := e2fsprogs("resize2fs")
+	if err != nil {
+		return err
+	}
+	if err := os.Truncate(path, size); err != nil {
+		return err
+	}
+	// resize2fs asks for a checked filesystem; e2fsck -p exits 1 when it
+	// fixed something, which is not a failure.
+	if out, err := exec.CommandContext(ctx, e2fsck, "-f", "-p", path).CombinedOutput(); err != nil {
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() > 1 {
+			return fmt.Errorf("e2fsck %s: %v: %s", path, err, bytes.TrimSpace(out))
+		}
+	}
+	if out, err := exec.CommandContext(ctx, resize, path).CombinedOutput(); err != nil {
+		return fmt.Errorf("resize2fs %s: %v: %s", path, err, bytes.TrimSpace(out))
+	}
+	return nil
 }
 
 func runMkfs(ctx context.Context, args ...string) error {
@@ -111,8 +151,8 @@ func OverlayDisk(ctx context.Context, path string, size int64) error {
 	if _, err := os.Stat(path); err == nil {
 		return nil
 	}
-	if size < 64<<20 {
-		return fmt.Errorf("overlay disk: %d bytes is too small (at least 64 MiB)", size)
+	if size < MinOverlaySize {
+		return fmt.Errorf("overlay disk: %d bytes is too small (at least %d MiB)", size, MinOverlaySize>>20)
 	}
 	return writeAtomic(path, 0o600, func(f *os.File) error {
 		if err := f.Truncate(size); err != nil {
@@ -124,6 +164,39 @@ func OverlayDisk(ctx context.Context, path string, size int64) error {
 		// every snapshot of the disk.
 		return runMkfs(ctx, "-q", "-F", "-L", "cortex-overlay", "-m", "0", "-J", "size=16", "-E", "discard", f.Name())
 	})
+}
+
+// MinOverlaySize is the smallest overlay disk (and disk ceiling) made.
+const MinOverlaySize = 64 << 20
+
+// SizedOverlayDisk gives a VM neuron the overlay disk its disk ceiling
+// asks for and returns the ceiling in force (the disk's size: the guest
+// can write no more, ENOSPC inside). asked is the ceiling the create named
+// (0: none), dflt the size of a new disk otherwise. An existing disk
+// keeps its size: the guest writes the raw image, so the host never runs
+// a filesystem tool over it (e2fsck and resize2fs parsing a hostile image
+// as root), and a disk is never made smaller.
+func SizedOverlayDisk(ctx context.Context, path string, asked, dflt int64) (int64, error) {
+	st, err := os.Stat(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		size := asked
+		if size == 0 {
+			size = dflt
+		}
+		if size < MinOverlaySize {
+			return 0, &sandbox.InvalidError{Reason: fmt.Sprintf("a disk ceiling of %d bytes is too small (at least %d MiB)", size, MinOverlaySize>>20)}
+		}
+		return size, OverlayDisk(ctx, path, size)
+	case err != nil:
+		return 0, err
+	case asked == 0 || asked == st.Size():
+		return st.Size(), nil
+	case asked < st.Size():
+		return 0, &sandbox.InvalidError{Reason: fmt.Sprintf("the neuron's disk is %d MiB: a disk is never made smaller (%d MiB asked); destroy it with --wipe for a new one", st.Size()>>20, asked>>20)}
+	}
+	return 0, &sandbox.InvalidError{Reason: fmt.Sprintf("the neuron's disk is %d MiB and a VM's disk keeps the size it was made with (%d MiB asked): "+
+		"its guest writes the raw image, which the host does not parse; copy its data out and make it again with --wipe", st.Size()>>20, asked>>20)}
 }
 
 // ConfigDisk writes cfg as the guest reads it (guestinit.Config): JSON,

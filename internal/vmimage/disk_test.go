@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -88,6 +89,78 @@ func TestOverlayDiskIsSparseAndKept(t *testing.T) {
 	}
 	if err := OverlayDisk(context.Background(), p+"2", 1<<20); err == nil {
 		t.Fatal("a 1 MiB overlay disk was made")
+	}
+}
+
+// The overlay disk is a VM neuron's disk ceiling: made at the size asked
+// (or the default), and then kept: never grown (the host would parse the
+// guest's raw image to grow it) nor made smaller.
+func TestSizedOverlayDisk(t *testing.T) {
+	requireMkfs(t)
+	ctx := context.Background()
+	p := filepath.Join(t.TempDir(), "overlay.ext4")
+	if size, err := SizedOverlayDisk(ctx, p, 0, 96<<20); err != nil || size != 96<<20 {
+		t.Fatalf("a new disk at the default: %d %v", size, err)
+	}
+	if size, err := SizedOverlayDisk(ctx, p, 0, 1<<30); err != nil || size != 96<<20 {
+		t.Fatalf("an existing disk is kept whatever the default: %d %v", size, err)
+	}
+	if size, err := SizedOverlayDisk(ctx, p, 96<<20, 0); err != nil || size != 96<<20 {
+		t.Fatalf("the same ceiling again: %d %v", size, err)
+	}
+	for asked, want := range map[int64]string{160 << 20: "does not parse", 64 << 20: "never made smaller"} {
+		if _, err := SizedOverlayDisk(ctx, p, asked, 0); err == nil || !strings.Contains(err.Error(), want) {
+			t.Fatalf("%d MiB asked of a 96 MiB disk: %v, want %q", asked>>20, err, want)
+		}
+	}
+	if fi, _ := os.Stat(p); fi.Size() != 96<<20 {
+		t.Fatalf("the refused changes left the disk at %d bytes", fi.Size())
+	}
+	if _, err := SizedOverlayDisk(ctx, p+"2", 1<<20, 0); err == nil || !strings.Contains(err.Error(), "too small") {
+		t.Fatalf("a 1 MiB ceiling: %v", err)
+	}
+}
+
+// GrowDisk grows a loop-mounted disk's image and its filesystem, keeping
+// what it held.
+func TestGrowDisk(t *testing.T) {
+	requireMkfs(t)
+	ctx := context.Background()
+	p := filepath.Join(t.TempDir(), "disk.img")
+	if err := OverlayDisk(ctx, p, 96<<20); err != nil {
+		t.Fatal(err)
+	}
+	debugfs, err := exec.LookPath("debugfs")
+	if err != nil {
+		debugfs = "/usr/sbin/debugfs"
+	}
+	if out, err := exec.Command(debugfs, "-w", "-R", "mkdir kept", p).CombinedOutput(); err != nil {
+		t.Fatalf("debugfs: %v %s", err, out)
+	}
+	if err := GrowDisk(ctx, p, 160<<20); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(debugfs, "-R", "stats", p).CombinedOutput()
+	if err != nil {
+		t.Fatalf("debugfs stats: %v", err)
+	}
+	field := func(name string) int64 {
+		for _, line := range strings.Split(string(out), "\n") {
+			if v, ok := strings.CutPrefix(line, name+":"); ok {
+				n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+				return n
+			}
+		}
+		return 0
+	}
+	if got := field("Block count") * field("Block size"); got != 160<<20 {
+		t.Fatalf("the filesystem holds %d bytes after growing to 160 MiB", got)
+	}
+	if out, _ := exec.Command(debugfs, "-R", "ls -l /", p).CombinedOutput(); !strings.Contains(string(out), "kept") {
+		t.Fatalf("growing lost what the disk held: %s", out)
+	}
+	if err := GrowDisk(ctx, p, 96<<20); err == nil || !strings.Contains(err.Error(), "never made smaller") {
+		t.Fatalf("shrinking: %v", err)
 	}
 }
 

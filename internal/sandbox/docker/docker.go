@@ -30,6 +30,7 @@ import (
 	"github.com/nsys-cortex/cortex/internal/link"
 	"github.com/nsys-cortex/cortex/internal/protocol"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
+	"github.com/nsys-cortex/cortex/internal/sandbox/internal/disk"
 	"github.com/nsys-cortex/cortex/internal/sandbox/internal/lifecycle"
 )
 
@@ -115,7 +116,15 @@ func ContainerName(lay layout.Layout, id string) string {
 	return "nsys-cortex-" + homeTag(lay) + "-" + id
 }
 
-func homeDir(lay layout.Layout, id string) string { return filepath.Join(lay.OverlayDir(id), "home") }
+// homeDir is the neuron's home on the host: on its disk of its own when it
+// has one (whose mount is nosuid and nodev, which the container's bind of
+// it keeps), else in its overlay directory.
+func homeDir(lay layout.Layout, id string) string {
+	if _, ok := disk.Size(lay, id); ok {
+		return filepath.Join(disk.Dir(lay, id), "home")
+	}
+	return filepath.Join(lay.OverlayDir(id), "home")
+}
 
 // image is the image a neuron runs.
 func image(opts sandbox.CreateOptions) string {
@@ -221,6 +230,11 @@ func (r *runtime) plan(lay layout.Layout, id string, opts sandbox.CreateOptions)
 
 // Prepare checks the options and makes the neuron's home.
 func (r *runtime) Prepare(lay layout.Layout, id string, opts sandbox.CreateOptions) (sandbox.Policy, error) {
+	hasData := func() bool { _, err := os.Stat(filepath.Join(lay.OverlayDir(id), "home")); return err == nil }
+	diskBytes, err := disk.Provide(context.Background(), lay, id, Mode, opts.Limits.DiskBytes, r.env.DefaultDisk, hasData)
+	if err != nil {
+		return sandbox.Policy{}, err
+	}
 	p, err := r.plan(lay, id, opts)
 	if err != nil {
 		return sandbox.Policy{}, err
@@ -228,12 +242,15 @@ func (r *runtime) Prepare(lay layout.Layout, id string, opts sandbox.CreateOptio
 	// The home is the container's to change: it and its workspace are
 	// made and given over by descriptor, never through a link there.
 	root := os.Getuid() == 0
+	base := filepath.Dir(homeDir(lay, id))
 	for _, rel := range []string{"home", "home/workspace"} {
-		if err := hostfs.EnsureDir(lay.OverlayDir(id), rel, 0o755, p.spec.UID, p.spec.GID, root); err != nil {
+		if err := hostfs.EnsureDir(base, rel, 0o755, p.spec.UID, p.spec.GID, root); err != nil {
 			return sandbox.Policy{}, fmt.Errorf("the home of %s: %w", id, err)
 		}
 	}
-	return sandbox.Policy{Network: sandbox.Network{Mode: p.netw}, Limits: p.limits, Image: p.spec.Image}, nil
+	lim := p.limits
+	lim.DiskBytes = diskBytes
+	return sandbox.Policy{Network: sandbox.Network{Mode: p.netw}, Limits: lim, Image: p.spec.Image}, nil
 }
 
 // SocketOwner gives the channel to the container's uid when this process

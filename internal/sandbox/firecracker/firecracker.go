@@ -197,10 +197,20 @@ func (r *runtime) Prepare(lay layout.Layout, id string, opts sandbox.CreateOptio
 	if err != nil {
 		return sandbox.Policy{}, err
 	}
-	if err := makeOverlayDisk(context.Background(), overlayDisk(lay, id), r.cfg.OverlaySize); err != nil {
-		return sandbox.Policy{}, err
+	// The overlay disk is the guest's only writable disk: its size is the
+	// neuron's disk ceiling (the home's disk setting, unless this mode's
+	// own overlay size is set).
+	dflt := r.cfg.OverlaySize
+	if os.Getenv(EnvOverlaySize) == "" && r.env.DefaultDisk > 0 {
+		dflt = r.env.DefaultDisk
 	}
-	return p.policy, nil
+	size, err := vmimage.SizedOverlayDisk(context.Background(), overlayDisk(lay, id), opts.Limits.DiskBytes, dflt)
+	if err != nil {
+		return sandbox.Policy{}, fmt.Errorf("the overlay disk of %s: %w", id, err)
+	}
+	pol := p.policy
+	pol.Limits.DiskBytes = size
+	return pol, nil
 }
 
 // jailOf is neuron id's jail.

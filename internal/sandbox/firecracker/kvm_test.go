@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nsys-cortex/cortex/internal/agent/guestinit"
 	"github.com/nsys-cortex/cortex/internal/layout"
 	"github.com/nsys-cortex/cortex/internal/link"
 	"github.com/nsys-cortex/cortex/internal/protocol"
@@ -85,6 +86,8 @@ func TestConformanceKVM(t *testing.T) {
 		Env: func(t *testing.T) sandbox.Env {
 			return sandbox.Env{AgentBinary: func() (string, error) { return "in the initramfs", nil }}
 		},
+		OwnKernel:  true,
+		ChannelDir: guestinit.ChannelDir,
 	})
 }
 

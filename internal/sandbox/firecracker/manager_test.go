@@ -81,7 +81,7 @@ func TestCreateExecDestroy(t *testing.T) {
 	if st.Status != sandbox.StatusRunning || st.Mode != Mode || st.Workdir != Workspace || st.PID <= 0 || st.Pending {
 		t.Fatalf("state: %+v", st)
 	}
-	want := &sandbox.Policy{Network: sandbox.Network{Mode: sandbox.NetworkNone}, Limits: sandbox.Limits{MemoryBytes: DefaultMemory, CPUs: DefaultCPUs}}
+	want := &sandbox.Policy{Network: sandbox.Network{Mode: sandbox.NetworkNone}, Limits: sandbox.Limits{MemoryBytes: DefaultMemory, CPUs: DefaultCPUs, DiskBytes: f.cfg.OverlaySize}}
 	if !reflect.DeepEqual(st.Policy, want) {
 		t.Fatalf("policy %+v, want %+v", st.Policy, want)
 	}
@@ -508,6 +508,7 @@ func TestConformanceFake(t *testing.T) {
 			}
 			return m
 		},
-		Env: func(t *testing.T) sandbox.Env { return f.env },
+		Env:          func(t *testing.T) sandbox.Env { return f.env },
+		NoDiskWrites: "the fake Firecracker's guest writes to a host directory, not to the overlay disk (TestConformanceKVM tries the ceiling on real VMs)",
 	})
 }

@@ -1,7 +1,6 @@
 package firecracker
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -204,12 +203,6 @@ func moveOut(src, dst string) error {
 		return err
 	}
 	return os.Chmod(dst, 0o600)
-}
-
-// makeOverlayDisk makes a sparse ext4 image of size bytes at path (labelled
-// so the guest finds it by name), unless one is there: the qemu mode's.
-func makeOverlayDisk(ctx context.Context, path string, size int64) error {
-	return vmimage.OverlayDisk(ctx, path, size)
 }
 
 // OverlayLabel is the ext4 label of a neuron's overlay disk.

@@ -33,6 +33,7 @@ import (
 	"github.com/nsys-cortex/cortex/internal/layout"
 	"github.com/nsys-cortex/cortex/internal/protocol"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
+	"github.com/nsys-cortex/cortex/internal/sandbox/internal/disk"
 	"github.com/nsys-cortex/cortex/internal/sandbox/internal/lifecycle"
 )
 
@@ -96,17 +97,35 @@ func (r *runtime) Workdir(layout.Layout, string) string { return Workspace }
 //	root/                   the mount point of the new root
 //	.uid                    the host uid the agent runs as
 //	.cgroups                the cgroups it was put in
+//
+// With a disk ceiling (internal/disk), upper/, work/ and usr-local/ live on
+// the neuron's own filesystem, mounted at disk/.
 func upper(lay layout.Layout, id, layer string) string {
-	return filepath.Join(lay.OverlayDir(id), "upper", layer)
+	return filepath.Join(dataDir(lay, id), "upper", layer)
 }
 func work(lay layout.Layout, id, layer string) string {
-	return filepath.Join(lay.OverlayDir(id), "work", layer)
+	return filepath.Join(dataDir(lay, id), "work", layer)
 }
 
 // usrLocal is the neuron's own /usr/local (the host's is left out: it holds
 // what the host's administrator installed by hand).
 func usrLocal(lay layout.Layout, id string) string {
-	return filepath.Join(lay.OverlayDir(id), "usr-local")
+	return filepath.Join(dataDir(lay, id), "usr-local")
+}
+
+// dataDir holds the neuron's data: its disk's mount point when it has a
+// disk of its own, else its overlay directory.
+func dataDir(lay layout.Layout, id string) string {
+	if _, ok := disk.Size(lay, id); ok {
+		return disk.Dir(lay, id)
+	}
+	return lay.OverlayDir(id)
+}
+
+// hasData reports whether neuron id has data outside a disk of its own.
+func hasData(lay layout.Layout, id string) bool {
+	_, err := os.Stat(filepath.Join(lay.OverlayDir(id), "upper"))
+	return err == nil
 }
 
 // identity is who the neuron is on the host.
@@ -145,6 +164,10 @@ func (r *runtime) SocketOwner(lay layout.Layout, id string) (int, int, bool) {
 // Prepare checks the policy can be enforced here, lays out the overlay and
 // says what will be enforced.
 func (r *runtime) Prepare(lay layout.Layout, id string, opts sandbox.CreateOptions) (sandbox.Policy, error) {
+	diskBytes, err := disk.Provide(context.Background(), lay, id, Mode, opts.Limits.DiskBytes, r.env.DefaultDisk, func() bool { return hasData(lay, id) })
+	if err != nil {
+		return sandbox.Policy{}, err
+	}
 	ceil, err := r.prepare(lay, id, opts)
 	if err != nil {
 		return sandbox.Policy{}, err
@@ -167,6 +190,7 @@ func (r *runtime) Prepare(lay layout.Layout, id string, opts sandbox.CreateOptio
 			pol.Limits.Pids = int(rl.Value)
 		}
 	}
+	pol.Limits.DiskBytes = diskBytes
 	return pol, nil
 }
 
@@ -220,7 +244,7 @@ func (r *runtime) prepare(lay layout.Layout, id string, opts sandbox.CreateOptio
 	type dir struct{ root, rel string }
 	owned := []dir{{upper(lay, id, "root"), AgentHome}, {upper(lay, id, "root"), Workspace}, {upper(lay, id, "root"), "opt"}}
 	if opts.Image == "" {
-		owned = append(owned, dir{lay.OverlayDir(id), "usr-local"})
+		owned = append(owned, dir{dataDir(lay, id), "usr-local"})
 		for _, d := range []string{"bin", "sbin", "lib", "include", "share", "etc", "src"} {
 			owned = append(owned, dir{usrLocal(lay, id), d})
 		}

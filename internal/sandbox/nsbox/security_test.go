@@ -8,6 +8,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io/fs"
 	"net"
 	"os"
 	"os/exec"
@@ -28,6 +29,7 @@ import (
 	"github.com/nsys-cortex/cortex/internal/sandbox/internal/lifecycle"
 	"github.com/nsys-cortex/cortex/internal/sandbox/nsbox"
 	"github.com/nsys-cortex/cortex/internal/sandbox/sandboxtest"
+	"github.com/nsys-cortex/cortex/internal/store"
 )
 
 // neuron is one running neuron for a test.
@@ -596,4 +598,146 @@ func TestNestedUserns(t *testing.T) {
 			t.Errorf("%s: %s", attempt, outcome)
 		}
 	}
+}
+
+// The review's reproduction: a neuron with 256 MiB of memory wrote 768 MiB
+// to the host's root filesystem. With a disk ceiling its data is a
+// filesystem of its own: a write past it fails with ENOSPC inside, the
+// host's disk is untouched, and the data survives destroy and create,
+// snapshots and restores.
+func TestDiskCeiling(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("a disk of its own is a loop mount: root only (rootless nsbox refuses --disk)")
+	}
+	n := newNeuron(t, "disk", sandbox.CreateOptions{Limits: sandbox.Limits{DiskBytes: 96 << 20}})
+	if n.st.Policy.Limits.DiskBytes != 96<<20 {
+		t.Fatalf("policy: %+v", n.st.Policy.Limits)
+	}
+	res := n.sh("dd if=/dev/zero of=big bs=1M count=200 2>&1; echo kept > small; sync")
+	if !strings.Contains(string(res.Stdout), "No space left") {
+		t.Fatalf("writing 200 MiB past a 96 MiB ceiling: %q", res.Stdout)
+	}
+	var st syscall.Stat_t
+	img := filepath.Join(n.st.OverlayPath, ".disk.img")
+	if err := syscall.Stat(img, &st); err != nil || st.Blocks*512 > 100<<20 {
+		t.Fatalf("the image takes %d bytes of the host's (%v)", st.Blocks*512, err)
+	}
+	n.sh("rm -f big")
+	ctx := context.Background()
+	if err := n.m.Destroy(ctx, "disk", sandbox.DestroyOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.m.Create(ctx, "disk", sandbox.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := n.m.Connect(ctx, "disk")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err := c.ReadFile(ctx, "small"); err != nil || string(b) != "kept\n" {
+		t.Fatalf("after destroy and create: %q %v", b, err)
+	}
+	// A snapshot holds the data, not the image; a restore puts it back
+	// into the disk.
+	root := func(id string) string {
+		t.Helper()
+		r, err := n.m.DataRoot(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	dir := n.env.Layout.SnapshotsDir("disk")
+	if _, err := store.CreateSnapshot(dir, "s1", "disk", root("disk")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "s1", "data", ".disk.img")); err == nil {
+		t.Fatal("the snapshot holds the disk image")
+	}
+	if holds(filepath.Join(dir, "s1"), "kept") == "" {
+		t.Fatal("the snapshot does not hold the data")
+	}
+	c.WriteFile(ctx, "small", []byte("changed\n"), nil)
+	if err := n.m.Destroy(ctx, "disk", sandbox.DestroyOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.RestoreSnapshot(dir, "s1", root("disk")); err != nil {
+		t.Fatal(err)
+	}
+	read := func(id string) string {
+		t.Helper()
+		if _, err := n.m.Create(ctx, id, sandbox.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		c, err := n.m.Connect(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := c.ReadFile(ctx, "small")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	if got := read("disk"); got != "kept\n" {
+		t.Fatalf("after the restore: %q", got)
+	}
+	// A disk is never made smaller; a wipe unmounts and removes it.
+	n.m.Destroy(ctx, "disk", sandbox.DestroyOptions{})
+	if _, err := n.m.Create(ctx, "disk", sandbox.CreateOptions{Limits: sandbox.Limits{DiskBytes: 64 << 20}}); err == nil || !strings.Contains(err.Error(), "smaller") {
+		t.Fatalf("shrinking the disk: %v", err)
+	}
+	if err := n.m.Destroy(ctx, "disk", sandbox.DestroyOptions{Wipe: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(n.st.OverlayPath); !os.IsNotExist(err) {
+		t.Fatalf("the wipe left %s: %v", n.st.OverlayPath, err)
+	}
+	// Snapshots outlive a wipe: one made on a disk restores into the same
+	// id made again without one (this env has no default disk)...
+	if _, err := n.m.Create(ctx, "disk", sandbox.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	n.m.Destroy(ctx, "disk", sandbox.DestroyOptions{})
+	if _, err := store.RestoreSnapshot(dir, "s1", root("disk")); err != nil {
+		t.Fatal(err)
+	}
+	if got := read("disk"); got != "kept\n" {
+		t.Fatalf("a disk's snapshot restored without one: %q", got)
+	}
+	// ...and one made without a disk restores onto one.
+	if _, err := store.CreateSnapshot(dir, "s2", "disk", root("disk")); err != nil {
+		t.Fatal(err)
+	}
+	n.m.Destroy(ctx, "disk", sandbox.DestroyOptions{Wipe: true})
+	if _, err := n.m.Create(ctx, "disk", sandbox.CreateOptions{Limits: sandbox.Limits{DiskBytes: 96 << 20}}); err != nil {
+		t.Fatal(err)
+	}
+	n.m.Destroy(ctx, "disk", sandbox.DestroyOptions{})
+	if _, err := store.RestoreSnapshot(dir, "s2", root("disk")); err != nil {
+		t.Fatal(err)
+	}
+	if got := read("disk"); got != "kept\n" {
+		t.Fatalf("a snapshot without a disk restored onto one: %q", got)
+	}
+	// A ceiling for data made without one is refused, not dropped.
+	plain := newNeuron(t, "plain", sandbox.CreateOptions{})
+	plain.m.Destroy(ctx, "plain", sandbox.DestroyOptions{})
+	if _, err := plain.m.Create(ctx, "plain", sandbox.CreateOptions{Limits: sandbox.Limits{DiskBytes: 96 << 20}}); err == nil || !strings.Contains(err.Error(), "disk of its own") {
+		t.Fatalf("a ceiling for data without a disk: %v", err)
+	}
+}
+
+// holds returns the first regular file under dir holding needle ("").
+func holds(dir, needle string) string {
+	found := ""
+	filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && found == "" && d.Type().IsRegular() {
+			if b, err := os.ReadFile(p); err == nil && bytes.Contains(b, []byte(needle)) {
+				found = p
+			}
+		}
+		return nil
+	})
+	return found
 }

@@ -212,10 +212,19 @@ func (r *runtime) Prepare(lay layout.Layout, id string, opts sandbox.CreateOptio
 	if err != nil {
 		return sandbox.Policy{}, err
 	}
-	if err := vmimage.OverlayDisk(context.Background(), overlayDisk(lay, id), vmimage.DefaultOverlaySize); err != nil {
+	// The overlay disk is the guest's only writable disk: its size is the
+	// neuron's disk ceiling.
+	dflt := r.env.DefaultDisk
+	if dflt == 0 {
+		dflt = vmimage.DefaultOverlaySize
+	}
+	size, err := vmimage.SizedOverlayDisk(context.Background(), overlayDisk(lay, id), opts.Limits.DiskBytes, dflt)
+	if err != nil {
 		return sandbox.Policy{}, fmt.Errorf("the overlay disk of %s: %w", id, err)
 	}
-	return sandbox.Policy{Network: p.network, Limits: p.limits, Image: p.imageDir,
+	lim := p.limits
+	lim.DiskBytes = size
+	return sandbox.Policy{Network: p.network, Limits: lim, Image: p.imageDir,
 		NestedUserns: p.nestedUserns}, nil
 }
 

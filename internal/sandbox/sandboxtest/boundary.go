@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -13,6 +14,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -139,6 +141,71 @@ func testBoundary(t *testing.T, f *fixture) {
 		}
 		t.Logf("%d of 30 snapshots taken during the swaps", ok)
 	})
+}
+
+// testDiskCeiling: the review's neuron with 256 MiB of memory wrote 768
+// MiB to the host's disk. A neuron made with a disk ceiling gets ENOSPC
+// inside past it and takes no more of the host's disk than its ceiling;
+// a mode that cannot enforce one refuses it, never drops it.
+func testDiskCeiling(t *testing.T, f *fixture) {
+	if f.cfg.NoDiskWrites != "" {
+		t.Skip(f.cfg.NoDiskWrites)
+	}
+	const ceiling = 64 << 20
+	m := f.manager()
+	opts := f.cfg.Options
+	opts.Limits.DiskBytes = ceiling
+	st, err := m.Create(f.ctx, "disk", opts)
+	var ue *sandbox.UnenforceableError
+	if errors.As(err, &ue) {
+		if !strings.Contains(err.Error(), "disk") {
+			t.Fatalf("the refusal does not say it is the disk ceiling: %v", err)
+		}
+		t.Skipf("refused, as it must be where it cannot hold: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Policy == nil || st.Policy.Limits.DiskBytes != ceiling {
+		t.Fatalf("the policy in force does not report the ceiling: %+v", st.Policy)
+	}
+	c, err := m.Connect(f.ctx, "disk")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := c.Exec(f.ctx, &link.ExecRequest{Command: sh("dd if=/dev/zero of=big bs=1M count=100; echo rc=$?; rm -f big; echo kept > small && cat small")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := string(res.Stdout) + string(res.Stderr)
+	if !strings.Contains(out, "No space left") || !strings.Contains(out, "kept") {
+		t.Fatalf("writing 100 MB past a 64 MiB ceiling: %q", out)
+	}
+	if used := hostUsage(t, st.OverlayPath); used > ceiling+16<<20 {
+		t.Fatalf("the neuron takes %d MiB of the host's disk, past its %d MiB ceiling", used>>20, ceiling>>20)
+	}
+}
+
+// hostUsage is what the files under dir take on the host's disk (the
+// blocks allocated), not counting a filesystem mounted inside.
+func hostUsage(t *testing.T, dir string) int64 {
+	var root syscall.Stat_t
+	if err := syscall.Lstat(dir, &root); err != nil {
+		t.Fatal(err)
+	}
+	var total int64
+	filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		var st syscall.Stat_t
+		if err != nil || syscall.Lstat(p, &st) != nil {
+			return nil
+		}
+		if st.Dev != root.Dev {
+			return filepath.SkipDir
+		}
+		total += st.Blocks * 512
+		return nil
+	})
+	return total
 }
 
 // secretFile is a root-only host file with random content.

@@ -53,6 +53,10 @@ type Config struct {
 	// ChannelDir is where the host's sockets appear inside the neuron
 	// (empty: at their host path, as in process mode).
 	ChannelDir string
+	// NoDiskWrites says why the fixture's neurons do not write to the disk
+	// their ceiling sizes (a fake VMM, whose guest writes to the host), so
+	// the disk ceiling cannot be tried on it; empty for real neurons.
+	NoDiskWrites string
 }
 
 // ShortTempDir returns a fresh directory with a short path (Unix socket
@@ -158,6 +162,7 @@ func Run(t *testing.T, cfg Config) {
 	t.Run("Discovery", func(t *testing.T) { testDiscovery(t, newFixture(t, cfg)) })
 	t.Run("Ownership", func(t *testing.T) { testOwnership(t, newFixture(t, cfg)) })
 	t.Run("Boundary", func(t *testing.T) { testBoundary(t, newFixture(t, cfg)) })
+	t.Run("DiskCeiling", func(t *testing.T) { testDiskCeiling(t, newFixture(t, cfg)) })
 	t.Run("NoLeaks", func(t *testing.T) { testNoLeaks(t, cfg) })
 }
 

@@ -75,6 +75,12 @@ func New(t testing.TB, preset string, opts ...tools.Option) *Env {
 // NewOn is New with the neuron run by backend b (the only one of the set).
 func NewOn(t testing.TB, b sandbox.Backend, preset string, opts ...tools.Option) *Env {
 	t.Helper()
+	return NewTuned(t, b, nil, preset, opts...)
+}
+
+// NewTuned is NewOn with the set's environment changed by tune first.
+func NewTuned(t testing.TB, b sandbox.Backend, tune func(*sandbox.Env), preset string, opts ...tools.Option) *Env {
+	t.Helper()
 	bin, err := agent()
 	if err != nil {
 		t.Fatal(err)
@@ -83,7 +89,11 @@ func NewOn(t testing.TB, b sandbox.Backend, preset string, opts ...tools.Option)
 	if err != nil {
 		t.Fatal(err)
 	}
-	set := sandbox.NewSet(sandbox.Env{Layout: lay, Exclusive: true, AgentBinary: func() (string, error) { return bin, nil }}, b)
+	senv := sandbox.Env{Layout: lay, Exclusive: true, AgentBinary: func() (string, error) { return bin, nil }}
+	if tune != nil {
+		tune(&senv)
+	}
+	set := sandbox.NewSet(senv, b)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	t.Cleanup(cancel)
 	m, err := set.Manager(b.Name)

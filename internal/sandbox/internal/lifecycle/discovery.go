@@ -15,6 +15,7 @@ import (
 	"github.com/nsys-cortex/cortex/internal/ids"
 	"github.com/nsys-cortex/cortex/internal/link"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
+	"github.com/nsys-cortex/cortex/internal/sandbox/internal/disk"
 	"github.com/nsys-cortex/cortex/internal/store"
 )
 
@@ -221,6 +222,9 @@ func (m *Manager) Destroy(ctx context.Context, id string, opts sandbox.DestroyOp
 		// before its records go with the overlay.
 		m.rt.Released(m.lay, id)
 		uid := recordedUID(m.lay, id)
+		if err := disk.Unmount(m.lay, id); err != nil {
+			return fmt.Errorf("wiping %s: %w", id, err)
+		}
 		if err := os.RemoveAll(m.overlay(id)); err != nil {
 			return fmt.Errorf("wiping the overlay of %s: %w", id, err)
 		}
@@ -381,4 +385,19 @@ func readOwner(overlay string) *sandbox.Owner {
 		return nil
 	}
 	return &o.Owner
+}
+
+var _ sandbox.DataRooter = (*Manager)(nil)
+
+// DataRoot returns where neuron id's data is: on its disk of its own,
+// mounted first if it is not (after the host restarted), or in its
+// overlay directory.
+func (m *Manager) DataRoot(ctx context.Context, id string) (string, error) {
+	if _, ok := disk.Size(m.lay, id); !ok {
+		return m.overlay(id), nil
+	}
+	if err := disk.Mount(m.lay, id); err != nil {
+		return "", err
+	}
+	return disk.Dir(m.lay, id), nil
 }

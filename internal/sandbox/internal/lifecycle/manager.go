@@ -36,6 +36,7 @@ import (
 	"github.com/nsys-cortex/cortex/internal/link"
 	"github.com/nsys-cortex/cortex/internal/protocol"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
+	"github.com/nsys-cortex/cortex/internal/sandbox/internal/disk"
 	"github.com/nsys-cortex/cortex/internal/store"
 )
 
@@ -236,6 +237,7 @@ func (m *Manager) Create(ctx context.Context, id string, opts sandbox.CreateOpti
 			// A new neuron that could not be made leaves nothing behind
 			// (its log stays, to say why).
 			uid := recordedUID(m.lay, id)
+			disk.Unmount(m.lay, id)
 			os.RemoveAll(m.overlay(id))
 			ReleaseIdentity(m.lay, id, uid)
 		}
