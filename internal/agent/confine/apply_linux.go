@@ -34,6 +34,7 @@ const (
 	offNr   = 0
 	offArch = 4
 	offArg0 = 16
+	offArg1 = 24
 )
 
 // program is the seccomp filter, in classic BPF:
@@ -50,6 +51,11 @@ const (
 //   - sockets other than Unix, IPv4, IPv6 and netlink fail with
 //     EAFNOSUPPORT: vsock, for one, is not confined by the network
 //     namespace, and reaches the hypervisor and the host's VMs;
+//   - ioctl TIOCSTI (push bytes into a terminal's input) and TIOCLINUX
+//     (the console's selection, which can do the same) fail with EPERM: a
+//     terminal a neuron's process holds may be one whose reader is not
+//     the neuron. The request is compared on its low 32 bits, all the
+//     kernel reads of it (an int), so high bits set cannot slip past;
 //   - everything else is allowed.
 //
 // With nested user namespaces allowed (Options), unshare and clone may
@@ -87,6 +93,14 @@ func program(o Options) ([]bpf.RawInstruction, error) {
 	a.jumpIfEqual(unix.SYS_SOCKETPAIR, "family")
 	a.jumpIfEqual(unix.SYS_UNSHARE, "flags")
 	a.jumpIfEqual(unix.SYS_CLONE, "flags")
+	a.jumpIfEqual(unix.SYS_IOCTL, "ioctl")
+	a.add(bpf.RetConstant{Val: allow})
+
+	a.label("ioctl") // ioctl(fd, request, ...)
+	a.add(bpf.LoadAbsolute{Off: offArg1, Size: 4})
+	for _, req := range []uint32{unix.TIOCSTI, unix.TIOCLINUX} {
+		a.add(bpf.JumpIf{Cond: bpf.JumpEqual, Val: req, SkipFalse: 1}, bpf.RetConstant{Val: eperm})
+	}
 	a.add(bpf.RetConstant{Val: allow})
 
 	a.label("family") // socket(domain, ...), socketpair(domain, ...)

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -49,6 +50,22 @@ func filterChild() int {
 	check("socket(AF_ALG)", e, unix.EAFNOSUPPORT)
 	_, _, e = unix.RawSyscall6(unix.SYS_SOCKETPAIR, unix.AF_VSOCK, unix.SOCK_STREAM, 0, 0, 0, 0)
 	check("socketpair(AF_VSOCK)", e, unix.EAFNOSUPPORT)
+	// TIOCSTI on a terminal of this process's own, and with high bits set
+	// in the request (the kernel reads an int of it).
+	if ptm, err := os.OpenFile("/dev/ptmx", os.O_RDWR|unix.O_NOCTTY, 0); err == nil {
+		c := byte('x')
+		for _, req := range []uintptr{unix.TIOCSTI, 0xffffffff00000000 | unix.TIOCSTI, unix.TIOCLINUX} {
+			_, _, e = unix.Syscall(unix.SYS_IOCTL, ptm.Fd(), req, uintptr(unsafe.Pointer(&c)))
+			check("ioctl("+strconv.FormatUint(uint64(req), 16)+")", e, unix.EPERM)
+		}
+		// Other terminal ioctls still work.
+		if _, err := unix.IoctlGetWinsize(int(ptm.Fd()), unix.TIOCGWINSZ); err != nil {
+			os.Stdout.WriteString("TIOCGWINSZ: " + err.Error() + "\n")
+		}
+		ptm.Close()
+	} else {
+		os.Stdout.WriteString("no /dev/ptmx to try TIOCSTI on: " + err.Error() + "\n")
+	}
 	for _, af := range []int{unix.AF_UNIX, unix.AF_INET, unix.AF_INET6, unix.AF_NETLINK} {
 		typ := unix.SOCK_STREAM
 		if af == unix.AF_NETLINK {
