@@ -188,8 +188,15 @@ func port(v, def int) int {
 // startAgent runs this binary again as the ordinary agent, watching the
 // channel directory (as in every other mode), inside the pids cgroup.
 func (g *guest) startAgent(cgroup *os.File) (int, error) {
+	// Confined as in every other mode (no_new_privs, the seccomp filter,
+	// Landlock where the kernel has it): the guest's kernel is the VM's
+	// own, but io_uring, vsock (which reaches the host's VMM) and the
+	// i386 entry point are surface no command needs.
 	args := []string{"cortex-agent", "--id", g.cfg.ID, "--channel-dir", ChannelDir, "--root", "/",
-		"--workdir", g.cfg.Workdir, "--subreaper"}
+		"--workdir", g.cfg.Workdir, "--subreaper", protocol.ConfineFlag}
+	if g.cfg.NestedUserns {
+		args = append(args, protocol.NestedUsernsFlag)
+	}
 	var extra []*os.File
 	if g.cfg.Secret != "" {
 		secret, err := confine.SecretPipe(g.cfg.Secret)

@@ -18,7 +18,8 @@ import (
 )
 
 // The guest agent's identity: the unprivileged guestinit.AgentUser, or
-// root where the policy grants it (sandbox.CreateOptions.GuestRoot).
+// root where the guest's config says so (guestinit.Config.Root; no create
+// option grants it yet: docs/security.md).
 const (
 	Home     = guestinit.AgentHome
 	RootHome = "/root"
