@@ -34,7 +34,7 @@ if [ "$(id -u)" = 0 ] && command -v runuser >/dev/null; then
 	dir=$(mktemp -d /tmp/nsys-cortex-rootless.XXXXXX)
 	trap 'rm -rf "$dir"' EXIT
 	CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$dir/cortex-agent" ./cmd/cortex-agent
-	CGO_ENABLED=0 go build -o "$dir/escape" ./internal/sandbox/nsbox/testdata/escape
+	CGO_ENABLED=0 go build -o "$dir/escape" ./internal/sandbox/sandboxtest/testdata/escape
 	CGO_ENABLED=0 go build -o "$dir/hostile" ./internal/sandbox/sandboxtest/testdata/hostile
 	go test -c -o "$dir/nsbox.test" ./internal/sandbox/nsbox
 	chmod -R a+rx "$dir"

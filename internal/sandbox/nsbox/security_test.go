@@ -15,7 +15,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -111,27 +110,10 @@ func (n *neuron) cgroupPidsMaxHits() int {
 	return 0
 }
 
-var buildEscape = sync.OnceValues(func() (string, error) {
-	if p := os.Getenv("NSYS_CORTEX_TEST_ESCAPE"); p != "" {
-		return p, nil
-	}
-	dir, err := os.MkdirTemp("", "cxescape")
-	if err != nil {
-		return "", err
-	}
-	bin := filepath.Join(dir, "escape")
-	cmd := exec.Command("go", "build", "-o", bin, "./testdata/escape")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("%v\n%s", err, out)
-	}
-	return bin, nil
-})
-
 // install copies the escape program into the neuron.
 func (n *neuron) install() {
 	n.t.Helper()
-	bin, err := buildEscape()
+	bin, err := sandboxtest.BuildEscape()
 	if err != nil {
 		n.t.Fatal(err)
 	}

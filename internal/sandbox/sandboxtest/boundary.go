@@ -5,13 +5,17 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -143,6 +147,88 @@ func testBoundary(t *testing.T, f *fixture) {
 	})
 }
 
+// testEscapes runs the escape battery (testdata/escape) inside a neuron:
+// reading a host file, the host's loopback and abstract sockets, signals
+// and ptrace, mounts, namespaces, modules, bpf, keyctl, perf_event_open,
+// userfaultfd, io_uring, vsock, setuid and capabilities, the base root,
+// TIOCSTI, device nodes and hard links. Every attempt must be denied but
+// those the mode exempts, with why.
+func testEscapes(t *testing.T, f *fixture) {
+	if f.cfg.Unconfined != "" {
+		t.Skip(f.cfg.Unconfined)
+	}
+	_, c := f.running("esc")
+	bin := upload(t, f, c, escapeTool, "escape")
+	planted := filepath.Join(ShortTempDir(t), "planted-secret")
+	if err := os.WriteFile(planted, []byte("host secret"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	abstract := "nsys-cortex-test-" + hex.EncodeToString(randomBytes(t, 6))
+	aln, err := net.Listen("unix", "@"+abstract)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer aln.Close()
+	for _, l := range []net.Listener{ln, aln} {
+		go func() {
+			for {
+				c, err := l.Accept()
+				if err != nil {
+					return
+				}
+				c.Close()
+			}
+		}()
+	}
+	host := exec.Command("sleep", "300")
+	if err := host.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { host.Process.Kill(); host.Wait() }()
+	// $PPID of the shell is the agent.
+	script := fmt.Sprintf("%s -file %s -port %d -pid %d -agent $PPID -host-abstract %s", bin, planted, ln.Addr().(*net.TCPAddr).Port, host.Process.Pid, abstract)
+	res, err := c.Exec(f.ctx, &link.ExecRequest{Command: sh(script)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var results map[string]string
+	if err := json.Unmarshal(res.Stdout, &results); err != nil || len(results) < 30 {
+		t.Fatalf("the escape program: %v\nstdout %s\nstderr %s", err, res.Stdout, res.Stderr)
+	}
+	for why := range f.cfg.EscapeExempt {
+		if _, ok := results[why]; !ok {
+			t.Errorf("exempt attempt %q is not one the program makes", why)
+		}
+	}
+	denied := 0
+	for _, attempt := range slices.Sorted(maps.Keys(results)) {
+		outcome := results[attempt]
+		switch why, exempt := f.cfg.EscapeExempt[attempt]; {
+		case exempt:
+			t.Logf("%-40s exempt (%s): %s", attempt, why, outcome)
+		case !strings.HasPrefix(outcome, "denied"):
+			t.Errorf("%s: %s", attempt, outcome)
+		default:
+			denied++
+			t.Logf("%-40s %s", attempt, outcome)
+		}
+	}
+	t.Logf("%d of %d attempts denied, %d exempt", denied, len(results), len(f.cfg.EscapeExempt))
+}
+
+func randomBytes(t *testing.T, n int) []byte {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
 // testDiskCeiling: the review's neuron with 256 MiB of memory wrote 768
 // MiB to the host's disk. A neuron made with a disk ceiling gets ENOSPC
 // inside past it and takes no more of the host's disk than its ceiling;
@@ -239,38 +325,52 @@ func holds(t *testing.T, dir, needle string) string {
 	return found
 }
 
-var hostileOnce sync.Once
-var hostilePath string
-var hostileErr error
-
-// BuildHostile builds the boundary suite's in-neuron tool (testdata/
-// hostile, static) once per test binary; NSYS_CORTEX_TEST_HOSTILE names a
-// prebuilt one instead.
-func BuildHostile() (string, error) {
-	if p := os.Getenv("NSYS_CORTEX_TEST_HOSTILE"); p != "" {
-		return p, nil
-	}
-	hostileOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "cxhostile")
-		if err != nil {
-			hostileErr = err
-			return
+// tool builds one of the suite's in-neuron programs (testdata/<name>,
+// static) once per test binary; the variable env names a prebuilt one
+// instead (the rootless run, whose user cannot build).
+func tool(name, env string) func() (string, error) {
+	return sync.OnceValues(func() (string, error) {
+		if p := os.Getenv(env); p != "" {
+			return p, nil
 		}
-		hostilePath = filepath.Join(dir, "hostile")
-		cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", hostilePath, "github.com/nsys-cortex/cortex/internal/sandbox/sandboxtest/testdata/hostile")
+		dir, err := os.MkdirTemp("", "cx"+name)
+		if err != nil {
+			return "", err
+		}
+		bin := filepath.Join(dir, name)
+		cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", bin, "github.com/nsys-cortex/cortex/internal/sandbox/sandboxtest/testdata/"+name)
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
-			hostileErr = fmt.Errorf("building the hostile tool: %v\n%s", err, out)
+			return "", fmt.Errorf("building the %s tool: %v\n%s", name, err, out)
 		}
+		return bin, nil
 	})
-	return hostilePath, hostileErr
 }
+
+var (
+	hostileTool = tool("hostile", "NSYS_CORTEX_TEST_HOSTILE")
+	escapeTool  = tool("escape", "NSYS_CORTEX_TEST_ESCAPE")
+)
+
+// BuildHostile builds the boundary suite's tool for races and impostors
+// (testdata/hostile); NSYS_CORTEX_TEST_HOSTILE names a prebuilt one.
+func BuildHostile() (string, error) { return hostileTool() }
+
+// BuildEscape builds the escape battery (testdata/escape);
+// NSYS_CORTEX_TEST_ESCAPE names a prebuilt one.
+func BuildEscape() (string, error) { return escapeTool() }
 
 // uploadHostile puts the hostile tool into the neuron and returns its path
 // there.
 func uploadHostile(t *testing.T, f *fixture, c *link.Client) string {
 	t.Helper()
-	p, err := BuildHostile()
+	return upload(t, f, c, hostileTool, ".hostile")
+}
+
+// upload puts a built tool into the neuron's workdir as name.
+func upload(t *testing.T, f *fixture, c *link.Client, build func() (string, error), name string) string {
+	t.Helper()
+	p, err := build()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -278,10 +378,10 @@ func uploadHostile(t *testing.T, f *fixture, c *link.Client) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := c.WriteFile(f.ctx, ".hostile", b, &link.WriteOptions{Mode: 0o755}); err != nil {
+	if err := c.WriteFile(f.ctx, name, b, &link.WriteOptions{Mode: 0o755}); err != nil {
 		t.Fatal(err)
 	}
-	return "./.hostile"
+	return "./" + name
 }
 
 // waitUntil polls cond until it holds (true) or d passes (false).

@@ -53,11 +53,22 @@ type Config struct {
 	// ChannelDir is where the host's sockets appear inside the neuron
 	// (empty: at their host path, as in process mode).
 	ChannelDir string
+	// Unconfined says why the fixture's neurons are no boundary at all
+	// (process mode), so the escape battery is not tried; empty otherwise.
+	Unconfined string
+	// EscapeExempt names the attempts of the escape battery that do not
+	// apply to the mode, each with why (docs/security.md lists them).
+	EscapeExempt map[string]string
 	// NoDiskWrites says why the fixture's neurons do not write to the disk
 	// their ceiling sizes (a fake VMM, whose guest writes to the host), so
 	// the disk ceiling cannot be tried on it; empty for real neurons.
 	NoDiskWrites string
 }
+
+// SeePID1 is the escape battery's attempt to list PID 1's threads, which
+// in nsbox would show the host's network (its PID 1 lives there). Modes
+// whose PID 1 is in the neuron's own namespaces exempt it with this why.
+const SeePID1 = "see PID 1 in /proc (its threads show the host's network)"
 
 // ShortTempDir returns a fresh directory with a short path (Unix socket
 // paths are limited) that is removed when the test ends.
@@ -162,6 +173,7 @@ func Run(t *testing.T, cfg Config) {
 	t.Run("Discovery", func(t *testing.T) { testDiscovery(t, newFixture(t, cfg)) })
 	t.Run("Ownership", func(t *testing.T) { testOwnership(t, newFixture(t, cfg)) })
 	t.Run("Boundary", func(t *testing.T) { testBoundary(t, newFixture(t, cfg)) })
+	t.Run("Escapes", func(t *testing.T) { testEscapes(t, newFixture(t, cfg)) })
 	t.Run("DiskCeiling", func(t *testing.T) { testDiskCeiling(t, newFixture(t, cfg)) })
 	t.Run("NoLeaks", func(t *testing.T) { testNoLeaks(t, cfg) })
 }

@@ -1,8 +1,9 @@
 // Command escape tries, from inside a neuron, everything a neuron must not
 // be able to do, and prints one JSON object: attempt -> "denied: why" or
-// "ALLOWED". The security tests copy it into a neuron and run it there.
+// "ALLOWED". The security tests copy it into a neuron, in every mode, and
+// run it there (sandboxtest's Boundary/Escapes, nsbox's TestEscapesFail).
 //
-//	escape -file PATH -port N -pid N -agent N   the escapes
+//	escape -file PATH -port N -pid N -agent N [-host-abstract NAME]   the escapes
 //	escape -hog BYTES                    allocate and touch BYTES of memory
 //	escape -int80                        keyctl through the i386 entry point (amd64)
 //	escape -abstract NAME                connect to the abstract Unix socket @NAME
@@ -32,6 +33,7 @@ func main() {
 	hog := flag.Int64("hog", 0, "allocate this many bytes and touch them")
 	i386 := flag.Bool("int80", false, "call keyctl through the i386 entry point and print what it returned")
 	abstract := flag.String("abstract", "", "connect to the abstract Unix socket @NAME and print what happened")
+	hostAbstract := flag.String("host-abstract", "", "an abstract Unix socket @NAME the host listens on")
 	flag.Parse()
 	if *abstract != "" {
 		c, err := net.Dial("unix", "@"+*abstract)
@@ -127,7 +129,85 @@ func main() {
 	if haveInt80 {
 		try("keyctl through the i386 entry point", i386Call())
 	}
+	try("TIOCSTI into a terminal", tiocsti())
+	try("mknod a device", unix.Mknod("escape-null", unix.S_IFCHR|0o666, int(unix.Mkdev(1, 3))))
+	try("open a disk or memory device", openDevice())
+	try("hard-link a file of root's", hardlinkRoot())
+	if *hostAbstract != "" {
+		c, err := net.Dial("unix", "@"+*hostAbstract)
+		if c != nil {
+			c.Close()
+		}
+		try("connect to the host's abstract socket", err)
+	}
 	json.NewEncoder(os.Stdout).Encode(res)
+}
+
+// tiocsti pushes a byte into the input of a terminal this process holds,
+// with the request's high bits set as well (the kernel reads only its low
+// 32): on a terminal whose reader is not the neuron, that types commands
+// into someone else's shell.
+func tiocsti() error {
+	c := byte('x')
+	var errs []error
+	for _, path := range []string{"/dev/tty", "/dev/ptmx"} {
+		f, err := os.OpenFile(path, os.O_RDWR|unix.O_NOCTTY, 0)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		for _, req := range []uintptr{unix.TIOCSTI, 0xffffffff00000000 | unix.TIOCSTI} {
+			if _, _, e := unix.Syscall(unix.SYS_IOCTL, f.Fd(), req, uintptr(unsafe.Pointer(&c))); e == 0 {
+				f.Close()
+				return nil
+			} else {
+				errs = append(errs, fmt.Errorf("%s: %w", path, e))
+			}
+		}
+		f.Close()
+	}
+	return fmt.Errorf("%v", errs)
+}
+
+// openDevice opens, for reading, a disk or memory device of the machine.
+func openDevice() error {
+	var errs []string
+	for _, d := range []string{"/dev/mem", "/dev/kmem", "/dev/port", "/dev/sda", "/dev/vda", "/dev/vdb", "/dev/nvme0n1", "/dev/loop0", "/dev/loop-control", "/dev/kvm"} {
+		f, err := os.Open(d)
+		if err == nil {
+			f.Close()
+			return nil
+		}
+		if !os.IsNotExist(err) {
+			errs = append(errs, err.Error())
+		}
+	}
+	if len(errs) == 0 {
+		return fmt.Errorf("none of them here")
+	}
+	return fmt.Errorf("%s", strings.Join(errs, "; "))
+}
+
+// hardlinkRoot links a root-owned file the neuron cannot write into its
+// own directory: with protected hard links, only an owner may.
+func hardlinkRoot() error {
+	var errs []string
+	for _, f := range []string{"/etc/shadow", "/etc/passwd", "/bin/sh", "/usr/bin/env"} {
+		var st unix.Stat_t
+		if unix.Stat(f, &st) != nil || st.Uid == uint32(os.Getuid()) {
+			continue
+		}
+		err := os.Link(f, "escape-hardlink")
+		if err == nil {
+			os.Remove("escape-hardlink")
+			return nil
+		}
+		errs = append(errs, err.Error())
+	}
+	if len(errs) == 0 {
+		return fmt.Errorf("no file of another owner to try")
+	}
+	return fmt.Errorf("%s", strings.Join(errs, "; "))
 }
 
 // i386Call runs `escape -int80`: a seccomp filter that checks only the
