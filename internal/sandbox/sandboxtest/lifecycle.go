@@ -166,6 +166,30 @@ func testOwnership(t *testing.T, f *fixture) {
 	if st, err := other.Get(ctx, "owned"); err != nil || st.Status != sandbox.StatusRunning || st.Owner == nil {
 		t.Fatalf("get of an owned neuron: %+v %v", st, err)
 	}
+	// The owner's own connects while it starts the neuron again (a
+	// daemon's requests during a restart or a restore) wait for the start:
+	// never "owned elsewhere" by the owner itself.
+	if err := owner.Destroy(ctx, "owned", sandbox.DestroyOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	started := make(chan error, 1)
+	go func() {
+		_, err := owner.Create(ctx, "owned", f.cfg.Options)
+		started <- err
+	}()
+	for done := false; !done; {
+		select {
+		case err := <-started:
+			if err != nil {
+				t.Fatalf("create again: %v", err)
+			}
+			done = true
+		default:
+		}
+		if _, err := owner.Connect(ctx, "owned"); errors.As(err, &oe) {
+			t.Fatalf("the owner's connect while it creates the neuron: %v", err)
+		}
+	}
 	// The owner lets go; anyone may use it again.
 	owner.Close()
 	c, err := other.Connect(ctx, "owned")

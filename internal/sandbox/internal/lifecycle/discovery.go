@@ -250,6 +250,12 @@ func (m *Manager) Connect(ctx context.Context, id string) (*link.Client, error) 
 	if err := validID(id); err != nil {
 		return nil, err
 	}
+	// A create of this process holds the neuron's lock until it is done:
+	// wait for it (its neuron is held then) instead of calling this
+	// process "another" that owns it.
+	if err := m.waitStarting(ctx, id); err != nil {
+		return nil, err
+	}
 	m.connMu.Lock()
 	defer m.connMu.Unlock()
 	m.mu.Lock()

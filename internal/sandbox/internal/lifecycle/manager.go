@@ -52,7 +52,11 @@ type Manager struct {
 
 	mu      sync.Mutex
 	neurons map[string]*neuron // the neurons this process holds
-	connMu  sync.Mutex         // one Connect at a time, so a neuron gets one channel
+	// starting holds, per id, a channel closed when a Create of this
+	// process ends: a Connect meanwhile waits for it rather than take the
+	// creator's lock for another process's.
+	starting map[string]chan struct{}
+	connMu   sync.Mutex // one Connect at a time, so a neuron gets one channel
 	// wg tracks disconnect handlers. The goroutine that reaps an agent this
 	// process started is owned by that agent: it ends when the agent does.
 	wg sync.WaitGroup
@@ -82,7 +86,7 @@ var _ sandbox.OrphanCleaner = (*Manager)(nil)
 
 // New returns a manager of rt's neurons over env.Layout.
 func New(env sandbox.Env, rt Runtime) *Manager {
-	return &Manager{env: env, lay: env.Layout, rt: rt, neurons: map[string]*neuron{}}
+	return &Manager{env: env, lay: env.Layout, rt: rt, neurons: map[string]*neuron{}, starting: map[string]chan struct{}{}}
 }
 
 // Mode returns the runtime's mode.
@@ -215,6 +219,7 @@ func (m *Manager) Create(ctx context.Context, id string, opts sandbox.CreateOpti
 		n.link.Close()
 		lock = n.lock
 	}
+	defer m.markStarting(id)()
 	got, err := lock.TryExclusive()
 	// A holder may be letting go right now (its agent died): give it a moment.
 	for i := 0; err == nil && !got && i < 50; i++ {
@@ -245,6 +250,40 @@ func (m *Manager) Create(ctx context.Context, id string, opts sandbox.CreateOpti
 		return nil, err
 	}
 	return st, nil
+}
+
+// markStarting records that this process is creating id, until the
+// returned function is called.
+func (m *Manager) markStarting(id string) (done func()) {
+	ch := make(chan struct{})
+	m.mu.Lock()
+	m.starting[id] = ch
+	m.mu.Unlock()
+	return func() {
+		m.mu.Lock()
+		if m.starting[id] == ch {
+			delete(m.starting, id)
+		}
+		m.mu.Unlock()
+		close(ch)
+	}
+}
+
+// waitStarting waits while this process creates id.
+func (m *Manager) waitStarting(ctx context.Context, id string) error {
+	for {
+		m.mu.Lock()
+		ch := m.starting[id]
+		m.mu.Unlock()
+		if ch == nil {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 }
 
 // busy explains why the lock of id is taken.
