@@ -263,8 +263,10 @@ func TestSnapshotRestoreCancelled(t *testing.T) {
 		if err != nil && !errors.Is(err, context.Canceled) {
 			t.Fatalf("restore cancelled after %s: %v", after, err)
 		}
-		// The next request waits for the restore's end (one at a time),
-		// and then finds the neuron running, as the snapshot or as before.
+		// The client went away; the server may have the request still, and
+		// carries it to its end. Once it is done, the neuron runs, as the
+		// snapshot or as before.
+		waitIdle(t, d)
 		wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
 		if _, err := d.c.CreateSnapshot(wctx, "rc", fmt.Sprintf("after%d", after.Milliseconds())); err != nil {
 			t.Fatalf("a create after a restore cancelled after %s: %v", after, err)
@@ -278,13 +280,19 @@ func TestSnapshotRestoreCancelled(t *testing.T) {
 			t.Fatalf("f after a restore cancelled after %s: %q %v", after, b, err)
 		}
 	}
+	waitIdle(t, d)
+}
+
+// waitIdle waits until the daemon answers no request but the one asking.
+func waitIdle(t *testing.T, d *daemon) {
+	t.Helper()
 	inFlight := regexp.MustCompile(`(?m)^cortex_api_requests_in_flight (\S+)$`)
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for {
 		_, body := raw(t, d, "GET", "/metrics", "")
 		m := inFlight.FindStringSubmatch(body)
 		if m != nil && m[1] == "1" { // this request
-			break
+			return
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("requests still in flight: %v", m)
