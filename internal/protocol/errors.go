@@ -3,6 +3,8 @@ package protocol
 import (
 	"errors"
 	"fmt"
+
+	"github.com/nsys-cortex/cortex/internal/protocol/errdefs"
 )
 
 // Code is one of the closed set of error codes that cross the channel.
@@ -22,17 +24,37 @@ const (
 	CodeInternal    Code = "INTERNAL"    // anything else
 )
 
-var codes = []Code{CodeNotFound, CodePermission, CodePathEscape, CodeTimeout, CodeTooLarge,
-	CodeBadRequest, CodeUnsupported, CodeNotRunning, CodeInternal}
+// codes is the wire's one table: every code, and the class of the errors
+// that carry it (errdefs), which every other boundary maps from.
+var codes = []struct {
+	code  Code
+	class errdefs.Class
+}{
+	{CodeNotFound, errdefs.NotFound},
+	{CodePermission, errdefs.Permission},
+	{CodePathEscape, errdefs.PathEscape},
+	{CodeTimeout, errdefs.Timeout},
+	{CodeTooLarge, errdefs.TooLarge},
+	{CodeBadRequest, errdefs.Invalid},
+	{CodeUnsupported, errdefs.Unsupported},
+	{CodeNotRunning, errdefs.NotRunning},
+	{CodeInternal, errdefs.Internal},
+}
 
 // Codes returns every error code.
-func Codes() []Code { return append([]Code(nil), codes...) }
+func Codes() []Code {
+	out := make([]Code, len(codes))
+	for i, c := range codes {
+		out[i] = c.code
+	}
+	return out
+}
 
 // ParseCode returns the code named s, or false when s is not one.
 func ParseCode(s string) (Code, bool) {
 	for _, c := range codes {
-		if string(c) == s {
-			return c, true
+		if string(c.code) == s {
+			return c.code, true
 		}
 	}
 	return "", false
@@ -40,6 +62,17 @@ func ParseCode(s string) (Code, bool) {
 
 // String returns the code's wire name.
 func (c Code) String() string { return string(c) }
+
+// Class returns the class of the errors that carry c (Internal for a code
+// not in the closed set).
+func (c Code) Class() errdefs.Class {
+	for _, r := range codes {
+		if r.code == c {
+			return r.class
+		}
+	}
+	return errdefs.Internal
+}
 
 // Error is a failure that crosses the channel: a code and a message a person
 // can act on.
@@ -59,6 +92,9 @@ func (e *Error) Error() string {
 	}
 	return e.Message
 }
+
+// Class returns the class of e's code (errdefs.Classed).
+func (e *Error) Class() errdefs.Class { return e.Code.Class() }
 
 // Is reports whether target is an *Error with the same code, so that
 // errors.Is(err, &protocol.Error{Code: protocol.CodeNotFound}) works.

@@ -5,9 +5,12 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
+
+	"github.com/nsys-cortex/cortex/internal/protocol/errdefs"
 )
 
 func encode(t testing.TB, h *Header, body []byte) []byte {
@@ -158,6 +161,28 @@ func TestErrorCodes(t *testing.T) {
 	}
 	if !errors.Is(Errorf(CodeTimeout, "slow"), &Error{Code: CodeTimeout}) {
 		t.Fatal("errors.Is by code")
+	}
+}
+
+// Every code has a class of its own: what an agent answers is classified
+// without ambiguity, and CodeOf's INTERNAL is the Internal class.
+func TestCodeClasses(t *testing.T) {
+	seen := map[errdefs.Class]Code{}
+	for _, c := range Codes() {
+		cl := c.Class()
+		if prev, dup := seen[cl]; dup {
+			t.Errorf("%s and %s are both %v", prev, c, cl)
+		}
+		seen[cl] = c
+		if got := errdefs.Of(fmt.Errorf("x: %w", Errorf(c, "y"))); got != cl {
+			t.Errorf("an error of code %s is classed %v, want %v", c, got, cl)
+		}
+	}
+	if CodeInternal.Class() != errdefs.Internal || Code("MADE_UP").Class() != errdefs.Internal {
+		t.Error("INTERNAL and unknown codes are Internal")
+	}
+	if !errdefs.IsNotRunning(Errorf(CodeNotRunning, "gone")) || !errdefs.IsPermission(Errorf(CodePathEscape, "out")) {
+		t.Error("IsXxx answers for wire errors")
 	}
 }
 
