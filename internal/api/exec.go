@@ -13,7 +13,7 @@ import (
 	cortex "github.com/nsys-cortex/cortex/client"
 	"github.com/nsys-cortex/cortex/internal/link"
 	"github.com/nsys-cortex/cortex/internal/protocol"
-	"github.com/nsys-cortex/cortex/internal/sandbox"
+	"github.com/nsys-cortex/cortex/internal/protocol/errdefs"
 )
 
 // connect returns the client of the request's neuron, or answers the error.
@@ -33,7 +33,7 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 }
 
 func (s *Server) noteFailure(r *http.Request, err error) {
-	if sandbox.IsNotRunning(err) || protocol.HasCode(err, protocol.CodeNotRunning) {
+	if errdefs.IsNotRunning(err) {
 		s.forget(r.PathValue("id"))
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"net/http"
 
 	cortex "github.com/nsys-cortex/cortex/client"
+	"github.com/nsys-cortex/cortex/internal/protocol/errdefs"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
 	"github.com/nsys-cortex/cortex/internal/store"
 	"github.com/nsys-cortex/cortex/internal/tools"
@@ -39,7 +40,7 @@ func (s *Server) snapshotsOf(r *http.Request) (*tools.SetNeuron, error) {
 	if err == nil {
 		return tools.NewSetNeuron(s.opts.Set, s.opts.Set.Layout(), st.ID), nil
 	}
-	if n := tools.LeftSnapshots(s.opts.Set, s.opts.Set.Layout(), id); n != nil && sandbox.IsNotFound(err) {
+	if n := tools.LeftSnapshots(s.opts.Set, s.opts.Set.Layout(), id); n != nil && errdefs.IsNotFound(err) {
 		return n, nil
 	}
 	return nil, err

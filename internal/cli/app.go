@@ -17,6 +17,7 @@ import (
 	"github.com/nsys-cortex/cortex/internal/config"
 	"github.com/nsys-cortex/cortex/internal/layout"
 	"github.com/nsys-cortex/cortex/internal/protocol"
+	"github.com/nsys-cortex/cortex/internal/protocol/errdefs"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
 	"github.com/nsys-cortex/cortex/internal/store"
 )
@@ -93,7 +94,7 @@ func describe(err error) string {
 	if errors.As(err, &pe) {
 		return fmt.Sprintf("%s (%s)", err.Error(), pe.Code)
 	}
-	if sandbox.IsOwnedElsewhere(err) {
+	if errdefs.IsOwnedElsewhere(err) {
 		return err.Error() + "; when that is nsys-cortex serve, go through it: --api URL or NSYS_CORTEX_API_URL"
 	}
 	return err.Error()

@@ -10,7 +10,7 @@ import (
 	cortex "github.com/nsys-cortex/cortex/client"
 	"github.com/nsys-cortex/cortex/internal/api"
 	"github.com/nsys-cortex/cortex/internal/gate"
-	"github.com/nsys-cortex/cortex/internal/sandbox"
+	"github.com/nsys-cortex/cortex/internal/protocol/errdefs"
 	"github.com/nsys-cortex/cortex/internal/store"
 	"github.com/nsys-cortex/cortex/internal/tools"
 )
@@ -143,7 +143,7 @@ func (a *App) snapshotNeuron(ctx context.Context, ref string, exact, left bool) 
 		return nil, err
 	} else if c != nil {
 		st, err := remoteFind(ctx, c, ref, !exact)
-		if left && (errors.As(err, &cortex.NotFoundError{}) || sandbox.IsNotFound(err)) {
+		if left && (errors.As(err, &cortex.NotFoundError{}) || errdefs.IsNotFound(err)) {
 			return &remoteSnapshots{c: c, id: ref}, nil // the daemon finds what is left, or says not found
 		}
 		if err != nil {
@@ -161,7 +161,7 @@ func (a *App) snapshotNeuron(ctx context.Context, ref string, exact, left bool) 
 	}
 	_, st, err := find(ctx, ref)
 	if err != nil {
-		if n := tools.LeftSnapshots(set, a.lay, ref); left && sandbox.IsNotFound(err) && n != nil {
+		if n := tools.LeftSnapshots(set, a.lay, ref); left && errdefs.IsNotFound(err) && n != nil {
 			return &localSnapshots{n: n, a: a}, nil
 		}
 		return nil, err

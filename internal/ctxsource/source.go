@@ -30,6 +30,7 @@ import (
 	"github.com/nsys-cortex/cortex/internal/link"
 	"github.com/nsys-cortex/cortex/internal/model"
 	"github.com/nsys-cortex/cortex/internal/protocol"
+	"github.com/nsys-cortex/cortex/internal/protocol/errdefs"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
 	"github.com/nsys-cortex/cortex/internal/store"
 	"github.com/nsys-cortex/cortex/internal/tools"
@@ -146,7 +147,7 @@ func (s *Source) withClient(ctx context.Context, id string, f func(*link.Client)
 			return err
 		}
 		err = f(c)
-		if try == 0 && link.IsNotRunning(err) {
+		if try == 0 && errdefs.IsNotRunning(err) {
 			s.forget(id)
 			continue
 		}
@@ -326,13 +327,13 @@ func mapErr(err error) error {
 	switch {
 	case err == nil:
 		return nil
-	case sandbox.IsNotFound(err):
+	case errdefs.IsNotFound(err):
 		return fmt.Errorf("%w: %v", ctxfs.ErrNotFound, err)
-	case sandbox.IsInvalid(err):
+	case errdefs.IsInvalid(err):
 		return fmt.Errorf("%w: %v", ctxfs.ErrInvalid, err)
-	case sandbox.IsNotRunning(err):
+	case errdefs.IsNotRunning(err):
 		return protocol.Errorf(protocol.CodeNotRunning, "%v", err)
-	case sandbox.IsOwnedElsewhere(err):
+	case errdefs.IsOwnedElsewhere(err):
 		return fmt.Errorf("%w: %v", ctxfs.ErrPermission, err)
 	}
 	return err

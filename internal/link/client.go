@@ -359,6 +359,3 @@ func (c *Client) PtyClose(ctx context.Context, pid int) (*protocol.ProcInfo, err
 	_, err := c.call(ctx, protocol.CmdPtyClose, &protocol.ProcRef{PID: pid}, nil, &info)
 	return &info, err
 }
-
-// IsNotRunning reports whether err means the agent is gone.
-func IsNotRunning(err error) bool { return protocol.HasCode(err, protocol.CodeNotRunning) }

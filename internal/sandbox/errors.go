@@ -1,11 +1,13 @@
 package sandbox
 
 import (
-	"errors"
 	"fmt"
 
-	"github.com/nsys-cortex/cortex/internal/protocol"
+	"github.com/nsys-cortex/cortex/internal/protocol/errdefs"
 )
+
+// Each error type says its class (errdefs): the boundaries map classes,
+// never these types, and callers ask errdefs.IsNotFound and the like.
 
 // NotFoundError: no neuron has this id (no state, no overlay).
 type NotFoundError struct {
@@ -15,6 +17,9 @@ type NotFoundError struct {
 func (e *NotFoundError) Error() string {
 	return fmt.Sprintf("neuron %q not found (nsys-cortex list shows the neurons there are)", e.ID)
 }
+
+// Class is errdefs.NotFound.
+func (e *NotFoundError) Class() errdefs.Class { return errdefs.NotFound }
 
 // NotRunningError: the neuron exists but its agent is not running (or not
 // answering).
@@ -37,6 +42,9 @@ func (e *NotRunningError) Error() string {
 	return msg + " (" + hint + ")"
 }
 
+// Class is errdefs.NotRunning.
+func (e *NotRunningError) Class() errdefs.Class { return errdefs.NotRunning }
+
 // OwnedElsewhereError: another live process owns the neuron.
 type OwnedElsewhereError struct {
 	ID     string
@@ -55,6 +63,9 @@ func (e *OwnedElsewhereError) Error() string {
 	return msg
 }
 
+// Class is errdefs.OwnedElsewhere.
+func (e *OwnedElsewhereError) Class() errdefs.Class { return errdefs.OwnedElsewhere }
+
 // AlreadyRunningError: Create was asked for a neuron that is running.
 type AlreadyRunningError struct {
 	State *State
@@ -64,12 +75,18 @@ func (e *AlreadyRunningError) Error() string {
 	return fmt.Sprintf("neuron %q is already running (mode %s, pid %d)", e.State.ID, e.State.Mode, e.State.PID)
 }
 
+// Class is errdefs.Exists.
+func (e *AlreadyRunningError) Class() errdefs.Class { return errdefs.Exists }
+
 // CapacityError: the machine (or a configured ceiling) has no room.
 type CapacityError struct {
 	Reason string
 }
 
 func (e *CapacityError) Error() string { return "no capacity: " + e.Reason }
+
+// Class is errdefs.Capacity.
+func (e *CapacityError) Class() errdefs.Class { return errdefs.Capacity }
 
 // UnavailableError: a mode cannot run here, or refuses to without consent.
 type UnavailableError struct {
@@ -80,6 +97,9 @@ type UnavailableError struct {
 func (e *UnavailableError) Error() string {
 	return fmt.Sprintf("mode %s is unavailable: %s", e.Mode, e.Reason)
 }
+
+// Class is errdefs.Unavailable.
+func (e *UnavailableError) Class() errdefs.Class { return errdefs.Unavailable }
 
 // UnenforceableError: a policy was asked for that the mode cannot enforce
 // here; the neuron is not created (never a silent downgrade).
@@ -93,6 +113,9 @@ func (e *UnenforceableError) Error() string {
 	return fmt.Sprintf("mode %s cannot enforce %s: %s", e.Mode, e.Policy, e.Reason)
 }
 
+// Class is errdefs.Unenforceable.
+func (e *UnenforceableError) Class() errdefs.Class { return errdefs.Unenforceable }
+
 // InvalidError: the request itself is wrong (a bad id, a bad option).
 type InvalidError struct {
 	Reason string
@@ -104,6 +127,9 @@ type InvalidError struct {
 func (e *InvalidError) Error() string { return e.Reason }
 
 func (e *InvalidError) Unwrap() error { return e.Err }
+
+// Class is errdefs.Invalid.
+func (e *InvalidError) Class() errdefs.Class { return errdefs.Invalid }
 
 // BootError: the agent did not come up.
 type BootError struct {
@@ -121,26 +147,5 @@ func (e *BootError) Error() string {
 	return msg
 }
 
-// IsNotFound reports whether err means an unknown neuron (or a missing file).
-func IsNotFound(err error) bool {
-	var e *NotFoundError
-	return errors.As(err, &e) || protocol.HasCode(err, protocol.CodeNotFound)
-}
-
-// IsNotRunning reports whether err means the neuron's agent is gone.
-func IsNotRunning(err error) bool {
-	var e *NotRunningError
-	return errors.As(err, &e) || protocol.HasCode(err, protocol.CodeNotRunning)
-}
-
-// IsOwnedElsewhere reports whether err means another process owns the neuron.
-func IsOwnedElsewhere(err error) bool {
-	var e *OwnedElsewhereError
-	return errors.As(err, &e)
-}
-
-// IsInvalid reports whether err means a bad request.
-func IsInvalid(err error) bool {
-	var e *InvalidError
-	return errors.As(err, &e) || protocol.HasCode(err, protocol.CodeBadRequest)
-}
+// Class is errdefs.BootFailed.
+func (e *BootError) Class() errdefs.Class { return errdefs.BootFailed }

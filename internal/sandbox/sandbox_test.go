@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/nsys-cortex/cortex/internal/link"
+	"github.com/nsys-cortex/cortex/internal/protocol/errdefs"
 )
 
 func TestAgentEnvScrubsSecrets(t *testing.T) {
@@ -93,7 +94,7 @@ func TestResolveAuto(t *testing.T) {
 		t.Fatalf("%v %v", m, err)
 	}
 	t.Setenv(EnvMode, "nope")
-	if _, _, err := set.Resolve(ctx, ""); !IsInvalid(err) || !strings.Contains(err.Error(), "nope") {
+	if _, _, err := set.Resolve(ctx, ""); !errdefs.IsInvalid(err) || !strings.Contains(err.Error(), "nope") {
 		t.Fatalf("%v", err)
 	}
 }
@@ -113,17 +114,17 @@ func TestFindByIDAndPrefix(t *testing.T) {
 	}
 	// Names are never completed: "job" is not "job1", "bet" is not "beta".
 	for _, ref := range []string{"job", "bet", "na", "gamma"} {
-		if _, _, err := set.Find(ctx, ref); !IsNotFound(err) {
+		if _, _, err := set.Find(ctx, ref); !errdefs.IsNotFound(err) {
 			t.Errorf("%s: %v, want NotFoundError", ref, err)
 		}
 	}
-	if _, _, err := set.Find(ctx, "nab"); !IsInvalid(err) || !strings.Contains(err.Error(), "nabc123456") {
+	if _, _, err := set.Find(ctx, "nab"); !errdefs.IsInvalid(err) || !strings.Contains(err.Error(), "nabc123456") {
 		t.Fatalf("ambiguous: %v", err)
 	}
-	if _, _, err := set.FindExact(ctx, "nabc"); !IsNotFound(err) {
+	if _, _, err := set.FindExact(ctx, "nabc"); !errdefs.IsNotFound(err) {
 		t.Fatalf("exact: %v", err)
 	}
-	if _, _, err := set.Find(ctx, "../x"); !IsInvalid(err) {
+	if _, _, err := set.Find(ctx, "../x"); !errdefs.IsInvalid(err) {
 		t.Fatalf("%v", err)
 	}
 	all, _ := set.List(ctx)

@@ -17,7 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nsys-cortex/cortex/internal/agent/guestinit"
-	"github.com/nsys-cortex/cortex/internal/sandbox"
+	"github.com/nsys-cortex/cortex/internal/protocol/errdefs"
 )
 
 // ConfigDiskMin is the smallest config disk made (the kernel's partition
@@ -185,7 +185,7 @@ func SizedOverlayDisk(ctx context.Context, path string, asked, dflt int64) (int6
 			size = dflt
 		}
 		if size < MinOverlaySize {
-			return 0, &sandbox.InvalidError{Reason: fmt.Sprintf("a disk ceiling of %d bytes is too small (at least %d MiB)", size, MinOverlaySize>>20)}
+			return 0, errdefs.Errorf(errdefs.Invalid, "a disk ceiling of %d bytes is too small (at least %d MiB)", size, MinOverlaySize>>20)
 		}
 		return size, OverlayDisk(ctx, path, size)
 	case err != nil:
@@ -193,10 +193,10 @@ func SizedOverlayDisk(ctx context.Context, path string, asked, dflt int64) (int6
 	case asked == 0 || asked == st.Size():
 		return st.Size(), nil
 	case asked < st.Size():
-		return 0, &sandbox.InvalidError{Reason: fmt.Sprintf("the neuron's disk is %d MiB: a disk is never made smaller (%d MiB asked); destroy it with --wipe for a new one", st.Size()>>20, asked>>20)}
+		return 0, errdefs.Errorf(errdefs.Invalid, "the neuron's disk is %d MiB: a disk is never made smaller (%d MiB asked); destroy it with --wipe for a new one", st.Size()>>20, asked>>20)
 	}
-	return 0, &sandbox.InvalidError{Reason: fmt.Sprintf("the neuron's disk is %d MiB and a VM's disk keeps the size it was made with (%d MiB asked): "+
-		"its guest writes the raw image, which the host does not parse; copy its data out and make it again with --wipe", st.Size()>>20, asked>>20)}
+	return 0, errdefs.Errorf(errdefs.Invalid, "the neuron's disk is %d MiB and a VM's disk keeps the size it was made with (%d MiB asked): "+
+		"its guest writes the raw image, which the host does not parse; copy its data out and make it again with --wipe", st.Size()>>20, asked>>20)
 }
 
 // ConfigDisk writes cfg as the guest reads it (guestinit.Config): JSON,
@@ -209,7 +209,7 @@ func ConfigDisk(path string, cfg *guestinit.Config) error {
 		return err
 	}
 	if len(b) >= guestinit.ConfigMax {
-		return &sandbox.InvalidError{Reason: fmt.Sprintf("the neuron's configuration is %d bytes (limit %d): the environment is too large", len(b), guestinit.ConfigMax)}
+		return errdefs.Errorf(errdefs.Invalid, "the neuron's configuration is %d bytes (limit %d): the environment is too large", len(b), guestinit.ConfigMax)
 	}
 	padded := make([]byte, max(ConfigDiskMin, (len(b)+1+4095)&^4095))
 	copy(padded, b)

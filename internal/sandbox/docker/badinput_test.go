@@ -17,6 +17,7 @@ import (
 	"github.com/nsys-cortex/cortex/internal/layout"
 	"github.com/nsys-cortex/cortex/internal/link"
 	"github.com/nsys-cortex/cortex/internal/protocol"
+	"github.com/nsys-cortex/cortex/internal/protocol/errdefs"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
 	"github.com/nsys-cortex/cortex/internal/sandbox/docker"
 	"github.com/nsys-cortex/cortex/internal/sandbox/sandboxtest"
@@ -118,7 +119,7 @@ func TestWrongToken(t *testing.T) {
 	cctx, cancel := context.WithTimeout(ctx, 15*time.Second) // a host gives up sooner than the default
 	defer cancel()
 	_, err = other.Connect(cctx, "tok")
-	if !sandbox.IsNotRunning(err) || !strings.Contains(err.Error(), "token") {
+	if !errdefs.IsNotRunning(err) || !strings.Contains(err.Error(), "token") {
 		t.Fatalf("connect with a wrong token: %v", err)
 	}
 	// The container never saw the token in its environment.

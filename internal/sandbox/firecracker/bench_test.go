@@ -7,6 +7,7 @@ import (
 
 	"github.com/nsys-cortex/cortex/internal/link"
 	"github.com/nsys-cortex/cortex/internal/protocol"
+	"github.com/nsys-cortex/cortex/internal/protocol/errdefs"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
 	"github.com/nsys-cortex/cortex/internal/sandbox/firecracker/internal/fakefc"
 )
@@ -83,7 +84,7 @@ func BenchmarkSnapshot(b *testing.B) {
 		for {
 			if _, err := c.Exec(ctx, &link.ExecRequest{Command: protocol.Command{Argv: []string{"true"}}}); err == nil {
 				break
-			} else if !sandbox.IsNotRunning(err) {
+			} else if !errdefs.IsNotRunning(err) {
 				b.Fatal(err)
 			}
 		}

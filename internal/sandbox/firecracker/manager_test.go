@@ -16,6 +16,7 @@ import (
 
 	"github.com/nsys-cortex/cortex/internal/link"
 	"github.com/nsys-cortex/cortex/internal/protocol"
+	"github.com/nsys-cortex/cortex/internal/protocol/errdefs"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
 	"github.com/nsys-cortex/cortex/internal/sandbox/firecracker/internal/fakefc"
 	"github.com/nsys-cortex/cortex/internal/sandbox/sandboxtest"
@@ -256,7 +257,7 @@ func TestVMDeathIsNotRunning(t *testing.T) {
 	}
 	select {
 	case err := <-pending:
-		if !sandbox.IsNotRunning(err) {
+		if !errdefs.IsNotRunning(err) {
 			t.Fatalf("the pending exec: %v", err)
 		}
 	case <-time.After(10 * time.Second):
@@ -273,7 +274,7 @@ func TestVMDeathIsNotRunning(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if _, err := f.mgr.Connect(ctx, "dies"); !sandbox.IsNotRunning(err) {
+	if _, err := f.mgr.Connect(ctx, "dies"); !errdefs.IsNotRunning(err) {
 		t.Fatalf("connect after death: %v", err)
 	}
 	// Its state is cleared first, its jail right after.
@@ -374,7 +375,7 @@ func TestSnapshotRestore(t *testing.T) {
 	if _, err := store.CreateSnapshot(f.lay.SnapshotsDir("snap"), "files", "snap", t.TempDir()); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.mgr.Restore(ctx, "snap", "files"); !sandbox.IsInvalid(err) || !errors.Is(err, store.ErrSnapshotMismatch) {
+	if _, err := f.mgr.Restore(ctx, "snap", "files"); !errdefs.IsInvalid(err) || !errors.Is(err, store.ErrSnapshotMismatch) {
 		t.Errorf("restore of a copy of files: %v", err)
 	}
 	// A rebuilt root disk does not match the snapshot's memory.
@@ -399,7 +400,7 @@ func waitExec(t *testing.T, ctx context.Context, c *link.Client, shell string) {
 		if err == nil {
 			return
 		}
-		if !sandbox.IsNotRunning(err) || time.Now().After(deadline) {
+		if !errdefs.IsNotRunning(err) || time.Now().After(deadline) {
 			t.Fatalf("exec %q: %v", shell, err)
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -433,7 +434,7 @@ func TestAnotherProcess(t *testing.T) {
 	if err := other.Destroy(ctx, "shared", sandbox.DestroyOptions{Wipe: true}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.mgr.Get(ctx, "shared"); !sandbox.IsNotFound(err) {
+	if _, err := f.mgr.Get(ctx, "shared"); !errdefs.IsNotFound(err) {
 		t.Fatalf("after a wipe: %v", err)
 	}
 }
@@ -446,16 +447,16 @@ func TestPolicyRefusals(t *testing.T) {
 		check func(error) bool
 		says  string
 	}{
-		"egress":    {sandbox.CreateOptions{Network: sandbox.Network{Mode: sandbox.NetworkEgress}}, sandbox.IsInvalid, "needs an allow-list"},
-		"bad allow": {sandbox.CreateOptions{Network: sandbox.Network{Mode: sandbox.NetworkEgress, Allow: []string{"https://bad.example"}}}, sandbox.IsInvalid, `"https://bad.example"`},
+		"egress":    {sandbox.CreateOptions{Network: sandbox.Network{Mode: sandbox.NetworkEgress}}, errdefs.IsInvalid, "needs an allow-list"},
+		"bad allow": {sandbox.CreateOptions{Network: sandbox.Network{Mode: sandbox.NetworkEgress, Allow: []string{"https://bad.example"}}}, errdefs.IsInvalid, `"https://bad.example"`},
 		"full":      {sandbox.CreateOptions{Network: sandbox.Network{Mode: sandbox.NetworkFull}}, isUnenforceable, "never bridges"},
-		"allow":     {sandbox.CreateOptions{Network: sandbox.Network{Allow: []string{"x"}}}, sandbox.IsInvalid, "allow-list"},
+		"allow":     {sandbox.CreateOptions{Network: sandbox.Network{Allow: []string{"x"}}}, errdefs.IsInvalid, "allow-list"},
 		"ctx":       {sandbox.CreateOptions{Ctx: "/mnt/ctx"}, isUnenforceable, "/ctx"},
-		"tiny":      {sandbox.CreateOptions{Limits: sandbox.Limits{MemoryBytes: 64 << 20}}, sandbox.IsInvalid, "128 MiB"},
-		"cpus":      {sandbox.CreateOptions{Limits: sandbox.Limits{CPUs: 33}}, sandbox.IsInvalid, "at most 32"},
-		"image":     {sandbox.CreateOptions{Image: "debian:12"}, sandbox.IsInvalid, "absolute path"},
-		"negative":  {sandbox.CreateOptions{Limits: sandbox.Limits{MemoryBytes: -1}}, sandbox.IsInvalid, "negative"},
-		"bad env":   {sandbox.CreateOptions{Env: []string{"NOEQUALS"}}, sandbox.IsInvalid, "KEY=VALUE"},
+		"tiny":      {sandbox.CreateOptions{Limits: sandbox.Limits{MemoryBytes: 64 << 20}}, errdefs.IsInvalid, "128 MiB"},
+		"cpus":      {sandbox.CreateOptions{Limits: sandbox.Limits{CPUs: 33}}, errdefs.IsInvalid, "at most 32"},
+		"image":     {sandbox.CreateOptions{Image: "debian:12"}, errdefs.IsInvalid, "absolute path"},
+		"negative":  {sandbox.CreateOptions{Limits: sandbox.Limits{MemoryBytes: -1}}, errdefs.IsInvalid, "negative"},
+		"bad env":   {sandbox.CreateOptions{Env: []string{"NOEQUALS"}}, errdefs.IsInvalid, "KEY=VALUE"},
 	} {
 		_, err := f.mgr.Create(f.ctx, "p-"+strings.ReplaceAll(name, " ", "-"), c.opts)
 		if err == nil || !c.check(err) || !strings.Contains(err.Error(), c.says) {

@@ -14,6 +14,7 @@ import (
 	"github.com/nsys-cortex/cortex/internal/layout"
 	"github.com/nsys-cortex/cortex/internal/link"
 	"github.com/nsys-cortex/cortex/internal/protocol"
+	"github.com/nsys-cortex/cortex/internal/protocol/errdefs"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
 	"github.com/nsys-cortex/cortex/internal/sandbox/nsbox"
 	"github.com/nsys-cortex/cortex/internal/sandbox/sandboxtest"
@@ -89,7 +90,7 @@ func TestEgress(t *testing.T) {
 	}
 	// An agent killed from inside comes back in the neuron's network
 	// namespace, not PID 1's.
-	if _, err := n.c.Exec(n.ctx, &link.ExecRequest{Command: protocol.Command{Shell: "kill -9 -1"}, Timeout: time.Minute}); !sandbox.IsNotRunning(err) {
+	if _, err := n.c.Exec(n.ctx, &link.ExecRequest{Command: protocol.Command{Shell: "kill -9 -1"}, Timeout: time.Minute}); !errdefs.IsNotRunning(err) {
 		t.Fatalf("kill -9 -1: %v", err)
 	}
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {

@@ -24,6 +24,7 @@ import (
 	"github.com/nsys-cortex/cortex/internal/layout"
 	"github.com/nsys-cortex/cortex/internal/link"
 	"github.com/nsys-cortex/cortex/internal/protocol"
+	"github.com/nsys-cortex/cortex/internal/protocol/errdefs"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
 	"github.com/nsys-cortex/cortex/internal/sandbox/internal/lifecycle"
 	"github.com/nsys-cortex/cortex/internal/sandbox/nsbox"
@@ -479,7 +480,7 @@ func TestSignalsToPID1(t *testing.T) {
 func TestAgentKilledFromInsideComesBack(t *testing.T) {
 	n := newNeuron(t, "phoenix", sandbox.CreateOptions{})
 	_, err := n.c.Exec(n.ctx, &link.ExecRequest{Command: protocol.Command{Shell: "kill -9 -1"}, Timeout: time.Minute})
-	if !sandbox.IsNotRunning(err) {
+	if !errdefs.IsNotRunning(err) {
 		t.Fatalf("kill -9 -1: %v", err)
 	}
 	deadline := time.Now().Add(10 * time.Second)

@@ -18,6 +18,7 @@ import (
 	"github.com/nsys-cortex/cortex/internal/layout"
 	"github.com/nsys-cortex/cortex/internal/link"
 	"github.com/nsys-cortex/cortex/internal/protocol"
+	"github.com/nsys-cortex/cortex/internal/protocol/errdefs"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
 	"github.com/nsys-cortex/cortex/internal/sandbox/internal/lifecycle"
 	"github.com/nsys-cortex/cortex/internal/sandbox/process"
@@ -292,10 +293,10 @@ func TestForeignOverlayIsNotOurs(t *testing.T) {
 	overlay := e.Layout.OverlayDir("other")
 	os.MkdirAll(overlay, 0o700)
 	os.WriteFile(filepath.Join(overlay, ".mode"), []byte("nsbox\n"), 0o600)
-	if _, err := m.Get(ctx, "other"); !sandbox.IsNotFound(err) {
+	if _, err := m.Get(ctx, "other"); !errdefs.IsNotFound(err) {
 		t.Fatalf("%v", err)
 	}
-	if _, err := m.Create(ctx, "other", sandbox.CreateOptions{}); !sandbox.IsInvalid(err) || !strings.Contains(err.Error(), "--mode nsbox") {
+	if _, err := m.Create(ctx, "other", sandbox.CreateOptions{}); !errdefs.IsInvalid(err) || !strings.Contains(err.Error(), "--mode nsbox") {
 		t.Fatalf("%v", err)
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/nsys-cortex/cortex/internal/layout"
 	"github.com/nsys-cortex/cortex/internal/link"
 	"github.com/nsys-cortex/cortex/internal/protocol"
+	"github.com/nsys-cortex/cortex/internal/protocol/errdefs"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
 	"github.com/nsys-cortex/cortex/internal/sandbox/qemu"
 	"github.com/nsys-cortex/cortex/internal/sandbox/sandboxtest"
@@ -108,7 +109,7 @@ func killGuestAgent(t *testing.T, st *sandbox.State) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.ProcStart(ctx, &protocol.ProcStartArgs{Command: protocol.Command{Argv: []string{"kill", "-9", strconv.Itoa(h.PID)}}}); err != nil && !sandbox.IsNotRunning(err) {
+	if _, err := c.ProcStart(ctx, &protocol.ProcStartArgs{Command: protocol.Command{Argv: []string{"kill", "-9", strconv.Itoa(h.PID)}}}); err != nil && !errdefs.IsNotRunning(err) {
 		t.Fatalf("kill the guest agent: %v", err)
 	}
 }

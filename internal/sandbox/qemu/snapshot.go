@@ -13,6 +13,7 @@ import (
 
 	"github.com/nsys-cortex/cortex/internal/agent/guestinit"
 	"github.com/nsys-cortex/cortex/internal/ids"
+	"github.com/nsys-cortex/cortex/internal/protocol/errdefs"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
 	"github.com/nsys-cortex/cortex/internal/store"
 	"github.com/nsys-cortex/cortex/internal/vmimage"
@@ -368,7 +369,7 @@ func (m *Manager) Restore(ctx context.Context, id, name string) (*sandbox.State,
 				return nil, err
 			}
 		}
-	} else if !sandbox.IsNotFound(err) {
+	} else if !errdefs.IsNotFound(err) {
 		return nil, err
 	} else if _, serr := os.Stat(m.lay.OverlayDir(id)); serr == nil {
 		return nil, err // the id's data belongs to another mode

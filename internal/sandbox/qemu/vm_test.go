@@ -15,6 +15,7 @@ import (
 	"github.com/nsys-cortex/cortex/internal/layout"
 	"github.com/nsys-cortex/cortex/internal/link"
 	"github.com/nsys-cortex/cortex/internal/protocol"
+	"github.com/nsys-cortex/cortex/internal/protocol/errdefs"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
 	"github.com/nsys-cortex/cortex/internal/sandbox/qemu"
 	"github.com/nsys-cortex/cortex/internal/sandbox/sandboxtest"
@@ -144,7 +145,7 @@ func TestSnapshotRestore(t *testing.T) {
 	if _, err := f.m.Snapshot(ctx, "snap", "s1"); !errors.Is(err, store.ErrSnapshotExists) {
 		t.Fatalf("a second snapshot of the same name: %v", err)
 	}
-	if _, err := f.m.Snapshot(ctx, "snap", "../x"); !sandbox.IsInvalid(err) {
+	if _, err := f.m.Snapshot(ctx, "snap", "../x"); !errdefs.IsInvalid(err) {
 		t.Fatalf("a bad snapshot name: %v", err)
 	}
 	// The neuron runs on after the snapshot, and changes.
@@ -200,7 +201,7 @@ func TestSnapshotRestore(t *testing.T) {
 	if err := f.m.Destroy(ctx, "snap", sandbox.DestroyOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.m.Snapshot(ctx, "snap", "s2"); !sandbox.IsNotRunning(err) {
+	if _, err := f.m.Snapshot(ctx, "snap", "s2"); !errdefs.IsNotRunning(err) {
 		t.Fatalf("snapshot of a stopped neuron: %v, want NOT_RUNNING", err)
 	}
 }
@@ -223,7 +224,7 @@ func TestDeath(t *testing.T) {
 		t.Helper()
 		select {
 		case err := <-done:
-			if !sandbox.IsNotRunning(err) {
+			if !errdefs.IsNotRunning(err) {
 				t.Fatalf("%s: the pending exec: %v, want NOT_RUNNING", what, err)
 			}
 			t.Logf("%s: the pending exec failed %s after the kill", what, time.Since(killed).Round(time.Millisecond))
@@ -306,13 +307,13 @@ func TestPolicy(t *testing.T) {
 		opts  sandbox.CreateOptions
 		check func(error) bool
 	}{
-		"egress, no allow-list": {sandbox.CreateOptions{Network: sandbox.Network{Mode: sandbox.NetworkEgress}}, sandbox.IsInvalid},
+		"egress, no allow-list": {sandbox.CreateOptions{Network: sandbox.Network{Mode: sandbox.NetworkEgress}}, errdefs.IsInvalid},
 		"full":                  {sandbox.CreateOptions{Network: sandbox.Network{Mode: sandbox.NetworkFull}}, isUnenforceable},
-		"allow none":            {sandbox.CreateOptions{Network: sandbox.Network{Allow: []string{"example.com"}}}, sandbox.IsInvalid},
+		"allow none":            {sandbox.CreateOptions{Network: sandbox.Network{Allow: []string{"example.com"}}}, errdefs.IsInvalid},
 		"half a CPU":            {sandbox.CreateOptions{Limits: sandbox.Limits{CPUs: 0.5}}, isUnenforceable},
-		"tiny memory":           {sandbox.CreateOptions{Limits: sandbox.Limits{MemoryBytes: 16 << 20}}, sandbox.IsInvalid},
+		"tiny memory":           {sandbox.CreateOptions{Limits: sandbox.Limits{MemoryBytes: 16 << 20}}, errdefs.IsInvalid},
 		"ctx":                   {sandbox.CreateOptions{Ctx: "/tmp"}, isUnenforceable},
-		"no image":              {sandbox.CreateOptions{Image: t.TempDir()}, sandbox.IsInvalid},
+		"no image":              {sandbox.CreateOptions{Image: t.TempDir()}, errdefs.IsInvalid},
 	} {
 		opts := tc.opts
 		if opts.Image == "" {
@@ -322,7 +323,7 @@ func TestPolicy(t *testing.T) {
 			t.Errorf("%s: %v", name, err)
 		}
 	}
-	if _, err := f.m.Get(ctx, "refused"); !sandbox.IsNotFound(err) {
+	if _, err := f.m.Get(ctx, "refused"); !errdefs.IsNotFound(err) {
 		t.Fatalf("a refused create left a neuron: %v", err)
 	}
 	st0, c := f.create("limits", sandbox.CreateOptions{Limits: sandbox.Limits{MemoryBytes: 256 << 20, Pids: 64}})

@@ -9,6 +9,7 @@ import (
 
 	"github.com/nsys-cortex/cortex/internal/link"
 	"github.com/nsys-cortex/cortex/internal/protocol"
+	"github.com/nsys-cortex/cortex/internal/protocol/errdefs"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
 )
 
@@ -50,7 +51,7 @@ func testPersistence(t *testing.T, f *fixture) {
 	if err := m2.Destroy(ctx, "keep", sandbox.DestroyOptions{Wipe: true}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m2.Get(ctx, "keep"); !sandbox.IsNotFound(err) {
+	if _, err := m2.Get(ctx, "keep"); !errdefs.IsNotFound(err) {
 		t.Fatalf("after wipe: %v, want NotFoundError", err)
 	}
 	f.create(m2, "keep")
@@ -85,7 +86,7 @@ func testDeath(t *testing.T, f *fixture) {
 	f.kill(st)
 	select {
 	case err := <-done:
-		if !sandbox.IsNotRunning(err) {
+		if !errdefs.IsNotRunning(err) {
 			t.Fatalf("pending exec: %v, want NOT_RUNNING", err)
 		}
 		if d := time.Since(killed); d > time.Second {
@@ -95,7 +96,7 @@ func testDeath(t *testing.T, f *fixture) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("pending exec hangs after the agent died")
 	}
-	if _, err := c.Health(ctx); !sandbox.IsNotRunning(err) {
+	if _, err := c.Health(ctx); !errdefs.IsNotRunning(err) {
 		t.Fatalf("later call: %v, want NOT_RUNNING", err)
 	}
 	waitFor(t, 5*time.Second, "the neuron to be stopped", func() bool {
@@ -103,7 +104,7 @@ func testDeath(t *testing.T, f *fixture) {
 		return err == nil && st.Status == sandbox.StatusStopped
 	})
 	waitFor(t, 5*time.Second, "the agent's command to die with it", func() bool { return len(f.processes(c, sleeper)) == 0 })
-	if _, err := m.Connect(ctx, "mortal"); !sandbox.IsNotRunning(err) {
+	if _, err := m.Connect(ctx, "mortal"); !errdefs.IsNotRunning(err) {
 		t.Fatalf("connect to a dead neuron: %v, want NotRunningError", err)
 	}
 	// Create replaces the corpse; the data is still there.
@@ -141,7 +142,7 @@ func testDiscovery(t *testing.T, f *fixture) {
 	}
 	waitFor(t, 5*time.Second, "the first host to see the neuron stop", func() bool {
 		_, err := c1.Health(ctx)
-		return sandbox.IsNotRunning(err)
+		return errdefs.IsNotRunning(err)
 	})
 	if st, err := m1.Get(ctx, "seen"); err != nil || st.Status != sandbox.StatusStopped {
 		t.Fatalf("first manager after destroy elsewhere: %+v %v", st, err)

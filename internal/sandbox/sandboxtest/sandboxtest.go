@@ -27,6 +27,7 @@ import (
 	"github.com/nsys-cortex/cortex/internal/layout"
 	"github.com/nsys-cortex/cortex/internal/link"
 	"github.com/nsys-cortex/cortex/internal/protocol"
+	"github.com/nsys-cortex/cortex/internal/protocol/errdefs"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
 	"github.com/nsys-cortex/cortex/internal/store"
 )
@@ -215,10 +216,10 @@ func testLifecycle(t *testing.T, f *fixture) {
 	if store.Alive(st.PID, 0) {
 		t.Fatalf("agent %d still alive after destroy", st.PID)
 	}
-	if _, err := c.Health(f.ctx); !sandbox.IsNotRunning(err) {
+	if _, err := c.Health(f.ctx); !errdefs.IsNotRunning(err) {
 		t.Fatalf("health after destroy: %v, want NOT_RUNNING", err)
 	}
-	if _, err := m.Connect(f.ctx, "life"); !sandbox.IsNotRunning(err) {
+	if _, err := m.Connect(f.ctx, "life"); !errdefs.IsNotRunning(err) {
 		t.Fatalf("connect after destroy: %v, want NotRunningError", err)
 	}
 	for _, op := range []func() error{
@@ -226,7 +227,7 @@ func testLifecycle(t *testing.T, f *fixture) {
 		func() error { return m.Destroy(f.ctx, "nope", sandbox.DestroyOptions{}) },
 		func() error { _, err := m.Connect(f.ctx, "nope"); return err },
 	} {
-		if err := op(); !sandbox.IsNotFound(err) {
+		if err := op(); !errdefs.IsNotFound(err) {
 			t.Fatalf("unknown id: %v, want NotFoundError", err)
 		}
 	}
@@ -235,10 +236,10 @@ func testLifecycle(t *testing.T, f *fixture) {
 func testInvalidIDs(t *testing.T, f *fixture) {
 	m := f.manager()
 	for _, id := range []string{"", "a/b", "..", ".hidden", "-flag", "a b", "x\x00y", "é", strings.Repeat("a", 65)} {
-		if _, err := m.Create(f.ctx, id, f.cfg.Options); !sandbox.IsInvalid(err) {
+		if _, err := m.Create(f.ctx, id, f.cfg.Options); !errdefs.IsInvalid(err) {
 			t.Errorf("create %q: %v, want InvalidError", id, err)
 		}
-		if _, err := m.Get(f.ctx, id); !sandbox.IsInvalid(err) {
+		if _, err := m.Get(f.ctx, id); !errdefs.IsInvalid(err) {
 			t.Errorf("get %q: %v, want InvalidError", id, err)
 		}
 	}
