@@ -14,6 +14,7 @@ import (
 	"github.com/nsys-cortex/cortex/internal/llm"
 	"github.com/nsys-cortex/cortex/internal/loop"
 	"github.com/nsys-cortex/cortex/internal/protocol"
+	"github.com/nsys-cortex/cortex/internal/protocol/errdefs"
 	"github.com/nsys-cortex/cortex/internal/session"
 	"github.com/nsys-cortex/cortex/internal/store"
 )
@@ -248,7 +249,7 @@ type Rewound struct {
 
 // ErrFilesLost says a rewind cannot put the files back; the conversation
 // alone can be rewound (keepFiles).
-var ErrFilesLost = errors.New("the files cannot be put back")
+var ErrFilesLost = errdefs.New(errdefs.Invalid, "the files cannot be put back")
 
 // Rewind goes back to just before the request entry (see Turns): the
 // session branches back there (the old branch stays in the file) and the

@@ -13,6 +13,7 @@ import (
 	"github.com/nsys-cortex/cortex/internal/llm"
 	"github.com/nsys-cortex/cortex/internal/llm/providers"
 	"github.com/nsys-cortex/cortex/internal/loop"
+	"github.com/nsys-cortex/cortex/internal/protocol/errdefs"
 	"github.com/nsys-cortex/cortex/internal/session"
 	"github.com/nsys-cortex/cortex/internal/tools"
 )
@@ -25,9 +26,9 @@ const DefaultCheckpoints = 20
 var (
 	// ErrBusy: another operation (a turn, a compaction, a rewind, ...) of
 	// this Runner is running. Runners never queue.
-	ErrBusy = errors.New("the chat is busy with another request")
+	ErrBusy = errdefs.New(errdefs.Busy, "the chat is busy with another request")
 	// ErrClosed: the Runner was closed.
-	ErrClosed = errors.New("the chat is closed")
+	ErrClosed = errdefs.New(errdefs.Unavailable, "the chat is closed")
 )
 
 // Options shape one Runner.

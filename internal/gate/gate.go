@@ -25,6 +25,7 @@ import (
 
 	"github.com/nsys-cortex/cortex/internal/layout"
 	"github.com/nsys-cortex/cortex/internal/policy"
+	"github.com/nsys-cortex/cortex/internal/protocol/errdefs"
 	"github.com/nsys-cortex/cortex/internal/store"
 )
 
@@ -243,6 +244,9 @@ type DeniedError struct {
 	Request  Request
 	Decision policy.Decision
 }
+
+// Class is errdefs.PolicyDenied.
+func (e *DeniedError) Class() errdefs.Class { return errdefs.PolicyDenied }
 
 func (e *DeniedError) Error() string {
 	msg := fmt.Sprintf("%s may not %s", e.Request.Principal, e.Request.Action)

@@ -16,6 +16,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/nsys-cortex/cortex/internal/protocol/errdefs"
 )
 
 // Role is who wrote a message.
@@ -201,6 +203,11 @@ func (e *Error) Error() string {
 	}
 	return s + ": " + e.Message
 }
+
+// Class is errdefs.Internal: a provider's failure is the daemon's to
+// report (the API's INTERNAL, as before classes), whatever its status;
+// the provider's status and code are in the message.
+func (e *Error) Class() errdefs.Class { return errdefs.Internal }
 
 // IsContextOverflow reports whether err says the request did not fit the
 // model's context window.

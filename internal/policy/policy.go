@@ -11,6 +11,8 @@ import (
 	"slices"
 	"sort"
 	"strings"
+
+	"github.com/nsys-cortex/cortex/internal/protocol/errdefs"
 )
 
 // Policy is a complete set of rules for the tool calls of one agent.
@@ -147,6 +149,9 @@ func (e *Error) Error() string {
 }
 
 func (e *Error) Unwrap() error { return e.Err }
+
+// Class is errdefs.Invalid: the policy is wrong.
+func (e *Error) Class() errdefs.Class { return errdefs.Invalid }
 
 // IsInvalid reports whether err says a policy could not be loaded.
 func IsInvalid(err error) bool {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/nsys-cortex/cortex/internal/llm"
+	"github.com/nsys-cortex/cortex/internal/protocol/errdefs"
 )
 
 // Version is the format version written in new headers. A reader loads
@@ -146,7 +147,7 @@ type Snapshot struct {
 // Errors. Failures wrap one of these with %w (or are a *CorruptError).
 var (
 	// ErrNotFound: no session, or no entry, with that id or label.
-	ErrNotFound = errors.New("not found")
+	ErrNotFound = errdefs.New(errdefs.NotFound, "not found")
 	// ErrInvalidID: an id that is not safe as a file name.
 	ErrInvalidID = errors.New("invalid session id")
 	// ErrTooLarge: an entry over MaxLineSize.

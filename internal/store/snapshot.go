@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nsys-cortex/cortex/internal/hostfs"
+	"github.com/nsys-cortex/cortex/internal/protocol/errdefs"
 )
 
 // Snapshot describes a saved neuron, as its snapshot.json records it.
@@ -65,12 +66,12 @@ func CheckSnapshotName(name string) error {
 // ErrSnapshotExists and ErrSnapshotNotFound are the snapshot errors a
 // caller may act on.
 var (
-	ErrSnapshotExists   = errors.New("snapshot exists")
-	ErrSnapshotNotFound = errors.New("no such snapshot")
+	ErrSnapshotExists   = errdefs.New(errdefs.Exists, "snapshot exists")
+	ErrSnapshotNotFound = errdefs.New(errdefs.NotFound, "no such snapshot")
 	// ErrSnapshotMismatch: the snapshot is of the other kind than the
 	// neuron restores (a VM's into a neuron of files, or files into a VM),
 	// or of another VM mode.
-	ErrSnapshotMismatch = errors.New("the snapshot does not fit this neuron")
+	ErrSnapshotMismatch = errdefs.New(errdefs.Invalid, "the snapshot does not fit this neuron")
 )
 
 // ReadSnapshot returns the record of snapshot name in dir.

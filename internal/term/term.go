@@ -18,6 +18,7 @@ import (
 	"syscall"
 
 	"github.com/nsys-cortex/cortex/internal/protocol"
+	"github.com/nsys-cortex/cortex/internal/protocol/errdefs"
 )
 
 // DetachKeys end an attachment and leave the terminal running: Ctrl-P
@@ -191,6 +192,10 @@ func (l *WriterLock) Release() {
 
 // BusyError: another attachment writes to the terminal.
 type BusyError struct{ Terminal, Holder string }
+
+// Class is errdefs.Locked: another holder has the writer lock (the API
+// answers OWNED_ELSEWHERE).
+func (e *BusyError) Class() errdefs.Class { return errdefs.Locked }
 
 func (e *BusyError) Error() string {
 	return fmt.Sprintf("terminal %s already has a writer%s: watch it with attach --watch, or detach the other one first", e.Terminal, e.Holder)
