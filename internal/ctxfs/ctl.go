@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	iofs "io/fs"
 	"regexp"
 	"strconv"
 	"strings"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"github.com/nsys-cortex/cortex/internal/protocol"
+	"github.com/nsys-cortex/cortex/internal/protocol/errdefs"
 )
 
 var errEOF = io.EOF
@@ -191,7 +191,34 @@ func (t *Tree) audit(r *ref, c *Command, line string, err error) {
 	_ = t.o.Auditor.Record("ctx.ctl", fields) // best effort: the write's own result is what the writer sees
 }
 
-// Errno maps an error of the tree or its sources to what FUSE returns.
+// errnos is /ctx's one table: the errno FUSE answers for each class. EIO
+// stands where no errno says more; the ctl file's last line says why.
+var errnos = map[errdefs.Class]syscall.Errno{
+	errdefs.Internal:            syscall.EIO,
+	errdefs.NotFound:            syscall.ENOENT,
+	errdefs.NotRunning:          syscall.EHOSTDOWN,
+	errdefs.OwnedElsewhere:      syscall.EACCES,
+	errdefs.Busy:                syscall.EBUSY,
+	errdefs.Locked:              syscall.EBUSY,
+	errdefs.Exists:              syscall.EEXIST,
+	errdefs.Invalid:             syscall.EINVAL,
+	errdefs.RangeNotSatisfiable: syscall.EINVAL,
+	errdefs.Unenforceable:       syscall.EIO,
+	errdefs.Unsupported:         syscall.ENOTSUP,
+	errdefs.TooLarge:            syscall.EFBIG,
+	errdefs.Timeout:             syscall.ETIMEDOUT,
+	errdefs.Permission:          syscall.EACCES,
+	errdefs.PathEscape:          syscall.EACCES,
+	errdefs.PolicyDenied:        syscall.EPERM,
+	errdefs.Unauthorized:        syscall.EACCES,
+	errdefs.Unavailable:         syscall.EIO,
+	errdefs.Capacity:            syscall.EIO,
+	errdefs.BootFailed:          syscall.EIO,
+	errdefs.Cancelled:           syscall.EINTR,
+}
+
+// Errno maps an error of the tree or its sources to what FUSE returns: an
+// errno in its chain as it is, otherwise its class's.
 func Errno(err error) syscall.Errno {
 	var en syscall.Errno
 	switch {
@@ -199,39 +226,9 @@ func Errno(err error) syscall.Errno {
 		return 0
 	case errors.As(err, &en):
 		return en
-	case errors.Is(err, ErrNotFound), errors.Is(err, iofs.ErrNotExist):
-		return syscall.ENOENT
-	case errors.Is(err, ErrPermission), errors.Is(err, iofs.ErrPermission):
-		return syscall.EACCES
-	case errors.Is(err, ErrDenied):
-		return syscall.EPERM
-	case errors.Is(err, ErrInvalid):
-		return syscall.EINVAL
-	case errors.Is(err, ErrReadOnly):
-		return syscall.EROFS
-	case errors.Is(err, context.DeadlineExceeded):
-		return syscall.ETIMEDOUT
-	case errors.Is(err, context.Canceled):
-		return syscall.EINTR
 	}
-	var pe *protocol.Error
-	if errors.As(err, &pe) {
-		switch pe.Code {
-		case protocol.CodeNotFound:
-			return syscall.ENOENT
-		case protocol.CodePermission, protocol.CodePathEscape:
-			return syscall.EACCES
-		case protocol.CodeBadRequest:
-			return syscall.EINVAL
-		case protocol.CodeTimeout:
-			return syscall.ETIMEDOUT
-		case protocol.CodeTooLarge:
-			return syscall.EFBIG
-		case protocol.CodeUnsupported:
-			return syscall.ENOTSUP
-		case protocol.CodeNotRunning:
-			return syscall.EHOSTDOWN
-		}
+	if en, ok := errnos[errdefs.Of(err)]; ok {
+		return en
 	}
 	return syscall.EIO
 }

@@ -32,6 +32,8 @@ type fake struct {
 	// asked is every command the gate was asked about; deny refuses them.
 	asked []ctxfs.Command
 	deny  bool
+	// refuse, when set, is the controller's answer to every command.
+	refuse error
 }
 
 // Authorize is the fake's gate: it records what it is asked, and allows
@@ -150,7 +152,11 @@ func (f *fake) Output(ctx context.Context, neuron string, pid int, stream string
 func (f *fake) Control(ctx context.Context, c *ctxfs.Command) error {
 	f.mu.Lock()
 	f.cmds = append(f.cmds, *c)
+	refuse := f.refuse
 	f.mu.Unlock()
+	if refuse != nil {
+		return refuse
+	}
 	switch {
 	case c.Target == ctxfs.TargetNeuron && c.Verb == "stop":
 		f.setRunning(c.Neuron, false)

@@ -2,11 +2,12 @@ package ctxfs
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"syscall"
 	"time"
 
 	"github.com/nsys-cortex/cortex/internal/protocol"
+	"github.com/nsys-cortex/cortex/internal/protocol/errdefs"
 )
 
 // Neuron is one neuron as the model holds it. Nothing in it changes after
@@ -143,16 +144,27 @@ type Auditor interface {
 	Record(event string, fields map[string]any) error
 }
 
-// Errors a source returns that ctxfs maps to errnos (protocol errors are
-// mapped by code).
+// Errors of the tree and its sources. Like every error, they are mapped
+// to errnos by their class (Errno); a source may return any classed error
+// (errdefs) as well.
 var (
-	ErrNotFound   = errors.New("not found")
-	ErrPermission = errors.New("permission denied")
+	ErrNotFound   = errdefs.New(errdefs.NotFound, "not found")
+	ErrPermission = errdefs.New(errdefs.Permission, "permission denied")
 	// ErrDenied: the gate refused the request (EPERM).
-	ErrDenied   = errors.New("denied")
-	ErrInvalid  = errors.New("invalid argument")
-	ErrReadOnly = errors.New("read-only")
+	ErrDenied  = errdefs.New(errdefs.PolicyDenied, "denied")
+	ErrInvalid = errdefs.New(errdefs.Invalid, "invalid argument")
+	// ErrReadOnly: the mount (or a neuron's view of it) takes no writes:
+	// a permission failure that FUSE reports as EROFS.
+	ErrReadOnly error = readOnly{}
 )
+
+// readOnly is ErrReadOnly; its errno travels in its chain, which Errno
+// looks at first.
+type readOnly struct{}
+
+func (readOnly) Error() string        { return "read-only" }
+func (readOnly) Class() errdefs.Class { return errdefs.Permission }
+func (readOnly) Unwrap() error        { return syscall.EROFS }
 
 // invalidf is an ErrInvalid with a reason.
 func invalidf(format string, args ...any) error {

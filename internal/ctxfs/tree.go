@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/nsys-cortex/cortex/internal/protocol"
+	"github.com/nsys-cortex/cortex/internal/protocol/errdefs"
 )
 
 // Caller is who asks: the uid and gid of the process at the other end.
@@ -342,7 +343,7 @@ func (t *Tree) procs(ctx context.Context, n *Neuron) ([]protocol.ProcInfo, error
 		return nil, nil
 	}
 	procs, err := t.o.Channel.Processes(ctx, n.ID)
-	if protocol.HasCode(err, protocol.CodeNotRunning) {
+	if errdefs.IsNotRunning(err) {
 		return nil, nil // it stopped since the snapshot: nothing runs
 	}
 	return procs, err

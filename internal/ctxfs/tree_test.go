@@ -3,6 +3,7 @@ package ctxfs_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"strings"
 	"syscall"
@@ -10,6 +11,8 @@ import (
 	"testing/fstest"
 
 	"github.com/nsys-cortex/cortex/internal/ctxfs"
+	"github.com/nsys-cortex/cortex/internal/protocol"
+	"github.com/nsys-cortex/cortex/internal/protocol/errdefs"
 )
 
 var operator = ctxfs.Caller{UID: 0, GID: 0}
@@ -177,6 +180,37 @@ func TestCtlVerbs(t *testing.T) {
 	ro := f.tree(func(o *ctxfs.Options) { o.ReadOnly = true })
 	if err := ro.WriteFile(ctx, operator, "neurons/b/ctl", []byte("stop")); ctxfs.Errno(err) != syscall.EROFS {
 		t.Errorf("write to a read-only tree: %v; want EROFS", err)
+	}
+}
+
+// A verb that the layers below refuse fails the write with the errno of
+// the refusal's class, whichever package made the error: an invalid one
+// is EINVAL (it was EIO for any error outside ctxfs's own few), and what
+// ctl reads next says why.
+func TestCtlRefusalsKeepTheirClass(t *testing.T) {
+	ctx := context.Background()
+	for _, c := range []struct {
+		err  error
+		want syscall.Errno
+	}{
+		{errdefs.New(errdefs.Invalid, "the snapshot does not fit this neuron"), syscall.EINVAL},
+		{fmt.Errorf("restart: %w", protocol.Errorf(protocol.CodeBadRequest, "no such signal")), syscall.EINVAL},
+		{errdefs.New(errdefs.Exists, "snapshot exists"), syscall.EEXIST},
+		{errdefs.New(errdefs.NotRunning, "neuron a is not running"), syscall.EHOSTDOWN},
+		{errdefs.New(errdefs.OwnedElsewhere, "owned by pid 1"), syscall.EACCES},
+		{errdefs.New(errdefs.Capacity, "no room"), syscall.EIO},
+		{context.DeadlineExceeded, syscall.ETIMEDOUT},
+	} {
+		f := standard(t)
+		f.refuse = c.err
+		tr := f.tree()
+		err := tr.WriteFile(ctx, operator, "neurons/a/ctl", []byte("snapshot s1"))
+		if got := ctxfs.Errno(err); got != c.want {
+			t.Errorf("refused with %q: %v (%v); want %v", c.err, got, err, c.want)
+		}
+		if b, _ := fs.ReadFile(tr.FS(operator), "neurons/a/ctl"); !strings.Contains(string(b), c.err.Error()) {
+			t.Errorf("ctl after %q reads %q; want the reason", c.err, b)
+		}
 	}
 }
 

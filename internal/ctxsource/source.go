@@ -21,7 +21,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/nsys-cortex/cortex/internal/ctxfs"
@@ -131,11 +130,7 @@ func (s *Source) forget(id string) {
 
 // client returns a channel to neuron id; a dead cached one is replaced.
 func (s *Source) client(ctx context.Context, id string) (*link.Client, error) {
-	c, err := s.neuron(id).Client(ctx)
-	if err != nil {
-		return nil, mapErr(err)
-	}
-	return c, nil
+	return s.neuron(id).Client(ctx)
 }
 
 // withClient runs f on neuron id's channel, reconnecting once if the
@@ -151,7 +146,7 @@ func (s *Source) withClient(ctx context.Context, id string, f func(*link.Client)
 			s.forget(id)
 			continue
 		}
-		return mapErr(err)
+		return err
 	}
 }
 
@@ -288,23 +283,20 @@ func (s *Source) controlNeuron(ctx context.Context, c *ctxfs.Command) error {
 	case "stop": // DELETE /v1/neurons/{id}, keeping the data
 		m, st, err := s.set.FindExact(ctx, id)
 		if err != nil {
-			return mapErr(err)
+			return err
 		}
 		s.forget(id)
-		return mapErr(m.Destroy(ctx, st.ID, sandbox.DestroyOptions{}))
+		return m.Destroy(ctx, st.ID, sandbox.DestroyOptions{})
 	case "restart":
 		err := s.neuron(id).Restart(ctx)
 		s.forget(id)
-		return mapErr(err)
+		return err
 	case "snapshot":
 		if err := store.CheckSnapshotName(c.Arg); err != nil {
 			return fmt.Errorf("%w: %v", ctxfs.ErrInvalid, err)
 		}
 		_, err := s.neuron(id).CreateSnapshot(ctx, c.Arg)
-		if errors.Is(err, store.ErrSnapshotExists) {
-			return fmt.Errorf("%w: %w", syscall.EEXIST, err)
-		}
-		return mapErr(err)
+		return err
 	case "kill": // every process and terminal the agent started
 		procs, err := s.Processes(ctx, id)
 		if err != nil {
@@ -319,24 +311,6 @@ func (s *Source) controlNeuron(ctx context.Context, c *ctxfs.Command) error {
 		return errors.Join(errs...)
 	}
 	return fmt.Errorf("%w: verb %q", ctxfs.ErrInvalid, c.Verb)
-}
-
-// mapErr turns sandbox errors into ctxfs's (protocol errors pass: ctxfs
-// maps their codes).
-func mapErr(err error) error {
-	switch {
-	case err == nil:
-		return nil
-	case errdefs.IsNotFound(err):
-		return fmt.Errorf("%w: %v", ctxfs.ErrNotFound, err)
-	case errdefs.IsInvalid(err):
-		return fmt.Errorf("%w: %v", ctxfs.ErrInvalid, err)
-	case errdefs.IsNotRunning(err):
-		return protocol.Errorf(protocol.CodeNotRunning, "%v", err)
-	case errdefs.IsOwnedElsewhere(err):
-		return fmt.Errorf("%w: %v", ctxfs.ErrPermission, err)
-	}
-	return err
 }
 
 // AuditLog is <home>/logs/audit.log.
