@@ -3,56 +3,99 @@ package cortex
 import (
 	"fmt"
 	"net/http"
+
+	"github.com/nsys-cortex/cortex/internal/protocol/errdefs"
 )
 
-// Error codes of the API, each with one HTTP status.
+// Code is an error code of the API. Each has one HTTP status
+// (HTTPStatus); the set is closed, and a code this SDK does not know (from
+// a newer daemon) is treated as INTERNAL.
+type Code string
+
+// Error codes of the API.
 const (
-	CodeBadRequest     = "BAD_REQUEST"
-	CodeUnauthorized   = "UNAUTHORIZED"
-	CodePolicyDenied   = "POLICY_DENIED"
-	CodePathEscape     = "PATH_ESCAPE"
-	CodePermission     = "PERMISSION"
-	CodeNotFound       = "NOT_FOUND"
-	CodeNotRunning     = "NOT_RUNNING"
-	CodeOwnedElsewhere = "OWNED_ELSEWHERE"
+	CodeBadRequest     Code = "BAD_REQUEST"
+	CodeUnauthorized   Code = "UNAUTHORIZED"
+	CodePolicyDenied   Code = "POLICY_DENIED"
+	CodePathEscape     Code = "PATH_ESCAPE"
+	CodePermission     Code = "PERMISSION"
+	CodeNotFound       Code = "NOT_FOUND"
+	CodeNotRunning     Code = "NOT_RUNNING"
+	CodeOwnedElsewhere Code = "OWNED_ELSEWHERE"
 	// CodeBusy: a chat session is running another request (one at a time).
-	CodeBusy = "BUSY"
+	CodeBusy Code = "BUSY"
 	// CodeExists: what a request would create exists already (a snapshot
 	// name taken).
-	CodeExists              = "EXISTS"
-	CodeTooLarge            = "TOO_LARGE"
-	CodeRangeNotSatisfiable = "RANGE_NOT_SATISFIABLE"
-	CodeUnenforceable       = "UNENFORCEABLE"
-	CodeUnsupported         = "UNSUPPORTED"
-	CodeCapacity            = "CAPACITY"
-	CodeUnavailable         = "UNAVAILABLE"
-	CodeTimeout             = "TIMEOUT"
-	CodeBootFailed          = "BOOT_FAILED"
-	CodeInternal            = "INTERNAL"
+	CodeExists              Code = "EXISTS"
+	CodeTooLarge            Code = "TOO_LARGE"
+	CodeRangeNotSatisfiable Code = "RANGE_NOT_SATISFIABLE"
+	CodeUnenforceable       Code = "UNENFORCEABLE"
+	CodeUnsupported         Code = "UNSUPPORTED"
+	CodeCapacity            Code = "CAPACITY"
+	CodeUnavailable         Code = "UNAVAILABLE"
+	CodeTimeout             Code = "TIMEOUT"
+	CodeBootFailed          Code = "BOOT_FAILED"
+	CodeInternal            Code = "INTERNAL"
 )
 
-// Statuses maps every error code to its HTTP status.
-var Statuses = map[string]int{
-	CodeBadRequest:          http.StatusBadRequest,
-	CodeUnauthorized:        http.StatusUnauthorized,
-	CodePolicyDenied:        http.StatusForbidden,
-	CodePathEscape:          http.StatusForbidden,
-	CodePermission:          http.StatusForbidden,
-	CodeNotFound:            http.StatusNotFound,
-	CodeNotRunning:          http.StatusConflict,
-	CodeOwnedElsewhere:      http.StatusConflict,
-	CodeBusy:                http.StatusConflict,
-	CodeExists:              http.StatusConflict,
-	CodeTooLarge:            http.StatusRequestEntityTooLarge,
-	CodeRangeNotSatisfiable: http.StatusRequestedRangeNotSatisfiable,
-	CodeUnenforceable:       http.StatusUnprocessableEntity,
-	CodeUnsupported:         http.StatusNotImplemented,
-	CodeCapacity:            http.StatusServiceUnavailable,
-	CodeUnavailable:         http.StatusServiceUnavailable,
-	CodeTimeout:             http.StatusGatewayTimeout,
-	CodeBootFailed:          http.StatusBadGateway,
-	CodeInternal:            http.StatusInternalServerError,
+// codes is the SDK's one table of the codes: each one's HTTP status, the
+// class (errdefs) of the errors that carry it, which the daemon maps from,
+// and its typed error where a program reacts to it.
+var codes = []codeRow{
+	{CodeBadRequest, http.StatusBadRequest, errdefs.Invalid, func(e APIError) error { return BadRequestError{e} }},
+	{CodeUnauthorized, http.StatusUnauthorized, errdefs.Unauthorized, func(e APIError) error { return UnauthorizedError{e} }},
+	{CodePolicyDenied, http.StatusForbidden, errdefs.PolicyDenied, func(e APIError) error { return PolicyDeniedError{e} }},
+	{CodePathEscape, http.StatusForbidden, errdefs.PathEscape, func(e APIError) error { return PathEscapeError{e} }},
+	{CodePermission, http.StatusForbidden, errdefs.Permission, nil},
+	{CodeNotFound, http.StatusNotFound, errdefs.NotFound, func(e APIError) error { return NotFoundError{e} }},
+	{CodeNotRunning, http.StatusConflict, errdefs.NotRunning, func(e APIError) error { return NotRunningError{e} }},
+	{CodeOwnedElsewhere, http.StatusConflict, errdefs.OwnedElsewhere, func(e APIError) error { return OwnedElsewhereError{e} }},
+	{CodeBusy, http.StatusConflict, errdefs.Busy, nil},
+	{CodeExists, http.StatusConflict, errdefs.Exists, func(e APIError) error { return ExistsError{e} }},
+	{CodeTooLarge, http.StatusRequestEntityTooLarge, errdefs.TooLarge, func(e APIError) error { return TooLargeError{e} }},
+	{CodeRangeNotSatisfiable, http.StatusRequestedRangeNotSatisfiable, errdefs.RangeNotSatisfiable, nil},
+	{CodeUnenforceable, http.StatusUnprocessableEntity, errdefs.Unenforceable, nil},
+	{CodeUnsupported, http.StatusNotImplemented, errdefs.Unsupported, nil},
+	{CodeCapacity, http.StatusServiceUnavailable, errdefs.Capacity, func(e APIError) error { return CapacityError{e} }},
+	{CodeUnavailable, http.StatusServiceUnavailable, errdefs.Unavailable, nil},
+	{CodeTimeout, http.StatusGatewayTimeout, errdefs.Timeout, func(e APIError) error { return TimeoutError{e} }},
+	{CodeBootFailed, http.StatusBadGateway, errdefs.BootFailed, nil},
+	{CodeInternal, http.StatusInternalServerError, errdefs.Internal, nil},
 }
+
+type codeRow struct {
+	code   Code
+	status int
+	class  errdefs.Class
+	typed  func(APIError) error
+}
+
+// rowOf returns c's row; a code this SDK does not know has INTERNAL's
+// class and no status.
+func rowOf(c Code) codeRow {
+	for _, r := range codes {
+		if r.code == c {
+			return r
+		}
+	}
+	return codeRow{code: c, class: errdefs.Internal}
+}
+
+// Codes returns every error code of the API.
+func Codes() []Code {
+	out := make([]Code, len(codes))
+	for i, c := range codes {
+		out[i] = c.code
+	}
+	return out
+}
+
+// HTTPStatus returns the HTTP status of code c, 0 for a code this SDK does
+// not know.
+func (c Code) HTTPStatus() int { return rowOf(c).status }
+
+// String returns the code as the API writes it.
+func (c Code) String() string { return string(c) }
 
 // ErrorBody is the JSON of every error answer: {"error":{"code","message"}}.
 type ErrorBody struct {
@@ -63,11 +106,15 @@ type ErrorBody struct {
 // one, so errors.As(err, &cortex.APIError{}) gives the code of any.
 type APIError struct {
 	Status  int    `json:"-"`
-	Code    string `json:"code"`
+	Code    Code   `json:"code"`
 	Message string `json:"message"`
 }
 
 func (e APIError) Error() string { return fmt.Sprintf("%s (%s)", e.Message, e.Code) }
+
+// Class returns the class of e's code, so that Cortex's own code
+// classifies the daemon's answers as it does its local errors.
+func (e APIError) Class() errdefs.Class { return rowOf(e.Code).class }
 
 // The typed errors, one per code a program reacts to.
 type (
@@ -98,29 +145,8 @@ func (e TimeoutError) Unwrap() error        { return e.APIError }
 
 // Typed returns the typed error of e's code (e itself for the others).
 func (e APIError) Typed() error {
-	switch e.Code {
-	case CodeBadRequest:
-		return BadRequestError{e}
-	case CodeUnauthorized:
-		return UnauthorizedError{e}
-	case CodePolicyDenied:
-		return PolicyDeniedError{e}
-	case CodePathEscape:
-		return PathEscapeError{e}
-	case CodeNotFound:
-		return NotFoundError{e}
-	case CodeNotRunning:
-		return NotRunningError{e}
-	case CodeOwnedElsewhere:
-		return OwnedElsewhereError{e}
-	case CodeExists:
-		return ExistsError{e}
-	case CodeTooLarge:
-		return TooLargeError{e}
-	case CodeCapacity:
-		return CapacityError{e}
-	case CodeTimeout:
-		return TimeoutError{e}
+	if r := rowOf(e.Code); r.typed != nil {
+		return r.typed(e)
 	}
 	return e
 }

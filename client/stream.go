@@ -83,7 +83,7 @@ func (s *Stream) Next() (*Event, error) {
 		if err := json.Unmarshal(data, &ae); err != nil {
 			return nil, fmt.Errorf("a malformed error event: %w", err)
 		}
-		ae.Status = Statuses[ae.Code]
+		ae.Status = ae.Code.HTTPStatus()
 		s.Close()
 		return nil, ae.Typed()
 	default:

@@ -109,7 +109,7 @@ func (n *NeuronClient) Terminal(ctx context.Context, o TerminalOptions) (*Termin
 		cancel()
 		switch {
 		case err == nil && m.Type == "error":
-			return nil, APIError{Code: m.Code, Message: m.Message, Status: Statuses[m.Code]}.Typed()
+			return nil, APIError{Code: m.Code, Message: m.Message, Status: m.Code.HTTPStatus()}.Typed()
 		case err == nil:
 			err = fmt.Errorf("the daemon sent %q before the terminal started", m.Type)
 		}
@@ -156,7 +156,7 @@ func (t *Terminal) readLoop() {
 		case "exit":
 			t.exit = &m
 		case "error":
-			t.err = APIError{Code: m.Code, Message: m.Message, Status: Statuses[m.Code]}.Typed()
+			t.err = APIError{Code: m.Code, Message: m.Message, Status: m.Code.HTTPStatus()}.Typed()
 		}
 		t.mu.Unlock()
 	}

@@ -238,7 +238,7 @@ type TermMessage struct {
 	PID      int    `json:"pid,omitempty"`
 	ExitCode int    `json:"exitCode,omitempty"`
 	Signal   string `json:"signal,omitempty"`
-	Code     string `json:"code,omitempty"`
+	Code     Code   `json:"code,omitempty"`
 	Message  string `json:"message,omitempty"`
 }
 

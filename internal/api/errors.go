@@ -2,7 +2,6 @@ package api
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,98 +12,80 @@ import (
 	"strings"
 
 	cortex "github.com/nsys-cortex/cortex/client"
-	"github.com/nsys-cortex/cortex/internal/protocol"
+	"github.com/nsys-cortex/cortex/internal/protocol/errdefs"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
-	"github.com/nsys-cortex/cortex/internal/store"
 )
 
-// apiError maps an error of the layers below to the API's code.
+// codes is the API's one table: the code (and so the HTTP status,
+// cortex.Code.HTTPStatus) each class of error is answered with.
+var codes = map[errdefs.Class]cortex.Code{
+	errdefs.Internal:            cortex.CodeInternal,
+	errdefs.NotFound:            cortex.CodeNotFound,
+	errdefs.NotRunning:          cortex.CodeNotRunning,
+	errdefs.OwnedElsewhere:      cortex.CodeOwnedElsewhere,
+	errdefs.Busy:                cortex.CodeBusy,
+	errdefs.Locked:              cortex.CodeOwnedElsewhere, // the writer of a terminal is elsewhere
+	errdefs.Exists:              cortex.CodeExists,
+	errdefs.Invalid:             cortex.CodeBadRequest,
+	errdefs.RangeNotSatisfiable: cortex.CodeRangeNotSatisfiable,
+	errdefs.Unenforceable:       cortex.CodeUnenforceable,
+	errdefs.Unsupported:         cortex.CodeUnsupported,
+	errdefs.TooLarge:            cortex.CodeTooLarge,
+	errdefs.Timeout:             cortex.CodeTimeout,
+	errdefs.Permission:          cortex.CodePermission,
+	errdefs.PathEscape:          cortex.CodePathEscape,
+	errdefs.PolicyDenied:        cortex.CodePolicyDenied,
+	errdefs.Unauthorized:        cortex.CodeUnauthorized,
+	errdefs.Unavailable:         cortex.CodeUnavailable,
+	errdefs.Capacity:            cortex.CodeCapacity,
+	errdefs.BootFailed:          cortex.CodeBootFailed,
+	errdefs.Cancelled:           cortex.CodeUnavailable, // whoever asked is gone, or the daemon stops
+}
+
+// apiError is err as the API answers it: an APIError a handler made is
+// answered as it is; any other error with its class's code and its
+// message, with what an API client can do about it added (explain).
 func apiError(err error) cortex.APIError {
-	var (
-		ae  cortex.APIError
-		pe  *protocol.Error
-		nf  *sandbox.NotFoundError
-		nr  *sandbox.NotRunningError
-		oe  *sandbox.OwnedElsewhereError
-		ce  *sandbox.CapacityError
-		ue  *sandbox.UnavailableError
-		ee  *sandbox.UnenforceableError
-		ie  *sandbox.InvalidError
-		be  *sandbox.BootError
-		mbe *http.MaxBytesError
-	)
-	code := cortex.CodeInternal
-	switch {
-	case errors.As(err, &ae):
+	var ae cortex.APIError
+	if errors.As(err, &ae) {
 		return ae
+	}
+	err = explain(err)
+	code, ok := codes[errdefs.Of(err)]
+	if !ok {
+		code = cortex.CodeInternal
+	}
+	return cortex.APIError{Status: code.HTTPStatus(), Code: code, Message: err.Error()}
+}
+
+// explain adds to err what an API client can do about it, where its own
+// message speaks to the command line or says too little.
+func explain(err error) error {
+	var (
+		mbe *http.MaxBytesError
+		nr  *sandbox.NotRunningError
+	)
+	switch class := errdefs.Of(err); {
 	case errors.As(err, &mbe):
-		code = cortex.CodeTooLarge
-		err = fmt.Errorf("the request body is larger than this route's limit of %d bytes", mbe.Limit)
-	case errors.Is(err, store.ErrSnapshotExists):
-		code = cortex.CodeExists
-	case errors.Is(err, store.ErrSnapshotNotFound):
-		code = cortex.CodeNotFound
-	case errors.Is(err, store.ErrSnapshotMismatch):
-		code = cortex.CodeBadRequest
-	case errors.As(err, &nf):
-		code = cortex.CodeNotFound
-	case errors.As(err, &nr):
-		code = cortex.CodeNotRunning
-	case errors.As(err, &oe):
-		code = cortex.CodeOwnedElsewhere
-	case errors.As(err, &ce):
-		code = cortex.CodeCapacity
-	case errors.As(err, &ue):
-		code = cortex.CodeUnavailable
-	case errors.As(err, &ee):
-		code = cortex.CodeUnenforceable
-	case errors.As(err, &ie):
-		code = cortex.CodeBadRequest
-	case errors.As(err, &be):
-		code = cortex.CodeBootFailed
-	case errors.As(err, &pe):
-		switch pe.Code {
-		case protocol.CodeNotFound:
-			code = cortex.CodeNotFound
-		case protocol.CodePermission:
-			code = cortex.CodePermission
-		case protocol.CodePathEscape:
-			code = cortex.CodePathEscape
-		case protocol.CodeTimeout:
-			code = cortex.CodeTimeout
-		case protocol.CodeTooLarge:
-			code = cortex.CodeTooLarge
-		case protocol.CodeBadRequest:
-			code = cortex.CodeBadRequest
-		case protocol.CodeUnsupported:
-			code = cortex.CodeUnsupported
-		case protocol.CodeNotRunning:
-			code = cortex.CodeNotRunning
-		}
-	case errors.Is(err, errStopping):
-		code = cortex.CodeUnavailable
-	case errors.Is(err, context.DeadlineExceeded):
-		code = cortex.CodeTimeout
-	case errors.Is(err, context.Canceled):
-		code = cortex.CodeUnavailable
-		err = fmt.Errorf("the request was cancelled (the client went away, or the daemon is stopping): %w", err)
+		return errdefs.Errorf(errdefs.TooLarge, "the request body is larger than this route's limit of %d bytes", mbe.Limit)
+	case class == errdefs.NotRunning && errors.As(err, &nr):
+		return fmt.Errorf("%w; over the API, POST /v1/neurons with {\"id\":%q} starts it again with its data", err, nr.ID)
+	case class == errdefs.Cancelled:
+		return fmt.Errorf("the request was cancelled (the client went away, or the daemon is stopping): %w", err)
 	}
-	if code == cortex.CodeNotRunning && nr != nil {
-		err = fmt.Errorf("%w; over the API, POST /v1/neurons with {\"id\":%q} starts it again with its data", err, nr.ID)
-	}
-	return cortex.APIError{Status: cortex.Statuses[code], Code: code, Message: err.Error()}
+	return err
 }
 
 // writeError answers with the error's status and JSON body.
 func writeError(w http.ResponseWriter, err error) {
 	ae := apiError(err)
-	status := cortex.Statuses[ae.Code]
+	status := ae.Code.HTTPStatus()
 	if status == 0 {
 		status = http.StatusInternalServerError
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
-	w.Header().Set("X-Cortex-Error", ae.Code) // for the metrics middleware
+	w.Header().Set("X-Cortex-Error", string(ae.Code)) // for the metrics middleware
 	w.WriteHeader(status)
 	json.NewEncoder(w).Encode(cortex.ErrorBody{Error: cortex.APIError{Code: ae.Code, Message: ae.Message}})
 }

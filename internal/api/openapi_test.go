@@ -402,9 +402,13 @@ func TestOpenAPISpecErrorCodes(t *testing.T) {
 		t.Fatal(err)
 	}
 	slices.Sort(codes)
-	want := slices.Sorted(maps.Keys(cortex.Statuses))
+	statuses := map[string]int{}
+	for _, c := range cortex.Codes() {
+		statuses[string(c)] = c.HTTPStatus()
+	}
+	want := slices.Sorted(maps.Keys(statuses))
 	if !slices.Equal(codes, want) {
-		t.Errorf("the spec's ErrorCode enum is\n  %v\nbut cortex.Statuses has\n  %v", codes, want)
+		t.Errorf("the spec's ErrorCode enum is\n  %v\nbut cortex.Codes has\n  %v", codes, want)
 	}
 
 	// The table of statuses in the info description says the same.
@@ -416,8 +420,8 @@ func TestOpenAPISpecErrorCodes(t *testing.T) {
 			table[m[1]], _ = strconv.Atoi(m[2])
 		}
 	}
-	if !maps.Equal(table, cortex.Statuses) {
-		t.Errorf("the info description's status table is\n  %v\nbut cortex.Statuses is\n  %v", table, cortex.Statuses)
+	if !maps.Equal(table, statuses) {
+		t.Errorf("the info description's status table is\n  %v\nbut the codes' HTTPStatus is\n  %v", table, statuses)
 	}
 }
 
@@ -493,7 +497,7 @@ func TestSpecScannerSeesProblems(t *testing.T) {
 	}
 
 	codes, err := specErrorCodes(replace(t, spec, "        - TIMEOUT\n", ""))
-	if err != nil || slices.Contains(codes, "TIMEOUT") || len(codes) != len(cortex.Statuses)-1 {
+	if err != nil || slices.Contains(codes, "TIMEOUT") || len(codes) != len(cortex.Codes())-1 {
 		t.Errorf("a code removed from the enum: got %v, %v", codes, err)
 	}
 }

@@ -19,6 +19,7 @@ import (
 	cortex "github.com/nsys-cortex/cortex/client"
 	"github.com/nsys-cortex/cortex/internal/gate"
 	"github.com/nsys-cortex/cortex/internal/link"
+	"github.com/nsys-cortex/cortex/internal/protocol/errdefs"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
 )
 
@@ -82,7 +83,7 @@ type Server struct {
 }
 
 // errStopping ends the streams open when the daemon stops.
-var errStopping = errors.New("the daemon is shutting down: attach again (from the offsets of the last events received) once it is back")
+var errStopping = errdefs.New(errdefs.Unavailable, "the daemon is shutting down: attach again (from the offsets of the last events received) once it is back")
 
 // streamContext is the context of a stream handler: it ends with the
 // request, or when the daemon stops. Call done when the handler returns.

@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"reflect"
 	"slices"
@@ -173,17 +174,23 @@ func (s *Server) releaseChat(c *openChat) {
 	s.chats.mu.Unlock()
 }
 
-// chatError maps the runtime's errors onto API codes.
+// chatHints are what an API client can do about the chat runtime's
+// refusals; their codes are their classes'.
+var chatHints = []struct {
+	err  error
+	hint string
+}{
+	{chatrun.ErrBusy, ": one request at a time per session (wait for the turn to end, or cancel it by closing its stream)"},
+	{chatrun.ErrClosed, ": retry"},
+	{chatrun.ErrFilesLost, ` (send "keepFiles": true to rewind the conversation alone)`},
+}
+
+// chatError adds its hint to a refusal of the chat runtime.
 func chatError(err error) error {
-	switch {
-	case errors.Is(err, chatrun.ErrBusy):
-		return cortex.APIError{Code: cortex.CodeBusy, Message: err.Error() + ": one request at a time per session (wait for the turn to end, or cancel it by closing its stream)"}
-	case errors.Is(err, chatrun.ErrClosed):
-		return cortex.APIError{Code: cortex.CodeUnavailable, Message: err.Error() + ": retry"}
-	case errors.Is(err, chatrun.ErrFilesLost):
-		return cortex.APIError{Code: cortex.CodeBadRequest, Message: err.Error() + ` (send "keepFiles": true to rewind the conversation alone)`}
-	case errors.Is(err, session.ErrNotFound):
-		return cortex.APIError{Code: cortex.CodeNotFound, Message: err.Error()}
+	for _, h := range chatHints {
+		if errors.Is(err, h.err) {
+			return fmt.Errorf("%w%s", err, h.hint)
+		}
 	}
 	return err
 }

@@ -284,7 +284,7 @@ func TestSessionsBadInput(t *testing.T) {
 	for _, c := range []struct {
 		what string
 		err  error
-		code string
+		code cortex.Code
 	}{
 		{"an unknown session", func() error { _, err := d.c.Session(ctx, "nosuchsession"); return err }(), cortex.CodeNotFound},
 		{"an id with a path in it", func() error { _, err := d.c.Session(ctx, "../x"); return err }(), cortex.CodeBadRequest},

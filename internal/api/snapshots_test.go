@@ -19,7 +19,7 @@ import (
 )
 
 // apiCode returns the code and status of an API error ("" when err is none).
-func apiCode(err error) (string, int) {
+func apiCode(err error) (cortex.Code, int) {
 	var ae cortex.APIError
 	if !errors.As(err, &ae) {
 		return "", 0

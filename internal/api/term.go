@@ -102,7 +102,7 @@ func (s *Server) terminal(w http.ResponseWriter, r *http.Request) {
 		wctx, wcancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		ws.Write(wctx, websocket.MessageText, b)
 		wcancel()
-		ws.Close(websocket.StatusInternalError, ae.Code)
+		ws.Close(websocket.StatusInternalError, string(ae.Code))
 	}
 	var info *protocol.ProcInfo
 	if pid == 0 {
@@ -122,7 +122,7 @@ func (s *Server) terminal(w http.ResponseWriter, r *http.Request) {
 	if !watch && s.opts.TermLocks != "" {
 		lock, err := term.LockWriter(s.opts.TermLocks, r.PathValue("id"), info.ID)
 		if err != nil {
-			fail(cortex.APIError{Code: cortex.CodeOwnedElsewhere, Message: err.Error()})
+			fail(err) // another writer holds it: OWNED_ELSEWHERE, by its class
 			return
 		}
 		defer lock.Release()
