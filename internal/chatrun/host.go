@@ -16,7 +16,7 @@ import (
 	"github.com/nsys-cortex/cortex/internal/llm/providers"
 	"github.com/nsys-cortex/cortex/internal/policy"
 	"github.com/nsys-cortex/cortex/internal/prompt"
-	"github.com/nsys-cortex/cortex/internal/protocol"
+	"github.com/nsys-cortex/cortex/internal/protocol/errdefs"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
 	"github.com/nsys-cortex/cortex/internal/tools"
 	"github.com/nsys-cortex/cortex/internal/tools/memory"
@@ -168,7 +168,7 @@ func (h *Host) systemPrompt(ctx context.Context, n *tools.SetNeuron, kit *tools.
 				return nil, err
 			}
 			data, err := cl.ReadFile(ctx, path.Join(st.Workdir, name))
-			if protocol.HasCode(err, protocol.CodeNotFound) {
+			if errdefs.IsNotFound(err) {
 				return nil, fs.ErrNotExist
 			}
 			return data, err

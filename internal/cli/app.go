@@ -16,8 +16,6 @@ import (
 	cortex "github.com/nsys-cortex/cortex/client"
 	"github.com/nsys-cortex/cortex/internal/config"
 	"github.com/nsys-cortex/cortex/internal/layout"
-	"github.com/nsys-cortex/cortex/internal/protocol"
-	"github.com/nsys-cortex/cortex/internal/protocol/errdefs"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
 	"github.com/nsys-cortex/cortex/internal/store"
 )
@@ -86,18 +84,6 @@ func (a *App) Run(ctx context.Context, args []string) int {
 	}
 	fmt.Fprintf(a.Stderr, "nsys-cortex: %s\n", describe(err))
 	return ExitFailure
-}
-
-// describe turns an error into the message a person reads.
-func describe(err error) string {
-	var pe *protocol.Error
-	if errors.As(err, &pe) {
-		return fmt.Sprintf("%s (%s)", err.Error(), pe.Code)
-	}
-	if errdefs.IsOwnedElsewhere(err) {
-		return err.Error() + "; when that is nsys-cortex serve, go through it: --api URL or NSYS_CORTEX_API_URL"
-	}
-	return err.Error()
 }
 
 func (a *App) rootCommand() *cobra.Command {

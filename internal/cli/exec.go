@@ -186,18 +186,6 @@ Ctrl-C (or SIGTERM, SIGHUP) kills the command in the neuron.`,
 	return cmd
 }
 
-// spawnError reports a program that could not start with the shell's status
-// (127 not found, 126 not runnable) and the reason on stderr.
-func spawnError(err error) error {
-	switch {
-	case protocol.HasCode(err, protocol.CodeNotFound):
-		return &exitError{code: ExitNotFound, msg: describe(err)}
-	case protocol.HasCode(err, protocol.CodePermission):
-		return &exitError{code: ExitNoInvoke, msg: describe(err)}
-	}
-	return err
-}
-
 func exitCode(code int) error {
 	if code == 0 {
 		return nil

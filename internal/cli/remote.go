@@ -3,7 +3,6 @@ package cli
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -16,6 +15,7 @@ import (
 	"github.com/nsys-cortex/cortex/internal/layout"
 	"github.com/nsys-cortex/cortex/internal/link"
 	"github.com/nsys-cortex/cortex/internal/protocol"
+	"github.com/nsys-cortex/cortex/internal/protocol/errdefs"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
 )
 
@@ -80,25 +80,6 @@ func (a *App) apiClient() (*cortex.Client, error) {
 	return c, nil
 }
 
-// localError turns an API error into the CLI's own errors where the
-// commands react to them (exit codes, messages).
-func localError(err error) error {
-	var ae cortex.APIError
-	if !errors.As(err, &ae) {
-		return err
-	}
-	code := protocol.Code(ae.Code)
-	switch ae.Code {
-	case cortex.CodeNotFound, cortex.CodePermission, cortex.CodePathEscape, cortex.CodeTimeout,
-		cortex.CodeTooLarge, cortex.CodeBadRequest, cortex.CodeUnsupported, cortex.CodeNotRunning:
-		if ae.Code == cortex.CodePermission {
-			code = protocol.CodePermission
-		}
-		return &protocol.Error{Code: code, Message: ae.Message}
-	}
-	return err
-}
-
 // stateOf is the local form of the API's view of a neuron.
 func stateOf(n *cortex.Neuron) *sandbox.State {
 	st := &sandbox.State{ID: n.ID, Mode: n.Mode, Status: sandbox.Status(n.Status), PID: n.PID, Workdir: n.Workdir,
@@ -122,7 +103,7 @@ func remoteFind(ctx context.Context, c *cortex.Client, ref string, prefixes bool
 	if err == nil {
 		return stateOf(n), nil
 	}
-	if !errors.As(err, &cortex.NotFoundError{}) || !prefixes || len(ref) < 3 {
+	if !errdefs.IsNotFound(err) || !prefixes || len(ref) < 3 {
 		return nil, err
 	}
 	all, err := c.List(ctx)
@@ -177,7 +158,7 @@ func (r *remoteChannel) Exec(ctx context.Context, req *link.ExecRequest) (*link.
 	if req.Stdout == nil && req.Stderr == nil {
 		out, err := r.n.Exec(ctx, er)
 		if err != nil {
-			return nil, localError(err)
+			return nil, err
 		}
 		res.Stdout, res.Stderr = out.Output()
 		fill(res, out)
@@ -185,7 +166,7 @@ func (r *remoteChannel) Exec(ctx context.Context, req *link.ExecRequest) (*link.
 	}
 	s, err := r.n.ExecStream(ctx, er)
 	if err != nil {
-		return nil, localError(err)
+		return nil, err
 	}
 	stdout, stderr := req.Stdout, req.Stderr
 	var ob, eb bytes.Buffer
@@ -197,7 +178,7 @@ func (r *remoteChannel) Exec(ctx context.Context, req *link.ExecRequest) (*link.
 	}
 	last, err := s.Copy(stdout, stderr)
 	if err != nil {
-		return nil, localError(err)
+		return nil, err
 	}
 	res.Stdout, res.Stderr = ob.Bytes(), eb.Bytes()
 	fill(res, last.Result)
@@ -211,26 +192,24 @@ func fill(res *link.ExecResult, out *cortex.ExecResult) {
 }
 
 func (r *remoteChannel) ProcStart(ctx context.Context, args *protocol.ProcStartArgs) (*protocol.ProcInfo, error) {
-	p, err := r.n.Start(ctx, &cortex.StartRequest{Command: cortex.Command{Argv: args.Argv, Shell: args.Shell, Cwd: args.Cwd, Env: args.Env},
+	return r.n.Start(ctx, &cortex.StartRequest{Command: cortex.Command{Argv: args.Argv, Shell: args.Shell, Cwd: args.Cwd, Env: args.Env},
 		Stdin: args.Stdin, RingBytes: args.RingBytes})
-	return p, localError(err)
 }
 
 func (r *remoteChannel) ProcList(ctx context.Context) ([]protocol.ProcInfo, error) {
-	l, err := r.n.Processes(ctx)
-	return l, localError(err)
+	return r.n.Processes(ctx)
 }
 
 func (r *remoteChannel) ProcAttach(ctx context.Context, args *protocol.ProcAttachArgs, out link.OutputFunc) (*protocol.ProcInfo, error) {
 	s, err := r.n.Output(ctx, args.PID, cortex.OutputOptions{StdoutOffset: args.StdoutOffset, StderrOffset: args.StderrOffset, NoFollow: !args.Follow})
 	if err != nil {
-		return nil, localError(err)
+		return nil, err
 	}
 	defer s.Close()
 	for {
 		ev, err := s.Next()
 		if err != nil {
-			return nil, localError(err)
+			return nil, err
 		}
 		switch ev.Type {
 		case "stdout", "stderr":
@@ -247,12 +226,11 @@ func (r *remoteChannel) ProcAttach(ctx context.Context, args *protocol.ProcAttac
 }
 
 func (r *remoteChannel) ProcSignal(ctx context.Context, pid int, signal string) error {
-	return localError(r.n.Signal(ctx, pid, signal))
+	return r.n.Signal(ctx, pid, signal)
 }
 
 func (r *remoteChannel) Health(ctx context.Context) (*protocol.HealthResult, error) {
-	h, err := r.n.Health(ctx)
-	return h, localError(err)
+	return r.n.Health(ctx)
 }
 
 func (r *remoteChannel) WriteFileFrom(ctx context.Context, p string, src io.Reader, o *link.WriteOptions) (int64, error) {
@@ -265,41 +243,35 @@ func (r *remoteChannel) WriteFileFrom(ctx context.Context, p string, src io.Read
 			wo.Size = fi.Size()
 		}
 	}
-	n, err := r.n.WriteFile(ctx, p, src, wo)
-	return n, localError(err)
+	return r.n.WriteFile(ctx, p, src, wo)
 }
 
 func (r *remoteChannel) ReadFileTo(ctx context.Context, p string, w io.Writer) (int64, error) {
-	n, err := r.n.Download(ctx, p, w)
-	return n, localError(err)
+	return r.n.Download(ctx, p, w)
 }
 
 func (r *remoteChannel) Stat(ctx context.Context, p string) (*protocol.FileInfo, error) {
-	fi, err := r.n.Stat(ctx, p)
-	return fi, localError(err)
+	return r.n.Stat(ctx, p)
 }
 
 func (r *remoteChannel) Lstat(ctx context.Context, p string) (*protocol.FileInfo, error) {
-	fi, err := r.n.Lstat(ctx, p)
-	return fi, localError(err)
+	return r.n.Lstat(ctx, p)
 }
 
 func (r *remoteChannel) List(ctx context.Context, p string) ([]protocol.FileInfo, error) {
-	l, err := r.n.List(ctx, p)
-	return l, localError(err)
+	return r.n.List(ctx, p)
 }
 
 func (r *remoteChannel) Mkdir(ctx context.Context, p string) (string, error) {
-	d, err := r.n.Mkdir(ctx, p)
-	return d, localError(err)
+	return r.n.Mkdir(ctx, p)
 }
 
 func (r *remoteChannel) Symlink(ctx context.Context, target, p string) error {
-	return localError(r.n.Symlink(ctx, target, p))
+	return r.n.Symlink(ctx, target, p)
 }
 
 func (r *remoteChannel) Remove(ctx context.Context, p string, recursive bool) error {
-	return localError(r.n.Remove(ctx, p, recursive))
+	return r.n.Remove(ctx, p, recursive)
 }
 
 // pty runs command on a PTY wired to this terminal, through the channel
@@ -325,7 +297,7 @@ func (a *App) runPtyRemote(ctx context.Context, n *cortex.NeuronClient, command 
 		Cwd: command.Cwd, Env: command.Env}, Cols: cols, Rows: rows})
 	ocancel()
 	if err != nil {
-		return 0, "", spawnError(localError(err))
+		return 0, "", spawnError(err)
 	}
 	defer t.Close()
 	if ctx.Err() != nil {
@@ -368,10 +340,10 @@ func (a *App) runPtyRemote(ctx context.Context, n *cortex.NeuronClient, command 
 	select {
 	case err := <-copied:
 		if err != nil {
-			return 0, "", localError(err)
+			return 0, "", err
 		}
 		code, sig, err := t.Wait()
-		return code, sig, localError(err)
+		return code, sig, err
 	case <-ctx.Done():
 		t.Kill() // leave no shell running behind an interrupted session
 		return 0, "", ctx.Err()

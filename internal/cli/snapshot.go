@@ -143,7 +143,7 @@ func (a *App) snapshotNeuron(ctx context.Context, ref string, exact, left bool) 
 		return nil, err
 	} else if c != nil {
 		st, err := remoteFind(ctx, c, ref, !exact)
-		if left && (errors.As(err, &cortex.NotFoundError{}) || errdefs.IsNotFound(err)) {
+		if left && errdefs.IsNotFound(err) {
 			return &remoteSnapshots{c: c, id: ref}, nil // the daemon finds what is left, or says not found
 		}
 		if err != nil {

@@ -76,7 +76,7 @@ func (s *remoteSession) Follow(ctx context.Context, _ int64, out func([]byte) er
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
 			}
-			return nil, localError(err)
+			return nil, err
 		}
 	}
 	code, sig, err := s.t.Wait()
@@ -84,7 +84,7 @@ func (s *remoteSession) Follow(ctx context.Context, _ int64, out func([]byte) er
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		return nil, localError(err)
+		return nil, err
 	}
 	return &protocol.ProcInfo{PID: s.t.PID, ID: s.t.ID, ExitCode: code, Signal: sig}, nil
 }
@@ -180,7 +180,7 @@ func (a *App) attachTo(ctx context.Context, neuron, ref string, command *protoco
 		}
 		t, err := c.n.Terminal(ctx, o)
 		if err != nil {
-			return 0, localError(err)
+			return 0, err
 		}
 		defer t.Close()
 		info = &protocol.ProcInfo{PID: t.PID, ID: t.ID}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/nsys-cortex/cortex/internal/link"
 	"github.com/nsys-cortex/cortex/internal/protocol"
+	"github.com/nsys-cortex/cortex/internal/protocol/errdefs"
 	"github.com/nsys-cortex/cortex/internal/tools/patch"
 	"github.com/nsys-cortex/cortex/internal/tools/textedit"
 )
@@ -185,7 +186,7 @@ var writeTool = define("write", GroupFSWrite, Annotations{Destructive: true, Ide
 				return nil, err
 			}
 			verb = "replaced"
-		} else if !protocol.HasCode(err, protocol.CodeNotFound) {
+		} else if !errdefs.IsNotFound(err) {
 			return nil, err
 		}
 		if err := cl.WriteFile(ctx, p, []byte(in.Content), &link.WriteOptions{Parents: true}); err != nil {
@@ -332,7 +333,7 @@ type patchFS struct {
 func (f *patchFS) ReadFile(ctx context.Context, p string) ([]byte, error) {
 	rp := f.c.path(p)
 	data, err := f.c.readFile(ctx, rp)
-	if protocol.HasCode(err, protocol.CodeNotFound) {
+	if errdefs.IsNotFound(err) {
 		return nil, fmt.Errorf("%s: %w", p, fs.ErrNotExist)
 	}
 	if err == nil {

@@ -23,6 +23,7 @@ import (
 	"github.com/nsys-cortex/cortex/internal/hostfs"
 	"github.com/nsys-cortex/cortex/internal/link"
 	"github.com/nsys-cortex/cortex/internal/protocol"
+	"github.com/nsys-cortex/cortex/internal/protocol/errdefs"
 )
 
 // Endpoint is a neuron's side of a copy: its channel's client, or the
@@ -149,7 +150,7 @@ func isDir(ctx context.Context, l Location) (bool, error) {
 		return err == nil && st.IsDir(), err
 	}
 	fi, err := l.Client.Stat(ctx, l.Path)
-	if protocol.HasCode(err, protocol.CodeNotFound) {
+	if errdefs.IsNotFound(err) {
 		return false, nil
 	}
 	if err != nil {
@@ -454,7 +455,7 @@ func walk(ctx context.Context, src Location, o Options) ([]entry, int, error) {
 func makeDir(ctx context.Context, d Location) error {
 	fi, err := d.Client.Lstat(ctx, d.Path)
 	switch {
-	case protocol.HasCode(err, protocol.CodeNotFound):
+	case errdefs.IsNotFound(err):
 		_, err = d.Client.Mkdir(ctx, d.Path)
 		return err
 	case err != nil:

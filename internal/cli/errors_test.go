@@ -1,0 +1,74 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+
+	cortex "github.com/nsys-cortex/cortex/client"
+	"github.com/nsys-cortex/cortex/internal/protocol"
+	"github.com/nsys-cortex/cortex/internal/protocol/errdefs"
+	"github.com/nsys-cortex/cortex/internal/sandbox"
+	"github.com/nsys-cortex/cortex/internal/term"
+)
+
+// Every class has a row: a class nobody mapped would otherwise exit
+// ExitFailure without anyone deciding it.
+func TestEveryClassHasAnOutcome(t *testing.T) {
+	for _, c := range errdefs.Classes() {
+		o, ok := outcomes[c]
+		if !ok {
+			t.Errorf("class %v has no outcome", c)
+			continue
+		}
+		switch o.spawnExit {
+		case ExitFailure, ExitNoInvoke, ExitNotFound:
+		default:
+			t.Errorf("class %v: a spawn failure exits %d", c, o.spawnExit)
+		}
+	}
+	if len(outcomes) != len(errdefs.Classes()) {
+		t.Errorf("%d rows for %d classes", len(outcomes), len(errdefs.Classes()))
+	}
+}
+
+// The statuses and messages of the CLI before classes, kept: locally
+// and through the daemon alike.
+func TestOutcomes(t *testing.T) {
+	remote := func(code cortex.Code) error { return cortex.APIError{Code: code, Message: "m"}.Typed() }
+	for _, c := range []struct {
+		err  error
+		exit int    // of spawnError
+		msg  string // of describe
+	}{
+		{protocol.Errorf(protocol.CodeNotFound, "no such file"), ExitNotFound, "no such file (NOT_FOUND)"},
+		{protocol.Errorf(protocol.CodePermission, "denied"), ExitNoInvoke, "denied (PERMISSION)"},
+		{protocol.Errorf(protocol.CodePathEscape, "out"), ExitFailure, "out (PATH_ESCAPE)"},
+		{fmt.Errorf("start: %w", protocol.Errorf(protocol.CodeNotRunning, "gone")), ExitFailure, "start: gone (NOT_RUNNING)"},
+		{remote(cortex.CodeNotFound), ExitNotFound, "m (NOT_FOUND)"},
+		{remote(cortex.CodePermission), ExitNoInvoke, "m (PERMISSION)"},
+		{remote(cortex.CodePolicyDenied), ExitFailure, "m (POLICY_DENIED)"},
+		{remote(cortex.CodeOwnedElsewhere), ExitFailure, "m (OWNED_ELSEWHERE)"},
+		{&sandbox.OwnedElsewhereError{ID: "n1"}, ExitFailure,
+			`neuron "n1" is owned by another process; when that is nsys-cortex serve, go through it: --api URL or NSYS_CORTEX_API_URL`},
+		{&term.BusyError{Terminal: "t1"}, ExitFailure, "terminal t1 already has a writer: watch it with attach --watch, or detach the other one first"},
+		{errors.New("plain"), ExitFailure, "plain"},
+	} {
+		if got := describe(c.err); got != c.msg {
+			t.Errorf("describe(%T) = %q, want %q", c.err, got, c.msg)
+		}
+		exit := ExitFailure
+		var ee *exitError
+		if err := spawnError(c.err); errors.As(err, &ee) {
+			exit = ee.code
+			if ee.msg != c.msg {
+				t.Errorf("spawnError(%T) says %q, want %q", c.err, ee.msg, c.msg)
+			}
+		} else if err != c.err {
+			t.Errorf("spawnError(%T) = %v, want it unchanged", c.err, err)
+		}
+		if exit != c.exit {
+			t.Errorf("spawnError(%T) exits %d, want %d", c.err, exit, c.exit)
+		}
+	}
+}
