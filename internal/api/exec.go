@@ -26,6 +26,41 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request) (*link.Client, 
 	return c, true
 }
 
+// neuronCall is a route's work on the request's neuron, run on its
+// client: it returns the answer, out as JSON with status (no body when out
+// is nil). A call that streams writes its answer itself and returns
+// status 0.
+type neuronCall func(c *link.Client) (status int, out any, err error)
+
+// onNeuron adapts a route on a running neuron: prepare reads and checks
+// the request (its error is answered before the neuron is connected to)
+// and returns the call; the call runs on the neuron's client, and its
+// answer, or its error through the one table, is written. A neuron found
+// stopped is forgotten.
+func (s *Server) onNeuron(prepare func(w http.ResponseWriter, r *http.Request) (neuronCall, error)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		call, err := prepare(w, r)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		c, ok := s.connect(w, r)
+		if !ok {
+			return
+		}
+		status, out, err := call(c)
+		switch {
+		case err != nil:
+			s.fail(w, r, err)
+		case status == 0: // answered by the call
+		case out == nil:
+			w.WriteHeader(status)
+		default:
+			writeJSON(w, status, out)
+		}
+	}
+}
+
 // fail answers err; a neuron that stopped is forgotten.
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	s.noteFailure(r, err)
@@ -47,76 +82,68 @@ func command(c cortex.Command) (protocol.Command, error) {
 	return pc, nil
 }
 
-func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
+func (s *Server) exec(w http.ResponseWriter, r *http.Request) (neuronCall, error) {
 	stream, err := boolParam(r, "stream")
 	if err != nil {
-		writeError(w, err)
-		return
+		return nil, err
 	}
 	var req cortex.ExecRequest
 	if err := decodeJSON(w, r, &req); err != nil {
-		writeError(w, err)
-		return
+		return nil, err
 	}
 	pc, err := command(req.Command)
 	if err != nil {
-		writeError(w, err)
-		return
+		return nil, err
 	}
 	lr := &link.ExecRequest{Command: pc, MaxOutput: req.MaxOutput}
 	switch {
 	case req.TimeoutMs == -1:
 		lr.Timeout = link.NoTimeout
 	case req.TimeoutMs < 0:
-		writeError(w, badRequest("timeoutMs: %d; give a positive number of milliseconds, 0 for the default (30000) or -1 for none", req.TimeoutMs))
-		return
+		return nil, badRequest("timeoutMs: %d; give a positive number of milliseconds, 0 for the default (30000) or -1 for none", req.TimeoutMs)
 	default:
 		lr.Timeout = time.Duration(req.TimeoutMs) * time.Millisecond
 	}
 	if req.MaxOutput < 0 {
-		writeError(w, badRequest("maxOutput: %d is negative", req.MaxOutput))
-		return
+		return nil, badRequest("maxOutput: %d is negative", req.MaxOutput)
 	}
 	switch {
 	case req.Stdin != "" && req.StdinBase64 != "":
-		writeError(w, badRequest("give stdin or stdinBase64, not both"))
-		return
+		return nil, badRequest("give stdin or stdinBase64, not both")
 	case req.StdinBase64 != "":
 		in, err := base64.StdEncoding.DecodeString(req.StdinBase64)
 		if err != nil {
-			writeError(w, badRequest("stdinBase64: %v", err))
-			return
+			return nil, badRequest("stdinBase64: %v", err)
 		}
 		lr.Stdin = bytes.NewReader(in)
 	case req.Stdin != "":
 		lr.Stdin = bytes.NewReader([]byte(req.Stdin))
 	}
-	c, ok := s.connect(w, r)
-	if !ok {
-		return
-	}
 	if !stream {
+		return func(c *link.Client) (int, any, error) {
+			res, err := c.Exec(r.Context(), lr)
+			if err != nil {
+				return 0, nil, err
+			}
+			return http.StatusOK, execResult(res, res.Stdout, res.Stderr), nil
+		}, nil
+	}
+	return func(c *link.Client) (int, any, error) {
+		sse, ok := newSSE(w)
+		if !ok {
+			return 0, nil, nil
+		}
+		lr.Stdout = sse.output("stdout")
+		lr.Stderr = sse.output("stderr")
 		res, err := c.Exec(r.Context(), lr)
 		if err != nil {
-			s.fail(w, r, err)
-			return
+			s.noteFailure(r, err)
+			sse.fail(err)
+			return 0, nil, nil
 		}
-		writeJSON(w, http.StatusOK, execResult(res, res.Stdout, res.Stderr))
-		return
-	}
-	sse, ok := newSSE(w)
-	if !ok {
-		return
-	}
-	lr.Stdout = sse.output("stdout")
-	lr.Stderr = sse.output("stderr")
-	res, err := c.Exec(r.Context(), lr)
-	if err != nil {
-		s.noteFailure(r, err)
-		sse.fail(err)
-		return
-	}
-	sse.event("exit", execResult(res, nil, nil))
+		sse.event("exit", execResult(res, nil, nil))
+		return 0, nil, nil
+	}, nil
 }
 
 func execResult(res *link.ExecResult, stdout, stderr []byte) cortex.ExecResult {

@@ -23,29 +23,30 @@ func pathParam(r *http.Request) (string, error) {
 	return p, nil
 }
 
-func (s *Server) readFile(w http.ResponseWriter, r *http.Request) {
+func (s *Server) readFile(w http.ResponseWriter, r *http.Request) (neuronCall, error) {
 	p, err := pathParam(r)
 	if err != nil {
-		writeError(w, err)
-		return
+		return nil, err
 	}
-	c, ok := s.connect(w, r)
-	if !ok {
-		return
-	}
-	fi, err := c.Stat(r.Context(), p)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
+	return func(c *link.Client) (int, any, error) {
+		fi, err := c.Stat(r.Context(), p)
+		if err != nil {
+			return 0, nil, err
+		}
+		return 0, nil, s.download(w, r, c, p, fi)
+	}, nil
+}
+
+// download answers file p (fi) of the neuron, or the range of it asked:
+// an error before the status is sent is returned; one after it cuts the
+// response.
+func (s *Server) download(w http.ResponseWriter, r *http.Request, c *link.Client, p string, fi *protocol.FileInfo) error {
 	if fi.Type == protocol.TypeDir {
-		writeError(w, badRequest("%s is a directory: list it with GET .../files/list?path=%s", p, p))
-		return
+		return badRequest("%s is a directory: list it with GET .../files/list?path=%s", p, p)
 	}
 	if fi.Type != protocol.TypeFile {
 		// A FIFO or a device could block the read forever.
-		writeError(w, badRequest("%s is a %s, not a regular file: only files are downloaded", p, fi.Type))
-		return
+		return badRequest("%s is a %s, not a regular file: only files are downloaded", p, fi.Type)
 	}
 	off, n, status := int64(0), fi.Size, http.StatusOK
 	h := w.Header()
@@ -61,8 +62,7 @@ func (s *Server) readFile(w http.ResponseWriter, r *http.Request) {
 			h.Set("Content-Range", fmt.Sprintf("bytes %d-%d/%d", off, off+n-1, fi.Size))
 		case rangeUnsatisfiable:
 			h.Set("Content-Range", fmt.Sprintf("bytes */%d", fi.Size))
-			writeError(w, cortex.APIError{Code: cortex.CodeRangeNotSatisfiable, Message: fmt.Sprintf("range %q starts past the end of the file (%d bytes)", rg, fi.Size)})
-			return
+			return cortex.APIError{Code: cortex.CodeRangeNotSatisfiable, Message: fmt.Sprintf("range %q starts past the end of the file (%d bytes)", rg, fi.Size)}
 		}
 	}
 	if fi.Size == 0 {
@@ -77,15 +77,14 @@ func (s *Server) readFile(w http.ResponseWriter, r *http.Request) {
 	}
 	if _, err := c.ReadRangeTo(r.Context(), p, off, probe, &first); err != nil {
 		h.Del("Content-Range")
-		s.fail(w, r, err)
-		return
+		return err
 	}
 	if n >= 0 {
 		h.Set("Content-Length", strconv.FormatInt(n, 10))
 	}
 	w.WriteHeader(status)
 	if r.Method == http.MethodHead {
-		return
+		return nil
 	}
 	copied, err := io.Copy(w, &first)
 	if err == nil && (n < 0 && copied == probe || n > copied) {
@@ -102,6 +101,7 @@ func (s *Server) readFile(w http.ResponseWriter, r *http.Request) {
 		s.noteFailure(r, err)
 		panic(http.ErrAbortHandler) // the status is sent: cut the response so the client sees it is short
 	}
+	return nil
 }
 
 // firstPiece is how much of a download is read before its status is sent.
@@ -153,181 +153,124 @@ func parseRange(h string, size int64) (off, n int64, result int) {
 	return start, end - start + 1, rangeOK
 }
 
-func (s *Server) writeFile(w http.ResponseWriter, r *http.Request) {
+func (s *Server) writeFile(w http.ResponseWriter, r *http.Request) (neuronCall, error) {
 	p, err := pathParam(r)
 	if err != nil {
-		writeError(w, err)
-		return
+		return nil, err
 	}
 	parents, err := boolParam(r, "parents")
 	if err != nil {
-		writeError(w, err)
-		return
+		return nil, err
 	}
 	opts := &link.WriteOptions{Parents: parents}
 	if m := r.URL.Query().Get("mode"); m != "" {
 		mode, err := strconv.ParseUint(m, 8, 32)
 		if err != nil || mode > 0o777 {
-			writeError(w, badRequest("query parameter mode=%q: give permission bits in octal, e.g. 644 or 755", m))
-			return
+			return nil, badRequest("query parameter mode=%q: give permission bits in octal, e.g. 644 or 755", m)
 		}
 		opts.Mode = fs.FileMode(mode)
 	}
 	if r.ContentLength > s.opts.MaxUpload {
 		// Refused before a byte of the body is read.
-		writeError(w, cortex.APIError{Code: cortex.CodeTooLarge, Message: fmt.Sprintf(
-			"the upload is %d bytes; this daemon takes files up to %d bytes (api.max_upload)", r.ContentLength, s.opts.MaxUpload)})
-		return
+		return nil, cortex.APIError{Code: cortex.CodeTooLarge, Message: fmt.Sprintf(
+			"the upload is %d bytes; this daemon takes files up to %d bytes (api.max_upload)", r.ContentLength, s.opts.MaxUpload)}
 	}
-	c, ok := s.connect(w, r)
-	if !ok {
-		return
-	}
-	body := http.MaxBytesReader(w, r.Body, s.opts.MaxUpload)
-	n, err := c.WriteFileFrom(r.Context(), p, body, opts)
-	s.metrics.bytes.WithLabelValues("upload").Add(float64(n))
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, struct {
-		Path  string `json:"path"`
-		Bytes int64  `json:"bytes"`
-	}{p, n})
+	return func(c *link.Client) (int, any, error) {
+		body := http.MaxBytesReader(w, r.Body, s.opts.MaxUpload)
+		n, err := c.WriteFileFrom(r.Context(), p, body, opts)
+		s.metrics.bytes.WithLabelValues("upload").Add(float64(n))
+		return http.StatusOK, struct {
+			Path  string `json:"path"`
+			Bytes int64  `json:"bytes"`
+		}{p, n}, err
+	}, nil
 }
 
-func (s *Server) removeFile(w http.ResponseWriter, r *http.Request) {
+func (s *Server) removeFile(w http.ResponseWriter, r *http.Request) (neuronCall, error) {
 	p, err := pathParam(r)
 	if err != nil {
-		writeError(w, err)
-		return
+		return nil, err
 	}
 	recursive, err := boolParam(r, "recursive")
 	if err != nil {
-		writeError(w, err)
-		return
+		return nil, err
 	}
-	c, ok := s.connect(w, r)
-	if !ok {
-		return
-	}
-	if err := c.Remove(r.Context(), p, recursive); err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	w.WriteHeader(http.StatusNoContent)
+	return func(c *link.Client) (int, any, error) {
+		return http.StatusNoContent, nil, c.Remove(r.Context(), p, recursive)
+	}, nil
 }
 
-func (s *Server) listFiles(w http.ResponseWriter, r *http.Request) {
+func (s *Server) listFiles(w http.ResponseWriter, r *http.Request) (neuronCall, error) {
 	p, err := pathParam(r)
 	if err != nil {
-		writeError(w, err)
-		return
+		return nil, err
 	}
-	c, ok := s.connect(w, r)
-	if !ok {
-		return
-	}
-	list, err := c.List(r.Context(), p)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	if list == nil {
-		list = []protocol.FileInfo{}
-	}
-	writeJSON(w, http.StatusOK, struct {
-		Entries []protocol.FileInfo `json:"entries"`
-	}{list})
+	return func(c *link.Client) (int, any, error) {
+		list, err := c.List(r.Context(), p)
+		if list == nil {
+			list = []protocol.FileInfo{}
+		}
+		return http.StatusOK, struct {
+			Entries []protocol.FileInfo `json:"entries"`
+		}{list}, err
+	}, nil
 }
 
-func (s *Server) statFile(w http.ResponseWriter, r *http.Request) {
+func (s *Server) statFile(w http.ResponseWriter, r *http.Request) (neuronCall, error) {
 	p, err := pathParam(r)
 	if err != nil {
-		writeError(w, err)
-		return
+		return nil, err
 	}
 	noFollow, err := boolParam(r, "nofollow")
 	if err != nil {
-		writeError(w, err)
-		return
+		return nil, err
 	}
-	c, ok := s.connect(w, r)
-	if !ok {
-		return
-	}
-	stat := c.Stat
-	if noFollow {
-		stat = c.Lstat
-	}
-	fi, err := stat(r.Context(), p)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, fi)
+	return func(c *link.Client) (int, any, error) {
+		stat := c.Stat
+		if noFollow {
+			stat = c.Lstat
+		}
+		fi, err := stat(r.Context(), p)
+		return http.StatusOK, fi, err
+	}, nil
 }
 
-func (s *Server) mkdir(w http.ResponseWriter, r *http.Request) {
+func (s *Server) mkdir(w http.ResponseWriter, r *http.Request) (neuronCall, error) {
 	var req cortex.MkdirRequest
 	if err := decodeJSON(w, r, &req); err != nil {
-		writeError(w, err)
-		return
+		return nil, err
 	}
 	if req.Path == "" {
-		writeError(w, badRequest("path: name the directory to create"))
-		return
+		return nil, badRequest("path: name the directory to create")
 	}
-	c, ok := s.connect(w, r)
-	if !ok {
-		return
-	}
-	p, err := c.Mkdir(r.Context(), req.Path)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, cortex.PathResult{Path: p})
+	return func(c *link.Client) (int, any, error) {
+		p, err := c.Mkdir(r.Context(), req.Path)
+		return http.StatusOK, cortex.PathResult{Path: p}, err
+	}, nil
 }
 
-func (s *Server) move(w http.ResponseWriter, r *http.Request) {
+func (s *Server) move(w http.ResponseWriter, r *http.Request) (neuronCall, error) {
 	var req cortex.MoveRequest
 	if err := decodeJSON(w, r, &req); err != nil {
-		writeError(w, err)
-		return
+		return nil, err
 	}
 	if req.From == "" || req.To == "" {
-		writeError(w, badRequest("from and to: give both paths"))
-		return
+		return nil, badRequest("from and to: give both paths")
 	}
-	c, ok := s.connect(w, r)
-	if !ok {
-		return
-	}
-	if err := c.Move(r.Context(), &protocol.MoveArgs{From: req.From, To: req.To, NoReplace: req.NoReplace, Parents: req.Parents}); err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	w.WriteHeader(http.StatusNoContent)
+	return func(c *link.Client) (int, any, error) {
+		return http.StatusNoContent, nil, c.Move(r.Context(), &protocol.MoveArgs{From: req.From, To: req.To, NoReplace: req.NoReplace, Parents: req.Parents})
+	}, nil
 }
 
-func (s *Server) symlink(w http.ResponseWriter, r *http.Request) {
+func (s *Server) symlink(w http.ResponseWriter, r *http.Request) (neuronCall, error) {
 	var req cortex.SymlinkRequest
 	if err := decodeJSON(w, r, &req); err != nil {
-		writeError(w, err)
-		return
+		return nil, err
 	}
 	if req.Path == "" || req.Target == "" {
-		writeError(w, badRequest("path and target: give both"))
-		return
+		return nil, badRequest("path and target: give both")
 	}
-	c, ok := s.connect(w, r)
-	if !ok {
-		return
-	}
-	if err := c.Symlink(r.Context(), req.Target, req.Path); err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	w.WriteHeader(http.StatusNoContent)
+	return func(c *link.Client) (int, any, error) {
+		return http.StatusNoContent, nil, c.Symlink(r.Context(), req.Target, req.Path)
+	}, nil
 }

@@ -12,6 +12,7 @@ import (
 
 	cortex "github.com/nsys-cortex/cortex/client"
 	"github.com/nsys-cortex/cortex/internal/ids"
+	"github.com/nsys-cortex/cortex/internal/link"
 	"github.com/nsys-cortex/cortex/internal/model"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
 )
@@ -126,17 +127,11 @@ func (s *Server) destroyNeuron(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
-func (s *Server) neuronHealth(w http.ResponseWriter, r *http.Request) {
-	c, ok := s.connect(w, r)
-	if !ok {
-		return
-	}
-	h, err := c.Health(r.Context())
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, h)
+func (s *Server) neuronHealth(w http.ResponseWriter, r *http.Request) (neuronCall, error) {
+	return func(c *link.Client) (int, any, error) {
+		h, err := c.Health(r.Context())
+		return http.StatusOK, h, err
+	}, nil
 }
 
 // boolParam reads an optional boolean query parameter.

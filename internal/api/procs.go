@@ -12,77 +12,54 @@ import (
 	"github.com/nsys-cortex/cortex/internal/protocol"
 )
 
-func (s *Server) startProcess(w http.ResponseWriter, r *http.Request) {
+func (s *Server) startProcess(w http.ResponseWriter, r *http.Request) (neuronCall, error) {
 	var req cortex.StartRequest
 	if err := decodeJSON(w, r, &req); err != nil {
-		writeError(w, err)
-		return
+		return nil, err
 	}
 	pc, err := command(req.Command)
 	if err != nil {
-		writeError(w, err)
-		return
+		return nil, err
 	}
 	if req.RingBytes < 0 || req.RingBytes > protocol.MaxRingBytes {
-		writeError(w, badRequest("ringBytes: %d; give 0 (the default, %d) up to %d", req.RingBytes, protocol.DefaultRingBytes, protocol.MaxRingBytes))
-		return
+		return nil, badRequest("ringBytes: %d; give 0 (the default, %d) up to %d", req.RingBytes, protocol.DefaultRingBytes, protocol.MaxRingBytes)
 	}
-	c, ok := s.connect(w, r)
-	if !ok {
-		return
-	}
-	info, err := c.ProcStart(r.Context(), &protocol.ProcStartArgs{Command: pc, Stdin: req.Stdin, RingBytes: req.RingBytes})
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusCreated, info)
+	return func(c *link.Client) (int, any, error) {
+		info, err := c.ProcStart(r.Context(), &protocol.ProcStartArgs{Command: pc, Stdin: req.Stdin, RingBytes: req.RingBytes})
+		return http.StatusCreated, info, err
+	}, nil
 }
 
-func (s *Server) listProcesses(w http.ResponseWriter, r *http.Request) {
-	c, ok := s.connect(w, r)
-	if !ok {
-		return
-	}
-	list, err := c.ProcList(r.Context())
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	if list == nil {
-		list = []protocol.ProcInfo{}
-	}
-	writeJSON(w, http.StatusOK, struct {
-		Processes []protocol.ProcInfo `json:"processes"`
-	}{list})
+func (s *Server) listProcesses(w http.ResponseWriter, r *http.Request) (neuronCall, error) {
+	return func(c *link.Client) (int, any, error) {
+		list, err := c.ProcList(r.Context())
+		if list == nil {
+			list = []protocol.ProcInfo{}
+		}
+		return http.StatusOK, struct {
+			Processes []protocol.ProcInfo `json:"processes"`
+		}{list}, err
+	}, nil
 }
 
-func (s *Server) getProcess(w http.ResponseWriter, r *http.Request) {
+func (s *Server) getProcess(w http.ResponseWriter, r *http.Request) (neuronCall, error) {
 	pid, err := pidParam(r)
 	if err != nil {
-		writeError(w, err)
-		return
+		return nil, err
 	}
-	c, ok := s.connect(w, r)
-	if !ok {
-		return
-	}
-	p, err := findProcess(r, c, pid)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, p)
+	return func(c *link.Client) (int, any, error) {
+		p, err := findProcess(r, c, pid)
+		return http.StatusOK, p, err
+	}, nil
 }
 
 // processOutput streams a process's output as SSE: what its replay buffer
 // holds from the offsets asked, then (follow, the default) what comes,
 // until it exits; the last event is "end" with the process's state.
-func (s *Server) processOutput(w http.ResponseWriter, r *http.Request) {
+func (s *Server) processOutput(w http.ResponseWriter, r *http.Request) (neuronCall, error) {
 	pid, err := pidParam(r)
 	if err != nil {
-		writeError(w, err)
-		return
+		return nil, err
 	}
 	args := &protocol.ProcAttachArgs{PID: pid, Follow: true}
 	if args.StdoutOffset, err = intParam(r, "stdoutOffset", 0); err == nil {
@@ -92,19 +69,21 @@ func (s *Server) processOutput(w http.ResponseWriter, r *http.Request) {
 		args.Follow, err = boolParam(r, "follow")
 	}
 	if err != nil {
-		writeError(w, err)
-		return
+		return nil, err
 	}
-	c, ok := s.connect(w, r)
-	if !ok {
-		return
-	}
-	// An unknown process is a plain error answer; after this check the
-	// stream starts at once (a quiet process may say nothing for long).
-	if _, err := findProcess(r, c, pid); err != nil {
-		s.fail(w, r, err)
-		return
-	}
+	return func(c *link.Client) (int, any, error) {
+		// An unknown process is a plain error answer; after this check the
+		// stream starts at once (a quiet process may say nothing for long).
+		if _, err := findProcess(r, c, pid); err != nil {
+			return 0, nil, err
+		}
+		s.streamOutput(w, r, c, args)
+		return 0, nil, nil
+	}, nil
+}
+
+// streamOutput answers a process's output, from args, as SSE.
+func (s *Server) streamOutput(w http.ResponseWriter, r *http.Request, c *link.Client, args *protocol.ProcAttachArgs) {
 	sse, ok := newSSE(w)
 	if !ok {
 		return
@@ -142,61 +121,42 @@ func findProcess(r *http.Request, c *link.Client, pid int) (*protocol.ProcInfo, 
 	return nil, cortex.APIError{Code: cortex.CodeNotFound, Message: fmt.Sprintf("no process %d in neuron %s (GET .../processes lists them)", pid, r.PathValue("id"))}
 }
 
-func (s *Server) processInput(w http.ResponseWriter, r *http.Request) {
+func (s *Server) processInput(w http.ResponseWriter, r *http.Request) (neuronCall, error) {
 	pid, err := pidParam(r)
 	if err != nil {
-		writeError(w, err)
-		return
+		return nil, err
 	}
 	eof, err := boolParam(r, "eof")
 	if err != nil {
-		writeError(w, err)
-		return
+		return nil, err
 	}
 	// Only a type no web form can send (a cross-site page cannot type
 	// into a process without a CORS preflight, which is never granted).
 	if ct := r.Header.Get("Content-Type"); !isMediaType(ct, "application/octet-stream") {
-		writeError(w, badRequest("the input must be sent as Content-Type: application/octet-stream, not %q", ct))
-		return
+		return nil, badRequest("the input must be sent as Content-Type: application/octet-stream, not %q", ct)
 	}
 	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxInputBody))
 	if err != nil {
-		writeError(w, err)
-		return
+		return nil, err
 	}
-	c, ok := s.connect(w, r)
-	if !ok {
-		return
-	}
-	if err := c.ProcInput(r.Context(), pid, data, eof); err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	w.WriteHeader(http.StatusNoContent)
+	return func(c *link.Client) (int, any, error) {
+		return http.StatusNoContent, nil, c.ProcInput(r.Context(), pid, data, eof)
+	}, nil
 }
 
-func (s *Server) signalProcess(w http.ResponseWriter, r *http.Request) {
+func (s *Server) signalProcess(w http.ResponseWriter, r *http.Request) (neuronCall, error) {
 	pid, err := pidParam(r)
 	if err != nil {
-		writeError(w, err)
-		return
+		return nil, err
 	}
 	var req cortex.SignalRequest
 	if err := decodeJSON(w, r, &req); err != nil {
-		writeError(w, err)
-		return
+		return nil, err
 	}
 	if req.Signal == "" {
-		writeError(w, badRequest("signal: name one, e.g. TERM, KILL, INT or HUP"))
-		return
+		return nil, badRequest("signal: name one, e.g. TERM, KILL, INT or HUP")
 	}
-	c, ok := s.connect(w, r)
-	if !ok {
-		return
-	}
-	if err := c.ProcSignal(r.Context(), pid, req.Signal); err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	w.WriteHeader(http.StatusNoContent)
+	return func(c *link.Client) (int, any, error) {
+		return http.StatusNoContent, nil, c.ProcSignal(r.Context(), pid, req.Signal)
+	}, nil
 }
