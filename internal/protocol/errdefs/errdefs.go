@@ -122,6 +122,19 @@ var kindOf = map[Class]Class{
 	Capacity:            Unavailable,
 }
 
+// Unmapped returns the classes a boundary's table has no row for: each
+// boundary's test asks for none, so a new class cannot fall through to a
+// default unnoticed.
+func Unmapped[V any](table map[Class]V) []Class {
+	var out []Class
+	for _, c := range Classes() {
+		if _, ok := table[c]; !ok {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
 // Classes returns every class, Internal first.
 func Classes() []Class {
 	out := make([]Class, numClasses)

@@ -99,3 +99,17 @@ func TestEveryClass(t *testing.T) {
 		t.Errorf("Errorf: %v", err)
 	}
 }
+
+func TestUnmapped(t *testing.T) {
+	table := map[errdefs.Class]int{}
+	for _, c := range errdefs.Classes() {
+		table[c] = 1
+	}
+	if got := errdefs.Unmapped(table); len(got) != 0 {
+		t.Errorf("Unmapped of a full table: %v", got)
+	}
+	delete(table, errdefs.Locked)
+	if got := errdefs.Unmapped(table); len(got) != 1 || got[0] != errdefs.Locked {
+		t.Errorf("Unmapped without Locked: %v", got)
+	}
+}
