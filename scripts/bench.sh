@@ -5,9 +5,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${N:-300}
 go test ./internal/sandbox/process -run '^$' -benchtime "${N}x" \
-	-bench 'ExecTrue|ChannelRoundTrip|CreateToFirstExec'
-go test ./internal/sandbox/process -run '^$' -benchtime 20x -bench 'File64M'
-go test ./internal/sandbox/process -run '^$' -benchtime 3x -bench 'IdleAgent'
+	-bench 'Suite/(ExecTrue|ChannelRoundTrip|CreateToFirstExec)$'
+go test ./internal/sandbox/process -run '^$' -benchtime 20x -bench 'Suite/File64M'
+go test ./internal/sandbox/process -run '^$' -benchtime 3x -bench 'Suite/Idle$'
 go test ./internal/link -run '^$' -benchtime 2s -bench .
 # The tool kit, policy, MCP and the agent loop (docs/benchmarks.md).
 go test ./internal/link -run '^$' -benchtime 10x -bench 'Search20k'

@@ -1,8 +1,9 @@
 package docker_test
 
-// Benchmarks of docker mode (docs/benchmarks.md). Each runs its docker
-// baseline in the same benchmark, interleaved: `docker run --rm IMAGE
-// /bin/true`, `docker exec`, `docker cp`. The image is the test image, or
+// Benchmarks of docker mode (docs/benchmarks.md): the ones every mode
+// runs, and copies against `docker cp`. Each runs its docker baseline in
+// the same benchmark, interleaved: `docker run --rm IMAGE /bin/true`,
+// `docker exec`, `docker cp`. The image is the test image, or
 // NSYS_CORTEX_BENCH_IMAGE.
 
 import (
@@ -10,16 +11,14 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"testing"
 	"time"
 
 	"github.com/nsys-cortex/cortex/internal/layout"
-	"github.com/nsys-cortex/cortex/internal/link"
-	"github.com/nsys-cortex/cortex/internal/protocol"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
 	"github.com/nsys-cortex/cortex/internal/sandbox/docker"
 	"github.com/nsys-cortex/cortex/internal/sandbox/sandboxtest"
@@ -27,13 +26,7 @@ import (
 
 func benchManager(b *testing.B) sandbox.Manager {
 	b.Helper()
-	if err := setup(); err != nil {
-		b.Skipf("docker mode cannot run here: %v", err)
-	}
-	if img := os.Getenv("NSYS_CORTEX_BENCH_IMAGE"); img != "" {
-		b.Setenv(docker.EnvImage, img)
-	}
-	b.Setenv(docker.EnvTransport, "unix")
+	benchSetup(b)
 	home, err := os.MkdirTemp("", "cxb")
 	if err != nil {
 		b.Fatal(err)
@@ -48,83 +41,51 @@ func benchManager(b *testing.B) sandbox.Manager {
 	return m
 }
 
-func p50(d []time.Duration) time.Duration {
-	s := append([]time.Duration(nil), d...)
-	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
-	return s[len(s)/2]
+// BenchmarkSuite runs the benchmarks every mode runs, over the unix
+// transport. A create is set against `docker run --rm IMAGE /bin/true`,
+// an exec against `docker exec` in the same container.
+func BenchmarkSuite(b *testing.B) {
+	benchSetup(b)
+	cfg := conformance
+	cfg.Bench.CreateBaseline = &sandboxtest.Baseline{Name: "docker-run", Prepare: func(*testing.B, *sandbox.State) func() error {
+		return func() error {
+			return run("run", "--rm", "--pull", "never", "--network", "none", os.Getenv(docker.EnvImage), "/bin/true")
+		}
+	}}
+	cfg.Bench.ExecBaseline = &sandboxtest.Baseline{Name: "docker-exec", Prepare: func(b *testing.B, st *sandbox.State) func() error {
+		name := containerOf(b, st)
+		return func() error { return run("exec", name, "/bin/true") }
+	}}
+	sandboxtest.RunBenchmarks(b, cfg)
 }
 
-func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+// benchSetup readies docker mode for a benchmark, or skips it.
+func benchSetup(b *testing.B) {
+	if err := setup(); err != nil {
+		b.Skipf("docker mode cannot run here: %v", err)
+	}
+	if img := os.Getenv("NSYS_CORTEX_BENCH_IMAGE"); img != "" {
+		b.Setenv(docker.EnvImage, img)
+	}
+	b.Setenv(docker.EnvTransport, "unix")
+}
 
-func run(b *testing.B, name string, args ...string) time.Duration {
+// run runs docker with args.
+func run(args ...string) error {
+	if out, err := exec.Command("docker", args...).CombinedOutput(); err != nil {
+		return fmt.Errorf("docker %v: %v %s", args, err, out)
+	}
+	return nil
+}
+
+// timeRun runs docker with args and says how long it took.
+func timeRun(b *testing.B, args ...string) time.Duration {
 	b.Helper()
 	start := time.Now()
-	if out, err := exec.Command(name, args...).CombinedOutput(); err != nil {
-		b.Fatalf("%s %v: %v %s", name, args, err, out)
+	if err := run(args...); err != nil {
+		b.Fatal(err)
 	}
 	return time.Since(start)
-}
-
-// BenchmarkCreateToFirstExec: from Create to the first exec answered,
-// against `docker run --rm IMAGE /bin/true`.
-func BenchmarkCreateToFirstExec(b *testing.B) {
-	m := benchManager(b)
-	img := os.Getenv(docker.EnvImage)
-	ctx := context.Background()
-	req := &link.ExecRequest{Command: protocol.Command{Argv: []string{"/bin/true"}}}
-	var ours, bare []time.Duration
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		bare = append(bare, run(b, "docker", "run", "--rm", "--pull", "never", "--network", "none", img, "/bin/true"))
-		start := time.Now()
-		if _, err := m.Create(ctx, "bench", sandbox.CreateOptions{}); err != nil {
-			b.Fatal(err)
-		}
-		c, err := m.Connect(ctx, "bench")
-		if err != nil {
-			b.Fatal(err)
-		}
-		if _, err := c.Exec(ctx, req); err != nil {
-			b.Fatal(err)
-		}
-		ours = append(ours, time.Since(start))
-		b.StopTimer()
-		m.Destroy(ctx, "bench", sandbox.DestroyOptions{})
-		b.StartTimer()
-	}
-	b.ReportMetric(ms(p50(ours)), "p50-ms")
-	b.ReportMetric(ms(p50(bare)), "docker-run-p50-ms")
-	b.ReportMetric(float64(p50(ours))/float64(p50(bare)), "ratio-p50")
-}
-
-// BenchmarkExecTrue: /bin/true through the agent against `docker exec` in
-// the same container.
-func BenchmarkExecTrue(b *testing.B) {
-	m := benchManager(b)
-	ctx := context.Background()
-	st, err := m.Create(ctx, "bench", sandbox.CreateOptions{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	c, err := m.Connect(ctx, "bench")
-	if err != nil {
-		b.Fatal(err)
-	}
-	name := containerOf(b, st)
-	req := &link.ExecRequest{Command: protocol.Command{Argv: []string{"/bin/true"}}}
-	var ours, theirs []time.Duration
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		theirs = append(theirs, run(b, "docker", "exec", name, "/bin/true"))
-		start := time.Now()
-		if _, err := c.Exec(ctx, req); err != nil {
-			b.Fatal(err)
-		}
-		ours = append(ours, time.Since(start))
-	}
-	b.ReportMetric(ms(p50(ours)), "agent-p50-ms")
-	b.ReportMetric(ms(p50(theirs)), "docker-exec-p50-ms")
-	b.ReportMetric(float64(p50(theirs))/float64(p50(ours)), "speedup-p50")
 }
 
 // BenchmarkCopy64MiB: a 64 MiB file into the neuron and back out, through
@@ -162,8 +123,8 @@ func BenchmarkCopy64MiB(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		// Files.
 		start := time.Now()
-		run(b, "docker", "cp", src, name+":/home/agent/workspace/viacp")
-		run(b, "docker", "cp", name+":/home/agent/workspace/viacp", filepath.Join(dir, "out"))
+		timeRun(b, "cp", src, name+":/home/agent/workspace/viacp")
+		timeRun(b, "cp", name+":/home/agent/workspace/viacp", filepath.Join(dir, "out"))
 		cpFiles = append(cpFiles, time.Since(start))
 		// As nsys-cortex cp does it: streamed from the file and into one.
 		start = time.Now()
@@ -212,11 +173,13 @@ func BenchmarkCopy64MiB(b *testing.B) {
 		}
 		oursStream = append(oursStream, time.Since(start))
 	}
-	b.ReportMetric(ms(p50(oursFiles)), "agent-files-ms")
-	b.ReportMetric(ms(p50(cpFiles)), "docker-cp-files-ms")
+	p50 := func(d []time.Duration) time.Duration { return sandboxtest.Percentile(d, 0.5) }
+	ms := func(d []time.Duration) float64 { return float64(p50(d).Microseconds()) / 1000 }
+	b.ReportMetric(ms(oursFiles), "agent-files-ms")
+	b.ReportMetric(ms(cpFiles), "docker-cp-files-ms")
 	b.ReportMetric(float64(p50(cpFiles))/float64(p50(oursFiles)), "speedup-files")
-	b.ReportMetric(ms(p50(oursStream)), "agent-stream-ms")
-	b.ReportMetric(ms(p50(cpStream)), "docker-cp-stream-ms")
+	b.ReportMetric(ms(oursStream), "agent-stream-ms")
+	b.ReportMetric(ms(cpStream), "docker-cp-stream-ms")
 	b.ReportMetric(float64(p50(cpStream))/float64(p50(oursStream)), "speedup-stream")
 }
 

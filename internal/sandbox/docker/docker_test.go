@@ -95,7 +95,7 @@ func requireDocker(t *testing.T) {
 	}
 }
 
-func env(t *testing.T) sandbox.Env {
+func env(t testing.TB) sandbox.Env {
 	return sandbox.Env{AgentBinary: func() (string, error) { return agentBin, nil }}
 }
 
@@ -114,16 +114,19 @@ func dockerKill(t *testing.T, st *sandbox.State) {
 // own namespaces (it is nsbox's PID 1 that lives in the host's network).
 var escapeExempt = map[string]string{sandboxtest.SeePID1: "PID 1 is the agent, in the container's own namespaces"}
 
+// conformance is docker mode's configuration of the shared suites.
+var conformance = sandboxtest.Config{
+	New:          func(e sandbox.Env) sandbox.Manager { return docker.New(e) },
+	Env:          env,
+	Kill:         dockerKill,
+	ChannelDir:   docker.ChannelDir,
+	EscapeExempt: escapeExempt,
+}
+
 func TestConformance(t *testing.T) {
 	requireDocker(t)
 	t.Setenv(docker.EnvTransport, "unix")
-	sandboxtest.Run(t, sandboxtest.Config{
-		New:          func(e sandbox.Env) sandbox.Manager { return docker.New(e) },
-		Env:          env,
-		Kill:         dockerKill,
-		ChannelDir:   docker.ChannelDir,
-		EscapeExempt: escapeExempt,
-	})
+	sandboxtest.Run(t, conformance)
 }
 
 // The same suite over the tcp transport (what Docker Desktop gets): the

@@ -10,7 +10,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/nsys-cortex/cortex/internal/agent/guestinit"
 	"github.com/nsys-cortex/cortex/internal/layout"
@@ -74,8 +73,21 @@ func newRealHome(t testing.TB) *realHome {
 }
 
 func TestConformanceKVM(t *testing.T) {
+	sandboxtest.Run(t, kvmConformance(t))
+}
+
+// A restored VM has its files and its running processes as they were at
+// the snapshot, a clock that is right, and randomness of its own: two
+// restores of one snapshot do not read the same bytes from /dev/urandom.
+func TestSnapshotterKVM(t *testing.T) {
+	sandboxtest.RunSnapshotter(t, kvmConformance(t))
+}
+
+// kvmConformance is the suites' configuration over this host's real
+// Firecracker (skipping where there is none).
+func kvmConformance(t *testing.T) sandboxtest.Config {
 	realConfig(t, t.TempDir())
-	sandboxtest.Run(t, sandboxtest.Config{
+	return sandboxtest.Config{
 		New: func(e sandbox.Env) sandbox.Manager {
 			m, err := New(e, WithConfig(realConfig(t, e.Layout.Home)))
 			if err != nil {
@@ -83,79 +95,12 @@ func TestConformanceKVM(t *testing.T) {
 			}
 			return m
 		},
-		Env: func(t *testing.T) sandbox.Env {
+		Env: func(t testing.TB) sandbox.Env {
 			return sandbox.Env{AgentBinary: func() (string, error) { return "in the initramfs", nil }}
 		},
 		OwnKernel:    true,
 		ChannelDir:   guestinit.ChannelDir,
 		EscapeExempt: map[string]string{sandboxtest.SeePID1: "PID 1 is the guest's init, in the guest's own kernel"},
-	})
-}
-
-func run(t testing.TB, ctx context.Context, c *link.Client, shell string) string {
-	t.Helper()
-	res, err := c.Exec(ctx, &link.ExecRequest{Command: protocol.Command{Shell: shell}})
-	if err != nil || res.ExitCode != 0 {
-		t.Fatalf("%q: %v %+v %s", shell, err, res, res.Stderr)
-	}
-	return strings.TrimSpace(string(res.Stdout))
-}
-
-// A restored VM has its files and its running processes as they were at
-// the snapshot, a clock that is right, and randomness of its own: two
-// restores of one snapshot do not read the same bytes from /dev/urandom.
-func TestKVMSnapshotRestore(t *testing.T) {
-	h := newRealHome(t)
-	ctx := context.Background()
-	if _, err := h.mgr.Create(ctx, "kv", sandbox.CreateOptions{Limits: sandbox.Limits{MemoryBytes: 512 << 20}}); err != nil {
-		t.Fatal(err)
-	}
-	c, err := h.mgr.Connect(ctx, "kv")
-	if err != nil {
-		t.Fatal(err)
-	}
-	run(t, ctx, c, "echo before > before.txt; sync")
-	p, err := c.ProcStart(ctx, &protocol.ProcStartArgs{Command: protocol.Command{Shell: "while :; do date +%s >> ticks; sleep 1; done"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := h.mgr.Snapshot(ctx, "kv", "s"); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(3 * time.Second) // the snapshot's clock falls behind
-	var randoms []string
-	for i := 0; i < 2; i++ {
-		r, err := h.mgr.RestoreVM(ctx, "kv", "s")
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("restore %d: %+v", i, r.Resync)
-		c, err := h.mgr.Connect(ctx, "kv")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := run(t, ctx, c, "cat before.txt"); got != "before" {
-			t.Fatalf("file: %q", got)
-		}
-		procs, err := c.ProcList(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		alive := false
-		for _, q := range procs {
-			alive = alive || (q.PID == p.PID && q.Running)
-		}
-		if !alive {
-			t.Fatalf("the background process did not survive the restore: %+v", procs)
-		}
-		guest, _ := strconv.ParseFloat(run(t, ctx, c, "date +%s.%N"), 64)
-		if d := time.Since(time.Unix(0, int64(guest*1e9))); d < -2*time.Second || d > 2*time.Second {
-			t.Errorf("the guest's clock is off by %s after the restore", d)
-		}
-		randoms = append(randoms, run(t, ctx, c, "head -c 16 /dev/urandom | od -An -tx1"))
-	}
-	if randoms[0] == randoms[1] {
-		t.Errorf("two restores of one snapshot read the same random bytes: %s", randoms[0])
 	}
 }
 

@@ -1,17 +1,15 @@
 package nsbox_test
 
-// Benchmarks of nsbox (docs/benchmarks.md, scripts/bench.sh). Baselines run
-// in the same benchmark, interleaved: a bare bubblewrap sandbox running
-// /bin/true (when bwrap is installed), and process mode.
+// Benchmarks of nsbox (docs/benchmarks.md, scripts/bench.sh): the ones
+// every mode runs, set against a bare bubblewrap sandbox running
+// /bin/true (when bwrap is installed) and a process-mode neuron, and how
+// many idle neurons a host holds.
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -21,38 +19,64 @@ import (
 	"github.com/nsys-cortex/cortex/internal/link"
 	"github.com/nsys-cortex/cortex/internal/protocol"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
-	"github.com/nsys-cortex/cortex/internal/sandbox/internal/lifecycle"
 	"github.com/nsys-cortex/cortex/internal/sandbox/nsbox"
 	"github.com/nsys-cortex/cortex/internal/sandbox/process"
 	"github.com/nsys-cortex/cortex/internal/sandbox/sandboxtest"
 )
 
-func benchEnv(b *testing.B) sandbox.Env {
-	b.Helper()
-	home, err := os.MkdirTemp("", "cxb")
+// BenchmarkSuite runs the benchmarks every mode runs. A create is set
+// against a bare bwrap running /bin/true, an exec against the same in a
+// process-mode neuron.
+func BenchmarkSuite(b *testing.B) {
+	requireNsbox(b)
+	cfg := conformance
+	cfg.Bench.CreateBaseline = &sandboxtest.Baseline{Name: "bwrap", Prepare: func(b *testing.B, _ *sandbox.State) func() error {
+		if bwrapTrue() == nil {
+			b.Log("no bwrap here: creates are not set against it")
+			return nil
+		}
+		return func() error {
+			if out, err := bwrapTrue().CombinedOutput(); err != nil {
+				return fmt.Errorf("%v %s", err, out)
+			}
+			return nil
+		}
+	}}
+	cfg.Bench.ExecBaseline = &sandboxtest.Baseline{Name: "process", Prepare: processNeuron}
+	sandboxtest.RunBenchmarks(b, cfg)
+}
+
+// processNeuron starts a process-mode neuron and returns an exec of
+// /bin/true in it.
+func processNeuron(b *testing.B, _ *sandbox.State) func() error {
+	b.Setenv(sandbox.EnvAllowInsecure, "1")
+	ctx := context.Background()
+	m := benchManager(b, func(e sandbox.Env) sandbox.Manager { return process.New(e) })
+	if _, err := m.Create(ctx, "x", sandbox.CreateOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	c, err := m.Connect(ctx, "x")
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.Cleanup(func() { os.RemoveAll(home) })
-	lay, _ := layout.New(home, "")
-	return sandbox.Env{Layout: lay, AgentBinary: func() (string, error) { return agentBin, nil }}
+	req := &link.ExecRequest{Command: protocol.Command{Argv: []string{"/bin/true"}}}
+	return func() error { _, err := c.Exec(ctx, req); return err }
 }
 
-func benchManager(b *testing.B, m *lifecycle.Manager) *lifecycle.Manager {
+// benchManager returns the manager newManager makes over a home of its own.
+func benchManager(b *testing.B, newManager func(sandbox.Env) sandbox.Manager) sandbox.Manager {
+	home := sandboxtest.ShortTempDir(b)
+	lay, err := layout.New(home, "")
+	if err != nil {
+		b.Fatal(err)
+	}
+	m := newManager(sandbox.Env{Layout: lay, AgentBinary: func() (string, error) { return agentBin, nil }})
 	b.Cleanup(func() {
 		sandboxtest.DestroyAll(m)
 		m.Close()
 	})
 	return m
 }
-
-func pct(d []time.Duration, p float64) time.Duration {
-	s := append([]time.Duration(nil), d...)
-	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
-	return s[min(len(s)-1, int(float64(len(s))*p))]
-}
-
-func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 // bwrapTrue runs /bin/true in a bare bubblewrap sandbox with every namespace
 // unshared; nil when bwrap is not installed.
@@ -70,93 +94,6 @@ func bwrapTrue() *exec.Cmd {
 	return exec.Command(bw, append(args, "/bin/true")...)
 }
 
-// BenchmarkCreateToFirstExec: from Create to the first exec answered,
-// interleaved with a bare bwrap running /bin/true.
-func BenchmarkCreateToFirstExec(b *testing.B) {
-	m := benchManager(b, nsbox.New(benchEnv(b)))
-	ctx := context.Background()
-	req := &link.ExecRequest{Command: protocol.Command{Argv: []string{"/bin/true"}}}
-	// The first create builds the shared base and probes the machine.
-	if _, err := m.Create(ctx, "warm", sandbox.CreateOptions{}); err != nil {
-		b.Fatal(err)
-	}
-	var nsb, bw []time.Duration
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		id := "c" + strconv.Itoa(i)
-		t0 := time.Now()
-		if _, err := m.Create(ctx, id, sandbox.CreateOptions{}); err != nil {
-			b.Fatal(err)
-		}
-		c, err := m.Connect(ctx, id)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if res, err := c.Exec(ctx, req); err != nil || res.ExitCode != 0 {
-			b.Fatal(err, res)
-		}
-		nsb = append(nsb, time.Since(t0))
-		b.StopTimer()
-		m.Destroy(ctx, id, sandbox.DestroyOptions{Wipe: true})
-		if cmd := bwrapTrue(); cmd != nil {
-			t1 := time.Now()
-			if out, err := cmd.CombinedOutput(); err != nil {
-				b.Fatalf("bwrap: %v %s", err, out)
-			}
-			bw = append(bw, time.Since(t1))
-		}
-		b.StartTimer()
-	}
-	b.ReportMetric(ms(pct(nsb, 0.5)), "p50-ms")
-	b.ReportMetric(ms(pct(nsb, 0.99)), "p99-ms")
-	if len(bw) > 0 {
-		b.ReportMetric(ms(pct(bw, 0.5)), "bwrap-p50-ms")
-		b.ReportMetric(float64(pct(nsb, 0.5))/float64(pct(bw, 0.5)), "ratio-p50")
-	}
-}
-
-// BenchmarkExecTrue: `exec /bin/true` in an nsbox neuron, interleaved with
-// the same in a process-mode neuron.
-func BenchmarkExecTrue(b *testing.B) {
-	t := os.Getenv("NSYS_CORTEX_ALLOW_INSECURE_DEV")
-	os.Setenv("NSYS_CORTEX_ALLOW_INSECURE_DEV", "1")
-	defer os.Setenv("NSYS_CORTEX_ALLOW_INSECURE_DEV", t)
-	ctx := context.Background()
-	connect := func(m *lifecycle.Manager) *link.Client {
-		if _, err := m.Create(ctx, "x", sandbox.CreateOptions{}); err != nil {
-			b.Fatal(err)
-		}
-		c, err := m.Connect(ctx, "x")
-		if err != nil {
-			b.Fatal(err)
-		}
-		return c
-	}
-	nc := connect(benchManager(b, nsbox.New(benchEnv(b))))
-	pc := connect(benchManager(b, process.New(benchEnv(b))))
-	req := &link.ExecRequest{Command: protocol.Command{Argv: []string{"/bin/true"}}}
-	for i := 0; i < 20; i++ {
-		nc.Exec(ctx, req)
-		pc.Exec(ctx, req)
-	}
-	var ns, pr []time.Duration
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		t0 := time.Now()
-		if _, err := nc.Exec(ctx, req); err != nil {
-			b.Fatal(err)
-		}
-		t1 := time.Now()
-		if _, err := pc.Exec(ctx, req); err != nil {
-			b.Fatal(err)
-		}
-		ns, pr = append(ns, t1.Sub(t0)), append(pr, time.Since(t1))
-	}
-	b.ReportMetric(float64(pct(ns, 0.5).Microseconds()), "nsbox-p50-µs")
-	b.ReportMetric(float64(pct(pr, 0.5).Microseconds()), "process-p50-µs")
-	b.ReportMetric(float64(pct(ns, 0.5))/float64(pct(pr, 0.5)), "ratio-p50")
-}
-
 // BenchmarkIdleNeurons creates NSYS_CORTEX_BENCH_NEURONS (default 200)
 // idle neurons at once and reports the host memory each one costs: the
 // proportional set size of its processes, and the host's used memory
@@ -167,7 +104,7 @@ func BenchmarkIdleNeurons(b *testing.B) {
 		count = v
 	}
 	for i := 0; i < b.N; i++ {
-		m := benchManager(b, nsbox.New(benchEnv(b)))
+		m := benchManager(b, func(e sandbox.Env) sandbox.Manager { return nsbox.New(e) })
 		ctx := context.Background()
 		before := memUsed()
 		t0 := time.Now()
@@ -199,7 +136,7 @@ func BenchmarkIdleNeurons(b *testing.B) {
 		b.ReportMetric(float64(count), "neurons")
 		b.ReportMetric(float64(pss)/float64(count)/(1<<20), "pss-MiB/neuron")
 		b.ReportMetric(float64(after-before)/float64(count)/(1<<20), "host-MiB/neuron")
-		b.ReportMetric(ms(created)/float64(count), "create-ms/neuron")
+		b.ReportMetric(float64(created.Microseconds())/1000/float64(count), "create-ms/neuron")
 		m.Close()
 		for j := 0; j < count; j++ {
 			m.Destroy(ctx, fmt.Sprintf("idle%03d", j), sandbox.DestroyOptions{Wipe: true})
@@ -230,20 +167,12 @@ func memUsed() int64 {
 // treePss sums the proportional set size of pid and its descendants.
 func treePss(pid int) int64 {
 	var sum int64
-	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", pid)); err == nil {
-		for _, line := range strings.Split(string(b), "\n") {
+	for _, p := range sandboxtest.ProcessTree(pid) {
+		raw, _ := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", p))
+		for _, line := range strings.Split(string(raw), "\n") {
 			if f := strings.Fields(line); len(f) >= 2 && f[0] == "Pss:" {
 				v, _ := strconv.ParseInt(f[1], 10, 64)
 				sum += v << 10
-			}
-		}
-	}
-	kids, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
-	for _, k := range kids {
-		b, _ := os.ReadFile(k)
-		for _, c := range bytes.Fields(b) {
-			if n, err := strconv.Atoi(string(c)); err == nil {
-				sum += treePss(n)
 			}
 		}
 	}

@@ -23,13 +23,13 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-func env(t *testing.T) sandbox.Env {
+func env(t testing.TB) sandbox.Env {
 	return sandbox.Env{AgentBinary: func() (string, error) { return agentBin, nil }}
 }
 
 // requireNsbox skips (saying why) where this machine cannot run nsbox; in
 // CI it can, and .ci/run makes sure nothing skips there.
-func requireNsbox(t *testing.T) {
+func requireNsbox(t testing.TB) {
 	e := env(t)
 	e.Layout.Home = sandboxtest.ShortTempDir(t)
 	e.Layout.Overlays = e.Layout.Home
@@ -41,12 +41,15 @@ func requireNsbox(t *testing.T) {
 	}
 }
 
+// conformance is nsbox's configuration of the shared suites.
+var conformance = sandboxtest.Config{
+	New:        func(e sandbox.Env) sandbox.Manager { return nsbox.New(e) },
+	Env:        env,
+	Confined:   false,
+	ChannelDir: nsbox.ChannelDir,
+}
+
 func TestConformance(t *testing.T) {
 	requireNsbox(t)
-	sandboxtest.Run(t, sandboxtest.Config{
-		New:        func(e sandbox.Env) sandbox.Manager { return nsbox.New(e) },
-		Env:        env,
-		Confined:   false,
-		ChannelDir: nsbox.ChannelDir,
-	})
+	sandboxtest.Run(t, conformance)
 }

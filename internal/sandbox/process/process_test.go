@@ -26,15 +26,18 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-func env(t *testing.T) sandbox.Env {
+func env(t testing.TB) sandbox.Env {
 	return sandbox.Env{AgentBinary: func() (string, error) { return agentBin, nil }}
 }
 
+// conformance is process mode's configuration of the shared suites.
+var conformance = sandboxtest.Config{
+	New:        func(e sandbox.Env) sandbox.Manager { return process.New(e) },
+	Env:        env,
+	Confined:   true,
+	Unconfined: "process mode isolates nothing: its commands run as the host user, on the host",
+}
+
 func TestConformance(t *testing.T) {
-	sandboxtest.Run(t, sandboxtest.Config{
-		New:        func(e sandbox.Env) sandbox.Manager { return process.New(e) },
-		Env:        env,
-		Confined:   true,
-		Unconfined: "process mode isolates nothing: its commands run as the host user, on the host",
-	})
+	sandboxtest.Run(t, conformance)
 }

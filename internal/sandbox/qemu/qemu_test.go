@@ -84,7 +84,7 @@ func requireQEMU(t testing.TB) string {
 	return dir
 }
 
-func env(t *testing.T) sandbox.Env {
+func env(t testing.TB) sandbox.Env {
 	return sandbox.Env{AgentBinary: func() (string, error) { return agentBin, nil }}
 }
 
@@ -114,7 +114,7 @@ func killGuestAgent(t *testing.T, st *sandbox.State) {
 	}
 }
 
-func conformance(t *testing.T) sandboxtest.Config {
+func conformance(t testing.TB) sandboxtest.Config {
 	return sandboxtest.Config{
 		New:          func(e sandbox.Env) sandbox.Manager { return qemu.New(e) },
 		Env:          env,
@@ -129,6 +129,14 @@ func conformance(t *testing.T) sandboxtest.Config {
 
 func TestConformance(t *testing.T) {
 	sandboxtest.Run(t, conformance(t))
+}
+
+// TestSnapshotter: snapshots of whole VMs (memory, processes, disk), and
+// under TCG the guest's clock, which boots with the emulated RTC's whole
+// seconds and is set by the host once the guest is up, and again after a
+// restore.
+func TestSnapshotter(t *testing.T) {
+	sandboxtest.RunSnapshotter(t, conformance(t))
 }
 
 var _ = link.NoTimeout

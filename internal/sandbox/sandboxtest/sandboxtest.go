@@ -2,7 +2,9 @@
 // unchanged: lifecycle, exec, files, background processes, PTYs,
 // persistence across destroy/recreate, agent death, and discovery across
 // host processes. A backend's test calls Run with a Config that builds its
-// manager; nothing here knows any backend.
+// manager; nothing here knows any backend. RunSnapshotter is the suite of
+// the snapshot capability (sandbox.Snapshotter), run by every mode that
+// has it, and RunBenchmarks the benchmarks every mode runs.
 package sandboxtest
 
 import (
@@ -39,7 +41,7 @@ type Config struct {
 	New func(env sandbox.Env) sandbox.Manager
 	// Env returns the environment for a fresh home directory (the suite
 	// fills in Layout).
-	Env func(t *testing.T) sandbox.Env
+	Env func(t testing.TB) sandbox.Env
 	// Confined is true when file operations are confined to the workdir, so
 	// that ".." and symlinks out of it must fail with PATH_ESCAPE.
 	Confined bool
@@ -64,6 +66,13 @@ type Config struct {
 	// their ceiling sizes (a fake VMM, whose guest writes to the host), so
 	// the disk ceiling cannot be tried on it; empty for real neurons.
 	NoDiskWrites string
+	// NoGuestState says why the fixture's snapshots do not hold the
+	// guest's files and processes (a fake VMM, whose guest runs on the
+	// host), so RunSnapshotter does not look for them after a restore;
+	// empty for real VMs.
+	NoGuestState string
+	// Bench is what RunBenchmarks needs beyond the above.
+	Bench Bench
 }
 
 // SeePID1 is the escape battery's attempt to list PID 1's threads, which
