@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/nsys-cortex/cortex/internal/llm"
+	"github.com/nsys-cortex/cortex/internal/llm/llmtest"
 )
 
 func userText(s string) llm.Message {
@@ -39,12 +40,12 @@ func TestStreamText(t *testing.T) {
 	t.Parallel()
 	f := newFakeServer(t, sse(t, "text.sse"))
 	p, _ := f.provider(llm.Config{})
-	var c collector
-	resp, err := p.Stream(context.Background(), simpleRequest(), c.on)
+	var c llmtest.Events
+	resp, err := p.Stream(context.Background(), simpleRequest(), c.On)
 	if err != nil {
 		t.Fatalf("Stream: %v", err)
 	}
-	if got := c.text(llm.EventText); got != "Hello, world!" {
+	if got := c.Text(llm.EventText); got != "Hello, world!" {
 		t.Errorf("streamed text %q", got)
 	}
 	if got := resp.Message.Text(); got != "Hello, world!" {
@@ -66,10 +67,10 @@ func TestStreamText(t *testing.T) {
 	// Usage from message_start goes out just before the first text; the
 	// final count with message_delta.
 	wantKinds := []llm.EventKind{llm.EventUsage, llm.EventText, llm.EventText, llm.EventText, llm.EventUsage}
-	if got := c.kinds(); !reflect.DeepEqual(got, wantKinds) {
+	if got := c.Kinds(); !reflect.DeepEqual(got, wantKinds) {
 		t.Errorf("event kinds %v, want %v", got, wantKinds)
 	}
-	usage := c.of(llm.EventUsage)
+	usage := c.Of(llm.EventUsage)
 	if first := *usage[0].Usage; first.OutputTokens != 1 || first.InputTokens != 25 {
 		t.Errorf("first usage event %+v", first)
 	}
@@ -77,7 +78,7 @@ func TestStreamText(t *testing.T) {
 		t.Errorf("last usage event %+v", last)
 	}
 
-	reqs := f.requests()
+	reqs := f.Requests()
 	if len(reqs) != 1 || reqs[0].Path != "/v1/messages" {
 		t.Fatalf("requests %+v", reqs)
 	}
@@ -94,8 +95,8 @@ func TestStreamToolCallInPieces(t *testing.T) {
 	t.Parallel()
 	f := newFakeServer(t, sse(t, "tool_pieces.sse"))
 	p, _ := f.provider(llm.Config{})
-	var c collector
-	resp, err := p.Stream(context.Background(), simpleRequest(), c.on)
+	var c llmtest.Events
+	resp, err := p.Stream(context.Background(), simpleRequest(), c.On)
 	if err != nil {
 		t.Fatalf("Stream: %v", err)
 	}
@@ -117,13 +118,13 @@ func TestStreamToolCallInPieces(t *testing.T) {
 	if input["city"] != "Paris" || input["unit"] != "celsius" {
 		t.Errorf("input %s", call.Input)
 	}
-	if got := c.text(llm.EventToolDelta); got != string(call.Input) {
+	if got := c.Text(llm.EventToolDelta); got != string(call.Input) {
 		t.Errorf("tool deltas %q, want the pieces of %s", got, call.Input)
 	}
-	if n := len(c.of(llm.EventToolDelta)); n != 3 {
+	if n := len(c.Of(llm.EventToolDelta)); n != 3 {
 		t.Errorf("%d tool deltas, want 3 (the empty piece is not an event)", n)
 	}
-	starts, ends := c.of(llm.EventToolStart), c.of(llm.EventToolEnd)
+	starts, ends := c.Of(llm.EventToolStart), c.Of(llm.EventToolEnd)
 	if len(starts) != 1 || starts[0].ToolCall.Name != "get_weather" || starts[0].Index != 1 {
 		t.Errorf("tool_start events %+v", starts)
 	}
@@ -142,8 +143,8 @@ func TestStreamParallelToolCalls(t *testing.T) {
 	t.Parallel()
 	f := newFakeServer(t, sse(t, "parallel_tools.sse"))
 	p, _ := f.provider(llm.Config{})
-	var c collector
-	resp, err := p.Stream(context.Background(), simpleRequest(), c.on)
+	var c llmtest.Events
+	resp, err := p.Stream(context.Background(), simpleRequest(), c.On)
 	if err != nil {
 		t.Fatalf("Stream: %v", err)
 	}
@@ -157,7 +158,7 @@ func TestStreamParallelToolCalls(t *testing.T) {
 	if calls[1].ID != "toolu_01ParallelSecond" || string(calls[1].Input) != `{}` {
 		t.Errorf("second call %+v (%s): empty input must be {}", calls[1], calls[1].Input)
 	}
-	ends := c.of(llm.EventToolEnd)
+	ends := c.Of(llm.EventToolEnd)
 	if len(ends) != 2 || ends[0].Index != 0 || ends[1].Index != 1 {
 		t.Errorf("tool_end events %+v", ends)
 	}
@@ -183,12 +184,12 @@ func TestFollowUpRequestBody(t *testing.T) {
 		Tools:     tools,
 		MaxTokens: 1024,
 	}
-	var c collector
-	resp, err := p.Stream(context.Background(), first, c.on)
+	var c llmtest.Events
+	resp, err := p.Stream(context.Background(), first, c.On)
 	if err != nil {
 		t.Fatalf("first Stream: %v", err)
 	}
-	if got := c.text(llm.EventThinking); got != "The user wants two cities. Both lookups are independent, so call them together." {
+	if got := c.Text(llm.EventThinking); got != "The user wants two cities. Both lookups are independent, so call them together." {
 		t.Errorf("thinking events %q", got)
 	}
 	if th := resp.Message.Parts[0]; th.Signature != "EqQBCgIYAhIMfixtureSigPart1Part2==" || th.Thinking == "" {
@@ -220,11 +221,11 @@ func TestFollowUpRequestBody(t *testing.T) {
 	if _, err := p.Stream(context.Background(), second, nil); err != nil {
 		t.Fatalf("second Stream: %v", err)
 	}
-	reqs := f.requests()
+	reqs := f.Requests()
 	if len(reqs) != 2 {
 		t.Fatalf("%d requests", len(reqs))
 	}
-	assertJSONEqual(t, reqs[1].Body, []byte(readFixture(t, "followup_request.json")))
+	assertJSONEqual(t, reqs[1].Body, []byte(llmtest.Fixture(t, "followup_request.json")))
 }
 
 func assertJSONEqual(t *testing.T, got, want []byte) {
@@ -245,7 +246,7 @@ func assertJSONEqual(t *testing.T, got, want []byte) {
 
 func TestStopReasons(t *testing.T) {
 	t.Parallel()
-	base := readFixture(t, "text.sse")
+	base := llmtest.Fixture(t, "text.sse")
 	for raw, want := range map[string]llm.StopReason{
 		"end_turn":                      llm.StopEnd,
 		"stop_sequence":                 llm.StopEnd,
@@ -258,7 +259,7 @@ func TestStopReasons(t *testing.T) {
 		t.Run(raw, func(t *testing.T) {
 			t.Parallel()
 			body := strings.Replace(base, `"stop_reason":"end_turn"`, `"stop_reason":"`+raw+`"`, 1)
-			f := newFakeServer(t, sseBody(body))
+			f := newFakeServer(t, llmtest.Reply{Body: body})
 			p, _ := f.provider(llm.Config{})
 			resp, err := p.Stream(context.Background(), simpleRequest(), nil)
 			if err != nil {
@@ -275,8 +276,8 @@ func TestMaxTokensCutsToolCall(t *testing.T) {
 	t.Parallel()
 	f := newFakeServer(t, sse(t, "max_tokens_cut_tool.sse"))
 	p, _ := f.provider(llm.Config{})
-	var c collector
-	resp, err := p.Stream(context.Background(), simpleRequest(), c.on)
+	var c llmtest.Events
+	resp, err := p.Stream(context.Background(), simpleRequest(), c.On)
 	if err != nil {
 		t.Fatalf("Stream: %v", err)
 	}
@@ -286,7 +287,7 @@ func TestMaxTokensCutsToolCall(t *testing.T) {
 	if calls := resp.Message.ToolCalls(); len(calls) != 0 {
 		t.Errorf("a call cut mid-JSON must be dropped, got %+v", calls)
 	}
-	if len(c.of(llm.EventToolEnd)) != 0 {
+	if len(c.Of(llm.EventToolEnd)) != 0 {
 		t.Errorf("tool_end sent for an incomplete call")
 	}
 	if resp.Message.Text() != "Writing the file now." {
@@ -309,11 +310,11 @@ func TestRetryAfter429(t *testing.T) {
 	if resp.Message.Text() != "Hello, world!" {
 		t.Errorf("text %q", resp.Message.Text())
 	}
-	if n := len(f.requests()); n != 3 {
+	if n := len(f.Requests()); n != 3 {
 		t.Errorf("%d attempts, want 3", n)
 	}
 	want := []time.Duration{7 * time.Second, 1500 * time.Millisecond}
-	if got := waits.got(); !reflect.DeepEqual(got, want) {
+	if got := waits.All(); !reflect.DeepEqual(got, want) {
 		t.Errorf("waits %v, want %v (retry-after, then retry-after-ms first)", got, want)
 	}
 }
@@ -331,7 +332,7 @@ func TestRetryOverloaded529(t *testing.T) {
 	}
 	// Exponential, with the fixed test jitter taking 12.5% off.
 	want := []time.Duration{87500 * time.Microsecond, 175 * time.Millisecond}
-	if got := waits.got(); !reflect.DeepEqual(got, want) {
+	if got := waits.All(); !reflect.DeepEqual(got, want) {
 		t.Errorf("waits %v, want %v", got, want)
 	}
 }
@@ -346,7 +347,7 @@ func TestRetriesExhausted(t *testing.T) {
 	if e.Status != 529 || e.Code != "overloaded_error" || !e.Retryable || e.Message != "Overloaded" {
 		t.Errorf("error %+v", e)
 	}
-	if n := len(f.requests()); n != 3 {
+	if n := len(f.Requests()); n != 3 {
 		t.Errorf("%d attempts, want 1 + 2 retries", n)
 	}
 }
@@ -360,8 +361,8 @@ func TestRetryAfterTooLongIsReturned(t *testing.T) {
 	if e.Status != 429 || e.Code != "rate_limit_error" || e.RetryAfter != time.Hour || !e.Retryable {
 		t.Errorf("error %+v", e)
 	}
-	if len(waits.got()) != 0 {
-		t.Errorf("waited %v for an hour-long retry-after", waits.got())
+	if len(waits.All()) != 0 {
+		t.Errorf("waited %v for an hour-long retry-after", waits.All())
 	}
 }
 
@@ -376,11 +377,11 @@ func TestConnectionErrorBeforeFirstEventRetried(t *testing.T) {
 	if resp.Message.Text() != "Hello, world!" {
 		t.Errorf("text %q", resp.Message.Text())
 	}
-	if n := len(f.requests()); n != 3 {
+	if n := len(f.Requests()); n != 3 {
 		t.Errorf("%d attempts, want 3 (dropped, truncated, whole)", n)
 	}
-	if len(waits.got()) != 2 {
-		t.Errorf("waits %v", waits.got())
+	if len(waits.All()) != 2 {
+		t.Errorf("waits %v", waits.All())
 	}
 }
 
@@ -388,16 +389,16 @@ func TestOverloadedEventBeforeContentRetried(t *testing.T) {
 	t.Parallel()
 	f := newFakeServer(t, sse(t, "error_after_start.sse"), sse(t, "text.sse"))
 	p, _ := f.provider(llm.Config{})
-	var c collector
-	resp, err := p.Stream(context.Background(), simpleRequest(), c.on)
+	var c llmtest.Events
+	resp, err := p.Stream(context.Background(), simpleRequest(), c.On)
 	if err != nil {
 		t.Fatalf("Stream: %v", err)
 	}
-	if n := len(f.requests()); n != 2 {
+	if n := len(f.Requests()); n != 2 {
 		t.Errorf("%d attempts, want 2", n)
 	}
 	// Nothing from the failed attempt reached the caller.
-	if got := len(c.of(llm.EventUsage)); got != 2 || resp.Usage.OutputTokens != 15 {
+	if got := len(c.Of(llm.EventUsage)); got != 2 || resp.Usage.OutputTokens != 15 {
 		t.Errorf("%d usage events, usage %+v", got, resp.Usage)
 	}
 }
@@ -406,20 +407,20 @@ func TestErrorMidStreamNotRetried(t *testing.T) {
 	t.Parallel()
 	f := newFakeServer(t, sse(t, "error_midstream.sse"), sse(t, "text.sse"))
 	p, waits := f.provider(llm.Config{})
-	var c collector
-	_, err := p.Stream(context.Background(), simpleRequest(), c.on)
+	var c llmtest.Events
+	_, err := p.Stream(context.Background(), simpleRequest(), c.On)
 	e := asLLMError(t, err)
 	if e.Code != "overloaded_error" || e.Message != "Overloaded" || e.Status != 0 || !e.Retryable {
 		t.Errorf("error %+v", e)
 	}
-	if got := c.text(llm.EventText); got != "Partial answ" {
+	if got := c.Text(llm.EventText); got != "Partial answ" {
 		t.Errorf("text before the error %q", got)
 	}
-	if n := len(f.requests()); n != 1 {
+	if n := len(f.Requests()); n != 1 {
 		t.Errorf("%d attempts: output was shown, so no retry", n)
 	}
-	if len(waits.got()) != 0 {
-		t.Errorf("waits %v", waits.got())
+	if len(waits.All()) != 0 {
+		t.Errorf("waits %v", waits.All())
 	}
 }
 
@@ -435,7 +436,7 @@ func TestPromptTooLongIsContextOverflow(t *testing.T) {
 	if !strings.Contains(e.Message, "prompt is too long") {
 		t.Errorf("message %q", e.Message)
 	}
-	if n := len(f.requests()); n != 1 {
+	if n := len(f.Requests()); n != 1 {
 		t.Errorf("%d attempts", n)
 	}
 }
@@ -453,10 +454,10 @@ func TestInvalidRequestNotOverflow(t *testing.T) {
 
 func TestErrorNeverCarriesKey(t *testing.T) {
 	t.Parallel()
-	echo := func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusUnauthorized, nil,
-			`{"type":"error","error":{"type":"authentication_error","message":"invalid x-api-key: `+r.Header.Get("x-api-key")+`"}}`)
-	}
+	echo := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		llmtest.Reply{Status: http.StatusUnauthorized,
+			Body: `{"type":"error","error":{"type":"authentication_error","message":"invalid x-api-key: ` + r.Header.Get("x-api-key") + `"}}`}.ServeHTTP(w, r)
+	})
 	f := newFakeServer(t, echo)
 	p, _ := f.provider(llm.Config{})
 	_, err := p.Stream(context.Background(), simpleRequest(), nil)
@@ -471,12 +472,12 @@ func TestErrorNeverCarriesKey(t *testing.T) {
 
 func TestPerRequestTimeout(t *testing.T) {
 	t.Parallel()
-	hang := func(w http.ResponseWriter, r *http.Request) {
+	hang := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		select {
 		case <-r.Context().Done():
 		case <-time.After(10 * time.Second):
 		}
-	}
+	})
 	f := newFakeServer(t, hang, hang)
 	p, waits := f.provider(llm.Config{Timeout: 50 * time.Millisecond, MaxRetries: 1})
 	_, err := p.Stream(context.Background(), simpleRequest(), nil)
@@ -484,8 +485,8 @@ func TestPerRequestTimeout(t *testing.T) {
 	if e.Code != "timeout" || !e.Retryable {
 		t.Errorf("error %+v", e)
 	}
-	if n := len(f.requests()); n != 2 || len(waits.got()) != 1 {
-		t.Errorf("%d attempts, waits %v", n, waits.got())
+	if n := len(f.Requests()); n != 2 || len(waits.All()) != 1 {
+		t.Errorf("%d attempts, waits %v", n, waits.All())
 	}
 }
 
@@ -495,10 +496,10 @@ func TestCancelMidStream(t *testing.T) {
 	// Not parallel: it counts goroutines.
 	before := runtime.NumGoroutine()
 	disconnected := make(chan struct{})
-	hold := func(w http.ResponseWriter, r *http.Request) {
+	hold := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("content-type", "text/event-stream")
 		w.WriteHeader(http.StatusOK)
-		head, _, _ := strings.Cut(readFixture(t, "text.sse"), "event: content_block_delta")
+		head, _, _ := strings.Cut(llmtest.Fixture(t, "text.sse"), "event: content_block_delta")
 		head += "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"Hel\"}}\n\n"
 		w.Write([]byte(head)) //nolint:errcheck // the test fails elsewhere if this does not arrive
 		w.(http.Flusher).Flush()
@@ -508,7 +509,7 @@ func TestCancelMidStream(t *testing.T) {
 		case <-time.After(10 * time.Second):
 			t.Errorf("fake server: client never went away")
 		}
-	}
+	})
 	f := newFakeServer(t, hold)
 	transport := http.DefaultTransport.(*http.Transport).Clone()
 	client := &http.Client{Transport: transport}
@@ -538,10 +539,10 @@ func TestCancelMidStream(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the connection stayed open after cancel")
 	}
-	if len(waits.got()) != 0 || len(f.requests()) != 1 {
-		t.Errorf("retried after cancel: %d requests", len(f.requests()))
+	if len(waits.All()) != 0 || len(f.Requests()) != 1 {
+		t.Errorf("retried after cancel: %d requests", len(f.Requests()))
 	}
-	f.srv.Close()
+	f.Close()
 	transport.CloseIdleConnections()
 	deadline := time.Now().Add(5 * time.Second)
 	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
@@ -556,7 +557,7 @@ func TestCancelMidStream(t *testing.T) {
 func TestCancelDuringBackoff(t *testing.T) {
 	t.Parallel()
 	f := newFakeServer(t, jsonAnswer(t, 529, map[string]string{"retry-after": "30"}, "error_overloaded.json"))
-	cfg := llm.Config{BaseURL: f.srv.URL, KeyEnv: testKeyEnv, Model: "claude-sonnet-4-5"}
+	cfg := llm.Config{BaseURL: f.URL, KeyEnv: testKeyEnv, Model: "claude-sonnet-4-5"}
 	p, err := New(cfg) // the real sleep
 	if err != nil {
 		t.Fatal(err)
@@ -586,7 +587,7 @@ func TestMissingModel(t *testing.T) {
 	if e := asLLMError(t, err); e.Code != "invalid_request" {
 		t.Errorf("error %+v", e)
 	}
-	if len(f.requests()) != 0 {
+	if len(f.Requests()) != 0 {
 		t.Errorf("a request without a model was sent")
 	}
 }
@@ -607,10 +608,10 @@ func TestCountTokens(t *testing.T) {
 	if n != 2095 {
 		t.Errorf("count %d", n)
 	}
-	if got := waits.got(); !reflect.DeepEqual(got, []time.Duration{20 * time.Millisecond}) {
+	if got := waits.All(); !reflect.DeepEqual(got, []time.Duration{20 * time.Millisecond}) {
 		t.Errorf("waits %v", got)
 	}
-	reqs := f.requests()
+	reqs := f.Requests()
 	if len(reqs) != 2 || reqs[1].Path != "/v1/messages/count_tokens" {
 		t.Fatalf("requests %+v", reqs)
 	}
@@ -654,13 +655,13 @@ func TestMapMessagesMerging(t *testing.T) {
 func TestMalformedEventNotRetried(t *testing.T) {
 	t.Parallel()
 	body := "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{not json}\n\n"
-	f := newFakeServer(t, sseBody(body), sse(t, "text.sse"))
+	f := newFakeServer(t, llmtest.Reply{Body: body}, sse(t, "text.sse"))
 	p, _ := f.provider(llm.Config{})
 	_, err := p.Stream(context.Background(), simpleRequest(), nil)
 	if e := asLLMError(t, err); e.Code != "protocol_error" || e.Retryable {
 		t.Errorf("error %+v", e)
 	}
-	if n := len(f.requests()); n != 1 {
+	if n := len(f.Requests()); n != 1 {
 		t.Errorf("%d attempts", n)
 	}
 }

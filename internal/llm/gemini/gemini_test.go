@@ -8,25 +8,25 @@ import (
 	"io"
 	"net/http"
 	"reflect"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/nsys-cortex/cortex/internal/llm"
+	"github.com/nsys-cortex/cortex/internal/llm/llmtest"
 )
 
 func TestStreamText(t *testing.T) {
-	f := newFakeServer(t, reply{body: fixture(t, "text.sse")})
+	f := llmtest.Serve(t, llmtest.Reply{Body: llmtest.Fixture(t, "text.sse")})
 	p, _ := newTestProvider(t, f, llm.Config{})
-	var rec recorder
-	resp, err := p.Stream(context.Background(), userRequest("Does the build pass?"), rec.on)
+	var rec llmtest.Events
+	resp, err := p.Stream(context.Background(), userRequest("Does the build pass?"), rec.On)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var text string
 	usages := 0
-	for _, e := range rec.events {
+	for _, e := range rec.All() {
 		switch e.Kind {
 		case llm.EventText:
 			text += e.Text
@@ -47,26 +47,26 @@ func TestStreamText(t *testing.T) {
 	if resp.Model != "gemini-2.5-flash" {
 		t.Errorf("model = %q", resp.Model)
 	}
-	if f.auth[0] != "gm-test-key" {
-		t.Errorf("x-goog-api-key = %q", f.auth[0])
+	if f.Requests()[0].Header.Get("X-Goog-Api-Key") != "gm-test-key" {
+		t.Errorf("x-goog-api-key = %q", f.Requests()[0].Header.Get("X-Goog-Api-Key"))
 	}
-	if f.paths[0] != "/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse" {
-		t.Errorf("path = %q", f.paths[0])
+	if f.Requests()[0].URI != "/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse" {
+		t.Errorf("path = %q", f.Requests()[0].URI)
 	}
 }
 
 func TestStreamFunctionCalls(t *testing.T) {
-	f := newFakeServer(t, reply{body: fixture(t, "function_calls.sse")})
+	f := llmtest.Serve(t, llmtest.Reply{Body: llmtest.Fixture(t, "function_calls.sse")})
 	p, _ := newTestProvider(t, f, llm.Config{})
-	var rec recorder
-	resp, err := p.Stream(context.Background(), userRequest("read go.mod and run the tests"), rec.on)
+	var rec llmtest.Events
+	resp, err := p.Stream(context.Background(), userRequest("read go.mod and run the tests"), rec.On)
 	if err != nil {
 		t.Fatal(err)
 	}
 	wantKinds := []llm.EventKind{llm.EventText, llm.EventUsage,
 		llm.EventToolStart, llm.EventToolDelta, llm.EventToolEnd,
 		llm.EventToolStart, llm.EventToolDelta, llm.EventToolEnd, llm.EventUsage}
-	if got := rec.kinds(); !reflect.DeepEqual(got, wantKinds) {
+	if got := rec.Kinds(); !reflect.DeepEqual(got, wantKinds) {
 		t.Errorf("events = %v\nwant %v", got, wantKinds)
 	}
 	wantCalls := []llm.ToolCall{
@@ -82,7 +82,7 @@ func TestStreamFunctionCalls(t *testing.T) {
 			t.Errorf("call %d = %+v (%s)", i, c, c.Input)
 		}
 	}
-	for _, e := range rec.events {
+	for _, e := range rec.All() {
 		if e.Kind == llm.EventText && e.Index != 0 {
 			t.Errorf("text event at %d, want 0", e.Index)
 		}
@@ -104,7 +104,7 @@ func TestStreamFunctionCalls(t *testing.T) {
 }
 
 func TestCallIDFromAPIKept(t *testing.T) {
-	f := newFakeServer(t, reply{body: fixture(t, "call_with_id.sse")})
+	f := llmtest.Serve(t, llmtest.Reply{Body: llmtest.Fixture(t, "call_with_id.sse")})
 	p, _ := newTestProvider(t, f, llm.Config{})
 	resp, err := p.Stream(context.Background(), userRequest("list"), nil)
 	if err != nil {
@@ -141,7 +141,7 @@ func TestStopReasons(t *testing.T) {
 		{text, "MALFORMED_FUNCTION_CALL", llm.StopOther},
 	} {
 		t.Run(tc.finish+"/"+string(tc.want), func(t *testing.T) {
-			f := newFakeServer(t, reply{body: oneChunk(tc.parts, tc.finish)})
+			f := llmtest.Serve(t, llmtest.Reply{Body: oneChunk(tc.parts, tc.finish)})
 			p, _ := newTestProvider(t, f, llm.Config{})
 			resp, err := p.Stream(context.Background(), userRequest("go"), nil)
 			if err != nil {
@@ -153,7 +153,7 @@ func TestStopReasons(t *testing.T) {
 		})
 	}
 	t.Run("prompt blocked", func(t *testing.T) {
-		f := newFakeServer(t, reply{body: fixture(t, "prompt_blocked.sse")})
+		f := llmtest.Serve(t, llmtest.Reply{Body: llmtest.Fixture(t, "prompt_blocked.sse")})
 		p, _ := newTestProvider(t, f, llm.Config{})
 		resp, err := p.Stream(context.Background(), userRequest("go"), nil)
 		if err != nil {
@@ -191,12 +191,12 @@ func followUp() *llm.Request {
 }
 
 func TestFollowUpRequestBody(t *testing.T) {
-	f := newFakeServer(t, reply{body: fixture(t, "text.sse")})
+	f := llmtest.Serve(t, llmtest.Reply{Body: llmtest.Fixture(t, "text.sse")})
 	p, _ := newTestProvider(t, f, llm.Config{})
 	if _, err := p.Stream(context.Background(), followUp(), nil); err != nil {
 		t.Fatal(err)
 	}
-	assertJSON(t, f.lastBody(), fixture(t, "followup_request.json"))
+	assertJSON(t, f.Last().Body, llmtest.Fixture(t, "followup_request.json"))
 }
 
 func assertJSON(t *testing.T, got []byte, want string) {
@@ -214,18 +214,18 @@ func assertJSON(t *testing.T, got []byte, want string) {
 }
 
 func TestCountTokens(t *testing.T) {
-	f := newFakeServer(t, reply{status: 200, body: `{"totalTokens": 187, "promptTokensDetails": [{"modality": "TEXT", "tokenCount": 187}]}`})
+	f := llmtest.Serve(t, llmtest.Reply{Status: 200, Body: `{"totalTokens": 187, "promptTokensDetails": [{"modality": "TEXT", "tokenCount": 187}]}`})
 	p, _ := newTestProvider(t, f, llm.Config{})
 	n, err := p.CountTokens(context.Background(), followUp())
 	if err != nil || n != 187 {
 		t.Fatalf("CountTokens = %d, %v", n, err)
 	}
-	if f.paths[0] != "/v1beta/models/gemini-2.5-flash:countTokens" || f.auth[0] != "gm-test-key" {
-		t.Errorf("path %q key %q", f.paths[0], f.auth[0])
+	if f.Requests()[0].URI != "/v1beta/models/gemini-2.5-flash:countTokens" || f.Requests()[0].Header.Get("X-Goog-Api-Key") != "gm-test-key" {
+		t.Errorf("path %q key %q", f.Requests()[0].URI, f.Requests()[0].Header.Get("X-Goog-Api-Key"))
 	}
-	assertJSON(t, f.lastBody(), fixture(t, "count_request.json"))
+	assertJSON(t, f.Last().Body, llmtest.Fixture(t, "count_request.json"))
 
-	f = newFakeServer(t, reply{status: 400, body: fixture(t, "overflow.json")})
+	f = llmtest.Serve(t, llmtest.Reply{Status: 400, Body: llmtest.Fixture(t, "overflow.json")})
 	p, _ = newTestProvider(t, f, llm.Config{})
 	if _, err := p.CountTokens(context.Background(), followUp()); !llm.IsContextOverflow(err) {
 		t.Errorf("err = %v, want a context overflow", err)
@@ -242,9 +242,9 @@ func TestRateLimitThenSuccess(t *testing.T) {
 		{"Retry-After", map[string]string{"Retry-After": "3"}, 3 * time.Second},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f := newFakeServer(t,
-				reply{status: 429, header: tc.header, body: fixture(t, "rate_limit.json")},
-				reply{body: fixture(t, "text.sse")})
+			f := llmtest.Serve(t,
+				llmtest.Reply{Status: 429, Header: tc.header, Body: llmtest.Fixture(t, "rate_limit.json")},
+				llmtest.Reply{Body: llmtest.Fixture(t, "text.sse")})
 			p, s := newTestProvider(t, f, llm.Config{})
 			resp, err := p.Stream(context.Background(), userRequest("hi"), nil)
 			if err != nil {
@@ -253,38 +253,38 @@ func TestRateLimitThenSuccess(t *testing.T) {
 			if resp.Message.Text() != "The build passes now." {
 				t.Errorf("text = %q", resp.Message.Text())
 			}
-			if f.count() != 2 || !reflect.DeepEqual(s.all(), []time.Duration{tc.want}) {
-				t.Errorf("attempts = %d, sleeps = %v", f.count(), s.all())
+			if f.Count() != 2 || !reflect.DeepEqual(s.All(), []time.Duration{tc.want}) {
+				t.Errorf("attempts = %d, sleeps = %v", f.Count(), s.All())
 			}
 		})
 	}
 }
 
 func TestUnavailableRetriedThenExhausted(t *testing.T) {
-	f := newFakeServer(t, reply{status: 503, body: fixture(t, "unavailable.json")}, reply{status: 500, body: `{"error": {"code": 500, "message": "Internal error encountered.", "status": "INTERNAL"}}`}, reply{body: fixture(t, "text.sse")})
+	f := llmtest.Serve(t, llmtest.Reply{Status: 503, Body: llmtest.Fixture(t, "unavailable.json")}, llmtest.Reply{Status: 500, Body: `{"error": {"code": 500, "message": "Internal error encountered.", "status": "INTERNAL"}}`}, llmtest.Reply{Body: llmtest.Fixture(t, "text.sse")})
 	p, s := newTestProvider(t, f, llm.Config{})
 	if _, err := p.Stream(context.Background(), userRequest("hi"), nil); err != nil {
 		t.Fatal(err)
 	}
-	if f.count() != 3 || len(s.all()) != 2 {
-		t.Errorf("attempts = %d, sleeps = %v", f.count(), s.all())
+	if f.Count() != 3 || len(s.All()) != 2 {
+		t.Errorf("attempts = %d, sleeps = %v", f.Count(), s.All())
 	}
-	for i, d := range s.all() {
+	for i, d := range s.All() {
 		hi := baseBackoff << i
 		if d < hi/2 || d > hi {
 			t.Errorf("sleep %d = %v, want within [%v, %v]", i, d, hi/2, hi)
 		}
 	}
 
-	f = newFakeServer(t, reply{status: 503, body: fixture(t, "unavailable.json")})
+	f = llmtest.Serve(t, llmtest.Reply{Status: 503, Body: llmtest.Fixture(t, "unavailable.json")})
 	p, s = newTestProvider(t, f, llm.Config{MaxRetries: 1})
 	_, err := p.Stream(context.Background(), userRequest("hi"), nil)
 	var le *llm.Error
 	if !errors.As(err, &le) || le.Status != 503 || le.Code != "UNAVAILABLE" || !le.Retryable || !strings.Contains(le.Message, "overloaded") {
 		t.Fatalf("err = %#v", err)
 	}
-	if f.count() != 2 || len(s.all()) != 1 {
-		t.Errorf("attempts = %d, sleeps = %v", f.count(), s.all())
+	if f.Count() != 2 || len(s.All()) != 1 {
+		t.Errorf("attempts = %d, sleeps = %v", f.Count(), s.All())
 	}
 }
 
@@ -297,15 +297,15 @@ func TestNotRetried(t *testing.T) {
 		{"bad_key.json", false},
 	} {
 		t.Run(tc.body, func(t *testing.T) {
-			f := newFakeServer(t, reply{status: 400, body: fixture(t, tc.body)})
+			f := llmtest.Serve(t, llmtest.Reply{Status: 400, Body: llmtest.Fixture(t, tc.body)})
 			p, _ := newTestProvider(t, f, llm.Config{})
 			_, err := p.Stream(context.Background(), userRequest("hi"), nil)
 			var le *llm.Error
 			if !errors.As(err, &le) || le.Status != 400 || le.Code != "INVALID_ARGUMENT" || le.Retryable {
 				t.Fatalf("err = %#v", err)
 			}
-			if llm.IsContextOverflow(err) != tc.overflow || f.count() != 1 {
-				t.Errorf("overflow = %v after %d attempts", llm.IsContextOverflow(err), f.count())
+			if llm.IsContextOverflow(err) != tc.overflow || f.Count() != 1 {
+				t.Errorf("overflow = %v after %d attempts", llm.IsContextOverflow(err), f.Count())
 			}
 			if strings.Contains(err.Error(), "gm-test-key") {
 				t.Errorf("the key leaked into %q", err)
@@ -315,74 +315,29 @@ func TestNotRetried(t *testing.T) {
 }
 
 func TestConnectionResetBeforeOutputRetried(t *testing.T) {
-	f := newFakeServer(t, reply{hangup: true}, reply{body: fixture(t, "text.sse")})
-	p, s := newTestProvider(t, f, llm.Config{})
-	if _, err := p.Stream(context.Background(), userRequest("hi"), nil); err != nil {
-		t.Fatal(err)
-	}
-	if f.count() != 2 || len(s.all()) != 1 {
-		t.Errorf("attempts = %d, sleeps = %v", f.count(), s.all())
-	}
+	llmtest.ResetBeforeOutputRetried(t, llmtest.Fixture(t, "text.sse"), testProvider(t))
 }
 
 func TestNoRetryAfterOutputBegan(t *testing.T) {
-	f := newFakeServer(t, reply{body: fixture(t, "midstream_error.sse")})
+	f := llmtest.Serve(t, llmtest.Reply{Body: llmtest.Fixture(t, "midstream_error.sse")})
 	p, s := newTestProvider(t, f, llm.Config{})
-	var rec recorder
-	_, err := p.Stream(context.Background(), userRequest("hi"), rec.on)
+	var rec llmtest.Events
+	_, err := p.Stream(context.Background(), userRequest("hi"), rec.On)
 	var le *llm.Error
 	if !errors.As(err, &le) || le.Code != "UNAVAILABLE" || le.Status != 503 {
 		t.Fatalf("err = %#v", err)
 	}
-	if f.count() != 1 || len(s.all()) != 0 {
-		t.Errorf("attempts = %d, sleeps = %v: retried after output reached the caller", f.count(), s.all())
+	if f.Count() != 1 || len(s.All()) != 0 {
+		t.Errorf("attempts = %d, sleeps = %v: retried after output reached the caller", f.Count(), s.All())
 	}
-	if k := rec.kinds(); len(k) != 1 || k[0] != llm.EventText {
+	if k := rec.Kinds(); len(k) != 1 || k[0] != llm.EventText {
 		t.Errorf("events = %v", k)
 	}
 }
 
 func TestCancelReturnsPromptlyWithoutLeak(t *testing.T) {
-	before := runtime.NumGoroutine()
-	first := strings.SplitAfter(fixture(t, "text.sse"), "\r\n\r\n")[0]
-	f := newFakeServer(t, reply{body: first, hold: true})
-	transport := &http.Transport{}
-	p, _ := newTestProvider(t, f, llm.Config{}, llm.WithHTTPClient(&http.Client{Transport: transport}))
-
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		_, err := p.Stream(ctx, userRequest("hi"), func(e llm.Event) {
-			if e.Kind == llm.EventText {
-				cancel()
-			}
-		})
-		done <- err
-	}()
-	select {
-	case err := <-done:
-		if !errors.Is(err, context.Canceled) {
-			t.Fatalf("err = %v, want context.Canceled", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("Stream did not return after cancel")
-	}
-	transport.CloseIdleConnections()
-	f.srv.Close()
-	waitGoroutines(t, before)
-}
-
-// waitGoroutines fails the test if goroutines started by it outlive it.
-func waitGoroutines(t *testing.T, want int) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for runtime.NumGoroutine() > want {
-		if time.Now().After(deadline) {
-			buf := make([]byte, 1<<20)
-			t.Fatalf("%d goroutines left, want %d:\n%s", runtime.NumGoroutine(), want, buf[:runtime.Stack(buf, true)])
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	first := strings.SplitAfter(llmtest.Fixture(t, "text.sse"), "\r\n\r\n")[0]
+	llmtest.CancelMidStream(t, first, testProvider(t))
 }
 
 func TestKeyAndConfig(t *testing.T) {
@@ -441,12 +396,12 @@ func (r *roundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 }
 
 func TestCutStreamIsAnError(t *testing.T) {
-	cut := strings.SplitAfter(fixture(t, "text.sse"), "\r\n\r\n")[0]
-	f := newFakeServer(t, reply{body: cut})
+	cut := strings.SplitAfter(llmtest.Fixture(t, "text.sse"), "\r\n\r\n")[0]
+	f := llmtest.Serve(t, llmtest.Reply{Body: cut})
 	p, _ := newTestProvider(t, f, llm.Config{})
 	_, err := p.Stream(context.Background(), userRequest("hi"), nil)
 	var le *llm.Error
-	if !errors.As(err, &le) || le.Code != "incomplete_stream" || f.count() != 1 {
-		t.Fatalf("err = %v after %d attempts", err, f.count())
+	if !errors.As(err, &le) || le.Code != "incomplete_stream" || f.Count() != 1 {
+		t.Fatalf("err = %v after %d attempts", err, f.Count())
 	}
 }

@@ -5,26 +5,25 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"reflect"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/nsys-cortex/cortex/internal/llm"
+	"github.com/nsys-cortex/cortex/internal/llm/llmtest"
 )
 
 func TestStreamText(t *testing.T) {
-	f := newFakeServer(t, reply{body: fixture(t, "text.sse")})
+	f := llmtest.Serve(t, llmtest.Reply{Body: llmtest.Fixture(t, "text.sse")})
 	p, _ := newTestProvider(t, f, llm.Config{})
-	var rec recorder
-	resp, err := p.Stream(context.Background(), userRequest("Does the build pass?"), rec.on)
+	var rec llmtest.Events
+	resp, err := p.Stream(context.Background(), userRequest("Does the build pass?"), rec.On)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var text string
-	for _, e := range rec.events {
+	for _, e := range rec.All() {
 		if e.Kind == llm.EventText {
 			text += e.Text
 		}
@@ -39,26 +38,26 @@ func TestStreamText(t *testing.T) {
 	if resp.Usage != want {
 		t.Errorf("usage = %+v, want %+v", resp.Usage, want)
 	}
-	last := rec.events[len(rec.events)-1]
+	last := rec.All()[len(rec.All())-1]
 	if last.Kind != llm.EventUsage || *last.Usage != want {
 		t.Errorf("last event = %+v, want the usage", last)
 	}
 	if resp.Model != "gpt-4o-mini-2024-07-18" || resp.Message.Role != llm.RoleAssistant {
 		t.Errorf("model %q role %q", resp.Model, resp.Message.Role)
 	}
-	if got := f.auth[0]; got != "Bearer sk-test-key" {
+	if got := f.Requests()[0].Header.Get("Authorization"); got != "Bearer sk-test-key" {
 		t.Errorf("Authorization = %q", got)
 	}
-	if f.paths[0] != "/v1/chat/completions" {
-		t.Errorf("path = %q", f.paths[0])
+	if f.Requests()[0].Path != "/v1/chat/completions" {
+		t.Errorf("path = %q", f.Requests()[0].Path)
 	}
 }
 
 func TestStreamParallelToolCallsInPieces(t *testing.T) {
-	f := newFakeServer(t, reply{body: fixture(t, "tools_parallel.sse")})
+	f := llmtest.Serve(t, llmtest.Reply{Body: llmtest.Fixture(t, "tools_parallel.sse")})
 	p, _ := newTestProvider(t, f, llm.Config{})
-	var rec recorder
-	resp, err := p.Stream(context.Background(), userRequest("read go.mod and run the tests"), rec.on)
+	var rec llmtest.Events
+	resp, err := p.Stream(context.Background(), userRequest("read go.mod and run the tests"), rec.On)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +68,7 @@ func TestStreamParallelToolCallsInPieces(t *testing.T) {
 	pieces := map[int]string{}
 	var starts, ends []llm.Event
 	deltas := map[int]int{}
-	for _, e := range rec.events {
+	for _, e := range rec.All() {
 		switch e.Kind {
 		case llm.EventToolStart:
 			starts = append(starts, e)
@@ -81,7 +80,7 @@ func TestStreamParallelToolCallsInPieces(t *testing.T) {
 		}
 	}
 	if len(starts) != 2 || len(ends) != 2 {
-		t.Fatalf("events: %v", rec.kinds())
+		t.Fatalf("events: %v", rec.Kinds())
 	}
 	for i := range 2 {
 		if starts[i].Index != i || starts[i].ToolCall.ID != wantIDs[i] || starts[i].ToolCall.Name != wantNames[i] {
@@ -112,26 +111,26 @@ func TestStreamParallelToolCallsInPieces(t *testing.T) {
 }
 
 func TestStreamWithoutUsage(t *testing.T) {
-	f := newFakeServer(t, reply{body: fixture(t, "ollama_no_usage.sse")})
+	f := llmtest.Serve(t, llmtest.Reply{Body: llmtest.Fixture(t, "ollama_no_usage.sse")})
 	p, _ := newTestProvider(t, f, llm.Config{Provider: "ollama", Model: "qwen2.5-coder:7b"})
-	var rec recorder
-	resp, err := p.Stream(context.Background(), userRequest("hi"), rec.on)
+	var rec llmtest.Events
+	resp, err := p.Stream(context.Background(), userRequest("hi"), rec.On)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if resp.Usage != (llm.Usage{}) || resp.Message.Text() != "Hello there" || resp.Stop != llm.StopEnd {
 		t.Errorf("resp = %+v", resp)
 	}
-	for _, e := range rec.events {
+	for _, e := range rec.All() {
 		if e.Kind == llm.EventUsage {
 			t.Errorf("usage event from a server that reports none: %+v", e.Usage)
 		}
 	}
-	if f.auth[0] != "" {
-		t.Errorf("a local server got Authorization %q", f.auth[0])
+	if f.Requests()[0].Header.Get("Authorization") != "" {
+		t.Errorf("a local server got Authorization %q", f.Requests()[0].Header.Get("Authorization"))
 	}
 	var body map[string]any
-	if err := json.Unmarshal(f.lastBody(), &body); err != nil {
+	if err := json.Unmarshal(f.Last().Body, &body); err != nil {
 		t.Fatal(err)
 	}
 	if body["model"] != "qwen2.5-coder:7b" {
@@ -140,7 +139,7 @@ func TestStreamWithoutUsage(t *testing.T) {
 }
 
 func TestToolCallWithoutIDOrArguments(t *testing.T) {
-	f := newFakeServer(t, reply{body: fixture(t, "tool_no_id_stop.sse")})
+	f := llmtest.Serve(t, llmtest.Reply{Body: llmtest.Fixture(t, "tool_no_id_stop.sse")})
 	p, _ := newTestProvider(t, f, llm.Config{Provider: "ollama", Model: "llama3.1:8b"})
 	resp, err := p.Stream(context.Background(), userRequest("list"), nil)
 	if err != nil {
@@ -156,15 +155,15 @@ func TestToolCallWithoutIDOrArguments(t *testing.T) {
 }
 
 func TestInvalidToolArguments(t *testing.T) {
-	f := newFakeServer(t, reply{body: fixture(t, "bad_args.sse")})
+	f := llmtest.Serve(t, llmtest.Reply{Body: llmtest.Fixture(t, "bad_args.sse")})
 	p, _ := newTestProvider(t, f, llm.Config{})
 	_, err := p.Stream(context.Background(), userRequest("write"), nil)
 	var le *llm.Error
 	if !errors.As(err, &le) || !strings.Contains(err.Error(), `"write_file"`) || le.Retryable {
 		t.Fatalf("err = %v", err)
 	}
-	if f.count() != 1 {
-		t.Errorf("attempts = %d", f.count())
+	if f.Count() != 1 {
+		t.Errorf("attempts = %d", f.Count())
 	}
 }
 
@@ -196,7 +195,7 @@ func TestStopReasons(t *testing.T) {
 		{"eos_token", false, llm.StopOther},
 	} {
 		t.Run(fmt.Sprintf("%s/tool=%v", tc.finish, tc.tool), func(t *testing.T) {
-			f := newFakeServer(t, reply{body: chunkStream("x", tc.tool, tc.finish)})
+			f := llmtest.Serve(t, llmtest.Reply{Body: chunkStream("x", tc.tool, tc.finish)})
 			p, _ := newTestProvider(t, f, llm.Config{})
 			resp, err := p.Stream(context.Background(), userRequest("go"), nil)
 			if err != nil {
@@ -210,7 +209,7 @@ func TestStopReasons(t *testing.T) {
 }
 
 func TestFollowUpRequestBody(t *testing.T) {
-	f := newFakeServer(t, reply{body: fixture(t, "text.sse")})
+	f := llmtest.Serve(t, llmtest.Reply{Body: llmtest.Fixture(t, "text.sse")})
 	p, _ := newTestProvider(t, f, llm.Config{})
 	temp := 0.2
 	req := &llm.Request{
@@ -239,19 +238,19 @@ func TestFollowUpRequestBody(t *testing.T) {
 		t.Fatal(err)
 	}
 	var got, want any
-	if err := json.Unmarshal(f.lastBody(), &got); err != nil {
+	if err := json.Unmarshal(f.Last().Body, &got); err != nil {
 		t.Fatal(err)
 	}
-	if err := json.Unmarshal([]byte(fixture(t, "followup_request.json")), &want); err != nil {
+	if err := json.Unmarshal([]byte(llmtest.Fixture(t, "followup_request.json")), &want); err != nil {
 		t.Fatal(err)
 	}
 	if !reflect.DeepEqual(got, want) {
-		t.Errorf("request body:\n%s\nwant:\n%s", f.lastBody(), fixture(t, "followup_request.json"))
+		t.Errorf("request body:\n%s\nwant:\n%s", f.Last().Body, llmtest.Fixture(t, "followup_request.json"))
 	}
 }
 
 func TestLocalServerGetsMaxTokens(t *testing.T) {
-	f := newFakeServer(t, reply{body: fixture(t, "ollama_no_usage.sse")})
+	f := llmtest.Serve(t, llmtest.Reply{Body: llmtest.Fixture(t, "ollama_no_usage.sse")})
 	p, _ := newTestProvider(t, f, llm.Config{Provider: "vllm", Model: "m"})
 	req := userRequest("hi")
 	req.MaxTokens = 77
@@ -259,9 +258,9 @@ func TestLocalServerGetsMaxTokens(t *testing.T) {
 		t.Fatal(err)
 	}
 	var body map[string]any
-	_ = json.Unmarshal(f.lastBody(), &body)
+	_ = json.Unmarshal(f.Last().Body, &body)
 	if body["max_tokens"] != 77.0 || body["max_completion_tokens"] != nil {
-		t.Errorf("body = %s", f.lastBody())
+		t.Errorf("body = %s", f.Last().Body)
 	}
 }
 
@@ -274,9 +273,9 @@ func TestRetryAfterThenSuccess(t *testing.T) {
 		{map[string]string{"Retry-After-Ms": "1500", "Retry-After": "9"}, 1500 * time.Millisecond},
 	} {
 		t.Run(fmt.Sprint(tc.want), func(t *testing.T) {
-			f := newFakeServer(t,
-				reply{status: 429, header: tc.header, body: fixture(t, "rate_limit.json")},
-				reply{body: fixture(t, "text.sse")})
+			f := llmtest.Serve(t,
+				llmtest.Reply{Status: 429, Header: tc.header, Body: llmtest.Fixture(t, "rate_limit.json")},
+				llmtest.Reply{Body: llmtest.Fixture(t, "text.sse")})
 			p, s := newTestProvider(t, f, llm.Config{})
 			resp, err := p.Stream(context.Background(), userRequest("hi"), nil)
 			if err != nil {
@@ -285,25 +284,25 @@ func TestRetryAfterThenSuccess(t *testing.T) {
 			if resp.Message.Text() != "The build passes now." {
 				t.Errorf("text = %q", resp.Message.Text())
 			}
-			if f.count() != 2 || !reflect.DeepEqual(s.all(), []time.Duration{tc.want}) {
-				t.Errorf("attempts = %d, sleeps = %v", f.count(), s.all())
+			if f.Count() != 2 || !reflect.DeepEqual(s.All(), []time.Duration{tc.want}) {
+				t.Errorf("attempts = %d, sleeps = %v", f.Count(), s.All())
 			}
 		})
 	}
 }
 
 func TestServerErrorRetriedWithBackoff(t *testing.T) {
-	f := newFakeServer(t,
-		reply{status: 503, body: fixture(t, "server_error.json")},
-		reply{status: 500, body: fixture(t, "server_error.json")},
-		reply{body: fixture(t, "text.sse")})
+	f := llmtest.Serve(t,
+		llmtest.Reply{Status: 503, Body: llmtest.Fixture(t, "server_error.json")},
+		llmtest.Reply{Status: 500, Body: llmtest.Fixture(t, "server_error.json")},
+		llmtest.Reply{Body: llmtest.Fixture(t, "text.sse")})
 	p, s := newTestProvider(t, f, llm.Config{})
 	if _, err := p.Stream(context.Background(), userRequest("hi"), nil); err != nil {
 		t.Fatal(err)
 	}
-	got := s.all()
-	if f.count() != 3 || len(got) != 2 {
-		t.Fatalf("attempts = %d, sleeps = %v", f.count(), got)
+	got := s.All()
+	if f.Count() != 3 || len(got) != 2 {
+		t.Fatalf("attempts = %d, sleeps = %v", f.Count(), got)
 	}
 	for i, d := range got {
 		hi := baseBackoff << i
@@ -314,7 +313,7 @@ func TestServerErrorRetriedWithBackoff(t *testing.T) {
 }
 
 func TestRetriesExhausted(t *testing.T) {
-	f := newFakeServer(t, reply{status: 503, body: fixture(t, "server_error.json")})
+	f := llmtest.Serve(t, llmtest.Reply{Status: 503, Body: llmtest.Fixture(t, "server_error.json")})
 	p, s := newTestProvider(t, f, llm.Config{MaxRetries: 2})
 	_, err := p.Stream(context.Background(), userRequest("hi"), nil)
 	var le *llm.Error
@@ -322,8 +321,8 @@ func TestRetriesExhausted(t *testing.T) {
 		le.Message != "The server is overloaded or not ready yet." {
 		t.Fatalf("err = %#v", err)
 	}
-	if f.count() != 3 || len(s.all()) != 2 {
-		t.Errorf("attempts = %d, sleeps = %v", f.count(), s.all())
+	if f.Count() != 3 || len(s.All()) != 2 {
+		t.Errorf("attempts = %d, sleeps = %v", f.Count(), s.All())
 	}
 }
 
@@ -342,9 +341,9 @@ func TestNotRetried(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			body := `{"error":{"message":"Incorrect API key provided.","type":"invalid_request_error","param":null,"code":"invalid_api_key"}}`
 			if tc.body != "" {
-				body = fixture(t, tc.body)
+				body = llmtest.Fixture(t, tc.body)
 			}
-			f := newFakeServer(t, reply{status: tc.status, body: body})
+			f := llmtest.Serve(t, llmtest.Reply{Status: tc.status, Body: body})
 			p, _ := newTestProvider(t, f, llm.Config{})
 			_, err := p.Stream(context.Background(), userRequest("hi"), nil)
 			var le *llm.Error
@@ -354,8 +353,8 @@ func TestNotRetried(t *testing.T) {
 			if llm.IsContextOverflow(err) != tc.overflow {
 				t.Errorf("IsContextOverflow = %v", !tc.overflow)
 			}
-			if f.count() != 1 {
-				t.Errorf("attempts = %d", f.count())
+			if f.Count() != 1 {
+				t.Errorf("attempts = %d", f.Count())
 			}
 			if strings.Contains(err.Error(), "sk-test-key") {
 				t.Errorf("the key leaked into %q", err)
@@ -365,99 +364,54 @@ func TestNotRetried(t *testing.T) {
 }
 
 func TestConnectionResetBeforeOutputRetried(t *testing.T) {
-	f := newFakeServer(t, reply{hangup: true}, reply{body: fixture(t, "text.sse")})
-	p, s := newTestProvider(t, f, llm.Config{})
-	if _, err := p.Stream(context.Background(), userRequest("hi"), nil); err != nil {
-		t.Fatal(err)
-	}
-	if f.count() != 2 || len(s.all()) != 1 {
-		t.Errorf("attempts = %d, sleeps = %v", f.count(), s.all())
-	}
+	llmtest.ResetBeforeOutputRetried(t, llmtest.Fixture(t, "text.sse"), testProvider(t))
 }
 
 func TestNoRetryAfterOutputBegan(t *testing.T) {
-	f := newFakeServer(t, reply{body: fixture(t, "midstream_error.sse")})
+	f := llmtest.Serve(t, llmtest.Reply{Body: llmtest.Fixture(t, "midstream_error.sse")})
 	p, s := newTestProvider(t, f, llm.Config{})
-	var rec recorder
-	_, err := p.Stream(context.Background(), userRequest("hi"), rec.on)
+	var rec llmtest.Events
+	_, err := p.Stream(context.Background(), userRequest("hi"), rec.On)
 	var le *llm.Error
 	if !errors.As(err, &le) || le.Code != "server_error" || !strings.Contains(le.Message, "server had an error") {
 		t.Fatalf("err = %#v", err)
 	}
-	if f.count() != 1 || len(s.all()) != 0 {
-		t.Errorf("attempts = %d, sleeps = %v: retried after output reached the caller", f.count(), s.all())
+	if f.Count() != 1 || len(s.All()) != 0 {
+		t.Errorf("attempts = %d, sleeps = %v: retried after output reached the caller", f.Count(), s.All())
 	}
-	if k := rec.kinds(); len(k) != 1 || k[0] != llm.EventText {
+	if k := rec.Kinds(); len(k) != 1 || k[0] != llm.EventText {
 		t.Errorf("events = %v", k)
 	}
 }
 
 func TestCancelReturnsPromptlyWithoutLeak(t *testing.T) {
-	before := runtime.NumGoroutine()
-	first := strings.SplitAfter(fixture(t, "text.sse"), "\n\n")[1]
-	f := newFakeServer(t, reply{body: first, hold: true})
-	transport := &http.Transport{}
-	p, _ := newTestProvider(t, f, llm.Config{}, llm.WithHTTPClient(&http.Client{Transport: transport}))
-
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		_, err := p.Stream(ctx, userRequest("hi"), func(e llm.Event) {
-			if e.Kind == llm.EventText {
-				cancel()
-			}
-		})
-		done <- err
-	}()
-	select {
-	case err := <-done:
-		if !errors.Is(err, context.Canceled) {
-			t.Fatalf("err = %v, want context.Canceled", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("Stream did not return after cancel")
-	}
-	transport.CloseIdleConnections()
-	f.srv.Close()
-	waitGoroutines(t, before)
-}
-
-// waitGoroutines fails the test if goroutines started by it outlive it.
-func waitGoroutines(t *testing.T, want int) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for runtime.NumGoroutine() > want {
-		if time.Now().After(deadline) {
-			buf := make([]byte, 1<<20)
-			t.Fatalf("%d goroutines left, want %d:\n%s", runtime.NumGoroutine(), want, buf[:runtime.Stack(buf, true)])
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	first := strings.SplitAfter(llmtest.Fixture(t, "text.sse"), "\n\n")[1]
+	llmtest.CancelMidStream(t, first, testProvider(t))
 }
 
 func TestCancelWhileWaitingToRetry(t *testing.T) {
-	f := newFakeServer(t, reply{status: 429, header: map[string]string{"Retry-After": "30"}, body: fixture(t, "rate_limit.json")})
+	f := llmtest.Serve(t, llmtest.Reply{Status: 429, Header: map[string]string{"Retry-After": "30"}, Body: llmtest.Fixture(t, "rate_limit.json")})
 	ctx, cancel := context.WithCancel(context.Background())
 	p, _ := newTestProvider(t, f, llm.Config{}, llm.WithSleep(func(ctx context.Context, d time.Duration) error {
 		cancel()
 		return llm.Sleep(ctx, d)
 	}))
 	_, err := p.Stream(ctx, userRequest("hi"), nil)
-	if !errors.Is(err, context.Canceled) || f.count() != 1 {
-		t.Fatalf("err = %v after %d attempts", err, f.count())
+	if !errors.Is(err, context.Canceled) || f.Count() != 1 {
+		t.Fatalf("err = %v after %d attempts", err, f.Count())
 	}
 }
 
 func TestEventIndexIsPositionInMessage(t *testing.T) {
 	text := strings.SplitAfter(chunkStream("Let me look.", false, ""), "\n\n")[0]
-	f := newFakeServer(t, reply{body: text + chunkStream("", true, "tool_calls")})
+	f := llmtest.Serve(t, llmtest.Reply{Body: text + chunkStream("", true, "tool_calls")})
 	p, _ := newTestProvider(t, f, llm.Config{})
-	var rec recorder
-	resp, err := p.Stream(context.Background(), userRequest("go"), rec.on)
+	var rec llmtest.Events
+	resp, err := p.Stream(context.Background(), userRequest("go"), rec.On)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, e := range rec.events {
+	for _, e := range rec.All() {
 		want := map[llm.EventKind]int{llm.EventText: 0, llm.EventToolStart: 1, llm.EventToolDelta: 1, llm.EventToolEnd: 1}
 		if w, ok := want[e.Kind]; ok && e.Index != w {
 			t.Errorf("%s at %d, want %d", e.Kind, e.Index, w)
@@ -470,18 +424,18 @@ func TestEventIndexIsPositionInMessage(t *testing.T) {
 }
 
 func TestCutStreamRetriedOnlyBeforeOutput(t *testing.T) {
-	cut := strings.SplitAfter(fixture(t, "text.sse"), "\n\n")[0] // role chunk only: no event
-	f := newFakeServer(t, reply{body: cut}, reply{body: fixture(t, "text.sse")})
+	cut := strings.SplitAfter(llmtest.Fixture(t, "text.sse"), "\n\n")[0] // role chunk only: no event
+	f := llmtest.Serve(t, llmtest.Reply{Body: cut}, llmtest.Reply{Body: llmtest.Fixture(t, "text.sse")})
 	p, _ := newTestProvider(t, f, llm.Config{})
-	if _, err := p.Stream(context.Background(), userRequest("hi"), nil); err != nil || f.count() != 2 {
-		t.Fatalf("err = %v after %d attempts", err, f.count())
+	if _, err := p.Stream(context.Background(), userRequest("hi"), nil); err != nil || f.Count() != 2 {
+		t.Fatalf("err = %v after %d attempts", err, f.Count())
 	}
-	cut = strings.Join(strings.SplitAfter(fixture(t, "text.sse"), "\n\n")[:3], "") // some text, then EOF
-	f = newFakeServer(t, reply{body: cut})
+	cut = strings.Join(strings.SplitAfter(llmtest.Fixture(t, "text.sse"), "\n\n")[:3], "") // some text, then EOF
+	f = llmtest.Serve(t, llmtest.Reply{Body: cut})
 	p, _ = newTestProvider(t, f, llm.Config{})
 	_, err := p.Stream(context.Background(), userRequest("hi"), nil)
 	var le *llm.Error
-	if !errors.As(err, &le) || le.Code != "incomplete_stream" || f.count() != 1 {
-		t.Fatalf("err = %v after %d attempts", err, f.count())
+	if !errors.As(err, &le) || le.Code != "incomplete_stream" || f.Count() != 1 {
+		t.Fatalf("err = %v after %d attempts", err, f.Count())
 	}
 }
