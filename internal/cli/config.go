@@ -90,6 +90,12 @@ func (a *App) configPathCommand() *cobra.Command {
 	}
 }
 
+// configListing is how config list shows the keys.
+var configListing = listing[configItem]{
+	header: []string{"NAME", "VALUE", "SOURCE", "ENV"},
+	row:    func(it configItem) []string { return []string{it.Key, it.Value, it.Source, it.Env} },
+}
+
 func (a *App) configListCommand() *cobra.Command {
 	var out outputFlags
 	cmd := &cobra.Command{
@@ -102,7 +108,7 @@ An environment variable whose value the key does not accept is listed as it
 is, and the command then fails naming it.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			mode, err := out.mode("json", "yaml")
+			mode, err := configListing.mode(&out)
 			if err != nil {
 				return err
 			}
@@ -122,23 +128,13 @@ is, and the command then fails naming it.`,
 				list = append(list, configItem{Key: k.Name, Value: v, Source: string(src), Env: k.Env,
 					Default: k.Default, Description: k.Description})
 			}
-			if done, err := emitList(&out, a.Stdout, mode, list); done {
-				if err != nil {
-					return err
-				}
-				return c.Validate()
-			}
-			rows := make([][]string, len(list))
-			for i, it := range list {
-				rows[i] = []string{it.Key, it.Value, it.Source, it.Env}
-			}
-			if err := table(a.Stdout, []string{"NAME", "VALUE", "SOURCE", "ENV"}, rows); err != nil {
+			if err := configListing.print(&out, a.Stdout, mode, list); err != nil {
 				return err
 			}
 			return c.Validate()
 		},
 	}
-	out.add(cmd, "json, yaml", "{{.Key}}={{.Value}}")
+	configListing.addFlags(&out, cmd, "{{.Key}}={{.Value}}")
 	return cmd
 }
 

@@ -353,6 +353,19 @@ func hasEnvKey(env []string, key string) bool {
 	return false
 }
 
+// procListing is how ps shows a neuron's processes.
+var procListing = listing[protocol.ProcInfo]{
+	header: []string{"PID", "KIND", "STATUS", "STARTED", "COMMAND"},
+	row: func(p protocol.ProcInfo) []string {
+		kind := "proc"
+		if p.Pty {
+			kind = "pty"
+		}
+		return []string{strconv.Itoa(p.PID), kind, procStatus(&p), ago(p.Started), commandLine(p.Argv)}
+	},
+	name: func(p protocol.ProcInfo) string { return strconv.Itoa(p.PID) },
+}
+
 func (a *App) psCommand() *cobra.Command {
 	var out outputFlags
 	cmd := &cobra.Command{
@@ -361,7 +374,7 @@ func (a *App) psCommand() *cobra.Command {
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: a.neuronArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			mode, err := out.mode("json", "yaml", "name")
+			mode, err := procListing.mode(&out)
 			if err != nil {
 				return err
 			}
@@ -373,31 +386,10 @@ func (a *App) psCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if list == nil {
-				list = []protocol.ProcInfo{}
-			}
-			if done, err := emitList(&out, a.Stdout, mode, list); done {
-				return err
-			}
-			if mode == "name" {
-				for _, p := range list {
-					fmt.Fprintln(a.Stdout, p.PID)
-				}
-				return nil
-			}
-			var rows [][]string
-			for _, p := range list {
-				status := procStatus(&p)
-				kind := "proc"
-				if p.Pty {
-					kind = "pty"
-				}
-				rows = append(rows, []string{strconv.Itoa(p.PID), kind, status, ago(p.Started), commandLine(p.Argv)})
-			}
-			return table(a.Stdout, []string{"PID", "KIND", "STATUS", "STARTED", "COMMAND"}, rows)
+			return procListing.print(&out, a.Stdout, mode, list)
 		},
 	}
-	out.add(cmd, "json, yaml, name", "{{.PID}} {{.Running}} {{.ExitCode}}")
+	procListing.addFlags(&out, cmd, "{{.PID}} {{.Running}} {{.ExitCode}}")
 	return cmd
 }
 

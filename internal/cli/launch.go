@@ -178,6 +178,28 @@ func (a *App) runLaunch(ctx context.Context, c channel, neuron string, contract 
 	return res.ExitCode, res.Signal, nil
 }
 
+// receiptListing is how receipts shows a neuron's launch receipts.
+var receiptListing = listing[*launch.Receipt]{
+	header: []string{"RECEIPT", "PROFILE", "IO", "AS", "STARTED", "STATUS", "COMMAND"},
+	row: func(r *launch.Receipt) []string {
+		status := "running"
+		switch {
+		case r.Error != "":
+			status = "failed: " + r.Error
+		case r.ExitCode != nil:
+			status = "exit " + strconv.Itoa(*r.ExitCode)
+			if r.Signal != "" {
+				status += " (" + r.Signal + ")"
+			}
+		}
+		who := "-"
+		if r.Identity != nil {
+			who = fmt.Sprintf("uid %d", r.Identity.UID)
+		}
+		return []string{r.ID, r.Profile, r.IO, who, ago(r.Started), status, commandLine(r.Argv)}
+	},
+}
+
 func (a *App) receiptsCommand() *cobra.Command {
 	var out outputFlags
 	cmd := &cobra.Command{
@@ -186,7 +208,7 @@ func (a *App) receiptsCommand() *cobra.Command {
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: a.neuronArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			mode, err := out.mode("json", "yaml")
+			mode, err := receiptListing.mode(&out)
 			if err != nil {
 				return err
 			}
@@ -208,33 +230,9 @@ func (a *App) receiptsCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if all == nil {
-				all = []*launch.Receipt{}
-			}
-			if done, err := emitList(&out, a.Stdout, mode, all); done {
-				return err
-			}
-			var rows [][]string
-			for _, r := range all {
-				status := "running"
-				switch {
-				case r.Error != "":
-					status = "failed: " + r.Error
-				case r.ExitCode != nil:
-					status = "exit " + strconv.Itoa(*r.ExitCode)
-					if r.Signal != "" {
-						status += " (" + r.Signal + ")"
-					}
-				}
-				who := "-"
-				if r.Identity != nil {
-					who = fmt.Sprintf("uid %d", r.Identity.UID)
-				}
-				rows = append(rows, []string{r.ID, r.Profile, r.IO, who, ago(r.Started), status, commandLine(r.Argv)})
-			}
-			return table(a.Stdout, []string{"RECEIPT", "PROFILE", "IO", "AS", "STARTED", "STATUS", "COMMAND"}, rows)
+			return receiptListing.print(&out, a.Stdout, mode, all)
 		},
 	}
-	out.add(cmd, "json, yaml", "{{.ID}} {{.ExitCode}}")
+	receiptListing.addFlags(&out, cmd, "{{.ID}} {{.ExitCode}}")
 	return cmd
 }

@@ -250,6 +250,17 @@ func parseBytes(s string) (int64, error) {
 	return int64(n * float64(mult)), nil
 }
 
+// neuronListing is how list shows neurons.
+var neuronListing = listing[*sandbox.State]{
+	header: []string{"ID", "MODE", "STATUS", "PID", "CREATED"},
+	row: func(st *sandbox.State) []string {
+		return []string{st.ID, st.Mode, string(st.Status), pidText(st.PID), ago(st.CreatedAt)}
+	},
+	name:    func(st *sandbox.State) string { return st.ID },
+	wide:    []string{"WORKDIR", "OVERLAY"},
+	wideRow: func(st *sandbox.State) []string { return []string{st.Workdir, st.OverlayPath} },
+}
+
 func (a *App) listCommand() *cobra.Command {
 	var out outputFlags
 	cmd := &cobra.Command{
@@ -258,7 +269,7 @@ func (a *App) listCommand() *cobra.Command {
 		Short:   "List neurons, running and stopped",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			mode, err := out.mode("json", "yaml", "wide", "name")
+			mode, err := neuronListing.mode(&out)
 			if err != nil {
 				return err
 			}
@@ -266,34 +277,10 @@ func (a *App) listCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if all == nil {
-				all = []*sandbox.State{}
-			}
-			if done, err := emitList(&out, a.Stdout, mode, all); done {
-				return err
-			}
-			if mode == "name" {
-				for _, st := range all {
-					fmt.Fprintln(a.Stdout, st.ID)
-				}
-				return nil
-			}
-			header := []string{"ID", "MODE", "STATUS", "PID", "CREATED"}
-			if mode == "wide" {
-				header = append(header, "WORKDIR", "OVERLAY")
-			}
-			var rows [][]string
-			for _, st := range all {
-				r := []string{st.ID, st.Mode, string(st.Status), pidText(st.PID), ago(st.CreatedAt)}
-				if mode == "wide" {
-					r = append(r, st.Workdir, st.OverlayPath)
-				}
-				rows = append(rows, r)
-			}
-			return table(a.Stdout, header, rows)
+			return neuronListing.print(&out, a.Stdout, mode, all)
 		},
 	}
-	out.add(cmd, "json, yaml, wide, name", "{{.ID}} {{.Status}}")
+	neuronListing.addFlags(&out, cmd, "{{.ID}} {{.Status}}")
 	return cmd
 }
 

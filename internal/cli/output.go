@@ -99,6 +99,71 @@ func (o *outputFlags) emit(w io.Writer, mode string, v any, items []any) (bool, 
 	return false, nil
 }
 
+// listing is how a list command shows its items beyond JSON, YAML and
+// --format: a table of header and one row per item, the item's name for
+// -o name (nil: the command has no -o name), and the columns -o wide adds
+// (none: no -o wide).
+type listing[T any] struct {
+	header  []string
+	row     func(T) []string
+	name    func(T) string
+	wide    []string
+	wideRow func(T) []string
+}
+
+// formats are the -o values the listing takes.
+func (l *listing[T]) formats() []string {
+	f := []string{"json", "yaml"}
+	if l.wide != nil {
+		f = append(f, "wide")
+	}
+	if l.name != nil {
+		f = append(f, "name")
+	}
+	return f
+}
+
+// addFlags adds -o, --json and --format to cmd (example: a --format template).
+func (l *listing[T]) addFlags(o *outputFlags, cmd *cobra.Command, example string) {
+	o.add(cmd, strings.Join(l.formats(), ", "), example)
+}
+
+// mode returns the format the flags chose, checked before the command
+// does any work.
+func (l *listing[T]) mode(o *outputFlags) (string, error) { return o.mode(l.formats()...) }
+
+// print writes list in mode: JSON, YAML, the template once per item, the
+// names, or the table. A nil list is an empty one (-o json prints [], not
+// null).
+func (l *listing[T]) print(o *outputFlags, w io.Writer, mode string, list []T) error {
+	if list == nil {
+		list = []T{}
+	}
+	if done, err := emitList(o, w, mode, list); done {
+		return err
+	}
+	if mode == "name" {
+		for _, it := range list {
+			fmt.Fprintln(w, l.name(it))
+		}
+		return nil
+	}
+	wide := mode == "wide"
+	header := l.header
+	if wide {
+		header = append(append([]string(nil), header...), l.wide...)
+	}
+	rows := make([][]string, 0, len(list))
+	for _, it := range list {
+		r := l.row(it)
+		if wide {
+			r = append(r, l.wideRow(it)...)
+		}
+		rows = append(rows, r)
+	}
+	return table(w, header, rows)
+}
+
 // table writes aligned columns.
 func table(w io.Writer, header []string, rows [][]string) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)

@@ -203,6 +203,19 @@ and must be running.`,
 	}
 }
 
+// snapshotListing is how snapshot list shows a neuron's snapshots.
+var snapshotListing = listing[cortex.Snapshot]{
+	header: []string{"NAME", "KIND", "CREATED", "FILES", "SIZE"},
+	row: func(v cortex.Snapshot) []string {
+		files := fmt.Sprint(v.Files)
+		if v.Kind == "vm" {
+			files = "-"
+		}
+		return []string{v.Name, v.Kind, ago(v.Created), files, sizeText(v.Bytes)}
+	},
+	name: func(v cortex.Snapshot) string { return v.Name },
+}
+
 func (a *App) snapshotListCommand() *cobra.Command {
 	var out outputFlags
 	cmd := &cobra.Command{
@@ -212,7 +225,7 @@ func (a *App) snapshotListCommand() *cobra.Command {
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: a.neuronArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			mode, err := out.mode("json", "yaml", "name")
+			mode, err := snapshotListing.mode(&out)
 			if err != nil {
 				return err
 			}
@@ -224,30 +237,10 @@ func (a *App) snapshotListCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if views == nil {
-				views = []cortex.Snapshot{} // -o json: [], not null
-			}
-			if done, err := emitList(&out, a.Stdout, mode, views); done {
-				return err
-			}
-			if mode == "name" {
-				for _, v := range views {
-					fmt.Fprintln(a.Stdout, v.Name)
-				}
-				return nil
-			}
-			rows := make([][]string, len(views))
-			for i, v := range views {
-				files := fmt.Sprint(v.Files)
-				if v.Kind == "vm" {
-					files = "-"
-				}
-				rows[i] = []string{v.Name, v.Kind, ago(v.Created), files, sizeText(v.Bytes)}
-			}
-			return table(a.Stdout, []string{"NAME", "KIND", "CREATED", "FILES", "SIZE"}, rows)
+			return snapshotListing.print(&out, a.Stdout, mode, views)
 		},
 	}
-	out.add(cmd, "json, yaml, name", "{{.Name}} {{.Kind}}")
+	snapshotListing.addFlags(&out, cmd, "{{.Name}} {{.Kind}}")
 	return cmd
 }
 

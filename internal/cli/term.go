@@ -239,6 +239,15 @@ also leave with Ctrl-C). The exit status is the terminal's own when it ends.`,
 	return cmd
 }
 
+// termListing is how term list shows a neuron's terminals.
+var termListing = listing[protocol.ProcInfo]{
+	header: []string{"TERM", "PID", "SIZE", "STATUS", "STARTED", "COMMAND"},
+	row: func(p protocol.ProcInfo) []string {
+		return []string{p.ID, strconv.Itoa(p.PID), fmt.Sprintf("%dx%d", p.Cols, p.Rows), procStatus(&p), ago(p.Started), commandLine(p.Argv)}
+	},
+	name: func(p protocol.ProcInfo) string { return p.ID },
+}
+
 func (a *App) termCommand() *cobra.Command {
 	cmd := &cobra.Command{Use: "term", Short: "List and end a neuron's terminals"}
 	var out outputFlags
@@ -248,7 +257,7 @@ func (a *App) termCommand() *cobra.Command {
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: a.neuronArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			mode, err := out.mode("json", "yaml", "name")
+			mode, err := termListing.mode(&out)
 			if err != nil {
 				return err
 			}
@@ -260,30 +269,16 @@ func (a *App) termCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			terms := []protocol.ProcInfo{}
+			var terms []protocol.ProcInfo
 			for _, p := range all {
 				if p.Pty {
 					terms = append(terms, p)
 				}
 			}
-			if done, err := emitList(&out, a.Stdout, mode, terms); done {
-				return err
-			}
-			if mode == "name" {
-				for _, p := range terms {
-					fmt.Fprintln(a.Stdout, p.ID)
-				}
-				return nil
-			}
-			var rows [][]string
-			for _, p := range terms {
-				status := procStatus(&p)
-				rows = append(rows, []string{p.ID, strconv.Itoa(p.PID), fmt.Sprintf("%dx%d", p.Cols, p.Rows), status, ago(p.Started), commandLine(p.Argv)})
-			}
-			return table(a.Stdout, []string{"TERM", "PID", "SIZE", "STATUS", "STARTED", "COMMAND"}, rows)
+			return termListing.print(&out, a.Stdout, mode, terms)
 		},
 	}
-	out.add(list, "json, yaml, name", "{{.ID}} {{.Running}}")
+	termListing.addFlags(&out, list, "{{.ID}} {{.Running}}")
 	kill := &cobra.Command{
 		Use:               "kill ID TERM",
 		Short:             "End a terminal (hang up, then SIGKILL its process group)",
