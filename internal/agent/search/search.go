@@ -1,4 +1,20 @@
-package agent
+// Package search is the agent's search engine: the search command walks a
+// tree inside the neuron and greps it, so that searching works the same in
+// every image (busybox, distroless, Debian) without grep, find or rg there.
+//
+// One walker goroutine lists directories depth-first in name order, applies
+// .gitignore files, the hidden rule and the globs, and numbers the files it
+// hands on in that order; GOMAXPROCS workers open, read and scan them; the
+// request's goroutine puts their results back in the walker's order, which
+// is the order of the result, and stops the search once it has enough.
+// Directories are opened beneath their parent with O_NOFOLLOW, so a symlink
+// never leads the walk into another directory (no loops, no way out of the
+// root); a symlink to a file is read through the confined file system (FS),
+// so one that leads out of the root is not read.
+//
+// It reads the neuron's files only through FS and descriptors opened
+// beneath what FS opened; it never resolves a path of its own.
+package search
 
 import (
 	"bytes"
@@ -17,41 +33,24 @@ import (
 	"github.com/nsys-cortex/cortex/internal/protocol"
 )
 
-// The search command walks a tree inside the neuron and greps it, so that
-// searching works the same in every image (busybox, distroless, Debian)
-// without grep, find or rg there.
-//
-// One walker goroutine lists directories depth-first in name order, applies
-// .gitignore files, the hidden rule and the globs, and numbers the files it
-// hands on in that order; GOMAXPROCS workers open, read and scan them; the
-// request's goroutine puts their results back in the walker's order, which
-// is the order of the result, and stops the search once it has enough.
-// Directories are opened beneath their parent with O_NOFOLLOW, so a symlink
-// never leads the walk into another directory (no loops, no way out of the
-// root); a symlink to a file is read through the confined file system, so
-// one that leads out of the root is not read.
-
 // maxSearchJSON bounds the encoded result, well inside a frame header.
 const maxSearchJSON = 900 << 10
 
 // binaryProbe is how much of a file is looked at for a NUL byte.
 const binaryProbe = 8 << 10
 
-func (a *Agent) searchCmd(req *request) (any, []byte, error) {
-	var args protocol.SearchArgs
-	if err := req.decode(&args); err != nil {
-		return nil, nil, err
-	}
-	res, err := a.search(req.ctx, &args)
-	if err != nil {
-		return nil, nil, err
-	}
-	return res, nil, nil
+// FS is the confined file system a search reads: a path (absolute as the
+// neuron sees it, or relative to its working directory) resolved inside the
+// neuron's root and never out of it, failing with the protocol's codes
+// (PATH_ESCAPE, NOT_FOUND, ...). Both return the path as the neuron sees it.
+type FS interface {
+	OpenFile(p string, flag int, perm fs.FileMode) (*os.File, string, error)
+	Stat(p string, follow bool) (fs.FileInfo, string, error)
 }
 
 // searchRun is one search in progress.
 type searchRun struct {
-	a       *Agent
+	fs      FS
 	ctx     context.Context
 	args    *protocol.SearchArgs
 	mode    string
@@ -98,11 +97,13 @@ type searchOut struct {
 	scan    fileScan
 }
 
-func (a *Agent) search(ctx context.Context, args *protocol.SearchArgs) (*protocol.SearchResult, error) {
+// Run runs the search args asks for in fsys; ctx ending ends it with
+// TIMEOUT.
+func Run(ctx context.Context, fsys FS, args *protocol.SearchArgs) (*protocol.SearchResult, error) {
 	if err := args.Validate(); err != nil {
 		return nil, err
 	}
-	r := &searchRun{a: a, args: args, mode: args.Mode}
+	r := &searchRun{fs: fsys, args: args, mode: args.Mode}
 	if r.mode == "" {
 		r.mode = protocol.SearchModeContent
 	}
@@ -120,7 +121,7 @@ func (a *Agent) search(ctx context.Context, args *protocol.SearchArgs) (*protoco
 	if r.filter, err = newGlobFilter(args.Glob, args.Type); err != nil {
 		return nil, err
 	}
-	root, abs, err := a.fs.openFile(args.Path, os.O_RDONLY|unix.O_NONBLOCK, 0)
+	root, abs, err := fsys.OpenFile(args.Path, os.O_RDONLY|unix.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -128,7 +129,7 @@ func (a *Agent) search(ctx context.Context, args *protocol.SearchArgs) (*protoco
 	st, err := root.Stat()
 	if err != nil {
 		root.Close()
-		return nil, pathError("stat", abs, err)
+		return nil, protocol.Errorf(protocol.CodeInternal, "stat %s: %v", abs, err)
 	}
 	switch {
 	case st.Mode().IsRegular():
@@ -320,12 +321,12 @@ func (r *searchRun) file(j searchJob, out *searchOut, buf *[]byte) {
 func (r *searchRun) linkedFile(j searchJob, out *searchOut, buf *[]byte) {
 	p := r.rootAbs + "/" + j.rel
 	if r.mode == protocol.SearchModeFind {
-		if st, _, err := r.a.fs.stat(p, true); err == nil && st.Mode().IsRegular() {
+		if st, _, err := r.fs.Stat(p, true); err == nil && st.Mode().IsRegular() {
 			out.regular, out.mtime = true, st.ModTime().UnixNano()
 		}
 		return
 	}
-	f, _, err := r.a.fs.openFile(p, os.O_RDONLY|unix.O_NONBLOCK, 0)
+	f, _, err := r.fs.OpenFile(p, os.O_RDONLY|unix.O_NONBLOCK, 0)
 	if err != nil {
 		return
 	}

@@ -1,10 +1,10 @@
-package agent
+package search
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"io"
-	"log"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -16,9 +16,9 @@ import (
 	"github.com/nsys-cortex/cortex/internal/protocol"
 )
 
-// searchTree makes an agent confined to a fresh root holding files (path →
-// content; a content starting "->" makes a symlink to the rest).
-func searchTree(t *testing.T, files map[string]string) (*Agent, string) {
+// searchTree makes a file system confined to a fresh root holding files
+// (path → content; a content starting "->" makes a symlink to the rest).
+func searchTree(t *testing.T, files map[string]string) (FS, string) {
 	t.Helper()
 	base := t.TempDir()
 	root := filepath.Join(base, "root")
@@ -32,17 +32,81 @@ func searchTree(t *testing.T, files map[string]string) (*Agent, string) {
 		must(t, os.WriteFile(full, []byte(content), 0o644))
 	}
 	must(t, os.MkdirAll(root, 0o755))
-	a, err := New(Config{ID: "s", Root: root, Version: "test", Logger: log.New(io.Discard, "", 0)})
+	r, err := os.OpenRoot(root)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(a.Close)
-	return a, root
+	t.Cleanup(func() { r.Close() })
+	return rootFS{r: r, root: root}, root
 }
 
-func runSearch(t *testing.T, a *Agent, args protocol.SearchArgs) *protocol.SearchResult {
+// rootFS is the confined file system of the tests, as the agent's jail
+// is: paths are the host's, the working directory is the root, a path out
+// of it is refused, and os.Root keeps every open beneath it (symlinks
+// included).
+type rootFS struct {
+	r    *os.Root
+	root string
+}
+
+func (f rootFS) name(p string) (name, abs string, err error) {
+	abs = p
+	if !filepath.IsAbs(p) {
+		abs = filepath.Join(f.root, p)
+	}
+	abs = filepath.Clean(abs)
+	rel, err := filepath.Rel(f.root, abs)
+	if err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
+		return "", abs, protocol.Errorf(protocol.CodePathEscape, "%s is outside the root", p)
+	}
+	return rel, abs, nil
+}
+
+func (f rootFS) OpenFile(p string, flag int, perm fs.FileMode) (*os.File, string, error) {
+	name, abs, err := f.name(p)
+	if err != nil {
+		return nil, abs, err
+	}
+	file, err := f.r.OpenFile(name, flag, perm)
+	return file, abs, rootError(abs, err)
+}
+
+func (f rootFS) Stat(p string, follow bool) (fs.FileInfo, string, error) {
+	name, abs, err := f.name(p)
+	if err != nil {
+		return nil, abs, err
+	}
+	stat := f.r.Lstat
+	if follow {
+		stat = f.r.Stat
+	}
+	st, err := stat(name)
+	return st, abs, rootError(abs, err)
+}
+
+// rootError maps os.Root's errors onto the codes the agent's jail gives.
+func rootError(abs string, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, fs.ErrNotExist):
+		return protocol.Errorf(protocol.CodeNotFound, "%s: no such file or directory", abs)
+	case strings.Contains(err.Error(), "escapes from parent"):
+		return protocol.Errorf(protocol.CodePathEscape, "%s leads outside the root", abs)
+	}
+	return err
+}
+
+func must(t *testing.T, err error) {
 	t.Helper()
-	res, err := a.search(context.Background(), &args)
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func runSearch(t *testing.T, fsys FS, args protocol.SearchArgs) *protocol.SearchResult {
+	t.Helper()
+	res, err := Run(context.Background(), fsys, &args)
 	if err != nil {
 		t.Fatalf("search %+v: %v", args, err)
 	}
@@ -204,12 +268,12 @@ func TestSearchFilters(t *testing.T) {
 			wantStrings(t, "files", files(tc.args), tc.want)
 		})
 	}
-	_, err := a.search(context.Background(), &protocol.SearchArgs{Path: ".", Pattern: "x", Type: "cobol"})
+	_, err := Run(context.Background(), a, &protocol.SearchArgs{Path: ".", Pattern: "x", Type: "cobol"})
 	if !protocol.HasCode(err, protocol.CodeBadRequest) || !strings.Contains(err.Error(), "go, ") {
 		t.Errorf("unknown type: %v", err)
 	}
 	for _, g := range []string{"[a", "{a,b", "!"} {
-		if _, err := a.search(context.Background(), &protocol.SearchArgs{Path: ".", Pattern: "x", Glob: []string{g}}); !protocol.HasCode(err, protocol.CodeBadRequest) {
+		if _, err := Run(context.Background(), a, &protocol.SearchArgs{Path: ".", Pattern: "x", Glob: []string{g}}); !protocol.HasCode(err, protocol.CodeBadRequest) {
 			t.Errorf("glob %q: %v", g, err)
 		}
 	}
@@ -237,7 +301,7 @@ func TestSearchPatterns(t *testing.T) {
 			wantStrings(t, "matches", lines(runSearch(t, a, tc.args)), tc.want)
 		})
 	}
-	if _, err := a.search(context.Background(), &protocol.SearchArgs{Path: ".", Pattern: "a("}); !protocol.HasCode(err, protocol.CodeBadRequest) {
+	if _, err := Run(context.Background(), a, &protocol.SearchArgs{Path: ".", Pattern: "a("}); !protocol.HasCode(err, protocol.CodeBadRequest) {
 		t.Errorf("bad regexp: %v", err)
 	}
 }
@@ -347,12 +411,12 @@ func TestSearchSymlinksAndJail(t *testing.T) {
 		t.Errorf("a symlink to a file inside the root is searched: %q", res.Files)
 	}
 	for _, p := range []string{"..", "../secret.txt", "/etc", "outside.txt", "a/../../secret.txt"} {
-		_, err := a.search(context.Background(), &protocol.SearchArgs{Path: p, Pattern: "x"})
+		_, err := Run(context.Background(), a, &protocol.SearchArgs{Path: p, Pattern: "x"})
 		if !protocol.HasCode(err, protocol.CodePathEscape) {
 			t.Errorf("%s: %v", p, err)
 		}
 	}
-	if _, err := a.search(context.Background(), &protocol.SearchArgs{Path: "nope", Pattern: "x"}); !protocol.HasCode(err, protocol.CodeNotFound) {
+	if _, err := Run(context.Background(), a, &protocol.SearchArgs{Path: "nope", Pattern: "x"}); !protocol.HasCode(err, protocol.CodeNotFound) {
 		t.Errorf("missing root: %v", err)
 	}
 	// A symlinked root inside the jail is searched.
@@ -384,7 +448,7 @@ func TestSearchLimits(t *testing.T) {
 		{protocol.SearchArgs{Pattern: "hit", MaxFileBytes: 100, Mode: protocol.SearchModeFiles}, 30, false},
 	} {
 		tc.args.Path = "."
-		res, err := a.search(ctx, &tc.args)
+		res, err := Run(ctx, a, &tc.args)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -417,7 +481,7 @@ func TestSearchFindNewestFirst(t *testing.T) {
 	}
 	res := runSearch(t, a, protocol.SearchArgs{Path: ".", Mode: protocol.SearchModeFind, Glob: []string{"**/*.go"}})
 	wantStrings(t, "find", res.Files, []string{"new.go", "mid/x.go", "mid/y.go", "old.go"})
-	if _, err := a.search(context.Background(), &protocol.SearchArgs{Path: ".", Mode: protocol.SearchModeFind, Pattern: "x"}); !protocol.HasCode(err, protocol.CodeBadRequest) {
+	if _, err := Run(context.Background(), a, &protocol.SearchArgs{Path: ".", Mode: protocol.SearchModeFind, Pattern: "x"}); !protocol.HasCode(err, protocol.CodeBadRequest) {
 		t.Errorf("find with a pattern: %v", err)
 	}
 }
@@ -431,13 +495,13 @@ func TestSearchCancellation(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	start := time.Now()
-	_, err := a.search(ctx, &protocol.SearchArgs{Path: ".", Pattern: "needle"})
+	_, err := Run(ctx, a, &protocol.SearchArgs{Path: ".", Pattern: "needle"})
 	if !protocol.HasCode(err, protocol.CodeTimeout) {
 		t.Fatalf("cancelled search: %v", err)
 	}
 	ctx, cancel = context.WithTimeout(context.Background(), time.Millisecond)
 	defer cancel()
-	_, err = a.search(ctx, &protocol.SearchArgs{Path: ".", Pattern: `\bneedle|\bhaystack`})
+	_, err = Run(ctx, a, &protocol.SearchArgs{Path: ".", Pattern: `\bneedle|\bhaystack`})
 	if !protocol.HasCode(err, protocol.CodeTimeout) {
 		t.Fatalf("timed out search: %v", err)
 	}
