@@ -1,3 +1,5 @@
+//go:build linux
+
 // Command cortex-agent runs inside a neuron and serves the host's commands
 // over the channel. It is built static (CGO_ENABLED=0) and kept small.
 package main

@@ -25,7 +25,8 @@ import (
 // client goes away), the host only fills it, and the agent moves it into
 // place. The host opens files with openat2 confined beneath Host (no
 // symlink, ".." or mount point leads out) and only regular ones. Anything
-// it cannot open that way goes through the channel as before.
+// it cannot open that way goes through the channel as before: everything,
+// on a host without openat2 (hostview_other.go).
 type HostView struct {
 	// Neuron is the directory as the neuron sees it (absolute, clean).
 	Neuron string
@@ -51,38 +52,9 @@ func (v *HostView) rel(p string) (string, bool) {
 	return r, r != "" && r != "."
 }
 
-// beneath is openat2's confinement: nothing outside the view's directory.
-const beneath = unix.RESOLVE_BENEATH | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_NO_XDEV
-
-// openRegular opens rel beneath the view's root with flags (and resolve
-// on top of the confinement): a regular file or nothing, never blocking on
-// a FIFO. The file it returns blocks as usual (os.File would otherwise
-// park its reads and writes on the poller).
-func (v *HostView) openRegular(rel string, flags int, resolve uint64) (*os.File, error) {
-	root, err := unix.Open(v.Host, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, err
-	}
-	defer unix.Close(root)
-	fd, err := unix.Openat2(root, rel, &unix.OpenHow{Flags: uint64(flags | unix.O_NONBLOCK | unix.O_NOCTTY | unix.O_CLOEXEC), Resolve: beneath | resolve})
-	if err != nil {
-		return nil, err
-	}
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
-		unix.Close(fd)
-		return nil, errNotRegular
-	}
-	if err := unix.SetNonblock(fd, false); err != nil {
-		unix.Close(fd)
-		return nil, err
-	}
-	return os.NewFile(uintptr(fd), path.Join(v.Neuron, rel)), nil
-}
-
 // openRead opens regular file rel beneath the view's root for reading.
 func (v *HostView) openRead(rel string) (*os.File, error) {
-	return v.openRegular(rel, unix.O_RDONLY, 0)
+	return v.openRegular(rel, unix.O_RDONLY, false)
 }
 
 // openTemp opens rel beneath the view's root for writing: the temporary
@@ -90,7 +62,7 @@ func (v *HostView) openRead(rel string) (*os.File, error) {
 // reached through no link at all, that inode, with one link only; it is
 // emptied.
 func (v *HostView) openTemp(rel string, ino uint64) (*os.File, error) {
-	f, err := v.openRegular(rel, unix.O_WRONLY|unix.O_NOFOLLOW, unix.RESOLVE_NO_SYMLINKS)
+	f, err := v.openRegular(rel, unix.O_WRONLY|unix.O_NOFOLLOW, true)
 	if err != nil {
 		return nil, err
 	}

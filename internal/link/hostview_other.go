@@ -1,0 +1,16 @@
+//go:build !linux
+
+package link
+
+import (
+	"errors"
+	"os"
+)
+
+// openRegular fails: without Linux's openat2 a path cannot be opened
+// confined beneath the view's root, so every copy goes through the channel.
+func (v *HostView) openRegular(string, int, bool) (*os.File, error) {
+	return nil, errNoOpenat2
+}
+
+var errNoOpenat2 = errors.New("host views need openat2 (Linux)")
