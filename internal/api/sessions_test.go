@@ -18,6 +18,7 @@ import (
 	"github.com/nsys-cortex/cortex/internal/chatrun"
 	"github.com/nsys-cortex/cortex/internal/layout"
 	"github.com/nsys-cortex/cortex/internal/llm"
+	"github.com/nsys-cortex/cortex/internal/loop"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
 	"github.com/nsys-cortex/cortex/internal/sandbox/process"
 	"github.com/nsys-cortex/cortex/internal/sandbox/sandboxtest"
@@ -270,9 +271,9 @@ func TestSessionsOverHTTP(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Closed, not removed: the next request opens it again, as it was.
-	// (The cancelled turn's request stays, unanswered.)
-	if detail, err = d.c.Session(ctx, s.ID); err != nil || detail.Model != "m2" || len(detail.Messages) != 3 ||
-		detail.Messages[2].Text != "done: turn 4" {
+	// (The cancelled turn's request stays, answered by a note that says so.)
+	if detail, err = d.c.Session(ctx, s.ID); err != nil || detail.Model != "m2" || len(detail.Messages) != 4 ||
+		detail.Messages[1].Text != loop.NoAnswerCancelled || detail.Messages[3].Text != "done: turn 4" {
 		t.Fatalf("the session reopened: %+v %v", detail, err)
 	}
 }

@@ -336,8 +336,10 @@ func (a *Agent) overflow() Finding {
 
 func (a *Agent) cancelled(end func(Stop, string, error) *TurnResult, err error) *TurnResult {
 	if errors.Is(err, context.DeadlineExceeded) {
+		a.unanswered(NoAnswerTime)
 		return end(StopTime, fmt.Sprintf("stopped at the time limit (%s)", a.cfg.TimeLimit), nil)
 	}
+	a.unanswered(NoAnswerCancelled)
 	return end(StopCancelled, "cancelled", nil)
 }
 
@@ -345,5 +347,28 @@ func (a *Agent) failed(ctx context.Context, end func(Stop, string, error) *TurnR
 	if ctx.Err() != nil {
 		return a.cancelled(end, ctx.Err())
 	}
+	a.unanswered(NoAnswerError)
 	return end(StopError, err.Error(), err)
+}
+
+// What a turn that ended before the model answered its request leaves in
+// the history in place of the answer.
+const (
+	NoAnswerCancelled = "[no answer: the user cancelled this request]"
+	NoAnswerTime      = "[no answer: the turn reached its time limit]"
+	NoAnswerError     = "[no answer: the model call failed]"
+)
+
+// unanswered closes a turn that ended before the model answered its
+// request: an assistant message saying why follows the request, in the
+// history and (through OnMessage) the session. Without it the next request
+// would follow an unanswered one: two user turns in a row, which a
+// provider that wants roles to alternate refuses or merges into one
+// request, the cancelled one answered after all. A turn that ended after
+// tool results needs nothing: every call has its result, and the next
+// request follows them.
+func (a *Agent) unanswered(why string) {
+	if n := len(a.history); n > 0 && a.history[n-1].Role == llm.RoleUser {
+		a.add(llm.Message{Role: llm.RoleAssistant, Parts: []llm.Part{{Text: why}}})
+	}
 }

@@ -405,3 +405,26 @@ func TestCutStreamIsAnError(t *testing.T) {
 		t.Fatalf("err = %v after %d attempts", err, f.Count())
 	}
 }
+
+// Turns of one role in a row (tool results, then the next request) are one
+// turn on the wire: the API wants user and model turns to alternate.
+func TestConsecutiveTurnsMerge(t *testing.T) {
+	call := &llm.ToolCall{ID: "c1", Name: "ls", Input: json.RawMessage(`{}`)}
+	got, err := contents([]llm.Message{
+		{Role: llm.RoleUser, Parts: []llm.Part{{Text: "list"}}},
+		{Role: llm.RoleAssistant, Parts: []llm.Part{{ToolCall: call}}},
+		{Role: llm.RoleTool, Parts: []llm.Part{{ToolResult: &llm.ToolResult{CallID: "c1", Content: "a b"}}}},
+		{Role: llm.RoleUser, Parts: []llm.Part{{Text: "and now?"}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var roles []string
+	for _, c := range got {
+		roles = append(roles, c.Role)
+	}
+	if !reflect.DeepEqual(roles, []string{"user", "model", "user"}) || len(got[2].Parts) != 2 ||
+		got[2].Parts[0].FunctionResponse == nil || got[2].Parts[1].Text != "and now?" {
+		t.Fatalf("turns %q, last %+v", roles, got[2].Parts)
+	}
+}

@@ -63,7 +63,9 @@ func declaration(t llm.Tool) (*genai.FunctionDeclaration, error) {
 
 // contents maps the conversation. Tool results become functionResponse
 // parts in a user turn, named after their call (found by id when the
-// result carries no name).
+// result carries no name). Consecutive turns of one role merge into one
+// (tool results, then a request after a turn that ended without an
+// answer): the API wants user and model turns to alternate.
 func contents(msgs []llm.Message) ([]*genai.Content, error) {
 	names := map[string]string{} // call id → function name
 	var out []*genai.Content
@@ -83,7 +85,11 @@ func contents(msgs []llm.Message) ([]*genai.Content, error) {
 				c.Parts = append(c.Parts, gp)
 			}
 		}
-		if len(c.Parts) > 0 {
+		switch {
+		case len(c.Parts) == 0:
+		case len(out) > 0 && out[len(out)-1].Role == c.Role:
+			out[len(out)-1].Parts = append(out[len(out)-1].Parts, c.Parts...)
+		default:
 			out = append(out, c)
 		}
 	}
