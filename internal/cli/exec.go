@@ -232,7 +232,7 @@ func (a *App) runPty(ctx context.Context, c *link.Client, neuron string, command
 		return 0, "", spawnError(err)
 	}
 	// The command is the terminal's writer: an attach elsewhere may watch.
-	if lock, err := cterm.LockWriter(filepath.Join(a.lay.Home, "terminals"), neuron, info.ID); err == nil {
+	if lock, err := cterm.LockWriter(a.lay.TerminalLocksDir(), neuron, info.ID); err == nil {
 		defer lock.Release()
 	}
 	followCtx := ctx

@@ -122,7 +122,7 @@ Its log is <home>/logs/cortex.log (nsys-cortex logs [-f]).`,
 				return err
 			}
 			srv := api.New(api.Options{Set: set, Version: a.Version, Token: token,
-				MaxUpload: cfg.Bytes("api.max_upload"), Log: logger.For("api"), TermLocks: filepath.Join(lay.Home, "terminals"),
+				MaxUpload: cfg.Bytes("api.max_upload"), Log: logger.For("api"), TermLocks: lay.TerminalLocksDir(),
 				Chat: chat, Images: splitList(cfg.String("api.images")),
 				Gate: &gate.Gate{Audit: launch.NewAudit(filepath.Join(lay.LogsDir(), "audit.log")), Layout: lay}})
 			log := logger.For("serve")

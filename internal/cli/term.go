@@ -8,7 +8,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -157,7 +156,7 @@ func (a *App) attachTo(ctx context.Context, neuron, ref string, command *protoco
 			}
 		}
 		if !watch {
-			lock, err := cterm.LockWriter(filepath.Join(a.lay.Home, "terminals"), st.ID, info.ID)
+			lock, err := cterm.LockWriter(a.lay.TerminalLocksDir(), st.ID, info.ID)
 			if err != nil {
 				return 0, err
 			}

@@ -95,6 +95,11 @@ func (l Layout) LogsDir() string { return filepath.Join(l.Home, "logs") }
 // BinDir holds the unpacked agent binaries, by content hash.
 func (l Layout) BinDir() string { return filepath.Join(l.Home, "bin") }
 
+// TerminalLocksDir holds the hosts' writer locks of terminals, a
+// directory per neuron (term.LockWriter); a wipe of the neuron removes its
+// own.
+func (l Layout) TerminalLocksDir() string { return filepath.Join(l.Home, "terminals") }
+
 // MountsDir holds the records of running /ctx mounts.
 func (l Layout) MountsDir() string { return filepath.Join(l.Home, "mounts") }
 

@@ -394,7 +394,8 @@ const maxFirecrackerLog = 64 << 10
 
 // Released keeps the end of Firecracker's own log in the neuron's log,
 // then removes the neuron's jail (wherever a firecracker binary of another
-// name made it) and its cgroup.
+// name made it), the jailer's directory above it once no jail is left in
+// it, and its cgroup.
 func (r *runtime) Released(lay layout.Layout, id string) {
 	jid := JailID(lay, id)
 	dirs, _ := filepath.Glob(filepath.Join(r.cfg.ChrootBase, "*", jid))
@@ -405,6 +406,9 @@ func (r *runtime) Released(lay layout.Layout, id string) {
 		}
 		keepLog(filepath.Join(d, "root", jailLog), neuronLog(lay, id))
 		os.RemoveAll(d) // what cannot be removed now goes with the next create's prepare
+		// rmdir: only an empty one goes (another neuron's jail keeps it;
+		// a create making one meanwhile makes it again, see prepare).
+		os.Remove(filepath.Dir(d))
 	}
 	removeCgroup(filepath.Join(r.cfg.CgroupRoot, ParentCgroup, jid))
 }

@@ -419,6 +419,34 @@ func TestAnotherProcess(t *testing.T) {
 	}
 }
 
+// Destroys leave no jail directory behind: the neuron's goes, and the
+// jailer's directory above the jails once the last one has gone.
+func TestDestroyLeavesNoJailDirectory(t *testing.T) {
+	f := newFixture(t)
+	for _, id := range []string{"j1", "j2"} {
+		if _, err := f.mgr.Create(f.ctx, id, sandbox.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	jails := filepath.Dir(f.jail("j1").dir)
+	if err := f.mgr.Destroy(f.ctx, "j1", sandbox.DestroyOptions{Wipe: true}); err != nil {
+		t.Fatal(err)
+	}
+	if entries, err := os.ReadDir(jails); err != nil || len(entries) != 1 {
+		t.Fatalf("with j2 running, the jails: %v %v", entries, err)
+	}
+	if err := f.mgr.Destroy(f.ctx, "j2", sandbox.DestroyOptions{Wipe: true}); err != nil {
+		t.Fatal(err)
+	}
+	if entries, _ := os.ReadDir(f.cfg.ChrootBase); len(entries) != 0 {
+		t.Fatalf("after the last wipe, %s holds %v", f.cfg.ChrootBase, entries)
+	}
+	// The next create makes it again.
+	if _, err := f.mgr.Create(f.ctx, "j3", sandbox.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // What the mode cannot enforce fails the create, before anything starts.
 func TestPolicyRefusals(t *testing.T) {
 	f := newFixture(t)

@@ -3,6 +3,7 @@ package firecracker
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -43,7 +44,7 @@ func (j jail) prepare(neuron, home string) error {
 	if err := os.RemoveAll(j.dir); err != nil { // a jail left by a VM that is gone
 		return fmt.Errorf("clearing the old jail %s: %w", j.dir, err)
 	}
-	if err := os.MkdirAll(j.root, 0o700); err != nil {
+	if err := mkdirRace(j.root); err != nil {
 		return err
 	}
 	if err := store.WriteJSON(filepath.Join(j.dir, markerFile), marker{Neuron: neuron, Home: home, Made: time.Now().UTC()}, 0o600); err != nil {
@@ -58,6 +59,17 @@ func (j jail) prepare(neuron, home string) error {
 		}
 	}
 	return nil
+}
+
+// mkdirRace is os.MkdirAll(dir, 0o700), tried again where a Released of
+// another neuron removed an empty parent between the making of it and of
+// its child.
+func mkdirRace(dir string) error {
+	err := os.MkdirAll(dir, 0o700)
+	for i := 0; i < 3 && errors.Is(err, fs.ErrNotExist); i++ {
+		err = os.MkdirAll(dir, 0o700)
+	}
+	return err
 }
 
 // ownedFile creates an empty file in the jail, owned by the jail user.

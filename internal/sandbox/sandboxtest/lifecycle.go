@@ -3,6 +3,9 @@ package sandboxtest
 import (
 	"context"
 	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +14,7 @@ import (
 	"github.com/nsys-cortex/cortex/internal/protocol"
 	"github.com/nsys-cortex/cortex/internal/protocol/errdefs"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
+	"github.com/nsys-cortex/cortex/internal/term"
 )
 
 func testPersistence(t *testing.T, f *fixture) {
@@ -22,8 +26,19 @@ func testPersistence(t *testing.T, f *fixture) {
 	if res, err := c.Exec(ctx, &link.ExecRequest{Command: sh("echo cached > \"$HOME/.cached\"; mkdir -p lib && echo installed > lib/pkg")}); err != nil || res.ExitCode != 0 {
 		t.Fatalf("%v %+v", err, res)
 	}
+	// A host attached to one of its terminals as the writer (the lock stays
+	// on the host after the attachment, as the terminal does in the neuron).
+	locks := filepath.Join(f.env.Layout.TerminalLocksDir(), "keep")
+	lock, err := term.LockWriter(f.env.Layout.TerminalLocksDir(), "keep", "t0123456789")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lock.Release()
 	if err := m.Destroy(ctx, "keep", sandbox.DestroyOptions{}); err != nil {
 		t.Fatal(err)
+	}
+	if _, err := os.Stat(locks); err != nil {
+		t.Fatalf("a destroy without wipe took the terminal locks: %v", err)
 	}
 	st, err := m.Get(ctx, "keep")
 	if err != nil || st.Status != sandbox.StatusStopped {
@@ -53,6 +68,9 @@ func testPersistence(t *testing.T, f *fixture) {
 	}
 	if _, err := m2.Get(ctx, "keep"); !errdefs.IsNotFound(err) {
 		t.Fatalf("after wipe: %v, want NotFoundError", err)
+	}
+	if _, err := os.Stat(locks); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("the wipe left the terminal locks %s: %v", locks, err)
 	}
 	f.create(m2, "keep")
 	c3, err := m2.Connect(ctx, "keep")

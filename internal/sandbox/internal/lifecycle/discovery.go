@@ -231,6 +231,9 @@ func (m *Manager) Destroy(ctx context.Context, id string, opts sandbox.DestroyOp
 		ReleaseIdentity(m.lay, id, uid)
 		os.Remove(m.logFile(id))
 		os.Remove(m.logFile(id) + ".1")
+		// The hosts' writer locks of its terminals: the terminals went
+		// with the overlay (a lock still held is on a file no longer named).
+		os.RemoveAll(filepath.Join(m.lay.TerminalLocksDir(), id))
 	}
 	return nil
 }
