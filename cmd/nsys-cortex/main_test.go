@@ -9,7 +9,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,8 +19,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/creack/pty"
 )
 
 var binDir string
@@ -453,38 +450,13 @@ func TestBackgroundProcesses(t *testing.T) {
 func TestShellOnARealTerminal(t *testing.T) {
 	eachMode(t, func(t *testing.T, c *cli) {
 		c.ok("create", "sh")
-		cmd := c.command("shell", "sh")
-		tty, err := pty.StartWithSize(cmd, &pty.Winsize{Cols: 91, Rows: 33})
-		if err != nil {
-			t.Fatal(err)
+		r := c.onPty(t, 91, 33, "shell", "sh")
+		r.tty.Write([]byte("stty size; echo $((40+2)); exit 7\n"))
+		if code := r.exit(t); code != 7 {
+			t.Fatalf("shell exit %d; output %q", code, r.output())
 		}
-		defer tty.Close()
-		var out bytes.Buffer
-		copied := make(chan struct{})
-		go func() { io.Copy(&out, tty); close(copied) }()
-		tty.Write([]byte("stty size; echo $((40+2)); exit 7\n"))
-		done := make(chan error, 1)
-		go func() { done <- cmd.Wait() }()
-		select {
-		case err = <-done:
-		case <-time.After(20 * time.Second):
-			cmd.Process.Kill()
-			t.Fatalf("shell did not exit; output so far: %q", out.String())
-		}
-		// Read what the CLI wrote before it exited: the reads end (EIO)
-		// once nothing holds the terminal and its buffer is drained;
-		// closing it first throws that output away.
-		select {
-		case <-copied:
-		case <-time.After(10 * time.Second):
-		}
-		tty.Close()
-		<-copied
-		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 7 {
-			t.Fatalf("shell exit: %v; output %q", err, out.String())
-		}
-		if !strings.Contains(out.String(), "42") || !strings.Contains(out.String(), "33 91") {
-			t.Fatalf("shell output: %q", out.String())
+		if out := r.output(); !strings.Contains(out, "42") || !strings.Contains(out, "33 91") {
+			t.Fatalf("shell output: %q", out)
 		}
 		// Without a terminal, shell says what to do instead.
 		if _, errs, code := c.run("", "shell", "sh"); code != 125 || !strings.Contains(errs, "terminal") {

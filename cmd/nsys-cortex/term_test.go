@@ -50,10 +50,37 @@ func (r *ptyRun) start(t *testing.T, cols, rows uint16) {
 			}
 		}
 	}()
-	go func() { err := r.cmd.Wait(); tty.Close(); <-copied; r.done <- err }()
+	go func() {
+		err := r.cmd.Wait()
+		// Read what the command wrote before it exited: the reads end (EIO)
+		// once nothing holds the terminal and its buffer is drained. Closing
+		// it as soon as the command exits throws that output away (one run
+		// in ten of a final burst, TestPtyRunKeepsTheLastOutput); a
+		// descendant that keeps the terminal open is given a bound.
+		select {
+		case <-copied:
+		case <-time.After(10 * time.Second):
+		}
+		tty.Close()
+		<-copied
+		r.done <- err
+	}()
 	// The command leads its own session (pty.Start): its whole process
 	// group ends with the test, children of a shell included.
 	t.Cleanup(func() { syscall.Kill(-r.cmd.Process.Pid, syscall.SIGKILL) })
+}
+
+// TestPtyRunKeepsTheLastOutput: a command that writes a final burst and
+// exits at once has all of it collected, every time.
+func TestPtyRunKeepsTheLastOutput(t *testing.T) {
+	const size = 8000 // within what a terminal buffers: written before the exit is seen
+	for i := 0; i < 50; i++ {
+		r := &ptyRun{cmd: exec.Command("sh", "-c", "stty raw -echo; head -c 8000 /dev/zero | tr '\\0' a"), done: make(chan error, 1)}
+		r.start(t, 80, 24)
+		if code := r.exit(t); code != 0 || len(r.output()) != size {
+			t.Fatalf("run %d: exit %d, %d bytes of %d", i, code, len(r.output()), size)
+		}
+	}
 }
 
 func (r *ptyRun) output() string {

@@ -112,6 +112,31 @@ func TestFastProducerArrivesComplete(t *testing.T) {
 	t.Logf("100 MiB in %s (%.0f MB/s)", took, size/took.Seconds()/1e6)
 }
 
+// A terminal whose process writes a final burst and exits at once
+// delivers all of it to the attachment, every time: the agent reads its
+// terminal to the end (EIO) before it reports the exit.
+func TestLastOutputArrives(t *testing.T) {
+	c := neuron(t)
+	ctx := context.Background()
+	const size = 64 << 10
+	for i := 0; i < 20; i++ {
+		script := "stty raw -echo; head -c %d /dev/zero | tr '\\0' a; printf END"
+		info, err := c.PtySpawn(ctx, &protocol.PtySpawnArgs{Hold: true, Command: protocol.Command{Shell: fmt.Sprintf(script, size)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := &session{c: c, pid: info.PID}
+		var out strings.Builder
+		res, err := term.Attach(ctx, s, term.Options{Out: &syncWriter{b: &out}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Exit == nil || out.Len() != size+3 || !strings.HasSuffix(out.String(), "END") {
+			t.Fatalf("run %d: exit %+v, %d bytes of %d, %d gaps", i, res.Exit, out.Len(), size+3, s.gaps)
+		}
+	}
+}
+
 // The detach keys end an attachment; the terminal runs on.
 func TestDetach(t *testing.T) {
 	c := neuron(t)
