@@ -109,3 +109,7 @@ func (l Layout) ConfigFile() string { return filepath.Join(l.Home, "config.json"
 // APITokenFile holds the token `serve` made for itself when none was
 // configured (owner-only); local CLIs read it to reach that daemon.
 func (l Layout) APITokenFile() string { return filepath.Join(l.Home, "api.token") }
+
+// EventsDir holds the lifecycle event log (events.jsonl and its rotated
+// files), which every host process appends to.
+func (l Layout) EventsDir() string { return filepath.Join(l.LogsDir(), "events") }
