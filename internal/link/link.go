@@ -69,7 +69,29 @@ type Options struct {
 	// HostView, when set, is a directory of the neuron this host sees too:
 	// clients copy large files there directly (see HostView).
 	HostView *HostView
+	// Activity, when set, is told of every request before it is sent and
+	// when it ends (a stream: when it finishes or is closed); a request it
+	// fails is not sent. The lifecycle uses it to resume a paused neuron
+	// first and to know when one is idle.
+	Activity Activity
 }
+
+// Activity sees the requests of a link (see Options.Activity).
+type Activity interface {
+	// Begin is called before a request is sent; end is called once when
+	// it is over. An error fails the request unsent.
+	Begin(ctx context.Context, cmd protocol.Cmd) (end func(), err error)
+}
+
+type quietKey struct{}
+
+// Quiet returns a context whose requests are not activity: they neither
+// resume a paused neuron (they fail NOT_RUNNING instead) nor count as use
+// of it (an inspection that must not keep it awake).
+func Quiet(ctx context.Context) context.Context { return context.WithValue(ctx, quietKey{}, true) }
+
+// IsQuiet reports whether ctx was made by Quiet.
+func IsQuiet(ctx context.Context) bool { q, _ := ctx.Value(quietKey{}).(bool); return q }
 
 // Owner is a uid and gid.
 type Owner struct {
@@ -293,6 +315,11 @@ func (l *Link) WaitConnected(ctx context.Context) (*Conn, error) {
 
 // Call sends a request on the current connection.
 func (l *Link) Call(ctx context.Context, req *Request) (*Response, error) {
+	end, err := l.begin(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	defer end()
 	c, err := l.Conn()
 	if err != nil {
 		return nil, err
@@ -302,11 +329,30 @@ func (l *Link) Call(ctx context.Context, req *Request) (*Response, error) {
 
 // Stream sends a streaming request on the current connection.
 func (l *Link) Stream(ctx context.Context, req *Request) (*Stream, error) {
-	c, err := l.Conn()
+	end, err := l.begin(ctx, req)
 	if err != nil {
 		return nil, err
 	}
-	return c.Stream(ctx, req)
+	c, err := l.Conn()
+	if err != nil {
+		end()
+		return nil, err
+	}
+	s, err := c.Stream(ctx, req)
+	if err != nil {
+		end()
+		return nil, err
+	}
+	s.onDone = end
+	return s, nil
+}
+
+// begin tells the link's Activity of a request.
+func (l *Link) begin(ctx context.Context, req *Request) (func(), error) {
+	if l.opts.Activity == nil {
+		return func() {}, nil
+	}
+	return l.opts.Activity.Begin(ctx, req.Cmd)
 }
 
 // Dial returns a Link to an agent that listens (docker's tcp transport):

@@ -93,6 +93,8 @@ type Stream struct {
 	res      result
 	sendMu   sync.Mutex
 	sendOff  int64
+	// onDone, when set, is called once the stream is over.
+	onDone func()
 }
 
 // Stream sends a request whose events are read with Recv.
@@ -158,6 +160,9 @@ func (s *Stream) finish(r result) {
 		s.finished, s.res = true, r
 		s.cancel()
 		s.st.sendCredit.Close()
+		if s.onDone != nil {
+			s.onDone()
+		}
 	}
 }
 
