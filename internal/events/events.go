@@ -15,6 +15,7 @@ package events
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -267,4 +268,21 @@ func readLines(r io.ReaderAt, off int64, f Filter, fn func(Event) error) (int64,
 			return off, err
 		}
 	}
+}
+
+type principalKey struct{}
+
+// WithPrincipal returns a context whose events name p as who asked (an API
+// key's name, "keeper").
+func WithPrincipal(ctx context.Context, p string) context.Context {
+	return context.WithValue(ctx, principalKey{}, p)
+}
+
+// PrincipalOf returns who ctx acts for: what WithPrincipal set, else
+// "operator" (a local CLI, as the user who runs it).
+func PrincipalOf(ctx context.Context) string {
+	if p, ok := ctx.Value(principalKey{}).(string); ok && p != "" {
+		return p
+	}
+	return "operator"
 }

@@ -149,3 +149,23 @@ func (e *BootError) Error() string {
 
 // Class is errdefs.BootFailed.
 func (e *BootError) Class() errdefs.Class { return errdefs.BootFailed }
+
+// UnsupportedError: the mode does not implement the operation; nothing was
+// done.
+type UnsupportedError struct {
+	Mode string
+	// Op names the operation ("pause", "pause --to-disk").
+	Op     string
+	Reason string
+}
+
+func (e *UnsupportedError) Error() string {
+	msg := fmt.Sprintf("mode %s does not support %s", e.Mode, e.Op)
+	if e.Reason != "" {
+		msg += ": " + e.Reason
+	}
+	return msg
+}
+
+// Class is errdefs.Unsupported.
+func (e *UnsupportedError) Class() errdefs.Class { return errdefs.Unsupported }

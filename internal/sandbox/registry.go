@@ -77,6 +77,10 @@ type Env struct {
 	// number, and the bytes they hold together); 0 is no cap.
 	MaxSnapshots     int
 	MaxSnapshotBytes int64
+	// EnsureKeeper, when set, is called when a neuron gets a deadline or
+	// an idle rule: it makes sure a keeper runs for this home (the CLI
+	// starts `nsys-cortex keeper`; serve runs one itself).
+	EnsureKeeper func()
 }
 
 // Set holds the registered modes and the managers built from them; it routes

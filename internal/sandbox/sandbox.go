@@ -31,6 +31,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/nsys-cortex/cortex/internal/labels"
 	"github.com/nsys-cortex/cortex/internal/link"
 	"github.com/nsys-cortex/cortex/internal/store"
 )
@@ -41,7 +42,7 @@ type Status string
 // Statuses.
 const (
 	StatusPending Status = "pending" // being created
-	StatusRunning Status = "running" // its agent is alive
+	StatusRunning Status = "running" // its agent is alive (StatusPaused: frozen)
 	StatusStopped Status = "stopped" // only its overlay exists
 	StatusUnknown Status = "unknown" // what runs it does not answer (a docker daemon that is down)
 )
@@ -73,6 +74,8 @@ type State struct {
 	// its create's: a stopped neuron has none, and creating it again takes
 	// the new create's options.
 	Policy *Policy `json:"policy,omitempty"`
+	// Lifecycle holds its labels, deadline and idle rule (docs/lifecycle.md).
+	Lifecycle
 }
 
 // Policy is the isolation a neuron runs under, as enforced.
@@ -138,6 +141,14 @@ type CreateOptions struct {
 	// neuron starts, read-only otherwise; the neuron's uid sees only its
 	// own subtree. Modes without a mount namespace refuse it.
 	Ctx string
+	// Labels replace the neuron's labels (nil keeps those it has).
+	Labels labels.Set
+	// Timeout gives the neuron a deadline this long after it starts (0:
+	// none); OnTimeout is what happens then ("" is stop).
+	Timeout   time.Duration
+	OnTimeout TimeoutAction
+	// AutoPause pauses the neuron once idle this long (0: never).
+	AutoPause time.Duration
 }
 
 // NetworkMode names what a neuron can reach.
@@ -246,6 +257,7 @@ func (s *State) Copy() *State {
 		p.Network.Allow = append([]string(nil), s.Policy.Network.Allow...)
 		c.Policy = &p
 	}
+	c.Lifecycle = s.Lifecycle.Copy()
 	return &c
 }
 

@@ -1,0 +1,188 @@
+package sandbox
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/nsys-cortex/cortex/internal/labels"
+	"github.com/nsys-cortex/cortex/internal/protocol/errdefs"
+)
+
+// What a neuron carries besides its isolation (docs/lifecycle.md): labels,
+// a deadline with the action it triggers, an idle rule; and the optional
+// capabilities of a Manager that act on them.
+
+// StatusPaused: every process of the neuron, its agent too, is stopped
+// with its memory kept.
+const StatusPaused Status = "paused"
+
+// TimeoutAction is what happens to a neuron when its deadline passes.
+type TimeoutAction string
+
+// Timeout actions.
+const (
+	OnTimeoutStop    TimeoutAction = "stop"    // stop it; the data stays
+	OnTimeoutDestroy TimeoutAction = "destroy" // the same: destroy keeps the data
+	OnTimeoutPause   TimeoutAction = "pause"   // pause it, memory kept
+	OnTimeoutWipe    TimeoutAction = "wipe"    // destroy it and delete its data
+)
+
+// ParseTimeoutAction checks an --on-timeout value ("" is stop).
+func ParseTimeoutAction(s string) (TimeoutAction, error) {
+	switch a := TimeoutAction(s); a {
+	case "":
+		return OnTimeoutStop, nil
+	case OnTimeoutStop, OnTimeoutDestroy, OnTimeoutPause, OnTimeoutWipe:
+		return a, nil
+	}
+	return "", &InvalidError{Reason: fmt.Sprintf("on-timeout %q: choose stop, pause, destroy or wipe", s)}
+}
+
+// Lifecycle is what the operator set about a neuron's life: kept in its
+// record, shown in its State.
+type Lifecycle struct {
+	// Labels group the neuron; they outlive its runs (kept across destroy
+	// and create, gone with a wipe).
+	Labels labels.Set `json:"labels,omitempty"`
+	// Deadline is when OnTimeout is applied (nil: never). It belongs to
+	// one run: a stop clears it.
+	Deadline *time.Time `json:"deadline,omitempty"`
+	// Timeout is the duration the deadline was last set from (for show).
+	Timeout time.Duration `json:"timeoutNs,omitempty"`
+	// OnTimeout is the action at the deadline.
+	OnTimeout TimeoutAction `json:"onTimeout,omitempty"`
+	// AutoPause pauses the neuron once it has been idle this long (0:
+	// never). It belongs to one run, as the deadline does.
+	AutoPause time.Duration `json:"autoPauseNs,omitempty"`
+	// PausedAt is when the neuron was paused (nil: it is not).
+	PausedAt *time.Time `json:"pausedAt,omitempty"`
+}
+
+// Copy returns a copy of l sharing nothing with it.
+func (l Lifecycle) Copy() Lifecycle {
+	c := l
+	c.Labels = l.Labels.Clone()
+	c.Deadline = copyTime(l.Deadline)
+	c.PausedAt = copyTime(l.PausedAt)
+	return c
+}
+
+func copyTime(t *time.Time) *time.Time {
+	if t == nil {
+		return nil
+	}
+	c := *t
+	return &c
+}
+
+// Expired reports whether l's deadline has passed at now.
+func (l *Lifecycle) Expired(now time.Time) bool {
+	return l.Deadline != nil && !now.Before(*l.Deadline)
+}
+
+// CheckLifecycle validates the lifecycle options of a create.
+func (o *CreateOptions) CheckLifecycle() error {
+	if err := o.Labels.Validate(); err != nil {
+		return err
+	}
+	if o.Timeout < 0 {
+		return &InvalidError{Reason: fmt.Sprintf("timeout %s is negative", o.Timeout)}
+	}
+	if o.AutoPause < 0 {
+		return &InvalidError{Reason: fmt.Sprintf("auto-pause %s is negative", o.AutoPause)}
+	}
+	if _, err := ParseTimeoutAction(string(o.OnTimeout)); err != nil {
+		return err
+	}
+	if o.OnTimeout != "" && o.Timeout == 0 {
+		return &InvalidError{Reason: "on-timeout " + string(o.OnTimeout) + " needs a timeout (--timeout)"}
+	}
+	return nil
+}
+
+// Labeler is implemented by managers that keep labels with their neurons.
+type Labeler interface {
+	// SetLabels changes neuron id's labels (running or stopped) and
+	// returns its state with them.
+	SetLabels(ctx context.Context, id string, change labels.Change) (*State, error)
+}
+
+// Deadliner is implemented by managers that enforce deadlines.
+type Deadliner interface {
+	// SetTimeout gives running neuron id a new deadline d from now (0
+	// clears it); action "" keeps the one it has (stop if none).
+	SetTimeout(ctx context.Context, id string, d time.Duration, action TimeoutAction) (*State, error)
+	// Enforce applies what is due to neuron id now: its deadline's action
+	// if the deadline passed. It reports the action taken ("" for none).
+	Enforce(ctx context.Context, id string, reason string) (TimeoutAction, error)
+}
+
+// PauseOptions shape a pause.
+type PauseOptions struct {
+	// ToDisk saves the whole machine to disk and lets its VMM exit (the
+	// microVM modes); others refuse it with UnsupportedError.
+	ToDisk bool
+	// Reason is recorded with the event ("requested", "idle 5m0s",
+	// "deadline passed").
+	Reason string
+}
+
+// Pauser is implemented by managers that can pause neurons with their
+// memory kept.
+type Pauser interface {
+	// Pause freezes every process of running neuron id. A paused neuron
+	// answers ErrAlreadyPaused (and stays paused); a stopped one
+	// NotRunningError.
+	Pause(ctx context.Context, id string, opts PauseOptions) (*State, error)
+	// Resume continues paused neuron id. A running one answers
+	// ErrNotPaused (and runs on).
+	Resume(ctx context.Context, id string) (*State, error)
+}
+
+// ErrAlreadyPaused and ErrNotPaused are the no-ops of Pause and Resume:
+// an error of class Exists, so a caller can say "already so" and carry on.
+var (
+	ErrAlreadyPaused = errdefs.New(errdefs.Exists, "it is paused already")
+	ErrNotPaused     = errdefs.New(errdefs.Exists, "it is not paused")
+)
+
+// Metrics is a neuron's use of the machine at one moment.
+type Metrics struct {
+	ID   string    `json:"id"`
+	At   time.Time `json:"at"`
+	Mode string    `json:"mode"`
+	// Status is running, paused or stopped (a stopped neuron has only
+	// DiskBytes).
+	Status Status `json:"status"`
+	// CPUSeconds is the CPU time the neuron used since it started (every
+	// process of it; for a VM, its VMM's).
+	CPUSeconds float64 `json:"cpuSeconds"`
+	// MemoryBytes, MemoryPeakBytes and MemoryLimitBytes: resident memory
+	// now, the most it has had, and its ceiling (0: none known).
+	MemoryBytes      int64 `json:"memoryBytes"`
+	MemoryPeakBytes  int64 `json:"memoryPeakBytes,omitempty"`
+	MemoryLimitBytes int64 `json:"memoryLimitBytes,omitempty"`
+	// Pids is how many processes (tasks) it has.
+	Pids int `json:"pids"`
+	// DiskBytes is what its data takes on the host's disk.
+	DiskBytes int64 `json:"diskBytes"`
+	// EgressBytes and EgressConnections count what went through its egress
+	// proxy (where egress is on; -1 otherwise).
+	EgressBytes       int64 `json:"egressBytes"`
+	EgressConnections int64 `json:"egressConnections"`
+	// UptimeSeconds is the time since its agent started (0 when stopped).
+	UptimeSeconds float64 `json:"uptimeSeconds"`
+	// OOMKills counts processes the kernel killed for memory in it, where
+	// the mode can tell.
+	OOMKills int64 `json:"oomKills,omitempty"`
+	// Source says where the figures come from ("cgroup v1", "/proc",
+	// "vmm+agent").
+	Source string `json:"source,omitempty"`
+}
+
+// MetricsReader is implemented by managers that can measure their neurons.
+// Reading never resumes a paused neuron and never counts as a request.
+type MetricsReader interface {
+	Metrics(ctx context.Context, id string) (*Metrics, error)
+}
