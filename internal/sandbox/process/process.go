@@ -24,6 +24,7 @@ import (
 	"github.com/nsys-cortex/cortex/internal/protocol"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
 	"github.com/nsys-cortex/cortex/internal/sandbox/internal/lifecycle"
+	"github.com/nsys-cortex/cortex/internal/store"
 )
 
 // Mode is this backend's name.
@@ -153,4 +154,36 @@ func SelfCheck(_ context.Context, env sandbox.Env) sandbox.Check {
 		c.Summary = "ready (no isolation: development only)"
 	}
 	return c
+}
+
+var _ lifecycle.Freezer = runtime{}
+
+// Freeze stops the agent and its commands with SIGSTOP: best effort, like
+// the mode (a process that left the agent's session is not found, and a
+// command may catch none of this but may be sent SIGCONT by a process of
+// the operator's).
+func (runtime) Freeze(_ context.Context, _ layout.Layout, id string, st *sandbox.State) error {
+	return signalNeuron(id, st, syscall.SIGSTOP)
+}
+
+// Thaw continues what Freeze stopped.
+func (runtime) Thaw(_ context.Context, _ layout.Layout, id string, st *sandbox.State) error {
+	return signalNeuron(id, st, syscall.SIGCONT)
+}
+
+// signalNeuron sends sig to the agent and to every process of its session
+// that carries the neuron's mark; twice, for what forked meanwhile.
+func signalNeuron(id string, st *sandbox.State, sig syscall.Signal) error {
+	if !store.Alive(st.PID, st.PIDStart) {
+		return &sandbox.NotRunningError{ID: id, Reason: "its agent is gone"}
+	}
+	mark := "NSYS_CORTEX_NEURON=" + id
+	for range 2 {
+		for _, p := range store.SessionMembers(st.PID) {
+			if p == st.PID || store.HasEnv(p, mark) {
+				syscall.Kill(p, sig)
+			}
+		}
+	}
+	return nil
 }

@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/nsys-cortex/cortex/internal/events"
 	"github.com/nsys-cortex/cortex/internal/ids"
 	"github.com/nsys-cortex/cortex/internal/link"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
@@ -45,7 +46,11 @@ func (m *Manager) Get(ctx context.Context, id string) (*sandbox.State, error) {
 	if exists, mine := m.ownOverlay(id); !exists || !mine {
 		return nil, &sandbox.NotFoundError{ID: id}
 	}
-	return m.inspect(id, m.aliveKnown), nil
+	sts := m.enforceDue(ctx, []*sandbox.State{m.inspect(id, m.aliveKnown)})
+	if len(sts) == 0 {
+		return nil, &sandbox.NotFoundError{ID: id} // wiped by its deadline
+	}
+	return sts[0], nil
 }
 
 // List returns every process-mode neuron, running or stopped.
@@ -78,12 +83,19 @@ func (m *Manager) List(ctx context.Context) ([]*sandbox.State, error) {
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
-	return out, nil
+	return m.enforceDue(ctx, out), nil
 }
 
 // inspect works out a neuron's state from what is on disk and in /proc,
-// clearing what is stale on the way.
+// clearing what is stale on the way, with its labels and pause.
 func (m *Manager) inspect(id string, aliveKnown func(*sandbox.State) (bool, bool)) *sandbox.State {
+	st := m.inspectRun(id, aliveKnown)
+	m.lifecycleOf(st)
+	return st
+}
+
+// inspectRun is inspect without the records of the lifecycle.
+func (m *Manager) inspectRun(id string, aliveKnown func(*sandbox.State) (bool, bool)) *sandbox.State {
 	m.mu.Lock()
 	var held *sandbox.State
 	if n := m.neurons[id]; n != nil {
@@ -93,6 +105,10 @@ func (m *Manager) inspect(id string, aliveKnown func(*sandbox.State) (bool, bool
 	if held != nil && held.Status == sandbox.StatusRunning {
 		if ok, known := aliveKnown(held); ok || !known {
 			held.Owner = readOwner(m.overlay(id))
+			// Another process may have moved its deadline since.
+			if cur, err := m.readState(id); err == nil && cur.PID == held.PID {
+				held.Deadline, held.Timeout, held.OnTimeout, held.AutoPause = cur.Deadline, cur.Timeout, cur.OnTimeout, cur.AutoPause
+			}
 			return held
 		}
 	}
@@ -180,6 +196,15 @@ func (m *Manager) sweepPending(id string, st *sandbox.State) bool {
 // kept unless opts.Wipe. Processes merely using the neuron do not stop a
 // destroy; an exclusive owner does.
 func (m *Manager) Destroy(ctx context.Context, id string, opts sandbox.DestroyOptions) error {
+	typ := events.Destroyed
+	if opts.Wipe {
+		typ = events.Wiped
+	}
+	return m.destroy(ctx, id, opts, typ, "requested")
+}
+
+// destroy is Destroy, recorded as an event of typ.
+func (m *Manager) destroy(ctx context.Context, id string, opts sandbox.DestroyOptions, typ events.Type, reason string) error {
 	if err := validID(id); err != nil {
 		return err
 	}
@@ -206,8 +231,15 @@ func (m *Manager) Destroy(ctx context.Context, id string, opts sandbox.DestroyOp
 			return &sandbox.OwnedElsewhereError{ID: id, Owner: readOwner(m.overlay(id)), Reason: "it cannot be destroyed from here"}
 		}
 	}
-	if st, err := m.readState(id); err == nil {
-		m.stop(id, st)
+	st := m.inspect(id, m.aliveKnown)
+	if old, err := m.readState(id); err == nil {
+		if st.Status == sandbox.StatusPaused {
+			// A frozen process takes no signal: thaw it to stop it.
+			if err := m.thaw(ctx, st); err != nil {
+				m.Logf(id, "destroy: %v", err)
+			}
+		}
+		m.stop(id, old)
 	}
 	for _, r := range m.running() {
 		if r.ID == id {
@@ -234,7 +266,16 @@ func (m *Manager) Destroy(ctx context.Context, id string, opts sandbox.DestroyOp
 		// The hosts' writer locks of its terminals: the terminals went
 		// with the overlay (a lock still held is on a file no longer named).
 		os.RemoveAll(filepath.Join(m.lay.TerminalLocksDir(), id))
+		m.mu.Lock()
+		if a := m.activities[id]; a != nil {
+			a.close()
+			delete(m.activities, id)
+		}
+		m.mu.Unlock()
 	}
+	m.Logf(id, "%s (%s)", typ, reason)
+	st.Status = sandbox.StatusStopped
+	m.event(ctx, typ, st, reason)
 	return nil
 }
 
@@ -280,6 +321,13 @@ func (m *Manager) Connect(ctx context.Context, id string) (*link.Client, error) 
 	st, err := m.Get(ctx, id)
 	if err != nil {
 		return nil, err
+	}
+	if st.Status == sandbox.StatusPaused && !link.IsQuiet(ctx) {
+		// Its frozen agent cannot dial this process's socket: a request
+		// to a paused neuron resumes it.
+		if st, err = m.Resume(ctx, id); err != nil && !errors.Is(err, sandbox.ErrNotPaused) {
+			return nil, err
+		}
 	}
 	if st.Status != sandbox.StatusRunning {
 		return nil, &sandbox.NotRunningError{ID: id, Reason: "it is " + string(st.Status)}
@@ -336,7 +384,12 @@ func (m *Manager) Close() error {
 	m.mu.Lock()
 	held := m.neurons
 	m.neurons = map[string]*neuron{}
+	acts := m.activities
+	m.activities = map[string]*activity{}
 	m.mu.Unlock()
+	for _, a := range acts {
+		a.close()
+	}
 	for _, n := range held {
 		n.link.Close()
 		if n.lock.Held() == syscall.LOCK_EX && m.env.Exclusive {

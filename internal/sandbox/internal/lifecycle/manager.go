@@ -31,6 +31,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/nsys-cortex/cortex/internal/events"
 	"github.com/nsys-cortex/cortex/internal/ids"
 	"github.com/nsys-cortex/cortex/internal/layout"
 	"github.com/nsys-cortex/cortex/internal/link"
@@ -57,6 +58,10 @@ type Manager struct {
 	// creator's lock for another process's.
 	starting map[string]chan struct{}
 	connMu   sync.Mutex // one Connect at a time, so a neuron gets one channel
+	// activities are this process's requests per neuron (control.go).
+	activities map[string]*activity
+	events     *events.Log
+	disks      map[string]diskReading // the last size of each neuron's data (metrics.go)
 	// wg tracks disconnect handlers. The goroutine that reaps an agent this
 	// process started is owned by that agent: it ends when the agent does.
 	wg sync.WaitGroup
@@ -86,7 +91,8 @@ var _ sandbox.OrphanCleaner = (*Manager)(nil)
 
 // New returns a manager of rt's neurons over env.Layout.
 func New(env sandbox.Env, rt Runtime) *Manager {
-	return &Manager{env: env, lay: env.Layout, rt: rt, neurons: map[string]*neuron{}, starting: map[string]chan struct{}{}}
+	return &Manager{env: env, lay: env.Layout, rt: rt, neurons: map[string]*neuron{}, starting: map[string]chan struct{}{},
+		activities: map[string]*activity{}, events: events.Open(env.Layout), disks: map[string]diskReading{}}
 }
 
 // Mode returns the runtime's mode.
@@ -191,6 +197,9 @@ func (m *Manager) Create(ctx context.Context, id string, opts sandbox.CreateOpti
 			return nil, &sandbox.InvalidError{Reason: fmt.Sprintf("environment entry %q is not KEY=VALUE", kv)}
 		}
 	}
+	if err := opts.CheckLifecycle(); err != nil {
+		return nil, err
+	}
 	bin, err := m.env.AgentBinary()
 	if err != nil {
 		return nil, &sandbox.UnavailableError{Mode: m.rt.Mode(), Reason: err.Error()}
@@ -234,6 +243,15 @@ func (m *Manager) Create(ctx context.Context, id string, opts sandbox.CreateOpti
 		return nil, m.busy(ctx, id)
 	}
 	st, err := m.create(ctx, id, bin, lock, opts)
+	if err == nil {
+		if !exists {
+			m.event(ctx, events.Created, st, "")
+		}
+		m.event(ctx, events.Started, st, "")
+		if st.Deadline != nil || st.AutoPause > 0 {
+			m.ensureKeeper()
+		}
+	}
 	if errors.Is(err, syscall.ENOSPC) {
 		err = &sandbox.CapacityError{Reason: fmt.Sprintf("no space left where neurons are kept (%s): %v", m.lay.Overlays, err)}
 	}
@@ -329,8 +347,12 @@ func (m *Manager) create(ctx context.Context, id, bin string, lock *store.Lock, 
 	if err != nil {
 		return nil, err
 	}
+	if err := m.setLabels(id, opts.Labels); err != nil {
+		return nil, fmt.Errorf("labels of %s: %w", id, err)
+	}
 	st := &sandbox.State{ID: id, Mode: m.rt.Mode(), Status: sandbox.StatusPending, Pending: true, Policy: &policy, SocketDir: m.socketDir(id),
 		Workdir: m.workdir(id), OverlayPath: m.overlay(id), CreatedAt: time.Now().UTC()}
+	st.Labels = m.readSpec(id).Labels
 	if err := m.writeState(st); err != nil {
 		return nil, err
 	}
@@ -374,6 +396,7 @@ func (m *Manager) create(ctx context.Context, id, bin string, lock *store.Lock, 
 	}
 	st.Pending, st.Status = false, sandbox.StatusRunning
 	st.AgentVersion = conn.Peer().Software
+	runLifecycle(st, opts, time.Now())
 	if err := m.writeState(st); err != nil {
 		m.abort(n)
 		return nil, err
@@ -437,7 +460,8 @@ func (m *Manager) listen(n *neuron) (*link.Link, error) {
 		}
 	}
 	name := fmt.Sprintf("h%d-%s%s", os.Getpid(), ids.New()[1:7], ".sock")
-	opts := link.Options{Neuron: id, Software: "nsys-cortex", Secret: n.secret, OnEvent: func(ev link.ConnEvent) { m.onEvent(n, ev) }}
+	opts := link.Options{Neuron: id, Software: "nsys-cortex", Secret: n.secret, OnEvent: func(ev link.ConnEvent) { m.onEvent(n, ev) },
+		Activity: m.activityFor(id)}
 	if hv, ok := m.rt.(HostViewer); ok {
 		opts.HostView = hv.HostView(m.lay, id)
 	}
@@ -641,20 +665,56 @@ func (m *Manager) releaseDead(id string, lock *store.Lock) {
 		return
 	}
 	if lock.Held() == unix.LOCK_EX {
-		m.stop(id, st)
-		m.clear(id)
+		m.buryDead(id, st)
 		return
 	}
 	if ok, _ := lock.TryExclusive(); ok {
-		m.stop(id, st)
-		m.clear(id)
+		m.buryDead(id, st)
 	}
+}
+
+// buryDead clears away a neuron whose agent died unasked, and records it
+// (once: the state file it reads goes with it).
+func (m *Manager) buryDead(id string, st *sandbox.State) {
+	oom := m.oomKilled(id, st)
+	m.stop(id, st)
+	m.clear(id)
+	st.Status, st.Labels = sandbox.StatusStopped, m.readSpec(id).Labels
+	ctx := context.Background()
+	if st.Pending {
+		return // a create that failed says so itself
+	}
+	if oom != "" {
+		m.event(ctx, events.OOMKilled, st, oom)
+	}
+	m.event(ctx, events.AgentDied, st, "its agent ended without being asked")
+}
+
+// OOMReporter is implemented by runtimes that can tell whether the kernel
+// killed processes of a neuron for memory.
+type OOMReporter interface {
+	// OOMKills returns how many processes of neuron id the kernel killed
+	// for memory in its current run.
+	OOMKills(lay layout.Layout, id string) int64
+}
+
+// oomKilled says how the kernel's OOM killer hit a neuron, or "".
+func (m *Manager) oomKilled(id string, st *sandbox.State) string {
+	r, ok := m.rt.(OOMReporter)
+	if !ok {
+		return ""
+	}
+	if n := r.OOMKills(m.lay, id); n > 0 {
+		return fmt.Sprintf("the kernel killed %d of its processes for memory", n)
+	}
+	return ""
 }
 
 // clear removes a neuron's state file and channel directory (not its
 // data), and lets the runtime free what it held for the neuron.
 func (m *Manager) clear(id string) {
 	os.Remove(m.stateFile(id))
+	os.Remove(m.pausedFile(id))
 	os.RemoveAll(m.socketDir(id))
 	m.rt.Released(m.lay, id)
 }
