@@ -36,8 +36,13 @@ var conformance = sandboxtest.Config{
 	Env:        env,
 	Confined:   true,
 	Unconfined: "process mode isolates nothing: its commands run as the host user, on the host",
+	Lacks:      map[string]string{"pause --to-disk": "its memory is the host's"},
 }
 
 func TestConformance(t *testing.T) {
 	sandboxtest.Run(t, conformance)
+}
+
+func TestLifecycle(t *testing.T) {
+	sandboxtest.RunLifecycle(t, conformance)
 }

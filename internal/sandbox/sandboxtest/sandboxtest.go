@@ -71,6 +71,10 @@ type Config struct {
 	// host), so RunSnapshotter does not look for them after a restore;
 	// empty for real VMs.
 	NoGuestState string
+	// Lacks names the lifecycle capabilities the mode does not have
+	// ("pause", "pause --to-disk"), each with why: RunLifecycle checks it
+	// refuses them as unsupported, and that it lacks nothing it does.
+	Lacks map[string]string
 	// Bench is what RunBenchmarks needs beyond the above.
 	Bench Bench
 }
