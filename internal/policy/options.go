@@ -193,7 +193,6 @@ var (
 	suOpts = newGetopt("+c:fg:G:lmpPs:u:w:",
 		"command:", "session-command:", "fast", "group:", "supp-group:", "login",
 		"preserve-environment", "pty", "shell:", "whitelist-environment:", "user:", "help", "version")
-	noOpts = newGetopt("+")
 )
 
 // commandOptions are how the commands readonly lists read their options,

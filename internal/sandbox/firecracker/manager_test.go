@@ -224,15 +224,6 @@ func TestCreateExecDestroy(t *testing.T) {
 	}
 }
 
-func contains(lines []string, prefix string) bool {
-	for _, l := range lines {
-		if strings.HasPrefix(l, prefix) {
-			return true
-		}
-	}
-	return false
-}
-
 // A VM that dies is NOT_RUNNING at once, and its jail is cleared.
 func TestVMDeathIsNotRunning(t *testing.T) {
 	f := newFixture(t)

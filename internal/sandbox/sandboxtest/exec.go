@@ -6,7 +6,6 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -165,13 +164,4 @@ func testExec(t *testing.T, f *fixture) {
 func sha256hex(b []byte) string {
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])
-}
-
-func parsePID(t *testing.T, b []byte) int {
-	t.Helper()
-	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil {
-		t.Fatalf("pid file %q: %v", b, err)
-	}
-	return pid
 }
