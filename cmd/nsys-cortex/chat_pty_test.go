@@ -190,7 +190,7 @@ func chatOnATerminal(t *testing.T, c *cli) {
 	r.type_(t, "/fork\r")
 	at = r.after(t, at, "now in session", false)
 	r.type_(t, "in the fork\r")
-	at = r.after(t, at, "answer to in the fork from fake-2", false)
+	r.after(t, at, "answer to in the fork from fake-2", false)
 	r.type_(t, "/exit\r")
 	if code := r.exit(t); code != 0 {
 		t.Fatalf("exit %d: %q", code, plain(r.output()))

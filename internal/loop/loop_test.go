@@ -133,7 +133,7 @@ func TestLoopPatterns(t *testing.T) {
 			return calls(call(fmt.Sprint(n), "ls", map[string]any{"path": "."}))
 		}, "same-call-same-result"},
 		{"same call failing", func(n int) *llm.Response {
-			return calls(call(fmt.Sprint(n), "read", map[string]any{"path": fmt.Sprintf("missing.txt")}))
+			return calls(call(fmt.Sprint(n), "read", map[string]any{"path": "missing.txt"}))
 		}, "same-call-failing"},
 		{"alternation", func(n int) *llm.Response {
 			if n%2 == 0 {

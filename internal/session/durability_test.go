@@ -102,9 +102,8 @@ func TestCorruptMiddleLine(t *testing.T) {
 	t.Parallel()
 	m := newManager(t)
 	s := create(t, m)
-	var es []*Entry
 	for _, txt := range []string{"u1", "a1", "u2", "a2"} {
-		es = append(es, must(t)(s.AppendMessage(user(txt))))
+		must(t)(s.AppendMessage(user(txt)))
 	}
 	s.Close()
 	data, _ := os.ReadFile(s.File())
