@@ -104,6 +104,7 @@ func (a *accumulator) delta(d sdk.ChatCompletionChunkChoiceDelta) error {
 		a.toolDelta(tc.Index, tc.ID, tc.Function.Name, tc.Function.Arguments)
 	}
 	// The legacy single function_call streams like one tool call.
+	//lint:ignore SA1019 servers that still stream the legacy function_call are served on purpose
 	if fc := d.FunctionCall; fc.Name != "" || fc.Arguments != "" {
 		a.toolDelta(-1, "", fc.Name, fc.Arguments)
 	}

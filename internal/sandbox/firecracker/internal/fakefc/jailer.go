@@ -72,9 +72,11 @@ func parseFlags(args []string, known map[string]struct{ value, multi bool }) (ma
 		name, ok := strings.CutPrefix(a, "--")
 		spec, known := known[name]
 		if !ok || !known {
+			//lint:ignore ST1005 the real jailer's argument-parser message, worded as it words it
 			return nil, nil, fmt.Errorf("Found argument '%s' which wasn't expected, or isn't valid in this context.", a)
 		}
 		if len(got[name]) > 0 && !spec.multi {
+			//lint:ignore ST1005 the real jailer's argument-parser message, worded as it words it
 			return nil, nil, fmt.Errorf("The argument '--%s' was provided more than once.", name)
 		}
 		if !spec.value {
@@ -82,6 +84,7 @@ func parseFlags(args []string, known map[string]struct{ value, multi bool }) (ma
 			continue
 		}
 		if i+1 >= len(args) {
+			//lint:ignore ST1005 the real jailer's argument-parser message, worded as it words it
 			return nil, nil, fmt.Errorf("The argument '--%s' requires a value but none was supplied.", name)
 		}
 		i++
@@ -247,6 +250,7 @@ func cgroups(cfg *Config, f map[string][]string, one func(string, string) string
 		file, value, ok := strings.Cut(c, "=")
 		ctrl, _, dotted := strings.Cut(file, ".")
 		if !ok || !dotted || value == "" {
+			//lint:ignore ST1005 printed as "jailer: Invalid ...", the jailer's style, as the die calls are
 			return fmt.Errorf("Invalid cgroup %q: expected <controller>.<file>=<value>", c)
 		}
 		if !strings.Contains(" "+strings.TrimSpace(string(controllers))+" ", " "+ctrl+" ") {
