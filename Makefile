@@ -21,6 +21,12 @@ build: agent
 test:
 	scripts/test.sh
 
+# Static checks (README, .ci/run): go vet and staticcheck, at the version
+# go.mod pins as a tool, so there is nothing to install.
+lint:
+	$(GO) vet ./...
+	$(GO) tool staticcheck ./...
+
 fuzz:
 	$(GO) test ./internal/protocol -run '^$$' -fuzz FuzzReader -fuzztime $${FUZZTIME:-2m}
 
