@@ -162,3 +162,68 @@ func HasEnv(pid int, kv string) bool {
 	}
 	return false
 }
+
+// ProcUsage reads a process's CPU time in seconds — its own and that of
+// the children it reaped, so a sum over the live processes of a tree
+// counts the work of those gone too — and its resident bytes.
+func ProcUsage(pid int) (cpu float64, rss int64, ok bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, 0, false
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, 0, false
+	}
+	// From the state (field 3): utime 14, stime 15, cutime 16, cstime 17,
+	// rss 24; CPU times in USER_HZ, 100 on every Linux Cortex runs on.
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 22 {
+		return 0, 0, false
+	}
+	var ticks int64
+	for _, k := range []int{11, 12, 13, 14} {
+		v, err := strconv.ParseInt(f[k], 10, 64)
+		if err != nil {
+			return 0, 0, false
+		}
+		ticks += v
+	}
+	pages, err := strconv.ParseInt(f[21], 10, 64)
+	if err != nil {
+		return 0, 0, false
+	}
+	return float64(ticks) / 100, pages * int64(os.Getpagesize()), true
+}
+
+// Descendants returns pid and every live process below it.
+func Descendants(pid int) []int {
+	children := map[int][]int{}
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(string(b[i+1:]))
+		if len(f) < 2 || f[0] == "Z" {
+			continue
+		}
+		if pp, err := strconv.Atoi(f[1]); err == nil {
+			children[pp] = append(children[pp], p)
+		}
+	}
+	out := []int{pid}
+	for i := 0; i < len(out); i++ {
+		out = append(out, children[out[i]]...)
+	}
+	return out
+}

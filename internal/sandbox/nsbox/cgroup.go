@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -169,7 +171,9 @@ func detectV2(own map[string]string) *cgroupSupport {
 func detectV1(own map[string]string) *cgroupSupport {
 	mounts := cgroupMounts()
 	s := &cgroupSupport{version: 1, dirs: map[string]string{}}
-	for _, ctrl := range []string{"memory", "pids", "cpu"} {
+	// memory and pids are needed; cpu (a CPU limit), cpuacct (usage) and
+	// freezer (pause) are used where they are.
+	for _, ctrl := range []string{"memory", "pids", "cpu", "cpuacct", "freezer"} {
 		mnt, ok := mounts[ctrl]
 		path, ok2 := own[ctrl]
 		if !ok || !ok2 {
@@ -210,7 +214,7 @@ func (s *cgroupSupport) describe() string {
 		return "cgroup v2 at " + s.dirs[""]
 	}
 	var parts []string
-	for _, c := range []string{"memory", "pids", "cpu"} {
+	for _, c := range []string{"memory", "pids", "cpu", "cpuacct", "freezer"} {
 		if d := s.dirs[c]; d != "" {
 			parts = append(parts, c)
 		}
@@ -247,6 +251,13 @@ func (p *cgroupPlan) create(lay layout.Layout, id string, pid int) error {
 	} else {
 		perCtrl["memory"] = []setting{{"memory.limit_in_bytes", memLimit}, {"memory.memsw.limit_in_bytes", memLimit}}
 		perCtrl["pids"] = []setting{{"pids.max", pids}}
+		// No settings: their accounting and freezing, in hierarchies of
+		// their own (or mounted with one above, which makes the directory).
+		for _, ctrl := range []string{"cpuacct", "freezer"} {
+			if d := p.support.dirs[ctrl]; d != "" && !slices.ContainsFunc(slices.Collect(maps.Keys(perCtrl)), func(c string) bool { return p.support.dirs[c] == d }) {
+				perCtrl[ctrl] = nil
+			}
+		}
 		if p.limits.CPUs > 0 {
 			if p.support.dirs["cpu"] == "" {
 				return fail(errors.New("a CPU limit needs the cpu controller, which is not available here"))

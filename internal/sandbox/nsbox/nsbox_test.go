@@ -47,9 +47,15 @@ var conformance = sandboxtest.Config{
 	Env:        env,
 	Confined:   false,
 	ChannelDir: nsbox.ChannelDir,
+	Lacks:      map[string]string{"pause --to-disk": "a neuron's memory is the host's own"},
 }
 
 func TestConformance(t *testing.T) {
 	requireNsbox(t)
 	sandboxtest.Run(t, conformance)
+}
+
+func TestLifecycle(t *testing.T) {
+	requireNsbox(t)
+	sandboxtest.RunLifecycle(t, conformance)
 }

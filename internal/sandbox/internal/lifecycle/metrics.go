@@ -3,10 +3,7 @@ package lifecycle
 import (
 	"context"
 	"io/fs"
-	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
@@ -118,48 +115,15 @@ func procUsage(id string, st *sandbox.State) sandbox.Metrics {
 		return u
 	}
 	mark := "NSYS_CORTEX_NEURON=" + id
-	page := int64(os.Getpagesize())
 	for _, p := range store.SessionMembers(st.PID) {
 		if p != st.PID && !store.HasEnv(p, mark) {
 			continue
 		}
-		cpu, rss, ok := procStat(p)
-		if !ok {
-			continue
+		if cpu, rss, ok := store.ProcUsage(p); ok {
+			u.Pids++
+			u.CPUSeconds += cpu
+			u.MemoryBytes += rss
 		}
-		u.Pids++
-		u.CPUSeconds += cpu
-		u.MemoryBytes += rss * page
 	}
 	return u
 }
-
-// procStat reads a process's CPU time (seconds, its own and its reaped
-// children's) and resident pages from /proc.
-func procStat(pid int) (cpu float64, rss int64, ok bool) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0, 0, false
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0, 0, false
-	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 22 {
-		return 0, 0, false
-	}
-	// From the state (field 3): utime 14, stime 15, cutime 16, cstime 17, rss 24.
-	var ticks int64
-	for _, k := range []int{11, 12, 13, 14} {
-		v, _ := strconv.ParseInt(f[k], 10, 64)
-		ticks += v
-	}
-	rss, _ = strconv.ParseInt(f[21], 10, 64)
-	return float64(ticks) / userHZ, rss, true
-}
-
-// userHZ is the unit of /proc's CPU times (USER_HZ, 100 on every Linux
-// architecture Cortex runs on).
-const userHZ = 100
