@@ -99,34 +99,29 @@ func (a *App) execCommand() *cobra.Command {
 		timeout                           time.Duration
 		interactive, tty, detach, noStdin bool
 	)
+	line := commandArgs{usage: "exec: give a neuron and a command (nsys-cortex exec [flags] ID [[flags] --] COMMAND [ARG...])"}
 	cmd := &cobra.Command{
-		Use:   "exec [flags] ID [--] COMMAND [ARG...]",
+		Use:   "exec [flags] ID [[flags] --] COMMAND [ARG...]",
 		Short: "Run a command in a neuron; exits with the command's status",
 		Long: `Exec runs COMMAND in the neuron and streams its output as it comes. The exit
 status is the command's own (128+N when a signal N ended it; 127 when it was
-not found; 124 when --timeout killed it). Flags go before ID.
+not found; 124 when --timeout killed it).
+
+` + commandLineRule("exec", "-i") + `
 
 Stdin is forwarded when it is not a terminal, so in a "while read" loop give
 -n (or </dev/null) or exec eats the loop's input; -i forwards a terminal too.
 -t runs the command on a PTY. -d starts it in the background, with no stdin,
 and prints its pid (see ps, logs, kill). There is no timeout unless --timeout.
 Ctrl-C (or SIGTERM, SIGHUP) kills the command in the neuron.`,
-		Args:              cobra.MinimumNArgs(2),
 		ValidArgsFunction: a.neuronArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
+		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			c, st, err := a.connect(ctx, args[0], gate.Exec)
+			c, st, err := a.connect(ctx, line.ID, gate.Exec)
 			if err != nil {
 				return err
 			}
-			argv := args[1:]
-			if argv[0] == "--" {
-				argv = argv[1:]
-			}
-			if len(argv) == 0 {
-				return errors.New("exec: no command given (nsys-cortex exec ID -- COMMAND [ARG...])")
-			}
-			command := protocol.Command{Argv: argv, Cwd: cwd, Env: env}
+			command := protocol.Command{Argv: line.Argv, Cwd: cwd, Env: env}
 			if detach {
 				info, err := c.ProcStart(ctx, &protocol.ProcStartArgs{Command: command})
 				if err != nil {
@@ -160,7 +155,7 @@ Ctrl-C (or SIGTERM, SIGHUP) kills the command in the neuron.`,
 			return exitCode(res.ExitCode)
 		},
 	}
-	cmd.Flags().SetInterspersed(false) // everything after ID belongs to the command
+	takeCommandArgs(cmd, &line, nil)
 	cmd.Flags().StringVarP(&cwd, "cwd", "w", "", "working directory inside the neuron (default: its workdir)")
 	cmd.Flags().StringArrayVarP(&env, "env", "e", nil, "set KEY=VALUE for the command (repeatable)")
 	cmd.Flags().DurationVar(&timeout, "timeout", 0, "kill the command after this long (e.g. 30s)")

@@ -26,8 +26,9 @@ func (a *App) launchCommand() *cobra.Command {
 		passEnv      []string
 		timeout      time.Duration
 	)
+	line := commandArgs{usage: "launch: give a neuron and a program (nsys-cortex launch [flags] ID [[flags] --] PROGRAM [ARG...])"}
 	cmd := &cobra.Command{
-		Use:   "launch [flags] ID -- PROGRAM [ARG...]",
+		Use:   "launch [flags] ID [[flags] --] PROGRAM [ARG...]",
 		Short: "Launch a hosted agent CLI (Claude Code, Codex, pi, any program) in a neuron, with a receipt",
 		Long: `Launch runs exactly PROGRAM and its arguments in the neuron, after deriving
 its launch contract: cwd, environment (the neuron's cleared one, the
@@ -42,19 +43,12 @@ anything starts. The exit status is the program's own; Ctrl-C, SIGTERM or
 A receipt (nsys-cortex receipts ID) records what ran and how it ended, and
 the audit log (<home>/logs/audit.log) who launched what and when.
 
+` + commandLineRule("launch", "--stdio") + `
+
 Profiles: generic, claude, codex, pi (nsys-cortex launch --profiles lists
 them; add your own as <home>/profiles/NAME.json).`,
-		Args: func(cmd *cobra.Command, args []string) error {
-			if list, _ := cmd.Flags().GetBool("profiles"); list {
-				return nil
-			}
-			if len(args) < 2 {
-				return errors.New("launch: give a neuron and a program (nsys-cortex launch ID -- PROGRAM [ARGS...])")
-			}
-			return nil
-		},
 		ValidArgsFunction: a.neuronArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
+		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
 			if _, err := a.loadConfig(); err != nil {
 				return err
@@ -84,10 +78,6 @@ them; add your own as <home>/profiles/NAME.json).`,
 			if err != nil {
 				return err
 			}
-			argv := args[1:]
-			if argv[0] == "--" {
-				argv = argv[1:]
-			}
 			io := ""
 			switch {
 			case pty && stdio:
@@ -97,11 +87,11 @@ them; add your own as <home>/profiles/NAME.json).`,
 			case stdio:
 				io = launch.IOStdio
 			}
-			c, st, err := a.connect(ctx, args[0], gate.Launch)
+			c, st, err := a.connect(ctx, line.ID, gate.Launch)
 			if err != nil {
 				return err
 			}
-			contract, err := launch.Plan(&launch.Request{Profile: p, IO: io, Argv: argv, Cwd: cwd, PassEnv: passEnv, Lookup: os.LookupEnv}, st)
+			contract, err := launch.Plan(&launch.Request{Profile: p, IO: io, Argv: line.Argv, Cwd: cwd, PassEnv: passEnv, Lookup: os.LookupEnv}, st)
 			if err != nil {
 				return err
 			}
@@ -146,7 +136,10 @@ them; add your own as <home>/profiles/NAME.json).`,
 			return exitCode(code)
 		},
 	}
-	cmd.Flags().SetInterspersed(false)
+	takeCommandArgs(cmd, &line, func(cmd *cobra.Command) bool {
+		list, _ := cmd.Flags().GetBool("profiles")
+		return !list
+	})
 	cmd.Flags().StringVar(&profile, "profile", "generic", "launch profile: generic, claude, codex, pi, or one of yours")
 	cmd.Flags().BoolVar(&pty, "pty", false, "run on a pseudo-terminal (the profile's default for TUIs)")
 	cmd.Flags().BoolVar(&stdio, "stdio", false, "run on pipes with stdin closed (headless modes)")
