@@ -88,7 +88,7 @@ it the host's network.`,
 			}
 			st, why, err := a.create(cmd.Context(), set, id, mode, opts)
 			if why != "" && why != "requested" {
-				fmt.Fprintf(a.Stderr, "mode: %s (%s)\n", st.Mode, why)
+				fmt.Fprintf(a.Stderr, "mode: %s (auto: %s — see nsys-cortex doctor)\n", st.Mode, why)
 			}
 			var ar *sandbox.AlreadyRunningError
 			if errors.As(err, &ar) {

@@ -171,7 +171,9 @@ func (s *Set) Checks(ctx context.Context) []Check {
 
 // Resolve picks the manager for mode. For "auto" (or "") it takes the
 // highest-ranked isolating mode whose self-check passes; a non-isolating mode
-// only when the operator allowed insecure mode. The reason says why.
+// only when the operator allowed insecure mode. The reason says why in one
+// short line, naming the modes skipped ahead of it; what each of their
+// self-checks found is Checks' to say (doctor prints it), not every create's.
 func (s *Set) Resolve(ctx context.Context, mode string) (Manager, string, error) {
 	if mode == "" {
 		mode = os.Getenv(EnvMode)
@@ -180,34 +182,34 @@ func (s *Set) Resolve(ctx context.Context, mode string) (Manager, string, error)
 		m, err := s.Manager(mode)
 		return m, "requested", err
 	}
-	var skipped []string
+	var skipped, why []string
 	for _, b := range s.backends {
 		c := b.SelfCheck(ctx, s.env)
 		switch {
 		case !b.Isolating && !AllowInsecure():
-			skipped = append(skipped, fmt.Sprintf("%s: not a security boundary; set %s=1 to use it", b.Name, EnvAllowInsecure))
+			skipped = append(skipped, b.Name)
+			why = append(why, fmt.Sprintf("%s: not a security boundary; set %s=1 to use it", b.Name, EnvAllowInsecure))
 			continue
 		case !c.OK:
-			skipped = append(skipped, fmt.Sprintf("%s: %s", b.Name, c.Summary))
+			skipped = append(skipped, b.Name)
+			why = append(why, fmt.Sprintf("%s: %s", b.Name, c.Summary))
 			continue
 		}
 		m, err := s.Manager(b.Name)
 		if err != nil {
 			return nil, "", err
 		}
-		reason := "the best mode whose self-check passes"
-		if len(skipped) > 0 {
-			reason += " (skipped " + strings.Join(skipped, "; ") + ")"
-		}
+		reason := "the best isolating mode whose self-check passes"
 		if !b.Isolating {
 			reason = fmt.Sprintf("%s=1 allows it and no isolating mode is available", EnvAllowInsecure)
-			if len(skipped) > 0 {
-				reason += " (" + strings.Join(skipped, "; ") + ")"
-			}
+		}
+		if len(skipped) > 0 {
+			reason += "; skipped " + strings.Join(skipped, ", ")
 		}
 		return m, reason, nil
 	}
-	return nil, "", &UnavailableError{Mode: ModeAuto, Reason: "no mode can run here: " + strings.Join(skipped, "; ")}
+	// Refusing, the reasons are the answer: say each mode's.
+	return nil, "", &UnavailableError{Mode: ModeAuto, Reason: "no mode can run here: " + strings.Join(why, "; ")}
 }
 
 // Find returns the manager and state of neuron ref: an exact id, or a

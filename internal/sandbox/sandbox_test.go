@@ -75,18 +75,23 @@ func TestResolveAuto(t *testing.T) {
 	t.Setenv(EnvMode, "")
 	t.Setenv(EnvAllowInsecure, "")
 	set := NewSet(Env{}, backend("dev", 0, false, true, dev), backend("iso", 10, true, true, iso), backend("broken", 20, true, false, broken))
+	// The reason is one short line: the rule and the modes skipped by name;
+	// what their self-checks found is doctor's to print.
 	m, why, err := set.Resolve(ctx, "")
-	if err != nil || m.Mode() != "iso" || !strings.Contains(why, "broken: missing a piece") {
+	if err != nil || m.Mode() != "iso" || why != "the best isolating mode whose self-check passes; skipped broken" {
 		t.Fatalf("%v %q %v", m, why, err)
 	}
 	// Without an isolating mode, auto refuses unless insecure mode is allowed.
 	set = NewSet(Env{}, backend("dev", 0, false, true, dev), backend("broken", 20, true, false, broken))
 	var ue *UnavailableError
-	if _, _, err := set.Resolve(ctx, "auto"); !errors.As(err, &ue) || !strings.Contains(err.Error(), EnvAllowInsecure) {
+	// Refusing, it says what each mode lacks: that is the whole answer.
+	if _, _, err := set.Resolve(ctx, "auto"); !errors.As(err, &ue) || !strings.Contains(err.Error(), EnvAllowInsecure) ||
+		!strings.Contains(err.Error(), "broken: missing a piece") {
 		t.Fatalf("%v", err)
 	}
 	t.Setenv(EnvAllowInsecure, "1")
-	if m, why, err := set.Resolve(ctx, "auto"); err != nil || m.Mode() != "dev" || !strings.Contains(why, EnvAllowInsecure) {
+	if m, why, err := set.Resolve(ctx, "auto"); err != nil || m.Mode() != "dev" ||
+		why != EnvAllowInsecure+"=1 allows it and no isolating mode is available; skipped broken" {
 		t.Fatalf("%v %q %v", m, why, err)
 	}
 	// An explicit mode is taken as asked; an unknown one is refused by name.
