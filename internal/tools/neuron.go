@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/jsonschema-go/jsonschema"
 
+	"github.com/nsys-cortex/cortex/internal/events"
 	"github.com/nsys-cortex/cortex/internal/ids"
 	"github.com/nsys-cortex/cortex/internal/layout"
 	"github.com/nsys-cortex/cortex/internal/link"
@@ -211,7 +212,7 @@ func (n *SetNeuron) Client(ctx context.Context) (*link.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	if st.Status != sandbox.StatusRunning {
+	if st.Status != sandbox.StatusRunning && st.Status != sandbox.StatusPaused { // a paused one resumes on Connect
 		return nil, fmt.Errorf("neuron %s is %s: start it with nsys-cortex create %s", n.id, st.Status, n.id)
 	}
 	cl, err := m.Connect(ctx, n.id)
@@ -240,6 +241,11 @@ func (n *SetNeuron) stopped(ctx context.Context, f func(overlay string) error) e
 	if st.Policy != nil {
 		opts.Network, opts.Limits, opts.Image, opts.NestedUserns = st.Policy.Network, st.Policy.Limits, st.Policy.Image, st.Policy.NestedUserns
 	}
+	// Its deadline and idle rule go on: a restart is no way around them.
+	if st.Deadline != nil {
+		opts.Timeout, opts.OnTimeout = max(time.Until(*st.Deadline), time.Millisecond), st.OnTimeout
+	}
+	opts.AutoPause = st.AutoPause
 	if err := ctx.Err(); err != nil {
 		return err // nothing stopped yet
 	}
@@ -274,17 +280,32 @@ func (n *SetNeuron) CreateSnapshot(ctx context.Context, name string) (*store.Sna
 	if err := n.checkCaps(); err != nil {
 		return nil, err
 	}
+	var snap *store.Snapshot
 	if vm, ok := m.(sandbox.Snapshotter); ok {
-		return vm.Snapshot(ctx, n.id, name)
+		snap, err = vm.Snapshot(ctx, n.id, name)
+	} else {
+		// A copy of files: a paused neuron's are as they were, and stay
+		// paused.
+		var root string
+		if root, err = dataRoot(ctx, m, n.id, st.OverlayPath); err != nil {
+			return nil, err
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, err // the copy below runs to its end once begun
+		}
+		snap, err = store.CreateSnapshot(n.lay.SnapshotsDir(n.id), name, n.id, root)
 	}
-	root, err := dataRoot(ctx, m, n.id, st.OverlayPath)
 	if err != nil {
 		return nil, err
 	}
-	if err := ctx.Err(); err != nil {
-		return nil, err // the copy below runs to its end once begun
-	}
-	return store.CreateSnapshot(n.lay.SnapshotsDir(n.id), name, n.id, root)
+	n.event(ctx, events.SnapshotCreated, st, name)
+	return snap, nil
+}
+
+// event records what happened to the neuron (as st describes it).
+func (n *SetNeuron) event(ctx context.Context, typ events.Type, st *sandbox.State, snapshot string) {
+	events.Open(n.lay).Append(events.Event{Type: typ, Neuron: n.id, Mode: st.Mode, Labels: st.Labels,
+		Reason: "snapshot " + snapshot, Principal: events.PrincipalOf(ctx)}) // a record lost is no reason to fail the snapshot
 }
 
 // dataRoot is where the neuron's data is (sandbox.DataRooter): its
@@ -332,7 +353,7 @@ func (n *SetNeuron) Snapshots(context.Context) ([]store.Snapshot, error) {
 // and processes too); a copy of files by stopping the neuron, restoring
 // its overlay and starting it. A snapshot of the other kind is refused
 // before the neuron is touched.
-func (n *SetNeuron) RestoreSnapshot(ctx context.Context, name string) (*store.Snapshot, error) {
+func (n *SetNeuron) RestoreSnapshot(ctx context.Context, name string) (_ *store.Snapshot, err error) {
 	if err := store.CheckSnapshotName(name); err != nil {
 		return nil, err
 	}
@@ -345,10 +366,15 @@ func (n *SetNeuron) RestoreSnapshot(ctx context.Context, name string) (*store.Sn
 	if err != nil {
 		return nil, err
 	}
-	m, _, err := n.set.FindExact(ctx, n.id)
+	m, st, err := n.set.FindExact(ctx, n.id)
 	if err != nil {
 		return nil, err
 	}
+	defer func() {
+		if err == nil {
+			n.event(ctx, events.SnapshotRestored, st, name)
+		}
+	}()
 	vm, whole := m.(sandbox.Snapshotter)
 	if err := store.CheckRestore(snap, m.Mode(), whole); err != nil {
 		return nil, err

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nsys-cortex/cortex/internal/events"
 	"github.com/nsys-cortex/cortex/internal/layout"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
 	"github.com/nsys-cortex/cortex/internal/sandbox/process"
@@ -195,5 +196,59 @@ func TestSnapshotCaps(t *testing.T) {
 	all, err := n.Snapshots(e.Ctx)
 	if err != nil || len(all) != 1 || all[0].Name != "c" {
 		t.Fatalf("snapshots left: %+v %v", all, err)
+	}
+}
+
+// A paused neuron is snapshotted as it is, without resuming it; a restore
+// keeps its deadline and idle rule (a restore is no way around them); both
+// are recorded as events. The kit's next call resumes it.
+func TestSnapshotsOfAPausedNeuronAndTheirEvents(t *testing.T) {
+	e := toolstest.New(t, "trusted")
+	n := tools.NewSetNeuron(e.Set, e.Layout, e.State.ID)
+	m, err := e.Set.Manager(e.State.Mode)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Put("kept.txt", "v1\n")
+	if _, err := m.(sandbox.Deadliner).SetTimeout(e.Ctx, e.State.ID, time.Hour, sandbox.OnTimeoutPause); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.(sandbox.Pauser).Pause(e.Ctx, e.State.ID, sandbox.PauseOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.CreateSnapshot(e.Ctx, "p"); err != nil {
+		t.Fatal(err)
+	}
+	st, err := n.State(e.Ctx)
+	if err != nil || st.Status != sandbox.StatusPaused {
+		t.Fatalf("after a snapshot: %v %v, want it still paused", st, err)
+	}
+	e.Put("kept.txt", "v2\n")
+	if _, err := n.RestoreSnapshot(e.Ctx, "p"); err != nil {
+		t.Fatal(err)
+	}
+	st, err = n.State(e.Ctx)
+	if err != nil || st.Deadline == nil || time.Until(*st.Deadline) < 50*time.Minute || st.OnTimeout != sandbox.OnTimeoutPause {
+		t.Fatalf("after a restore: %+v, %v: want its deadline kept", st, err)
+	}
+	if got := e.Get("kept.txt"); got != "v1\n" {
+		t.Fatalf("kept.txt after the restore: %q", got)
+	}
+	if _, err := m.(sandbox.Pauser).Pause(e.Ctx, e.State.ID, sandbox.PauseOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if text := e.Call("bash", map[string]any{"command": "cat kept.txt"}, false); !strings.Contains(text, "v1") {
+		t.Fatalf("the kit on a paused neuron: %s", text)
+	}
+	evs, err := events.Open(e.Layout).Read(events.Filter{Neurons: []string{e.State.ID}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, ev := range evs {
+		names = append(names, string(ev.Type))
+	}
+	if got := strings.Join(names, " "); got != "created started paused snapshot-created destroyed started snapshot-restored paused resumed" {
+		t.Errorf("events: %s", got)
 	}
 }
