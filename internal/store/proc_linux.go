@@ -196,8 +196,30 @@ func ProcUsage(pid int) (cpu float64, rss int64, ok bool) {
 	return float64(ticks) / 100, pages * int64(os.Getpagesize()), true
 }
 
-// Descendants returns pid and every live process below it.
+// Descendants returns pid and every process below it, from the kernel's
+// lists of each thread's children (/proc/<pid>/task/<tid>/children), or
+// from a scan of /proc where the kernel keeps none.
 func Descendants(pid int) []int {
+	out := []int{pid}
+	if _, err := os.Stat("/proc/self/task/" + strconv.Itoa(os.Getpid()) + "/children"); err != nil {
+		return descendantsByScan(pid)
+	}
+	for i := 0; i < len(out); i++ {
+		tasks, _ := os.ReadDir("/proc/" + strconv.Itoa(out[i]) + "/task")
+		for _, t := range tasks {
+			raw, _ := os.ReadFile("/proc/" + strconv.Itoa(out[i]) + "/task/" + t.Name() + "/children")
+			for _, c := range strings.Fields(string(raw)) {
+				if n, err := strconv.Atoi(c); err == nil {
+					out = append(out, n)
+				}
+			}
+		}
+	}
+	return out
+}
+
+// descendantsByScan is Descendants from every process's parent.
+func descendantsByScan(pid int) []int {
 	children := map[int][]int{}
 	entries, _ := os.ReadDir("/proc")
 	for _, e := range entries {
@@ -214,7 +236,7 @@ func Descendants(pid int) []int {
 			continue
 		}
 		f := strings.Fields(string(b[i+1:]))
-		if len(f) < 2 || f[0] == "Z" {
+		if len(f) < 2 {
 			continue
 		}
 		if pp, err := strconv.Atoi(f[1]); err == nil {

@@ -17,6 +17,7 @@ import (
 	"github.com/nsys-cortex/cortex/internal/protocol"
 	"github.com/nsys-cortex/cortex/internal/protocol/errdefs"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
+	"github.com/nsys-cortex/cortex/internal/store"
 )
 
 // Bench is what RunBenchmarks needs of a mode beyond Config: the
@@ -464,19 +465,7 @@ func benchRestore(b *testing.B, cfg Config) {
 }
 
 // ProcessTree returns pid and its live descendants.
-func ProcessTree(pid int) []int {
-	out := []int{pid}
-	kids, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
-	for _, k := range kids {
-		raw, _ := os.ReadFile(k)
-		for _, c := range strings.Fields(string(raw)) {
-			if n, err := strconv.Atoi(c); err == nil {
-				out = append(out, ProcessTree(n)...)
-			}
-		}
-	}
-	return out
-}
+func ProcessTree(pid int) []int { return store.Descendants(pid) }
 
 // TreeCPU returns the CPU time that pid and its descendants have used so
 // far, every thread's (the first field of /proc/<pid>/task/<tid>/schedstat,
