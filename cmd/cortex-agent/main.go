@@ -22,6 +22,7 @@ import (
 	"github.com/nsys-cortex/cortex/internal/agent/guestinit"
 	"github.com/nsys-cortex/cortex/internal/agent/logline"
 	"github.com/nsys-cortex/cortex/internal/protocol"
+	"github.com/nsys-cortex/cortex/internal/protocol/boot"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -30,7 +31,7 @@ var version = "dev"
 func main() {
 	// As /init of a microVM's initramfs it is the guest's PID 1 (see
 	// guestinit.Main); it never returns.
-	if os.Getpid() == 1 && os.Args[0] == guestinit.InitPath {
+	if os.Getpid() == 1 && os.Args[0] == boot.VMInitPath {
 		guestinit.Main(version)
 	}
 	// "cortex-agent init" is PID 1 of a namespace sandbox (see confine.Init).
@@ -69,12 +70,12 @@ func main() {
 	flag.StringVar(&cfg.ChannelDir, "channel-dir", "", "directory to watch for host sockets")
 	flag.StringVar(&cfg.Connect, "connect", "", "a single host socket to dial (instead of -channel-dir)")
 	flag.StringVar(&cfg.Listen, "listen", "", "a TCP address to listen on for hosts with the token (instead of -channel-dir)")
-	secretFD := flag.Int(strings.TrimPrefix(protocol.SecretFDFlag, "--"), -1, "read the neuron's per-start secret from this descriptor (then closed)")
+	secretFD := flag.Int(strings.TrimPrefix(boot.SecretFDFlag, "--"), -1, "read the neuron's per-start secret from this descriptor (then closed)")
 	flag.StringVar(&cfg.Root, "root", "/", "confine file operations to this directory")
 	flag.StringVar(&cfg.Workdir, "workdir", "", "default working directory (default: the root)")
 	flag.BoolVar(&cfg.Subreaper, "subreaper", false, "adopt orphaned descendants so shutdown ends them")
-	confined := flag.Bool(strings.TrimPrefix(protocol.ConfineFlag, "--"), false, "confine this process (no_new_privs, seccomp, Landlock) before serving")
-	nested := flag.Bool(strings.TrimPrefix(protocol.NestedUsernsFlag, "--"), false, "with -confine: let programs create user namespaces (inner sandboxes)")
+	confined := flag.Bool(strings.TrimPrefix(boot.ConfineFlag, "--"), false, "confine this process (no_new_privs, seccomp, Landlock) before serving")
+	nested := flag.Bool(strings.TrimPrefix(boot.NestedUsernsFlag, "--"), false, "with -confine: let programs create user namespaces (inner sandboxes)")
 	landlocked := flag.Bool(strings.TrimPrefix(confine.LandlockedFlag, "--"), false, "(set by the agent itself) already in its Landlock domain")
 	flag.Parse()
 	if *showVersion {
@@ -131,10 +132,10 @@ func main() {
 }
 
 // readSecret takes the neuron's per-start secret from descriptor fd (when
-// not -1) or from protocol.SecretEnv, and leaves neither behind.
+// not -1) or from boot.SecretEnv, and leaves neither behind.
 func readSecret(fd int) (string, error) {
-	v, fromEnv := os.LookupEnv(protocol.SecretEnv)
-	os.Unsetenv(protocol.SecretEnv)
+	v, fromEnv := os.LookupEnv(boot.SecretEnv)
+	os.Unsetenv(boot.SecretEnv)
 	if fd < 0 {
 		if fromEnv {
 			return strings.TrimSpace(v), nil

@@ -3,7 +3,7 @@ package sandbox
 import (
 	"fmt"
 
-	"github.com/nsys-cortex/cortex/internal/agent/egress"
+	"github.com/nsys-cortex/cortex/internal/protocol/allowlist"
 )
 
 // CheckNetwork checks the shape of a network request, whatever a mode then
@@ -19,7 +19,7 @@ func CheckNetwork(n Network) error {
 		if len(n.Allow) == 0 {
 			return &InvalidError{Reason: "network egress needs an allow-list (--allow HOST[:PORT], *.DOMAIN or CIDR); with nothing to reach, use network none"}
 		}
-		if _, err := egress.Parse(n.Allow); err != nil {
+		if _, err := allowlist.Parse(n.Allow); err != nil {
 			return &InvalidError{Reason: "network allow-list: " + err.Error()}
 		}
 	default:

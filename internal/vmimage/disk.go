@@ -16,7 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/nsys-cortex/cortex/internal/agent/guestinit"
+	"github.com/nsys-cortex/cortex/internal/protocol/boot"
 	"github.com/nsys-cortex/cortex/internal/protocol/errdefs"
 )
 
@@ -199,17 +199,17 @@ func SizedOverlayDisk(ctx context.Context, path string, asked, dflt int64) (int6
 		"its guest writes the raw image, which the host does not parse; copy its data out and make it again with --wipe", st.Size()>>20, asked>>20)
 }
 
-// ConfigDisk writes cfg as the guest reads it (guestinit.Config): JSON,
+// ConfigDisk writes cfg as the guest reads it (boot.VMConfig): JSON,
 // NUL-padded to whole 4 KiB blocks and at least ConfigDiskMin (the
 // kernel's partition scan complains about tinier disks), owner-only (it
 // holds the environment the operator granted, which may carry secrets).
-func ConfigDisk(path string, cfg *guestinit.Config) error {
+func ConfigDisk(path string, cfg *boot.VMConfig) error {
 	b, err := json.Marshal(cfg)
 	if err != nil {
 		return err
 	}
-	if len(b) >= guestinit.ConfigMax {
-		return errdefs.Errorf(errdefs.Invalid, "the neuron's configuration is %d bytes (limit %d): the environment is too large", len(b), guestinit.ConfigMax)
+	if len(b) >= boot.VMConfigMax {
+		return errdefs.Errorf(errdefs.Invalid, "the neuron's configuration is %d bytes (limit %d): the environment is too large", len(b), boot.VMConfigMax)
 	}
 	padded := make([]byte, max(ConfigDiskMin, (len(b)+1+4095)&^4095))
 	copy(padded, b)

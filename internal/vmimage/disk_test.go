@@ -12,7 +12,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/nsys-cortex/cortex/internal/agent/guestinit"
+	"github.com/nsys-cortex/cortex/internal/protocol/boot"
 )
 
 func requireMkfs(t *testing.T) {
@@ -166,7 +166,7 @@ func TestGrowDisk(t *testing.T) {
 
 func TestConfigDisk(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "config.img")
-	cfg := &guestinit.Config{ID: "n1", Workdir: "/home/agent/workspace", Env: []string{"A=b", "TOKEN=secret"}, Pids: 9}
+	cfg := &boot.VMConfig{ID: "n1", Workdir: "/home/agent/workspace", Env: []string{"A=b", "TOKEN=secret"}, Pids: 9}
 	if err := ConfigDisk(p, cfg); err != nil {
 		t.Fatal(err)
 	}
@@ -175,11 +175,11 @@ func TestConfigDisk(t *testing.T) {
 	if len(b) != ConfigDiskMin || fi.Mode().Perm() != 0o600 {
 		t.Fatalf("config disk of %d bytes, mode %v", len(b), fi.Mode())
 	}
-	var got guestinit.Config
+	var got boot.VMConfig
 	if err := json.Unmarshal(bytes.TrimRight(b, "\x00"), &got); err != nil || got.ID != "n1" || got.Env[1] != "TOKEN=secret" || got.Pids != 9 {
 		t.Fatalf("%+v %v", got, err)
 	}
-	big := &guestinit.Config{ID: "n1", Workdir: "/w", Env: []string{"X=" + strings.Repeat("x", guestinit.ConfigMax)}}
+	big := &boot.VMConfig{ID: "n1", Workdir: "/w", Env: []string{"X=" + strings.Repeat("x", boot.VMConfigMax)}}
 	if err := ConfigDisk(p, big); err == nil {
 		t.Fatal("a config larger than the guest reads was written")
 	}

@@ -6,7 +6,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/nsys-cortex/cortex/internal/agent/guestinit"
+	"github.com/nsys-cortex/cortex/internal/protocol/boot"
 )
 
 // PrepareModules writes the modules mods (in load order) into dir as the
@@ -36,7 +36,7 @@ func PrepareModules(modulesDir string, mods []Module, dir string) ([]string, err
 
 // Initramfs writes the guest's initramfs to out: the agent as /init, the
 // prepared module files (PrepareModules) — modules names files under dir,
-// and each goes to the same name under guestinit.ModulesDir — and
+// and each goes to the same name under boot.VMModulesDir — and
 // /dev/console. It is not compressed: the kernel unpacks it faster as it
 // is, which counts under TCG.
 func Initramfs(out, agent, dir string, modules []string) error {
@@ -49,7 +49,7 @@ func Initramfs(out, agent, dir string, modules []string) error {
 	}
 	return writeAtomic(out, 0o644, func(f *os.File) error {
 		w := NewCPIOWriter(f)
-		for _, d := range []string{"dev", "proc", "sys", "run", guestinit.ModulesDir, guestinit.LaterModulesDir} {
+		for _, d := range []string{"dev", "proc", "sys", "run", boot.VMModulesDir, boot.VMLaterModulesDir} {
 			if err := w.Dir(d, 0o755); err != nil {
 				return err
 			}
@@ -57,7 +57,7 @@ func Initramfs(out, agent, dir string, modules []string) error {
 		if err := w.CharDev("dev/console", 0o600, 5, 1); err != nil {
 			return err
 		}
-		if err := w.File(guestinit.InitPath, 0o755, bin); err != nil {
+		if err := w.File(boot.VMInitPath, 0o755, bin); err != nil {
 			return err
 		}
 		for _, m := range modules {
@@ -65,7 +65,7 @@ func Initramfs(out, agent, dir string, modules []string) error {
 			if err != nil {
 				return fmt.Errorf("initramfs: %w", err)
 			}
-			if err := w.File(guestinit.ModulesDir+"/"+filepath.ToSlash(m), 0o644, data); err != nil {
+			if err := w.File(boot.VMModulesDir+"/"+filepath.ToSlash(m), 0o644, data); err != nil {
 				return err
 			}
 		}

@@ -13,23 +13,24 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nsys-cortex/cortex/internal/agent/egress"
-	"github.com/nsys-cortex/cortex/internal/protocol"
+	"github.com/nsys-cortex/cortex/internal/protocol/allowlist"
+	"github.com/nsys-cortex/cortex/internal/protocol/boot"
 )
 
 // egressPlan is what PID 1 needs to enforce a neuron's allow-list, made
 // before the root is built: the host's resolver files are read while this
 // process still sees the host's /etc, never again.
 type egressPlan struct {
-	cfg      *protocol.SandboxEgress
-	policy   *egress.Policy
+	cfg      *boot.NsboxEgress
+	policy   *allowlist.List
 	resolver *egress.Resolver
 }
 
-func planEgress(cfg *protocol.SandboxInit) (*egressPlan, error) {
+func planEgress(cfg *boot.NsboxConfig) (*egressPlan, error) {
 	if cfg.Egress == nil || cfg.Egress.Listen == "" {
 		return nil, fmt.Errorf("network: egress without an allow-list or a proxy address")
 	}
-	pol, err := egress.Parse(cfg.Egress.Allow)
+	pol, err := allowlist.Parse(cfg.Egress.Allow)
 	if err != nil {
 		return nil, fmt.Errorf("network: %w", err)
 	}
@@ -91,7 +92,7 @@ func (ns *netns) do(f func()) {
 
 // startEgress makes the neuron's network namespace, serves the proxy in it,
 // and returns how to start a process there.
-func startEgress(plan *egressPlan, logf func(string, ...any)) (func(*protocol.SandboxInit) (*os.Process, error), error) {
+func startEgress(plan *egressPlan, logf func(string, ...any)) (func(*boot.NsboxConfig) (*os.Process, error), error) {
 	ns, ln, err := newNetNS(plan.cfg.Listen)
 	if err != nil {
 		return nil, err
@@ -103,7 +104,7 @@ func startEgress(plan *egressPlan, logf func(string, ...any)) (func(*protocol.Sa
 			logf("egress proxy: %v", err)
 		}
 	}()
-	return func(cfg *protocol.SandboxInit) (p *os.Process, err error) {
+	return func(cfg *boot.NsboxConfig) (p *os.Process, err error) {
 		ns.do(func() { p, err = startAgent(cfg) })
 		return p, err
 	}, nil

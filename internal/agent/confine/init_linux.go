@@ -15,22 +15,18 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nsys-cortex/cortex/internal/agent/logline"
-	"github.com/nsys-cortex/cortex/internal/protocol"
+	"github.com/nsys-cortex/cortex/internal/protocol/boot"
 )
-
-// ConfigFD is the descriptor Init reads its configuration from (see
-// protocol.SandboxInit).
-const ConfigFD = 3
 
 // Init is the whole life of the sandbox's first process: it reads the
 // configuration, builds the root, starts the agent and reaps until the agent
 // exits. It returns the exit status for os.Exit.
 func Init() int {
 	logf := logline.Logf(os.Stderr, "cortex-agent init")
-	f := os.NewFile(ConfigFD, "sandbox-config")
+	f := os.NewFile(boot.NsboxConfigFD, "sandbox-config")
 	defer f.Close()
 	dec := json.NewDecoder(f)
-	var cfg protocol.SandboxInit
+	var cfg boot.NsboxConfig
 	if err := dec.Decode(&cfg); err != nil {
 		logf("reading the sandbox configuration: %v", err)
 		return 1
@@ -53,7 +49,7 @@ func Init() int {
 	// built; it says "go" once that is done, and only then may anything be
 	// started (a child forked before would escape the ceilings).
 	var goAhead string
-	if err := dec.Decode(&goAhead); err != nil || goAhead != protocol.SandboxGoAhead {
+	if err := dec.Decode(&goAhead); err != nil || goAhead != boot.NsboxGoAhead {
 		logf("waiting for the host's go-ahead: %q %v", goAhead, err)
 		return 1
 	}
@@ -76,7 +72,7 @@ func Init() int {
 // build makes the neuron's root and moves into it. Every mount point
 // inside the root is reached by descriptor, without following a link
 // (mountPoint): the root is the neuron's overlay.
-func build(cfg *protocol.SandboxInit, logf func(string, ...any)) error {
+func build(cfg *boot.NsboxConfig, logf func(string, ...any)) error {
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("mount: making / private: %w", err)
 	}
@@ -117,7 +113,7 @@ func build(cfg *protocol.SandboxInit, logf func(string, ...any)) error {
 	return pivot(root)
 }
 
-func mountOverlay(o protocol.OverlayMount, target string) error {
+func mountOverlay(o boot.OverlayMount, target string) error {
 	if len(o.Lower) == 0 {
 		return fmt.Errorf("mount: overlay for %s has no lower layer", o.Target)
 	}
@@ -163,7 +159,7 @@ func mountOverlay(o protocol.OverlayMount, target string) error {
 }
 
 // mountSpecial mounts /proc, a minimal /dev, and private /tmp and /run.
-func mountSpecial(cfg *protocol.SandboxInit, root string, logf func(string, ...any)) error {
+func mountSpecial(cfg *boot.NsboxConfig, root string, logf func(string, ...any)) error {
 	type m struct {
 		src, target, fstype string
 		flags               uintptr
@@ -222,7 +218,7 @@ func mountSpecial(cfg *protocol.SandboxInit, root string, logf func(string, ...a
 	return nil
 }
 
-func bind(b protocol.BindMount, root string, logf func(string, ...any)) error {
+func bind(b boot.BindMount, root string, logf func(string, ...any)) error {
 	st, err := os.Stat(b.Source) // the host's path
 	if err != nil {
 		return fmt.Errorf("mount: bind source %s: %w", b.Source, err)
@@ -287,7 +283,7 @@ func LoopbackUp() error {
 
 // startAgent starts the agent in a user namespace of its own, where it is an
 // unprivileged user with no capabilities, under the rlimits.
-func startAgent(cfg *protocol.SandboxInit) (*os.Process, error) {
+func startAgent(cfg *boot.NsboxConfig) (*os.Process, error) {
 	for _, rl := range cfg.Rlimits {
 		lim := unix.Rlimit{Cur: rl.Value, Max: rl.Value}
 		if err := unix.Setrlimit(rl.Resource, &lim); err != nil {
@@ -303,7 +299,7 @@ func startAgent(cfg *protocol.SandboxInit) (*os.Process, error) {
 		}
 		defer secret.Close()
 		extra = []*os.File{secret}
-		args = append(args, protocol.SecretFDFlag, "3")
+		args = append(args, boot.SecretFDFlag, "3")
 	}
 	cmd := &exec.Cmd{
 		Path: "/proc/self/exe", Args: args, ExtraFiles: extra,
@@ -335,7 +331,7 @@ const (
 // it (its commands run as the same user and can: kill -9 -1); the new agent
 // dials the host again. When the agent exits on its own, or was asked to
 // stop, so does the sandbox, and the kernel ends whatever is left in it.
-func supervise(cfg *protocol.SandboxInit, agent int, spawn func(*protocol.SandboxInit) (*os.Process, error), logf func(string, ...any)) int {
+func supervise(cfg *boot.NsboxConfig, agent int, spawn func(*boot.NsboxConfig) (*os.Process, error), logf func(string, ...any)) int {
 	var stopping atomic.Bool
 	current := atomic.Int64{}
 	current.Store(int64(agent))

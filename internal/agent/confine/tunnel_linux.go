@@ -15,7 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nsys-cortex/cortex/internal/agent/egress"
-	"github.com/nsys-cortex/cortex/internal/protocol"
+	"github.com/nsys-cortex/cortex/internal/protocol/boot"
 )
 
 // TunnelFD is the descriptor "cortex-agent egress-tunnel" finds its
@@ -39,7 +39,7 @@ func EgressTunnel(args []string) int {
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	plan, err := planEgress(&protocol.SandboxInit{Egress: &protocol.SandboxEgress{Allow: fs.Args(), Listen: "tunnel"}})
+	plan, err := planEgress(&boot.NsboxConfig{Egress: &boot.NsboxEgress{Allow: fs.Args(), Listen: "tunnel"}})
 	if err != nil {
 		logf("%v", err)
 		return 1

@@ -1,8 +1,8 @@
-// Package egress enforces a neuron's network allow-list: the rules
-// (names, wildcards, addresses and networks, each with an optional port),
-// an HTTP proxy that lets through only what they allow, and a resolver
-// that looks names up the way the host does from a copy taken before the
-// neuron could change the files it reads.
+// Package egress enforces a neuron's network allow-list (whose syntax and
+// meaning are internal/protocol/allowlist's): an HTTP proxy that lets
+// through only what the list allows, and a resolver that looks names up
+// the way the host does from a copy taken before the neuron could change
+// the files it reads.
 //
 // nsbox runs the proxy in the neuron's first process, which stays in the
 // host's network namespace while everything else in the neuron gets one

@@ -16,6 +16,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/nsys-cortex/cortex/internal/protocol/allowlist"
 )
 
 // Limits of one proxied connection's request.
@@ -65,7 +67,7 @@ func (d Decision) String() string {
 // when a name rule allows it, so that a denied name never reaches DNS
 // (which would otherwise carry whatever the neuron encodes in it).
 type Proxy struct {
-	Policy *Policy
+	Policy *allowlist.List
 	// Resolve looks a name up; Dial connects to an address.
 	Resolve func(ctx context.Context, name string) ([]netip.Addr, error)
 	Dial    func(ctx context.Context, network, addr string) (net.Conn, error)
@@ -285,7 +287,7 @@ func checkHost(host string) error {
 	if _, err := netip.ParseAddr(host); err == nil {
 		return nil
 	}
-	if _, err := parseName(host); err != nil || strings.HasPrefix(host, "*") {
+	if allowlist.CheckHostName(host) != nil {
 		if len(host) > 64 {
 			host = host[:64] + "..."
 		}
@@ -411,7 +413,7 @@ func (p *Proxy) connect(ctx context.Context, d *Decision) (net.Conn, string, err
 			switch r, ok := p.Policy.AddrAllowed(a, d.Port); {
 			case ok:
 				candidates, reasons = append(candidates, a), append(reasons, "rules "+nameRule.String()+" and "+r.String())
-			case Public(a) && !slices.Contains(own, a.Unmap()):
+			case allowlist.Public(a) && !slices.Contains(own, a.Unmap()):
 				candidates, reasons = append(candidates, a), append(reasons, "rule "+nameRule.String())
 			default:
 				refused = append(refused, a.String())

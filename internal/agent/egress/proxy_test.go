@@ -15,6 +15,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/nsys-cortex/cortex/internal/protocol/allowlist"
 )
 
 // proxyRig is a proxy on loopback in front of a real HTTP server on
@@ -52,7 +54,7 @@ func newRig(t *testing.T, rules []string, names map[string][]netip.Addr) *proxyR
 	for i, r := range rules {
 		rules[i] = strings.ReplaceAll(r, "ORIGIN", fmt.Sprint(rig.origin.Port()))
 	}
-	pol, err := Parse(rules)
+	pol, err := allowlist.Parse(rules)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +73,7 @@ func newRig(t *testing.T, rules []string, names map[string][]netip.Addr) *proxyR
 			rig.dialled = append(rig.dialled, addr)
 			rig.mu.Unlock()
 			ap := netip.MustParseAddrPort(addr)
-			if Public(ap.Addr()) {
+			if allowlist.Public(ap.Addr()) {
 				addr = rig.origin.String()
 			}
 			return d.DialContext(ctx, network, addr)
@@ -319,7 +321,7 @@ func TestProxyRefusesHostAddresses(t *testing.T) {
 
 func TestProxyServeEndsEverything(t *testing.T) {
 	before := runtime.NumGoroutine()
-	pol, _ := Parse([]string{"127.0.0.1"})
+	pol, _ := allowlist.Parse([]string{"127.0.0.1"})
 	up, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -389,7 +391,7 @@ func TestProxyServeEndsEverything(t *testing.T) {
 // A client that leaves a tunnel to a server that never answers gives its
 // slot back after the linger.
 func TestProxyTunnelToASilentServerEnds(t *testing.T) {
-	pol, _ := Parse([]string{"127.0.0.1"})
+	pol, _ := allowlist.Parse([]string{"127.0.0.1"})
 	silent, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/nsys-cortex/cortex/internal/protocol/allowlist"
 )
 
 // tunnelRig is the guest's end and the host's end of a tunnel, joined
@@ -25,7 +27,7 @@ type tunnelRig struct {
 	guest           *GuestTunnel
 	proxy           string // the guest's listener
 	allowed, denied string // origins the rules allow and do not
-	policy          *Policy
+	policy          *allowlist.List
 	switchSide      net.Conn // the switch's end of the guest's stream
 	mu              sync.Mutex
 	host            *tunnelHost
@@ -51,7 +53,7 @@ func origin(t *testing.T, text string) string {
 
 func newTunnelRig(t *testing.T) *tunnelRig {
 	r := &tunnelRig{t: t, allowed: origin(t, "allowed"), denied: origin(t, "denied")}
-	pol, err := Parse([]string{r.allowed})
+	pol, err := allowlist.Parse([]string{r.allowed})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -274,7 +276,7 @@ func fetch(b *testing.B, proxy, origin string) {
 func BenchmarkDownload(b *testing.B) {
 	const size = 32 << 20
 	origin := bigOrigin(b, size)
-	pol, err := Parse([]string{origin})
+	pol, err := allowlist.Parse([]string{origin})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -13,10 +13,12 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nsys-cortex/cortex/internal/protocol/boot"
 )
 
 // The bridge joins host connections to the agent. The agent watches
-// ChannelDir for host sockets, as in every other mode; for each host that
+// boot.VMChannelDir for host sockets, as in every other mode; for each host that
 // connects (on a virtio-serial port, or over vsock) the bridge places a
 // socket there, takes the agent's connection to it, removes it, and copies
 // bytes both ways until one side ends. A fresh name per connection lets
@@ -47,8 +49,8 @@ const exposeTimeout = 30 * time.Second
 // directory and returns the agent's connection to it.
 func (b *bridge) expose(kind string) (net.Conn, error) {
 	name := fmt.Sprintf("%s-%d", kind, b.seq.Add(1))
-	tmp := filepath.Join(ChannelDir, "."+name)
-	final := filepath.Join(ChannelDir, name+".sock")
+	tmp := filepath.Join(boot.VMChannelDir, "."+name)
+	final := filepath.Join(boot.VMChannelDir, name+".sock")
 	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: tmp, Net: "unix"})
 	if err != nil {
 		return nil, err
@@ -150,7 +152,7 @@ func join(host hostSide, agent net.Conn) {
 	host.SetReadDeadline(time.Time{})
 }
 
-// servePorts serves every virtio-serial port named PortPrefix+N. The
+// servePorts serves every virtio-serial port named boot.PortPrefix+N. The
 // ports a VM boots with appear as virtio_console probes them: the first
 // second is watched closely. Once the want ports the host made are there
 // it stops looking; with want 0 (unknown) it looks on, rarely, as long as
@@ -159,7 +161,7 @@ func (b *bridge) servePorts(want int) {
 	for i := 0; ; i++ {
 		found := 0
 		for dev, name := range virtioPorts() {
-			if !strings.HasPrefix(name, PortPrefix) || name == CtlPort || name == EgressPort {
+			if !strings.HasPrefix(name, boot.PortPrefix) || name == boot.CtlPort || name == boot.EgressPort {
 				continue
 			}
 			found++
@@ -220,7 +222,7 @@ func (b *bridge) servePort(dev, name string) {
 		return
 	}
 	defer f.Close()
-	kind := "port" + strings.TrimPrefix(name, PortPrefix)
+	kind := "port" + strings.TrimPrefix(name, boot.PortPrefix)
 	for {
 		if err := waitHost(f); err != nil {
 			b.logf("port %s: %v", name, err)
@@ -232,7 +234,7 @@ func (b *bridge) servePort(dev, name string) {
 			time.Sleep(time.Second)
 			continue
 		}
-		if _, err := f.Write([]byte(PortReady)); err != nil {
+		if _, err := f.Write([]byte(boot.PortReady)); err != nil {
 			c.Close()
 			continue
 		}

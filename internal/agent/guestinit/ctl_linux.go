@@ -12,12 +12,14 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nsys-cortex/cortex/internal/protocol/boot"
 )
 
 // serveCtl serves the control port until the machine goes down (its
 // vsock twin, serveCtlVsock, starts once vsock's modules are loaded).
 func (g *guest) serveCtl() {
-	dev, err := portDevice(CtlPort, 5*time.Second)
+	dev, err := portDevice(boot.CtlPort, 5*time.Second)
 	if err != nil {
 		return // no control port (Firecracker): vsock only
 	}
@@ -60,12 +62,12 @@ func (g *guest) ctlSession(rw io.ReadWriter) {
 	sc := bufio.NewScanner(rw)
 	sc.Buffer(make([]byte, 4096), 64<<10)
 	for sc.Scan() {
-		var req CtlRequest
-		reply := CtlReply{OK: true}
+		var req boot.CtlRequest
+		reply := boot.CtlReply{OK: true}
 		if err := json.Unmarshal(sc.Bytes(), &req); err != nil {
-			reply = CtlReply{Error: "bad request: " + err.Error()}
+			reply = boot.CtlReply{Error: "bad request: " + err.Error()}
 		} else if err := g.control(&req); err != nil {
-			reply = CtlReply{Error: err.Error()}
+			reply = boot.CtlReply{Error: err.Error()}
 		}
 		reply.Time = time.Now().UTC() // UTC: no time zone file to load
 		b, _ := json.Marshal(&reply)
@@ -73,9 +75,9 @@ func (g *guest) ctlSession(rw io.ReadWriter) {
 			return
 		}
 		switch {
-		case reply.OK && req.Op == OpPoweroff:
+		case reply.OK && req.Op == boot.OpPoweroff:
 			g.requestStop("the host asked to power off")
-		case reply.OK && req.Op == OpRestored:
+		case reply.OK && req.Op == boot.OpRestored:
 			// Logged once the host has its answer: the serial console is
 			// slow, and under TCG its code is translated anew.
 			g.logf("restored from a snapshot: clock set, RNG reseeded, sessions ended")
@@ -89,24 +91,24 @@ func (g *guest) ctlSession(rw io.ReadWriter) {
 // first run of code costs its translation, and the host waits on that
 // answer).
 func primeCtl() {
-	b, _ := json.Marshal(&CtlRequest{Op: OpPing, Time: time.Now().UTC(), Seed: []byte{0}})
-	var req CtlRequest
+	b, _ := json.Marshal(&boot.CtlRequest{Op: boot.OpPing, Time: time.Now().UTC(), Seed: []byte{0}})
+	var req boot.CtlRequest
 	json.Unmarshal(b, &req)
-	b, _ = json.Marshal(&CtlReply{OK: true, Error: "-", Time: req.Time})
-	var reply CtlReply
+	b, _ = json.Marshal(&boot.CtlReply{OK: true, Error: "-", Time: req.Time})
+	var reply boot.CtlReply
 	json.Unmarshal(b, &reply)
 }
 
-func (g *guest) control(req *CtlRequest) error {
+func (g *guest) control(req *boot.CtlRequest) error {
 	switch req.Op {
-	case OpPing, OpPoweroff:
+	case boot.OpPing, boot.OpPoweroff:
 		return nil
-	case OpClock:
+	case boot.OpClock:
 		if req.Time.IsZero() {
 			return errors.New("clock: needs the time")
 		}
 		return setClock(req.Time)
-	case OpRestored:
+	case boot.OpRestored:
 		if req.Time.IsZero() || len(req.Seed) < 32 {
 			return errors.New("restored: needs the time and a seed of at least 32 bytes")
 		}

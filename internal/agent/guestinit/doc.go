@@ -10,14 +10,17 @@
 //   - starts the ordinary agent (this binary again, watching a channel
 //     directory, exactly as in every other mode) and bridges each host
 //     connection to it: every virtio-serial port named cortex.N, and vsock
-//     connections from the host on Config.VsockPort,
-//   - serves the control port (cortex.ctl, or vsock Config.CtlVsockPort):
+//     connections from the host on boot.VMConfig.VsockPort,
+//   - serves the control port (cortex.ctl, or vsock boot.VMConfig.CtlVsockPort):
 //     set the clock and reseed the RNG after a snapshot is restored, power
 //     off cleanly,
 //   - reaps orphans and never exits: when the agent ends, it ends every
 //     process, syncs the disks and resets the machine, which ends the VMM.
 //
-// It imports only foundation packages and the standard library (the agent
-// runs as a separate process); the host side reads the constants and types
-// here to build disks, command lines and control messages.
+// Its contract with the host (the config disk, the disks' serial numbers,
+// the port names, the control requests) is internal/protocol/boot's, which
+// the host's half (internal/sandbox/qemu, internal/sandbox/firecracker,
+// internal/vmimage) imports instead of this package. It imports only
+// foundation packages and the standard library (the agent runs as a
+// separate process).
 package guestinit

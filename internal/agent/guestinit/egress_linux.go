@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nsys-cortex/cortex/internal/agent/egress"
+	"github.com/nsys-cortex/cortex/internal/protocol/boot"
 )
 
 // startEgress listens for the guest's proxy connections on its loopback
@@ -36,7 +37,7 @@ func (g *guest) startEgress() error {
 // serveEgressPort attaches the egress port to the tunnel each time a host
 // is connected to it.
 func (g *guest) serveEgressPort() {
-	dev, err := portDevice(EgressPort, 10*time.Second)
+	dev, err := portDevice(boot.EgressPort, 10*time.Second)
 	if err != nil {
 		g.logf("egress: %v (no egress)", err)
 		return

@@ -7,6 +7,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/nsys-cortex/cortex/internal/protocol/boot"
 )
 
 func TestParseModuleParams(t *testing.T) {
@@ -46,13 +48,13 @@ func writeConfig(t *testing.T, v any) string {
 }
 
 func TestReadConfig(t *testing.T) {
-	cfg, err := readConfig(writeConfig(t, Config{ID: "n1", Workdir: "/w", Env: []string{"A=b"}, Pids: 5, NestedUserns: true}))
+	cfg, err := readConfig(writeConfig(t, boot.VMConfig{ID: "n1", Workdir: "/w", Env: []string{"A=b"}, Pids: 5, NestedUserns: true}))
 	if err != nil || cfg.ID != "n1" || cfg.Workdir != "/w" || cfg.Pids != 5 || !cfg.NestedUserns || envValue(cfg.Env, "A") != "b" {
 		t.Fatalf("%+v %v", cfg, err)
 	}
 	for name, v := range map[string]any{
-		"bad id":           Config{ID: "../x", Workdir: "/w"},
-		"relative workdir": Config{ID: "n1", Workdir: "w"},
+		"bad id":           boot.VMConfig{ID: "../x", Workdir: "/w"},
+		"relative workdir": boot.VMConfig{ID: "n1", Workdir: "w"},
 		"unknown field":    map[string]any{"id": "n1", "workdir": "/w", "token": "x"},
 	} {
 		if _, err := readConfig(writeConfig(t, v)); err == nil {

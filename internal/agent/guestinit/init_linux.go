@@ -16,12 +16,12 @@ import (
 	"github.com/nsys-cortex/cortex/internal/agent/confine"
 	"github.com/nsys-cortex/cortex/internal/agent/egress"
 	"github.com/nsys-cortex/cortex/internal/agent/logline"
-	"github.com/nsys-cortex/cortex/internal/protocol"
+	"github.com/nsys-cortex/cortex/internal/protocol/boot"
 )
 
 // guest is PID 1's state.
 type guest struct {
-	cfg     Config
+	cfg     boot.VMConfig
 	version string
 	boot    time.Time
 
@@ -67,11 +67,11 @@ func (g *guest) start() error {
 		return err
 	}
 	params := moduleParams()
-	n, err := loadModules(ModulesDir, params)
+	n, err := loadModules(boot.VMModulesDir, params)
 	if err != nil {
 		return err
 	}
-	later, err := openModules(LaterModulesDir)
+	later, err := openModules(boot.VMLaterModulesDir)
 	if err != nil {
 		g.logf("%v (no vsock channel)", err)
 	}
@@ -115,10 +115,10 @@ func (g *guest) start() error {
 	os.WriteFile("/proc/sys/debug/exception-trace", []byte("0"), 0)
 	// The channel directory is PID 1's: the agent reads it and dials the
 	// sockets the bridge places there, nobody else writes it.
-	if err := os.MkdirAll(ChannelDir, 0o755); err != nil {
+	if err := os.MkdirAll(boot.VMChannelDir, 0o755); err != nil {
 		return err
 	}
-	if err := os.Chmod(ChannelDir, 0o755); err != nil {
+	if err := os.Chmod(boot.VMChannelDir, 0o755); err != nil {
 		return err
 	}
 	if err := g.prepareUser(); err != nil {
@@ -143,7 +143,7 @@ func (g *guest) start() error {
 	g.agent = pid
 	g.mu.Unlock()
 	g.logf("cortex-agent %s: agent %d started %s after PID 1 did (%d modules)", g.version, pid, time.Since(g.boot).Round(time.Millisecond), n)
-	uid := AgentUID
+	uid := boot.VMAgentUID
 	if g.cfg.Root {
 		uid = 0
 	}
@@ -165,10 +165,10 @@ func (g *guest) start() error {
 			}
 			return
 		}
-		if p := port(g.cfg.VsockPort, DefaultVsockPort); p > 0 {
+		if p := port(g.cfg.VsockPort, boot.DefaultVsockPort); p > 0 {
 			go g.bridge.serveVsock(uint32(p))
 		}
-		if p := port(g.cfg.CtlVsockPort, DefaultCtlVsockPort); p > 0 {
+		if p := port(g.cfg.CtlVsockPort, boot.DefaultCtlVsockPort); p > 0 {
 			go g.serveCtlVsock(uint32(p))
 		}
 		if g.tunnel != nil && g.cfg.EgressVsockPort > 0 {
@@ -192,10 +192,10 @@ func (g *guest) startAgent(cgroup *os.File) (int, error) {
 	// Landlock where the kernel has it): the guest's kernel is the VM's
 	// own, but io_uring, vsock (which reaches the host's VMM) and the
 	// i386 entry point are surface no command needs.
-	args := []string{"cortex-agent", "--id", g.cfg.ID, "--channel-dir", ChannelDir, "--root", "/",
-		"--workdir", g.cfg.Workdir, "--subreaper", protocol.ConfineFlag}
+	args := []string{"cortex-agent", "--id", g.cfg.ID, "--channel-dir", boot.VMChannelDir, "--root", "/",
+		"--workdir", g.cfg.Workdir, "--subreaper", boot.ConfineFlag}
 	if g.cfg.NestedUserns {
-		args = append(args, protocol.NestedUsernsFlag)
+		args = append(args, boot.NestedUsernsFlag)
 	}
 	var extra []*os.File
 	if g.cfg.Secret != "" {
@@ -205,12 +205,12 @@ func (g *guest) startAgent(cgroup *os.File) (int, error) {
 		}
 		defer secret.Close()
 		extra = []*os.File{secret}
-		args = append(args, protocol.SecretFDFlag, "3")
+		args = append(args, boot.SecretFDFlag, "3")
 	}
 	cmd := &exec.Cmd{Path: "/proc/self/exe", Args: args, Env: g.cfg.Env, Dir: g.cfg.Workdir, ExtraFiles: extra,
 		Stdout: os.Stderr, Stderr: os.Stderr, SysProcAttr: &syscall.SysProcAttr{Setsid: true}}
 	if !g.cfg.Root {
-		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: AgentUID, Gid: AgentGID, Groups: []uint32{AgentGID}}
+		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: boot.VMAgentUID, Gid: boot.VMAgentGID, Groups: []uint32{boot.VMAgentGID}}
 	}
 	if cgroup != nil {
 		defer cgroup.Close()

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nsys-cortex/cortex/internal/ids"
+	"github.com/nsys-cortex/cortex/internal/protocol/boot"
 )
 
 // Mount points inside the initramfs while it is still the root.
@@ -72,7 +73,7 @@ func findDisks(d time.Duration) (disks, error) {
 		}
 		if time.Now().After(deadline) {
 			return got, fmt.Errorf("disks: want serials %s, %s and %s (or three unnamed disks); found %v",
-				SerialRoot, SerialOverlay, SerialConfig, all)
+				boot.SerialRoot, boot.SerialOverlay, boot.SerialConfig, all)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -90,11 +91,11 @@ func scanDisks() (disks, []string) {
 		all = append(all, name)
 		b, _ := os.ReadFile(filepath.Join("/sys/block", name, "serial"))
 		switch strings.TrimSpace(string(b)) {
-		case SerialRoot:
+		case boot.SerialRoot:
 			got.root = "/dev/" + name
-		case SerialOverlay:
+		case boot.SerialOverlay:
 			got.overlay = "/dev/" + name
-		case SerialConfig:
+		case boot.SerialConfig:
 			got.config = "/dev/" + name
 		}
 	}
@@ -108,14 +109,14 @@ func scanDisks() (disks, []string) {
 }
 
 // readConfig reads the JSON on the config disk.
-func readConfig(dev string) (Config, error) {
-	var cfg Config
+func readConfig(dev string) (boot.VMConfig, error) {
+	var cfg boot.VMConfig
 	f, err := os.Open(dev)
 	if err != nil {
 		return cfg, fmt.Errorf("config disk: %w", err)
 	}
 	defer f.Close()
-	buf := make([]byte, ConfigMax)
+	buf := make([]byte, boot.VMConfigMax)
 	n, err := f.Read(buf)
 	if err != nil && n == 0 {
 		return cfg, fmt.Errorf("config disk %s: %w", dev, err)

@@ -11,13 +11,15 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nsys-cortex/cortex/internal/protocol/boot"
 )
 
 // prepareUser makes the workdir and the home the agent's, as the user it
-// runs as: the unprivileged AgentUID, named in the guest's passwd and
-// group files, or root with Config.Root.
+// runs as: the unprivileged boot.VMAgentUID, named in the guest's passwd and
+// group files, or root with boot.VMConfig.Root.
 func (g *guest) prepareUser() error {
-	uid, gid := AgentUID, AgentGID
+	uid, gid := boot.VMAgentUID, boot.VMAgentGID
 	if g.cfg.Root {
 		uid, gid = 0, 0
 	} else if err := ensureUser(); err != nil {
@@ -42,11 +44,11 @@ func (g *guest) prepareUser() error {
 // /etc/group where the image lacks them.
 func ensureUser() error {
 	lines := map[string]string{
-		"/etc/passwd": fmt.Sprintf("%s:x:%d:%d:Cortex agent:%s:/bin/sh", AgentUser, AgentUID, AgentGID, AgentHome),
-		"/etc/group":  fmt.Sprintf("%s:x:%d:", AgentUser, AgentGID),
+		"/etc/passwd": fmt.Sprintf("%s:x:%d:%d:Cortex agent:%s:/bin/sh", boot.VMAgentUser, boot.VMAgentUID, boot.VMAgentGID, boot.VMAgentHome),
+		"/etc/group":  fmt.Sprintf("%s:x:%d:", boot.VMAgentUser, boot.VMAgentGID),
 	}
 	for file, line := range lines {
-		has, err := hasEntry(file, AgentUser)
+		has, err := hasEntry(file, boot.VMAgentUser)
 		if err != nil {
 			return err
 		}

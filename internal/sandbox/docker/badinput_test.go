@@ -17,6 +17,7 @@ import (
 	"github.com/nsys-cortex/cortex/internal/layout"
 	"github.com/nsys-cortex/cortex/internal/link"
 	"github.com/nsys-cortex/cortex/internal/protocol"
+	"github.com/nsys-cortex/cortex/internal/protocol/boot"
 	"github.com/nsys-cortex/cortex/internal/protocol/errdefs"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
 	"github.com/nsys-cortex/cortex/internal/sandbox/docker"
@@ -131,7 +132,7 @@ func TestWrongToken(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if bytes.Contains(res.Stdout, bytes.TrimSpace(secret)) || bytes.Contains(res.Stdout, []byte(protocol.SecretEnv)) {
+	if bytes.Contains(res.Stdout, bytes.TrimSpace(secret)) || bytes.Contains(res.Stdout, []byte(boot.SecretEnv)) {
 		t.Errorf("the secret is in the environment: %s", res.Stdout)
 	}
 }

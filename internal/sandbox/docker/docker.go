@@ -28,7 +28,7 @@ import (
 	"github.com/nsys-cortex/cortex/internal/hostfs"
 	"github.com/nsys-cortex/cortex/internal/layout"
 	"github.com/nsys-cortex/cortex/internal/link"
-	"github.com/nsys-cortex/cortex/internal/protocol"
+	"github.com/nsys-cortex/cortex/internal/protocol/boot"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
 	"github.com/nsys-cortex/cortex/internal/sandbox/internal/disk"
 	"github.com/nsys-cortex/cortex/internal/sandbox/internal/lifecycle"
@@ -198,7 +198,7 @@ func (r *runtime) plan(lay layout.Layout, id string, opts sandbox.CreateOptions)
 	if err != nil {
 		return nil, err
 	}
-	args := []string{"--id", id, "--root", "/", "--workdir", Workspace, "--subreaper", protocol.ConfineFlag}
+	args := []string{"--id", id, "--root", "/", "--workdir", Workspace, "--subreaper", boot.ConfineFlag}
 	if p.tcp {
 		args = append(args, "--listen", fmt.Sprintf("0.0.0.0:%d", AgentPort))
 	} else {
@@ -285,7 +285,7 @@ func (r *runtime) Start(req *lifecycle.StartRequest) (*exec.Cmd, error) {
 	// The per-start secret goes in the environment the client reads from
 	// the pipe: the agent (PID 1 of the container, non-dumpable from its
 	// first moment) takes it out before it starts anything.
-	content, err := EnvFileContent(append(p.spec.Env, protocol.SecretEnv+"="+req.Secret))
+	content, err := EnvFileContent(append(p.spec.Env, boot.SecretEnv+"="+req.Secret))
 	if err != nil {
 		return nil, err
 	}

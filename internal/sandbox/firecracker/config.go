@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/nsys-cortex/cortex/internal/layout"
+	"github.com/nsys-cortex/cortex/internal/protocol/boot"
 )
 
 // Settings, from the environment.
@@ -44,12 +45,10 @@ const (
 	PinnedVersion = "1.10.1"
 	// AgentVsockPort is the guest vsock port where the image's PID 1 takes
 	// host connections to the agent, and CtlVsockPort its control port
-	// (set the clock and reseed after a restore, power off): the values of
-	// guestinit.DefaultVsockPort and DefaultCtlVsockPort
-	// (internal/agent/guestinit), which these stand for until the backend
-	// imports that package.
-	AgentVsockPort = 1024
-	CtlVsockPort   = 1025
+	// (set the clock and reseed after a restore, power off): the guest's
+	// defaults (internal/protocol/boot).
+	AgentVsockPort = boot.DefaultVsockPort
+	CtlVsockPort   = boot.DefaultCtlVsockPort
 	// GuestCID is the guest's vsock context id (each VM has its own
 	// device, so all may use the first free one).
 	GuestCID = 3

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"syscall"
 
-	"github.com/nsys-cortex/cortex/internal/agent/guestinit"
+	"github.com/nsys-cortex/cortex/internal/protocol/boot"
 	"github.com/nsys-cortex/cortex/internal/sandbox/internal/lifecycle"
 	"github.com/nsys-cortex/cortex/internal/sandbox/internal/vmguest"
 )
@@ -18,7 +18,7 @@ import (
 // listens: nsbox's enforcing proxy, as the jail's uid, confined like an
 // agent, ending when Firecracker does (a pidfd). What the guest can reach
 // is decided on the host; a VM is never joined to the host's network.
-const EgressVsockPort = guestinit.DefaultEgressVsockPort
+const EgressVsockPort = boot.DefaultEgressVsockPort
 
 // tunnelSocket is where, in the jail, Firecracker connects the guest's
 // tunnel connections.

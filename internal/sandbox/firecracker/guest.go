@@ -8,7 +8,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/nsys-cortex/cortex/internal/agent/guestinit"
+	"github.com/nsys-cortex/cortex/internal/protocol/boot"
 	"github.com/nsys-cortex/cortex/internal/sandbox/firecracker/vsock"
 	"github.com/nsys-cortex/cortex/internal/vmimage"
 )
@@ -20,33 +20,33 @@ import (
 
 // Drive ids, which the guest sees as the disks' serial numbers.
 const (
-	driveRoot    = guestinit.SerialRoot
-	driveOverlay = guestinit.SerialOverlay
-	driveConfig  = guestinit.SerialConfig
+	driveRoot    = boot.SerialRoot
+	driveOverlay = boot.SerialOverlay
+	driveConfig  = boot.SerialConfig
 )
 
 // GuestConfig is what the host tells the guest, as JSON on the config
 // disk: never on the kernel command line.
-type GuestConfig = guestinit.Config
+type GuestConfig = boot.VMConfig
 
 // configMax bounds the config disk's JSON, and configDiskMin is its least
 // size: vmimage.ConfigDisk writes it, as for qemu mode.
 const (
-	configMax     = guestinit.ConfigMax
+	configMax     = boot.VMConfigMax
 	configDiskMin = vmimage.ConfigDiskMin
 )
 
 // The control port's operations and messages: the guest's own
 // (guestinit).
 const (
-	OpRestored = guestinit.OpRestored
-	OpPoweroff = guestinit.OpPoweroff
-	OpPing     = guestinit.OpPing
+	OpRestored = boot.OpRestored
+	OpPoweroff = boot.OpPoweroff
+	OpPing     = boot.OpPing
 )
 
 type (
-	CtlRequest = guestinit.CtlRequest
-	CtlReply   = guestinit.CtlReply
+	CtlRequest = boot.CtlRequest
+	CtlReply   = boot.CtlReply
 )
 
 // control sends one request to the guest's control port through the VM's

@@ -5,7 +5,7 @@ import (
 	"reflect"
 	"testing"
 
-	"github.com/nsys-cortex/cortex/internal/agent/guestinit"
+	"github.com/nsys-cortex/cortex/internal/protocol/boot"
 )
 
 // The backend mirrors the guest's contract (drive serials, vsock ports,
@@ -14,21 +14,21 @@ import (
 // answers.
 func TestGuestContract(t *testing.T) {
 	for _, c := range []struct{ ours, theirs string }{
-		{driveRoot, guestinit.SerialRoot}, {driveOverlay, guestinit.SerialOverlay}, {driveConfig, guestinit.SerialConfig},
+		{driveRoot, boot.SerialRoot}, {driveOverlay, boot.SerialOverlay}, {driveConfig, boot.SerialConfig},
 	} {
 		if c.ours != c.theirs {
 			t.Errorf("drive id %q, but the guest looks for %q", c.ours, c.theirs)
 		}
 	}
-	if AgentVsockPort != guestinit.DefaultVsockPort || CtlVsockPort != guestinit.DefaultCtlVsockPort {
-		t.Errorf("vsock ports %d/%d, the guest listens on %d/%d", AgentVsockPort, CtlVsockPort, guestinit.DefaultVsockPort, guestinit.DefaultCtlVsockPort)
+	if AgentVsockPort != boot.DefaultVsockPort || CtlVsockPort != boot.DefaultCtlVsockPort {
+		t.Errorf("vsock ports %d/%d, the guest listens on %d/%d", AgentVsockPort, CtlVsockPort, boot.DefaultVsockPort, boot.DefaultCtlVsockPort)
 	}
-	if configMax != guestinit.ConfigMax {
-		t.Errorf("config limit %d, the guest's %d", configMax, guestinit.ConfigMax)
+	if configMax != boot.VMConfigMax {
+		t.Errorf("config limit %d, the guest's %d", configMax, boot.VMConfigMax)
 	}
 	ours := GuestConfig{ID: "n1", Workdir: "/home/agent/workspace", Env: []string{"A=1"}, Pids: 7, NestedUserns: true, VsockPort: 1, CtlVsockPort: 2}
 	b, _ := json.Marshal(ours)
-	var theirs guestinit.Config
+	var theirs boot.VMConfig
 	if err := json.Unmarshal(b, &theirs); err != nil {
 		t.Fatal(err)
 	}

@@ -11,10 +11,10 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/nsys-cortex/cortex/internal/agent/guestinit"
 	"github.com/nsys-cortex/cortex/internal/layout"
 	"github.com/nsys-cortex/cortex/internal/link"
 	"github.com/nsys-cortex/cortex/internal/protocol"
+	"github.com/nsys-cortex/cortex/internal/protocol/boot"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
 	"github.com/nsys-cortex/cortex/internal/sandbox/sandboxtest"
 )
@@ -99,7 +99,7 @@ func kvmConformance(t *testing.T) sandboxtest.Config {
 			return sandbox.Env{AgentBinary: func() (string, error) { return "in the initramfs", nil }}
 		},
 		OwnKernel:    true,
-		ChannelDir:   guestinit.ChannelDir,
+		ChannelDir:   boot.VMChannelDir,
 		EscapeExempt: map[string]string{sandboxtest.SeePID1: "PID 1 is the guest's init, in the guest's own kernel"},
 	}
 }

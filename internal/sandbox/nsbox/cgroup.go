@@ -18,7 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nsys-cortex/cortex/internal/layout"
-	"github.com/nsys-cortex/cortex/internal/protocol"
+	"github.com/nsys-cortex/cortex/internal/protocol/boot"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
 	"github.com/nsys-cortex/cortex/internal/store"
 )
@@ -33,7 +33,7 @@ const (
 // had, rlimits where not.
 type ceilings struct {
 	cgroup  *cgroupPlan
-	rlimits []protocol.Rlimit
+	rlimits []boot.Rlimit
 }
 
 // ceilings works out how to enforce lim here, refusing what cannot be.
@@ -64,7 +64,7 @@ func (r *runtime) ceilings(lim sandbox.Limits) (*ceilings, error) {
 	if lim.MemoryBytes > 0 {
 		return nil, &sandbox.UnenforceableError{Mode: Mode, Policy: "a memory limit", Reason: noCgroup}
 	}
-	c.rlimits = append(c.rlimits, protocol.Rlimit{Resource: unix.RLIMIT_NPROC, Value: uint64(want.Pids)})
+	c.rlimits = append(c.rlimits, boot.Rlimit{Resource: unix.RLIMIT_NPROC, Value: uint64(want.Pids)})
 	return c, nil
 }
 

@@ -31,7 +31,7 @@ import (
 	"github.com/nsys-cortex/cortex/internal/ctxfs"
 	"github.com/nsys-cortex/cortex/internal/hostfs"
 	"github.com/nsys-cortex/cortex/internal/layout"
-	"github.com/nsys-cortex/cortex/internal/protocol"
+	"github.com/nsys-cortex/cortex/internal/protocol/boot"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
 	"github.com/nsys-cortex/cortex/internal/sandbox/internal/disk"
 	"github.com/nsys-cortex/cortex/internal/sandbox/internal/lifecycle"
@@ -331,7 +331,7 @@ func (r *runtime) Start(req *lifecycle.StartRequest) (*exec.Cmd, error) {
 		Dir:        "/",
 		Stdout:     req.Log,
 		Stderr:     req.Log,
-		ExtraFiles: []*os.File{pr},
+		ExtraFiles: []*os.File{pr}, // boot.NsboxConfigFD
 		SysProcAttr: &syscall.SysProcAttr{
 			Setsid:     true,
 			Cloneflags: flags,
@@ -361,7 +361,7 @@ func (r *runtime) Start(req *lifecycle.StartRequest) (*exec.Cmd, error) {
 			return abort(err)
 		}
 	}
-	if err := enc.Encode(protocol.SandboxGoAhead); err != nil {
+	if err := enc.Encode(boot.NsboxGoAhead); err != nil {
 		return abort(fmt.Errorf("telling the sandbox to go ahead: %w", err))
 	}
 	return cmd, nil
@@ -389,23 +389,23 @@ func ctxExposure(lay layout.Layout, dir string) (writable bool, err error) {
 }
 
 // plan builds the sandbox's configuration.
-func (r *runtime) plan(req *lifecycle.StartRequest, who identity, ceil *ceilings) (*protocol.SandboxInit, error) {
+func (r *runtime) plan(req *lifecycle.StartRequest, who identity, ceil *ceilings) (*boot.NsboxConfig, error) {
 	lay, id, opts := req.Layout, req.ID, req.Options
-	cfg := &protocol.SandboxInit{
+	cfg := &boot.NsboxConfig{
 		ID: id, Hostname: id, Network: "none", UID: AgentUID, GID: AgentGID,
-		Root: protocol.OverlayMount{Target: filepath.Join(lay.OverlayDir(id), "root"),
+		Root: boot.OverlayMount{Target: filepath.Join(lay.OverlayDir(id), "root"),
 			Upper: upper(lay, id, "root"), Work: work(lay, id, "root")},
 		// Read-only: the agent only finds sockets there and connects to
 		// them (which a read-only mount allows), and nothing in the
 		// neuron may place or move one — whatever its uid.
-		Binds:     []protocol.BindMount{{Source: req.SocketDir, Target: ChannelDir, ReadOnly: true}},
+		Binds:     []boot.BindMount{{Source: req.SocketDir, Target: ChannelDir, ReadOnly: true}},
 		Secret:    req.Secret,
 		Rlimits:   ceil.rlimits,
-		AgentArgs: []string{"--id", id, "--channel-dir", ChannelDir, "--root", "/", "--workdir", Workspace, "--subreaper", protocol.ConfineFlag},
+		AgentArgs: []string{"--id", id, "--channel-dir", ChannelDir, "--root", "/", "--workdir", Workspace, "--subreaper", boot.ConfineFlag},
 		Workdir:   Workspace,
 	}
 	if opts.NestedUserns {
-		cfg.AgentArgs = append(cfg.AgentArgs, protocol.NestedUsernsFlag)
+		cfg.AgentArgs = append(cfg.AgentArgs, boot.NestedUsernsFlag)
 	}
 	if opts.Ctx != "" {
 		// The per-start condition (seed 003 §6): writable only if the
@@ -414,7 +414,7 @@ func (r *runtime) plan(req *lifecycle.StartRequest, who identity, ceil *ceilings
 		if err != nil {
 			return nil, err
 		}
-		cfg.Binds = append(cfg.Binds, protocol.BindMount{Source: opts.Ctx, Target: CtxDir, ReadOnly: !writable})
+		cfg.Binds = append(cfg.Binds, boot.BindMount{Source: opts.Ctx, Target: CtxDir, ReadOnly: !writable})
 	}
 	var proxyEnv []string
 	switch opts.Network.Mode {
@@ -422,7 +422,7 @@ func (r *runtime) plan(req *lifecycle.StartRequest, who identity, ceil *ceilings
 		cfg.Network = "full"
 	case sandbox.NetworkEgress:
 		cfg.Network = "egress"
-		cfg.Egress = &protocol.SandboxEgress{Allow: opts.Network.Allow, Listen: EgressProxy}
+		cfg.Egress = &boot.NsboxEgress{Allow: opts.Network.Allow, Listen: EgressProxy}
 		proxyEnv = sandbox.ProxyEnv(EgressProxy, id)
 	}
 	if opts.Image != "" {
@@ -441,7 +441,7 @@ func (r *runtime) plan(req *lifecycle.StartRequest, who identity, ceil *ceilings
 			if err := os.MkdirAll(work(lay, id, layer), 0o755); err != nil {
 				return nil, err
 			}
-			cfg.Overlays = append(cfg.Overlays, protocol.OverlayMount{Target: d, Lower: []string{d},
+			cfg.Overlays = append(cfg.Overlays, boot.OverlayMount{Target: d, Lower: []string{d},
 				Upper: upper(lay, id, layer), Work: work(lay, id, layer)})
 		}
 		// /usr/local is the neuron's own directory, as the upper layer of
@@ -453,7 +453,7 @@ func (r *runtime) plan(req *lifecycle.StartRequest, who identity, ceil *ceilings
 				return nil, err
 			}
 		}
-		cfg.Overlays = append(cfg.Overlays, protocol.OverlayMount{Target: "/usr/local", Lower: []string{empty},
+		cfg.Overlays = append(cfg.Overlays, boot.OverlayMount{Target: "/usr/local", Lower: []string{empty},
 			Upper: usrLocal(lay, id), Work: work(lay, id, "usr-local")})
 	}
 	cfg.Env = sandbox.AgentEnv(nil, append([]string{

@@ -21,7 +21,7 @@ import (
 
 	"github.com/nsys-cortex/cortex/internal/layout"
 	"github.com/nsys-cortex/cortex/internal/link"
-	"github.com/nsys-cortex/cortex/internal/protocol"
+	"github.com/nsys-cortex/cortex/internal/protocol/boot"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
 	"github.com/nsys-cortex/cortex/internal/sandbox/internal/lifecycle"
 	"github.com/nsys-cortex/cortex/internal/store"
@@ -106,7 +106,7 @@ func (r runtime) Start(req *lifecycle.StartRequest) (*exec.Cmd, error) {
 	cmd := &exec.Cmd{
 		Path: req.AgentBin,
 		Args: []string{req.AgentBin, "--id", req.ID, "--channel-dir", req.SocketDir, "--root", req.Workdir,
-			"--workdir", req.Workdir, "--subreaper", protocol.SecretFDFlag, "3"},
+			"--workdir", req.Workdir, "--subreaper", boot.SecretFDFlag, "3"},
 		Env: env, Dir: req.Workdir, Stdout: req.Log, Stderr: req.Log, ExtraFiles: []*os.File{secret},
 		SysProcAttr: &syscall.SysProcAttr{Setsid: true},
 	}

@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/nsys-cortex/cortex/internal/agent/guestinit"
+	"github.com/nsys-cortex/cortex/internal/protocol/boot"
 )
 
 // MaxPorts is the most channel ports a VM has: a virtio-serial device has
@@ -102,21 +102,21 @@ func Args(s Spec) ([]string, error) {
 		a = append(a, "-drive", "id="+id+",file="+optEscape(path)+",format=raw,if=none"+opts,
 			"-device", "virtio-blk-device,drive="+id+",serial="+serial)
 	}
-	disk("root", s.RootDisk, ",readonly=on", guestinit.SerialRoot)
-	disk("overlay", s.OverlayDisk, ",discard=unmap,detect-zeroes=unmap", guestinit.SerialOverlay)
-	disk("config", s.ConfigDisk, ",readonly=on", guestinit.SerialConfig)
+	disk("root", s.RootDisk, ",readonly=on", boot.SerialRoot)
+	disk("overlay", s.OverlayDisk, ",discard=unmap,detect-zeroes=unmap", boot.SerialOverlay)
+	disk("config", s.ConfigDisk, ",readonly=on", boot.SerialConfig)
 	a = append(a, "-device", "virtio-serial-device")
 	port := func(id string, fd int, name string) {
 		a = append(a, "-chardev", fmt.Sprintf("socket,id=%s,fd=%d,server=on,wait=off", id, fd),
 			"-device", "virtserialport,chardev="+id+",name="+name)
 	}
 	for i, fd := range s.PortFDs {
-		port(fmt.Sprintf("port%d", i), fd, fmt.Sprintf("%s%d", guestinit.PortPrefix, i))
+		port(fmt.Sprintf("port%d", i), fd, fmt.Sprintf("%s%d", boot.PortPrefix, i))
 	}
-	port("ctl", s.CtlFD, guestinit.CtlPort)
+	port("ctl", s.CtlFD, boot.CtlPort)
 	if s.EgressFD > 0 {
 		a = append(a, "-chardev", fmt.Sprintf("socket,id=egress,fd=%d", s.EgressFD),
-			"-device", "virtserialport,chardev=egress,name="+guestinit.EgressPort)
+			"-device", "virtserialport,chardev=egress,name="+boot.EgressPort)
 	}
 	a = append(a, "-chardev", fmt.Sprintf("socket,id=qmp,fd=%d,server=on,wait=off", s.QMPFD), "-mon", "chardev=qmp,mode=control")
 	if s.Incoming {

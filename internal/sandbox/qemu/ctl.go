@@ -10,8 +10,8 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/nsys-cortex/cortex/internal/agent/guestinit"
 	"github.com/nsys-cortex/cortex/internal/protocol"
+	"github.com/nsys-cortex/cortex/internal/protocol/boot"
 )
 
 // ctlSocket is where QEMU listens for the control port (cortex.ctl).
@@ -38,7 +38,7 @@ func dialCtl(ctx context.Context, dir string) (*ctlConn, error) {
 func (cc *ctlConn) Close() error { return cc.c.Close() }
 
 // do sends one request and returns the guest's answer.
-func (cc *ctlConn) do(ctx context.Context, req *guestinit.CtlRequest) (*guestinit.CtlReply, error) {
+func (cc *ctlConn) do(ctx context.Context, req *boot.CtlRequest) (*boot.CtlReply, error) {
 	stop := context.AfterFunc(ctx, func() { cc.c.SetDeadline(time.Now()) })
 	defer stop()
 	b, err := json.Marshal(req)
@@ -52,7 +52,7 @@ func (cc *ctlConn) do(ctx context.Context, req *guestinit.CtlRequest) (*guestini
 	if err != nil {
 		return nil, fmt.Errorf("control port: no answer to %s: %w", req.Op, ctxErr(ctx, err))
 	}
-	var reply guestinit.CtlReply
+	var reply boot.CtlReply
 	if err := json.Unmarshal(line, &reply); err != nil {
 		return nil, fmt.Errorf("control port: %w", err)
 	}
@@ -63,7 +63,7 @@ func (cc *ctlConn) do(ctx context.Context, req *guestinit.CtlRequest) (*guestini
 }
 
 // control sends one request on its own connection.
-func control(ctx context.Context, dir string, req *guestinit.CtlRequest) (*guestinit.CtlReply, error) {
+func control(ctx context.Context, dir string, req *boot.CtlRequest) (*boot.CtlReply, error) {
 	cc, err := dialCtl(ctx, dir)
 	if err != nil {
 		return nil, err
@@ -121,7 +121,7 @@ func (cc *ctlConn) syncClock(ctx context.Context) (time.Duration, error) {
 	var offset time.Duration
 	for i := 0; i < maxClockTries; i++ {
 		t0 := time.Now()
-		reply, err := cc.do(ctx, &guestinit.CtlRequest{Op: guestinit.OpPing})
+		reply, err := cc.do(ctx, &boot.CtlRequest{Op: boot.OpPing})
 		if err != nil {
 			return 0, err
 		}
@@ -133,7 +133,7 @@ func (cc *ctlConn) syncClock(ctx context.Context) (time.Duration, error) {
 		case offset.Abs() <= maxClockSkew+rtt/2:
 			continue // within the round trip: too long a one to tell
 		}
-		if _, err := cc.do(ctx, &guestinit.CtlRequest{Op: guestinit.OpClock, Time: time.Now().Add(rtt / 2)}); err != nil {
+		if _, err := cc.do(ctx, &boot.CtlRequest{Op: boot.OpClock, Time: time.Now().Add(rtt / 2)}); err != nil {
 			return 0, err
 		}
 	}

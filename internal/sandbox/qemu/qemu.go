@@ -15,9 +15,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/nsys-cortex/cortex/internal/agent/guestinit"
 	"github.com/nsys-cortex/cortex/internal/layout"
 	"github.com/nsys-cortex/cortex/internal/link"
+	"github.com/nsys-cortex/cortex/internal/protocol/boot"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
 	"github.com/nsys-cortex/cortex/internal/sandbox/internal/lifecycle"
 	"github.com/nsys-cortex/cortex/internal/sandbox/internal/vmguest"
@@ -261,35 +261,35 @@ func (r *runtime) Start(req *lifecycle.StartRequest) (*exec.Cmd, error) {
 	spec := Spec{Marker: Marker(req.Layout, req.ID), MemoryMiB: p.limits.MemoryBytes >> 20, CPUs: int(p.limits.CPUs),
 		OverlayDisk: overlayDisk(req.Layout, req.ID), ConfigDisk: filepath.Join(req.SocketDir, "config.img")}
 	var acc accel
-	var boot bootFiles
+	var vmFiles bootFiles
 	if job != nil {
 		// The snapshot's own files and machine: state loads only into the
 		// machine it was saved from.
-		boot = job.bootFiles()
+		vmFiles = job.bootFiles()
 		spec.MemoryMiB, spec.CPUs, spec.Incoming = job.meta.MemoryMiB, job.meta.CPUs, true
 		acc = accel{KVM: job.meta.KVM, Why: "as the snapshot was taken"}
 	} else {
 		if acc, err = chooseAccel(ctx, bin, p.img); err != nil {
 			return nil, err
 		}
-		boot = bootFiles{Kernel: p.img.Kernel(), RootDisk: p.img.RootDisk()}
-		if boot.Initramfs, err = p.img.Initramfs(req.AgentBin); err != nil {
+		vmFiles = bootFiles{Kernel: p.img.Kernel(), RootDisk: p.img.RootDisk()}
+		if vmFiles.Initramfs, err = p.img.Initramfs(req.AgentBin); err != nil {
 			return nil, err
 		}
 	}
 	// The VM boots from links of its own to these files, so a snapshot
 	// pins the very files it ran even if the image is built again.
-	if boot, err = boot.pin(filepath.Join(req.SocketDir, "boot")); err != nil {
+	if vmFiles, err = vmFiles.pin(filepath.Join(req.SocketDir, "boot")); err != nil {
 		return nil, err
 	}
-	spec.Kernel, spec.Initramfs, spec.RootDisk = boot.Kernel, boot.Initramfs, boot.RootDisk
+	spec.Kernel, spec.Initramfs, spec.RootDisk = vmFiles.Kernel, vmFiles.Initramfs, vmFiles.RootDisk
 	spec.KVM = acc.KVM
 	if !acc.KVM {
 		if spec.TSCkHz, err = vmimage.HostTSCkHz(); err != nil {
 			return nil, fmt.Errorf("TCG: %w", err)
 		}
 	}
-	cfg := &guestinit.Config{ID: req.ID, Workdir: Workspace, Env: vmguest.Env(req.ID, p.network, req.Options.Env, false), Pids: p.limits.Pids,
+	cfg := &boot.VMConfig{ID: req.ID, Workdir: Workspace, Env: vmguest.Env(req.ID, p.network, req.Options.Env, false), Pids: p.limits.Pids,
 		NestedUserns: p.nestedUserns, Ports: Ports, Secret: req.Secret}
 	if p.network.Mode == sandbox.NetworkEgress {
 		cfg.Egress = vmguest.Proxy

@@ -11,11 +11,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nsys-cortex/cortex/internal/agent/guestinit"
 	"github.com/nsys-cortex/cortex/internal/image"
 	"github.com/nsys-cortex/cortex/internal/layout"
 	"github.com/nsys-cortex/cortex/internal/link"
 	"github.com/nsys-cortex/cortex/internal/protocol"
+	"github.com/nsys-cortex/cortex/internal/protocol/boot"
 	"github.com/nsys-cortex/cortex/internal/protocol/errdefs"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
 	"github.com/nsys-cortex/cortex/internal/sandbox/qemu"
@@ -122,7 +122,7 @@ func conformance(t testing.TB) sandboxtest.Config {
 		Kill:         killGuestAgent,
 		OwnKernel:    true,
 		Options:      sandbox.CreateOptions{Image: requireQEMU(t)},
-		ChannelDir:   guestinit.ChannelDir,
+		ChannelDir:   boot.VMChannelDir,
 		EscapeExempt: map[string]string{sandboxtest.SeePID1: "PID 1 is the guest's init, in the guest's own kernel"},
 	}
 }

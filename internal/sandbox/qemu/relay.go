@@ -13,8 +13,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/nsys-cortex/cortex/internal/agent/guestinit"
 	"github.com/nsys-cortex/cortex/internal/protocol"
+	"github.com/nsys-cortex/cortex/internal/protocol/boot"
 )
 
 // The channel of a VM neuron. QEMU listens on one Unix socket per
@@ -24,7 +24,7 @@ import (
 // its link listens on a socket of its own as in every other mode; a relay
 // joins the two. The relay connects to the port first and connects to the
 // link only once the guest says its agent is ready for this session
-// (guestinit.PortReady, which the relay keeps to itself), so the link's
+// (boot.PortReady, which the relay keeps to itself), so the link's
 // handshake clock does not run while the guest boots (under TCG that takes
 // seconds); then the host's hello goes first, as on every channel. One port per host process lets several processes use one
 // neuron at once, as the conformance suite requires.
@@ -117,7 +117,7 @@ func (r *relay) linkAlive() bool {
 }
 
 // guestSpeaks waits for the guest's readiness on a port connection
-// (guestinit.PortReady), looking every 200 ms whether the link is still
+// (boot.PortReady), looking every 200 ms whether the link is still
 // there, and returns what came after it (nothing, from a sound guest).
 func (r *relay) guestSpeaks(vm net.Conn) ([]byte, error) {
 	buf := make([]byte, 64<<10)
@@ -129,7 +129,7 @@ func (r *relay) guestSpeaks(vm net.Conn) ([]byte, error) {
 		// Every session the guest opens on the port starts with its
 		// readiness; sessions it ended before this relay came (a guest
 		// just restored ends those of its snapshot) leave theirs first.
-		ready := []byte(guestinit.PortReady)
+		ready := []byte(boot.PortReady)
 		rest := buf[:got]
 		seen := false
 		for bytes.HasPrefix(rest, ready) {

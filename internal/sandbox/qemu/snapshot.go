@@ -11,8 +11,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/nsys-cortex/cortex/internal/agent/guestinit"
 	"github.com/nsys-cortex/cortex/internal/ids"
+	"github.com/nsys-cortex/cortex/internal/protocol/boot"
 	"github.com/nsys-cortex/cortex/internal/protocol/errdefs"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
 	"github.com/nsys-cortex/cortex/internal/store"
@@ -137,7 +137,7 @@ func (j *restoreJob) resume(ctx context.Context, chanDir string) error {
 	if err != nil {
 		return err
 	}
-	if _, err := cc.do(ctx, &guestinit.CtlRequest{Op: guestinit.OpRestored, Time: time.Now(), Advance: advance, Seed: seed}); err != nil {
+	if _, err := cc.do(ctx, &boot.CtlRequest{Op: boot.OpRestored, Time: time.Now(), Advance: advance, Seed: seed}); err != nil {
 		cc.Close()
 		return fmt.Errorf("after loading snapshot %s: %w", j.meta.Name, err)
 	}

@@ -6,8 +6,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/nsys-cortex/cortex/internal/agent/guestinit"
 	"github.com/nsys-cortex/cortex/internal/layout"
+	"github.com/nsys-cortex/cortex/internal/protocol/boot"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
 	"github.com/nsys-cortex/cortex/internal/sandbox/internal/lifecycle"
 	"github.com/nsys-cortex/cortex/internal/store"
@@ -50,7 +50,7 @@ func (r *runtime) Stop(lay layout.Layout, id string, st *sandbox.State) {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-	_, err := control(ctx, lay.ChannelDir(Mode, id), &guestinit.CtlRequest{Op: guestinit.OpPoweroff})
+	_, err := control(ctx, lay.ChannelDir(Mode, id), &boot.CtlRequest{Op: boot.OpPoweroff})
 	cancel()
 	grace := 10 * time.Second
 	if err != nil {

@@ -13,15 +13,15 @@ import (
 	"sync"
 	"syscall"
 
-	"github.com/nsys-cortex/cortex/internal/agent/guestinit"
+	"github.com/nsys-cortex/cortex/internal/protocol/boot"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
 )
 
-// The guest agent's identity: the unprivileged guestinit.AgentUser, or
-// root where the guest's config says so (guestinit.Config.Root; no create
+// The guest agent's identity: the unprivileged boot.VMAgentUser, or
+// root where the guest's config says so (boot.VMConfig.Root; no create
 // option grants it yet: docs/security.md).
 const (
-	Home     = guestinit.AgentHome
+	Home     = boot.VMAgentHome
 	RootHome = "/root"
 )
 
@@ -33,7 +33,7 @@ const Proxy = "127.0.0.1:3128"
 // the proxy's with network egress, and only what the operator granted by
 // name on top. root says the agent runs as the guest's root.
 func Env(id string, network sandbox.Network, granted []string, root bool) []string {
-	home, user := Home, guestinit.AgentUser
+	home, user := Home, boot.VMAgentUser
 	if root {
 		home, user = RootHome, "root"
 	}

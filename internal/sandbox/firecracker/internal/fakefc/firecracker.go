@@ -155,7 +155,7 @@ const (
 	opPing        = "ping"
 )
 
-// guestConfig is the config disk's JSON (guestinit.Config).
+// guestConfig is the config disk's JSON (boot.VMConfig).
 type guestConfig struct {
 	ID           string   `json:"id"`
 	Workdir      string   `json:"workdir"`

@@ -1,4 +1,4 @@
-package egress
+package allowlist
 
 import (
 	"fmt"
@@ -44,14 +44,14 @@ func (r Rule) String() string {
 	return host + ":" + strconv.Itoa(r.Port)
 }
 
-// Policy is a parsed allow-list. The zero Policy allows nothing.
-type Policy struct {
+// List is a parsed allow-list. The zero List allows nothing.
+type List struct {
 	rules []Rule
 }
 
 // Parse reads an allow-list; an error names the first bad entry.
-func Parse(entries []string) (*Policy, error) {
-	p := &Policy{}
+func Parse(entries []string) (*List, error) {
+	p := &List{}
 	for _, e := range entries {
 		r, err := ParseRule(e)
 		if err != nil {
@@ -214,7 +214,7 @@ func parseName(s string) (Rule, error) {
 }
 
 // NameAllowed reports whether a name rule allows host on port, and which.
-func (p *Policy) NameAllowed(host string, port int) (Rule, bool) {
+func (p *List) NameAllowed(host string, port int) (Rule, bool) {
 	host = strings.ToLower(strings.TrimSuffix(host, "."))
 	for _, r := range p.rules {
 		if r.Prefix.IsValid() || (r.Port != 0 && r.Port != port) {
@@ -232,7 +232,7 @@ func (p *Policy) NameAllowed(host string, port int) (Rule, bool) {
 // inside its own special block: 127.0.0.1:8080 or 10.0.0.0/8 reach what
 // they say, but a wide rule like 0.0.0.0/1 does not reach the host's
 // loopback or the local network.
-func (p *Policy) AddrAllowed(a netip.Addr, port int) (Rule, bool) {
+func (p *List) AddrAllowed(a netip.Addr, port int) (Rule, bool) {
 	a = a.Unmap()
 	block, special := specialBlock(a)
 	for _, r := range p.rules {
@@ -289,4 +289,15 @@ func Public(a netip.Addr) bool {
 	}
 	_, special := specialBlock(a)
 	return !special
+}
+
+// CheckHostName reports whether s is a host name as a name rule's is read
+// (DNS syntax, at most a trailing dot), not a wildcard: what a destination
+// named in a request must be before it is logged or looked up.
+func CheckHostName(s string) error {
+	if strings.HasPrefix(s, "*") {
+		return fmt.Errorf("a destination is a host name, not a wildcard")
+	}
+	_, err := parseName(s)
+	return err
 }

@@ -1,18 +1,24 @@
-package guestinit
+package boot
 
 import "time"
 
-// InitPath is where the initramfs holds the agent: the kernel runs it as
-// PID 1 with no arguments.
-const InitPath = "/init"
+// The microVM contract (QEMU's microvm, Firecracker): the kernel runs the
+// agent as VMInitPath from the initramfs internal/vmimage builds, as PID 1
+// (guestinit.Main, internal/agent/guestinit). It finds its disks by their
+// serial numbers, reads a VMConfig from the config disk, and serves the
+// host's connections and control requests on the ports named here.
 
-// ModulesDir holds the initramfs's kernel modules, loaded in the lexical
+// VMInitPath is where the initramfs holds the agent: the kernel runs it as
+// PID 1 with no arguments.
+const VMInitPath = "/init"
+
+// VMModulesDir holds the initramfs's kernel modules, loaded in the lexical
 // order of their names (the builder numbers them) before the disks are
-// mounted; those in LaterModulesDir are loaded once the agent runs, in
+// mounted; those in VMLaterModulesDir are loaded once the agent runs, in
 // the background (vsock: only Firecracker has the device).
 const (
-	ModulesDir      = "/modules"
-	LaterModulesDir = "/modules/later"
+	VMModulesDir      = "/modules"
+	VMLaterModulesDir = "/modules/later"
 )
 
 // Virtio-blk serial numbers of the disks (QEMU's serial=, Firecracker's
@@ -34,8 +40,8 @@ const PortReady = "cortex-agent ready\n"
 const (
 	PortPrefix = "cortex."
 	CtlPort    = "cortex.ctl"
-	// EgressPort carries the egress tunnel (egress.GuestTunnel) when the
-	// neuron has network egress.
+	// EgressPort carries the egress tunnel (internal/agent/egress's
+	// GuestTunnel) when the neuron has network egress.
 	EgressPort = "cortex.egress"
 )
 
@@ -50,17 +56,17 @@ const (
 	DefaultEgressVsockPort = 1026
 )
 
-// ChannelDir is the agent's channel directory inside the guest; the bridge
+// VMChannelDir is the agent's channel directory inside the guest; the bridge
 // places one socket per host connection there.
-const ChannelDir = "/run/cortex/channel"
+const VMChannelDir = "/run/cortex/channel"
 
-// ConfigMax bounds the config disk's JSON.
-const ConfigMax = 1 << 20
+// VMConfigMax bounds the config disk's JSON.
+const VMConfigMax = 1 << 20
 
-// Config is what the host tells the guest, as JSON on the config disk
+// VMConfig is what the host tells the guest, as JSON on the config disk
 // (NUL-padded to whole sectors). It never goes on the kernel command line,
 // which every user of the host can read in the VMM's argv.
-type Config struct {
+type VMConfig struct {
 	// ID is the neuron id: the agent announces it, and it is the hostname.
 	ID string `json:"id"`
 	// Workdir is the agent's working directory (made if missing).
@@ -96,17 +102,17 @@ type Config struct {
 	Secret string `json:"secret,omitempty"`
 	// Root runs the agent, and so every command, as the guest's root — the
 	// policy's explicit grant. Without it they run as the unprivileged
-	// AgentUID, and guest root is PID 1 alone: nothing a command does can
+	// VMAgentUID, and guest root is PID 1 alone: nothing a command does can
 	// reach the agent's memory, the channel's devices or the config disk.
 	Root bool `json:"root,omitempty"`
 }
 
 // The unprivileged guest user the agent and its commands run as.
 const (
-	AgentUID  = 1000
-	AgentGID  = 1000
-	AgentUser = "agent"
-	AgentHome = "/home/agent"
+	VMAgentUID  = 1000
+	VMAgentGID  = 1000
+	VMAgentUser = "agent"
+	VMAgentHome = "/home/agent"
 )
 
 // Control operations.

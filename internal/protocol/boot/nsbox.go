@@ -1,15 +1,19 @@
-package protocol
+package boot
 
-// SandboxInit is what the host hands the first process of a namespace
-// sandbox (`cortex-agent init`, PID 1 of the neuron) on file descriptor 3:
-// how to build the neuron's root, and how to start its agent. All paths
-// are host paths unless named "inside". The JSON string SandboxGoAhead
-// follows on the same descriptor once the host has put the sandbox into its
-// cgroups: the agent starts only then.
-const SandboxGoAhead = "go"
+// The nsbox contract: the host starts `cortex-agent init` (confine.Init,
+// internal/agent/confine), PID 1 of a new set of namespaces, and hands it
+// an NsboxConfig as JSON on descriptor NsboxConfigFD: how to build the
+// neuron's root, and how to start its agent. All paths are host paths
+// unless named "inside". The JSON string NsboxGoAhead follows on the same
+// descriptor once the host has put the sandbox into its cgroups: the agent
+// starts only then.
+const (
+	NsboxConfigFD = 3
+	NsboxGoAhead  = "go"
+)
 
-// SandboxInit is the configuration of a namespace sandbox.
-type SandboxInit struct {
+// NsboxConfig is the configuration of a namespace sandbox.
+type NsboxConfig struct {
 	ID       string `json:"id"`
 	Hostname string `json:"hostname"`
 	// Root is the overlay that becomes "/".
@@ -24,7 +28,7 @@ type SandboxInit struct {
 	// it starts a new one with only a loopback, and serves Egress there.
 	Network string `json:"network"`
 	// Egress is what PID 1 enforces when Network is "egress".
-	Egress *SandboxEgress `json:"egress,omitempty"`
+	Egress *NsboxEgress `json:"egress,omitempty"`
 	// UID and GID are the agent's identity inside ("agent", 1000).
 	UID int `json:"uid"`
 	GID int `json:"gid"`
@@ -58,10 +62,10 @@ type OverlayMount struct {
 	Work   string   `json:"work"`
 }
 
-// SandboxEgress is a neuron's way out: an HTTP proxy on the neuron's
+// NsboxEgress is a neuron's way out: an HTTP proxy on the neuron's
 // loopback that reaches only the allow-listed destinations.
-type SandboxEgress struct {
-	// Allow is the allow-list (see the egress package for its syntax).
+type NsboxEgress struct {
+	// Allow is the allow-list (its syntax: internal/protocol/allowlist).
 	Allow []string `json:"allow"`
 	// Listen is the proxy's address inside, e.g. "127.0.0.1:3128".
 	Listen string `json:"listen"`
@@ -79,25 +83,3 @@ type Rlimit struct {
 	Resource int    `json:"resource"`
 	Value    uint64 `json:"value"`
 }
-
-// How a per-start secret reaches the agent (see AgentProof).
-const (
-	// SecretFDFlag N: the agent reads its secret from descriptor N, all of
-	// it, and closes it.
-	SecretFDFlag = "--secret-fd"
-	// SecretEnv is where the agent finds its secret when no descriptor can
-	// be passed (a container's environment): the agent removes it from its
-	// environment before it starts anything, and is non-dumpable from its
-	// first moment, so no command reads it.
-	SecretEnv = "NSYS_CORTEX_AGENT_SECRET"
-)
-
-// Agent flags a sandbox adds for its agent.
-const (
-	// ConfineFlag makes the agent confine itself (no_new_privs, seccomp,
-	// Landlock where the kernel has it) before it serves anything.
-	ConfineFlag = "--confine"
-	// NestedUsernsFlag, with ConfineFlag, lets the agent's programs create
-	// user namespaces of their own (the policy's consent to inner sandboxes).
-	NestedUsernsFlag = "--nested-userns"
-)

@@ -1,4 +1,4 @@
-package egress
+package allowlist
 
 import (
 	"net/netip"
@@ -135,7 +135,7 @@ func TestPolicy(t *testing.T) {
 	if _, ok := wide.AddrAllowed(netip.MustParseAddr("127.0.0.9"), 22); !ok {
 		t.Error("127.0.0.0/8:22 did not reach 127.0.0.9:22")
 	}
-	var zero Policy
+	var zero List
 	if _, ok := zero.NameAllowed("example.com", 443); ok {
 		t.Error("the zero policy allowed a name")
 	}

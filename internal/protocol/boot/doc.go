@@ -1,0 +1,17 @@
+// Package boot is the contract between the host and a neuron's first
+// process: what the host hands the neuron's PID 1 before any channel
+// exists, and how that PID 1 (or the host itself) starts the agent.
+//
+//	nsbox.go  nsbox: NsboxConfig on a descriptor of `cortex-agent init`
+//	vm.go     microVMs (qemu, firecracker): VMConfig on the config disk,
+//	          the disks' serial numbers, the channel and control ports, and
+//	          the control requests the host sends after a restore
+//	agent.go  the agent's flags every mode starts it with
+//
+// The two PID-1 halves live in the neuron side (internal/agent); the host
+// halves are the backends (internal/sandbox/nsbox, qemu, firecracker). Both
+// import this package and nothing of each other. The egress allow-list a
+// config carries has its syntax in internal/protocol/allowlist.
+//
+// It is a foundation package: standard library only.
+package boot
