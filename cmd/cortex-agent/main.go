@@ -19,8 +19,9 @@ import (
 
 	"github.com/nsys-cortex/cortex/internal/agent"
 	"github.com/nsys-cortex/cortex/internal/agent/confine"
-	"github.com/nsys-cortex/cortex/internal/agent/guestinit"
 	"github.com/nsys-cortex/cortex/internal/agent/logline"
+	"github.com/nsys-cortex/cortex/internal/agent/nsboxinit"
+	"github.com/nsys-cortex/cortex/internal/agent/vminit"
 	"github.com/nsys-cortex/cortex/internal/protocol"
 	"github.com/nsys-cortex/cortex/internal/protocol/boot"
 )
@@ -30,13 +31,13 @@ var version = "dev"
 
 func main() {
 	// As /init of a microVM's initramfs it is the guest's PID 1 (see
-	// guestinit.Main); it never returns.
+	// vminit.Main); it never returns.
 	if os.Getpid() == 1 && os.Args[0] == boot.VMInitPath {
-		guestinit.Main(version)
+		vminit.Main(version)
 	}
-	// "cortex-agent init" is PID 1 of a namespace sandbox (see confine.Init).
+	// "cortex-agent init" is PID 1 of a namespace sandbox (see nsboxinit.Init).
 	if len(os.Args) > 1 && os.Args[1] == "init" {
-		os.Exit(confine.Init())
+		os.Exit(nsboxinit.Init())
 	}
 	// "cortex-agent egress-tunnel ..." is the host's end of a VM neuron's
 	// egress (see confine.EgressTunnel).
@@ -45,7 +46,7 @@ func main() {
 	}
 	// "cortex-agent probe DIR" is nsbox's self-check of overlayfs.
 	if len(os.Args) == 3 && os.Args[1] == "probe" {
-		if err := confine.Probe(os.Args[2]); err != nil {
+		if err := nsboxinit.Probe(os.Args[2]); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}
@@ -53,7 +54,7 @@ func main() {
 	}
 	// "cortex-agent probe-network" is its self-check of network egress.
 	if len(os.Args) == 2 && os.Args[1] == "probe-network" {
-		if err := confine.ProbeNetwork(); err != nil {
+		if err := nsboxinit.ProbeNetwork(); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}

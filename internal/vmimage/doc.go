@@ -12,7 +12,7 @@
 //	                no loop mounts, no root needed
 //
 // and, per neuron, a sparse writable ext4 overlay disk and a small raw
-// config disk the guest's PID 1 (internal/agent/guestinit) reads.
+// config disk the guest's PID 1 (internal/agent/vminit) reads.
 //
 // It also holds the two host facts a VMM needs before it starts one: whether
 // KVM really runs a guest here (ProbeKVM executes guest instructions, it does

@@ -1,36 +1,29 @@
 package confine
 
 import (
-	"context"
 	"fmt"
 	"net"
 	"net/netip"
-	"os"
-	"runtime"
 	"sync"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/nsys-cortex/cortex/internal/agent/egress"
 	"github.com/nsys-cortex/cortex/internal/protocol/allowlist"
-	"github.com/nsys-cortex/cortex/internal/protocol/boot"
 )
 
-// egressPlan is what PID 1 needs to enforce a neuron's allow-list, made
-// before the root is built: the host's resolver files are read while this
-// process still sees the host's /etc, never again.
-type egressPlan struct {
-	cfg      *boot.NsboxEgress
+// EgressPlan is what it takes to enforce a neuron's allow-list, made
+// before anything of the neuron's runs: the host's resolver files are read
+// while this process still sees the host's /etc, never again. nsbox's PID 1
+// makes one before it builds the root; the host's end of a VM's egress
+// tunnel (EgressTunnel) before it gives up root.
+type EgressPlan struct {
 	policy   *allowlist.List
 	resolver *egress.Resolver
 }
 
-func planEgress(cfg *boot.NsboxConfig) (*egressPlan, error) {
-	if cfg.Egress == nil || cfg.Egress.Listen == "" {
-		return nil, fmt.Errorf("network: egress without an allow-list or a proxy address")
-	}
-	pol, err := allowlist.Parse(cfg.Egress.Allow)
+// PlanEgress parses allow and reads the host's resolver files.
+func PlanEgress(allow []string) (*EgressPlan, error) {
+	pol, err := allowlist.Parse(allow)
 	if err != nil {
 		return nil, fmt.Errorf("network: %w", err)
 	}
@@ -38,81 +31,12 @@ func planEgress(cfg *boot.NsboxConfig) (*egressPlan, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &egressPlan{cfg: cfg.Egress, policy: pol, resolver: res}, nil
+	return &EgressPlan{policy: pol, resolver: res}, nil
 }
 
-// netns is a network namespace with only a loopback, held by one locked
-// OS thread: the neuron's. This process, and so the proxy's outgoing
-// connections, stay in the host's; everything forked on that thread starts
-// in the neuron's.
-type netns struct {
-	calls chan func()
-}
-
-// newNetNS makes the neuron's network namespace and opens listen in it.
-func newNetNS(listen string) (*netns, net.Listener, error) {
-	ns := &netns{calls: make(chan func())}
-	type result struct {
-		ln  net.Listener
-		err error
-	}
-	ready := make(chan result, 1)
-	go func() {
-		// Never unlocked: the thread is the namespace's, and should this
-		// goroutine return, the runtime ends the thread with it.
-		runtime.LockOSThread()
-		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
-			ready <- result{err: fmt.Errorf("network: a namespace for the neuron: %w", err)}
-			return
-		}
-		if err := LoopbackUp(); err != nil {
-			ready <- result{err: fmt.Errorf("network: bringing up lo: %w", err)}
-			return
-		}
-		ln, err := net.Listen("tcp", listen)
-		if err != nil {
-			ready <- result{err: fmt.Errorf("network: the egress proxy's listener: %w", err)}
-			return
-		}
-		ready <- result{ln: ln}
-		for f := range ns.calls {
-			f()
-		}
-	}()
-	r := <-ready
-	return ns, r.ln, r.err
-}
-
-// do runs f on the namespace's thread.
-func (ns *netns) do(f func()) {
-	done := make(chan struct{})
-	ns.calls <- func() { f(); close(done) }
-	<-done
-}
-
-// startEgress makes the neuron's network namespace, serves the proxy in it,
-// and returns how to start a process there.
-func startEgress(plan *egressPlan, logf func(string, ...any)) (func(*boot.NsboxConfig) (*os.Process, error), error) {
-	ns, ln, err := newNetNS(plan.cfg.Listen)
-	if err != nil {
-		return nil, err
-	}
-	p := plan.proxy(logf)
-	// The proxy lives as long as this process: the sandbox's life.
-	go func() {
-		if err := p.Serve(context.Background(), ln); err != nil {
-			logf("egress proxy: %v", err)
-		}
-	}()
-	return func(cfg *boot.NsboxConfig) (p *os.Process, err error) {
-		ns.do(func() { p, err = startAgent(cfg) })
-		return p, err
-	}, nil
-}
-
-// proxy is the enforcing proxy of the plan, dialling from this process's
+// Proxy is the enforcing proxy of the plan, dialling from this process's
 // network namespace, its decisions logged at a bounded rate.
-func (plan *egressPlan) proxy(logf func(string, ...any)) *egress.Proxy {
+func (plan *EgressPlan) Proxy(logf func(string, ...any)) *egress.Proxy {
 	var d net.Dialer
 	log := &rateLog{logf: logf, rate: decisionLogRate, burst: decisionLogBurst}
 	return &egress.Proxy{Policy: plan.policy, Resolve: plan.resolver.Resolve, Dial: d.DialContext,

@@ -1,8 +1,6 @@
 package confine
 
 import (
-	"github.com/nsys-cortex/cortex/internal/agent/logline"
-
 	"context"
 	"errors"
 	"flag"
@@ -15,12 +13,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nsys-cortex/cortex/internal/agent/egress"
+	"github.com/nsys-cortex/cortex/internal/agent/logline"
 	"github.com/nsys-cortex/cortex/internal/protocol/boot"
 )
-
-// TunnelFD is the descriptor "cortex-agent egress-tunnel" finds its
-// stream on: one end of a socket pair whose other end the VMM holds.
-const TunnelFD = 3
 
 // EgressTunnel is "cortex-agent egress-tunnel [--uid U --gid G] [RULE...]":
 // the host's end of a VM neuron's egress tunnel (see egress.GuestTunnel).
@@ -39,7 +34,7 @@ func EgressTunnel(args []string) int {
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	plan, err := planEgress(&boot.NsboxConfig{Egress: &boot.NsboxEgress{Allow: fs.Args(), Listen: "tunnel"}})
+	plan, err := PlanEgress(fs.Args())
 	if err != nil {
 		logf("%v", err)
 		return 1
@@ -65,7 +60,7 @@ func EgressTunnel(args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), unix.SIGTERM, unix.SIGINT, unix.SIGHUP)
 	defer stop()
 	logf("serving the egress tunnel for %d rules", len(fs.Args()))
-	p := plan.proxy(logf)
+	p := plan.Proxy(logf)
 	if ln != nil {
 		go func() {
 			waitReadable(vmmGone)
@@ -74,9 +69,9 @@ func EgressTunnel(args []string) int {
 		serveTunnels(ctx, ln, p, logf)
 		return 0
 	}
-	conn, err := net.FileConn(os.NewFile(TunnelFD, "tunnel"))
+	conn, err := net.FileConn(os.NewFile(boot.EgressTunnelFD, "tunnel"))
 	if err != nil {
-		logf("the tunnel's stream on descriptor %d: %v", TunnelFD, err)
+		logf("the tunnel's stream on descriptor %d: %v", boot.EgressTunnelFD, err)
 		return 1
 	}
 	if err := p.ServeTunnel(ctx, conn); err != nil {

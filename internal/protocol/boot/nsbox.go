@@ -1,7 +1,7 @@
 package boot
 
-// The nsbox contract: the host starts `cortex-agent init` (confine.Init,
-// internal/agent/confine), PID 1 of a new set of namespaces, and hands it
+// The nsbox contract: the host starts `cortex-agent init` (nsboxinit.Init,
+// internal/agent/nsboxinit), PID 1 of a new set of namespaces, and hands it
 // an NsboxConfig as JSON on descriptor NsboxConfigFD: how to build the
 // neuron's root, and how to start its agent. All paths are host paths
 // unless named "inside". The JSON string NsboxGoAhead follows on the same

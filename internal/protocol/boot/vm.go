@@ -4,7 +4,7 @@ import "time"
 
 // The microVM contract (QEMU's microvm, Firecracker): the kernel runs the
 // agent as VMInitPath from the initramfs internal/vmimage builds, as PID 1
-// (guestinit.Main, internal/agent/guestinit). It finds its disks by their
+// (vminit.Main, internal/agent/vminit). It finds its disks by their
 // serial numbers, reads a VMConfig from the config disk, and serves the
 // host's connections and control requests on the ports named here.
 
@@ -55,6 +55,12 @@ const (
 	// egress tunnel (Firecracker passes it to <uds_path>_1026 on the host).
 	DefaultEgressVsockPort = 1026
 )
+
+// The host's end of a VM's egress tunnel is `cortex-agent egress-tunnel
+// [--uid U --gid G] [--listen PATH --pid VMM] -- RULE...` (confine.EgressTunnel,
+// run on the host): without --listen it finds its stream on descriptor
+// EgressTunnelFD, one end of a socket pair whose other end the VMM holds.
+const EgressTunnelFD = 3
 
 // VMChannelDir is the agent's channel directory inside the guest; the bridge
 // places one socket per host connection there.

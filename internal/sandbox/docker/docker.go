@@ -9,6 +9,12 @@
 // a port the container publishes on the host's loopback, with a token
 // (the tcp transport). A neuron's home, overlays/<id>/home, is its other
 // mount and what persists; the root filesystem is the image's, read-only.
+//
+// Its in-neuron half is the agent itself as the container's PID 1
+// (internal/agent, started with boot.ConfineFlag and its secret in
+// boot.SecretEnv, internal/protocol/boot): it confines itself
+// (internal/agent/confine), reaps orphans (--subreaper) and serves the
+// channel. The container runtime does what a PID 1 of ours does elsewhere.
 package docker
 
 import (

@@ -3,6 +3,12 @@
 // KVM, a read-only root disk shared by all neurons, a sparse ext4 overlay
 // disk of its own that persists, and VM snapshots. See docs/firecracker.md.
 //
+// Its in-neuron half is internal/agent/vminit, the guest's PID 1 (shared
+// with qemu mode): it reads the boot.VMConfig on the config disk
+// (internal/protocol/boot), mounts the disks, serves the agent's and the
+// control vsock ports and dials the host for egress, and starts the agent
+// (internal/agent), which confines itself (internal/agent/confine).
+//
 // The pieces, each tested on its own:
 //
 //   - api.go: a small REST client of the Firecracker API over its Unix
@@ -14,7 +20,7 @@
 //     kernel, initramfs and disks into the jail (hard links, never a shared
 //     file the jail could change) and removes the jail when the neuron goes.
 //   - bootargs.go: the guest's kernel command line (BootArgs); guest.go:
-//     the image's contract (internal/agent/guestinit): disks by serial
+//     the image's contract (internal/agent/vminit): disks by serial
 //     number, the config disk that carries the neuron's id, environment
 //     and limits, and the control port.
 //   - vsock/: the host side of hybrid vsock (CONNECT <port> / OK, retried
@@ -30,10 +36,10 @@
 //     binaries, root, cgroup v2 and the guest image must be there; without
 //     them Create refuses, naming what is missing.
 //
-// Neurons have no network: no network interface is ever configured, and
-// a VM's Firecracker runs in an empty network namespace. A policy that
-// grants network fails the create (the enforcing egress path of nsbox is
-// not wired to VMs yet).
+// Neurons have no network interface: none is ever configured, and a VM's
+// Firecracker runs in an empty network namespace. Egress, when a policy
+// grants it, is a tunnel over vsock to the host's enforcing proxy
+// (egress.go); full network fails the create.
 //
 // The package must not bridge a VM to the host's network, give a jail
 // write access to anything shared between neurons, or run Firecracker

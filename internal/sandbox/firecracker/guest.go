@@ -14,7 +14,7 @@ import (
 )
 
 // The guest's side of the contract, as the image's PID 1
-// (internal/agent/guestinit) defines it: the disks it finds by their
+// (internal/agent/vminit) defines it: the disks it finds by their
 // virtio serial numbers (Firecracker's drive ids), the configuration it
 // reads from the config disk, and the control port.
 
@@ -37,7 +37,7 @@ const (
 )
 
 // The control port's operations and messages: the guest's own
-// (guestinit).
+// (vminit).
 const (
 	OpRestored = boot.OpRestored
 	OpPoweroff = boot.OpPoweroff

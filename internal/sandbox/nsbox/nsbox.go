@@ -13,6 +13,12 @@
 // with rlimits where no cgroup can be had. Network egress is an HTTP proxy
 // that PID 1 serves on the neuron's loopback from the host's network
 // namespace (see the egress package): the only way out.
+//
+// Its in-neuron half is internal/agent/nsboxinit, PID 1 (`cortex-agent
+// init`): it reads the boot.NsboxConfig this package writes
+// (internal/protocol/boot), builds the root, serves egress and starts,
+// restarts and reaps the agent; the agent (internal/agent) then confines
+// itself (internal/agent/confine: seccomp, Landlock) and serves the channel.
 package nsbox
 
 import (

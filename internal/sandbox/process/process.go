@@ -8,6 +8,11 @@
 // Its overlay holds home/ (the commands' $HOME), home/workspace (the
 // workdir, and the root of file operations) and tmp/ ($TMPDIR); the common
 // lifecycle (internal/sandbox/internal/lifecycle) does the rest.
+//
+// Its in-neuron half is the ordinary agent alone (internal/agent, started
+// as cmd/cortex-agent with --channel-dir): there is no PID 1 of the
+// neuron's and nothing confines it; the agent serves the channel and
+// keeps file operations beneath the workspace.
 package process
 
 import (

@@ -2,8 +2,15 @@
 // guest kernel, a read-only root disk shared by every neuron, a sparse
 // writable overlay disk per neuron (overlays/<id>/overlay.ext4, kept across
 // destroy and create), and no network device at all. Devices sit on
-// virtio-mmio; the guest's PID 1 is cortex-agent (internal/agent/guestinit)
-// from the initramfs internal/vmimage builds.
+// virtio-mmio.
+//
+// Its in-neuron half is internal/agent/vminit, the guest's PID 1
+// (cortex-agent as /init of the initramfs internal/vmimage builds): it
+// reads the boot.VMConfig this package writes on the config disk
+// (internal/protocol/boot), mounts the disks, bridges each virtio-serial
+// port to the agent, serves the control port and the guest end of the
+// egress tunnel, and starts the agent (internal/agent), which confines
+// itself (internal/agent/confine).
 //
 // QEMU runs with KVM where KVM really runs guests (a probe boots the
 // kernel; opening /dev/kvm proves nothing where nested virtualization is

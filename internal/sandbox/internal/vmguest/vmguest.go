@@ -79,7 +79,7 @@ func (t Tunnel) Start() error {
 	var files []*os.File
 	switch {
 	case t.Stream != nil && t.Listen == "":
-		files = []*os.File{t.Stream} // descriptor 3: confine.TunnelFD
+		files = []*os.File{t.Stream} // boot.EgressTunnelFD
 	case t.Stream == nil && t.Listen != "" && t.VMM > 0:
 		args = append(args, "--listen", t.Listen, "--pid", strconv.Itoa(t.VMM))
 	default:

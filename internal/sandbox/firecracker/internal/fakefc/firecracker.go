@@ -145,7 +145,7 @@ func ReadCalls(callsDir, id string) ([]Call, error) {
 	return out, nil
 }
 
-// The guest's contract, as the image's PID 1 (internal/agent/guestinit)
+// The guest's contract, as the image's PID 1 (internal/agent/vminit)
 // keeps it; the fake's guest keeps it too.
 const (
 	serialOverlay = "cortex-overlay"
@@ -168,7 +168,7 @@ type guestConfig struct {
 	Secret string `json:"secret,omitempty"`
 }
 
-// ctlRequest and ctlReply are the control port's lines (guestinit's).
+// ctlRequest and ctlReply are the control port's lines (vminit's).
 type ctlRequest struct {
 	Op   string    `json:"op"`
 	Time time.Time `json:"time,omitzero"`

@@ -1,4 +1,4 @@
-package confine
+package nsboxinit
 
 import (
 	"encoding/json"
@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/nsys-cortex/cortex/internal/agent/confine"
 	"github.com/nsys-cortex/cortex/internal/agent/logline"
 	"github.com/nsys-cortex/cortex/internal/protocol/boot"
 )
@@ -33,7 +34,7 @@ func Init() int {
 	}
 	// Nothing untrusted may ptrace or read this process's memory.
 	unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
-	var eg *egressPlan
+	var eg *confine.EgressPlan
 	if cfg.Network == "egress" {
 		var err error
 		if eg, err = planEgress(&cfg); err != nil {
@@ -56,7 +57,7 @@ func Init() int {
 	spawn := startAgent
 	if eg != nil {
 		var err error
-		if spawn, err = startEgress(eg, logf); err != nil {
+		if spawn, err = startEgress(eg, cfg.Egress.Listen, logf); err != nil {
 			logf("%v", err)
 			return 1
 		}
@@ -106,7 +107,7 @@ func build(cfg *boot.NsboxConfig, logf func(string, ...any)) error {
 		return fmt.Errorf("hostname: %w", err)
 	}
 	if cfg.Network == "none" {
-		if err := LoopbackUp(); err != nil {
+		if err := confine.LoopbackUp(); err != nil {
 			return fmt.Errorf("network: bringing up lo: %w", err)
 		}
 	}
@@ -262,25 +263,6 @@ func pivot(root string) error {
 	return unix.Chdir("/")
 }
 
-// LoopbackUp brings up lo, in a new network namespace or a VM: a neuron
-// has no other interface.
-func LoopbackUp() error {
-	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return err
-	}
-	defer unix.Close(fd)
-	ifr, err := unix.NewIfreq("lo")
-	if err != nil {
-		return err
-	}
-	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
-		return err
-	}
-	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP | unix.IFF_RUNNING)
-	return unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr)
-}
-
 // startAgent starts the agent in a user namespace of its own, where it is an
 // unprivileged user with no capabilities, under the rlimits.
 func startAgent(cfg *boot.NsboxConfig) (*os.Process, error) {
@@ -293,7 +275,7 @@ func startAgent(cfg *boot.NsboxConfig) (*os.Process, error) {
 	args := append([]string{"cortex-agent"}, cfg.AgentArgs...)
 	var extra []*os.File
 	if cfg.Secret != "" {
-		secret, err := SecretPipe(cfg.Secret)
+		secret, err := confine.SecretPipe(cfg.Secret)
 		if err != nil {
 			return nil, fmt.Errorf("the agent's secret: %w", err)
 		}
@@ -391,24 +373,6 @@ func supervise(cfg *boot.NsboxConfig, agent int, spawn func(*boot.NsboxConfig) (
 		}
 		current.Store(int64(p.Pid))
 	}
-}
-
-// SecretPipe returns the read end of a pipe holding secret alone (its
-// write end closed), to pass to the agent as a descriptor.
-func SecretPipe(secret string) (*os.File, error) {
-	r, w, err := os.Pipe()
-	if err != nil {
-		return nil, err
-	}
-	_, err = w.WriteString(secret)
-	if cerr := w.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		r.Close()
-		return nil, err
-	}
-	return r, nil
 }
 
 // killTheRest kills every process of this pid namespace but PID 1 (the

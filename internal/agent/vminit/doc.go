@@ -1,6 +1,7 @@
-// Package guestinit is cortex-agent as PID 1 of a microVM neuron (QEMU's
-// microvm, Firecracker): the kernel runs it as /init from the initramfs
-// that internal/vmimage builds. It
+// Package vminit is cortex-agent as PID 1 of a microVM neuron (QEMU's
+// microvm, Firecracker), the pair of internal/agent/nsboxinit, which is
+// PID 1 of a namespace sandbox: the kernel runs it as /init from the
+// initramfs that internal/vmimage builds. It
 //
 //   - mounts devtmpfs, proc and sysfs, loads the kernel modules the
 //     initramfs carries (finit_module, in modules.dep order),
@@ -23,4 +24,4 @@
 // internal/vmimage) imports instead of this package. It imports only
 // foundation packages and the standard library (the agent runs as a
 // separate process).
-package guestinit
+package vminit

@@ -1,4 +1,4 @@
-package guestinit
+package vminit
 
 import (
 	"encoding/json"
