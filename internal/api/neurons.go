@@ -13,7 +13,6 @@ import (
 	cortex "github.com/nsys-cortex/cortex/client"
 	"github.com/nsys-cortex/cortex/internal/ids"
 	"github.com/nsys-cortex/cortex/internal/link"
-	"github.com/nsys-cortex/cortex/internal/model"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
 )
 
@@ -22,9 +21,20 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 		Modes: s.opts.Set.Modes(), UptimeMs: time.Since(s.started).Milliseconds()})
 }
 
-// neuronOf is the API's view of a neuron's state (the in-memory model's,
-// which /ctx serves too).
-func neuronOf(st *sandbox.State) cortex.Neuron { return model.NeuronOf(st) }
+// NeuronOf is the API's JSON shape of a neuron (GET /v1/neurons/{id});
+// /ctx serves the same as a neuron's state.json (ctxsource.Render).
+func NeuronOf(st *sandbox.State) cortex.Neuron {
+	n := cortex.Neuron{ID: st.ID, Mode: st.Mode, Status: string(st.Status), PID: st.PID, Workdir: st.Workdir,
+		CreatedAt: st.CreatedAt, AgentVersion: st.AgentVersion}
+	if st.Owner != nil {
+		n.Owner = &cortex.Owner{PID: st.Owner.PID, Command: st.Owner.Command, Since: st.Owner.Since}
+	}
+	if p := st.Policy; p != nil {
+		n.Policy = &cortex.Policy{Network: cortex.Network{Mode: string(p.Network.Mode), Allow: p.Network.Allow},
+			Limits: cortex.Limits(p.Limits), Image: p.Image, NestedUserns: p.NestedUserns, Ctx: p.Ctx, CtxWritable: p.CtxWritable}
+	}
+	return n
+}
 
 func (s *Server) listNeurons(w http.ResponseWriter, r *http.Request) {
 	all, err := s.opts.Set.List(r.Context())
@@ -36,7 +46,7 @@ func (s *Server) listNeurons(w http.ResponseWriter, r *http.Request) {
 		Neurons []cortex.Neuron `json:"neurons"`
 	}{Neurons: make([]cortex.Neuron, 0, len(all))}
 	for _, st := range all {
-		out.Neurons = append(out.Neurons, neuronOf(st))
+		out.Neurons = append(out.Neurons, NeuronOf(st))
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -86,7 +96,7 @@ func (s *Server) createNeuron(w http.ResponseWriter, r *http.Request) {
 	st, err := m.Create(r.Context(), id, opts)
 	var ar *sandbox.AlreadyRunningError
 	if errors.As(err, &ar) {
-		writeJSON(w, http.StatusOK, cortex.Created{Neuron: neuronOf(ar.State), Started: false, ModeReason: why})
+		writeJSON(w, http.StatusOK, cortex.Created{Neuron: NeuronOf(ar.State), Started: false, ModeReason: why})
 		return
 	}
 	if err != nil {
@@ -94,7 +104,7 @@ func (s *Server) createNeuron(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.log.Info("neuron created", "id", st.ID, "mode", st.Mode, "why", why)
-	writeJSON(w, http.StatusCreated, cortex.Created{Neuron: neuronOf(st), Started: true, ModeReason: why})
+	writeJSON(w, http.StatusCreated, cortex.Created{Neuron: NeuronOf(st), Started: true, ModeReason: why})
 }
 
 func (s *Server) getNeuron(w http.ResponseWriter, r *http.Request) {
@@ -103,7 +113,7 @@ func (s *Server) getNeuron(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, neuronOf(st))
+	writeJSON(w, http.StatusOK, NeuronOf(st))
 }
 
 func (s *Server) destroyNeuron(w http.ResponseWriter, r *http.Request) {

@@ -130,7 +130,7 @@ func (s *Server) restoreSnapshot(w http.ResponseWriter, r *http.Request) {
 	// The state after is read without the request's context: the restore
 	// is done, and its answer should say so even to a client about to go.
 	if _, now, err := s.opts.Set.FindExact(context.WithoutCancel(r.Context()), st.ID); err == nil {
-		out.Neuron = neuronOf(now)
+		out.Neuron = NeuronOf(now)
 	}
 	writeJSON(w, http.StatusOK, out)
 }

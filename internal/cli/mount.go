@@ -14,6 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/nsys-cortex/cortex/internal/api"
 	"github.com/nsys-cortex/cortex/internal/ctxfs"
 	"github.com/nsys-cortex/cortex/internal/ctxsource"
 	"github.com/nsys-cortex/cortex/internal/launch"
@@ -80,7 +81,7 @@ func (a *App) serveCtx(ctx context.Context, dir string, readOnly, debug bool) er
 	mctx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	defer stop()
 	go m.Run(mctx)
-	src := ctxsource.New(set, a.lay, m)
+	src := ctxsource.New(set, a.lay, m, api.NeuronOf)
 	var tok [12]byte
 	rand.Read(tok[:])
 	token := hex.EncodeToString(tok[:])

@@ -23,6 +23,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	cortex "github.com/nsys-cortex/cortex/client"
 	"github.com/nsys-cortex/cortex/internal/ctxfs"
 	"github.com/nsys-cortex/cortex/internal/launch"
 	"github.com/nsys-cortex/cortex/internal/layout"
@@ -42,12 +43,23 @@ const (
 	RecordsTTL = time.Second            // receipts, sessions, agents
 )
 
+// Render is the API's view of a neuron (api.NeuronOf): /ctx serves its
+// JSON as the neuron's state.json and its Policy's as policy.json, byte
+// for byte what the API answers.
+type Render func(st *sandbox.State) cortex.Neuron
+
 // Source is the real system as ctxfs sees it.
 type Source struct {
-	set   *sandbox.Set
-	lay   layout.Layout
-	model *model.Model
-	snap  atomic.Pointer[ctxfs.Snapshot]
+	set    *sandbox.Set
+	lay    layout.Layout
+	model  *model.Model
+	render Render
+	snap   atomic.Pointer[ctxfs.Snapshot]
+
+	// renderMu guards rendered: each model neuron's files, rendered once
+	// per change of the neuron (the model keeps an unchanged *Neuron).
+	renderMu sync.Mutex
+	rendered map[string]rendered
 
 	mu      sync.Mutex
 	neurons map[string]*tools.SetNeuron
@@ -76,26 +88,70 @@ var (
 	_ ctxfs.Forgetter  = (*Source)(nil)
 )
 
+// rendered is a model neuron's files.
+type rendered struct {
+	from *model.Neuron
+	n    *ctxfs.Neuron
+}
+
 // New returns the source over set, reading neurons from m (which the
-// caller runs: m.Run).
-func New(set *sandbox.Set, lay layout.Layout, m *model.Model) *Source {
-	s := &Source{set: set, lay: lay, model: m, neurons: map[string]*tools.SetNeuron{},
-		procs: map[string]cached[[]protocol.ProcInfo]{}, health: map[string]cached[[]byte]{},
+// caller runs: m.Run) and rendering each with render.
+func New(set *sandbox.Set, lay layout.Layout, m *model.Model, render Render) *Source {
+	s := &Source{set: set, lay: lay, model: m, render: render, rendered: map[string]rendered{},
+		neurons: map[string]*tools.SetNeuron{}, procs: map[string]cached[[]protocol.ProcInfo]{}, health: map[string]cached[[]byte]{},
 		recs: map[string]cached[any]{}, metas: map[string]sessionMeta{}}
-	s.snap.Store(convert(m.Snapshot()))
-	m.Subscribe(func(_, cur *model.Snapshot) { s.snap.Store(convert(cur)) })
+	s.snap.Store(s.convert(m.Snapshot()))
+	m.Subscribe(func(_, cur *model.Snapshot) { s.snap.Store(s.convert(cur)) })
 	return s
 }
 
 // convert is the model's snapshot in ctxfs's words (once per change, never
-// per read).
-func convert(ms *model.Snapshot) *ctxfs.Snapshot {
+// per read); a neuron the model kept is not rendered again.
+func (s *Source) convert(ms *model.Snapshot) *ctxfs.Snapshot {
+	s.renderMu.Lock()
+	defer s.renderMu.Unlock()
 	ns := make([]*ctxfs.Neuron, len(ms.Neurons))
+	next := make(map[string]rendered, len(ms.Neurons))
 	for i, n := range ms.Neurons {
-		ns[i] = &ctxfs.Neuron{ID: n.State.ID, UID: n.UID, Running: n.State.Status == sandbox.StatusRunning,
-			Created: n.State.CreatedAt, Status: n.Status, State: n.JSON, Policy: n.PolicyJSON}
+		r, ok := s.rendered[n.State.ID]
+		if !ok || r.from != n {
+			r = rendered{from: n, n: s.files(n)}
+		}
+		ns[i], next[n.State.ID] = r.n, r
 	}
+	s.rendered = next
 	return ctxfs.NewSnapshot(ms.Version, ms.At, ns)
+}
+
+// files renders neuron n's status, state.json and policy.json.
+func (s *Source) files(n *model.Neuron) *ctxfs.Neuron {
+	view := s.render(n.State)
+	js, _ := json.MarshalIndent(view, "", "  ") // plain data: cannot fail
+	js = append(js, '\n')
+	pol := []byte("null\n")
+	if view.Policy != nil {
+		pol, _ = json.MarshalIndent(view.Policy, "", "  ")
+		pol = append(pol, '\n')
+	}
+	st := n.State
+	return &ctxfs.Neuron{ID: st.ID, UID: n.UID, Running: st.Status == sandbox.StatusRunning,
+		Created: st.CreatedAt, Status: []byte(StatusLine(st)), State: js, Policy: pol}
+}
+
+// StatusLine is a neuron's status file: one line a shell can parse, the
+// status word, then key=value fields.
+func StatusLine(st *sandbox.State) string {
+	var b strings.Builder
+	b.WriteString(string(st.Status))
+	fmt.Fprintf(&b, " mode=%s pid=%d", st.Mode, st.PID)
+	if !st.CreatedAt.IsZero() {
+		fmt.Fprintf(&b, " created=%s", st.CreatedAt.UTC().Format(time.RFC3339))
+	}
+	if st.Pending {
+		b.WriteString(" pending=true")
+	}
+	b.WriteByte('\n')
+	return b.String()
 }
 
 // Snapshot is the current neurons.
@@ -103,7 +159,7 @@ func (s *Source) Snapshot() *ctxfs.Snapshot {
 	if cur := s.snap.Load(); cur.Version == s.model.Snapshot().Version {
 		return cur
 	}
-	return convert(s.model.Snapshot()) // a refresh raced its subscriber
+	return s.convert(s.model.Snapshot()) // a refresh raced its subscriber
 }
 
 // neuron returns the channel holder of neuron id (it reconnects after a

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nsys-cortex/cortex/internal/api"
 	"github.com/nsys-cortex/cortex/internal/ctxfs"
 	"github.com/nsys-cortex/cortex/internal/ctxsource"
 	"github.com/nsys-cortex/cortex/internal/launch"
@@ -91,7 +92,7 @@ func newEnv(t testing.TB) *env {
 		if st.ID == "n1" {
 			return uid
 		}
-		return model.AgentUID(st)
+		return set.AgentUID(st)
 	}))
 	if _, err := mod.Refresh(ctx); err != nil {
 		t.Fatal(err)
@@ -100,7 +101,7 @@ func newEnv(t testing.TB) *env {
 	done := make(chan struct{})
 	go func() { mod.Run(mctx); close(done) }()
 	t.Cleanup(func() { stop(); <-done })
-	src := ctxsource.New(set, lay, mod)
+	src := ctxsource.New(set, lay, mod, api.NeuronOf)
 	tree := ctxfs.NewTree(ctxfs.Options{Source: src, Channel: src, Controller: src, Records: src,
 		Auditor: launch.NewAudit(src.AuditLog()), Token: "t0k"})
 	dir := filepath.Join(root, "ctx")

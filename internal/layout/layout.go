@@ -2,7 +2,7 @@
 // (~/.nsys-cortex by default):
 //
 //	overlays/<id>/      a neuron's persistent data and its state file
-//	sockets/<id>/       the channel directory of a neuron (0700)
+//	sockets/[group/]<id>/  the channel directory of a neuron (0700)
 //	snapshots/<id>/     snapshots of a neuron's overlay
 //	mounts/             records of running /ctx mounts (nsys-cortex mount)
 //	images/             neuron images; images/vm/ the microVM kernel and disks
@@ -14,6 +14,8 @@ package layout
 
 import (
 	"errors"
+	"fmt"
+	"hash/fnv"
 	"os"
 	"path/filepath"
 )
@@ -61,20 +63,34 @@ func New(home, overlayStore string) (Layout, error) {
 	return l, nil
 }
 
+// Tag is a short name of this home: eight hex digits, a hash of the
+// overlay store's absolute path (where the neurons' data is, and so what
+// tells one home's neuron from another's of the same id). Backends put it
+// in the names of what they make outside the home, so that two homes on
+// one host (two users, two test runs) never share or find each other's:
+// container names and labels, jail ids, VMM process names, cgroups.
+func (l Layout) Tag() string {
+	abs, err := filepath.Abs(l.Overlays)
+	if err != nil {
+		abs = l.Overlays
+	}
+	h := fnv.New32a()
+	h.Write([]byte(abs))
+	return fmt.Sprintf("%08x", h.Sum32())
+}
+
 // OverlayDir is the persistent directory of neuron id.
 func (l Layout) OverlayDir(id string) string { return filepath.Join(l.Overlays, id) }
 
 // SocketsDir holds the channel directories.
 func (l Layout) SocketsDir() string { return filepath.Join(l.Home, "sockets") }
 
-// ChannelDir is the channel directory of neuron id for a backend; backends
-// other than process nest under their mode name so a neuron's id is unique per
-// backend directory.
-func (l Layout) ChannelDir(mode, id string) string {
-	if mode == "" || mode == "process" {
-		return filepath.Join(l.SocketsDir(), id)
-	}
-	return filepath.Join(l.SocketsDir(), mode, id)
+// ChannelDir is the channel directory of neuron id in group: a directory
+// of SocketsDir that keeps the ids of one group apart from another's (a
+// backend names its group, usually its mode). An empty group is
+// SocketsDir itself.
+func (l Layout) ChannelDir(group, id string) string {
+	return filepath.Join(l.SocketsDir(), group, id)
 }
 
 // SnapshotsDir holds the snapshots of neuron id.

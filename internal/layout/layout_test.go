@@ -21,18 +21,27 @@ func TestFromEnv(t *testing.T) {
 		t.Fatalf("%+v %v", l, err)
 	}
 	for got, want := range map[string]string{
-		l.ChannelDir("process", "n1"): "/srv/cortex/sockets/n1",
-		l.ChannelDir("docker", "n1"):  "/srv/cortex/sockets/docker/n1",
-		l.SnapshotsDir("n1"):          "/srv/cortex/snapshots/n1",
-		l.LogsDir():                   "/srv/cortex/logs",
-		l.BinDir():                    "/srv/cortex/bin",
-		l.ConfigFile():                "/srv/cortex/config.json",
-		l.ImagesDir():                 "/srv/cortex/images",
-		l.SessionsDir():               "/srv/cortex/sessions",
+		l.ChannelDir("", "n1"):       "/srv/cortex/sockets/n1",
+		l.ChannelDir("docker", "n1"): "/srv/cortex/sockets/docker/n1",
+		l.SnapshotsDir("n1"):         "/srv/cortex/snapshots/n1",
+		l.LogsDir():                  "/srv/cortex/logs",
+		l.BinDir():                   "/srv/cortex/bin",
+		l.ConfigFile():               "/srv/cortex/config.json",
+		l.ImagesDir():                "/srv/cortex/images",
+		l.SessionsDir():              "/srv/cortex/sessions",
 	} {
 		if got != want {
 			t.Errorf("%s, want %s", got, want)
 		}
+	}
+	// The tag is the overlay store's: docker's container names and
+	// firecracker's jail ids of running neurons are made of it, so its
+	// value must never change.
+	if got := l.Tag(); got != "f612d3d6" {
+		t.Errorf("tag of %s: %s", l.Overlays, got)
+	}
+	if other, _ := New("/srv/cortex", ""); other.Tag() == l.Tag() {
+		t.Errorf("two overlay stores, one tag %s", l.Tag())
 	}
 	// Relative settings become absolute.
 	t.Setenv(EnvHome, "rel/home")

@@ -41,14 +41,11 @@ func TestModel(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := s1.Get("a")
-	if got := string(a.Status); got != "running mode=process pid=42 created=2026-01-02T03:04:05Z\n" {
-		t.Errorf("status %q", got)
+	if a.State.ID != "a" || a.State.PID != 42 || !a.State.CreatedAt.Equal(created) {
+		t.Errorf("state %+v", a.State)
 	}
 	if a.UID != 1042 || s1.Get("b").UID != -1 {
 		t.Errorf("uids %d %d; want 1042 and -1 (stopped)", a.UID, s1.Get("b").UID)
-	}
-	if string(s1.Get("b").PolicyJSON) != "null\n" {
-		t.Errorf("a stopped neuron's policy: %q", s1.Get("b").PolicyJSON)
 	}
 	// Nothing changed: the same snapshot.
 	if s2, _ := m.Refresh(ctx); s2 != s1 || changes != 1 {
@@ -63,6 +60,23 @@ func TestModel(t *testing.T) {
 		t.Fatalf("after a change: version %d, a reused %v", s3.Version, s3.Get("a") == a)
 	}
 }
+
+// The uid comes from the lister when it tells one (a *sandbox.Set asks the
+// neuron's mode), and is -1 otherwise.
+func TestUIDFromLister(t *testing.T) {
+	states := []*sandbox.State{{ID: "r", Status: sandbox.StatusRunning, PID: 9}}
+	s, err := model.New(&uidLister{lister: lister{states: states}}).Refresh(context.Background())
+	if err != nil || s.Get("r").UID != 2009 {
+		t.Fatalf("uid %d (%v), want the lister's 2009", s.Get("r").UID, err)
+	}
+	if s, _ := model.New(&lister{states: states}).Refresh(context.Background()); s.Get("r").UID != -1 {
+		t.Fatalf("uid %d from a lister that tells none, want -1", s.Get("r").UID)
+	}
+}
+
+type uidLister struct{ lister }
+
+func (l *uidLister) AgentUID(st *sandbox.State) int { return 2000 + st.PID }
 
 func TestRunRefreshesOnInvalidate(t *testing.T) {
 	l := &lister{}

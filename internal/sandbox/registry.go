@@ -289,6 +289,23 @@ func (s *Set) List(ctx context.Context) ([]*State, error) {
 	return all, nil
 }
 
+// AgentUID returns the host uid running neuron st's agent runs as, as its
+// mode's manager tells it (AgentUIDer), or -1: the neuron is not running,
+// its mode is not in the set, or the mode cannot tell.
+func (s *Set) AgentUID(st *State) int {
+	if st.Status != StatusRunning {
+		return -1
+	}
+	m, err := s.Manager(st.Mode)
+	if err != nil {
+		return -1
+	}
+	if u, ok := m.(AgentUIDer); ok {
+		return u.AgentUID(st)
+	}
+	return -1
+}
+
 // Close closes every manager built.
 func (s *Set) Close() error {
 	s.mu.Lock()

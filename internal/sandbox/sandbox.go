@@ -106,6 +106,16 @@ type DataRooter interface {
 	DataRoot(ctx context.Context, id string) (string, error)
 }
 
+// AgentUIDer is implemented by managers whose neurons' agents run as a
+// host uid: what State.PID stands for differs by mode (the agent itself,
+// a PID 1 above it, a VMM), so only the mode can say. /ctx lets that uid
+// read the neuron's subtree.
+type AgentUIDer interface {
+	// AgentUID returns the host uid running neuron st's agent runs as, or
+	// -1 when it cannot be told.
+	AgentUID(st *State) int
+}
+
 // LogPather is implemented by managers that keep a log file per neuron.
 type LogPather interface {
 	// LogPath returns where neuron id's log is on the host.

@@ -51,6 +51,51 @@ func Cmdline(pid int) []string {
 	return strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
 }
 
+// ProcUID returns the real uid of process pid, or -1.
+func ProcUID(pid int) int {
+	if pid <= 0 {
+		return -1
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return -1
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "Uid:"); ok {
+			if fs := strings.Fields(rest); len(fs) > 0 {
+				if u, err := strconv.Atoi(fs[0]); err == nil {
+					return u
+				}
+			}
+			return -1
+		}
+	}
+	return -1
+}
+
+// FirstChild returns the lowest-numbered child of pid, or 0. Children are
+// listed per thread of the parent (the thread that forked them), and a Go
+// parent forks from any of its threads: every thread's list is read.
+func FirstChild(pid int) int {
+	tasks, err := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/task")
+	if err != nil {
+		return 0
+	}
+	lowest := 0
+	for _, t := range tasks {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/task/" + t.Name() + "/children")
+		if err != nil {
+			continue
+		}
+		for _, f := range strings.Fields(string(b)) {
+			if c, err := strconv.Atoi(f); err == nil && (lowest == 0 || c < lowest) {
+				lowest = c
+			}
+		}
+	}
+	return lowest
+}
+
 // AgentProcess is a cortex-agent process found in /proc.
 type AgentProcess struct {
 	PID        int

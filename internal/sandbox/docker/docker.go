@@ -20,7 +20,6 @@ package docker
 import (
 	"context"
 	"fmt"
-	"hash/fnv"
 	"net"
 	"os"
 	"os/exec"
@@ -106,20 +105,11 @@ func (r *runtime) Workdir(layout.Layout, string) string { return Workspace }
 // 450 MB neuron image).
 func (r *runtime) BootTimeout() time.Duration { return time.Minute }
 
-// homeTag tells this home's containers from another's on the same daemon.
-func homeTag(lay layout.Layout) string {
-	abs, err := filepath.Abs(lay.Overlays)
-	if err != nil {
-		abs = lay.Overlays
-	}
-	h := fnv.New32a()
-	h.Write([]byte(abs))
-	return fmt.Sprintf("%08x", h.Sum32())
-}
-
-// ContainerName is neuron id's container under lay.
+// ContainerName is neuron id's container under lay; the home's tag
+// (layout.Tag) tells this home's containers from another's on the same
+// daemon.
 func ContainerName(lay layout.Layout, id string) string {
-	return "nsys-cortex-" + homeTag(lay) + "-" + id
+	return "nsys-cortex-" + lay.Tag() + "-" + id
 }
 
 // homeDir is the neuron's home on the host: on its disk of its own when it
@@ -222,7 +212,7 @@ func (r *runtime) plan(lay layout.Layout, id string, opts sandbox.CreateOptions)
 	if p.tcp {
 		channel = ""
 	}
-	p.spec = RunSpec{Name: ContainerName(lay, id), ID: id, HomeTag: homeTag(lay), Image: img, UID: uid, GID: gid,
+	p.spec = RunSpec{Name: ContainerName(lay, id), ID: id, HomeTag: lay.Tag(), Image: img, UID: uid, GID: gid,
 		Channel: channel, Home: homeDir(lay, id), Network: network, Publish: p.tcp,
 		MemoryBytes: lim.MemoryBytes, Pids: lim.Pids, CPUs: lim.CPUs, TmpBytes: tmpBytes, Env: env, AgentArgs: args}
 	if _, err := EnvFileContent(env); err != nil {
@@ -410,7 +400,7 @@ func (r *runtime) Alive(lay layout.Layout, st *sandbox.State) (bool, error) {
 // serves a whole list.
 func (r *runtime) Running(lay layout.Layout) ([]lifecycle.Running, error) {
 	out, err := docker(context.Background(), "ps", "--filter", "label="+LabelManaged+"=true",
-		"--filter", "label="+LabelHome+"="+homeTag(lay), "--format", "{{.Label \""+LabelID+"\"}}")
+		"--filter", "label="+LabelHome+"="+lay.Tag(), "--format", "{{.Label \""+LabelID+"\"}}")
 	if err != nil {
 		return nil, err
 	}

@@ -4,7 +4,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"hash/fnv"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -142,22 +141,12 @@ func jailIDOK(id string) bool {
 	return true
 }
 
-// homeTag tells this home's jails from another's under one chroot base.
-func homeTag(lay layout.Layout) string {
-	abs, err := filepath.Abs(lay.Overlays)
-	if err != nil {
-		abs = lay.Overlays
-	}
-	h := fnv.New32a()
-	h.Write([]byte(abs))
-	return fmt.Sprintf("%08x", h.Sum32())
-}
-
-// JailID is neuron id's jail id under lay: "<home tag>-<id>" when the id
+// JailID is neuron id's jail id under lay: "<home tag>-<id>" (layout.Tag:
+// this home's jails apart from another's under one chroot base) when the id
 // is jailer-safe (letters, digits, '-') and short enough, otherwise
 // "<home tag>-h<hash of the id>".
 func JailID(lay layout.Layout, id string) string {
-	tag := homeTag(lay)
+	tag := lay.Tag()
 	if j := tag + "-" + id; jailIDOK(j) {
 		return j
 	}

@@ -145,7 +145,7 @@ func TestKVMTwentyVMs(t *testing.T) {
 	if entries, _ := filepath.Glob(filepath.Join(h.cfg.ChrootBase, "*", "*")); len(entries) > 0 {
 		t.Errorf("jails left: %v", entries)
 	}
-	if entries, _ := filepath.Glob(filepath.Join(h.cfg.CgroupRoot, ParentCgroup, homeTag(h.env.Layout)+"-*")); len(entries) > 0 {
+	if entries, _ := filepath.Glob(filepath.Join(h.cfg.CgroupRoot, ParentCgroup, h.env.Layout.Tag()+"-*")); len(entries) > 0 {
 		t.Errorf("cgroups left: %v", entries)
 	}
 }

@@ -37,7 +37,7 @@ func (r *runtime) Running(lay layout.Layout) ([]lifecycle.Running, error) {
 }
 
 func (r *runtime) scan(lay layout.Layout) []lifecycle.Running {
-	prefix := homeTag(lay) + "-"
+	prefix := lay.Tag() + "-"
 	found := store.FindProcesses(func(argv []string) (string, bool) {
 		for i := 1; i+1 < len(argv); i++ {
 			if argv[i] == "--id" && strings.HasPrefix(argv[i+1], prefix) {

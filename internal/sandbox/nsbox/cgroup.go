@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"maps"
 	"os"
 	"path/filepath"
@@ -303,13 +302,11 @@ func (s *cgroupSupport) prime() {
 	}
 }
 
-// cgroupName names a neuron's cgroup: its id, and a tag of its home, so
-// that neurons of the same id under two homes (two users, two test runs)
-// never share ceilings.
+// cgroupName names a neuron's cgroup: its id, and its home's tag
+// (layout.Tag), so that neurons of the same id under two homes (two users,
+// two test runs) never share ceilings.
 func cgroupName(lay layout.Layout, id string) string {
-	h := fnv.New32a()
-	h.Write([]byte(lay.OverlayDir(id)))
-	return fmt.Sprintf("%s@%08x", id, h.Sum32())
+	return id + "@" + lay.Tag()
 }
 
 // removeCgroups removes a neuron's cgroups once nothing runs in them.

@@ -41,6 +41,7 @@ import (
 	"github.com/nsys-cortex/cortex/internal/sandbox"
 	"github.com/nsys-cortex/cortex/internal/sandbox/internal/disk"
 	"github.com/nsys-cortex/cortex/internal/sandbox/internal/lifecycle"
+	"github.com/nsys-cortex/cortex/internal/store"
 )
 
 // Mode is this backend's name.
@@ -75,6 +76,7 @@ func New(env sandbox.Env) *lifecycle.Manager {
 
 var _ lifecycle.Runtime = (*runtime)(nil)
 var _ lifecycle.SocketOwner = (*runtime)(nil)
+var _ sandbox.AgentUIDer = (*runtime)(nil)
 
 type runtime struct {
 	env sandbox.Env
@@ -94,6 +96,28 @@ func (r *runtime) Allow() error {
 }
 
 func (r *runtime) Workdir(layout.Layout, string) string { return Workspace }
+
+// AgentUID is the host uid of neuron st's agent. The state's PID is the
+// sandbox's PID 1, which runs as root when the host does, and whose child
+// is the agent under the neuron's own uid: a root PID is looked past to
+// its first child that is not root (PID 1, then the agent, no deeper).
+func (r *runtime) AgentUID(st *sandbox.State) int {
+	if st.PID <= 0 {
+		return -1
+	}
+	pid := st.PID
+	for depth := 0; ; depth++ {
+		uid := store.ProcUID(pid)
+		if uid != 0 || depth == 2 {
+			return uid
+		}
+		child := store.FirstChild(pid)
+		if child <= 0 {
+			return uid
+		}
+		pid = child
+	}
+}
 
 // The neuron's overlay directory holds:
 //

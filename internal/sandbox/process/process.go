@@ -50,10 +50,22 @@ func New(env sandbox.Env) *lifecycle.Manager { return lifecycle.New(env, runtime
 var _ sandbox.Manager = (*lifecycle.Manager)(nil)
 var _ sandbox.OrphanCleaner = (*lifecycle.Manager)(nil)
 
+var _ lifecycle.ChannelGrouper = runtime{}
+
 // runtime is process mode's part of the lifecycle.
 type runtime struct{}
 
 func (runtime) Mode() string { return Mode }
+
+// ChannelGroup: process mode's channel directories are sockets/<id>
+// itself, where they were before other modes had theirs in a directory of
+// their own; a running agent is found there by its --channel-dir.
+func (runtime) ChannelGroup() string { return "" }
+
+// ChannelDir is where process mode keeps neuron id's channel directory.
+func ChannelDir(lay layout.Layout, id string) string {
+	return lay.ChannelDir(runtime{}.ChannelGroup(), id)
+}
 
 func (runtime) Allow() error {
 	if !sandbox.AllowInsecure() {

@@ -169,7 +169,7 @@ func TestStaleAndCorruptState(t *testing.T) {
 	overlay := e.Layout.OverlayDir("stale")
 	os.MkdirAll(overlay, 0o700)
 	os.WriteFile(filepath.Join(overlay, ".mode"), []byte("process\n"), 0o600)
-	sock := e.Layout.ChannelDir("process", "stale")
+	sock := process.ChannelDir(e.Layout, "stale")
 	os.MkdirAll(sock, 0o700)
 	// A dead pid: the state file and sockets are cleared, the neuron is stopped.
 	store.WriteJSON(filepath.Join(overlay, ".neuron.json"), &sandbox.State{ID: "stale", Mode: "process", PID: 999999, PIDStart: 1}, 0o600)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
-	"hash/fnv"
 	"math"
 	"os"
 	"os/exec"
@@ -228,16 +227,10 @@ func (r *runtime) Prepare(lay layout.Layout, id string, opts sandbox.CreateOptio
 		NestedUserns: p.nestedUserns}, nil
 }
 
-// Marker is what names neuron id's VM of this home in QEMU's -name
-// (guest=<marker>): how its process is found without its state file.
+// Marker is what names neuron id's VM of this home (layout.Tag) in QEMU's
+// -name (guest=<marker>): how its process is found without its state file.
 func Marker(lay layout.Layout, id string) string {
-	abs, err := filepath.Abs(lay.SocketsDir())
-	if err != nil {
-		abs = lay.SocketsDir()
-	}
-	h := fnv.New32a()
-	h.Write([]byte(abs))
-	return fmt.Sprintf("nsys-cortex:%08x:%s", h.Sum32(), id)
+	return "nsys-cortex:" + lay.Tag() + ":" + id
 }
 
 // Start boots the VM. QEMU's sockets are made here and handed over as

@@ -11,7 +11,8 @@
 //	overlays/<id>/.lock          ownership lock (flock)
 //	overlays/<id>/.mode          which mode made this overlay
 //	overlays/<id>/...            the runtime's own layout
-//	sockets/[mode/]<id>/         channel directory (0700): one socket per host process
+//	sockets/[group/]<id>/        channel directory (0700): one socket per host process;
+//	                             the group is the mode's name (ChannelGrouper)
 //	logs/neurons/<id>.log        the agent's own log
 package lifecycle
 
@@ -87,7 +88,10 @@ var (
 	_ sandbox.Manager   = (*Manager)(nil)
 	_ sandbox.LogPather = (*Manager)(nil)
 )
-var _ sandbox.OrphanCleaner = (*Manager)(nil)
+var (
+	_ sandbox.OrphanCleaner = (*Manager)(nil)
+	_ sandbox.AgentUIDer    = (*Manager)(nil)
+)
 
 // New returns a manager of rt's neurons over env.Layout.
 func New(env sandbox.Env, rt Runtime) *Manager {
@@ -101,9 +105,31 @@ func (m *Manager) Mode() string { return m.rt.Mode() }
 func (m *Manager) overlay(id string) string   { return m.lay.OverlayDir(id) }
 func (m *Manager) stateFile(id string) string { return filepath.Join(m.overlay(id), ".neuron.json") }
 func (m *Manager) workdir(id string) string   { return m.rt.Workdir(m.lay, id) }
-func (m *Manager) socketDir(id string) string { return m.lay.ChannelDir(m.rt.Mode(), id) }
+func (m *Manager) socketDir(id string) string { return m.lay.ChannelDir(m.channelGroup(), id) }
+
+// channelGroup is where under sockets/ the runtime's channel directories
+// are: its mode's directory, unless it names another (ChannelGrouper).
+func (m *Manager) channelGroup() string {
+	if g, ok := m.rt.(ChannelGrouper); ok {
+		return g.ChannelGroup()
+	}
+	return m.rt.Mode()
+}
 func (m *Manager) logFile(id string) string {
 	return filepath.Join(m.lay.LogsDir(), "neurons", id+".log")
+}
+
+// AgentUID is the host uid running neuron st's agent runs as: the
+// runtime's answer where it has one (a runtime implements
+// sandbox.AgentUIDer when its PID is not where the uid is read), else the
+// uid of the process that stands for the neuron (State.PID): the agent
+// itself in process mode, the container's client or the VMM elsewhere,
+// each run as the host user who owns the neuron.
+func (m *Manager) AgentUID(st *sandbox.State) int {
+	if u, ok := m.rt.(sandbox.AgentUIDer); ok {
+		return u.AgentUID(st)
+	}
+	return store.ProcUID(st.PID)
 }
 
 // secretFile holds the per-start secret of a neuron's agent (a host

@@ -53,6 +53,12 @@ type StartRequest struct {
 	Secret string
 }
 
+// ChannelGrouper is implemented by runtimes whose channel directories are
+// not grouped under their mode's name in sockets/ (layout.ChannelDir).
+type ChannelGrouper interface {
+	ChannelGroup() string
+}
+
 // SecretKeeper is implemented by runtimes whose next start must reuse a
 // secret an agent already holds (a VM resumed from a snapshot, its agent
 // and memory as they were).
