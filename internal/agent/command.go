@@ -61,8 +61,8 @@ func (a *Agent) prepare(c *protocol.Command) (*exec.Cmd, error) {
 		}
 		dir = p
 	}
-	env := mergeEnv(os.Environ(), c.Env)
-	env = mergeEnv(env, []string{"PWD=" + dir})
+	env := protocol.MergeEnv(os.Environ(), c.Env)
+	env = protocol.MergeEnv(env, []string{"PWD=" + dir})
 	path, err := lookPath(argv[0], envValue(env, "PATH"), dir)
 	if err != nil {
 		return nil, err
@@ -74,26 +74,6 @@ func (a *Agent) prepare(c *protocol.Command) (*exec.Cmd, error) {
 		// agent dies.
 		SysProcAttr: &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL},
 	}, nil
-}
-
-// mergeEnv returns base with the KEY=VALUE entries of add replacing or
-// appending, in order.
-func mergeEnv(base, add []string) []string {
-	if len(add) == 0 {
-		return base
-	}
-	out := make([]string, 0, len(base)+len(add))
-	idx := map[string]int{}
-	for _, kv := range append(append([]string(nil), base...), add...) {
-		k, _, _ := strings.Cut(kv, "=")
-		if i, ok := idx[k]; ok {
-			out[i] = kv
-			continue
-		}
-		idx[k] = len(out)
-		out = append(out, kv)
-	}
-	return out
 }
 
 func envValue(env []string, key string) string {

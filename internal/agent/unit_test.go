@@ -6,7 +6,6 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"testing"
 
@@ -133,13 +132,6 @@ func TestParseSignal(t *testing.T) {
 		if _, err := parseSignal(in); !protocol.HasCode(err, protocol.CodeBadRequest) {
 			t.Errorf("%q accepted: %v", in, err)
 		}
-	}
-}
-
-func TestMergeEnv(t *testing.T) {
-	got := strings.Join(mergeEnv([]string{"A=1", "B=2"}, []string{"B=3", "C=4", "A=5"}), ",")
-	if got != "A=5,B=3,C=4" {
-		t.Fatal(got)
 	}
 }
 

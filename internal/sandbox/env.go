@@ -2,6 +2,8 @@ package sandbox
 
 import (
 	"strings"
+
+	"github.com/nsys-cortex/cortex/internal/protocol"
 )
 
 // allowedEnv names the operator variables a neuron may inherit. Everything
@@ -43,26 +45,7 @@ func AgentEnv(host []string, set ...string) []string {
 			out = append(out, kv)
 		}
 	}
-	return mergeEnv(out, set)
-}
-
-// mergeEnv applies add onto base: a key in add replaces the same key in base.
-func mergeEnv(base, add []string) []string {
-	keys := map[string]int{}
-	for i, kv := range base {
-		k, _, _ := strings.Cut(kv, "=")
-		keys[k] = i
-	}
-	for _, kv := range add {
-		k, _, _ := strings.Cut(kv, "=")
-		if i, ok := keys[k]; ok {
-			base[i] = kv
-			continue
-		}
-		keys[k] = len(base)
-		base = append(base, kv)
-	}
-	return base
+	return protocol.MergeEnv(out, set)
 }
 
 // ProxyEnv is what points a neuron's programs at its egress proxy (at

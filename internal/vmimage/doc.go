@@ -14,10 +14,9 @@
 // and, per neuron, a sparse writable ext4 overlay disk and a small raw
 // config disk the guest's PID 1 (internal/agent/vminit) reads.
 //
-// It also holds the two host facts a VMM needs before it starts one: whether
-// KVM really runs a guest here (ProbeKVM executes guest instructions, it does
-// not just open /dev/kvm), and the host's TSC frequency (a TCG guest with
-// ACPI needs tsc_early_khz).
+// It also measures the host's TSC frequency (a TCG guest with ACPI needs
+// tsc_early_khz). Whether KVM really runs a guest is the backends' probe
+// (internal/sandbox/internal/kvmprobe).
 //
 // It must not start VMs or know any backend: backends import it.
 package vmimage

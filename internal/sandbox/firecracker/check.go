@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/nsys-cortex/cortex/internal/sandbox"
-	"github.com/nsys-cortex/cortex/internal/sandbox/firecracker/kvmprobe"
+	"github.com/nsys-cortex/cortex/internal/sandbox/internal/kvmprobe"
 )
 
 // KVMProbe proves KVM runs guests (kvmprobe.Run).

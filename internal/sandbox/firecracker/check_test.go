@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/nsys-cortex/cortex/internal/sandbox"
-	"github.com/nsys-cortex/cortex/internal/sandbox/firecracker/kvmprobe"
+	"github.com/nsys-cortex/cortex/internal/sandbox/internal/kvmprobe"
 )
 
 func item(c sandbox.Check, name string) sandbox.CheckItem {

@@ -31,7 +31,8 @@
 //   - snapshot.go, resync.go: pause, snapshot, copy the overlay, resume;
 //     restore into a fresh Firecracker, then set the guest's clock and
 //     reseed its RNG through the control port.
-//   - check.go, kvmprobe/: the self-check. KVM must run a real guest at
+//   - check.go (with internal/sandbox/internal/kvmprobe, which qemu mode
+//     shares): the self-check. KVM must run a real guest at
 //     hardware speed (not merely open), and the firecracker and jailer
 //     binaries, root, cgroup v2 and the guest image must be there; without
 //     them Create refuses, naming what is missing.

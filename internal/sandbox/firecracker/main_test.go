@@ -11,7 +11,7 @@ import (
 	"github.com/nsys-cortex/cortex/internal/layout"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
 	"github.com/nsys-cortex/cortex/internal/sandbox/firecracker/internal/fakefc"
-	"github.com/nsys-cortex/cortex/internal/sandbox/firecracker/kvmprobe"
+	"github.com/nsys-cortex/cortex/internal/sandbox/internal/kvmprobe"
 	"github.com/nsys-cortex/cortex/internal/sandbox/sandboxtest"
 )
 

@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/nsys-cortex/cortex/internal/sandbox/internal/kvmprobe"
 	"github.com/nsys-cortex/cortex/internal/vmimage"
 )
 
@@ -34,12 +35,18 @@ func (a accel) String() string {
 	return "TCG, software emulation (" + a.Why + ")"
 }
 
-// Probe timeouts: a vCPU that runs executes the probe's instructions at
-// once, and a kernel under KVM prints its first line within milliseconds.
+// Probe timeouts: a vCPU that runs at hardware speed executes the probe
+// guest in milliseconds (kvmprobe), and a kernel under KVM prints its
+// first line within milliseconds.
 const (
 	ioctlProbeTimeout = 2 * time.Second
 	bootProbeTimeout  = 3 * time.Second
 )
+
+// probeKey names the probe in the verdict's cache key, so that a verdict
+// of another probe (the instructions-only one before kvmprobe) is not
+// taken for this one's.
+const probeKey = "kvmprobe"
 
 var accels sync.Map // probe key -> accel
 
@@ -55,7 +62,7 @@ func chooseAccel(ctx context.Context, bin string, im *vmimage.Image) (accel, err
 	default:
 		return accel{}, fmt.Errorf("%s=%q: choose auto, kvm or tcg", EnvAccel, v)
 	}
-	key := bin + "\x00" + im.Kernel()
+	key := probeKey + "\x00" + bin + "\x00" + im.Kernel()
 	if st, err := os.Stat(im.Kernel()); err == nil {
 		key += "\x00" + st.ModTime().String()
 	}
@@ -75,8 +82,8 @@ func chooseAccel(ctx context.Context, bin string, im *vmimage.Image) (accel, err
 		return saved.Accel, nil
 	}
 	a := accel{KVM: true, Why: "a test guest ran its instructions and booted the kernel"}
-	if err := vmimage.ProbeKVM(ioctlProbeTimeout); err != nil {
-		a = accel{Why: err.Error()}
+	if r := kvmprobe.Run(ctx, kvmprobe.DefaultDevice, ioctlProbeTimeout); !r.OK {
+		a = accel{Why: "KVM: " + r.Detail}
 	} else if err := bootProbe(ctx, bin, im.Kernel()); err != nil {
 		a = accel{Why: err.Error()}
 	}

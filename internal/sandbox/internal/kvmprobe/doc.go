@@ -11,5 +11,9 @@
 // the child gives up on its own after its timeout, and the parent kills it
 // when even that does not happen.
 //
+// Both microVM backends use it, each before it trusts KVM: firecracker's
+// self-check and qemu's choice between KVM and TCG. It lives under
+// internal/sandbox/internal so that neither backend imports the other.
+//
 // The package must not be used to run anything but the fixed probe guest.
 package kvmprobe

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nsys-cortex/cortex/internal/sandbox/firecracker/kvmprobe"
+	"github.com/nsys-cortex/cortex/internal/sandbox/internal/kvmprobe"
 )
 
 // hardwareVirt reports whether the CPU offers VT-x or AMD-V to this kernel.

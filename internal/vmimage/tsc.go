@@ -1,0 +1,5 @@
+package vmimage
+
+import "errors"
+
+var errNoTSC = errors.New("the TSC frequency is only measured on amd64")
