@@ -3,7 +3,6 @@ package vmimage
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -199,12 +198,12 @@ func SizedOverlayDisk(ctx context.Context, path string, asked, dflt int64) (int6
 		"its guest writes the raw image, which the host does not parse; copy its data out and make it again with --wipe", st.Size()>>20, asked>>20)
 }
 
-// ConfigDisk writes cfg as the guest reads it (boot.VMConfig): JSON,
+// ConfigDisk writes cfg as the guest reads it (boot.EncodeVMConfig): JSON,
 // NUL-padded to whole 4 KiB blocks and at least ConfigDiskMin (the
 // kernel's partition scan complains about tinier disks), owner-only (it
 // holds the environment the operator granted, which may carry secrets).
 func ConfigDisk(path string, cfg *boot.VMConfig) error {
-	b, err := json.Marshal(cfg)
+	b, err := boot.EncodeVMConfig(cfg)
 	if err != nil {
 		return err
 	}

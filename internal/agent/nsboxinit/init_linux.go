@@ -27,8 +27,13 @@ func Init() int {
 	f := os.NewFile(boot.NsboxConfigFD, "sandbox-config")
 	defer f.Close()
 	dec := json.NewDecoder(f)
-	var cfg boot.NsboxConfig
-	if err := dec.Decode(&cfg); err != nil {
+	var raw json.RawMessage
+	if err := dec.Decode(&raw); err != nil {
+		logf("reading the sandbox configuration: %v", err)
+		return 1
+	}
+	cfg, err := boot.DecodeNsboxConfig(raw)
+	if err != nil {
 		logf("reading the sandbox configuration: %v", err)
 		return 1
 	}
@@ -36,7 +41,6 @@ func Init() int {
 	unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
 	var eg *confine.EgressPlan
 	if cfg.Network == "egress" {
-		var err error
 		if eg, err = planEgress(&cfg); err != nil {
 			logf("%v", err)
 			return 1
@@ -56,7 +60,6 @@ func Init() int {
 	}
 	spawn := startAgent
 	if eg != nil {
-		var err error
 		if spawn, err = startEgress(eg, cfg.Egress.Listen, logf); err != nil {
 			logf("%v", err)
 			return 1

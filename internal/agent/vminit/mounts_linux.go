@@ -2,7 +2,6 @@ package vminit
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -124,9 +123,11 @@ func readConfig(dev string) (boot.VMConfig, error) {
 	if i := bytes.IndexByte(buf[:n], 0); i >= 0 {
 		n = i
 	}
-	dec := json.NewDecoder(bytes.NewReader(buf[:n]))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&cfg); err != nil {
+	// Tolerant within the boot contract's major version (unknown fields of
+	// a newer host's minor are ignored), refused with both versions named
+	// beyond it.
+	cfg, err = boot.DecodeVMConfig(buf[:n])
+	if err != nil {
 		return cfg, fmt.Errorf("config disk %s: %w", dev, err)
 	}
 	if err := ids.Validate(cfg.ID); err != nil {

@@ -55,11 +55,17 @@ func TestReadConfig(t *testing.T) {
 	for name, v := range map[string]any{
 		"bad id":           boot.VMConfig{ID: "../x", Workdir: "/w"},
 		"relative workdir": boot.VMConfig{ID: "n1", Workdir: "w"},
-		"unknown field":    map[string]any{"id": "n1", "workdir": "/w", "token": "x"},
+		"another major":    map[string]any{"version": "2.0", "id": "n1", "workdir": "/w"},
 	} {
 		if _, err := readConfig(writeConfig(t, v)); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
+	}
+	// A newer host of the same major version: what this guest does not
+	// know is ignored, and the guest boots.
+	cfg, err = readConfig(writeConfig(t, map[string]any{"version": "1.9", "id": "n1", "workdir": "/w", "token": "x"}))
+	if err != nil || cfg.ID != "n1" {
+		t.Fatalf("a config of a newer minor with an unknown field: %+v %v", cfg, err)
 	}
 	if _, err := readConfig(filepath.Join(t.TempDir(), "none")); err == nil || !strings.Contains(err.Error(), "config disk") {
 		t.Fatalf("a missing disk: %v", err)

@@ -14,6 +14,9 @@ const (
 
 // NsboxConfig is the configuration of a namespace sandbox.
 type NsboxConfig struct {
+	// Version is the boot contract's version the host wrote it in
+	// (Version(); "" is 1.0). PID 1 reads it with DecodeNsboxConfig.
+	Version  string `json:"version,omitempty"`
 	ID       string `json:"id"`
 	Hostname string `json:"hostname"`
 	// Root is the overlay that becomes "/".

@@ -73,6 +73,9 @@ const VMConfigMax = 1 << 20
 // (NUL-padded to whole sectors). It never goes on the kernel command line,
 // which every user of the host can read in the VMM's argv.
 type VMConfig struct {
+	// Version is the boot contract's version the host wrote it in ("" is
+	// 1.0; see EncodeVMConfig). The guest reads it with DecodeVMConfig.
+	Version string `json:"version,omitempty"`
 	// ID is the neuron id: the agent announces it, and it is the hostname.
 	ID string `json:"id"`
 	// Workdir is the agent's working directory (made if missing).

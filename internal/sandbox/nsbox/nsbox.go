@@ -422,7 +422,7 @@ func ctxExposure(lay layout.Layout, dir string) (writable bool, err error) {
 func (r *runtime) plan(req *lifecycle.StartRequest, who identity, ceil *ceilings) (*boot.NsboxConfig, error) {
 	lay, id, opts := req.Layout, req.ID, req.Options
 	cfg := &boot.NsboxConfig{
-		ID: id, Hostname: id, Network: "none", UID: AgentUID, GID: AgentGID,
+		Version: boot.Version(), ID: id, Hostname: id, Network: "none", UID: AgentUID, GID: AgentGID,
 		Root: boot.OverlayMount{Target: filepath.Join(lay.OverlayDir(id), "root"),
 			Upper: upper(lay, id, "root"), Work: work(lay, id, "root")},
 		// Read-only: the agent only finds sockets there and connects to
