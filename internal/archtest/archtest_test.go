@@ -1,5 +1,7 @@
-// Package archtest checks the import rules of DESIGN.md ("Layers") on every
-// build of the tests, so a broken rule fails `go test` and not only review.
+// Package archtest checks the import rules of DESIGN.md ("Layers") and
+// docs/architecture.md on every build of the tests: every package has a
+// layer and imports only what its layer may see, so a broken rule fails
+// `go test` and not only review.
 package archtest
 
 import (
@@ -37,17 +39,6 @@ func list(t *testing.T, args ...string) []pkg {
 
 func under(p, root string) bool { return p == root || strings.HasPrefix(p, root+"/") }
 
-var foundation = []string{mod + "/internal/protocol", mod + "/internal/layout", mod + "/internal/ids"}
-
-func isFoundation(p string) bool {
-	for _, f := range foundation {
-		if under(p, f) {
-			return true
-		}
-	}
-	return false
-}
-
 // backend returns the sandbox backend a package belongs to ("" if none).
 func backend(p string) string {
 	rest, ok := strings.CutPrefix(p, mod+"/internal/sandbox/")
@@ -61,26 +52,121 @@ func backend(p string) string {
 	return b
 }
 
+// Layer is a level of DESIGN.md's layering (docs/architecture.md).
+type Layer int
+
+// The layers, bottom up.
+const (
+	Foundation Layer = iota
+	Neuron
+	Projection
+	Execution
+	Edge
+	Cmd
+)
+
+var layerNames = [...]string{"foundation", "neuron", "projection", "execution", "edge", "cmd"}
+
+func (l Layer) String() string { return layerNames[l] }
+
+// layers gives every package its layer, by the path it is under (the
+// longest that matches). A new package without a layer fails
+// TestEveryPackageHasALayer: add it here and to docs/architecture.md.
+var layers = map[string]Layer{
+	"internal/protocol": Foundation, "internal/layout": Foundation, "internal/ids": Foundation,
+
+	"internal/agent": Neuron,
+
+	"internal/ctxfs": Projection,
+
+	"internal/sandbox": Execution, "internal/link": Execution, "internal/hostfs": Execution, "internal/transfer": Execution,
+	"internal/store": Execution, "internal/labels": Execution, "internal/events": Execution, "internal/keeper": Execution,
+	"internal/policy": Execution, "internal/gate": Execution, "internal/term": Execution, "internal/tools": Execution,
+	"internal/launch": Execution, "internal/model": Execution, "internal/image": Execution, "internal/vmimage": Execution,
+	"internal/agentbin": Execution, "internal/config": Execution, "internal/logging": Execution,
+
+	"client": Edge, "internal/cli": Edge, "internal/api": Edge, "internal/mcp": Edge, "internal/ctxsource": Edge,
+	"internal/chatrun": Edge, "internal/loop": Edge, "internal/llm": Edge, "internal/session": Edge, "internal/prompt": Edge,
+
+	"cmd": Cmd,
+}
+
+// testOnly are packages with no code but tests: they need no layer.
+var testOnly = map[string]bool{mod + "/internal/archtest": true}
+
+// exempt are imports across the rules that are allowed, each with why.
+var exempt = map[[2]string]string{
+	{mod + "/internal/sandbox/firecracker/internal/fakefc", mod + "/internal/agent"}: "the fake Firecracker the backend's tests run is a guest: it runs the real agent in its own process",
+}
+
+// layerOf returns the layer of package p.
+func layerOf(p string) (Layer, bool) {
+	best, layer, ok := -1, Foundation, false
+	for prefix, l := range layers {
+		if under(p, mod+"/"+prefix) && len(prefix) > best {
+			best, layer, ok = len(prefix), l, true
+		}
+	}
+	return layer, ok
+}
+
+// mayImport says whether a package of layer from may import one of layer
+// to: down only; the neuron side and the projection see the foundation
+// alone; nothing sees the neuron side but itself and cmd/.
+func mayImport(from, to Layer) bool {
+	switch {
+	case to == Cmd:
+		return false
+	case from == Neuron || from == Projection:
+		return to == Foundation || to == from
+	case to == Neuron:
+		return from == Cmd
+	}
+	return to <= from
+}
+
+func TestEveryPackageHasALayer(t *testing.T) {
+	for _, p := range list(t, "../../...") {
+		if _, ok := layerOf(p.ImportPath); !ok && !testOnly[p.ImportPath] {
+			t.Errorf("%s has no layer: give it one in archtest's layers and docs/architecture.md", p.ImportPath)
+		}
+	}
+}
+
 func TestImportRules(t *testing.T) {
 	for _, p := range list(t, "../../...") {
+		from, _ := layerOf(p.ImportPath)
 		for _, imp := range p.Imports {
 			if !under(imp, mod) {
 				continue
 			}
-			switch {
-			case under(imp, mod+"/cmd"):
-				t.Errorf("%s imports %s: nothing imports cmd/", p.ImportPath, imp)
-			case isFoundation(p.ImportPath) && !isFoundation(imp):
-				t.Errorf("%s (foundation) imports %s", p.ImportPath, imp)
-			case under(p.ImportPath, mod+"/internal/agent") && !isFoundation(imp) && !under(imp, mod+"/internal/agent"):
-				t.Errorf("%s (neuron side) imports %s; it may import only foundation packages", p.ImportPath, imp)
-			case under(p.ImportPath, mod+"/internal/ctxfs") && (under(imp, mod+"/internal/sandbox") || under(imp, mod+"/internal/link") ||
-				under(imp, mod+"/internal/loop") || under(imp, mod+"/internal/llm")):
+			to, _ := layerOf(imp)
+			if _, ok := exempt[[2]string{p.ImportPath, imp}]; !ok && !mayImport(from, to) {
+				t.Errorf("%s (%s) imports %s (%s): dependencies point down, and only cmd/ sees the neuron side", p.ImportPath, from, imp, to)
+			}
+			if under(p.ImportPath, mod+"/internal/ctxfs") && (under(imp, mod+"/internal/sandbox") || under(imp, mod+"/internal/link") ||
+				under(imp, mod+"/internal/loop") || under(imp, mod+"/internal/llm")) {
 				t.Errorf("%s (FUSE projection) imports %s", p.ImportPath, imp)
 			}
 			if b1, b2 := backend(p.ImportPath), backend(imp); b1 != "" && b2 != "" && b1 != b2 {
 				t.Errorf("backend %s imports backend %s", b1, b2)
 			}
+		}
+	}
+}
+
+// The rules themselves: what each layer may see.
+func TestMayImport(t *testing.T) {
+	for _, tc := range []struct {
+		from, to Layer
+		want     bool
+	}{
+		{Edge, Execution, true}, {Execution, Edge, false}, {Execution, Projection, true}, {Execution, Neuron, false},
+		{Projection, Execution, false}, {Projection, Foundation, true}, {Neuron, Foundation, true}, {Neuron, Execution, false},
+		{Foundation, Foundation, true}, {Foundation, Neuron, false}, {Cmd, Neuron, true}, {Edge, Cmd, false}, {Cmd, Cmd, false},
+	} {
+		if got := mayImport(tc.from, tc.to); got != tc.want {
+			t.Errorf("mayImport(%s, %s) = %v, want %v", tc.from, tc.to, got, tc.want)
 		}
 	}
 }
