@@ -6,10 +6,11 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nsys-cortex/cortex/internal/store"
 )
 
 // pollEvery bounds how late a follower sees an append when the directory
@@ -136,37 +137,7 @@ func (l *Log) openFrom(after *os.File) ([]*os.File, error) {
 }
 
 // watch returns a channel that is sent to when the log's directory
-// changes, and a function that stops the watch. Without inotify the
-// channel never fires and followers poll.
+// changes, and a function that stops the watch.
 func (l *Log) watch() (<-chan struct{}, func()) {
-	wake := make(chan struct{}, 1)
-	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
-	if err != nil {
-		return wake, func() {}
-	}
-	if _, err := unix.InotifyAddWatch(fd, l.dir, unix.IN_MODIFY|unix.IN_CREATE|unix.IN_MOVED_TO); err != nil {
-		unix.Close(fd)
-		return wake, func() {}
-	}
-	// Non-blocking, so the runtime's poller waits on it and Close ends a
-	// Read in progress.
-	f := os.NewFile(uintptr(fd), "inotify")
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		buf := make([]byte, 4096)
-		for {
-			if _, err := f.Read(buf); err != nil && !errors.Is(err, syscall.EINTR) {
-				return // closed by stop
-			}
-			select {
-			case wake <- struct{}{}:
-			default:
-			}
-		}
-	}()
-	return wake, func() {
-		f.Close()
-		<-done
-	}
+	return store.Watch(l.dir, unix.IN_MODIFY|unix.IN_CREATE|unix.IN_MOVED_TO)
 }

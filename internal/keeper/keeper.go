@@ -274,30 +274,6 @@ func Running(lay layout.Layout) bool {
 
 // watchWake returns a channel sent to when Wake is called for lay.
 func watchWake(lay layout.Layout) (<-chan struct{}, func()) {
-	wake := make(chan struct{}, 1)
-	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
-	if err != nil {
-		return wake, func() {}
-	}
 	Wake(lay) // the file must exist to be watched
-	if _, err := unix.InotifyAddWatch(fd, wakeFile(lay), unix.IN_CLOSE_WRITE); err != nil {
-		unix.Close(fd)
-		return wake, func() {}
-	}
-	f := os.NewFile(uintptr(fd), "inotify")
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		buf := make([]byte, 1024)
-		for {
-			if _, err := f.Read(buf); err != nil && !errors.Is(err, unix.EINTR) {
-				return
-			}
-			select {
-			case wake <- struct{}{}:
-			default:
-			}
-		}
-	}()
-	return wake, func() { f.Close(); <-done }
+	return store.Watch(wakeFile(lay), unix.IN_CLOSE_WRITE)
 }

@@ -170,6 +170,19 @@ func flagValue(argv []string, name string) string {
 // SessionMembers lists the live processes of session sid.
 func SessionMembers(sid int) []int {
 	var out []int
+	sids := strconv.Itoa(sid)
+	scanStats(func(pid int, f []string) {
+		// After the command name: state, ppid, pgrp, session, ...
+		if len(f) > 3 && f[0] != "Z" && f[3] == sids {
+			out = append(out, pid)
+		}
+	})
+	return out
+}
+
+// scanStats calls fn with each process's pid and the fields of its
+// /proc/<pid>/stat after the command name (state, ppid, pgrp, ...).
+func scanStats(fn func(pid int, fields []string)) {
 	entries, _ := os.ReadDir("/proc")
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
@@ -180,17 +193,10 @@ func SessionMembers(sid int) []int {
 		if err != nil {
 			continue
 		}
-		i := bytes.LastIndexByte(b, ')')
-		if i < 0 {
-			continue
-		}
-		// After the command name: state, ppid, pgrp, session, ...
-		f := strings.Fields(string(b[i+1:]))
-		if len(f) > 3 && f[0] != "Z" && f[3] == strconv.Itoa(sid) {
-			out = append(out, pid)
+		if i := bytes.LastIndexByte(b, ')'); i >= 0 {
+			fn(pid, strings.Fields(string(b[i+1:])))
 		}
 	}
-	return out
 }
 
 // HasEnv reports whether process pid has the KEY=VALUE entry kv in its
@@ -266,28 +272,14 @@ func Descendants(pid int) []int {
 // descendantsByScan is Descendants from every process's parent.
 func descendantsByScan(pid int) []int {
 	children := map[int][]int{}
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		p, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		i := bytes.LastIndexByte(b, ')')
-		if i < 0 {
-			continue
-		}
-		f := strings.Fields(string(b[i+1:]))
+	scanStats(func(p int, f []string) {
 		if len(f) < 2 {
-			continue
+			return
 		}
 		if pp, err := strconv.Atoi(f[1]); err == nil {
 			children[pp] = append(children[pp], p)
 		}
-	}
+	})
 	out := []int{pid}
 	for i := 0; i < len(out); i++ {
 		out = append(out, children[out[i]]...)

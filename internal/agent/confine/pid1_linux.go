@@ -1,8 +1,6 @@
 package confine
 
 import (
-	"os"
-
 	"golang.org/x/sys/unix"
 )
 
@@ -26,22 +24,4 @@ func LoopbackUp() error {
 	}
 	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP | unix.IFF_RUNNING)
 	return unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr)
-}
-
-// SecretPipe returns the read end of a pipe holding secret alone (its
-// write end closed), to pass to the agent as a descriptor.
-func SecretPipe(secret string) (*os.File, error) {
-	r, w, err := os.Pipe()
-	if err != nil {
-		return nil, err
-	}
-	_, err = w.WriteString(secret)
-	if cerr := w.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		r.Close()
-		return nil, err
-	}
-	return r, nil
 }

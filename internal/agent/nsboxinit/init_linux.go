@@ -278,7 +278,7 @@ func startAgent(cfg *boot.NsboxConfig) (*os.Process, error) {
 	args := append([]string{"cortex-agent"}, cfg.AgentArgs...)
 	var extra []*os.File
 	if cfg.Secret != "" {
-		secret, err := confine.SecretPipe(cfg.Secret)
+		secret, err := boot.SecretPipe(cfg.Secret)
 		if err != nil {
 			return nil, fmt.Errorf("the agent's secret: %w", err)
 		}

@@ -199,7 +199,7 @@ func (g *guest) startAgent(cgroup *os.File) (int, error) {
 	}
 	var extra []*os.File
 	if g.cfg.Secret != "" {
-		secret, err := confine.SecretPipe(g.cfg.Secret)
+		secret, err := boot.SecretPipe(g.cfg.Secret)
 		if err != nil {
 			return 0, fmt.Errorf("the agent's secret: %w", err)
 		}

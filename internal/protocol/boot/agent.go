@@ -1,5 +1,7 @@
 package boot
 
+import "os"
+
 // The agent's own command line, as every mode's host or PID 1 starts it
 // (the ordinary agent: internal/agent, cmd/cortex-agent).
 
@@ -24,3 +26,23 @@ const (
 	// user namespaces of their own (the policy's consent to inner sandboxes).
 	NestedUsernsFlag = "--nested-userns"
 )
+
+// SecretPipe returns the read end of a pipe that holds secret and nothing
+// else (its write end closed): the descriptor a host or a PID 1 passes the
+// agent (ExtraFiles) for SecretFDFlag. The caller closes its copy once the
+// child has started.
+func SecretPipe(secret string) (*os.File, error) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	_, err = w.WriteString(secret)
+	if cerr := w.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		r.Close()
+		return nil, err
+	}
+	return r, nil
+}

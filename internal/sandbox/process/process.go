@@ -115,7 +115,7 @@ func (r runtime) Start(req *lifecycle.StartRequest) (*exec.Cmd, error) {
 	if !hasKey(env, "PATH") {
 		env = append(env, "PATH=/usr/local/bin:/usr/bin:/bin")
 	}
-	secret, err := lifecycle.SecretPipe(req.Secret)
+	secret, err := boot.SecretPipe(req.Secret)
 	if err != nil {
 		return nil, err
 	}

@@ -66,6 +66,25 @@ func (m *Manager) readSpec(id string) spec {
 	return s
 }
 
+// known checks that id names a neuron of this mode.
+func (m *Manager) known(id string) error {
+	if err := validID(id); err != nil {
+		return err
+	}
+	if exists, mine := m.ownOverlay(id); !exists || !mine {
+		return &sandbox.NotFoundError{ID: id}
+	}
+	return nil
+}
+
+// lockRecord is known, then recordLock.
+func (m *Manager) lockRecord(ctx context.Context, id string) (func(), error) {
+	if err := m.known(id); err != nil {
+		return nil, err
+	}
+	return m.recordLock(ctx, id)
+}
+
 // recordLock takes neuron id's record lock: one change of its state,
 // spec and pause at a time, across processes.
 func (m *Manager) recordLock(ctx context.Context, id string) (func(), error) {
@@ -110,13 +129,7 @@ func (m *Manager) event(ctx context.Context, typ events.Type, st *sandbox.State,
 
 // SetLabels changes neuron id's labels.
 func (m *Manager) SetLabels(ctx context.Context, id string, change labels.Change) (*sandbox.State, error) {
-	if err := validID(id); err != nil {
-		return nil, err
-	}
-	if exists, mine := m.ownOverlay(id); !exists || !mine {
-		return nil, &sandbox.NotFoundError{ID: id}
-	}
-	unlock, err := m.recordLock(ctx, id)
+	unlock, err := m.lockRecord(ctx, id)
 	if err != nil {
 		return nil, err
 	}
@@ -155,9 +168,6 @@ func runLifecycle(st *sandbox.State, opts sandbox.CreateOptions, now time.Time) 
 
 // SetTimeout gives running neuron id a deadline d from now (0: none).
 func (m *Manager) SetTimeout(ctx context.Context, id string, d time.Duration, action sandbox.TimeoutAction) (*sandbox.State, error) {
-	if err := validID(id); err != nil {
-		return nil, err
-	}
 	if d < 0 {
 		return nil, &sandbox.InvalidError{Reason: fmt.Sprintf("timeout %s is negative", d)}
 	}
@@ -166,10 +176,7 @@ func (m *Manager) SetTimeout(ctx context.Context, id string, d time.Duration, ac
 			return nil, err
 		}
 	}
-	if exists, mine := m.ownOverlay(id); !exists || !mine {
-		return nil, &sandbox.NotFoundError{ID: id}
-	}
-	unlock, err := m.recordLock(ctx, id)
+	unlock, err := m.lockRecord(ctx, id)
 	if err != nil {
 		return nil, err
 	}
@@ -215,10 +222,7 @@ func (m *Manager) ensureKeeper() {
 // (the deadline is cleared under the record lock first, so two processes
 // never both act), recorded in its log and as events.
 func (m *Manager) Enforce(ctx context.Context, id, reason string) (sandbox.TimeoutAction, error) {
-	if exists, mine := m.ownOverlay(id); !exists || !mine {
-		return "", &sandbox.NotFoundError{ID: id}
-	}
-	unlock, err := m.recordLock(ctx, id)
+	unlock, err := m.lockRecord(ctx, id)
 	if err != nil {
 		return "", err
 	}
@@ -291,9 +295,6 @@ func (m *Manager) enforceDue(ctx context.Context, sts []*sandbox.State) []*sandb
 
 // Pause freezes every process of running neuron id.
 func (m *Manager) Pause(ctx context.Context, id string, opts sandbox.PauseOptions) (*sandbox.State, error) {
-	if err := validID(id); err != nil {
-		return nil, err
-	}
 	fr, ok := m.rt.(Freezer)
 	if !ok {
 		return nil, &sandbox.UnsupportedError{Mode: m.rt.Mode(), Op: "pause"}
@@ -302,10 +303,7 @@ func (m *Manager) Pause(ctx context.Context, id string, opts sandbox.PauseOption
 		return nil, &sandbox.UnsupportedError{Mode: m.rt.Mode(), Op: "pause --to-disk",
 			Reason: "its neurons' memory is the host's own; only the microVM modes (qemu, firecracker) save a whole machine to disk"}
 	}
-	if exists, mine := m.ownOverlay(id); !exists || !mine {
-		return nil, &sandbox.NotFoundError{ID: id}
-	}
-	unlock, err := m.recordLock(ctx, id)
+	unlock, err := m.lockRecord(ctx, id)
 	if err != nil {
 		return nil, err
 	}
@@ -343,13 +341,7 @@ func (m *Manager) Pause(ctx context.Context, id string, opts sandbox.PauseOption
 
 // Resume continues paused neuron id.
 func (m *Manager) Resume(ctx context.Context, id string) (*sandbox.State, error) {
-	if err := validID(id); err != nil {
-		return nil, err
-	}
-	if exists, mine := m.ownOverlay(id); !exists || !mine {
-		return nil, &sandbox.NotFoundError{ID: id}
-	}
-	unlock, err := m.recordLock(ctx, id)
+	unlock, err := m.lockRecord(ctx, id)
 	if err != nil {
 		return nil, err
 	}
@@ -398,8 +390,8 @@ const autoPauseReason = "idle"
 // and none ended after since. It reports whether it paused it. The caller
 // (the keeper) has checked the neuron's CPU use itself.
 func (m *Manager) PauseIfIdle(ctx context.Context, id string, since time.Time) (bool, error) {
-	if exists, mine := m.ownOverlay(id); !exists || !mine {
-		return false, &sandbox.NotFoundError{ID: id}
+	if err := m.known(id); err != nil {
+		return false, err
 	}
 	// A lock of its own (a new open of the file): this process's own
 	// requests hold theirs on another, and must count as in flight.

@@ -40,11 +40,8 @@ func connectWait(n *neuron) time.Duration {
 // process holds, the state file with a liveness check of its agent, and
 // an overlay directory without a state file (an agent may still run for it).
 func (m *Manager) Get(ctx context.Context, id string) (*sandbox.State, error) {
-	if err := validID(id); err != nil {
+	if err := m.known(id); err != nil {
 		return nil, err
-	}
-	if exists, mine := m.ownOverlay(id); !exists || !mine {
-		return nil, &sandbox.NotFoundError{ID: id}
 	}
 	sts := m.enforceDue(ctx, []*sandbox.State{m.inspect(id, m.aliveKnown)})
 	if len(sts) == 0 {

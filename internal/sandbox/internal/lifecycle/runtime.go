@@ -123,23 +123,3 @@ type Explainer interface {
 type BootTimeouter interface {
 	BootTimeout() time.Duration
 }
-
-// SecretPipe returns the read end of a pipe that holds secret and nothing
-// else (its write end closed): a child's descriptor (ExtraFiles) that the
-// agent reads with --secret-fd and closes. The caller closes its copy once
-// the child has started.
-func SecretPipe(secret string) (*os.File, error) {
-	r, w, err := os.Pipe()
-	if err != nil {
-		return nil, err
-	}
-	_, err = w.WriteString(secret)
-	if cerr := w.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		r.Close()
-		return nil, err
-	}
-	return r, nil
-}
