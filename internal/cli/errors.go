@@ -3,6 +3,7 @@ package cli
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	cortex "github.com/nsys-cortex/cortex/client"
 	"github.com/nsys-cortex/cortex/internal/protocol"
@@ -63,11 +64,22 @@ func describe(err error) string {
 	var pe *protocol.Error
 	switch {
 	case errors.As(err, &pe):
-		return fmt.Sprintf("%s (%s)", err.Error(), pe.Code)
+		return printable(fmt.Sprintf("%s (%s)", err.Error(), pe.Code))
 	case errors.As(err, new(cortex.APIError)):
-		return err.Error()
+		return printable(err.Error())
 	}
-	return err.Error() + outcomeOf(err).hint
+	return printable(err.Error()) + outcomeOf(err).hint
+}
+
+// printable escapes what an error carries of a neuron's words (a file
+// name, an agent's message) that a terminal would act on: control
+// characters and escape sequences are shown escaped, line by line.
+func printable(msg string) string {
+	lines := strings.Split(msg, "\n")
+	for i, l := range lines {
+		lines[i] = protocol.CleanLogText(l)
+	}
+	return strings.Join(lines, "\n")
 }
 
 // spawnError reports a program that could not start with the shell's status

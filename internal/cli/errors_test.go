@@ -3,6 +3,7 @@ package cli
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	cortex "github.com/nsys-cortex/cortex/client"
@@ -63,5 +64,29 @@ func TestOutcomes(t *testing.T) {
 		if exit != c.exit {
 			t.Errorf("spawnError(%T) exits %d, want %d", c.err, exit, c.exit)
 		}
+	}
+}
+
+// An error carries a neuron's words (a file name it chose, what its agent
+// answered): a terminal must never act on them.
+func TestErrorsArePrintable(t *testing.T) {
+	name := "esc/\x1b]0;T\a\x1b]52;c;UFdORUQ=\a\x1b[2K\rnsys-cortex: copy complete"
+	for _, err := range []error{
+		fmt.Errorf("cp: %s exists and is not a directory", name),
+		protocol.Errorf(protocol.CodeNotFound, "no such file %s", name),
+		cortex.APIError{Code: cortex.CodeNotFound, Message: name}.Typed(),
+	} {
+		msg := describe(err)
+		for _, c := range msg {
+			if c < 0x20 && c != '\n' && c != '\t' || c == 0x7f {
+				t.Fatalf("describe(%v) = %q: it holds the control character %q", err, msg, c)
+			}
+		}
+		if !strings.Contains(msg, `\x1b]0;T`) {
+			t.Errorf("describe = %q: the escape is not shown escaped", msg)
+		}
+	}
+	if got := describe(errors.New("line one\nline two")); got != "line one\nline two" {
+		t.Errorf("a message of two lines became %q", got)
 	}
 }

@@ -95,6 +95,13 @@ func Copy(ctx context.Context, src, dst Location, o Options) error {
 		_, err := src.Client.ReadFileTo(ctx, src.Path, o.Stdout)
 		return err
 	}
+	// A copy out of a neuron never writes through a link at its
+	// destination: the neuron chose what an earlier copy left there.
+	if src.Neuron != "" {
+		if err := refuseLink(ctx, dst); err != nil {
+			return err
+		}
+	}
 	// Copying into an existing directory puts the source inside it, under
 	// its own name; otherwise the destination is the new name, and its
 	// directory must exist (as with cp and docker cp).
@@ -105,6 +112,11 @@ func Copy(ctx context.Context, src, dst Location, o Options) error {
 	switch {
 	case into:
 		dst.Path = joinFor(dst, baseName(src))
+		if src.Neuron != "" {
+			if err := refuseLink(ctx, dst); err != nil {
+				return err
+			}
+		}
 	case strings.HasSuffix(dst.Path, "/"):
 		return fmt.Errorf("cp: destination directory %s does not exist", dst)
 	default:
@@ -139,6 +151,25 @@ func statSource(ctx context.Context, src Location) (bool, fs.FileMode, error) {
 		return false, 0, fmt.Errorf("cp: %s is not a regular file or a directory", src)
 	}
 	return fi.Type == protocol.TypeDir, fi.Perm(), nil
+}
+
+// refuseLink fails when l is a symlink. The operator's path up to it is
+// resolved as written; a link at its end is what a neuron could have
+// planted there by an earlier copy (results/out, made by the first `cp
+// N:out results`, is where the second one writes).
+func refuseLink(ctx context.Context, l Location) error {
+	link := false
+	if l.Neuron == "" {
+		st, err := os.Lstat(l.Path)
+		link = err == nil && st.Mode()&fs.ModeSymlink != 0
+	} else {
+		fi, err := l.Client.Lstat(ctx, l.Path)
+		link = err == nil && fi.Type == protocol.TypeSymlink
+	}
+	if link {
+		return fmt.Errorf("cp: %s is a symlink: a copy out of a neuron never writes through one (name the directory it points to, or remove it)", l)
+	}
+	return nil
 }
 
 func isDir(ctx context.Context, l Location) (bool, error) {
@@ -208,7 +239,16 @@ func copyFile(ctx context.Context, src, dst Location, mode fs.FileMode) error {
 		defer dir.Close()
 		return receiveFile(ctx, src, dir, filepath.Base(dst.Path), mode)
 	}
-	// Neuron to neuron: stream through a pipe.
+	// Neuron to neuron: the source neuron's earlier copies may have left a
+	// link where this file goes; it is replaced, never written through
+	// (the destination neuron's agent would follow it anywhere in that
+	// neuron).
+	if fi, err := dst.Client.Lstat(ctx, dst.Path); err == nil && fi.Type == protocol.TypeSymlink {
+		if err := dst.Client.Remove(ctx, dst.Path, false); err != nil {
+			return err
+		}
+	}
+	// Stream through a pipe.
 	pr, pw := io.Pipe()
 	done := make(chan error, 1)
 	go func() {
@@ -283,13 +323,17 @@ func copyTree(ctx context.Context, src, dst Location, o Options) error {
 // directory below dst is made and entered by descriptor (hostfs), one name
 // at a time, so a symlink the neuron planted — in this copy or an earlier
 // one into the same place — is never followed; a name that exists as
-// something else than what the entry says fails the copy. dst itself is
-// the operator's path and is resolved as written.
+// something else than what the entry says fails the copy. dst's directory
+// is the operator's path and is resolved as written; dst itself is made
+// or entered in it by descriptor too (an earlier copy may have left a
+// link of the neuron's there).
 func receiveTree(ctx context.Context, src Location, dst string, entries []entry) error {
-	if err := os.Mkdir(dst, entries[0].mode|0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+	parent, err := hostfs.Open(filepath.Dir(dst))
+	if err != nil {
 		return err
 	}
-	root, err := hostfs.Open(dst)
+	root, _, err := parent.MakeDir(filepath.Base(dst), entries[0].mode|0o700)
+	parent.Close()
 	if err != nil {
 		return err
 	}
@@ -393,7 +437,7 @@ func walk(ctx context.Context, src Location, o Options) ([]entry, int, error) {
 			case d.Type().IsRegular():
 				e.kind = protocol.TypeFile
 			default:
-				fmt.Fprintf(o.Stderr, "cp: skipping %s (not a file, directory or symlink)\n", p)
+				fmt.Fprintf(o.Stderr, "cp: skipping %s (not a file, directory or symlink)\n", protocol.CleanLogText(p))
 				skipped++
 				return nil
 			}
@@ -440,7 +484,9 @@ func walk(ctx context.Context, src Location, o Options) ([]entry, int, error) {
 			case protocol.TypeFile, protocol.TypeSymlink:
 				entries = append(entries, e)
 			default:
-				fmt.Fprintf(o.Stderr, "cp: skipping %s:%s (%s)\n", src.Neuron, path.Join(src.Path, e.rel), fi.Type)
+				// The name is the neuron's: shown escaped, never as terminal
+				// control sequences.
+				fmt.Fprintf(o.Stderr, "cp: skipping %s:%s (%s)\n", src.Neuron, protocol.CleanLogText(path.Join(src.Path, e.rel)), protocol.CleanLogText(fi.Type))
 				skipped++
 			}
 		}

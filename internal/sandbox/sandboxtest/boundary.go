@@ -69,6 +69,84 @@ func testBoundary(t *testing.T, f *fixture) {
 		}
 	})
 
+	t.Run("CopyOutTwiceNeverFollowsLinks", func(t *testing.T) {
+		// The README's `cp N:out results`, run twice: the first copy makes
+		// results, the second goes into results/out — which the neuron made
+		// a link, in the first, to what stands for /root/.ssh.
+		outside := t.TempDir()
+		results := filepath.Join(t.TempDir(), "results")
+		src := transfer.Location{Neuron: "bound", Path: "twice", Client: c}
+		dst := transfer.Location{Path: results}
+		run("mkdir twice && ln -s " + outside + " twice/twice && echo KEY > twice/authorized_keys")
+		if err := transfer.Copy(f.ctx, src, dst, transfer.Options{Stderr: io.Discard}); err != nil {
+			t.Fatal(err)
+		}
+		err := transfer.Copy(f.ctx, src, dst, transfer.Options{Stderr: io.Discard})
+		if err == nil || !strings.Contains(err.Error(), "symlink") {
+			t.Errorf("the second copy: %v, want the link at its destination refused", err)
+		}
+		if names, _ := os.ReadDir(outside); len(names) != 0 {
+			t.Fatalf("the second copy wrote through the neuron's link into %s: %v", outside, names)
+		}
+		// A file copy onto a link an earlier copy left: refused too.
+		err = transfer.Copy(f.ctx, transfer.Location{Neuron: "bound", Path: "twice/authorized_keys", Client: c},
+			transfer.Location{Path: filepath.Join(results, "twice")}, transfer.Options{Stderr: io.Discard})
+		if err == nil || !strings.Contains(err.Error(), "symlink") {
+			t.Errorf("a file copy onto the link: %v, want it refused", err)
+		}
+		if names, _ := os.ReadDir(outside); len(names) != 0 {
+			t.Fatalf("a file copy wrote through the neuron's link into %s: %v", outside, names)
+		}
+	})
+
+	t.Run("CopyBetweenNeuronsNeverWritesThroughLinks", func(t *testing.T) {
+		// A neuron's earlier copy into another leaves a link there to that
+		// one's own files; a later copy of a file onto it must replace the
+		// link, never write the other neuron's .profile through it.
+		_, c2 := f.running("victim")
+		run2 := func(script string) string {
+			t.Helper()
+			res, err := c2.Exec(f.ctx, &link.ExecRequest{Command: sh(script)})
+			if err != nil || res.ExitCode != 0 {
+				t.Fatalf("%s: %+v %v", script, res, err)
+			}
+			return string(res.Stdout)
+		}
+		home := strings.TrimSpace(run2("echo $HOME"))
+		run2("echo ORIGINAL > " + home + "/victim-profile")
+		run("mkdir plant && ln -s " + home + "/victim-profile plant/t")
+		src := transfer.Location{Neuron: "bound", Path: "plant", Client: c}
+		if err := transfer.Copy(f.ctx, src, transfer.Location{Neuron: "victim", Path: "x", Client: c2}, transfer.Options{Stderr: io.Discard}); err != nil {
+			t.Fatal(err)
+		}
+		run("rm plant/t && echo PLANTED > plant/t")
+		profile := func(when string) {
+			t.Helper()
+			if got := run2("cat " + home + "/victim-profile"); got != "ORIGINAL\n" {
+				t.Fatalf("%s wrote through the planted link: the other neuron's file is %q", when, got)
+			}
+		}
+		// A file copy onto the link, or into the directory that holds it:
+		// refused, the link untouched.
+		for _, dst := range []string{"x/", "x/t"} {
+			err := transfer.Copy(f.ctx, transfer.Location{Neuron: "bound", Path: "plant/t", Client: c},
+				transfer.Location{Neuron: "victim", Path: dst, Client: c2}, transfer.Options{Stderr: io.Discard})
+			if err == nil || !strings.Contains(err.Error(), "symlink") {
+				t.Errorf("a file copy onto %s: %v, want the link refused", dst, err)
+			}
+			profile("a file copy onto " + dst)
+		}
+		// The tree again, into x itself: the file replaces the link.
+		if err := transfer.Copy(f.ctx, transfer.Location{Neuron: "bound", Path: "plant/.", Client: c},
+			transfer.Location{Neuron: "victim", Path: "x", Client: c2}, transfer.Options{Stderr: io.Discard}); err != nil {
+			t.Fatal(err)
+		}
+		profile("a tree copy over the link")
+		if got := run2("cat x/t && test ! -L x/t && echo file"); got != "PLANTED\nfile\n" {
+			t.Fatalf("the tree copy did not replace the link at x/t with the file: %q", got)
+		}
+	})
+
 	t.Run("ImpostorIsRefused", func(t *testing.T) {
 		// A process of the neuron stops the real agent and answers the
 		// host's next connection as if it were the agent.
