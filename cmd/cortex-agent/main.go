@@ -30,6 +30,13 @@ import (
 var version = "dev"
 
 func main() {
+	// Whatever started this process may have left it descriptors (a
+	// host's, a shell's): none reaches what it starts but those it hands
+	// over itself. The agent itself marks them once it has read its secret
+	// (it may start itself again, in its Landlock domain, before).
+	if len(os.Args) > 1 && !strings.HasPrefix(os.Args[1], "-") || os.Getpid() == 1 {
+		boot.CloseOnExec()
+	}
 	// As /init of a microVM's initramfs it is the guest's PID 1 (see
 	// vminit.Main); it never returns.
 	if os.Getpid() == 1 && os.Args[0] == boot.VMInitPath {
@@ -102,6 +109,7 @@ func main() {
 		fmt.Fprintf(os.Stderr, "cortex-agent: %v\n", err)
 		os.Exit(1)
 	}
+	boot.CloseOnExec()
 	// The secret proves this agent to every host; an agent that listens
 	// (docker's tcp transport) also takes it as the token hosts present.
 	cfg.Secret = secret

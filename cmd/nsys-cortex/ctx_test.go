@@ -2,8 +2,6 @@ package main_test
 
 import (
 	"bufio"
-	"fmt"
-	"hash/fnv"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -12,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/nsys-cortex/cortex/internal/layout"
 )
 
 // TestCtxInsideANeuron mounts /ctx with the CLI and gives it to an nsbox
@@ -89,17 +89,34 @@ func TestCtxInsideANeuron(t *testing.T) {
 	}
 	c.ok("tools", "call", "ls", "--neuron", "cx1", "--policy", "standard", "--input", `{"path":"."}`)
 	c.ok("exec", "cx1", "--", "sh", "-c", "echo snapshot s2 > /ctx/neurons/cx1/ctl")
+	// A restart through ctl is made by the mount's own process, which holds
+	// the FUSE device: the restarted neuron must not hold it too (it could
+	// answer the operator's /ctx in the mount's place).
+	started := strings.TrimSpace(c.ok("status", "cx1", "--format", "{{.PID}}"))
+	c.run("", "exec", "cx1", "--", "sh", "-c", "echo restart > /ctx/neurons/cx1/ctl")
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		out, _, _ := c.run("", "status", "cx1", "--format", "{{.Status}} {{.PID}}")
+		if f := strings.Fields(out); len(f) == 2 && f[0] == "running" && f[1] != started {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("cx1 did not come back from its restart: %q", out)
+		}
+	}
+	if out := c.ok("exec", "cx1", "--", "sh", "-c", "ls -l /proc/self/fd/ /proc/1/fd/ 2>/dev/null; true"); strings.Contains(out, "fuse") {
+		t.Fatalf("the neuron restarted by the mount holds its FUSE device:\n%s", out)
+	}
 	// A neuron that stops itself through its ctl (the review saw its
 	// cgroup left behind after the wipe): stopped, wiped, nothing left.
+	cgroups := cgroupsOf(t, c.home, "cx1")
+	if len(cgroups) == 0 && os.Getenv("NSYS_CORTEX_REQUIRE_NSBOX") == "1" && os.Geteuid() == 0 {
+		t.Error("no cgroup of the running cx1 found: as root, nsbox makes one in every hierarchy")
+	}
 	c.run("", "exec", "cx1", "--", "sh", "-c", "echo stop > /ctx/neurons/cx1/ctl")
 	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
 		if out, _, _ := c.run("", "status", "cx1", "--format", "{{.Status}}"); strings.TrimSpace(out) == "stopped" {
 			break
 		}
-	}
-	cgroups := cgroupsOf(t, c.home, "cx1")
-	if len(cgroups) == 0 && os.Getenv("NSYS_CORTEX_REQUIRE_NSBOX") == "1" {
-		t.Log("no cgroup of cx1 found (none made here?)")
 	}
 	c.ok("destroy", "--wipe", "cx1")
 	for _, d := range cgroups {
@@ -121,9 +138,11 @@ func TestCtxInsideANeuron(t *testing.T) {
 // names them <id>@<a hash of its overlay directory>) in every hierarchy.
 func cgroupsOf(t *testing.T, home, id string) []string {
 	t.Helper()
-	h := fnv.New32a()
-	h.Write([]byte(filepath.Join(home, "overlays", id)))
-	name := fmt.Sprintf("%s@%08x", id, h.Sum32())
+	lay, err := layout.New(home, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := id + "@" + lay.Tag()
 	var out []string
 	filepath.WalkDir("/sys/fs/cgroup", func(p string, d fs.DirEntry, err error) error {
 		if err != nil || !d.IsDir() {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/nsys-cortex/cortex/internal/agentbin"
 	"github.com/nsys-cortex/cortex/internal/cli"
+	"github.com/nsys-cortex/cortex/internal/protocol/boot"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
 	"github.com/nsys-cortex/cortex/internal/sandbox/docker"
 	"github.com/nsys-cortex/cortex/internal/sandbox/firecracker"
@@ -22,6 +23,9 @@ import (
 var version = "dev"
 
 func main() {
+	// Descriptors inherited without close-on-exec (a shell's `exec 7<file`)
+	// must not reach the neurons this process starts.
+	boot.CloseOnExec()
 	// SIGINT, SIGTERM and SIGHUP cancel what is running (the remote command
 	// is killed, temporary files are removed); the exit status then names
 	// the signal (128+N).

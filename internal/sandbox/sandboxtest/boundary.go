@@ -147,6 +147,44 @@ func testBoundary(t *testing.T, f *fixture) {
 		}
 	})
 
+	t.Run("HostDescriptorsNeverReachTheNeuron", func(t *testing.T) {
+		// The host process holds, without close-on-exec, a root-only file
+		// open for reading and another for appending (a shell's `exec
+		// 7<secret 8>>file` before `nsys-cortex create`, or a FUSE device a
+		// library opened): a neuron it starts must get neither.
+		rd, err := os.Open(secret.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rd.Close()
+		appendTo := filepath.Join(t.TempDir(), "appended")
+		wr, err := os.OpenFile(appendTo, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer wr.Close()
+		for _, f := range []*os.File{rd, wr} {
+			fd, err := syscall.Dup(int(f.Fd())) // a dup is not close-on-exec
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer syscall.Close(fd)
+		}
+		m2, c2 := f.running("fdleak")
+		defer m2.Destroy(f.ctx, "fdleak", sandbox.DestroyOptions{Wipe: true})
+		tool := uploadHostile(t, f, c2)
+		res, err := c2.Exec(f.ctx, &link.ExecRequest{Command: protocol.Command{Argv: []string{tool, "fds"}}})
+		if err != nil || res.ExitCode != 0 {
+			t.Fatalf("hostile fds: %+v %v", res, err)
+		}
+		if bytes.Contains(res.Stdout, []byte(secret.content)) {
+			t.Fatalf("a command read the host's root-only file through an inherited descriptor: %q", res.Stdout)
+		}
+		if b, _ := os.ReadFile(appendTo); len(b) != 0 {
+			t.Fatalf("a command wrote the host's file through an inherited descriptor: %q", b)
+		}
+	})
+
 	t.Run("ImpostorIsRefused", func(t *testing.T) {
 		// A process of the neuron stops the real agent and answers the
 		// host's next connection as if it were the agent.

@@ -37,6 +37,7 @@ import (
 	"github.com/nsys-cortex/cortex/internal/layout"
 	"github.com/nsys-cortex/cortex/internal/link"
 	"github.com/nsys-cortex/cortex/internal/protocol"
+	"github.com/nsys-cortex/cortex/internal/protocol/boot"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
 	"github.com/nsys-cortex/cortex/internal/sandbox/internal/disk"
 	"github.com/nsys-cortex/cortex/internal/store"
@@ -472,6 +473,9 @@ func (m *Manager) spawn(id, bin, secret string, opts sandbox.CreateOptions) (*ex
 	}
 	defer logf.Close() // the child has its own copy
 	HostLine(logf, "creating %s (mode %s, host pid %d)", id, m.rt.Mode(), os.Getpid())
+	// A descriptor this process opened without close-on-exec since it
+	// started (a FUSE device of /ctx's) must not reach the neuron.
+	boot.CloseOnExec()
 	return m.rt.Start(&StartRequest{ID: id, Layout: m.lay, AgentBin: bin, SocketDir: m.socketDir(id),
 		Workdir: m.workdir(id), Log: logf, Options: opts, Secret: secret})
 }

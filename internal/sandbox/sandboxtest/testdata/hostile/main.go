@@ -12,6 +12,9 @@
 //	hostile flood ADDR N        open N connections to the TCP address ADDR,
 //	                            each sending a line of garbage: every one a
 //	                            line in the agent's log
+//	hostile fds                 read every descriptor from 3 up it inherited
+//	                            (printing what it reads) and write INJECTED
+//	                            to each
 package main
 
 import (
@@ -65,6 +68,16 @@ func main() {
 				c.Write([]byte("\x1b]0;garbage\x07\n"))
 				c.Close()
 			}
+		}
+	case "fds":
+		for fd := 3; fd < 1024; fd++ {
+			buf := make([]byte, 4096)
+			if n, err := unix.Pread(fd, buf, 0); err == nil {
+				os.Stdout.Write(buf[:n])
+			} else if n, err := unix.Read(fd, buf); err == nil {
+				os.Stdout.Write(buf[:n])
+			}
+			unix.Write(fd, []byte("INJECTED\n"))
 		}
 	default:
 		fail("unknown command " + os.Args[1])
