@@ -98,13 +98,19 @@ var ErrRunning = errdefs.New(errdefs.Exists, "a keeper already runs for this hom
 
 // Run keeps the home's neurons until ctx ends (nil then), or, with
 // ExitWhenIdle, until none has a deadline or an idle rule. It fails with
-// ErrRunning at once when another keeper holds the home.
+// ErrRunning when another keeper holds the home.
 func (k *Keeper) Run(ctx context.Context) error {
 	if err := os.MkdirAll(k.lay.Home, 0o700); err != nil {
 		return err
 	}
 	lock := store.NewLock(lockFile(k.lay))
 	ok, err := lock.TryExclusive()
+	// Running's probe holds the lock shared for an instant: a keeper
+	// holds it for good. Look again before giving way.
+	for i := 0; err == nil && !ok && i < 5; i++ {
+		time.Sleep(10 * time.Millisecond)
+		ok, err = lock.TryExclusive()
+	}
 	if err != nil {
 		return err
 	}
