@@ -251,7 +251,15 @@ func (a *Agent) dispatch(req *request) (any, []byte, error) {
 	case protocol.CmdSearch:
 		return a.searchCmd(req)
 	case protocol.CmdHealth:
-		return a.health(), nil, nil
+		var args protocol.HealthArgs
+		if err := req.decode(&args); err != nil {
+			return nil, nil, err
+		}
+		h := a.health()
+		if args.Usage {
+			h.Usage = systemUsage()
+		}
+		return h, nil, nil
 	case protocol.CmdShutdown:
 		var args protocol.ShutdownArgs
 		if err := req.decode(&args); err != nil {

@@ -114,3 +114,21 @@ func TestFlowControlIsPerStream(t *testing.T) {
 		t.Fatalf("%v, %d bytes", err, w.n)
 	}
 }
+
+// Health asked for usage reports the system the agent sees: its processes
+// (this test's among them) and its memory; plain health leaves it out.
+func TestHealthUsage(t *testing.T) {
+	p := newPair(t)
+	ctx := context.Background()
+	h, err := p.client.Health(ctx)
+	if err != nil || h.Usage != nil {
+		t.Fatalf("plain health: %+v %v", h.Usage, err)
+	}
+	h, err = p.client.Usage(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u := h.Usage; u == nil || u.Tasks < 2 || u.MemTotalBytes <= 0 || u.MemUsedBytes <= 0 || u.MemUsedBytes > u.MemTotalBytes {
+		t.Fatalf("usage: %+v", h.Usage)
+	}
+}

@@ -234,6 +234,14 @@ func (c *Client) Health(ctx context.Context) (*protocol.HealthResult, error) {
 	return &h, err
 }
 
+// Usage is Health with the system's use as the agent sees it
+// (HealthResult.Usage, nil from an agent too old to say).
+func (c *Client) Usage(ctx context.Context) (*protocol.HealthResult, error) {
+	var h protocol.HealthResult
+	_, err := c.call(ctx, protocol.CmdHealth, &protocol.HealthArgs{Usage: true}, nil, &h)
+	return &h, err
+}
+
 // Shutdown asks the agent to end every process it started and exit.
 func (c *Client) Shutdown(ctx context.Context, grace time.Duration) error {
 	_, err := c.call(ctx, protocol.CmdShutdown, &protocol.ShutdownArgs{GraceMs: grace.Milliseconds()}, nil, nil)

@@ -330,6 +330,14 @@ type SymlinkArgs struct {
 	Target string `json:"target"`
 }
 
+// HealthArgs are health's optional arguments (a request without them is
+// the plain health of 1.0).
+type HealthArgs struct {
+	// Usage asks for the system's use as the agent sees it (HealthResult.Usage):
+	// it reads /proc, so only a caller that wants it asks.
+	Usage bool `json:"usage,omitempty"`
+}
+
 // HealthResult reports the agent's state.
 type HealthResult struct {
 	Version    string `json:"version"`
@@ -349,6 +357,21 @@ type HealthResult struct {
 	Identity *Identity `json:"identity,omitempty"`
 	// Mounts are what the agent, and every command, sees mounted.
 	Mounts []Mount `json:"mounts,omitempty"`
+	// Usage is the system's use as the agent sees it, when asked for
+	// (HealthArgs.Usage); an agent older than the field leaves it nil.
+	Usage *SystemUsage `json:"usage,omitempty"`
+}
+
+// SystemUsage is what the agent's /proc says of the whole system: in a VM,
+// the guest's own processes and memory, which the host cannot see. (Where
+// the agent shares the host's kernel its memory is the host's: hosts read
+// it for VM modes only.)
+type SystemUsage struct {
+	// Tasks counts the processes, kernel threads aside.
+	Tasks int `json:"tasks"`
+	// MemUsedBytes is MemTotal less MemAvailable; MemTotalBytes is MemTotal.
+	MemUsedBytes  int64 `json:"memUsedBytes"`
+	MemTotalBytes int64 `json:"memTotalBytes"`
 }
 
 // Identity is a process's credentials.
