@@ -352,6 +352,13 @@ func (l *Link) begin(ctx context.Context, req *Request) (func(), error) {
 	if l.opts.Activity == nil {
 		return func() {}, nil
 	}
+	select {
+	case <-l.done:
+		// Let go of: its neuron is not this link's to wake (a resume of
+		// a neuron paused to disk starts it on another).
+		return nil, protocol.Errorf(protocol.CodeNotRunning, "the link of neuron %s is closed", l.opts.Neuron)
+	default:
+	}
 	return l.opts.Activity.Begin(ctx, req.Cmd)
 }
 

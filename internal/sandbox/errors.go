@@ -72,6 +72,9 @@ type AlreadyRunningError struct {
 }
 
 func (e *AlreadyRunningError) Error() string {
+	if e.State.Status == StatusPaused {
+		return fmt.Sprintf("neuron %q is paused (mode %s): resume it (nsys-cortex resume %s)", e.State.ID, e.State.Mode, e.State.ID)
+	}
 	return fmt.Sprintf("neuron %q is already running (mode %s, pid %d)", e.State.ID, e.State.Mode, e.State.PID)
 }
 

@@ -163,6 +163,10 @@ type Metrics struct {
 	MemoryBytes      int64 `json:"memoryBytes"`
 	MemoryPeakBytes  int64 `json:"memoryPeakBytes,omitempty"`
 	MemoryLimitBytes int64 `json:"memoryLimitBytes,omitempty"`
+	// GuestMemoryBytes is what a VM's guest uses of its memory by its own
+	// account (MemTotal less MemAvailable), as its agent says while it
+	// runs; MemoryBytes is what its VMM holds of the host's.
+	GuestMemoryBytes int64 `json:"guestMemoryBytes,omitempty"`
 	// Pids is how many processes (tasks) it has.
 	Pids int `json:"pids"`
 	// DiskBytes is what its data takes on the host's disk.
@@ -177,7 +181,7 @@ type Metrics struct {
 	// the mode can tell.
 	OOMKills int64 `json:"oomKills,omitempty"`
 	// Source says where the figures come from ("cgroup v1", "/proc",
-	// "vmm+agent").
+	// "vmm+agent", "docker stats").
 	Source string `json:"source,omitempty"`
 }
 

@@ -20,7 +20,7 @@ import (
 
 // RunLifecycle is the suite of what a neuron carries besides its
 // isolation (docs/lifecycle.md): labels, deadlines with and without a
-// keeper, pause and resume, auto-pause, and the events they record. A mode
+// keeper, pause and resume, auto-pause, usage, and the events they record. A mode
 // that lacks a capability says so in Config.Lacks, and the suite checks it
 // refuses it cleanly instead.
 func RunLifecycle(t *testing.T, cfg Config) {
@@ -31,6 +31,7 @@ func RunLifecycle(t *testing.T, cfg Config) {
 	t.Run("Pause", func(t *testing.T) { testPause(t, newFixture(t, cfg)) })
 	t.Run("PauseBadInput", func(t *testing.T) { testPauseBadInput(t, newFixture(t, cfg)) })
 	t.Run("AutoPause", func(t *testing.T) { testAutoPause(t, newFixture(t, cfg)) })
+	t.Run("Metrics", func(t *testing.T) { testMetrics(t, newFixture(t, cfg)) })
 }
 
 // lacks reports whether the mode lacks capability c, checking that it

@@ -54,6 +54,8 @@ type spec struct {
 type pauseRecord struct {
 	At     time.Time `json:"at"`
 	Reason string    `json:"reason,omitempty"`
+	// ToDisk: the machine was saved to disk and its VMM exited (todisk.go).
+	ToDisk bool `json:"toDisk,omitempty"`
 }
 
 func (m *Manager) specFile(id string) string   { return filepath.Join(m.overlay(id), ".spec.json") }
@@ -105,9 +107,13 @@ func (m *Manager) recordLock(ctx context.Context, id string) (func(), error) {
 	}
 }
 
-// lifecycleOf fills st's labels and pause from its records.
+// lifecycleOf fills st's labels and pause from its records (a neuron
+// paused to disk was found so by inspectRun, from the same record).
 func (m *Manager) lifecycleOf(st *sandbox.State) {
 	st.Labels = m.readSpec(st.ID).Labels
+	if st.Status == sandbox.StatusPaused {
+		return
+	}
 	st.PausedAt = nil
 	if st.Status != sandbox.StatusRunning {
 		return
@@ -181,7 +187,7 @@ func (m *Manager) SetTimeout(ctx context.Context, id string, d time.Duration, ac
 		return nil, err
 	}
 	st, err := m.readState(id)
-	if err != nil || st.Pending || !m.alive(st) {
+	if err != nil || st.Pending || !m.runs(st) {
 		unlock()
 		return nil, &sandbox.NotRunningError{ID: id, Reason: "a deadline is for a running neuron"}
 	}
@@ -241,10 +247,13 @@ func (m *Manager) Enforce(ctx context.Context, id, reason string) (sandbox.Timeo
 	if err != nil {
 		return "", err
 	}
-	if !m.alive(st) {
+	if !m.runs(st) {
 		return "", nil // it stopped meanwhile: nothing to apply
 	}
 	st.Status = sandbox.StatusRunning
+	if rec, ok := m.pausedToDisk(id); ok {
+		st.Status, st.PausedAt = sandbox.StatusPaused, &rec.At
+	}
 	m.lifecycleOf(st)
 	if reason == "" {
 		reason = "deadline passed"
@@ -299,9 +308,12 @@ func (m *Manager) Pause(ctx context.Context, id string, opts sandbox.PauseOption
 	if !ok {
 		return nil, &sandbox.UnsupportedError{Mode: m.rt.Mode(), Op: "pause"}
 	}
+	var dp DiskPauser
 	if opts.ToDisk {
-		return nil, &sandbox.UnsupportedError{Mode: m.rt.Mode(), Op: "pause --to-disk",
-			Reason: "its neurons' memory is the host's own; only the microVM modes (qemu, firecracker) save a whole machine to disk"}
+		if dp, ok = m.rt.(DiskPauser); !ok {
+			return nil, &sandbox.UnsupportedError{Mode: m.rt.Mode(), Op: "pause --to-disk",
+				Reason: "its neurons' memory is the host's own; only the microVM modes (qemu, firecracker) save a whole machine to disk"}
+		}
 	}
 	unlock, err := m.lockRecord(ctx, id)
 	if err != nil {
@@ -316,14 +328,20 @@ func (m *Manager) Pause(ctx context.Context, id string, opts sandbox.PauseOption
 	default:
 		return nil, &sandbox.NotRunningError{ID: id, Reason: "it is " + string(st.Status) + ", and only a running neuron can be paused"}
 	}
-	if err := fr.Freeze(ctx, m.lay, id, st); err != nil {
-		fr.Thaw(context.WithoutCancel(ctx), m.lay, id, st) // half frozen is worse than not
-		return nil, fmt.Errorf("pausing %s: %w", id, err)
-	}
 	now := time.Now().UTC()
-	if err := store.WriteJSON(m.pausedFile(id), &pauseRecord{At: now, Reason: opts.Reason}, 0o600); err != nil {
-		fr.Thaw(context.WithoutCancel(ctx), m.lay, id, st)
-		return nil, fmt.Errorf("pausing %s: %w", id, err)
+	if dp != nil {
+		if err := m.pauseToDisk(ctx, dp, st, pauseRecord{At: now, Reason: opts.Reason, ToDisk: true}); err != nil {
+			return nil, err
+		}
+	} else {
+		if err := fr.Freeze(ctx, m.lay, id, st); err != nil {
+			fr.Thaw(context.WithoutCancel(ctx), m.lay, id, st) // half frozen is worse than not
+			return nil, fmt.Errorf("pausing %s: %w", id, err)
+		}
+		if err := store.WriteJSON(m.pausedFile(id), &pauseRecord{At: now, Reason: opts.Reason}, 0o600); err != nil {
+			fr.Thaw(context.WithoutCancel(ctx), m.lay, id, st)
+			return nil, fmt.Errorf("pausing %s: %w", id, err)
+		}
 	}
 	st.Status, st.PausedAt = sandbox.StatusPaused, &now
 	typ := events.Paused
@@ -333,6 +351,9 @@ func (m *Manager) Pause(ctx context.Context, id string, opts sandbox.PauseOption
 	reason := opts.Reason
 	if reason == "" {
 		reason = "requested"
+	}
+	if dp != nil {
+		reason += ", to disk"
 	}
 	m.Logf(id, "paused (%s)", reason)
 	m.event(ctx, typ, st, reason)
@@ -353,12 +374,18 @@ func (m *Manager) Resume(ctx context.Context, id string) (*sandbox.State, error)
 		}
 		return nil, &sandbox.NotRunningError{ID: id, Reason: "it is " + string(st.Status)}
 	}
-	if err := m.thaw(ctx, st); err != nil {
+	reason := ""
+	if rec, ok := m.pausedToDisk(id); ok {
+		if err := m.resumeFromDisk(ctx, st, rec); err != nil {
+			return nil, err
+		}
+		st, reason = m.inspect(id, m.aliveKnown), "from disk"
+	} else if err := m.thaw(ctx, st); err != nil {
 		return nil, err
 	}
 	st.Status, st.PausedAt = sandbox.StatusRunning, nil
-	m.Logf(id, "resumed")
-	m.event(ctx, events.Resumed, st, "")
+	m.Logf(id, "resumed %s", reason)
+	m.event(ctx, events.Resumed, st, reason)
 	return st, nil
 }
 

@@ -128,6 +128,12 @@ func (m *Manager) inspectRun(id string, aliveKnown func(*sandbox.State) (bool, b
 			st.Owner = readOwner(m.overlay(id))
 			return st
 		}
+		if rec, ok := m.pausedToDisk(id); ok {
+			// Its VMM exited when it was paused to disk: paused, not dead.
+			at := rec.At
+			st.Status, st.PausedAt = sandbox.StatusPaused, &at
+			return st
+		}
 		lock := m.lockFor(id) // stale: the agent died without cleaning up
 		m.releaseDead(id, lock)
 		lock.Release()
@@ -229,8 +235,9 @@ func (m *Manager) destroy(ctx context.Context, id string, opts sandbox.DestroyOp
 		}
 	}
 	st := m.inspect(id, m.aliveKnown)
+	_, onDisk := m.pausedToDisk(id)
 	if old, err := m.readState(id); err == nil {
-		if st.Status == sandbox.StatusPaused {
+		if st.Status == sandbox.StatusPaused && !onDisk {
 			// A frozen process takes no signal: thaw it to stop it.
 			if err := m.thaw(ctx, st); err != nil {
 				m.Logf(id, "destroy: %v", err)
@@ -244,6 +251,9 @@ func (m *Manager) destroy(ctx context.Context, id string, opts sandbox.DestroyOp
 		}
 	}
 	m.clear(id)
+	if dp, ok := m.rt.(DiskPauser); ok {
+		dp.DiscardMachine(m.lay, id) // a machine paused to disk goes with its run
+	}
 	os.Remove(filepath.Join(m.overlay(id), ".owner"))
 	if opts.Wipe {
 		// Once more, now that the neuron is surely stopped: what the runtime
@@ -268,6 +278,7 @@ func (m *Manager) destroy(ctx context.Context, id string, opts sandbox.DestroyOp
 			a.close()
 			delete(m.activities, id)
 		}
+		delete(m.guests, id)
 		m.mu.Unlock()
 	}
 	m.Logf(id, "%s (%s)", typ, reason)
@@ -324,6 +335,15 @@ func (m *Manager) Connect(ctx context.Context, id string) (*link.Client, error) 
 		// to a paused neuron resumes it.
 		if st, err = m.Resume(ctx, id); err != nil && !errors.Is(err, sandbox.ErrNotPaused) {
 			return nil, err
+		}
+		// A resume from disk starts it again, held by this process.
+		m.mu.Lock()
+		n = m.neurons[id]
+		m.mu.Unlock()
+		if n != nil {
+			if _, err := n.link.Conn(); err == nil {
+				return n.link.Client(), nil
+			}
 		}
 	}
 	if st.Status != sandbox.StatusRunning {

@@ -63,7 +63,8 @@ type Manager struct {
 	// activities are this process's requests per neuron (control.go).
 	activities map[string]*activity
 	events     *events.Log
-	disks      map[string]diskReading // the last size of each neuron's data (metrics.go)
+	disks      map[string]diskReading  // the last size of each neuron's data (metrics.go)
+	guests     map[string]guestReading // the last use each VM's guest reported (todisk.go)
 	// wg tracks disconnect handlers. The goroutine that reaps an agent this
 	// process started is owned by that agent: it ends when the agent does.
 	wg sync.WaitGroup
@@ -97,7 +98,7 @@ var (
 // New returns a manager of rt's neurons over env.Layout.
 func New(env sandbox.Env, rt Runtime) *Manager {
 	return &Manager{env: env, lay: env.Layout, rt: rt, neurons: map[string]*neuron{}, starting: map[string]chan struct{}{},
-		activities: map[string]*activity{}, events: events.Open(env.Layout), disks: map[string]diskReading{}}
+		activities: map[string]*activity{}, events: events.Open(env.Layout), disks: map[string]diskReading{}, guests: map[string]guestReading{}}
 }
 
 // Mode returns the runtime's mode.
@@ -269,7 +270,11 @@ func (m *Manager) Create(ctx context.Context, id string, opts sandbox.CreateOpti
 		}
 		return nil, m.busy(ctx, id)
 	}
-	st, err := m.create(ctx, id, bin, lock, opts)
+	if _, ok := m.pausedToDisk(id); ok {
+		lock.Release()
+		return nil, &sandbox.AlreadyRunningError{State: m.inspect(id, m.aliveKnown)}
+	}
+	st, err := m.create(ctx, id, bin, lock, opts, nil)
 	if err == nil {
 		if !exists {
 			m.event(ctx, events.Created, st, "")
@@ -339,8 +344,10 @@ func (m *Manager) busy(ctx context.Context, id string) error {
 	return &sandbox.OwnedElsewhereError{ID: id, Owner: readOwner(m.overlay(id)), Reason: "another process is creating or destroying it"}
 }
 
-// create does the work of Create under the exclusive lock.
-func (m *Manager) create(ctx context.Context, id, bin string, lock *store.Lock, opts sandbox.CreateOptions) (*sandbox.State, error) {
+// create does the work of Create under the exclusive lock. A create that
+// continues a run (a resume from disk) keeps that run's records: its
+// start time, deadline and idle rule.
+func (m *Manager) create(ctx context.Context, id, bin string, lock *store.Lock, opts sandbox.CreateOptions, run *sandbox.State) (*sandbox.State, error) {
 	// Whatever ran before: a live agent is kept, a dead or half-created one
 	// is cleared away (create replaces a corpse).
 	if old, err := m.readState(id); err == nil {
@@ -379,13 +386,22 @@ func (m *Manager) create(ctx context.Context, id, bin string, lock *store.Lock, 
 	}
 	st := &sandbox.State{ID: id, Mode: m.rt.Mode(), Status: sandbox.StatusPending, Pending: true, Policy: &policy, SocketDir: m.socketDir(id),
 		Workdir: m.workdir(id), OverlayPath: m.overlay(id), CreatedAt: time.Now().UTC()}
+	if run != nil {
+		st.CreatedAt = run.CreatedAt
+	}
 	st.Labels = m.readSpec(id).Labels
 	if err := m.writeState(st); err != nil {
 		return nil, err
 	}
 	os.RemoveAll(st.SocketDir) // sockets of hosts that are gone
 	n := &neuron{id: id, lock: lock, state: st, exited: make(chan struct{}), refused: make(chan error, 1)}
-	if n.secret, err = m.newSecret(id); err != nil {
+	if run != nil {
+		// The saved machine's agent holds the secret of the run it continues.
+		n.secret, err = m.readSecret(id)
+	} else {
+		n.secret, err = m.newSecret(id)
+	}
+	if err != nil {
 		m.clear(id)
 		return nil, err
 	}
@@ -424,6 +440,9 @@ func (m *Manager) create(ctx context.Context, id, bin string, lock *store.Lock, 
 	st.Pending, st.Status = false, sandbox.StatusRunning
 	st.AgentVersion = conn.Peer().Software
 	runLifecycle(st, opts, time.Now())
+	if run != nil {
+		st.Deadline, st.Timeout, st.OnTimeout, st.AutoPause = run.Deadline, run.Timeout, run.OnTimeout, run.AutoPause
+	}
 	if err := m.writeState(st); err != nil {
 		m.abort(n)
 		return nil, err
@@ -690,6 +709,9 @@ func (m *Manager) onEvent(n *neuron, ev link.ConnEvent) {
 // agent died, unless another process is in the middle of creating it. lock
 // is the neuron's lock as this process holds it (or an unheld one).
 func (m *Manager) releaseDead(id string, lock *store.Lock) {
+	if _, ok := m.pausedToDisk(id); ok {
+		return // its VMM exited for the pause
+	}
 	st, err := m.readState(id)
 	if err != nil || m.alive(st) {
 		return

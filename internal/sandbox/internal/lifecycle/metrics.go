@@ -42,7 +42,13 @@ func (m *Manager) Metrics(ctx context.Context, id string) (*sandbox.Metrics, err
 	}
 	now := time.Now()
 	met := &sandbox.Metrics{ID: id, At: now.UTC(), Mode: m.rt.Mode(), Status: st.Status, EgressBytes: -1, EgressConnections: -1}
-	if st.Status == sandbox.StatusRunning || st.Status == sandbox.StatusPaused {
+	_, onDisk := m.pausedToDisk(id)
+	if onDisk && st.Status == sandbox.StatusPaused {
+		met.Source = "paused to disk: nothing runs"
+		if !st.CreatedAt.IsZero() {
+			met.UptimeSeconds = now.Sub(st.CreatedAt).Seconds()
+		}
+	} else if st.Status == sandbox.StatusRunning || st.Status == sandbox.StatusPaused {
 		var u sandbox.Metrics
 		if mt, ok := m.rt.(Meter); ok {
 			u, err = mt.Usage(ctx, m.lay, id, st)
@@ -55,6 +61,13 @@ func (m *Manager) Metrics(ctx context.Context, id string) (*sandbox.Metrics, err
 		met.CPUSeconds, met.MemoryBytes, met.MemoryPeakBytes, met.MemoryLimitBytes = u.CPUSeconds, u.MemoryBytes, u.MemoryPeakBytes, u.MemoryLimitBytes
 		met.Pids, met.OOMKills, met.Source = u.Pids, u.OOMKills, u.Source
 		met.EgressBytes, met.EgressConnections = u.EgressBytes, u.EgressConnections
+		met.GuestMemoryBytes = u.GuestMemoryBytes
+		if gm, ok := m.rt.(GuestMeter); ok && st.Status == sandbox.StatusRunning {
+			// Not asked while paused: the host never waits on a frozen agent.
+			if g, err := m.guestUsage(ctx, st); err == nil {
+				gm.GuestUsage(met, g)
+			}
+		}
 		if !st.CreatedAt.IsZero() {
 			met.UptimeSeconds = now.Sub(st.CreatedAt).Seconds()
 		}

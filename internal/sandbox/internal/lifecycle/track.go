@@ -31,6 +31,15 @@ func (m *Manager) alive(st *sandbox.State) bool {
 	return ok || !known
 }
 
+// runs reports whether the neuron st describes runs, or is paused to disk
+// (its VMM gone, its run not over).
+func (m *Manager) runs(st *sandbox.State) bool {
+	if _, ok := m.pausedToDisk(st.ID); ok {
+		return true
+	}
+	return m.alive(st)
+}
+
 // stop ends the neuron st describes, and what it left behind.
 func (m *Manager) stop(id string, st *sandbox.State) {
 	if t := m.tracker(); t != nil {
