@@ -78,6 +78,7 @@ func New(env sandbox.Env) *lifecycle.Manager {
 
 type runtime struct {
 	env sandbox.Env
+	cgs cgroupCache // where containers' cgroups are (pause.go)
 }
 
 var (
@@ -390,7 +391,7 @@ func (r *runtime) Alive(lay layout.Layout, st *sandbox.State) (bool, error) {
 		return false, err
 	}
 	switch strings.TrimSpace(state) {
-	case "created", "running", "restarting":
+	case "created", "running", "restarting", "paused":
 		return true, nil
 	}
 	return false, nil

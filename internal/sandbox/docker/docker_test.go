@@ -114,6 +114,9 @@ func dockerKill(t *testing.T, st *sandbox.State) {
 // own namespaces (it is nsbox's PID 1 that lives in the host's network).
 var escapeExempt = map[string]string{sandboxtest.SeePID1: "PID 1 is the agent, in the container's own namespaces"}
 
+// lacks is what docker mode's lifecycle does not have.
+var lacks = map[string]string{"pause --to-disk": "a container's memory is the host's own: docker pause keeps it there"}
+
 // conformance is docker mode's configuration of the shared suites.
 var conformance = sandboxtest.Config{
 	New:          func(e sandbox.Env) sandbox.Manager { return docker.New(e) },
@@ -121,6 +124,20 @@ var conformance = sandboxtest.Config{
 	Kill:         dockerKill,
 	ChannelDir:   docker.ChannelDir,
 	EscapeExempt: escapeExempt,
+	Lacks:        lacks,
+}
+
+// tcpConformance is the same over the tcp transport (what Docker Desktop
+// gets): the agent listens on a published port, the host dials with a
+// token.
+var tcpConformance = sandboxtest.Config{
+	New:          func(e sandbox.Env) sandbox.Manager { return docker.New(e) },
+	Env:          env,
+	Kill:         dockerKill,
+	Options:      sandbox.CreateOptions{Network: sandbox.Network{Mode: sandbox.NetworkFull}},
+	ChannelDir:   docker.ChannelDir,
+	EscapeExempt: escapeExempt,
+	Lacks:        lacks,
 }
 
 func TestConformance(t *testing.T) {
@@ -129,20 +146,27 @@ func TestConformance(t *testing.T) {
 	sandboxtest.Run(t, conformance)
 }
 
-// The same suite over the tcp transport (what Docker Desktop gets): the
-// agent listens on a published port, the host dials with a token.
+// The same suite over the tcp transport.
 func TestConformanceTCP(t *testing.T) {
 	requireDocker(t)
 	t.Setenv(docker.EnvTransport, "tcp")
 	t.Setenv(docker.EnvNetwork, testNetwork)
-	sandboxtest.Run(t, sandboxtest.Config{
-		New:          func(e sandbox.Env) sandbox.Manager { return docker.New(e) },
-		Env:          env,
-		Kill:         dockerKill,
-		Options:      sandbox.CreateOptions{Network: sandbox.Network{Mode: sandbox.NetworkFull}},
-		ChannelDir:   docker.ChannelDir,
-		EscapeExempt: escapeExempt,
-	})
+	sandboxtest.Run(t, tcpConformance)
+}
+
+// The lifecycle suite, over both transports: docker pause freezes the
+// container, its cgroup says what it uses.
+func TestLifecycle(t *testing.T) {
+	requireDocker(t)
+	t.Setenv(docker.EnvTransport, "unix")
+	sandboxtest.RunLifecycle(t, conformance)
+}
+
+func TestLifecycleTCP(t *testing.T) {
+	requireDocker(t)
+	t.Setenv(docker.EnvTransport, "tcp")
+	t.Setenv(docker.EnvNetwork, testNetwork)
+	sandboxtest.RunLifecycle(t, tcpConformance)
 }
 
 // neuron is one running docker neuron for a test.
