@@ -183,8 +183,13 @@ func (m *Manager) SnapshotVM(ctx context.Context, id, name string) (*SnapshotInf
 		return nil, err
 	}
 	if st.Status != sandbox.StatusRunning || st.Policy == nil {
-		return nil, &sandbox.NotRunningError{ID: id, Reason: "it is " + string(st.Status) + ": a VM snapshot saves a running neuron",
-			Hint: "nsys-cortex create " + id + " starts it"}
+		// (A paused VM's save would leave its disks handed over until a
+		// resume, and a second one abort QEMU: it is resumed first.)
+		hint := "nsys-cortex create " + id + " starts it"
+		if st.Status == sandbox.StatusPaused {
+			hint = "nsys-cortex resume " + id + ", then snapshot it"
+		}
+		return nil, &sandbox.NotRunningError{ID: id, Reason: "it is " + string(st.Status) + ": a VM snapshot saves a running neuron", Hint: hint}
 	}
 	dir := m.lay.SnapshotsDir(id)
 	final := filepath.Join(dir, name)
@@ -244,7 +249,7 @@ func (m *Manager) SnapshotVM(ctx context.Context, id, name string) (*SnapshotInf
 	}
 	info := &SnapshotInfo{Snapshot: store.Snapshot{Name: name, Neuron: id, Created: start.UTC(), Files: 1, Bytes: saved, Mode: Mode},
 		Policy: *st.Policy, MemoryMiB: st.Policy.Limits.MemoryBytes >> 20, CPUs: int(st.Policy.Limits.CPUs),
-		KVM: m.runsKVM(st.PID), Took: took, Stopped: stopped.UTC()}
+		KVM: runsKVM(st.PID), Took: took, Stopped: stopped.UTC()}
 	if fi, err := os.Stat(filepath.Join(tmp, snapState)); err == nil {
 		info.StateBytes = fi.Size()
 	}
@@ -294,7 +299,7 @@ func (m *Manager) saveStopped(ctx context.Context, q *qmp, id, chanDir, tmp stri
 }
 
 // runsKVM reports whether QEMU process pid runs with KVM.
-func (m *Manager) runsKVM(pid int) bool {
+func runsKVM(pid int) bool {
 	argv := store.Cmdline(pid)
 	for i := 0; i+1 < len(argv); i++ {
 		if argv[i] == "-accel" {
