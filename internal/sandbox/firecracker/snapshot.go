@@ -82,8 +82,11 @@ func (m *Manager) Snapshot(ctx context.Context, id, name string) (*store.Snapsho
 	if err != nil {
 		return nil, err
 	}
-	if st.Status != sandbox.StatusRunning {
-		return nil, &sandbox.NotRunningError{ID: id, Reason: "it is " + string(st.Status) + "; a VM snapshot needs a running VM"}
+	// A paused VM is snapshot as it is, and stays paused; one paused to
+	// disk has no VM to snapshot.
+	_, onDisk := os.Stat(suspendDir(m.rt.env.Layout, id))
+	if st.Status != sandbox.StatusRunning && (st.Status != sandbox.StatusPaused || onDisk == nil) {
+		return nil, &sandbox.NotRunningError{ID: id, Reason: "it is " + string(st.Status) + "; a VM snapshot needs a running or paused VM"}
 	}
 	lay := m.rt.env.Layout
 	dir := lay.SnapshotsDir(id)
@@ -123,7 +126,7 @@ func (m *Manager) Snapshot(ctx context.Context, id, name string) (*store.Snapsho
 	if err != nil {
 		return nil, err
 	}
-	if err := m.rt.snapshotVM(ctx, lay, id, j, tmp, &meta); err != nil {
+	if err := m.rt.snapshotVM(ctx, lay, id, j, tmp, &meta, st.Status == sandbox.StatusPaused); err != nil {
 		return nil, err
 	}
 	if err := os.WriteFile(filepath.Join(tmp, snapSecret), []byte(secret+"\n"), 0o600); err != nil {
@@ -149,9 +152,9 @@ func (m *Manager) Snapshot(ctx context.Context, id, name string) (*store.Snapsho
 }
 
 // snapshotVM pauses the VM, has Firecracker write its snapshot, copies
-// the overlay disk, and resumes, with every bridge of this process held
-// off the vsock meanwhile.
-func (r *runtime) snapshotVM(ctx context.Context, lay layout.Layout, id string, j jail, into string, meta *vmMeta) (err error) {
+// the overlay disk, and resumes (unless it was paused before), with every
+// bridge of this process held off the vsock meanwhile.
+func (r *runtime) snapshotVM(ctx context.Context, lay layout.Layout, id string, j jail, into string, meta *vmMeta, paused bool) (err error) {
 	for _, b := range r.bridges.of(id) {
 		b.hold()
 		defer b.release()
@@ -161,12 +164,15 @@ func (r *runtime) snapshotVM(ctx context.Context, lay layout.Layout, id string, 
 	if err := c.PatchVM(ctx, VMPaused); err != nil {
 		return fmt.Errorf("pausing the VM: %w", err)
 	}
-	paused := time.Now()
+	pausedAt := time.Now()
 	defer func() {
+		if paused {
+			return // it stays as it was
+		}
 		if rerr := c.PatchVM(context.WithoutCancel(ctx), VMResumed); rerr != nil && err == nil {
 			err = fmt.Errorf("resuming the VM after its snapshot: %w", rerr)
 		}
-		meta.Paused = time.Since(paused)
+		meta.Paused = time.Since(pausedAt)
 	}()
 	os.Remove(j.host(jailSnapState))
 	os.Remove(j.host(jailSnapMem))

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/nsys-cortex/cortex/internal/agent"
+	"github.com/nsys-cortex/cortex/internal/store"
 )
 
 // firecracker's flags (v1.10.1) and whether they take a value; the fake
@@ -456,20 +457,68 @@ func diskKey(path string) string {
 	return fmt.Sprintf("inode-%d", st.Sys().(*syscall.Stat_t).Ino)
 }
 
+// pause halts the guest as a paused VM's vCPUs do: its vsock carries
+// nothing, and every process its agent started (this process's
+// descendants) is stopped.
 func (g *guest) pause() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.mux != nil {
 		g.mux.SetPaused(true)
 	}
+	signalGuest(syscall.SIGSTOP)
 }
 
 func (g *guest) resume() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	signalGuest(syscall.SIGCONT)
 	if g.mux != nil {
 		g.mux.SetPaused(false)
 	}
+}
+
+// signalGuest sends sig to the processes of the fake guest: the
+// descendants of this process, twice (for what forked meanwhile). /proc
+// is the host's, in pids of the host's namespace, which this process,
+// the init of a namespace of its own when run as root, does not share:
+// each is signalled by its pid in the innermost namespace.
+func signalGuest(sig syscall.Signal) {
+	self, err := os.Readlink("/proc/self")
+	if err != nil {
+		return
+	}
+	pid, err := strconv.Atoi(self)
+	if err != nil {
+		return
+	}
+	for range 2 {
+		for _, p := range store.Descendants(pid)[1:] {
+			if ns := innermostPID(p); ns > 0 {
+				syscall.Kill(ns, sig)
+			}
+		}
+	}
+}
+
+// innermostPID is process pid (of /proc's namespace) as its innermost pid
+// namespace numbers it (NSpid's last field), or 0.
+func innermostPID(pid int) int {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "NSpid:"); ok {
+			f := strings.Fields(v)
+			if len(f) == 0 {
+				return 0
+			}
+			n, _ := strconv.Atoi(f[len(f)-1])
+			return n
+		}
+	}
+	return 0
 }
 
 func (g *guest) save() json.RawMessage {

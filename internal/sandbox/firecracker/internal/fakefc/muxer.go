@@ -29,6 +29,7 @@ type Muxer struct {
 	nextPort uint32
 	paused   bool
 	closed   bool
+	running  *sync.Cond // signalled when paused or closed changes
 	wg       sync.WaitGroup
 }
 
@@ -43,6 +44,7 @@ func NewMuxer(uds string) (*Muxer, error) {
 		return nil, err
 	}
 	m := &Muxer{uds: uds, ln: ln, ports: map[uint32]func(net.Conn){}, live: map[net.Conn]struct{}{}, nextPort: 1 << 30}
+	m.running = sync.NewCond(&m.mu)
 	m.wg.Add(1)
 	go m.accept()
 	return m, nil
@@ -105,10 +107,31 @@ func (m *Muxer) hostConn(c net.Conn) {
 	serve(&tracked{Conn: c, m: m})
 }
 
-// tracked removes itself from the live set when closed.
+// tracked removes itself from the live set when closed, and carries
+// nothing while the guest is paused: its vCPUs read and write nothing.
 type tracked struct {
 	net.Conn
 	m *Muxer
+}
+
+func (t *tracked) Read(p []byte) (int, error) {
+	n, err := t.Conn.Read(p)
+	t.m.waitRunning()
+	return n, err
+}
+
+func (t *tracked) Write(p []byte) (int, error) {
+	t.m.waitRunning()
+	return t.Conn.Write(p)
+}
+
+// waitRunning returns once the guest is not paused (or the device is gone).
+func (m *Muxer) waitRunning() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for m.paused && !m.closed {
+		m.running.Wait()
+	}
 }
 
 func (t *tracked) Close() error {
@@ -154,6 +177,7 @@ func (m *Muxer) GuestDial(ctx context.Context, port uint32) (net.Conn, error) {
 func (m *Muxer) SetPaused(p bool) {
 	m.mu.Lock()
 	m.paused = p
+	m.running.Broadcast()
 	m.mu.Unlock()
 }
 
@@ -173,6 +197,7 @@ func (m *Muxer) Reset() {
 func (m *Muxer) Close() {
 	m.mu.Lock()
 	m.closed = true
+	m.running.Broadcast()
 	m.mu.Unlock()
 	m.ln.Close()
 	m.Reset()
