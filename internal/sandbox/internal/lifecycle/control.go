@@ -320,7 +320,10 @@ func (m *Manager) Pause(ctx context.Context, id string, opts sandbox.PauseOption
 		return nil, err
 	}
 	defer unlock()
-	st := m.inspect(id, m.aliveKnown)
+	st, ok := m.recorded(id)
+	if !ok {
+		st = m.inspect(id, m.aliveKnown)
+	}
 	switch st.Status {
 	case sandbox.StatusPaused:
 		return st, sandbox.ErrAlreadyPaused
@@ -331,12 +334,12 @@ func (m *Manager) Pause(ctx context.Context, id string, opts sandbox.PauseOption
 	now := time.Now().UTC()
 	if dp != nil {
 		if err := m.pauseToDisk(ctx, dp, st, pauseRecord{At: now, Reason: opts.Reason, ToDisk: true}); err != nil {
-			return nil, err
+			return nil, m.goneOr(id, err)
 		}
 	} else {
 		if err := fr.Freeze(ctx, m.lay, id, st); err != nil {
 			fr.Thaw(context.WithoutCancel(ctx), m.lay, id, st) // half frozen is worse than not
-			return nil, fmt.Errorf("pausing %s: %w", id, err)
+			return nil, m.goneOr(id, fmt.Errorf("pausing %s: %w", id, err))
 		}
 		if err := store.WriteJSON(m.pausedFile(id), &pauseRecord{At: now, Reason: opts.Reason}, 0o600); err != nil {
 			fr.Thaw(context.WithoutCancel(ctx), m.lay, id, st)
@@ -367,7 +370,10 @@ func (m *Manager) Resume(ctx context.Context, id string) (*sandbox.State, error)
 		return nil, err
 	}
 	defer unlock()
-	st := m.inspect(id, m.aliveKnown)
+	st, ok := m.recorded(id)
+	if !ok || st.Status != sandbox.StatusPaused {
+		st = m.inspect(id, m.aliveKnown) // running, or what else: a full look says
+	}
 	if st.Status != sandbox.StatusPaused {
 		if st.Status == sandbox.StatusRunning {
 			return st, sandbox.ErrNotPaused
@@ -381,12 +387,35 @@ func (m *Manager) Resume(ctx context.Context, id string) (*sandbox.State, error)
 		}
 		st, reason = m.inspect(id, m.aliveKnown), "from disk"
 	} else if err := m.thaw(ctx, st); err != nil {
-		return nil, err
+		return nil, m.goneOr(id, err)
 	}
 	st.Status, st.PausedAt = sandbox.StatusRunning, nil
 	m.Logf(id, "resumed %s", reason)
 	m.event(ctx, events.Resumed, st, reason)
 	return st, nil
+}
+
+// recorded is neuron id's state as its records say, whether its agent
+// lives unchecked (for docker, that is a daemon call): Pause and Resume
+// act on it, and a freeze or thaw of a neuron that is gone fails, which
+// goneOr then tells apart. A pending or unreadable state is not trusted.
+func (m *Manager) recorded(id string) (*sandbox.State, bool) {
+	st, err := m.readState(id)
+	if err != nil || st.Pending {
+		return nil, false
+	}
+	st.Status = sandbox.StatusRunning
+	m.lifecycleOf(st)
+	return st, true
+}
+
+// goneOr is NotRunningError when neuron id turns out not to run after err
+// (its agent died: the look clears it away), else err.
+func (m *Manager) goneOr(id string, err error) error {
+	if st := m.inspect(id, m.aliveKnown); st.Status != sandbox.StatusRunning && st.Status != sandbox.StatusPaused {
+		return &sandbox.NotRunningError{ID: id, Reason: "it is " + string(st.Status)}
+	}
+	return err
 }
 
 // thaw continues a paused neuron and drops its pause record (the record
