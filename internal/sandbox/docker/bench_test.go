@@ -43,7 +43,8 @@ func benchManager(b *testing.B) sandbox.Manager {
 
 // BenchmarkSuite runs the benchmarks every mode runs, over the unix
 // transport. A create is set against `docker run --rm IMAGE /bin/true`,
-// an exec against `docker exec` in the same container.
+// an exec against `docker exec` in the same container, a pause and a
+// resume against `docker pause` and `docker unpause` of it.
 func BenchmarkSuite(b *testing.B) {
 	benchSetup(b)
 	cfg := conformance
@@ -55,6 +56,15 @@ func BenchmarkSuite(b *testing.B) {
 	cfg.Bench.ExecBaseline = &sandboxtest.Baseline{Name: "docker-exec", Prepare: func(b *testing.B, st *sandbox.State) func() error {
 		name := containerOf(b, st)
 		return func() error { return run("exec", name, "/bin/true") }
+	}}
+	// A pause and a resume against the daemon's own, of the same container.
+	cfg.Bench.PauseBaseline = &sandboxtest.Baseline{Name: "docker-pause", Prepare: func(b *testing.B, st *sandbox.State) func() error {
+		name := containerOf(b, st)
+		return func() error { return run("pause", name) }
+	}}
+	cfg.Bench.ResumeBaseline = &sandboxtest.Baseline{Name: "docker-unpause", Prepare: func(b *testing.B, st *sandbox.State) func() error {
+		name := containerOf(b, st)
+		return func() error { return run("unpause", name) }
 	}}
 	sandboxtest.RunBenchmarks(b, cfg)
 }

@@ -30,6 +30,10 @@ type Bench struct {
 	// ExecBaseline runs /bin/true without the channel (a fork+exec, a
 	// `docker exec`), timed beside every exec.
 	ExecBaseline *Baseline
+	// PauseBaseline and ResumeBaseline pause and resume the neuron without
+	// Cortex (`docker pause`, `docker unpause` of its container), timed
+	// beside every pause and resume.
+	PauseBaseline, ResumeBaseline *Baseline
 	// IdleSettle is how long a new neuron is left before it counts as idle
 	// (default 200 ms: its start-up's work is done); IdleWindow how long
 	// its idle use is measured (default 2 s).
@@ -62,8 +66,11 @@ type Baseline struct {
 //	Snapshot           a running neuron's snapshot and its channel back
 //	Restore            a restore to the first answer, of a running
 //	                   neuron and of a stopped one
+//	PauseResume        a pause and a resume through the Go API, and an
+//	                   exec on a paused neuron (resume + exec)
 //
-// Snapshot and Restore run where the manager is a sandbox.Snapshotter.
+// Snapshot and Restore run where the manager is a sandbox.Snapshotter,
+// PauseResume where it can pause.
 // A mode's own benchmarks (against its own tools) stay beside its tests.
 func RunBenchmarks(b *testing.B, cfg Config) {
 	if cfg.New == nil || cfg.Env == nil {
@@ -81,6 +88,7 @@ func RunBenchmarks(b *testing.B, cfg Config) {
 		{"Idle", benchIdle},
 		{"Snapshot", benchSnapshot},
 		{"Restore", benchRestore},
+		{"PauseResume", benchPauseResume},
 	} {
 		b.Run(bm.name, func(b *testing.B) { bm.run(b, cfg) })
 	}
