@@ -1,6 +1,7 @@
 // Package cortex is the Go SDK of the nsys-cortex HTTP API (nsys-cortex
 // serve): neurons, commands, background processes, files and terminals,
-// with the daemon's errors as typed Go errors:
+// labels, deadlines, pause and resume, metrics and lifecycle events, with
+// the daemon's errors as typed Go errors:
 //
 //	token, _ := cortex.LocalToken() // NSYS_CORTEX_API_TOKEN, or the one serve made
 //	c, _ := cortex.New("http://127.0.0.1:3100", cortex.WithToken(token))
@@ -165,14 +166,6 @@ func (c *Client) call(ctx context.Context, method, path string, q url.Values, in
 func (c *Client) Health(ctx context.Context) (*Health, error) {
 	var h Health
 	return &h, c.call(ctx, "GET", "/v1/health", nil, nil, &h)
-}
-
-// List returns every neuron, running or stopped.
-func (c *Client) List(ctx context.Context) ([]Neuron, error) {
-	var out struct {
-		Neurons []Neuron `json:"neurons"`
-	}
-	return out.Neurons, c.call(ctx, "GET", "/v1/neurons", nil, nil, &out)
 }
 
 // Create starts a neuron (or brings one back with its data).

@@ -30,13 +30,25 @@ type Health struct {
 type Neuron struct {
 	ID           string    `json:"id"`
 	Mode         string    `json:"mode"`
-	Status       string    `json:"status"` // pending, running, stopped, unknown
+	Status       string    `json:"status"` // pending, running, paused, stopped, unknown
 	PID          int       `json:"pid,omitempty"`
 	Workdir      string    `json:"workdir"`
 	CreatedAt    time.Time `json:"createdAt,omitzero"`
 	AgentVersion string    `json:"agentVersion,omitempty"`
 	Owner        *Owner    `json:"owner,omitempty"`
 	Policy       *Policy   `json:"policy,omitempty"`
+	// Labels group the neuron (kept across destroy and create; gone with
+	// a wipe).
+	Labels map[string]string `json:"labels,omitempty"`
+	// Deadline is when OnTimeout is applied to the neuron (nil: never);
+	// TimeoutMs is the timeout it was last set from.
+	Deadline  *time.Time `json:"deadline,omitempty"`
+	TimeoutMs int64      `json:"timeoutMs,omitempty"`
+	OnTimeout string     `json:"onTimeout,omitempty"` // stop, pause, destroy or wipe
+	// AutoPauseMs pauses the neuron once idle this long (0: never).
+	AutoPauseMs int64 `json:"autoPauseMs,omitempty"`
+	// PausedAt is when it was paused (status paused).
+	PausedAt *time.Time `json:"pausedAt,omitempty"`
 }
 
 // Owner is the process that owns a neuron exclusively.
@@ -88,6 +100,15 @@ type CreateRequest struct {
 	// NestedUserns lets the neuron's programs run sandboxes of their own
 	// (user namespaces); nsbox only.
 	NestedUserns bool `json:"nestedUserns,omitempty"`
+	// Labels replace the neuron's labels (absent: it keeps those it has).
+	Labels map[string]string `json:"labels,omitempty"`
+	// TimeoutMs gives the neuron a deadline this long after it starts;
+	// OnTimeout is what happens then (stop, the default; pause; destroy,
+	// which keeps the data; wipe).
+	TimeoutMs int64  `json:"timeoutMs,omitempty"`
+	OnTimeout string `json:"onTimeout,omitempty"`
+	// AutoPauseMs pauses the neuron once it has been idle this long.
+	AutoPauseMs int64 `json:"autoPauseMs,omitempty"`
 }
 
 // Created is the answer to a create: the neuron, whether it was started

@@ -368,7 +368,7 @@ func TestTerminal(t *testing.T) {
 func raw(t *testing.T, d *daemon, method, path, body string, hdr ...string) (int, string) {
 	t.Helper()
 	req, _ := http.NewRequest(method, d.ts.URL+path, strings.NewReader(body))
-	if method == "POST" {
+	if method == "POST" || method == "PATCH" {
 		req.Header.Set("Content-Type", "application/json")
 	}
 	for i := 0; i+1 < len(hdr); i += 2 {

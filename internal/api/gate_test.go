@@ -50,6 +50,9 @@ func TestEveryRouteGoesThroughTheGate(t *testing.T) {
 			continue
 		}
 		path := strings.NewReplacer("{id}", "gtest", "{pid}", "1", "{sid}", "s1", "{name}", "n1").Replace(r.Pattern)
+		if r.Pattern == "/v1/events" {
+			path += "?until=0s" // the recorded events only: it would follow otherwise
+		}
 		before := len(log.facts)
 		raw(t, d, r.Method, path, `{}`)
 		f := log.last()

@@ -33,10 +33,20 @@ func NeuronOf(st *sandbox.State) cortex.Neuron {
 		n.Policy = &cortex.Policy{Network: cortex.Network{Mode: string(p.Network.Mode), Allow: p.Network.Allow},
 			Limits: cortex.Limits(p.Limits), Image: p.Image, NestedUserns: p.NestedUserns, Ctx: p.Ctx, CtxWritable: p.CtxWritable}
 	}
+	n.Labels, n.Deadline, n.PausedAt = st.Labels.Clone(), st.Deadline, st.PausedAt
+	n.TimeoutMs, n.OnTimeout, n.AutoPauseMs = st.Timeout.Milliseconds(), string(st.OnTimeout), st.AutoPause.Milliseconds()
+	if st.Deadline == nil {
+		n.TimeoutMs, n.OnTimeout = 0, "" // what the last deadline was set from: nothing to show without one
+	}
 	return n
 }
 
 func (s *Server) listNeurons(w http.ResponseWriter, r *http.Request) {
+	sel, err := selectorParam(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
 	all, err := s.opts.Set.List(r.Context())
 	if err != nil {
 		writeError(w, err)
@@ -46,7 +56,9 @@ func (s *Server) listNeurons(w http.ResponseWriter, r *http.Request) {
 		Neurons []cortex.Neuron `json:"neurons"`
 	}{Neurons: make([]cortex.Neuron, 0, len(all))}
 	for _, st := range all {
-		out.Neurons = append(out.Neurons, NeuronOf(st))
+		if sel.Matches(st.Labels) {
+			out.Neurons = append(out.Neurons, NeuronOf(st))
+		}
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -83,6 +95,10 @@ func (s *Server) createNeuron(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	opts.BootTimeout = time.Duration(req.BootTimeoutMs) * time.Millisecond
+	if err := lifecycleOptions(&req, &opts); err != nil {
+		writeError(w, err)
+		return
+	}
 	if err := s.checkImage(req.Image); err != nil {
 		writeError(w, err)
 		return

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	cortex "github.com/nsys-cortex/cortex/client"
+	"github.com/nsys-cortex/cortex/internal/events"
 	"github.com/nsys-cortex/cortex/internal/gate"
 	"github.com/nsys-cortex/cortex/internal/link"
 	"github.com/nsys-cortex/cortex/internal/protocol/errdefs"
@@ -136,7 +137,13 @@ func (s *Server) Routes() []Route {
 		{"POST", "/v1/neurons", s.createNeuron, gate.Create},
 		{"GET", n, s.getNeuron, gate.Read},
 		{"DELETE", n, s.destroyNeuron, gate.Destroy},
-		{"GET", n + "/health", s.onNeuron(s.neuronHealth), gate.Read},
+		{"GET", n + "/health", quietly(s.onNeuron(s.neuronHealth)), gate.Read},
+		{"PATCH", n + "/labels", s.setLabels, gate.Label},
+		{"POST", n + "/timeout", s.setTimeout, gate.Timeout},
+		{"POST", n + "/pause", s.pause, gate.Pause},
+		{"POST", n + "/resume", s.resume, gate.Resume},
+		{"GET", n + "/metrics", s.neuronMetrics, gate.Read},
+		{"GET", "/v1/events", s.events, gate.Read},
 		{"POST", n + "/exec", s.onNeuron(s.exec), gate.Exec},
 		{"POST", n + "/processes", s.onNeuron(s.startProcess), gate.ProcessStart},
 		{"GET", n + "/processes", s.onNeuron(s.listProcesses), gate.ProcessRead},
@@ -170,6 +177,13 @@ func (s *Server) Routes() []Route {
 	}
 }
 
+// quietly serves an inspection: its requests to the neuron neither
+// resume a paused one (they answer NOT_RUNNING, "it is paused") nor keep
+// an idle one awake (link.Quiet).
+func quietly(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) { h(w, r.WithContext(link.Quiet(r.Context()))) }
+}
+
 // gated asks the gate about r's action on the neuron the request names
 // (its {id}), as the API's client, before r's handler runs: one gate for
 // every route, so a route cannot forget it.
@@ -179,12 +193,14 @@ func (s *Server) gated(r Route) http.HandlerFunc {
 		if g == nil {
 			g = &gate.Gate{}
 		}
-		if err := g.Allow(req.Context(), &gate.Request{Principal: gate.Principal{Kind: gate.APIClient}, Neuron: req.PathValue("id"),
+		p := gate.Principal{Kind: gate.APIClient}
+		if err := g.Allow(req.Context(), &gate.Request{Principal: p, Neuron: req.PathValue("id"),
 			Action: r.Action, Detail: req.Method + " " + r.Pattern}, nil); err != nil {
 			writeError(w, cortex.APIError{Code: cortex.CodePolicyDenied, Message: err.Error()})
 			return
 		}
-		r.handler(w, req)
+		// What the request does to neurons is recorded as the API's.
+		r.handler(w, req.WithContext(events.WithPrincipal(req.Context(), p.String())))
 	}
 }
 

@@ -150,6 +150,15 @@ func StatusLine(st *sandbox.State) string {
 	if st.Pending {
 		b.WriteString(" pending=true")
 	}
+	if st.PausedAt != nil {
+		fmt.Fprintf(&b, " paused=%s", st.PausedAt.UTC().Format(time.RFC3339))
+	}
+	if st.Deadline != nil {
+		fmt.Fprintf(&b, " deadline=%s on-timeout=%s", st.Deadline.UTC().Format(time.RFC3339), st.OnTimeout)
+	}
+	if st.AutoPause > 0 {
+		fmt.Fprintf(&b, " auto-pause=%s", st.AutoPause)
+	}
 	b.WriteByte('\n')
 	return b.String()
 }

@@ -286,3 +286,19 @@ func PrincipalOf(ctx context.Context) string {
 	}
 	return "operator"
 }
+
+// ParseTime reads a time as `events --since` and GET /v1/events?since=
+// take it: an RFC 3339 time, or a duration meaning that long before now
+// ("10m", "1h30m"; "0s" is now).
+func ParseTime(s string, now time.Time) (time.Time, error) {
+	if d, err := time.ParseDuration(s); err == nil {
+		if d < 0 {
+			return time.Time{}, errdefs.Errorf(errdefs.Invalid, "%q: give a duration before now without a sign (10m), or an RFC 3339 time", s)
+		}
+		return now.Add(-d), nil
+	}
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		return t, nil
+	}
+	return time.Time{}, errdefs.Errorf(errdefs.Invalid, "%q is neither a duration (10m, 1h30m: that long ago) nor an RFC 3339 time (2026-01-02T15:04:05Z)", s)
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -204,5 +205,26 @@ func TestFollowEndsWithItsContext(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("Follow did not end with its context")
+	}
+}
+
+func TestParseTime(t *testing.T) {
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	for in, want := range map[string]time.Time{
+		"10m":                         now.Add(-10 * time.Minute),
+		"0s":                          now,
+		"1h30m":                       now.Add(-90 * time.Minute),
+		"2026-01-01T00:00:00Z":        time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC),
+		"2026-01-01T01:00:00.5+01:00": time.Date(2026, 1, 1, 0, 0, 0, 5e8, time.UTC),
+	} {
+		got, err := ParseTime(in, now)
+		if err != nil || !got.Equal(want) {
+			t.Errorf("ParseTime(%q) = %v, %v; want %v", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"", "yesterday", "-5m", "10", "2026-01-01"} {
+		if _, err := ParseTime(bad, now); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("%q", bad)) {
+			t.Errorf("ParseTime(%q) = %v; want an error that quotes it", bad, err)
+		}
 	}
 }

@@ -69,7 +69,11 @@ const (
 	Create          Action = "neuron.create"
 	Destroy         Action = "neuron.destroy"
 	Restart         Action = "neuron.restart"
-	Read            Action = "neuron.read" // status, health, lists: reading what the host knows
+	Read            Action = "neuron.read" // status, health, lists, metrics, events: reading what the host knows
+	Label           Action = "neuron.label"
+	Timeout         Action = "neuron.timeout" // set or clear a deadline
+	Pause           Action = "neuron.pause"
+	Resume          Action = "neuron.resume"
 	Exec            Action = "exec"
 	ProcessStart    Action = "process.start"
 	ProcessSignal   Action = "process.signal"
@@ -99,6 +103,10 @@ var places = map[Action]place{
 	Destroy:         {"neuron", "neuron", "destroy"},
 	Restart:         {"neuron", "neuron", "restart"},
 	Read:            {"neuron", "neuron", "status"},
+	Label:           {"neuron", "neuron", "label"},
+	Timeout:         {"neuron", "neuron", "timeout"},
+	Pause:           {"neuron", "neuron", "pause"},
+	Resume:          {"neuron", "neuron", "resume"},
 	Exec:            {"exec", "bash", ""},
 	ProcessStart:    {"exec", "process", "start"},
 	ProcessSignal:   {"exec", "process", "kill"},
