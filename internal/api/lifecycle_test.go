@@ -147,6 +147,10 @@ func TestPauseResumeAndMetrics(t *testing.T) {
 	if _, err := n.Health(ctx); !errors.As(err, &cortex.NotRunningError{}) || !strings.Contains(err.Error(), "paused") {
 		t.Errorf("health of a paused neuron: %v", err)
 	}
+	if status, body := raw(t, d, "GET", "/metrics", ""); status != 200 || !strings.Contains(body, `cortex_neuron_paused{neuron="pz"} 1`) ||
+		!strings.Contains(body, `cortex_neurons{mode="process",status="paused"} 1`) {
+		t.Errorf("/metrics of a paused neuron: %d\n%s", status, grepLines(body, "cortex_neuron"))
+	}
 	if got, err := d.c.Get(ctx, "pz"); err != nil || got.Status != "paused" {
 		t.Fatalf("after the reads: %+v %v", got, err)
 	}
@@ -175,6 +179,39 @@ func TestPauseResumeAndMetrics(t *testing.T) {
 	}
 	if m, err := n.Metrics(ctx); err != nil || m.Status != "stopped" || m.DiskBytes <= 0 {
 		t.Errorf("metrics of a stopped neuron: %+v %v", m, err)
+	}
+}
+
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+// One series set per neuron on /metrics, gone once it is wiped.
+func TestPerNeuronSeries(t *testing.T) {
+	d := newDaemon(t, api.Options{})
+	ctx := context.Background()
+	if _, err := d.c.Create(ctx, &cortex.CreateRequest{ID: "ser", Mode: process.Mode, TimeoutMs: 3_600_000}); err != nil {
+		t.Fatal(err)
+	}
+	_, body := raw(t, d, "GET", "/metrics", "")
+	for _, want := range []string{`cortex_neuron_cpu_seconds_total{neuron="ser"}`, `cortex_neuron_memory_bytes{neuron="ser"}`,
+		`cortex_neuron_pids{neuron="ser"}`, `cortex_neuron_disk_bytes{neuron="ser"}`, `cortex_neuron_paused{neuron="ser"} 0`,
+		`cortex_neuron_deadline_seconds{neuron="ser"}`} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %s:\n%s", want, grepLines(body, "cortex_neuron"))
+		}
+	}
+	if err := d.c.Destroy(ctx, "ser", true); err != nil {
+		t.Fatal(err)
+	}
+	if _, body := raw(t, d, "GET", "/metrics", ""); strings.Contains(body, `neuron="ser"`) {
+		t.Errorf("a wiped neuron's series are still there:\n%s", grepLines(body, `neuron="ser"`))
 	}
 }
 

@@ -54,12 +54,30 @@ func (m *metrics) handler() http.Handler {
 	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
 }
 
-// neuronCollector counts neurons by mode and status at each scrape.
+// neuronCollector counts neurons by mode and status at each scrape, and
+// measures each existing neuron (sandbox.MetricsReader): one series set
+// per neuron, gone once it is wiped (docs/api.md, Metrics).
 type neuronCollector struct{ set *sandbox.Set }
 
-var neuronsDesc = prometheus.NewDesc("cortex_neurons", "Neurons known, by mode and status.", []string{"mode", "status"}, nil)
+var (
+	neuronsDesc = prometheus.NewDesc("cortex_neurons", "Neurons known, by mode and status.", []string{"mode", "status"}, nil)
 
-func (c *neuronCollector) Describe(ch chan<- *prometheus.Desc) { ch <- neuronsDesc }
+	perNeuron          = []string{"neuron"}
+	neuronCPUDesc      = prometheus.NewDesc("cortex_neuron_cpu_seconds_total", "CPU time the neuron used since it started.", perNeuron, nil)
+	neuronMemoryDesc   = prometheus.NewDesc("cortex_neuron_memory_bytes", "The neuron's resident memory.", perNeuron, nil)
+	neuronPidsDesc     = prometheus.NewDesc("cortex_neuron_pids", "The neuron's processes (tasks).", perNeuron, nil)
+	neuronDiskDesc     = prometheus.NewDesc("cortex_neuron_disk_bytes", "What the neuron's data takes on the host's disk.", perNeuron, nil)
+	neuronEgressDesc   = prometheus.NewDesc("cortex_neuron_egress_bytes_total", "Bytes through the neuron's egress proxy (neurons with egress only).", perNeuron, nil)
+	neuronPausedDesc   = prometheus.NewDesc("cortex_neuron_paused", "1 while the neuron is paused, else 0.", perNeuron, nil)
+	neuronDeadlineDesc = prometheus.NewDesc("cortex_neuron_deadline_seconds", "When the neuron's deadline passes, in Unix seconds (neurons with a deadline only).", perNeuron, nil)
+)
+
+func (c *neuronCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{neuronsDesc, neuronCPUDesc, neuronMemoryDesc, neuronPidsDesc, neuronDiskDesc,
+		neuronEgressDesc, neuronPausedDesc, neuronDeadlineDesc} {
+		ch <- d
+	}
+}
 
 func (c *neuronCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -72,15 +90,52 @@ func (c *neuronCollector) Collect(ch chan<- prometheus.Metric) {
 	type key struct{ mode, status string }
 	counts := map[key]int{}
 	for _, mode := range c.set.Modes() {
-		for _, st := range []sandbox.Status{sandbox.StatusPending, sandbox.StatusRunning, sandbox.StatusStopped} {
+		for _, st := range []sandbox.Status{sandbox.StatusPending, sandbox.StatusRunning, sandbox.StatusPaused, sandbox.StatusStopped} {
 			counts[key{mode, string(st)}] = 0
 		}
 	}
 	for _, st := range all {
 		counts[key{st.Mode, string(st.Status)}]++
+		c.collectNeuron(ctx, ch, st)
 	}
 	for k, n := range counts {
 		ch <- prometheus.MustNewConstMetric(neuronsDesc, prometheus.GaugeValue, float64(n), k.mode, k.status)
+	}
+}
+
+// collectNeuron sends neuron st's series. Its usage comes from the host's
+// records (MetricsReader): a scrape never resumes a paused neuron and
+// never counts as use of it.
+func (c *neuronCollector) collectNeuron(ctx context.Context, ch chan<- prometheus.Metric, st *sandbox.State) {
+	gauge := func(d *prometheus.Desc, v float64) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, st.ID)
+	}
+	paused := 0.0
+	if st.Status == sandbox.StatusPaused {
+		paused = 1
+	}
+	gauge(neuronPausedDesc, paused)
+	if st.Deadline != nil {
+		gauge(neuronDeadlineDesc, float64(st.Deadline.UnixMilli())/1000)
+	}
+	m, err := c.set.Manager(st.Mode)
+	if err != nil {
+		return
+	}
+	mr, ok := m.(sandbox.MetricsReader)
+	if !ok {
+		return
+	}
+	met, err := mr.Metrics(ctx, st.ID)
+	if err != nil {
+		return // gone since the listing, or unreadable now: no usage this scrape
+	}
+	ch <- prometheus.MustNewConstMetric(neuronCPUDesc, prometheus.CounterValue, met.CPUSeconds, st.ID)
+	gauge(neuronMemoryDesc, float64(met.MemoryBytes))
+	gauge(neuronPidsDesc, float64(met.Pids))
+	gauge(neuronDiskDesc, float64(met.DiskBytes))
+	if met.EgressBytes >= 0 {
+		ch <- prometheus.MustNewConstMetric(neuronEgressDesc, prometheus.CounterValue, float64(met.EgressBytes), st.ID)
 	}
 }
 
