@@ -106,6 +106,7 @@ Home: ~/.nsys-cortex (NSYS_CORTEX_HOME). Mode: auto (NSYS_CORTEX_MODE).`,
 		a.serveCommand(), a.configCommand(), a.launchCommand(), a.receiptsCommand(),
 		a.attachCommand(), a.termCommand(), a.mcpCommand(), a.policyCommand(), a.toolsCommand(), a.chatCommand(),
 		a.mountCommand(), a.umountCommand(), a.snapshotCommand(),
+		a.labelCommand(), a.timeoutCommand(), a.pauseCommand(), a.resumeCommand(), a.statsCommand(), a.eventsCommand(),
 	)
 	return root
 }
@@ -159,8 +160,8 @@ func (a *App) neuronArgs(cmd *cobra.Command, args []string, _ string) ([]string,
 	return out, cobra.ShellCompDirectiveNoFileComp
 }
 
-// isTerminal reports whether f is a terminal.
-func isTerminal(r io.Reader) bool {
+// isTerminal reports whether r (a reader or a writer) is a terminal.
+func isTerminal(r any) bool {
 	f, ok := r.(*os.File)
 	if !ok {
 		return false

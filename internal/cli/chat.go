@@ -236,7 +236,7 @@ func (a *App) newChatHost(set *sandbox.Set, f *kitFlags) (*chatrun.Host, error) 
 // it runs, creating it (a new one when id is "") when it does not.
 func (a *App) ensureNeuron(ctx context.Context, set *sandbox.Set, id string) (string, error) {
 	if id != "" {
-		if _, st, err := set.Find(ctx, id); err == nil && st.Status == sandbox.StatusRunning {
+		if _, st, err := set.Find(ctx, id); err == nil && (st.Status == sandbox.StatusRunning || st.Status == sandbox.StatusPaused) {
 			return st.ID, nil
 		}
 		if err := ids.Validate(id); err != nil {

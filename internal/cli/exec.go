@@ -39,7 +39,7 @@ func (a *App) connect(ctx context.Context, ref string, action gate.Action) (chan
 		if err != nil {
 			return nil, nil, err
 		}
-		if st.Status != sandbox.StatusRunning {
+		if st.Status != sandbox.StatusRunning && st.Status != sandbox.StatusPaused { // the daemon resumes a paused one
 			return nil, nil, &sandbox.NotRunningError{ID: st.ID, Reason: "its status is " + string(st.Status)}
 		}
 		return &remoteChannel{n: api.Neuron(st.ID)}, st, nil

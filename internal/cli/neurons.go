@@ -12,6 +12,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/nsys-cortex/cortex/internal/ids"
+	"github.com/nsys-cortex/cortex/internal/labels"
+	"github.com/nsys-cortex/cortex/internal/link"
 	"github.com/nsys-cortex/cortex/internal/protocol"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
 )
@@ -19,6 +21,7 @@ import (
 func (a *App) createCommand() *cobra.Command {
 	var mode, network, memory, diskSize, image, ctxDir string
 	var env, allow []string
+	var lc lifecycleFlags
 	var boot time.Duration
 	var nested bool
 	var pids int
@@ -35,7 +38,13 @@ machine can run and says on stderr which it chose and why.
 The network is none (a loopback of its own) unless asked: --allow gives the
 neuron an HTTP proxy (http_proxy and https_proxy are set) that reaches only
 what the allow-list names, and nothing else is routed; --network full gives
-it the host's network.`,
+it the host's network.
+
+--label team=a (repeatable) tags the neuron (list -l selects by labels);
+--timeout 30m gives it a deadline, when --on-timeout happens (stop, the
+default; pause; destroy, which keeps the data; wipe); --auto-pause 5m
+pauses it once it has been idle that long. docs/lifecycle.md says who
+enforces them.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var set *sandbox.Set
@@ -57,6 +66,9 @@ it the host's network.`,
 			}
 			opts := sandbox.CreateOptions{Env: env, BootTimeout: boot, Image: image, NestedUserns: nested,
 				Limits: sandbox.Limits{Pids: pids, CPUs: cpus}, Network: sandbox.Network{Allow: allow}}
+			if err := lc.apply(&opts); err != nil {
+				return err
+			}
 			if opts.Network.Mode, err = sandbox.ParseNetworkMode(network); err != nil {
 				return err
 			}
@@ -101,6 +113,10 @@ it the host's network.`,
 				if cmd.Flags().Changed("env") || cmd.Flags().Changed("boot-timeout") {
 					fmt.Fprint(a.Stderr, "; the options given were not applied: destroy it first to change them")
 				}
+				if lc.given(cmd) {
+					fmt.Fprintf(a.Stderr, "; its labels, deadline and idle rule were not changed (nsys-cortex label %s, nsys-cortex timeout %s change them)",
+						ar.State.ID, ar.State.ID)
+				}
 				fmt.Fprintln(a.Stderr)
 				fmt.Fprintln(a.Stdout, ar.State.ID)
 				return nil
@@ -124,6 +140,7 @@ it the host's network.`,
 	cmd.Flags().StringVar(&ctxDir, "ctx", "", "show this CortexFS mount (nsys-cortex mount DIR) at /ctx inside: the neuron sees its own subtree, writable only if the mount validates at start; nsbox only")
 	cmd.Flags().BoolVar(&nested, "nested-userns", false, "let programs create user namespaces of their own (inner sandboxes: bubblewrap, Codex's sandbox); nsbox only")
 	cmd.Flags().StringVar(&image, "image", "", "a root filesystem directory to base the neuron on (default: the host's /usr and /etc subset)")
+	lc.add(cmd)
 	return cmd
 }
 
@@ -256,24 +273,36 @@ var neuronListing = listing[*sandbox.State]{
 	row: func(st *sandbox.State) []string {
 		return []string{st.ID, st.Mode, string(st.Status), pidText(st.PID), ago(st.CreatedAt)}
 	},
-	name:    func(st *sandbox.State) string { return st.ID },
-	wide:    []string{"WORKDIR", "OVERLAY"},
-	wideRow: func(st *sandbox.State) []string { return []string{st.Workdir, st.OverlayPath} },
+	name: func(st *sandbox.State) string { return st.ID },
+	wide: []string{"WORKDIR", "OVERLAY", "DEADLINE", "LABELS"},
+	wideRow: func(st *sandbox.State) []string {
+		return []string{st.Workdir, st.OverlayPath, deadlineText(st), labelsText(st.Labels)}
+	},
 }
 
 func (a *App) listCommand() *cobra.Command {
 	var out outputFlags
+	var selector string
 	cmd := &cobra.Command{
-		Use:     "list",
+		Use:     "list [-l SELECTOR]",
 		Aliases: []string{"ls"},
-		Short:   "List neurons, running and stopped",
-		Args:    cobra.NoArgs,
+		Short:   "List neurons, running, paused and stopped",
+		Long: `List shows every neuron of the home, running, paused or stopped; -l keeps
+those whose labels match a selector, in kubectl's syntax: team=a,run!=42,
+'env in (ci,dev)', 'env notin (prod)', canary, '!canary' (all must hold).
+-o wide adds the deadline and the labels. Listing never resumes a paused
+neuron.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			mode, err := neuronListing.mode(&out)
 			if err != nil {
 				return err
 			}
-			all, err := a.list(cmd.Context())
+			sel, err := labels.Parse(selector)
+			if err != nil {
+				return err
+			}
+			all, err := a.list(cmd.Context(), sel)
 			if err != nil {
 				return err
 			}
@@ -281,6 +310,7 @@ func (a *App) listCommand() *cobra.Command {
 		},
 	}
 	neuronListing.addFlags(&out, cmd, "{{.ID}} {{.Status}}")
+	cmd.Flags().StringVarP(&selector, "selector", "l", "", "only the neurons whose labels match, e.g. team=a,run!=42")
 	return cmd
 }
 
@@ -332,7 +362,10 @@ func (a *App) statusCommand() *cobra.Command {
 			}
 			v := statusView{State: st}
 			if c != nil {
-				v.Health, _ = c.Health(cmd.Context()) // health is a bonus: the state stands alone
+				// Health is a bonus (the state stands alone), and an
+				// inspection: quiet, it never resumes a paused neuron nor
+				// keeps an idle one awake.
+				v.Health, _ = c.Health(link.Quiet(cmd.Context()))
 			}
 			if done, err := out.emit(a.Stdout, mode, v, []any{v}); done {
 				return err
@@ -345,6 +378,7 @@ func (a *App) statusCommand() *cobra.Command {
 				{"id", st.ID}, {"mode", st.Mode}, {"status", string(st.Status)}, {"pid", pidText(st.PID)},
 				{"workdir", st.Workdir}, {"overlay", st.OverlayPath}, {"created", ago(st.CreatedAt)},
 			}
+			rows = append(rows, lifecycleText(st)...)
 			rows = append(rows, policyText(st.Policy)...)
 			if st.Owner != nil {
 				rows = append(rows, []string{"owner", fmt.Sprintf("%s (pid %d)", st.Owner.Command, st.Owner.PID)})

@@ -12,6 +12,7 @@ import (
 	cortex "github.com/nsys-cortex/cortex/client"
 	"github.com/nsys-cortex/cortex/internal/gate"
 	"github.com/nsys-cortex/cortex/internal/ids"
+	"github.com/nsys-cortex/cortex/internal/labels"
 	"github.com/nsys-cortex/cortex/internal/layout"
 	"github.com/nsys-cortex/cortex/internal/link"
 	"github.com/nsys-cortex/cortex/internal/protocol"
@@ -91,6 +92,9 @@ func stateOf(n *cortex.Neuron) *sandbox.State {
 		st.Policy = &sandbox.Policy{Network: sandbox.Network{Mode: sandbox.NetworkMode(p.Network.Mode), Allow: p.Network.Allow},
 			Limits: sandbox.Limits(p.Limits), Image: p.Image, NestedUserns: p.NestedUserns}
 	}
+	st.Lifecycle = sandbox.Lifecycle{Labels: labels.Set(n.Labels).Clone(), Deadline: n.Deadline, PausedAt: n.PausedAt,
+		Timeout: time.Duration(n.TimeoutMs) * time.Millisecond, OnTimeout: sandbox.TimeoutAction(n.OnTimeout),
+		AutoPause: time.Duration(n.AutoPauseMs) * time.Millisecond}
 	return st
 }
 
@@ -377,7 +381,8 @@ func (a *App) create(ctx context.Context, set *sandbox.Set, id, mode string, opt
 	api, _ := a.apiClient()
 	cr, err := api.Create(ctx, &cortex.CreateRequest{ID: id, Mode: mode, Env: opts.Env, Image: opts.Image,
 		Network: cortex.Network{Mode: string(opts.Network.Mode), Allow: opts.Network.Allow}, Limits: cortex.Limits(opts.Limits),
-		BootTimeoutMs: opts.BootTimeout.Milliseconds(), NestedUserns: opts.NestedUserns})
+		BootTimeoutMs: opts.BootTimeout.Milliseconds(), NestedUserns: opts.NestedUserns,
+		Labels: opts.Labels, TimeoutMs: ceilMs(opts.Timeout), OnTimeout: string(opts.OnTimeout), AutoPauseMs: ceilMs(opts.AutoPause)})
 	if err != nil {
 		return &sandbox.State{ID: id}, "", err
 	}
@@ -388,8 +393,9 @@ func (a *App) create(ctx context.Context, set *sandbox.Set, id, mode string, opt
 	return st, cr.ModeReason, nil
 }
 
-// list lists the neurons, locally or through the daemon.
-func (a *App) list(ctx context.Context) ([]*sandbox.State, error) {
+// list lists the neurons whose labels match sel, locally or through the
+// daemon.
+func (a *App) list(ctx context.Context, sel labels.Selector) ([]*sandbox.State, error) {
 	api, err := a.apiClient()
 	if err != nil {
 		return nil, err
@@ -399,9 +405,19 @@ func (a *App) list(ctx context.Context) ([]*sandbox.State, error) {
 		if err != nil {
 			return nil, err
 		}
-		return set.List(ctx)
+		all, err := set.List(ctx)
+		if err != nil {
+			return nil, err
+		}
+		out := all[:0]
+		for _, st := range all {
+			if sel.Matches(st.Labels) {
+				out = append(out, st)
+			}
+		}
+		return out, nil
 	}
-	all, err := api.List(ctx)
+	all, err := api.List(ctx, cortex.ListOptions{LabelSelector: sel.String()})
 	if err != nil {
 		return nil, err
 	}
@@ -410,6 +426,16 @@ func (a *App) list(ctx context.Context) ([]*sandbox.State, error) {
 		out[i] = stateOf(&all[i])
 	}
 	return out, nil
+}
+
+// ceilMs is d in whole milliseconds, rounded up (the wire's unit: a
+// timeout of 1.5 ms is not 1 ms, and never 0).
+func ceilMs(d time.Duration) int64 {
+	ms := d.Milliseconds()
+	if d%time.Millisecond > 0 {
+		ms++
+	}
+	return ms
 }
 
 // find finds a neuron by id or unique prefix, with a channel to it when it
