@@ -3,12 +3,20 @@ package main_test
 import (
 	"bufio"
 	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/nsys-cortex/cortex/internal/events"
+	"github.com/nsys-cortex/cortex/internal/keeper"
+	"github.com/nsys-cortex/cortex/internal/layout"
 )
 
 // waitUntil polls cond until it holds, failing the test after d.
@@ -367,4 +375,146 @@ func TestLifecycleThroughTheDaemon(t *testing.T) {
 	c.fails("is not a duration", api("timeout", "rd", "soon")...)
 	c.ok(api("destroy", "rd")...)
 	c.fails(`is not running`, api("pause", "rd")...)
+}
+
+// keeperPIDs returns the pids the keeper log says keepers started with.
+func keeperPIDs(t *testing.T, home string) []int {
+	t.Helper()
+	b, _ := os.ReadFile(filepath.Join(home, "logs", "keeper.log"))
+	var pids []int
+	for _, m := range regexp.MustCompile(`msg="keeper started".* pid=(\d+)`).FindAllStringSubmatch(string(b), -1) {
+		pid, _ := strconv.Atoi(m[1])
+		pids = append(pids, pid)
+	}
+	return pids
+}
+
+// gone reports whether process pid has exited (a zombie whose parent is
+// gone too counts: it runs nothing).
+func gone(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true
+	}
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	return len(f) > 0 && f[0] == "Z"
+}
+
+// timeoutEvents returns the timeout events of neuron id in the home's
+// log, read without asking any neuron (status would apply a deadline
+// that passed itself).
+func timeoutEvents(t *testing.T, home, id string) []events.Event {
+	t.Helper()
+	lay, err := layout.New(home, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs, err := events.Open(lay).Read(events.Filter{Neurons: []string{id}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []events.Event
+	for _, ev := range evs {
+		if ev.Type == events.Timeout {
+			out = append(out, ev)
+		}
+	}
+	return out
+}
+
+// A deadline set by a CLI that then exits fires: the CLI started a
+// keeper, which applies it, and which exits once nothing is left to
+// watch.
+func TestDeadlineFiresAfterTheCLIExits(t *testing.T) {
+	c := newCLI(t, "process")
+	c.ok("create", "dl", "--timeout", "2s")
+	deadline := time.Now().Add(2 * time.Second) // no earlier than the neuron's own
+	var pids []int
+	waitUntil(t, 10*time.Second, "the keeper to start", func() bool { pids = keeperPIDs(t, c.home); return len(pids) > 0 })
+	waitUntil(t, 10*time.Second, "the keeper's timeout event", func() bool { return len(timeoutEvents(t, c.home, "dl")) > 0 })
+	if late := time.Since(deadline); late > 3*time.Second {
+		t.Errorf("the deadline fired %s late", late)
+	}
+	ev := timeoutEvents(t, c.home, "dl")[0]
+	if ev.Principal != "keeper" || !strings.Contains(ev.Reason, "stop") {
+		t.Errorf("the timeout event: %+v", ev)
+	}
+	if got := c.ok("status", "dl", "--format", "{{.Status}}"); got != "stopped\n" {
+		t.Errorf("status after the deadline: %q", got)
+	}
+	waitUntil(t, 15*time.Second, "the keeper to exit", func() bool { return gone(pids[0]) })
+	lay, _ := layout.New(c.home, "")
+	if keeper.Running(lay) {
+		t.Error("a keeper still holds the home")
+	}
+	if b, _ := os.ReadFile(filepath.Join(c.home, "logs", "keeper.log")); !strings.Contains(string(b), "no neuron has a deadline") {
+		t.Errorf("the keeper's log: %s", b)
+	}
+	if len(pids) != 1 {
+		t.Errorf("keepers started: %v", pids)
+	}
+}
+
+// A daemon that starts while a standalone keeper runs takes the home
+// over, and enforces deadlines itself; when it stops, a standalone keeper
+// takes the home back.
+func TestServeTakesOverTheKeeper(t *testing.T) {
+	c := newCLI(t, "process")
+	c.ok("create", "long", "--timeout", "1h")
+	var pids []int
+	waitUntil(t, 10*time.Second, "the standalone keeper", func() bool { pids = keeperPIDs(t, c.home); return len(pids) > 0 })
+	url, stop := c.serve(t)
+	waitUntil(t, 15*time.Second, "the standalone keeper to give way", func() bool { return gone(pids[0]) })
+	lay, _ := layout.New(c.home, "")
+	waitUntil(t, 10*time.Second, "the daemon's keeper", func() bool { return keeper.Running(lay) })
+	c.ok("--api", url, "create", "short")
+	c.ok("--api", url, "timeout", "short", "1s")
+	waitUntil(t, 10*time.Second, "the daemon's keeper to apply the deadline", func() bool { return len(timeoutEvents(t, c.home, "short")) > 0 })
+	if ev := timeoutEvents(t, c.home, "short")[0]; ev.Principal != "keeper" {
+		t.Errorf("the timeout event: %+v", ev)
+	}
+	if got := keeperPIDs(t, c.home); len(got) != 1 {
+		t.Errorf("standalone keepers started: %v (the daemon's keeper logs to the daemon's log)", got)
+	}
+	// "long" still has its deadline: the stopping daemon hands it over.
+	if errs, code := stop(); code != 0 || !strings.Contains(errs, "stopped") {
+		t.Fatalf("serve after SIGTERM: %d %q", code, errs)
+	}
+	waitUntil(t, 10*time.Second, "a standalone keeper after the daemon", func() bool { return len(keeperPIDs(t, c.home)) == 2 })
+	waitUntil(t, 10*time.Second, "it to hold the home", func() bool { return keeper.Running(lay) })
+	c.ok("timeout", "long", "1s")
+	waitUntil(t, 10*time.Second, "the handed-over deadline to fire", func() bool { return len(timeoutEvents(t, c.home, "long")) > 0 })
+	if got := c.ok("status", "long", "--format", "{{.Status}}"); got != "stopped\n" {
+		t.Errorf("long after its deadline: %q", got)
+	}
+}
+
+// An idle rule set by a CLI that then exits holds too: the keeper it
+// started pauses the idle neuron, and the next request resumes it.
+func TestAutoPauseAfterTheCLIExits(t *testing.T) {
+	c := newCLI(t, "process")
+	c.ok("create", "ap", "--auto-pause", "2s")
+	lay, _ := layout.New(c.home, "")
+	paused := func() bool {
+		evs, err := events.Open(lay).Read(events.Filter{Neurons: []string{"ap"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ev := range evs {
+			if ev.Type == events.AutoPaused {
+				return true
+			}
+		}
+		return false
+	}
+	waitUntil(t, 20*time.Second, "the keeper to auto-pause the idle neuron", paused)
+	if out := c.ok("status", "ap"); !strings.Contains(out, "status:    paused") || !strings.Contains(out, "idle rule: pause after 2s idle") {
+		t.Errorf("status: %q", out)
+	}
+	if out := c.ok("exec", "ap", "--", "echo", "awake"); out != "awake\n" {
+		t.Fatalf("exec after the auto-pause: %q", out)
+	}
+	if got := c.ok("status", "ap", "--format", "{{.Status}}"); got != "running\n" {
+		t.Errorf("after the exec: %q", got)
+	}
 }

@@ -15,6 +15,7 @@ import (
 
 	cortex "github.com/nsys-cortex/cortex/client"
 	"github.com/nsys-cortex/cortex/internal/config"
+	"github.com/nsys-cortex/cortex/internal/keeper"
 	"github.com/nsys-cortex/cortex/internal/layout"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
 	"github.com/nsys-cortex/cortex/internal/store"
@@ -41,6 +42,8 @@ type App struct {
 
 	once      sync.Once
 	exclusive bool           // the daemon: own the neurons touched
+	inKeeper  bool           // the standalone keeper: it is the home's keeper itself
+	keeper    keeperSpawn    // the keeper this process started, if any
 	cfg       *config.Config // loaded once by loadConfig
 	// The daemon the CLI talks to (--api, NSYS_CORTEX_API_URL, api.url).
 	apiURL     string
@@ -107,6 +110,7 @@ Home: ~/.nsys-cortex (NSYS_CORTEX_HOME). Mode: auto (NSYS_CORTEX_MODE).`,
 		a.attachCommand(), a.termCommand(), a.mcpCommand(), a.policyCommand(), a.toolsCommand(), a.chatCommand(),
 		a.mountCommand(), a.umountCommand(), a.snapshotCommand(),
 		a.labelCommand(), a.timeoutCommand(), a.pauseCommand(), a.resumeCommand(), a.statsCommand(), a.eventsCommand(),
+		a.keeperCommand(),
 	)
 	return root
 }
@@ -129,6 +133,12 @@ func (a *App) sandboxes() (*sandbox.Set, error) {
 			return bin, binErr
 		}}
 		env.Exclusive = a.exclusive
+		// A neuron got a deadline or an idle rule: a keeper must watch it.
+		// The daemon and the keeper are it (wake it); a CLI starts one.
+		env.EnsureKeeper = a.ensureKeeper
+		if a.exclusive || a.inKeeper {
+			env.EnsureKeeper = func() { keeper.Wake(a.lay) }
+		}
 		if a.cfg != nil {
 			env.DefaultDisk = a.cfg.Bytes("disk")
 			env.MaxSnapshots = a.cfg.Int("snapshots.max")

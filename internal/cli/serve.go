@@ -61,6 +61,9 @@ api.shutdown_grace) and ends open streams. Neurons keep running and keep
 their data; the daemon owns the neurons it touches, so other nsys-cortex
 processes reach them through it (NSYS_CORTEX_API_URL or --api).
 
+The daemon runs the home's keeper, which enforces deadlines and idle
+rules (docs/lifecycle.md); a standalone one a CLI started gives way to it.
+
 Every request needs the bearer token, on every address, loopback too:
 a neuron with network full shares the host's network. Without api.token
 (NSYS_CORTEX_API_TOKEN), serve makes one and keeps it in <home>/api.token
@@ -126,6 +129,14 @@ Its log is <home>/logs/cortex.log (nsys-cortex logs [-f]).`,
 				Chat: chat, Images: splitList(cfg.String("api.images")),
 				Gate: &gate.Gate{Audit: launch.NewAudit(filepath.Join(lay.LogsDir(), "audit.log")), Layout: lay}})
 			log := logger.For("serve")
+			// The home's keeper runs in the daemon for as long as it serves.
+			kctx, stopKeeper := context.WithCancel(cmd.Context())
+			kept := make(chan struct{})
+			go func() {
+				defer close(kept)
+				serveKeeper(kctx, lay, set, logger.For("keeper"))
+			}()
+			defer func() { stopKeeper(); <-kept }()
 			log.Info("serving", "addr", ln.Addr().String(), "auth", token != "", "pid", os.Getpid(), "modes", set.Modes())
 			fmt.Fprintf(a.Stderr, "nsys-cortex: serving the API on http://%s (token: %s; log: %s)\n", ln.Addr(), tokenFrom, logger.Path())
 			err = srv.Serve(cmd.Context(), ln, cfg.Duration("api.shutdown_grace"))
@@ -133,6 +144,9 @@ Its log is <home>/logs/cortex.log (nsys-cortex logs [-f]).`,
 				log.Error("serve ended", "err", err)
 				return err
 			}
+			stopKeeper()
+			<-kept
+			a.handOverKeeper(set, log)
 			log.Info("stopped")
 			fmt.Fprintln(a.Stderr, "nsys-cortex: stopped; the neurons keep running")
 			return nil
