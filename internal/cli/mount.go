@@ -86,7 +86,7 @@ func (a *App) serveCtx(ctx context.Context, dir string, readOnly, debug bool) er
 	rand.Read(tok[:])
 	token := hex.EncodeToString(tok[:])
 	audit := launch.NewAudit(src.AuditLog())
-	tree := ctxfs.NewTree(ctxfs.Options{Source: src, Channel: src, Controller: src, Gate: ctxsource.NewGate(a.lay, audit), Records: src,
+	tree := ctxfs.NewTree(ctxfs.Options{Source: src, Channel: src, Controller: src, Meter: src, Gate: ctxsource.NewGate(a.lay, audit), Records: src,
 		Auditor: audit, ReadOnly: readOnly, Token: token,
 		Owner: ctxfs.Caller{UID: uint32(os.Getuid()), GID: uint32(os.Getgid())}})
 	srv, err := ctxfs.Mount(dir, tree, ctxfs.MountOptions{Debug: debug})

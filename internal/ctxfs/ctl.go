@@ -101,7 +101,7 @@ func (t *Tree) parse(r *ref, line string) (*Command, error) {
 	case kNCtl:
 		cmd.Target = TargetNeuron
 		switch verb {
-		case "stop", "restart":
+		case "stop", "restart", "pause", "resume":
 			return cmd, want(0, verb)
 		case "snapshot":
 			if err := want(1, "snapshot NAME"); err != nil {
@@ -116,7 +116,7 @@ func (t *Tree) parse(r *ref, line string) (*Command, error) {
 			cmd.Arg, _ = checkSignal(args[0])
 			return cmd, signalError(args[0])
 		}
-		return cmd, invalidf("unknown verb %q for a neuron: use stop, restart, snapshot NAME or kill SIG", verb)
+		return cmd, invalidf("unknown verb %q for a neuron: use stop, restart, snapshot NAME, kill SIG, pause or resume", verb)
 	case kPCtl:
 		cmd.Target, cmd.PID = TargetProcess, r.proc.PID
 		if verb == "signal" || verb == "kill" {

@@ -34,6 +34,9 @@ type fake struct {
 	deny  bool
 	// refuse, when set, is the controller's answer to every command.
 	refuse error
+	// asks counts the requests that reached a neuron's agent (Health,
+	// Processes, Output).
+	asks int
 }
 
 // Authorize is the fake's gate: it records what it is asked, and allows
@@ -90,12 +93,28 @@ func fakeNeuron(id string, uid int, running bool) *ctxfs.Neuron {
 func (f *fake) Snapshot() *ctxfs.Snapshot { return f.snap.Load() }
 
 func (f *fake) setRunning(id string, running bool) {
+	f.replace(id, func(n *ctxfs.Neuron) *ctxfs.Neuron { return fakeNeuron(id, n.UID, running) })
+}
+
+// setPaused pauses (or resumes) neuron id as the model would show it.
+func (f *fake) setPaused(id string, paused bool) {
+	f.replace(id, func(n *ctxfs.Neuron) *ctxfs.Neuron {
+		c := fakeNeuron(id, n.UID, !paused)
+		if paused {
+			c.Paused = true
+			c.Status = []byte("paused mode=fake pid=1 created=" + t0.Format(time.RFC3339) + " paused=" + t0.Format(time.RFC3339) + "\n")
+		}
+		return c
+	})
+}
+
+func (f *fake) replace(id string, with func(*ctxfs.Neuron) *ctxfs.Neuron) {
 	old := f.snap.Load()
 	ns := make([]*ctxfs.Neuron, len(old.Neurons))
 	for i, n := range old.Neurons {
 		ns[i] = n
 		if n.ID == id {
-			ns[i] = fakeNeuron(id, n.UID, running)
+			ns[i] = with(n)
 		}
 	}
 	f.snap.Store(ctxfs.NewSnapshot(old.Version+1, time.Now(), ns))
@@ -126,18 +145,28 @@ func (f *fake) appendOut(neuron string, pid int, stream string, b []byte) {
 }
 
 func (f *fake) Health(ctx context.Context, neuron string) ([]byte, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.asks++
 	return []byte(`{"version":"fake"}` + "\n"), nil
 }
 
 func (f *fake) Processes(ctx context.Context, neuron string) ([]protocol.ProcInfo, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.asks++
 	return append([]protocol.ProcInfo(nil), f.procs[neuron]...), nil
+}
+
+// Metrics is the fake's Meter: host records, never the agent.
+func (f *fake) Metrics(ctx context.Context, neuron string) ([]byte, error) {
+	return []byte(fmt.Sprintf(`{"id":%q,"cpuSeconds":1.5}`+"\n", neuron)), nil
 }
 
 func (f *fake) Output(ctx context.Context, neuron string, pid int, stream string, off int64, max int) ([]byte, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.asks++
 	b := f.out[neuron+"/"+strconv.Itoa(pid)+"/"+stream]
 	if off >= int64(len(b)) {
 		return nil, nil
@@ -160,6 +189,8 @@ func (f *fake) Control(ctx context.Context, c *ctxfs.Command) error {
 	switch {
 	case c.Target == ctxfs.TargetNeuron && c.Verb == "stop":
 		f.setRunning(c.Neuron, false)
+	case c.Target == ctxfs.TargetNeuron && (c.Verb == "pause" || c.Verb == "resume"):
+		f.setPaused(c.Neuron, c.Verb == "pause")
 	case c.Verb == "input":
 		f.appendOut(c.Neuron, c.PID, ctxfs.PTY, c.Data) // an echoing terminal
 	}
@@ -215,7 +246,7 @@ func (f *fake) AuditLog() string { return filepath.Join(f.dir, "audit.log") }
 
 // tree returns a tree over f with operator uid 0.
 func (f *fake) tree(opts ...func(*ctxfs.Options)) *ctxfs.Tree {
-	o := ctxfs.Options{Source: f, Channel: f, Controller: f, Gate: f, Records: f, Auditor: f, Token: "tok"}
+	o := ctxfs.Options{Source: f, Channel: f, Controller: f, Meter: f, Gate: f, Records: f, Auditor: f, Token: "tok"}
 	for _, fn := range opts {
 		fn(&o)
 	}

@@ -18,6 +18,9 @@ type Neuron struct {
 	// the neuron's subtree. Negative: unknown (only the operator may).
 	UID     int
 	Running bool
+	// Paused: its processes are stopped with their memory kept (Running
+	// is false then). Nothing that only reads resumes it.
+	Paused  bool
 	Created time.Time
 	// Status is one text line; State the API's JSON of the neuron; Policy
 	// the isolation it runs under, as enforced (JSON).
@@ -73,6 +76,14 @@ type Channel interface {
 	Output(ctx context.Context, neuron string, pid int, stream string, off int64, max int) ([]byte, error)
 }
 
+// Meter measures a neuron's use of the machine from the host's records
+// (metrics.json): it never resumes a paused neuron and never counts as use
+// of it.
+type Meter interface {
+	// Metrics is the neuron's metrics as JSON.
+	Metrics(ctx context.Context, neuron string) ([]byte, error)
+}
+
 // Target kinds of a command.
 const (
 	TargetNeuron   = "neuron"
@@ -85,7 +96,7 @@ type Command struct {
 	Neuron string
 	Target string // TargetNeuron, TargetProcess or TargetTerminal
 	PID    int    // the process or terminal
-	Verb   string // stop, restart, snapshot, kill, signal, resize, close, input
+	Verb   string // stop, restart, snapshot, kill, pause, resume, signal, resize, close, input
 	Arg    string // the snapshot name, the signal
 	Cols   int
 	Rows   int

@@ -27,6 +27,8 @@ type Options struct {
 	Source     Source
 	Channel    Channel
 	Controller Controller
+	// Meter serves metrics.json (nil: it reads null).
+	Meter Meter
 	// Gate authorizes every write before it reaches the Controller; with
 	// none, only the operator's writes are carried out.
 	Gate    Gate
@@ -84,6 +86,7 @@ const (
 	kNState
 	kNPolicy
 	kNHealth
+	kNMetrics
 	kNCtl
 	kProcs
 	kProc
@@ -141,11 +144,11 @@ type Info struct {
 }
 
 var (
-	neuronFiles = []string{"status", "state.json", "policy.json", "health.json", "ctl", "processes", "terminals", "receipts"}
+	neuronFiles = []string{"status", "state.json", "policy.json", "health.json", "metrics.json", "ctl", "processes", "terminals", "receipts"}
 	procFiles   = []string{"argv", "status", "stdout", "stderr", "exit", "ctl"}
 	termFiles   = []string{"meta.json", "replay", "screen", "size", "input", "ctl"}
 	neuronKinds = map[string]kind{"status": kNStatus, "state.json": kNState, "policy.json": kNPolicy, "health.json": kNHealth,
-		"ctl": kNCtl, "processes": kProcs, "terminals": kTerms, "receipts": kReceipts}
+		"metrics.json": kNMetrics, "ctl": kNCtl, "processes": kProcs, "terminals": kTerms, "receipts": kReceipts}
 	procKinds = map[string]kind{"argv": kPArgv, "status": kPStatus, "stdout": kPStdout, "stderr": kPStderr, "exit": kPExit, "ctl": kPCtl}
 	termKinds = map[string]kind{"meta.json": kTMeta, "replay": kTReplay, "screen": kTScreen, "size": kTSize, "input": kTInput, "ctl": kTCtl}
 )
@@ -578,12 +581,21 @@ func (t *Tree) content(ctx context.Context, r *ref) ([]byte, error) {
 	case kNPolicy:
 		return n.Policy, nil
 	case kNHealth:
-		if !n.Running || t.o.Channel == nil {
+		switch {
+		case n.Paused:
+			// Its agent is frozen: reading must not resume it.
+			return []byte("{\"paused\":true,\"running\":false}\n"), nil
+		case !n.Running || t.o.Channel == nil:
 			return []byte("{\"running\":false}\n"), nil
 		}
 		return t.o.Channel.Health(ctx, n.ID)
+	case kNMetrics:
+		if t.o.Meter == nil {
+			return []byte("null\n"), nil
+		}
+		return t.o.Meter.Metrics(ctx, n.ID)
 	case kNCtl:
-		return t.ctlText(r.path, "verbs: stop | restart | snapshot NAME | kill SIG\n"), nil
+		return t.ctlText(r.path, "verbs: stop | restart | snapshot NAME | kill SIG | pause | resume\n"), nil
 	case kPCtl:
 		return t.ctlText(r.path, "verbs: signal SIG\n"), nil
 	case kTCtl:

@@ -21,7 +21,7 @@ func TestTreeIsAnFS(t *testing.T) {
 	f := standard(t)
 	tr := f.tree()
 	if err := fstest.TestFS(tr.FS(operator),
-		".cortexfs", "neurons/a/status", "neurons/a/state.json", "neurons/a/policy.json", "neurons/a/health.json",
+		".cortexfs", "neurons/a/status", "neurons/a/state.json", "neurons/a/policy.json", "neurons/a/health.json", "neurons/a/metrics.json",
 		"neurons/a/ctl", "neurons/a/processes/10/argv", "neurons/a/processes/10/stdout", "neurons/a/processes/10/exit",
 		"neurons/a/terminals/t1/replay", "neurons/a/terminals/t1/screen", "neurons/a/terminals/t1/size",
 		"neurons/a/terminals/t1/meta.json", "neurons/a/terminals/t1/input", "neurons/a/receipts/r1.json",
@@ -51,7 +51,8 @@ func TestTreeContent(t *testing.T) {
 		"sessions/s1/transcript.jsonl":      "{\"a\":1}\n{\"b\":2}\n",
 		"agents/coder/AGENTS.md":            "# agent\n",
 		".cortexfs":                         "cortexfs 1 tok\n",
-		"neurons/a/ctl":                     "verbs: stop | restart | snapshot NAME | kill SIG\n",
+		"neurons/a/ctl":                     "verbs: stop | restart | snapshot NAME | kill SIG | pause | resume\n",
+		"neurons/a/metrics.json":            `{"id":"a","cpuSeconds":1.5}` + "\n",
 		"neurons/a/terminals/t1/../t1/size": "",
 	} {
 		b, err := fs.ReadFile(fsys, p)
@@ -109,6 +110,8 @@ func TestCtlVerbs(t *testing.T) {
 		{"neurons/a/terminals/t1/ctl", "resize 120x40"},
 		{"neurons/a/terminals/t1/input", "ls\n"},
 		{"neurons/a/terminals/t1/ctl", "close"},
+		{"neurons/b/ctl", "pause"},
+		{"neurons/b/ctl", "resume"},
 		{"neurons/b/ctl", "stop"},
 	}
 	for _, c := range ok {
@@ -135,6 +138,12 @@ func TestCtlVerbs(t *testing.T) {
 	if c := cmds[4]; c.Verb != "input" || string(c.Data) != "ls\n" {
 		t.Errorf("input: %+v", c)
 	}
+	if c := cmds[6]; c.Verb != "pause" || c.Neuron != "b" || c.Target != ctxfs.TargetNeuron {
+		t.Errorf("pause: %+v", c)
+	}
+	if c := cmds[7]; c.Verb != "resume" || c.Neuron != "b" {
+		t.Errorf("resume: %+v", c)
+	}
 	if b, _ := fs.ReadFile(tr.FS(operator), "neurons/b/status"); !strings.HasPrefix(string(b), "stopped") {
 		t.Errorf("status after stop: %q", b)
 	}
@@ -145,6 +154,7 @@ func TestCtlVerbs(t *testing.T) {
 		{"neurons/b/ctl", "kill SIGFOO"},
 		{"neurons/a/processes/10/ctl", "stop"},
 		{"neurons/a/terminals/t1/ctl", "resize 12by40"},
+		{"neurons/b/ctl", "pause now"},
 	} {
 		err := tr.WriteFile(ctx, operator, bad.path, []byte(bad.line))
 		if ctxfs.Errno(err) != syscall.EINVAL {
@@ -164,7 +174,7 @@ func TestCtlVerbs(t *testing.T) {
 			failed++
 		}
 	}
-	if failed != 5 || len(f.facts) != len(ok)+5 {
+	if failed != 6 || len(f.facts) != len(ok)+6 {
 		t.Errorf("audit facts: %d failed of %d: %v", failed, len(f.facts), f.facts)
 	}
 	for _, fact := range f.facts {
@@ -245,7 +255,7 @@ func TestEveryWriteGoesThroughTheGate(t *testing.T) {
 	f.deny = true
 	tr := f.tree()
 	verbs := map[string][]string{
-		"ctl":    {"stop", "restart", "snapshot s1", "kill TERM"}, // a neuron's
+		"ctl":    {"stop", "restart", "snapshot s1", "kill TERM", "pause", "resume"}, // a neuron's
 		"pctl":   {"signal KILL"},
 		"tctl":   {"resize 80x24", "close"},
 		"tinput": {"ls\n"},
@@ -291,5 +301,41 @@ func TestEveryWriteGoesThroughTheGate(t *testing.T) {
 	}
 	if cmds := f.commands(); len(cmds) != 0 {
 		t.Fatalf("commands reached the controller past a refusing gate: %+v", cmds)
+	}
+}
+
+// A paused neuron is read without its agent being asked: health.json says
+// it is paused, processes/ and terminals/ are empty, status says so, and
+// metrics.json still reads (host records).
+func TestPausedNeuronIsNotAsked(t *testing.T) {
+	f := standard(t)
+	tr := f.tree()
+	fsys := tr.FS(operator)
+	if err := tr.WriteFile(context.Background(), operator, "neurons/a/ctl", []byte("pause")); err != nil {
+		t.Fatal(err)
+	}
+	f.mu.Lock()
+	f.asks = 0
+	f.mu.Unlock()
+	for p, want := range map[string]string{
+		"neurons/a/health.json":  `{"paused":true,"running":false}` + "\n",
+		"neurons/a/metrics.json": `{"id":"a","cpuSeconds":1.5}` + "\n",
+	} {
+		if b, err := fs.ReadFile(fsys, p); err != nil || string(b) != want {
+			t.Errorf("%s = %q, %v; want %q", p, b, err, want)
+		}
+	}
+	if b, _ := fs.ReadFile(fsys, "neurons/a/status"); !strings.HasPrefix(string(b), "paused ") {
+		t.Errorf("status of a paused neuron: %q", b)
+	}
+	for _, dir := range []string{"neurons/a/processes", "neurons/a/terminals"} {
+		if ents, err := fs.ReadDir(fsys, dir); err != nil || len(ents) != 0 {
+			t.Errorf("%s of a paused neuron: %v, %v", dir, ents, err)
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.asks != 0 {
+		t.Errorf("reading a paused neuron asked its agent %d times", f.asks)
 	}
 }

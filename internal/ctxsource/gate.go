@@ -42,6 +42,10 @@ func ctlAction(c *ctxfs.Command) gate.Action {
 			return gate.SnapshotCreate
 		case "kill":
 			return gate.ProcessSignal
+		case "pause":
+			return gate.Pause
+		case "resume":
+			return gate.Resume
 		}
 	case ctxfs.TargetProcess:
 		return gate.ProcessSignal

@@ -65,6 +65,7 @@ type Source struct {
 	neurons map[string]*tools.SetNeuron
 	procs   map[string]cached[[]protocol.ProcInfo]
 	health  map[string]cached[[]byte]
+	metrics map[string]cached[[]byte]
 	recs    map[string]cached[any] // "receipts/<id>", "sessions", "agents"
 	metas   map[string]sessionMeta // transcript path -> meta, by size and mtime
 }
@@ -84,6 +85,7 @@ var (
 	_ ctxfs.Source     = (*Source)(nil)
 	_ ctxfs.Channel    = (*Source)(nil)
 	_ ctxfs.Controller = (*Source)(nil)
+	_ ctxfs.Meter      = (*Source)(nil)
 	_ ctxfs.Records    = (*Source)(nil)
 	_ ctxfs.Forgetter  = (*Source)(nil)
 )
@@ -99,7 +101,7 @@ type rendered struct {
 func New(set *sandbox.Set, lay layout.Layout, m *model.Model, render Render) *Source {
 	s := &Source{set: set, lay: lay, model: m, render: render, rendered: map[string]rendered{},
 		neurons: map[string]*tools.SetNeuron{}, procs: map[string]cached[[]protocol.ProcInfo]{}, health: map[string]cached[[]byte]{},
-		recs: map[string]cached[any]{}, metas: map[string]sessionMeta{}}
+		metrics: map[string]cached[[]byte]{}, recs: map[string]cached[any]{}, metas: map[string]sessionMeta{}}
 	s.snap.Store(s.convert(m.Snapshot()))
 	m.Subscribe(func(_, cur *model.Snapshot) { s.snap.Store(s.convert(cur)) })
 	return s
@@ -134,7 +136,7 @@ func (s *Source) files(n *model.Neuron) *ctxfs.Neuron {
 		pol = append(pol, '\n')
 	}
 	st := n.State
-	return &ctxfs.Neuron{ID: st.ID, UID: n.UID, Running: st.Status == sandbox.StatusRunning,
+	return &ctxfs.Neuron{ID: st.ID, UID: n.UID, Running: st.Status == sandbox.StatusRunning, Paused: st.Status == sandbox.StatusPaused,
 		Created: st.CreatedAt, Status: []byte(StatusLine(st)), State: js, Policy: pol}
 }
 
@@ -191,6 +193,7 @@ func (s *Source) forget(id string) {
 	delete(s.neurons, id)
 	delete(s.procs, id)
 	delete(s.health, id)
+	delete(s.metrics, id)
 }
 
 // client returns a channel to neuron id; a dead cached one is replaced.
@@ -215,8 +218,16 @@ func (s *Source) withClient(ctx context.Context, id string, f func(*link.Client)
 	}
 }
 
-// Processes lists neuron id's processes and terminals (≤ ProcTTL old).
+// Processes lists neuron id's processes and terminals (≤ ProcTTL old). A
+// read of /ctx: quiet (link.Quiet), it never resumes a paused neuron nor
+// keeps an idle one awake; a paused one answers NOT_RUNNING.
 func (s *Source) Processes(ctx context.Context, id string) ([]protocol.ProcInfo, error) {
+	return s.processes(link.Quiet(ctx), id)
+}
+
+// processes lists neuron id's processes as ctx asks: quietly for a read,
+// resuming a paused neuron for a write (ctl kill).
+func (s *Source) processes(ctx context.Context, id string) ([]protocol.ProcInfo, error) {
 	s.mu.Lock()
 	c, ok := s.procs[id]
 	s.mu.Unlock()
@@ -238,7 +249,9 @@ func (s *Source) Processes(ctx context.Context, id string) ([]protocol.ProcInfo,
 }
 
 // Health is the agent's health report (≤ HealthTTL old), the API's JSON.
+// Quiet, as Processes.
 func (s *Source) Health(ctx context.Context, id string) ([]byte, error) {
+	ctx = link.Quiet(ctx)
 	s.mu.Lock()
 	c, ok := s.health[id]
 	s.mu.Unlock()
@@ -264,7 +277,9 @@ func (s *Source) Health(ctx context.Context, id string) ([]byte, error) {
 var errEnough = errors.New("enough")
 
 // Output reads a process's or terminal's output from what its agent holds.
+// Quiet, as Processes.
 func (s *Source) Output(ctx context.Context, id string, pid int, stream string, off int64, max int) ([]byte, error) {
+	ctx = link.Quiet(ctx)
 	var out []byte
 	err := s.withClient(ctx, id, func(c *link.Client) error {
 		out = out[:0]
@@ -362,8 +377,10 @@ func (s *Source) controlNeuron(ctx context.Context, c *ctxfs.Command) error {
 		}
 		_, err := s.neuron(id).CreateSnapshot(ctx, c.Arg)
 		return err
+	case "pause", "resume": // POST /v1/neurons/{id}/pause, .../resume
+		return s.pauseOrResume(ctx, id, c.Verb == "pause")
 	case "kill": // every process and terminal the agent started
-		procs, err := s.Processes(ctx, id)
+		procs, err := s.processes(ctx, id) // a write: it resumes a paused neuron
 		if err != nil {
 			return err
 		}
@@ -376,6 +393,59 @@ func (s *Source) controlNeuron(ctx context.Context, c *ctxfs.Command) error {
 		return errors.Join(errs...)
 	}
 	return fmt.Errorf("%w: verb %q", ctxfs.ErrInvalid, c.Verb)
+}
+
+// pauseOrResume pauses or resumes neuron id; the no-ops (already so)
+// succeed.
+func (s *Source) pauseOrResume(ctx context.Context, id string, pause bool) error {
+	m, st, err := s.set.FindExact(ctx, id)
+	if err != nil {
+		return err
+	}
+	p, ok := m.(sandbox.Pauser)
+	if !ok {
+		return &sandbox.UnsupportedError{Mode: m.Mode(), Op: "pause"}
+	}
+	if pause {
+		_, err = p.Pause(ctx, st.ID, sandbox.PauseOptions{Reason: "requested"})
+	} else {
+		_, err = p.Resume(ctx, st.ID)
+	}
+	if errors.Is(err, sandbox.ErrAlreadyPaused) || errors.Is(err, sandbox.ErrNotPaused) {
+		err = nil
+	}
+	s.forget(id) // its cached process list and health are of before
+	return err
+}
+
+// Metrics is neuron id's metrics.json (≤ HealthTTL old): the API's JSON
+// of sandbox.MetricsReader's figures, read from the host's records, so it
+// never resumes a paused neuron nor counts as use of it.
+func (s *Source) Metrics(ctx context.Context, id string) ([]byte, error) {
+	s.mu.Lock()
+	c, ok := s.metrics[id]
+	s.mu.Unlock()
+	if ok && time.Since(c.at) < HealthTTL {
+		return c.v, nil
+	}
+	m, st, err := s.set.FindExact(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	mr, ok := m.(sandbox.MetricsReader)
+	if !ok {
+		return []byte("null\n"), nil
+	}
+	met, err := mr.Metrics(ctx, st.ID)
+	if err != nil {
+		return nil, err
+	}
+	b, _ := json.MarshalIndent(met, "", "  ") // plain data
+	b = append(b, '\n')
+	s.mu.Lock()
+	s.metrics[id] = cached[[]byte]{at: time.Now(), v: b}
+	s.mu.Unlock()
+	return b, nil
 }
 
 // AuditLog is <home>/logs/audit.log.

@@ -17,10 +17,12 @@ import (
 	"github.com/nsys-cortex/cortex/internal/api"
 	"github.com/nsys-cortex/cortex/internal/ctxfs"
 	"github.com/nsys-cortex/cortex/internal/ctxsource"
+	"github.com/nsys-cortex/cortex/internal/gate"
 	"github.com/nsys-cortex/cortex/internal/launch"
 	"github.com/nsys-cortex/cortex/internal/layout"
 	"github.com/nsys-cortex/cortex/internal/model"
 	"github.com/nsys-cortex/cortex/internal/protocol"
+	"github.com/nsys-cortex/cortex/internal/protocol/errdefs"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
 	"github.com/nsys-cortex/cortex/internal/sandbox/process"
 	"github.com/nsys-cortex/cortex/internal/sandbox/sandboxtest"
@@ -46,6 +48,7 @@ type env struct {
 	set   *sandbox.Set
 	lay   layout.Layout
 	model *model.Model
+	src   *ctxsource.Source
 	tree  *ctxfs.Tree
 	dir   string
 }
@@ -102,7 +105,7 @@ func newEnv(t testing.TB) *env {
 	go func() { mod.Run(mctx); close(done) }()
 	t.Cleanup(func() { stop(); <-done })
 	src := ctxsource.New(set, lay, mod, api.NeuronOf)
-	tree := ctxfs.NewTree(ctxfs.Options{Source: src, Channel: src, Controller: src, Records: src,
+	tree := ctxfs.NewTree(ctxfs.Options{Source: src, Channel: src, Controller: src, Meter: src, Records: src,
 		Auditor: launch.NewAudit(src.AuditLog()), Token: "t0k"})
 	dir := filepath.Join(root, "ctx")
 	os.Mkdir(dir, 0o755)
@@ -115,7 +118,7 @@ func newEnv(t testing.TB) *env {
 			t.Errorf("unmount: %v", err)
 		}
 	})
-	return &env{ctx: ctx, set: set, lay: lay, model: mod, tree: tree, dir: dir}
+	return &env{ctx: ctx, set: set, lay: lay, model: mod, src: src, tree: tree, dir: dir}
 }
 
 func (e *env) path(p string) string { return filepath.Join(e.dir, p) }
@@ -335,4 +338,95 @@ func BenchmarkStatusReadReal(b *testing.B) {
 	slices.Sort(d)
 	b.ReportMetric(float64(d[len(d)/2].Nanoseconds())/1e3, "p50-µs")
 	b.ReportMetric(float64(d[len(d)*99/100].Nanoseconds())/1e3, "p99-µs")
+}
+
+// A paused neuron through /ctx: ctl pauses and resumes it; status shows
+// it paused and its deadline; metrics.json reads; health.json and
+// processes/ never resume it, even when the model has not seen the pause
+// yet (the reads are quiet).
+func TestMountedPausedNeuron(t *testing.T) {
+	e := newEnv(t)
+	m, _ := e.set.Manager(process.Mode)
+	status := func(id string) string {
+		_, st, err := e.set.FindExact(e.ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(st.Status)
+	}
+	if out, err := sh(t, "cat "+e.path("neurons/n2/metrics.json")); err != nil || !strings.Contains(out, `"cpuSeconds"`) ||
+		!strings.Contains(out, `"status": "running"`) {
+		t.Fatalf("metrics.json: %q, %v", out, err)
+	}
+	if _, err := m.(sandbox.Deadliner).SetTimeout(e.ctx, "n2", time.Hour, sandbox.OnTimeoutPause); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := sh(t, "echo pause > "+e.path("neurons/n2/ctl")+" && cat "+e.path("neurons/n2/status")); err != nil ||
+		!strings.HasPrefix(out, "paused ") || !strings.Contains(out, " deadline=") || !strings.Contains(out, " on-timeout=pause") {
+		t.Fatalf("pause through ctl: %q, %v", out, err)
+	}
+	if out, err := sh(t, "echo pause > "+e.path("neurons/n2/ctl")+" && cat "+e.path("neurons/n2/ctl")); err != nil || !strings.Contains(out, `ok "pause"`) {
+		t.Errorf("a second pause: %q, %v", out, err)
+	}
+	for p, want := range map[string]string{"health.json": `{"paused":true,"running":false}`, "metrics.json": `"status": "paused"`} {
+		if out, err := sh(t, "cat "+e.path("neurons/n2/"+p)); err != nil || !strings.Contains(out, want) {
+			t.Errorf("%s of a paused neuron: %q, %v", p, out, err)
+		}
+	}
+	if out, err := sh(t, "ls "+e.path("neurons/n2/processes")); err != nil || out != "" {
+		t.Errorf("processes of a paused neuron: %q, %v", out, err)
+	}
+	if got := status("n2"); got != "paused" {
+		t.Fatalf("after the reads: %s", got)
+	}
+	if out, err := sh(t, "echo resume > "+e.path("neurons/n2/ctl")+" && cat "+e.path("neurons/n2/status")); err != nil || !strings.HasPrefix(out, "running ") {
+		t.Fatalf("resume through ctl: %q, %v", out, err)
+	}
+
+	// Paused behind the model's back: the channel reads answer that it is
+	// paused, and leave it so.
+	if _, err := m.(sandbox.Pauser).Pause(e.ctx, "n1", sandbox.PauseOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.src.Health(e.ctx, "n1"); !errdefs.IsNotRunning(err) || !strings.Contains(err.Error(), "paused") {
+		t.Errorf("health of a neuron paused behind the model: %v", err)
+	}
+	if _, err := e.src.Processes(e.ctx, "n1"); !errdefs.IsNotRunning(err) {
+		t.Errorf("processes of a neuron paused behind the model: %v", err)
+	}
+	if got := status("n1"); got != "paused" {
+		t.Fatalf("the quiet reads resumed it: %s", got)
+	}
+	// A write resumes it (kill SIG signals its processes: none here).
+	if out, err := sh(t, "echo 'kill TERM' > "+e.path("neurons/n1/ctl")); err != nil {
+		t.Fatalf("kill through ctl: %q, %v", out, err)
+	}
+	if got := status("n1"); got != "running" {
+		t.Errorf("after a ctl write: %s", got)
+	}
+}
+
+type facts []map[string]any
+
+func (f *facts) Record(event string, m map[string]any) error { *f = append(*f, m); return nil }
+
+// Every verb of a neuron's ctl is asked about as an action the gate
+// knows (an unknown one is refused whoever asks).
+func TestGateKnowsEveryNeuronVerb(t *testing.T) {
+	lay, err := layout.New(t.TempDir(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var log facts
+	g := ctxsource.NewGate(lay, &log)
+	for _, verb := range []string{"stop", "restart", "snapshot", "kill", "pause", "resume"} {
+		c := &ctxfs.Command{Neuron: "n1", Target: ctxfs.TargetNeuron, Verb: verb}
+		if err := g.Authorize(context.Background(), true, c); err != nil {
+			t.Errorf("the operator's %s: %v", verb, err)
+			continue
+		}
+		if a, _ := log[len(log)-1]["action"].(string); !gate.Known(gate.Action(a)) {
+			t.Errorf("%s is asked about as %q", verb, a)
+		}
+	}
 }
