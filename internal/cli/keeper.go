@@ -50,18 +50,17 @@ type keeperSpawn struct {
 func (a *App) ensureKeeper() {
 	a.keeper.mu.Lock()
 	defer a.keeper.mu.Unlock()
-	if keeper.Running(a.lay) {
-		keeper.Wake(a.lay)
-		return
-	}
-	if ch := a.keeper.exited; ch != nil {
-		select {
-		case <-ch:
-		default:
-			return // ours is starting: its first round looks at every neuron
+	err := keeper.Ensure(a.lay, func() error {
+		if ch := a.keeper.exited; ch != nil {
+			select {
+			case <-ch:
+			default:
+				return nil // ours is starting: its first round looks at every neuron
+			}
 		}
-	}
-	if err := a.startKeeper(); err != nil {
+		return a.startKeeper()
+	})
+	if err != nil {
 		fmt.Fprintf(a.Stderr, "nsys-cortex: could not start the keeper (%v); deadlines and idle rules apply when a command next looks at the neuron\n", err)
 	}
 }

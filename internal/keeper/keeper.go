@@ -124,6 +124,7 @@ func (k *Keeper) Run(ctx context.Context) error {
 	k.log.Info("keeper started", "home", k.lay.Home, "pid", os.Getpid())
 	idleSince := time.Time{}
 	for {
+		mark := wakes(k.lay)
 		next, watching, err := k.round(ctx)
 		if err != nil && ctx.Err() == nil {
 			k.log.Warn("keeper round", "err", err)
@@ -142,8 +143,19 @@ func (k *Keeper) Run(ctx context.Context) error {
 		// Linger a little before exiting, so a create right after the last
 		// deadline fired does not start a keeper again.
 		if k.opts.ExitWhenIdle && !idleSince.IsZero() && now.Sub(idleSince) >= 2*time.Second {
-			k.log.Info("keeper exits: no neuron has a deadline or an idle rule")
-			return nil
+			// Let go first, then look whether someone woke this keeper
+			// since its last round: a process that wakes it and then finds
+			// the lock free starts another, so no wake is lost between.
+			lock.Release()
+			if wakes(k.lay) == mark {
+				k.log.Info("keeper exits: no neuron has a deadline or an idle rule")
+				return nil
+			}
+			if ok, err := lock.TryExclusive(); err != nil || !ok {
+				return err // another keeper took the home: it looks now
+			}
+			idleSince = time.Time{}
+			continue
 		}
 		wait := time.Until(next)
 		if !watching {
@@ -259,12 +271,34 @@ func (k *Keeper) idle(ctx context.Context, st *sandbox.State) (time.Time, error)
 }
 
 // Wake tells the home's keeper, if one runs, to look again now (a deadline
-// or an idle rule was set).
+// or an idle rule was set). Each wake adds a byte to the wake file: its
+// size says a wake came since, whatever the clock's granularity.
 func Wake(lay layout.Layout) {
-	f, err := os.OpenFile(wakeFile(lay), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	f, err := os.OpenFile(wakeFile(lay), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err == nil {
+		f.Write([]byte{'.'})
 		f.Close() // the close is what the keeper's watch sees
 	}
+}
+
+// wakes returns the count of wakes the wake file holds.
+func wakes(lay layout.Layout) int64 {
+	fi, err := os.Stat(wakeFile(lay))
+	if err != nil {
+		return 0
+	}
+	return fi.Size()
+}
+
+// Ensure makes sure a keeper looks at lay's neurons now: it wakes the one
+// that runs, or calls start when none does. Waking first closes the race
+// with a keeper that is exiting: either it sees the wake, or start runs.
+func Ensure(lay layout.Layout, start func() error) error {
+	Wake(lay)
+	if Running(lay) {
+		return nil
+	}
+	return start()
 }
 
 // Running reports whether a keeper holds lay's home.
@@ -280,6 +314,8 @@ func Running(lay layout.Layout) bool {
 
 // watchWake returns a channel sent to when Wake is called for lay.
 func watchWake(lay layout.Layout) (<-chan struct{}, func()) {
-	Wake(lay) // the file must exist to be watched
+	// Anew for each keeper (it holds the home's lock): the file must exist
+	// to be watched, and stays small.
+	os.WriteFile(wakeFile(lay), nil, 0o600)
 	return store.Watch(wakeFile(lay), unix.IN_CLOSE_WRITE)
 }

@@ -27,6 +27,7 @@ func RunLifecycle(t *testing.T, cfg Config) {
 	t.Run("Labels", func(t *testing.T) { testLabels(t, newFixture(t, cfg)) })
 	t.Run("DeadlineWithKeeper", func(t *testing.T) { testDeadlineWithKeeper(t, newFixture(t, cfg)) })
 	t.Run("DeadlineUnwatched", func(t *testing.T) { testDeadlineUnwatched(t, newFixture(t, cfg)) })
+	t.Run("DeadlineOwnedElsewhere", func(t *testing.T) { testDeadlineOwnedElsewhere(t, newFixture(t, cfg)) })
 	t.Run("SetTimeout", func(t *testing.T) { testSetTimeout(t, newFixture(t, cfg)) })
 	t.Run("Pause", func(t *testing.T) { testPause(t, newFixture(t, cfg)) })
 	t.Run("PauseBadInput", func(t *testing.T) { testPauseBadInput(t, newFixture(t, cfg)) })
@@ -285,6 +286,29 @@ func testDeadlineUnwatched(t *testing.T, f *fixture) {
 	_, names := f.eventsOf("lone")
 	if !strings.HasSuffix(names, "timeout stopped") {
 		t.Errorf("events: %s", names)
+	}
+}
+
+// A deadline whose action another process cannot take (a daemon owns the
+// neuron) stays due: the owner applies it when it looks.
+func testDeadlineOwnedElsewhere(t *testing.T, f *fixture) {
+	env := f.env
+	env.Exclusive = true
+	daemon := f.cfg.New(env)
+	f.mgrs = append(f.mgrs, daemon)
+	opts := f.cfg.Options
+	opts.Timeout = time.Second
+	st, err := daemon.Create(f.ctx, "owned", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-time.After(time.Until(*st.Deadline) + 100*time.Millisecond)
+	got := f.get(f.manager(), "owned") // cannot stop what the daemon owns
+	if got.Status != sandbox.StatusRunning || got.Deadline == nil || !got.Deadline.Equal(*st.Deadline) {
+		t.Fatalf("after a look that could not apply it: %s, deadline %v (want it kept: %s)", got.Status, got.Deadline, st.Deadline)
+	}
+	if got := f.get(daemon, "owned"); got.Status != sandbox.StatusStopped {
+		t.Fatalf("the owner's look after the deadline: %s, want stopped", got.Status)
 	}
 }
 
