@@ -170,6 +170,14 @@ func HostRecord(name string) bool {
 // extended attributes (overlayfs keeps opaque-directory marks there),
 // symlinks, device nodes (overlayfs whiteouts) and hard links.
 func CreateSnapshot(dir, name, neuron, overlay string) (*Snapshot, error) {
+	return CreateSnapshotWithin(dir, name, neuron, overlay, 0)
+}
+
+// CreateSnapshotWithin is CreateSnapshot that fails with a CapacityError,
+// leaving nothing, once the copy holds more than limit bytes of data (0:
+// no limit): a neuron's snapshots are capped (snapshots.max_bytes), and
+// the cap must hold while one is made, not only before.
+func CreateSnapshotWithin(dir, name, neuron, overlay string, limit int64) (*Snapshot, error) {
 	if err := CheckSnapshotName(name); err != nil {
 		return nil, err
 	}
@@ -186,6 +194,7 @@ func CreateSnapshot(dir, name, neuron, overlay string) (*Snapshot, error) {
 	}
 	defer os.RemoveAll(tmp) // gone after the rename; removes a partial copy otherwise
 	cp := newCopier()
+	cp.limit = limit
 	if err := os.Mkdir(filepath.Join(tmp, "data"), 0o700); err != nil {
 		return nil, err
 	}
@@ -347,8 +356,15 @@ type copier struct {
 	links map[[2]uint64]string // (dev, ino) of a multiply linked file -> its copy
 	root  bool
 	files int
+	// bytes is the data copied: holes of sparse files are kept as holes,
+	// and count nothing.
 	bytes int64
+	// limit, when positive, bounds bytes: past it the copy fails.
+	limit int64
 }
+
+// ErrSnapshotTooLarge is the class of a copy that passed its limit.
+var ErrSnapshotTooLarge = errdefs.New(errdefs.Capacity, "the snapshot would pass the cap on the neuron's snapshots (snapshots.max_bytes): remove some first")
 
 func newCopier() *copier { return &copier{links: map[[2]uint64]string{}, root: os.Geteuid() == 0} }
 
@@ -442,14 +458,13 @@ func (c *copier) copyOnce(dir *hostfs.Dir, name, dst string) error {
 		if first, linked := c.linked(st, dst); linked {
 			return os.Link(first, dst)
 		}
-		if err := c.copyFile(in, dst); err != nil {
+		if err := c.copyFile(in, st.Size, dst); err != nil {
 			return err
 		}
 		if err := copyXattrs(int(in.Fd()), src, dst); err != nil {
 			return err
 		}
 		c.files++
-		c.bytes += st.Size
 	case unix.S_IFLNK:
 		target, err := dir.Readlink(name)
 		if err != nil {
@@ -495,16 +510,73 @@ func (c *copier) linked(st *unix.Stat_t, dst string) (string, bool) {
 	return "", false
 }
 
-func (c *copier) copyFile(in *os.File, dst string) error {
+// copyFile copies the size bytes of in to a new file dst, keeping its
+// holes: only the ranges the kernel says hold data (SEEK_DATA, SEEK_HOLE)
+// are read and written, so a sparse file a neuron made (truncate -s 2G)
+// costs the snapshot what it costs the neuron, not its length in zeros.
+func (c *copier) copyFile(in *os.File, size int64, dst string) error {
 	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return err
 	}
-	if _, err := io.Copy(out, in); err != nil { // copy_file_range where the kernel can
-		out.Close()
-		return err
+	err = c.copyData(in, out, size)
+	if err == nil {
+		err = out.Truncate(size) // a hole at the end
 	}
-	return out.Close()
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+func (c *copier) copyData(in, out *os.File, size int64) error {
+	ifd := int(in.Fd())
+	for off := int64(0); off < size; {
+		data, err := unix.Seek(ifd, off, unix.SEEK_DATA)
+		if errors.Is(err, unix.ENXIO) {
+			return nil // only a hole is left
+		}
+		if err != nil {
+			return c.copyRange(in, out, off, size-off) // no SEEK_DATA here: all of it
+		}
+		hole, err := unix.Seek(ifd, data, unix.SEEK_HOLE)
+		if err != nil {
+			hole = size
+		}
+		hole = min(hole, size)
+		if err := c.copyRange(in, out, data, hole-data); err != nil {
+			return err
+		}
+		off = hole
+	}
+	return nil
+}
+
+// copyRange copies n bytes at off from in to out, at the same offset: by
+// copy_file_range where the kernel can, else through a buffer. A file the
+// neuron shortens meanwhile is copied as far as it goes.
+func (c *copier) copyRange(in, out *os.File, off, n int64) error {
+	if c.limit > 0 && c.bytes+n > c.limit {
+		return ErrSnapshotTooLarge
+	}
+	roff, woff := off, off
+	for n > 0 {
+		w, err := unix.CopyFileRange(int(in.Fd()), &roff, int(out.Fd()), &woff, int(min(n, 1<<30)), 0)
+		if err != nil {
+			break // EXDEV, ENOSYS, EINVAL...: the buffer below does the rest
+		}
+		if w == 0 {
+			return nil // the end of the file, earlier than it was
+		}
+		c.bytes += int64(w)
+		n -= int64(w)
+	}
+	if n == 0 {
+		return nil
+	}
+	w, err := io.Copy(io.NewOffsetWriter(out, woff), io.NewSectionReader(in, roff, n))
+	c.bytes += w
+	return err
 }
 
 // attrs copies owner, mode and times, in the order that keeps each

@@ -277,7 +277,8 @@ func (n *SetNeuron) CreateSnapshot(ctx context.Context, name string) (*store.Sna
 	if err != nil {
 		return nil, err
 	}
-	if err := n.checkCaps(); err != nil {
+	room, err := n.checkCaps()
+	if err != nil {
 		return nil, err
 	}
 	var snap *store.Snapshot
@@ -293,7 +294,7 @@ func (n *SetNeuron) CreateSnapshot(ctx context.Context, name string) (*store.Sna
 		if err := ctx.Err(); err != nil {
 			return nil, err // the copy below runs to its end once begun
 		}
-		snap, err = store.CreateSnapshot(n.lay.SnapshotsDir(n.id), name, n.id, root)
+		snap, err = store.CreateSnapshotWithin(n.lay.SnapshotsDir(n.id), name, n.id, root, room)
 	}
 	if err != nil {
 		return nil, err
@@ -318,17 +319,18 @@ func dataRoot(ctx context.Context, m sandbox.Manager, id, overlay string) (strin
 }
 
 // checkCaps refuses a new snapshot past the home's caps on a neuron's
-// snapshots (their number, their bytes together): snapshots take the
-// host's disk, and a neuron (or its agent's snapshot tool) must not fill
-// it with them.
-func (n *SetNeuron) checkCaps() error {
+// snapshots (their number, their bytes together), and returns the bytes a
+// new one may hold (0: no cap): snapshots take the host's disk, and a
+// neuron (or its agent's snapshot tool, or its /ctx ctl) must not fill it
+// with them.
+func (n *SetNeuron) checkCaps() (room int64, err error) {
 	env := n.set.Env()
 	if env.MaxSnapshots <= 0 && env.MaxSnapshotBytes <= 0 {
-		return nil
+		return 0, nil
 	}
 	all, err := store.ListSnapshots(n.lay.SnapshotsDir(n.id))
 	if err != nil {
-		return err
+		return 0, err
 	}
 	var bytes int64
 	for _, s := range all {
@@ -336,11 +338,14 @@ func (n *SetNeuron) checkCaps() error {
 	}
 	switch {
 	case env.MaxSnapshots > 0 && len(all) >= env.MaxSnapshots:
-		return &sandbox.CapacityError{Reason: fmt.Sprintf("neuron %s has %d snapshots, the most it may keep (snapshots.max): remove one first (nsys-cortex snapshot rm)", n.id, len(all))}
+		return 0, &sandbox.CapacityError{Reason: fmt.Sprintf("neuron %s has %d snapshots, the most it may keep (snapshots.max): remove one first (nsys-cortex snapshot rm)", n.id, len(all))}
 	case env.MaxSnapshotBytes > 0 && bytes >= env.MaxSnapshotBytes:
-		return &sandbox.CapacityError{Reason: fmt.Sprintf("neuron %s's snapshots hold %d MiB, the most it may keep (snapshots.max_bytes %d MiB): remove one first", n.id, bytes>>20, env.MaxSnapshotBytes>>20)}
+		return 0, &sandbox.CapacityError{Reason: fmt.Sprintf("neuron %s's snapshots hold %d MiB, the most it may keep (snapshots.max_bytes %d MiB): remove one first", n.id, bytes>>20, env.MaxSnapshotBytes>>20)}
+	case env.MaxSnapshotBytes > 0:
+		// The copy itself stops at what is left.
+		return env.MaxSnapshotBytes - bytes, nil
 	}
-	return nil
+	return 0, nil
 }
 
 // Snapshots lists the neuron's snapshots.

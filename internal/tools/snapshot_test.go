@@ -13,6 +13,7 @@ import (
 
 	"github.com/nsys-cortex/cortex/internal/events"
 	"github.com/nsys-cortex/cortex/internal/layout"
+	"github.com/nsys-cortex/cortex/internal/protocol/errdefs"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
 	"github.com/nsys-cortex/cortex/internal/sandbox/process"
 	"github.com/nsys-cortex/cortex/internal/store"
@@ -181,21 +182,36 @@ func TestSnapshotCaps(t *testing.T) {
 	if err := n.RemoveSnapshot(e.Ctx, "b"); err != nil {
 		t.Fatal(err)
 	}
-	// 5 MiB of data: the next snapshot is taken (the cap is checked
-	// before), the one after it is refused by its bytes.
+	// 5 MiB of data: the cap holds while a snapshot is made, not only
+	// before: the copy stops at what is left of it, and leaves nothing.
 	e.Put("big", strings.Repeat("x", 5<<20))
+	if _, err := n.CreateSnapshot(e.Ctx, "c"); !errdefs.IsCapacity(err) || !strings.Contains(err.Error(), "snapshots.max_bytes") {
+		t.Fatalf("a snapshot that would pass snapshots.max_bytes: %v", err)
+	}
+	e.Put("big", strings.Repeat("x", 3<<20))
 	if _, err := n.CreateSnapshot(e.Ctx, "c"); err != nil {
 		t.Fatal(err)
 	}
 	if err := n.RemoveSnapshot(e.Ctx, "a"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := n.CreateSnapshot(e.Ctx, "d"); !errors.As(err, &ce) || !strings.Contains(err.Error(), "snapshots.max_bytes") {
+	// 3 MiB held: the next 3 MiB would pass 4 MiB.
+	if _, err := n.CreateSnapshot(e.Ctx, "d"); !errdefs.IsCapacity(err) || !strings.Contains(err.Error(), "snapshots.max_bytes") {
 		t.Fatalf("a snapshot past snapshots.max_bytes: %v", err)
 	}
 	all, err := n.Snapshots(e.Ctx)
 	if err != nil || len(all) != 1 || all[0].Name != "c" {
 		t.Fatalf("snapshots left: %+v %v", all, err)
+	}
+	// A sparse file of 2 GiB is what it holds (nothing), not its length.
+	if out := e.Call("bash", map[string]any{"command": "rm big && truncate -s 2G sparse && echo made"}, false); !strings.Contains(out, "made") {
+		t.Fatal(out)
+	}
+	if err := n.RemoveSnapshot(e.Ctx, "c"); err != nil {
+		t.Fatal(err)
+	}
+	if snap, err := n.CreateSnapshot(e.Ctx, "e"); err != nil || snap.Bytes > 1<<20 {
+		t.Fatalf("a snapshot of a 2 GiB sparse file: %+v %v", snap, err)
 	}
 }
 
