@@ -169,8 +169,23 @@ func TestSwapRace(t *testing.T) {
 
 func TestEnsureDirAndWriteFile(t *testing.T) {
 	dir, outside := tree(t)
-	if err := EnsureDir(dir, "l/home", 0o755, os.Getuid(), os.Getgid(), false); !errors.Is(err, ErrNotDir) {
-		t.Errorf("EnsureDir through a link: %v", err)
+	// A link where a directory belongs is replaced, never followed (a
+	// neuron that made its workspace a link still starts).
+	if err := EnsureDir(dir, "l/home", 0o755, os.Getuid(), os.Getgid(), false); err != nil {
+		t.Errorf("EnsureDir over a link: %v", err)
+	}
+	if st, err := os.Lstat(filepath.Join(dir, "l")); err != nil || !st.IsDir() {
+		t.Errorf("the link was not replaced by a directory: %v %v", st, err)
+	}
+	if ents, _ := os.ReadDir(outside); len(ents) != 1 {
+		t.Errorf("EnsureDir made something where the link led: %v", ents)
+	}
+	// A file in the way is no link: refused, and kept.
+	if err := EnsureDir(dir, "f/home", 0o755, os.Getuid(), os.Getgid(), false); !errors.Is(err, ErrNotDir) {
+		t.Errorf("EnsureDir over a file: %v", err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "f")); string(b) != "data" {
+		t.Errorf("the file in the way became %q", b)
 	}
 	if err := EnsureDir(dir, "d/a/b", 0o755, os.Getuid(), os.Getgid(), true); err != nil {
 		t.Fatal(err)

@@ -27,12 +27,25 @@ func randomSuffix() string {
 // owner, say), with the directory it was made in. It returns the last
 // directory, open.
 func MakeDirs(root *Dir, rel string, perm fs.FileMode, made func(parent *Dir, name string) error) (*Dir, error) {
+	return makeDirs(root, rel, perm, made, false)
+}
+
+// makeDirs is MakeDirs; with replaceLinks, a symlink where a directory
+// belongs is removed and the directory made in its place.
+func makeDirs(root *Dir, rel string, perm fs.FileMode, made func(parent *Dir, name string) error, replaceLinks bool) (*Dir, error) {
 	cur := root
 	for _, el := range strings.Split(rel, "/") {
 		if el == "" || el == "." {
 			continue
 		}
 		next, created, err := cur.MakeDir(el, perm)
+		if errors.Is(err, ErrNotDir) && replaceLinks {
+			if st, lerr := cur.Lstat(el); lerr == nil && st.Mode&unix.S_IFMT == unix.S_IFLNK {
+				if err = cur.Remove(el); err == nil {
+					next, created, err = cur.MakeDir(el, perm)
+				}
+			}
+		}
 		if err == nil && created && made != nil {
 			if err = made(cur, el); err != nil {
 				next.Close()
@@ -67,13 +80,18 @@ func (d *Dir) Reopen() (*Dir, error) {
 // writes — never through a symlink, and, when chown is set, gives it to
 // uid:gid (by its descriptor) unless it is theirs already. Directories it
 // makes on the way get perm.
+//
+// A symlink where a directory belongs (the neuron replaced its workspace
+// with one, say) is removed and the directory made in its place: the link
+// held no data, and the neuron keeps what it pointed to. Anything else in
+// the way (a file) fails with ErrNotDir, and nothing of it is lost.
 func EnsureDir(root, rel string, perm fs.FileMode, uid, gid int, chown bool) error {
 	r, err := Open(root)
 	if err != nil {
 		return err
 	}
 	defer r.Close()
-	d, err := MakeDirs(r, rel, perm, nil)
+	d, err := makeDirs(r, rel, perm, nil, true)
 	if err != nil {
 		return err
 	}
