@@ -37,6 +37,11 @@ type Spec struct {
 	// EgressFD, when set, is a connected socket for the egress tunnel's
 	// port, cortex.egress (its other end is the host's enforcing proxy).
 	EgressFD int
+	// EgressClosed, without EgressFD, gives the VM the egress port with
+	// nothing behind it: a snapshot taken with egress is restored into a
+	// neuron whose policy has none (its device set must be the snapshot's;
+	// what the guest sends there goes nowhere).
+	EgressClosed bool
 	// Incoming starts the VM paused, waiting for migrate-incoming (a
 	// restore).
 	Incoming bool
@@ -114,9 +119,12 @@ func Args(s Spec) ([]string, error) {
 		port(fmt.Sprintf("port%d", i), fd, fmt.Sprintf("%s%d", boot.PortPrefix, i))
 	}
 	port("ctl", s.CtlFD, boot.CtlPort)
-	if s.EgressFD > 0 {
+	switch {
+	case s.EgressFD > 0:
 		a = append(a, "-chardev", fmt.Sprintf("socket,id=egress,fd=%d", s.EgressFD),
 			"-device", "virtserialport,chardev=egress,name="+boot.EgressPort)
+	case s.EgressClosed:
+		a = append(a, "-chardev", "null,id=egress", "-device", "virtserialport,chardev=egress,name="+boot.EgressPort)
 	}
 	a = append(a, "-chardev", fmt.Sprintf("socket,id=qmp,fd=%d,server=on,wait=off", s.QMPFD), "-mon", "chardev=qmp,mode=control")
 	if s.Incoming {

@@ -4,6 +4,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/nsys-cortex/cortex/internal/protocol/boot"
 )
 
 func spec() Spec {
@@ -131,5 +133,20 @@ func TestArgsRefuses(t *testing.T) {
 		if _, err := Args(s); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
+	}
+}
+
+// A snapshot's egress port with nothing behind it: the same device, a null
+// backend.
+func TestArgsEgressClosed(t *testing.T) {
+	s := spec()
+	s.EgressClosed = true
+	a, err := Args(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := strings.Join(a, " ")
+	if !strings.Contains(got, "-chardev null,id=egress -device virtserialport,chardev=egress,name="+boot.EgressPort) {
+		t.Errorf("args: %s", got)
 	}
 }

@@ -87,6 +87,25 @@ func TestEgress(t *testing.T) {
 			t.Fatalf("egress-tunnel processes left after destroy: %v", sandboxtest.TunnelProcesses(rule))
 		}
 	}
+	// Restored while stopped, the neuron takes the host's policy (no
+	// network), not the snapshot's: the machine keeps its egress port, with
+	// nothing behind it, and it loads (the re-test saw QEMU refuse the
+	// state and the neuron left stopped).
+	st3, err := f.m.Restore(f.ctx, "egress", "net")
+	if err != nil {
+		t.Fatalf("restore into a neuron with no egress: %v", err)
+	}
+	if st3.Policy == nil || st3.Policy.Network.Mode == sandbox.NetworkEgress {
+		t.Fatalf("the restored neuron's policy: %+v, want the host's default, no egress", st3.Policy)
+	}
+	c3, err := f.m.Connect(f.ctx, "egress")
+	if err != nil {
+		t.Fatal(err)
+	}
+	egressCheck(t, f, c3, "the allowed address with no egress", "timeout 5 "+wget+fmt.Sprintf("http://127.0.0.1:%d/ 2>&1", allowed), false, "")
+	if ps := sandboxtest.TunnelProcesses(rule); len(ps) > 0 {
+		t.Errorf("a neuron with no egress has an egress tunnel: %v", ps)
+	}
 }
 
 // What qemu mode cannot enforce, or what is wrong, fails before a boot.

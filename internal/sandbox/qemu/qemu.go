@@ -310,6 +310,10 @@ func (r *runtime) Start(req *lifecycle.StartRequest) (*exec.Cmd, error) {
 		}
 		spec.EgressFD = 3 + len(files)
 		files = append(files, vmEnd)
+	} else if job != nil && job.meta.Policy.Network.Mode == sandbox.NetworkEgress {
+		// The snapshot's machine has the port; the neuron's policy now
+		// has no egress: the port stays, with nothing behind it.
+		spec.EgressClosed = true
 	}
 	// QEMU opens every file through a descriptor of ours: it may run as a
 	// user who could not reach them by their paths.

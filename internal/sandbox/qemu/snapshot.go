@@ -369,6 +369,12 @@ func (m *Manager) Restore(ctx context.Context, id, name string) (*sandbox.State,
 		if st.Policy != nil && st.Status == sandbox.StatusRunning {
 			policy = *st.Policy
 		}
+		// A machine saved without the egress port cannot be given one:
+		// refused before anything is stopped.
+		if policy.Network.Mode == sandbox.NetworkEgress && job.meta.Policy.Network.Mode != sandbox.NetworkEgress {
+			return nil, &sandbox.InvalidError{Reason: fmt.Sprintf("snapshot %q of %s was taken without network egress and the neuron now has egress: "+
+				"a VM's devices are its snapshot's (destroy %s, then restore it: it comes back with no network)", name, id, id)}
+		}
 		if st.Status != sandbox.StatusStopped {
 			if err := m.Destroy(ctx, id, sandbox.DestroyOptions{}); err != nil {
 				return nil, err
