@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -16,64 +15,6 @@ import (
 	"github.com/nsys-cortex/cortex/internal/sandbox/nsbox"
 	"github.com/nsys-cortex/cortex/internal/sandbox/sandboxtest"
 )
-
-// BenchmarkExecPaused measures an exec of /bin/true on a paused neuron
-// (the request resumes it first) against, in the same run, an exec on a
-// running neuron and a bare resume. The target (issue 19): resume + exec
-// within 1.5 ms of the resume alone, reported as over-resume-p50-µs.
-func BenchmarkExecPaused(b *testing.B) {
-	requireNsbox(b)
-	ctx := context.Background()
-	m := benchManager(b, func(e sandbox.Env) sandbox.Manager { return nsbox.New(e) })
-	if _, err := m.Create(ctx, "xp", sandbox.CreateOptions{}); err != nil {
-		b.Fatal(err)
-	}
-	c, err := m.Connect(ctx, "xp")
-	if err != nil {
-		b.Fatal(err)
-	}
-	pm := m.(sandbox.Pauser)
-	req := &link.ExecRequest{Command: protocol.Command{Argv: []string{"/bin/true"}}}
-	var execs, resumes, paused []time.Duration
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		t0 := time.Now()
-		if _, err := c.Exec(ctx, req); err != nil {
-			b.Fatal(err)
-		}
-		execs = append(execs, time.Since(t0))
-		if _, err := pm.Pause(ctx, "xp", sandbox.PauseOptions{}); err != nil {
-			b.Fatal(err)
-		}
-		t0 = time.Now()
-		if _, err := pm.Resume(ctx, "xp"); err != nil {
-			b.Fatal(err)
-		}
-		resumes = append(resumes, time.Since(t0))
-		if _, err := pm.Pause(ctx, "xp", sandbox.PauseOptions{}); err != nil {
-			b.Fatal(err)
-		}
-		t0 = time.Now()
-		if _, err := c.Exec(ctx, req); err != nil {
-			b.Fatal(err)
-		}
-		paused = append(paused, time.Since(t0))
-	}
-	b.StopTimer()
-	e, r, p := p50(execs), p50(resumes), p50(paused)
-	b.ReportMetric(us(e), "exec-p50-µs")
-	b.ReportMetric(us(r), "resume-p50-µs")
-	b.ReportMetric(us(p), "paused-exec-p50-µs")
-	b.ReportMetric(us(p-r), "over-resume-p50-µs")
-}
-
-func p50(ds []time.Duration) time.Duration {
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	return s[len(s)/2]
-}
-
-func us(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
 
 // BenchmarkPausedNeurons creates NSYS_CORTEX_BENCH_NEURONS (default 1000)
 // neurons, pauses them all, and reports the host memory each paused one
