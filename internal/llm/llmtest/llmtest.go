@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/nsys-cortex/cortex/internal/llm"
+	"github.com/nsys-cortex/cortex/internal/waittest"
 )
 
 // Request is one request the server received, as it was sent.
@@ -297,15 +298,11 @@ func (e *Events) Text(kind llm.EventKind) string {
 }
 
 // WaitGoroutines fails the test if more than want goroutines are still
-// running after a few seconds: the test's own outlived it.
+// running after a while: the test's own outlived it.
 func WaitGoroutines(t testing.TB, want int) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for runtime.NumGoroutine() > want {
-		if time.Now().After(deadline) {
-			buf := make([]byte, 1<<20)
-			t.Fatalf("%d goroutines left, want %d:\n%s", runtime.NumGoroutine(), want, buf[:runtime.Stack(buf, true)])
-		}
-		time.Sleep(10 * time.Millisecond)
+	if !waittest.Until(30*time.Second, func() bool { return runtime.NumGoroutine() <= want }) {
+		buf := make([]byte, 1<<20)
+		t.Fatalf("%d goroutines left, want %d:\n%s", runtime.NumGoroutine(), want, buf[:runtime.Stack(buf, true)])
 	}
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/nsys-cortex/cortex/internal/sandbox"
 	"github.com/nsys-cortex/cortex/internal/store"
 	"github.com/nsys-cortex/cortex/internal/transfer"
+	"github.com/nsys-cortex/cortex/internal/waittest"
 )
 
 // testBoundary tries, in every mode, the attacks an adversarial review
@@ -198,7 +199,7 @@ func testBoundary(t *testing.T, f *fixture) {
 		}
 		// Where the agent is PID 1 of its namespace (docker), nothing in
 		// the neuron can stop it: the impostor then only races it.
-		stopped := waitUntil(5*time.Second, func() bool {
+		stopped := waittest.Until(5*time.Second, func() bool {
 			ctx, cancel := context.WithTimeout(f.ctx, 300*time.Millisecond)
 			defer cancel()
 			_, err := c.Health(ctx)
@@ -221,7 +222,7 @@ func testBoundary(t *testing.T, f *fixture) {
 			// guest's PID 1 never let it reach the host at all.
 			t.Errorf("the impostor was neither refused by the host nor dropped by the guest: %v", err)
 		}
-		waitFor(t, 30*time.Second, "the agent to go on", func() bool {
+		waittest.For(t, 30*time.Second, "the agent to go on", func() bool {
 			ctx, cancel := context.WithTimeout(f.ctx, time.Second)
 			defer cancel()
 			_, err := c.Health(ctx)
@@ -242,7 +243,7 @@ func testBoundary(t *testing.T, f *fixture) {
 			t.Fatal(err)
 		}
 		defer c.ProcSignal(context.Background(), p.PID, "KILL")
-		waitFor(t, 30*time.Second, "the swaps to start", func() bool {
+		waittest.For(t, 30*time.Second, "the swaps to start", func() bool {
 			fi, err := c.Lstat(f.ctx, "swaps/l49")
 			return err == nil && fi.Type != ""
 		})
@@ -498,20 +499,6 @@ func upload(t *testing.T, f *fixture, c *link.Client, build func() (string, erro
 		t.Fatal(err)
 	}
 	return "./" + name
-}
-
-// waitUntil polls cond until it holds (true) or d passes (false).
-func waitUntil(d time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(d)
-	for {
-		if cond() {
-			return true
-		}
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 // droppedInGuest reports whether the neuron's log says its PID 1 dropped

@@ -16,6 +16,7 @@ import (
 	"github.com/nsys-cortex/cortex/internal/protocol"
 	"github.com/nsys-cortex/cortex/internal/protocol/errdefs"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
+	"github.com/nsys-cortex/cortex/internal/waittest"
 )
 
 // RunLifecycle is the suite of what a neuron carries besides its
@@ -68,7 +69,7 @@ func (f *fixture) keep() {
 			f.t.Errorf("keeper: %v", err)
 		}
 	})
-	waitFor(f.t, 10*time.Second, "the keeper to start", func() bool { return keeper.Running(f.env.Layout) })
+	waittest.For(f.t, 10*time.Second, "the keeper to start", func() bool { return keeper.Running(f.env.Layout) })
 }
 
 // eventsOf returns the recorded events of neuron id, as "type" strings.
@@ -203,7 +204,7 @@ func testDeadlineWithKeeper(t *testing.T, f *fixture) {
 	creator.Close()
 	f.keep()
 	other := f.manager()
-	waitFor(t, 20*time.Second, "the deadline to stop dl", func() bool {
+	waittest.For(t, 20*time.Second, "the deadline to stop dl", func() bool {
 		_, names := f.eventsOf("dl")
 		return strings.Contains(names, "stopped")
 	})
@@ -223,7 +224,7 @@ func testDeadlineWithKeeper(t *testing.T, f *fixture) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 20*time.Second, "the deadline to pause dl", func() bool { return f.get(other, "dl").Status == sandbox.StatusPaused })
+	waittest.For(t, 20*time.Second, "the deadline to pause dl", func() bool { return f.get(other, "dl").Status == sandbox.StatusPaused })
 	f.lacksNothing("pause")
 	f.deadlineFired("dl", *st.Deadline)
 	f.execOK(other, "dl", "echo", "awake")
@@ -238,7 +239,7 @@ func testDeadlineWithKeeper(t *testing.T, f *fixture) {
 	if _, err := other.Create(f.ctx, "dl", opts); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 20*time.Second, "the deadline to wipe dl", func() bool {
+	waittest.For(t, 20*time.Second, "the deadline to wipe dl", func() bool {
 		_, err := other.Get(f.ctx, "dl")
 		return errdefs.IsNotFound(err)
 	})
@@ -502,7 +503,7 @@ func testPause(t *testing.T, f *fixture) {
 func (f *fixture) procOutput(c *link.Client, pid int, prefix string) string {
 	f.t.Helper()
 	var line string
-	waitFor(f.t, 20*time.Second, "output "+prefix, func() bool {
+	waittest.For(f.t, 20*time.Second, "output "+prefix, func() bool {
 		var out strings.Builder
 		c.ProcAttach(f.ctx, &protocol.ProcAttachArgs{PID: pid}, func(_ string, _ int64, p []byte) error { out.Write(p); return nil })
 		for _, l := range strings.Split(out.String(), "\n") {
@@ -572,7 +573,7 @@ func testAutoPause(t *testing.T, f *fixture) {
 		t.Fatal(err)
 	}
 	f.keep()
-	waitFor(t, 30*time.Second, "idle to be auto-paused", func() bool { return f.get(m, "idle").Status == sandbox.StatusPaused })
+	waittest.For(t, 30*time.Second, "idle to be auto-paused", func() bool { return f.get(m, "idle").Status == sandbox.StatusPaused })
 	f.lacksNothing("pause")
 	if since := time.Since(st.CreatedAt); since < 2*time.Second {
 		t.Errorf("auto-paused %s after its create, before a whole idle window of 2s", since)
@@ -585,7 +586,7 @@ func testAutoPause(t *testing.T, f *fixture) {
 	if out := f.execOK(m, "idle", "echo", "up"); out != "up\n" {
 		t.Errorf("exec: %q", out)
 	}
-	waitFor(t, 30*time.Second, "idle to be auto-paused again", func() bool { return f.get(m, "idle").Status == sandbox.StatusPaused })
+	waittest.For(t, 30*time.Second, "idle to be auto-paused again", func() bool { return f.get(m, "idle").Status == sandbox.StatusPaused })
 	for _, id := range []string{"busy", "quiet"} {
 		if got := f.get(m, id); got.Status != sandbox.StatusRunning {
 			t.Errorf("%s was paused (%s): it was busy, or had no idle rule", id, got.Status)

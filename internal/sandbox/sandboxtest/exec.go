@@ -14,6 +14,7 @@ import (
 	"github.com/nsys-cortex/cortex/internal/link"
 	"github.com/nsys-cortex/cortex/internal/protocol"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
+	"github.com/nsys-cortex/cortex/internal/waittest"
 )
 
 func (f *fixture) running(id string) (sandbox.Manager, *link.Client) {
@@ -85,14 +86,14 @@ func testExec(t *testing.T, f *fixture) {
 		cctx, cancel := context.WithCancel(ctx)
 		sleeper := uniqueSleep()
 		go func() {
-			waitFor(t, 5*time.Second, "the command to start", func() bool { return len(f.processes(c, sleeper)) > 0 })
+			waittest.For(t, 5*time.Second, "the command to start", func() bool { return len(f.processes(c, sleeper)) > 0 })
 			cancel()
 		}()
 		_, err := c.Exec(cctx, &link.ExecRequest{Command: sh("exec " + strings.Join(sleeper, " ")), Timeout: link.NoTimeout})
 		if err == nil {
 			t.Fatal("cancelled exec returned no error")
 		}
-		waitFor(t, 5*time.Second, "the cancelled command to be killed", func() bool { return len(f.processes(c, sleeper)) == 0 })
+		waittest.For(t, 5*time.Second, "the cancelled command to be killed", func() bool { return len(f.processes(c, sleeper)) == 0 })
 	})
 	t.Run("StdinBodyAndStream", func(t *testing.T) {
 		res := run(t, &link.ExecRequest{Command: sh("tr a-z A-Z"), Stdin: strings.NewReader("shout")})

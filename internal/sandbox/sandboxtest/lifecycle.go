@@ -15,6 +15,7 @@ import (
 	"github.com/nsys-cortex/cortex/internal/protocol/errdefs"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
 	"github.com/nsys-cortex/cortex/internal/term"
+	"github.com/nsys-cortex/cortex/internal/waittest"
 )
 
 func testPersistence(t *testing.T, f *fixture) {
@@ -99,7 +100,7 @@ func testDeath(t *testing.T, f *fixture) {
 		_, err := c.Exec(context.Background(), &link.ExecRequest{Command: sh("exec " + strings.Join(sleeper, " ")), Timeout: link.NoTimeout})
 		done <- err
 	}()
-	waitFor(t, 5*time.Second, "the sleeper to start", func() bool { return len(f.processes(c, sleeper)) > 0 })
+	waittest.For(t, 5*time.Second, "the sleeper to start", func() bool { return len(f.processes(c, sleeper)) > 0 })
 	killed := time.Now()
 	f.kill(st)
 	select {
@@ -117,11 +118,11 @@ func testDeath(t *testing.T, f *fixture) {
 	if _, err := c.Health(ctx); !errdefs.IsNotRunning(err) {
 		t.Fatalf("later call: %v, want NOT_RUNNING", err)
 	}
-	waitFor(t, 5*time.Second, "the neuron to be stopped", func() bool {
+	waittest.For(t, 5*time.Second, "the neuron to be stopped", func() bool {
 		st, err := m.Get(ctx, "mortal")
 		return err == nil && st.Status == sandbox.StatusStopped
 	})
-	waitFor(t, 5*time.Second, "the agent's command to die with it", func() bool { return len(f.processes(c, sleeper)) == 0 })
+	waittest.For(t, 5*time.Second, "the agent's command to die with it", func() bool { return len(f.processes(c, sleeper)) == 0 })
 	if _, err := m.Connect(ctx, "mortal"); !errdefs.IsNotRunning(err) {
 		t.Fatalf("connect to a dead neuron: %v, want NotRunningError", err)
 	}
@@ -158,7 +159,7 @@ func testDiscovery(t *testing.T, f *fixture) {
 	if err := m2.Destroy(ctx, "seen", sandbox.DestroyOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "the first host to see the neuron stop", func() bool {
+	waittest.For(t, 5*time.Second, "the first host to see the neuron stop", func() bool {
 		_, err := c1.Health(ctx)
 		return errdefs.IsNotRunning(err)
 	})

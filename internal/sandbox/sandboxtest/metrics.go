@@ -7,6 +7,7 @@ import (
 
 	"github.com/nsys-cortex/cortex/internal/protocol"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
+	"github.com/nsys-cortex/cortex/internal/waittest"
 )
 
 // testMetrics: a running neuron's use as another process reads it — CPU
@@ -37,7 +38,7 @@ func testMetrics(t *testing.T, f *fixture) {
 		return met
 	}
 	var met *sandbox.Metrics
-	waitFor(t, 30*time.Second, "the busy loop's CPU time", func() bool { met = read(); return met.CPUSeconds >= 0.2 })
+	waittest.For(t, 30*time.Second, "the busy loop's CPU time", func() bool { met = read(); return met.CPUSeconds >= 0.2 })
 	// Processes: the agent and the loop at least (a VM's guest counts its
 	// own, as its agent says).
 	if met.Status != sandbox.StatusRunning || met.MemoryBytes <= 0 || met.Pids < 2 || met.Source == "" || met.UptimeSeconds <= 0 ||

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/nsys-cortex/cortex/internal/protocol"
+	"github.com/nsys-cortex/cortex/internal/waittest"
 )
 
 // collector gathers output delivered by ProcAttach/PtyFollow.
@@ -115,7 +116,7 @@ func testProcesses(t *testing.T, f *fixture) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, 5*time.Second, "the child to start", func() bool { return len(f.processes(c, child)) > 0 })
+		waittest.For(t, 5*time.Second, "the child to start", func() bool { return len(f.processes(c, child)) > 0 })
 		if err := c.ProcSignal(ctx, info.PID, "TERM"); err != nil {
 			t.Fatal(err)
 		}
@@ -123,7 +124,7 @@ func testProcesses(t *testing.T, f *fixture) {
 		if err != nil || end.Running || end.Signal != "SIGTERM" {
 			t.Fatalf("after TERM: %+v %v", end, err)
 		}
-		waitFor(t, 5*time.Second, "the group's child to die", func() bool { return len(f.processes(c, child)) == 0 })
+		waittest.For(t, 5*time.Second, "the group's child to die", func() bool { return len(f.processes(c, child)) == 0 })
 		if err := c.ProcSignal(ctx, info.PID, "TERM"); !protocol.HasCode(err, protocol.CodeNotFound) {
 			t.Fatalf("signal an exited process: %v, want NOT_FOUND", err)
 		}
@@ -173,7 +174,7 @@ func testPty(t *testing.T, f *fixture) {
 	}
 	var screen strings.Builder
 	var off int64
-	waitFor(t, 10*time.Second, "the PTY's answer", func() bool {
+	waittest.For(t, 10*time.Second, "the PTY's answer", func() bool {
 		res, data, err := c.PtyRead(ctx, &protocol.PtyReadArgs{PID: info.PID, Offset: off, WaitMs: 200})
 		if err != nil {
 			t.Fatal(err)
@@ -191,7 +192,7 @@ func testPty(t *testing.T, f *fixture) {
 	if err := c.PtyWrite(ctx, info.PID, []byte("stty size\n")); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "the new size", func() bool {
+	waittest.For(t, 10*time.Second, "the new size", func() bool {
 		res, data, err := c.PtyRead(ctx, &protocol.PtyReadArgs{PID: info.PID, Offset: off, WaitMs: 200})
 		if err != nil {
 			t.Fatal(err)

@@ -32,6 +32,7 @@ import (
 	"github.com/nsys-cortex/cortex/internal/protocol/errdefs"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
 	"github.com/nsys-cortex/cortex/internal/store"
+	"github.com/nsys-cortex/cortex/internal/waittest"
 )
 
 // Config describes the backend under test.
@@ -261,18 +262,6 @@ func testInvalidIDs(t *testing.T, f *fixture) {
 	}
 }
 
-// waitFor polls cond until it holds or d passes.
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // uniqueSleep returns the argv of a sleep no other test runs: its argv
 // finds it among the host's processes whatever pid namespace it runs in.
 func uniqueSleep() []string {
@@ -344,17 +333,10 @@ func testNoLeaks(t *testing.T, cfg Config) {
 		m.Close()
 	}()
 	var after int
-	waitForNoError(5*time.Second, func() bool { after = runtime.NumGoroutine(); return after <= before })
+	waittest.Until(5*time.Second, func() bool { after = runtime.NumGoroutine(); return after <= before })
 	if after > before {
 		buf := make([]byte, 1<<20)
 		t.Fatalf("goroutines: %d before, %d after\n%s", before, after, buf[:runtime.Stack(buf, true)])
-	}
-}
-
-func waitForNoError(d time.Duration, cond func() bool) {
-	deadline := time.Now().Add(d)
-	for !cond() && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/nsys-cortex/cortex/internal/protocol/errdefs"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
 	"github.com/nsys-cortex/cortex/internal/store"
+	"github.com/nsys-cortex/cortex/internal/waittest"
 )
 
 // RunSnapshotter runs the conformance suite of the snapshot capability
@@ -101,7 +102,7 @@ func testSnapshotRestore(t *testing.T, f *fixture) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "the counter to start", func() bool { ok, _ := c.Exists(ctx, "ticks"); return ok })
+	waittest.For(t, 10*time.Second, "the counter to start", func() bool { ok, _ := c.Exists(ctx, "ticks"); return ok })
 	before := f.ticks(c)
 
 	snap, err := s.Snapshot(ctx, "snap", "s1")
@@ -120,7 +121,7 @@ func testSnapshotRestore(t *testing.T, f *fixture) {
 	}
 	// The neuron runs on after the snapshot (its channel may drop and be
 	// dialled again), and changes.
-	waitFor(t, 10*time.Second, "the agent after the snapshot", func() bool { _, err := c.Health(ctx); return err == nil })
+	waittest.For(t, 10*time.Second, "the agent after the snapshot", func() bool { _, err := c.Health(ctx); return err == nil })
 	if f.cfg.NoGuestState == "" {
 		if got := f.ticks(c); got < before {
 			t.Fatalf("after the snapshot the counter went back: %d < %d", got, before)
@@ -195,7 +196,7 @@ func (f *fixture) wantRestored(c *link.Client, pid int) {
 		t.Fatalf("the process that ran at the snapshot (%d) is not running after the restore: %+v", pid, procs)
 	}
 	n := f.ticks(c)
-	waitFor(t, 10*time.Second, "the counter to count on after the restore", func() bool { return f.ticks(c) > n })
+	waittest.For(t, 10*time.Second, "the counter to count on after the restore", func() bool { return f.ticks(c) > n })
 }
 
 func testSnapshotRefusals(t *testing.T, f *fixture) {
