@@ -241,14 +241,18 @@ func (s *session) respond(id uint64, result any, body []byte, err error) {
 	h := &protocol.Header{Kind: protocol.KindResponse, ID: id}
 	if err != nil {
 		h.Err = toWireError(err)
+		// Stopping: Stop was called, or the session's context ended (Run's
+		// was cancelled: SIGTERM). A request cancelled then was cancelled by
+		// the agent going away, not by the host: the neuron went away under
+		// the command, whichever of this answer and the hang-up comes first.
+		stopping := s.ctx.Err() != nil
 		select {
 		case <-s.a.stopped:
-			if errors.Is(err, context.Canceled) {
-				// Cancelled because the agent is stopping, not by the host:
-				// the neuron went away under the command.
-				h.Err = protocol.Errorf(protocol.CodeNotRunning, "the agent stopped while this ran")
-			}
+			stopping = true
 		default:
+		}
+		if stopping && errors.Is(err, context.Canceled) {
+			h.Err = protocol.Errorf(protocol.CodeNotRunning, "the agent stopped while this ran")
 		}
 		body = nil
 	} else if result != nil {
