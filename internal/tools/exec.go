@@ -325,6 +325,10 @@ func (c *call) procOutput(ctx context.Context, cl *link.Client, in *processIn) (
 	var gaps []string
 	info, err := cl.ProcAttach(ctx, &protocol.ProcAttachArgs{PID: in.PID, StdoutOffset: in.Offset, StderrOffset: in.StderrOffset},
 		func(stream string, off int64, data []byte) error {
+			room := limit - int64(len(stdout)+len(stderr))
+			if room <= 0 {
+				return nil // the page is full: the rest is the next call's, from next
+			}
 			if off > next[stream] {
 				gaps = append(gaps, fmt.Sprintf("%s bytes %d-%d were lost (the replay buffer keeps the last 1 MiB)", stream, next[stream], off))
 				next[stream] = off
@@ -332,10 +336,6 @@ func (c *call) procOutput(ctx context.Context, cl *link.Client, in *processIn) (
 			if off < next[stream] { // already delivered
 				skip := min(next[stream]-off, int64(len(data)))
 				data, off = data[skip:], off+skip
-			}
-			room := limit - int64(len(stdout)+len(stderr))
-			if room <= 0 {
-				return nil
 			}
 			if int64(len(data)) > room {
 				data = data[:room]

@@ -12,6 +12,7 @@ import (
 
 	"github.com/nsys-cortex/cortex/internal/tools"
 	"github.com/nsys-cortex/cortex/internal/tools/redact"
+	"github.com/nsys-cortex/cortex/internal/waittest"
 )
 
 // Each test here closes a hole an adversarial review found: a model
@@ -127,29 +128,39 @@ func TestWriteNeedsARead(t *testing.T) {
 	contains(t, e.Call("read", map[string]any{"path": "pipe"}, true), "not a regular file")
 }
 
+// Pages of a long output, read while it is written and after all of it
+// was (many pages' worth waiting: a full page once skipped the rest of
+// what the agent sent), join up without a gap.
 func TestLongProcessOutputPagesWithoutGaps(t *testing.T) {
+	for _, after := range []bool{false, true} {
+		t.Run(map[bool]string{false: "while-written", true: "after-written"}[after], func(t *testing.T) {
+			pageLongOutput(t, after)
+		})
+	}
+}
+
+func pageLongOutput(t *testing.T, afterWritten bool) {
 	e := newEnv(t, "standard")
-	out := e.Call("bash", map[string]any{"command": "seq 1 30000; sleep 60", "background": true}, false)
+	out := e.Call("bash", map[string]any{"command": "seq 1 30000; touch seq.done; sleep 60", "background": true}, false)
 	var pid int
 	fmt.Sscanf(out, "started pid %d", &pid)
 	defer e.Call("process", map[string]any{"action": "kill", "pid": pid}, false)
+	if afterWritten {
+		waittest.For(t, time.Minute, "seq to finish", func() bool { _, err := os.Stat(e.File("seq.done")); return err == nil })
+	}
 	var all strings.Builder
 	offset := 0
-	// Page until the last line, however slowly seq writes on a busy machine.
-	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); {
+	// Page until the last line, however slowly seq writes on a busy machine
+	// (a page that brings nothing new waits a little before the next).
+	waittest.Until(60*time.Second, func() bool {
 		got := e.Call("process", map[string]any{"action": "output", "pid": pid, "offset": offset}, false)
 		i := strings.LastIndex(got, "[pid ")
 		all.WriteString(strings.TrimSuffix(got[:i], "\n"))
 		var next int
 		fmt.Sscanf(got[strings.Index(got, "next offset=")+len("next offset="):], "%d", &next)
-		if strings.HasSuffix(all.String(), "\n30000\n") || strings.HasSuffix(all.String(), "\n30000") {
-			break
-		}
-		if next == offset {
-			time.Sleep(20 * time.Millisecond) // not written yet
-		}
 		offset = next
-	}
+		return strings.HasSuffix(all.String(), "\n30000\n") || strings.HasSuffix(all.String(), "\n30000")
+	})
 	want := make([]string, 30000)
 	for i := range want {
 		want[i] = fmt.Sprint(i + 1)
@@ -173,9 +184,16 @@ func TestContentCacheSeesChanges(t *testing.T) {
 	e.Put("c.txt", "alpha\n")
 	e.Call("read", map[string]any{"path": "c.txt"}, false)
 	e.Call("edit", map[string]any{"path": "c.txt", "old_string": "alpha", "new_string": "gamma"}, false)
-	// Same size, new content, written behind the kit's back: its mtime moves.
-	time.Sleep(10 * time.Millisecond)
+	// Same size, new content, written behind the kit's back: its mtime
+	// moves (set a second on, whatever the clock's grain).
+	before, err := os.Stat(e.File("c.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	e.Put("c.txt", "delta\n")
+	if err := os.Chtimes(e.File("c.txt"), time.Time{}, before.ModTime().Add(time.Second)); err != nil {
+		t.Fatal(err)
+	}
 	contains(t, e.Call("edit", map[string]any{"path": "c.txt", "old_string": "delta", "new_string": "omega"}, true), "changed since you last read it")
 	contains(t, e.Call("read", map[string]any{"path": "c.txt"}, false), "delta")
 	e.Call("edit", map[string]any{"path": "c.txt", "old_string": "delta", "new_string": "omega"}, false)

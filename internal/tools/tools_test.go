@@ -19,6 +19,7 @@ import (
 	"github.com/nsys-cortex/cortex/internal/tools"
 	"github.com/nsys-cortex/cortex/internal/tools/redact"
 	"github.com/nsys-cortex/cortex/internal/tools/toolstest"
+	"github.com/nsys-cortex/cortex/internal/waittest"
 )
 
 func TestMain(m *testing.M) {
@@ -172,14 +173,11 @@ func TestBash(t *testing.T) {
 		t.Fatalf("no pid in %q", started)
 	}
 	e.Call("process", map[string]any{"action": "input", "pid": pid, "data": "typed\n"}, false)
-	deadline := time.Now().Add(10 * time.Second)
 	var got string
-	for time.Now().Before(deadline) {
-		if got = e.Call("process", map[string]any{"action": "output", "pid": pid}, false); strings.Contains(got, "typed") {
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	waittest.Until(30*time.Second, func() bool {
+		got = e.Call("process", map[string]any{"action": "output", "pid": pid}, false)
+		return strings.Contains(got, "typed")
+	})
 	contains(t, got, "ready", "typed", "still running", "next offset=12")
 	contains(t, e.Call("process", map[string]any{"action": "output", "pid": pid, "offset": 6}, false), "typed")
 	contains(t, e.Call("process", map[string]any{"action": "list"}, false), fmt.Sprintf("pid %d  running", pid))
