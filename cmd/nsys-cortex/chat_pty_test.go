@@ -12,9 +12,14 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/nsys-cortex/cortex/internal/waittest"
 )
 
 var ansiSeq = regexp.MustCompile(`\x1b(\[[0-9;?]*[ -/]*[@-~]|\][^\x07]*\x07|[()][0-9A-Za-z]|[=>])`)
@@ -26,16 +31,33 @@ func plain(s string) string { return strings.ReplaceAll(ansiSeq.ReplaceAllString
 // sequences ignored unless raw) and returns the offset just past it.
 func (r *ptyRun) after(t *testing.T, from int, s string, raw bool) int {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	end := -1
+	if !waittest.Until(30*time.Second, func() bool { end = find(r.output(), from, s, raw); return end >= 0 }) {
 		out := r.output()
-		if end := find(out, from, s, raw); end >= 0 {
-			return end
+		t.Fatalf("never saw %q in %q", s, plain(out[min(from, len(out)):]))
+	}
+	return end
+}
+
+// waitRaw waits until the program on the terminal has put it in raw mode:
+// its line editor reads keys, not lines. (The master end of a terminal
+// reports the termios of its other end.)
+func (r *ptyRun) waitRaw(t *testing.T) {
+	t.Helper()
+	rc, err := r.tty.(syscall.Conn).SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw := func() bool {
+		var tio *unix.Termios
+		var terr error
+		if err := rc.Control(func(fd uintptr) { tio, terr = unix.IoctlGetTermios(int(fd), unix.TCGETS) }); err != nil || terr != nil {
+			return false
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("never saw %q in %q", s, plain(out[min(from, len(out)):]))
-		}
-		time.Sleep(10 * time.Millisecond)
+		return tio.Lflag&unix.ICANON == 0
+	}
+	if !waittest.Until(30*time.Second, raw) {
+		t.Fatalf("the terminal never went to raw mode; output %q", plain(r.output()))
 	}
 }
 
@@ -97,6 +119,8 @@ func TestChatInteractiveOnATerminal(t *testing.T) {
 	eachMode(t, chatOnATerminal)
 }
 
+var chatSleeps atomic.Int32
+
 func chatOnATerminal(t *testing.T, c *cli) {
 	var env []string
 	for _, kv := range c.env {
@@ -105,6 +129,8 @@ func chatOnATerminal(t *testing.T, c *cli) {
 		}
 	}
 	c.env = append(env, "OPENAI_API_KEY=test-key", "TERM=xterm-256color")
+	// The command of the turn Ctrl-C cancels: no other test's, nor another mode's.
+	sleep := fmt.Sprintf("sleep %d", 8000000+os.Getpid()%100000*10+int(chatSleeps.Add(1)))
 	fake := &fakeOpenAI{route: func(body map[string]any) func(io.Writer) {
 		if isSuggestionRequest(body) {
 			req, _ := lastUser(body)
@@ -124,7 +150,7 @@ func chatOnATerminal(t *testing.T, c *cli) {
 		case req == "edit the notes now":
 			return text("Edited.")
 		case req == "sleep please" && step == 0:
-			return toolCall("s1", "bash", map[string]any{"command": "sleep 30"})
+			return toolCall("s1", "bash", map[string]any{"command": sleep})
 		}
 		return text("answer to " + req + " from " + body["model"].(string))
 	}}
@@ -159,8 +185,10 @@ func chatOnATerminal(t *testing.T, c *cli) {
 
 	// Ctrl-C cancels the running turn, not the chat.
 	r.type_(t, "sleep please\r")
-	at = r.after(t, at, "→ bash sleep 30", false)
-	time.Sleep(300 * time.Millisecond)
+	at = r.after(t, at, "→ bash "+sleep, false)
+	waittest.For(t, 30*time.Second, "the turn's "+sleep+" to run", func() bool {
+		return len(hostProcessesWhere(func(argv string) bool { return strings.Contains(strings.ReplaceAll(argv, "\x00", " "), sleep) })) > 0
+	})
 	r.type_(t, "\x03")
 	at = r.after(t, at, "[cancelled]", false)
 
@@ -262,7 +290,7 @@ func TestChatRestoresTheTerminal(t *testing.T) {
 			r.cmd.Env = c.env
 			r.start(t, 100, 30)
 			r.after(t, 0, "Type a request", false)
-			time.Sleep(100 * time.Millisecond) // the editor is reading: raw mode
+			r.waitRaw(t) // the editor is reading
 			tc.end(t, r)
 			if code := r.exit(t); code != 0 {
 				t.Fatalf("sh: %d", code)
@@ -278,19 +306,20 @@ func TestChatRestoresTheTerminal(t *testing.T) {
 // childOf returns the pid of a child of process pid (waiting for one).
 func childOf(t *testing.T, pid int) int {
 	t.Helper()
-	for i := 0; i < 500; i++ {
+	child := 0
+	found := func() bool {
 		tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
 		for _, f := range tasks {
 			b, _ := os.ReadFile(f)
 			if fields := strings.Fields(string(b)); len(fields) > 0 {
-				child, err := strconv.Atoi(fields[0])
-				if err == nil {
-					return child
+				if c, err := strconv.Atoi(fields[0]); err == nil {
+					child = c
+					return true
 				}
 			}
 		}
-		time.Sleep(10 * time.Millisecond)
+		return false
 	}
-	t.Fatalf("process %d has no child", pid)
-	return 0
+	waittest.For(t, 30*time.Second, fmt.Sprintf("a child of process %d", pid), found)
+	return child
 }

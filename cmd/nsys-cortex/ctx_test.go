@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/nsys-cortex/cortex/internal/layout"
+	"github.com/nsys-cortex/cortex/internal/waittest"
 )
 
 // TestCtxInsideANeuron mounts /ctx with the CLI and gives it to an nsbox
@@ -43,14 +44,15 @@ func TestCtxInsideANeuron(t *testing.T) {
 	c.ok("create", "cx2")
 	// The model sees a new neuron within a second.
 	var status, lastErr string
-	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+	waittest.Until(20*time.Second, func() bool {
 		out, errOut, code := c.run("", "exec", "cx1", "--", "cat", "/ctx/neurons/cx1/status")
-		if code == 0 {
-			status = out
-			break
+		if code != 0 {
+			lastErr = errOut
+			return false
 		}
-		lastErr = errOut
-	}
+		status = out
+		return true
+	})
 	if !strings.HasPrefix(status, "running mode=nsbox") {
 		ls, lsErr, _ := c.run("", "exec", "cx1", "--", "ls", "-la", "/ctx", "/ctx/neurons")
 		host, _ := os.ReadDir(filepath.Join(dir, "neurons"))
@@ -94,15 +96,11 @@ func TestCtxInsideANeuron(t *testing.T) {
 	// answer the operator's /ctx in the mount's place).
 	started := strings.TrimSpace(c.ok("status", "cx1", "--format", "{{.PID}}"))
 	c.run("", "exec", "cx1", "--", "sh", "-c", "echo restart > /ctx/neurons/cx1/ctl")
-	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+	waittest.For(t, 60*time.Second, "cx1 to come back from its restart", func() bool {
 		out, _, _ := c.run("", "status", "cx1", "--format", "{{.Status}} {{.PID}}")
-		if f := strings.Fields(out); len(f) == 2 && f[0] == "running" && f[1] != started {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("cx1 did not come back from its restart: %q", out)
-		}
-	}
+		f := strings.Fields(out)
+		return len(f) == 2 && f[0] == "running" && f[1] != started
+	})
 	if out := c.ok("exec", "cx1", "--", "sh", "-c", "ls -l /proc/self/fd/ /proc/1/fd/ 2>/dev/null; true"); strings.Contains(out, "fuse") {
 		t.Fatalf("the neuron restarted by the mount holds its FUSE device:\n%s", out)
 	}
@@ -113,11 +111,10 @@ func TestCtxInsideANeuron(t *testing.T) {
 		t.Error("no cgroup of the running cx1 found: as root, nsbox makes one in every hierarchy")
 	}
 	c.run("", "exec", "cx1", "--", "sh", "-c", "echo stop > /ctx/neurons/cx1/ctl")
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		if out, _, _ := c.run("", "status", "cx1", "--format", "{{.Status}}"); strings.TrimSpace(out) == "stopped" {
-			break
-		}
-	}
+	waittest.Until(30*time.Second, func() bool {
+		out, _, _ := c.run("", "status", "cx1", "--format", "{{.Status}}")
+		return strings.TrimSpace(out) == "stopped"
+	})
 	c.ok("destroy", "--wipe", "cx1")
 	for _, d := range cgroups {
 		if _, err := os.Stat(d); err == nil {

@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/nsys-cortex/cortex/internal/waittest"
 )
 
 // fakeCLI records what it was given, says something on both streams and
@@ -152,24 +154,16 @@ func TestLaunchCancelLeavesNoOrphan(t *testing.T) {
 				t.Fatal(err)
 			}
 			running := func() int { return len(hostProcesses("sleep", marker)) }
-			for i := 0; running() < 2; i++ {
-				if i > 1000 {
-					t.Fatalf("%s: the program never started", io)
-				}
-				time.Sleep(10 * time.Millisecond)
-			}
+			waittest.For(t, 30*time.Second, io+": the program to start", func() bool { return running() >= 2 })
 			cmd.Process.Signal(syscall.SIGTERM)
 			err := cmd.Wait()
 			if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 143 {
 				t.Fatalf("%s: the CLI after SIGTERM: %v", io, err)
 			}
-			for i := 0; running() > 0; i++ {
-				if i > 500 {
-					ps, _ := exec.Command("ps", "-eo", "pid,ppid,pgid,sid,stat,args", "--forest").Output()
-					tl, _, _ := c.run("", "term", "list", "cancel")
-					t.Fatalf("%s: %d of the program's processes outlived the launch; the CLI said %q\n%s\n%s", io, running(), stderr.String(), tl, ps)
-				}
-				time.Sleep(10 * time.Millisecond)
+			if !waittest.Until(30*time.Second, func() bool { return running() == 0 }) {
+				ps, _ := exec.Command("ps", "-eo", "pid,ppid,pgid,sid,stat,args", "--forest").Output()
+				tl, _, _ := c.run("", "term", "list", "cancel")
+				t.Fatalf("%s: %d of the program's processes outlived the launch; the CLI said %q\n%s\n%s", io, running(), stderr.String(), tl, ps)
 			}
 		}
 	})

@@ -5,6 +5,7 @@ package main_test
 
 import (
 	"github.com/nsys-cortex/cortex/internal/protocol"
+	"github.com/nsys-cortex/cortex/internal/waittest"
 
 	"bytes"
 	"encoding/json"
@@ -255,22 +256,14 @@ func TestInterruptKillsTheRemoteCommand(t *testing.T) {
 			t.Fatal(err)
 		}
 		running := func() bool { return len(hostProcesses("sleep", marker)) > 0 }
-		for i := 0; !running(); i++ {
-			if i > 500 {
-				t.Fatal("the remote command never started")
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+		waittest.For(t, 30*time.Second, "the remote command to start", running)
 		cmd.Process.Signal(os.Interrupt)
 		err := cmd.Wait()
 		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 130 {
 			t.Fatalf("interrupted CLI: %v", err)
 		}
-		for i := 0; running(); i++ {
-			if i > 500 {
-				t.Fatal("the remote command outlived the interrupted CLI")
-			}
-			time.Sleep(10 * time.Millisecond)
+		if !waittest.Until(30*time.Second, func() bool { return !running() }) {
+			t.Fatal("the remote command outlived the interrupted CLI")
 		}
 	})
 }
@@ -279,6 +272,12 @@ func TestInterruptKillsTheRemoteCommand(t *testing.T) {
 // namespace they run in).
 func hostProcesses(argv ...string) []int {
 	want := strings.Join(argv, "\x00")
+	return hostProcessesWhere(func(cmdline string) bool { return cmdline == want })
+}
+
+// hostProcessesWhere lists live host processes whose argv (NUL-separated)
+// matches.
+func hostProcessesWhere(match func(cmdline string) bool) []int {
 	var out []int
 	entries, _ := os.ReadDir("/proc")
 	for _, e := range entries {
@@ -287,7 +286,7 @@ func hostProcesses(argv ...string) []int {
 			continue
 		}
 		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		if err != nil || strings.TrimRight(string(b), "\x00") != want {
+		if err != nil || !match(strings.TrimRight(string(b), "\x00")) {
 			continue
 		}
 		if st, err := os.ReadFile("/proc/" + e.Name() + "/stat"); err == nil && !bytes.Contains(st, []byte(") Z ")) {
@@ -434,14 +433,12 @@ func TestBackgroundProcesses(t *testing.T) {
 		long := strings.TrimSpace(c.ok("exec", "-d", "bg", "sleep", "60"))
 		c.ok("kill", "-s", "KILL", "bg", long)
 		var procs []map[string]any
-		for i := 0; i < 100; i++ {
+		waittest.Until(30*time.Second, func() bool {
+			procs = nil
 			json.Unmarshal([]byte(c.ok("ps", "bg", "--json")), &procs)
-			if len(procs) == 2 && procs[1]["running"] == false {
-				break
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-		if procs[1]["signal"] != "SIGKILL" {
+			return len(procs) == 2 && procs[1]["running"] == false
+		})
+		if len(procs) != 2 || procs[1]["signal"] != "SIGKILL" {
 			t.Fatalf("after kill: %v", procs)
 		}
 	})
@@ -522,27 +519,14 @@ func TestInterruptedUploadLeavesNothing(t *testing.T) {
 		for i := 0; i < 12; i++ { // several chunks reach the neuron
 			pw.Write(chunk)
 		}
-		for i := 0; ; i++ {
-			out := c.ok("exec", "up", "sh", "-c", "ls -a | grep -c cortex- || true")
-			if strings.TrimSpace(out) != "0" {
-				break
-			}
-			if i > 500 {
-				t.Fatal("the upload never started")
-			}
-			time.Sleep(10 * time.Millisecond)
+		temporaries := func() string {
+			return strings.TrimSpace(c.ok("exec", "up", "sh", "-c", "ls -a | grep -c cortex- || true"))
 		}
+		waittest.For(t, time.Minute, "the upload to start", func() bool { return temporaries() != "0" })
 		cmd.Process.Kill()
 		cmd.Wait()
-		for i := 0; ; i++ {
-			out := c.ok("exec", "up", "sh", "-c", "ls -a | grep -c cortex- || true")
-			if strings.TrimSpace(out) == "0" {
-				break
-			}
-			if i > 500 {
-				t.Fatalf("temporary file left behind: %q", c.ok("exec", "up", "ls", "-la"))
-			}
-			time.Sleep(10 * time.Millisecond)
+		if !waittest.Until(time.Minute, func() bool { return temporaries() == "0" }) {
+			t.Fatalf("temporary file left behind: %q", c.ok("exec", "up", "ls", "-la"))
 		}
 		if out := c.ok("exec", "up", "cat", "big"); out != "old\n" {
 			t.Fatalf("destination changed: %q", out)
@@ -578,12 +562,17 @@ func TestExecOptions(t *testing.T) {
 			}
 		}
 		// SIGTERM to the CLI is 143, and the command dies with it.
-		cmd := c.command("exec", "opt", "sleep", "60")
+		marker := fmt.Sprintf("%d", 900000+os.Getpid()%100000)
+		running := func() bool { return len(hostProcesses("sleep", marker)) > 0 }
+		cmd := c.command("exec", "opt", "sleep", marker)
 		cmd.Start()
-		time.Sleep(300 * time.Millisecond)
+		waittest.For(t, 30*time.Second, "the remote command to start", running)
 		cmd.Process.Signal(syscall.SIGTERM)
 		if err := cmd.Wait(); err == nil || err.(*exec.ExitError).ExitCode() != 143 {
 			t.Fatalf("SIGTERM: %v", err)
+		}
+		if !waittest.Until(30*time.Second, func() bool { return !running() }) {
+			t.Fatal("the remote command outlived the CLI's SIGTERM")
 		}
 	})
 }

@@ -2,6 +2,7 @@ package main_test
 
 import (
 	"bufio"
+	"encoding/json"
 	"net/http"
 	"os"
 	"os/exec"
@@ -12,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/nsys-cortex/cortex/internal/waittest"
 )
 
 // serve starts nsys-cortex serve on a free loopback port and returns its
@@ -108,7 +111,11 @@ func TestServe(t *testing.T) {
 		t.Fatalf("cp round trip: %q", b)
 	}
 	pid := strings.TrimSpace(c.ok(api("exec", "-d", "svc", "--", "sh", "-c", "echo from-bg")...))
-	time.Sleep(300 * time.Millisecond)
+	waittest.For(t, 30*time.Second, "the background process to exit", func() bool {
+		var procs []map[string]any
+		json.Unmarshal([]byte(c.ok(api("ps", "svc", "--json")...)), &procs)
+		return len(procs) == 1 && procs[0]["running"] == false
+	})
 	if out := c.ok(api("logs", "-f", "svc", pid)...); out != "from-bg\n" {
 		t.Fatalf("logs: %q", out)
 	}

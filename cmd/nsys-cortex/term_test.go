@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/creack/pty"
+
+	"github.com/nsys-cortex/cortex/internal/waittest"
 )
 
 // ptyRun runs the CLI on a terminal of its own; its output is collected.
@@ -92,11 +94,8 @@ func (r *ptyRun) output() string {
 // waitFor waits until the output contains s.
 func (r *ptyRun) waitFor(t *testing.T, s string) {
 	t.Helper()
-	for i := 0; !strings.Contains(r.output(), s); i++ {
-		if i > 1000 {
-			t.Fatalf("never saw %q in %q", s, r.output())
-		}
-		time.Sleep(10 * time.Millisecond)
+	if !waittest.Until(30*time.Second, func() bool { return strings.Contains(r.output(), s) }) {
+		t.Fatalf("never saw %q in %q", s, r.output())
 	}
 }
 
