@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -24,6 +25,7 @@ import (
 	"github.com/nsys-cortex/cortex/internal/sandbox"
 	"github.com/nsys-cortex/cortex/internal/sandbox/process"
 	"github.com/nsys-cortex/cortex/internal/sandbox/sandboxtest"
+	"github.com/nsys-cortex/cortex/internal/waittest"
 )
 
 var agentBin string
@@ -226,22 +228,18 @@ func TestProcesses(t *testing.T) {
 	if err := n.Signal(ctx, long.PID, "TERM"); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	ended := func() bool {
 		got, err := n.Process(ctx, long.PID)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !got.Running {
-			if got.Signal != "SIGTERM" {
-				t.Fatalf("%+v", got)
-			}
-			break
+		if !got.Running && got.Signal != "SIGTERM" {
+			t.Fatalf("%+v", got)
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("SIGTERM did not end sleep")
-		}
-		time.Sleep(20 * time.Millisecond)
+		return !got.Running
+	}
+	if !waittest.Until(30*time.Second, ended) {
+		t.Fatal("SIGTERM did not end sleep")
 	}
 	if _, err := n.Process(ctx, 999999); !errors.As(err, &cortex.NotFoundError{}) {
 		t.Fatalf("%v", err)
@@ -509,17 +507,27 @@ func TestKilledMidExec(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The command outlives the test's deadline by far: an answer that
+	// waited for it never comes in time.
+	sleep := []string{"sleep", fmt.Sprint(3600 + os.Getpid()%100000)}
+	running := func() []int {
+		return sandboxtest.Processes(func(argv []string) bool { return slices.Equal(argv, sleep) })
+	}
+	t.Cleanup(func() {
+		for _, pid := range running() {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+	})
+	answered := make(chan error, 1)
 	go func() {
-		time.Sleep(300 * time.Millisecond)
-		syscall.Kill(st.PID, syscall.SIGKILL)
+		_, err := n.Exec(ctx, &cortex.ExecRequest{Command: cortex.Command{Argv: sleep}})
+		answered <- err
 	}()
-	start := time.Now()
-	_, err = n.Exec(ctx, &cortex.ExecRequest{Command: cortex.Command{Argv: []string{"sleep", "30"}}})
+	waittest.For(t, 30*time.Second, "the command to run", func() bool { return len(running()) > 0 })
+	syscall.Kill(st.PID, syscall.SIGKILL)
+	err = waittest.Recv(t, 2*time.Minute, "the answer to the exec whose neuron was killed", answered)
 	if !errors.As(err, &cortex.NotRunningError{}) {
 		t.Fatalf("%v", err)
-	}
-	if waited := time.Since(start); waited > 10*time.Second {
-		t.Fatalf("the answer took %s", waited)
 	}
 	var ae cortex.APIError
 	if !errors.As(err, &ae) || ae.Status != http.StatusConflict {
@@ -550,19 +558,15 @@ func TestDisconnectMidStream(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	gone := func() bool {
 		res, err := n.Exec(bg, &cortex.ExecRequest{Command: cortex.Command{Shell: "kill -0 " + strings.TrimSpace(string(pid))}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if res.ExitCode != 0 {
-			break // gone
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the command outlived its client")
-		}
-		time.Sleep(50 * time.Millisecond)
+		return res.ExitCode != 0
+	}
+	if !waittest.Until(30*time.Second, gone) {
+		t.Fatal("the command outlived its client")
 	}
 	// The daemon still answers.
 	if _, err := d.c.Health(bg); err != nil {
@@ -698,7 +702,16 @@ func TestReviewRegressions(t *testing.T) {
 	conn.(*net.TCPConn).CloseWrite()
 	io.ReadAll(conn)
 	conn.Close()
-	time.Sleep(200 * time.Millisecond)
+	// The daemon is done with the cut upload, and the agent with its
+	// temporary file.
+	waitIdle(t, d, auth...)
+	waittest.For(t, 30*time.Second, "the cut upload's temporary file to go", func() bool {
+		list, err := n.List(ctx, ".")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return !slices.ContainsFunc(list, func(f cortex.FileInfo) bool { return strings.Contains(f.Name, ".cortex-") })
+	})
 	if b, err := n.ReadFile(ctx, "keep"); err != nil || string(b) != "original" {
 		t.Fatalf("after a cut upload: %q %v", b, err)
 	}
@@ -717,7 +730,10 @@ func TestStreamCloseWhileNextWaits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	go func() { time.Sleep(100 * time.Millisecond); s.Close() }()
+	go func() {
+		waittest.Until(30*time.Second, func() bool { return waittest.Parked("client.(*Stream).Next") })
+		s.Close()
+	}()
 	if _, err := s.Next(); err == nil {
 		t.Fatal("Next returned an event after Close")
 	}

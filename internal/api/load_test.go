@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
+	"regexp"
 	"runtime"
 	"slices"
 	"strconv"
@@ -20,6 +22,7 @@ import (
 	"github.com/nsys-cortex/cortex/internal/link"
 	"github.com/nsys-cortex/cortex/internal/protocol"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
+	"github.com/nsys-cortex/cortex/internal/waittest"
 )
 
 // openFDs counts this process's open descriptors.
@@ -31,17 +34,19 @@ func openFDs(t testing.TB) int {
 	return len(ents)
 }
 
-// settle waits until f() is at most limit, or gives up after 10 s; it
+// settle waits until f() is at most limit, or gives up after 30 s; it
 // returns the last value.
 func settle(f func() int, limit int) int {
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		v := f()
-		if v <= limit || time.Now().After(deadline) {
-			return v
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	var v int
+	waittest.Until(30*time.Second, func() bool { v = f(); return v <= limit })
+	return v
+}
+
+// connGoroutines counts the goroutines of HTTP connections, both ends (the
+// client and the server are in this process).
+func connGoroutines() int {
+	return waittest.Goroutines("net/http.(*conn).serve") + waittest.Goroutines("net/http.(*persistConn).readLoop") +
+		waittest.Goroutines("net/http.(*persistConn).writeLoop")
 }
 
 func percentile(d []time.Duration, p float64) time.Duration {
@@ -82,7 +87,7 @@ func TestLoad(t *testing.T) {
 	}
 	tr.CloseIdleConnections()
 	d.ts.CloseClientConnections()
-	time.Sleep(200 * time.Millisecond)
+	waittest.For(t, 30*time.Second, "the closed connections' goroutines to end", func() bool { return connGoroutines() == 0 })
 	goroutines, fds := runtime.NumGoroutine(), openFDs(t)
 
 	var (
@@ -145,7 +150,10 @@ func TestGracefulShutdown(t *testing.T) {
 	srv := api.New(api.Options{Set: d.set, Token: "gs-token"})
 	ctx, cancel := context.WithCancel(context.Background())
 	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ctx, ln, 5*time.Second) }()
+	// The grace period is far beyond the wait for Serve below: a shutdown
+	// that waited for it (for the stream, which never ends by itself)
+	// fails the test.
+	go func() { served <- srv.Serve(ctx, ln, time.Hour) }()
 	c, _ := cortex.New("http://"+ln.Addr().String(), cortex.WithToken("gs-token"))
 	h := c.Neuron(n.ID())
 	bg := context.Background()
@@ -165,10 +173,12 @@ func TestGracefulShutdown(t *testing.T) {
 		}
 		execDone <- err
 	}()
-	time.Sleep(300 * time.Millisecond)
-	start := time.Now()
+	// The server answers three requests: the stream, the exec and this one.
+	waittest.For(t, 30*time.Second, "the exec to be in flight", func() bool {
+		return inFlight(t, "http://"+ln.Addr().String(), "gs-token") >= 3
+	})
 	cancel()
-	if err := <-execDone; err != nil {
+	if err := waittest.Recv(t, 2*time.Minute, "the request in flight to finish", execDone); err != nil {
 		t.Fatalf("the request in flight: %v", err)
 	}
 	for {
@@ -176,16 +186,8 @@ func TestGracefulShutdown(t *testing.T) {
 			break // the stream ended
 		}
 	}
-	select {
-	case err := <-served:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("Serve did not return")
-	}
-	if took := time.Since(start); took > 6*time.Second {
-		t.Fatalf("shutdown took %s", took)
+	if err := waittest.Recv(t, 2*time.Minute, "Serve to return", served); err != nil {
+		t.Fatal(err)
 	}
 	if _, err := c.Health(bg); err == nil {
 		t.Fatal("still answering after shutdown")
@@ -194,6 +196,26 @@ func TestGracefulShutdown(t *testing.T) {
 	if st, err := d.c.Get(bg, n.ID()); err != nil || st.Status != string(sandbox.StatusRunning) {
 		t.Fatalf("%+v %v", st, err)
 	}
+}
+
+// inFlight reads how many requests the server at url answers now (this
+// one included) from its metrics.
+func inFlight(t *testing.T, url, token string) int {
+	t.Helper()
+	req, _ := http.NewRequest("GET", url+"/metrics", nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	m := regexp.MustCompile(`(?m)^cortex_api_requests_in_flight (\S+)$`).FindSubmatch(b)
+	if m == nil {
+		t.Fatalf("no in-flight gauge in the metrics (%d): %s", resp.StatusCode, b)
+	}
+	n, _ := strconv.Atoi(string(m[1]))
+	return n
 }
 
 // BenchmarkHTTPExecTrue: /bin/true through the API on a keep-alive

@@ -22,6 +22,7 @@ import (
 	"github.com/nsys-cortex/cortex/internal/sandbox"
 	"github.com/nsys-cortex/cortex/internal/sandbox/process"
 	"github.com/nsys-cortex/cortex/internal/sandbox/sandboxtest"
+	"github.com/nsys-cortex/cortex/internal/waittest"
 )
 
 // model is a provider whose answers the test scripts: the first request of
@@ -221,14 +222,10 @@ func TestSessionsOverHTTP(t *testing.T) {
 	}
 	// The daemon noticed the client going away: the session takes the
 	// next turn (retried while the cancelled one unwinds).
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	waittest.Until(30*time.Second, func() bool {
 		end, err = d.c.Send(ctx, s.ID, "turn 4", nil)
-		if err == nil || !errors.As(err, &ae) || ae.Code != cortex.CodeBusy || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return err == nil || !errors.As(err, &ae) || ae.Code != cortex.CodeBusy
+	})
 	if err != nil || end.Stop != "done" {
 		t.Fatalf("the turn after a cancelled one: %+v %v", end, err)
 	}

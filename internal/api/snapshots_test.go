@@ -16,6 +16,7 @@ import (
 	cortex "github.com/nsys-cortex/cortex/client"
 	"github.com/nsys-cortex/cortex/internal/api"
 	"github.com/nsys-cortex/cortex/internal/store"
+	"github.com/nsys-cortex/cortex/internal/waittest"
 )
 
 // apiCode returns the code and status of an API error ("" when err is none).
@@ -283,20 +284,18 @@ func TestSnapshotRestoreCancelled(t *testing.T) {
 	waitIdle(t, d)
 }
 
-// waitIdle waits until the daemon answers no request but the one asking.
-func waitIdle(t *testing.T, d *daemon) {
+// waitIdle waits until the daemon answers no request but the one asking
+// (which carries hdr: the token, where the daemon has one).
+func waitIdle(t *testing.T, d *daemon, hdr ...string) {
 	t.Helper()
 	inFlight := regexp.MustCompile(`(?m)^cortex_api_requests_in_flight (\S+)$`)
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		_, body := raw(t, d, "GET", "/metrics", "")
-		m := inFlight.FindStringSubmatch(body)
-		if m != nil && m[1] == "1" { // this request
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("requests still in flight: %v", m)
-		}
-		time.Sleep(20 * time.Millisecond)
+	var m []string
+	idle := func() bool {
+		_, body := raw(t, d, "GET", "/metrics", "", hdr...)
+		m = inFlight.FindStringSubmatch(body)
+		return m != nil && m[1] == "1" // this request
+	}
+	if !waittest.Until(30*time.Second, idle) {
+		t.Fatalf("requests still in flight: %v", m)
 	}
 }

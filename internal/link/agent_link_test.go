@@ -7,11 +7,13 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/nsys-cortex/cortex/internal/link"
 	"github.com/nsys-cortex/cortex/internal/protocol"
+	"github.com/nsys-cortex/cortex/internal/waittest"
 )
 
 // A real agent that goes away and comes back (a restart) is reconnected.
@@ -20,10 +22,13 @@ func TestRealAgentRestart(t *testing.T) {
 	ctx := context.Background()
 	done := make(chan error, 1)
 	go func() {
-		_, err := p.client.Exec(ctx, &link.ExecRequest{Command: protocol.Command{Shell: "sleep 30"}, Timeout: link.NoTimeout})
+		_, err := p.client.Exec(ctx, &link.ExecRequest{Command: protocol.Command{Shell: "echo $$ > exec.pid; exec sleep 30"}, Timeout: link.NoTimeout})
 		done <- err
 	}()
-	time.Sleep(100 * time.Millisecond)
+	waittest.For(t, 30*time.Second, "the exec to run", func() bool {
+		b, err := os.ReadFile(filepath.Join(p.root, "exec.pid"))
+		return err == nil && len(b) > 0
+	})
 	p.stop() // the agent stops (and ends its children)
 	select {
 	case err := <-done:
@@ -77,40 +82,55 @@ func TestLongSocketPath(t *testing.T) {
 	conn.Close()
 }
 
-// slowWriter takes its time with every write.
-type slowWriter struct{ n int }
+// stalledWriter takes no write until its gate opens: a reader that has
+// stopped reading.
+type stalledWriter struct {
+	gate    chan struct{}
+	stalled chan struct{} // closed at the first write
+	once    sync.Once
+	n       int
+}
 
-func (w *slowWriter) Write(p []byte) (int, error) {
-	time.Sleep(2 * time.Millisecond)
+func (w *stalledWriter) Write(p []byte) (int, error) {
+	w.once.Do(func() { close(w.stalled) })
+	<-w.gate
 	w.n += len(p)
 	return len(p), nil
 }
 
-// A slow reader of one stream holds back only that stream: the agent stops
-// reading the command's output (so nothing is lost or buffered without
-// bound) while other requests on the same connection go on.
+// A stalled reader of one stream holds back only that stream: the agent
+// stops reading the command's output (so nothing is lost or buffered
+// without bound) while other requests on the same connection go on. A
+// health call held behind the stream would wait for ever: the deadline
+// below is the failure, not a bound on how fast the calls are.
 func TestFlowControlIsPerStream(t *testing.T) {
 	p := newPair(t)
 	ctx := context.Background()
-	var w slowWriter
+	w := &stalledWriter{gate: make(chan struct{}), stalled: make(chan struct{})}
 	done := make(chan error, 1)
 	go func() {
-		res, err := p.client.Exec(ctx, &link.ExecRequest{Command: protocol.Command{Shell: "head -c 20000000 /dev/zero"}, Stdout: &w, Timeout: link.NoTimeout})
+		res, err := p.client.Exec(ctx, &link.ExecRequest{Command: protocol.Command{Shell: "head -c 20000000 /dev/zero"}, Stdout: w, Timeout: link.NoTimeout})
 		if err == nil && res.StdoutLen != 20000000 {
 			err = errors.New("short output")
 		}
 		done <- err
 	}()
-	for i := 0; i < 20; i++ {
-		start := time.Now()
-		if _, err := p.client.Health(ctx); err != nil {
-			t.Fatal(err)
+	waittest.Recv(t, 30*time.Second, "the command's first output", w.stalled)
+	healthy := make(chan error, 1)
+	go func() {
+		for i := 0; i < 20; i++ {
+			if _, err := p.client.Health(ctx); err != nil {
+				healthy <- err
+				return
+			}
 		}
-		if d := time.Since(start); d > 2*time.Second {
-			t.Fatalf("a health call waited %s behind a slow stream", d)
-		}
+		healthy <- nil
+	}()
+	if err := waittest.Recv(t, 2*time.Minute, "20 health calls beside a stalled stream", healthy); err != nil {
+		t.Fatal(err)
 	}
-	if err := <-done; err != nil || w.n != 20000000 {
+	close(w.gate)
+	if err := waittest.Recv(t, 2*time.Minute, "the stream to finish", done); err != nil || w.n != 20000000 {
 		t.Fatalf("%v, %d bytes", err, w.n)
 	}
 }

@@ -249,9 +249,9 @@ func TestTimeoutSendsCancel(t *testing.T) {
 	if _, err := c.Call(context.Background(), &link.Request{Cmd: protocol.CmdHealth}); err != nil {
 		t.Fatalf("the connection suffered from a late answer: %v", err)
 	}
-	// Context cancellation also cancels.
+	// Context cancellation also cancels, once the request is out.
 	ctx, cancel := context.WithCancel(context.Background())
-	go func() { time.Sleep(20 * time.Millisecond); cancel() }()
+	go func() { fa.read(); cancel() }()
 	if _, err := c.Call(ctx, &link.Request{Cmd: protocol.CmdHealth}); !errors.Is(err, context.Canceled) {
 		t.Fatalf("%v", err)
 	}

@@ -10,12 +10,14 @@ import (
 	"log"
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/nsys-cortex/cortex/internal/agent"
 	"github.com/nsys-cortex/cortex/internal/link"
 	"github.com/nsys-cortex/cortex/internal/protocol"
+	"github.com/nsys-cortex/cortex/internal/waittest"
 )
 
 // freeAddr returns a loopback address nothing listens on (for a moment).
@@ -69,9 +71,11 @@ func listeningAgent(t *testing.T, addr, token string, logs io.Writer) func() {
 func TestDialLink(t *testing.T) {
 	addr := freeAddr(t)
 	const token = "0123456789abcdef0123456789abcdef"
-	l := link.Dial(func(context.Context) (string, error) { return addr, nil }, link.Options{Neuron: "t1", Token: token, Software: "test"})
+	var dials atomic.Int32
+	l := link.Dial(func(context.Context) (string, error) { dials.Add(1); return addr, nil }, link.Options{Neuron: "t1", Token: token, Software: "test"})
 	defer l.Close()
-	time.Sleep(100 * time.Millisecond) // dialling a closed port meanwhile
+	// A second look for the address: a dial of the closed port has failed.
+	waittest.For(t, 30*time.Second, "the link to dial the closed port", func() bool { return dials.Load() >= 2 })
 	stop := listeningAgent(t, addr, token, io.Discard)
 	ctx := context.Background()
 	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -85,15 +89,13 @@ func TestDialLink(t *testing.T) {
 	}
 	stop()
 	listeningAgent(t, addr, token, io.Discard)
-	wctx2, cancel2 := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel2()
-	for {
-		if _, err := l.Client().Health(wctx2); err == nil {
-			break
-		} else if wctx2.Err() != nil {
-			t.Fatalf("the link did not dial the restarted agent: %v", err)
-		}
-		time.Sleep(20 * time.Millisecond)
+	if !waittest.Until(30*time.Second, func() bool {
+		hctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		_, err = l.Client().Health(hctx)
+		return err == nil
+	}) {
+		t.Fatalf("the link did not dial the restarted agent: %v", err)
 	}
 }
 
@@ -114,13 +116,7 @@ func TestListeningAgentRefusesAWrongToken(t *testing.T) {
 	// no frame back.
 	var nc net.Conn
 	var err error
-	for i := 0; i < 100; i++ {
-		if nc, err = net.Dial("tcp", addr); err == nil {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if err != nil {
+	if !waittest.Until(30*time.Second, func() bool { nc, err = net.Dial("tcp", addr); return err == nil }) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
