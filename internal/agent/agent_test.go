@@ -8,6 +8,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log"
 	"net"
@@ -20,6 +21,7 @@ import (
 	"time"
 
 	"github.com/nsys-cortex/cortex/internal/protocol"
+	"github.com/nsys-cortex/cortex/internal/waittest"
 )
 
 // socketPair returns two connected Unix stream sockets.
@@ -202,25 +204,24 @@ func TestCancelKillsTheCommand(t *testing.T) {
 	pidFile := filepath.Join(h.root, "pid")
 	h.send(&protocol.Header{Kind: protocol.KindRequest, ID: 1, Cmd: protocol.CmdExec}, protocol.ExecArgs{Command: protocol.Command{Shell: "echo $$ > pid; exec sleep 60"}}, nil)
 	var pid int
-	for i := 0; i < 500; i++ {
+	waittest.Until(30*time.Second, func() bool {
 		if b, err := os.ReadFile(pidFile); err == nil && len(b) > 1 {
 			json.Unmarshal(b[:len(b)-1], &pid)
-			break
+			return true
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return false
+	})
 	if pid == 0 {
 		t.Fatal("command did not start")
 	}
 	h.send(&protocol.Header{Kind: protocol.KindCancel, ID: 1}, nil, nil)
-	deadline := time.Now().Add(5 * time.Second)
-	for syscall.Kill(pid, 0) == nil {
+	gone := func() bool {
 		var ws syscall.WaitStatus
-		if time.Now().After(deadline) {
-			t.Fatalf("process %d survived cancel", pid)
-		}
 		syscall.Wait4(pid, &ws, syscall.WNOHANG, nil)
-		time.Sleep(10 * time.Millisecond)
+		return syscall.Kill(pid, 0) != nil
+	}
+	if !waittest.Until(30*time.Second, gone) {
+		t.Fatalf("process %d survived cancel", pid)
 	}
 }
 
@@ -279,6 +280,24 @@ func liveInGroup(pgid int) []int {
 	return live
 }
 
+// watched reports whether this process has an inotify watch on dir (as
+// /proc/self/fdinfo shows).
+func watched(dir string) bool {
+	var st syscall.Stat_t
+	if err := syscall.Stat(dir, &st); err != nil {
+		return false
+	}
+	ino := []byte(fmt.Sprintf(" ino:%x ", st.Ino))
+	fds, _ := os.ReadDir("/proc/self/fdinfo")
+	for _, fd := range fds {
+		b, _ := os.ReadFile("/proc/self/fdinfo/" + fd.Name())
+		if bytes.Contains(b, []byte("inotify wd:")) && bytes.Contains(b, ino) {
+			return true
+		}
+	}
+	return false
+}
+
 // An agent whose channel directory is removed (its neuron was destroyed
 // while it was not looking) ends its processes and exits.
 func TestChannelDirRemovalStopsTheAgent(t *testing.T) {
@@ -291,7 +310,7 @@ func TestChannelDirRemovalStopsTheAgent(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() { done <- a.Run(context.Background()) }()
-	time.Sleep(50 * time.Millisecond)
+	waittest.For(t, 30*time.Second, "the agent to watch its channel directory", func() bool { return watched(ch) })
 	os.RemoveAll(ch)
 	select {
 	case err := <-done:

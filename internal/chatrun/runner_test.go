@@ -17,6 +17,7 @@ import (
 	"github.com/nsys-cortex/cortex/internal/session"
 	"github.com/nsys-cortex/cortex/internal/store"
 	"github.com/nsys-cortex/cortex/internal/tools/toolstest"
+	"github.com/nsys-cortex/cortex/internal/waittest"
 )
 
 func TestMain(m *testing.M) {
@@ -412,9 +413,7 @@ func TestBusyAndSuggest(t *testing.T) {
 		res, _ := r.Turn(f.env.Ctx, "turn 1: slow", nil)
 		done <- res
 	}()
-	for len(p.requests()) == 0 {
-		time.Sleep(5 * time.Millisecond)
-	}
+	waittest.For(t, 30*time.Second, "the first turn's request", func() bool { return len(p.requests()) > 0 })
 	if _, err := r.Turn(f.env.Ctx, "turn 2: meanwhile", nil); !errors.Is(err, chatrun.ErrBusy) {
 		t.Fatalf("a second turn: %v", err)
 	}

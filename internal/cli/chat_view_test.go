@@ -16,6 +16,7 @@ import (
 	"github.com/nsys-cortex/cortex/internal/llm"
 	"github.com/nsys-cortex/cortex/internal/loop"
 	"github.com/nsys-cortex/cortex/internal/tools"
+	"github.com/nsys-cortex/cortex/internal/waittest"
 )
 
 // lockedBuffer is a buffer the spinner's goroutine and the test share.
@@ -46,7 +47,7 @@ func TestChatViewSpinnerAndToolLines(t *testing.T) {
 	call := &llm.ToolCall{ID: "1", Name: "bash", Input: json.RawMessage(`{"command":"go test ./..."}`)}
 	v.begin()
 	v.event(chatrun.Event{Event: loop.Event{Kind: loop.EventToolStart, Call: call}})
-	time.Sleep(350 * time.Millisecond) // the spinner turns
+	waittest.For(t, 30*time.Second, "the spinner to turn", func() bool { return strings.Contains(errw.String(), "⠙ bash go test ./...") })
 	v.event(chatrun.Event{Event: loop.Event{Kind: loop.EventToolResult, Call: call, Result: &tools.Result{Text: "ok  pkg\nok  pkg2\n"}}})
 	v.event(textEvent("All **green**."))
 	v.event(chatrun.Event{Event: loop.Event{Kind: loop.EventTurnEnd, Stop: loop.StopDone}})

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +15,8 @@ import (
 	"time"
 
 	"github.com/nsys-cortex/cortex/internal/ctxfs"
+	"github.com/nsys-cortex/cortex/internal/ctxfs/ctxfstest"
+	"github.com/nsys-cortex/cortex/internal/waittest"
 )
 
 // CanMount says why FUSE mounts cannot run here ("" when they can).
@@ -61,11 +64,7 @@ func mountTree(t testing.TB, tr *ctxfs.Tree) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		if err := srv.Unmount(); err != nil {
-			t.Errorf("unmount: %v", err)
-		}
-	})
+	t.Cleanup(func() { ctxfstest.Unmount(t, srv) })
 	return dir
 }
 
@@ -143,6 +142,46 @@ func TestMountedTree(t *testing.T) {
 	}
 }
 
+// A mount namespace made while /ctx is mounted (a sandbox that a test
+// running beside this one creates) holds a copy of the mount: unmounting
+// ours must not wait for that copy's users.
+func TestUnmountWithACopyElsewhere(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to make a mount namespace")
+	}
+	if why := canMount(); why != "" {
+		t.Skip(why)
+	}
+	if _, err := exec.LookPath("unshare"); err != nil {
+		t.Skip("needs unshare(1) (util-linux) to make a mount namespace")
+	}
+	dir := filepath.Join(openDir(t), "ctx")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	srv, err := ctxfs.Mount(dir, standard(t).tree(), ctxfs.MountOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	holder := exec.Command("unshare", "--mount", "sleep", "3600")
+	if err := holder.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { holder.Process.Kill(); holder.Wait() }()
+	// Once unshare has exec'd sleep, its namespace is made.
+	waittest.For(t, time.Minute, "the copy of the mount in a new namespace", func() bool {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/mountinfo", holder.Process.Pid))
+		return isSleep(holder.Process.Pid) && strings.Contains(string(b), " "+dir+" ")
+	})
+	ctxfstest.Unmount(t, srv)
+}
+
+// isSleep says whether process pid runs sleep.
+func isSleep(pid int) bool {
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+	return strings.TrimSpace(string(b)) == "sleep"
+}
+
 func TestMountedTailFollows(t *testing.T) {
 	f := standard(t)
 	dir := mountTree(t, f.tree())
@@ -198,7 +237,9 @@ func TestMountedTailFollows(t *testing.T) {
 		}
 		close(alines)
 	}()
-	time.Sleep(500 * time.Millisecond) // tail has read to the end
+	// tail -n 0 shows only what is written after it has read to the end.
+	auditLog := filepath.Join(dir, "audit/log")
+	waittest.For(t, 10*time.Second, "tail to read audit/log to its end", func() bool { return openAtEnd(audit.Process.Pid, auditLog) })
 	if err := os.WriteFile(filepath.Join(dir, "neurons/b/ctl"), []byte("restart"), 0); err != nil {
 		t.Fatal(err)
 	}
@@ -210,6 +251,33 @@ func TestMountedTailFollows(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("tail -f audit/log did not show the ctl write's fact")
 	}
+}
+
+// openAtEnd reports whether process pid has the file at path open with its
+// offset at the file's end (as /proc/PID/fdinfo says).
+func openAtEnd(pid int, path string) bool {
+	st, err := os.Stat(path)
+	if err != nil {
+		return false
+	}
+	fds, _ := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/fd")
+	for _, fd := range fds {
+		if target, err := os.Readlink("/proc/" + strconv.Itoa(pid) + "/fd/" + fd.Name()); err != nil || target != path {
+			continue
+		}
+		info, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/fdinfo/" + fd.Name())
+		if err != nil {
+			continue
+		}
+		for _, l := range strings.Split(string(info), "\n") {
+			if v, ok := strings.CutPrefix(l, "pos:"); ok {
+				if pos, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64); err == nil && pos >= st.Size() {
+					return true
+				}
+			}
+		}
+	}
+	return false
 }
 
 func TestMountedPerUID(t *testing.T) {
@@ -310,7 +378,7 @@ func TestStaleMountIsCleared(t *testing.T) {
 	if err != nil {
 		t.Fatalf("mount over a stale mount: %v", err)
 	}
-	defer srv.Unmount()
+	defer ctxfstest.Unmount(t, srv)
 	if out, err := run(t, "cat", filepath.Join(dir, "neurons/a/status")); err != nil || !strings.HasPrefix(out, "running") {
 		t.Errorf("after clearing: %q, %v", out, err)
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/nsys-cortex/cortex/internal/api"
 	"github.com/nsys-cortex/cortex/internal/ctxfs"
+	"github.com/nsys-cortex/cortex/internal/ctxfs/ctxfstest"
 	"github.com/nsys-cortex/cortex/internal/ctxsource"
 	"github.com/nsys-cortex/cortex/internal/gate"
 	"github.com/nsys-cortex/cortex/internal/launch"
@@ -26,6 +27,7 @@ import (
 	"github.com/nsys-cortex/cortex/internal/sandbox"
 	"github.com/nsys-cortex/cortex/internal/sandbox/process"
 	"github.com/nsys-cortex/cortex/internal/sandbox/sandboxtest"
+	"github.com/nsys-cortex/cortex/internal/waittest"
 )
 
 func TestMain(m *testing.M) {
@@ -113,11 +115,7 @@ func newEnv(t testing.TB) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		if err := srv.Unmount(); err != nil {
-			t.Errorf("unmount: %v", err)
-		}
-	})
+	t.Cleanup(func() { ctxfstest.Unmount(t, srv) })
 	return &env{ctx: ctx, set: set, lay: lay, model: mod, src: src, tree: tree, dir: dir}
 }
 
@@ -143,17 +141,13 @@ func (e *env) client(t *testing.T, id string) interface {
 	return c
 }
 
-// eventually polls f until it is true or 15 s pass.
+// eventually polls f until it is true or 30 s pass.
 func eventually(t *testing.T, what string, f func() (bool, string)) {
 	t.Helper()
 	var last string
-	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		var ok bool
-		if ok, last = f(); ok {
-			return
-		}
+	if !waittest.Until(30*time.Second, func() bool { ok, l := f(); last = l; return ok }) {
+		t.Fatalf("%s: never happened; last: %q", what, last)
 	}
-	t.Fatalf("%s: never happened; last: %q", what, last)
 }
 
 func TestMountedNeurons(t *testing.T) {
@@ -293,13 +287,15 @@ func TestMountedRecords(t *testing.T) {
 	os.WriteFile(filepath.Join(e.lay.SessionsDir(), "s1.jsonl"), []byte("{\"a\":1}\n{\"b\":2}\n"), 0o600)
 	os.MkdirAll(filepath.Join(e.lay.Home, "agents", "coder"), 0o700)
 	os.WriteFile(filepath.Join(e.lay.Home, "agents", "coder", "SOUL.md"), []byte("calm\n"), 0o600)
-	time.Sleep(ctxsource.RecordsTTL)
+	// The records are read again once their cache (RecordsTTL) is stale.
 	for p, want := range map[string]string{
 		"neurons/n1/receipts/r1.json":  `{"id":"r1"}`,
 		"sessions/s1/transcript.jsonl": "{\"a\":1}\n{\"b\":2}\n",
 		"agents/coder/SOUL.md":         "calm\n",
 	} {
-		if out, err := sh(t, "cat "+e.path(p)); err != nil || out != want {
+		var out string
+		var err error
+		if !waittest.Until(30*time.Second, func() bool { out, err = sh(t, "cat "+e.path(p)); return err == nil && out == want }) {
 			t.Errorf("%s: %q, %v; want %q", p, out, err, want)
 		}
 	}

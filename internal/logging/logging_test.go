@@ -11,8 +11,11 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/nsys-cortex/cortex/internal/waittest"
 )
 
 // readRecords parses every line of the file at path as a JSON record.
@@ -167,19 +170,19 @@ func TestRotateDaily(t *testing.T) {
 	}
 
 	dir := t.TempDir()
-	l, err := newLogger(Options{Dir: dir}, func(t time.Time) time.Time { return t.Add(20 * time.Millisecond) })
+	var planned atomic.Int32 // rotations planned: each one after the first follows a midnight passed
+	l, err := newLogger(Options{Dir: dir}, func(t time.Time) time.Time { planned.Add(1); return t.Add(20 * time.Millisecond) })
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(100 * time.Millisecond)
+	// Three midnights have passed with the file empty (the rotation
+	// planned after each decides on the previous one).
+	waittest.For(t, 30*time.Second, "three midnights", func() bool { return planned.Load() >= 4 })
 	if b := backups(t, dir); len(b) != 0 {
 		t.Fatalf("an empty file was rotated: %v", b)
 	}
 	l.For("test").Info("one")
-	deadline := time.Now().Add(5 * time.Second)
-	for len(backups(t, dir)) == 0 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	waittest.Until(30*time.Second, func() bool { return len(backups(t, dir)) > 0 })
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -279,13 +282,9 @@ func TestTailFollow(t *testing.T) {
 	go func() { errc <- Tail(ctx, path, &buf, true) }()
 	waitFor := func(want string) {
 		t.Helper()
-		deadline := time.Now().Add(5 * time.Second)
-		for buf.String() != want {
-			if time.Now().After(deadline) {
-				cancel()
-				t.Fatalf("tail printed %q, want %q", buf.String(), want)
-			}
-			time.Sleep(5 * time.Millisecond)
+		if !waittest.Until(30*time.Second, func() bool { return buf.String() == want }) {
+			cancel()
+			t.Fatalf("tail printed %q, want %q", buf.String(), want)
 		}
 	}
 	waitFor("one\n")

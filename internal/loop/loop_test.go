@@ -17,6 +17,7 @@ import (
 	"github.com/nsys-cortex/cortex/internal/sandbox"
 	"github.com/nsys-cortex/cortex/internal/session"
 	"github.com/nsys-cortex/cortex/internal/tools/toolstest"
+	"github.com/nsys-cortex/cortex/internal/waittest"
 )
 
 func TestMain(m *testing.M) {
@@ -279,36 +280,38 @@ func TestOverflowRepeatedEndsTheTurn(t *testing.T) {
 
 func TestCancelMidToolLeavesNoProcess(t *testing.T) {
 	e := toolstest.New(t, "standard")
-	marker := fmt.Sprintf("cortex-cancel-%d", time.Now().UnixNano())
+	// A command no other test runs (its argv, as the shell may exec it
+	// directly), and that outlives the test's deadline by far: a turn that
+	// waited for it never ends in time.
+	command := fmt.Sprintf("sleep %d", 3600+time.Now().UnixNano()%1000000)
 	p := &script{next: func(n int, _ *llm.Request) (*llm.Response, error) {
-		return calls(call("1", "bash", map[string]any{"command": "sleep 30 # " + marker})), nil
+		return calls(call("1", "bash", map[string]any{"command": command})), nil
 	}}
+	marker := `^(\S+ -c )?` + command + "$" // the command, or its shell
+
+	running := func() string {
+		out, _ := exec.Command("pgrep", "-f", marker).Output()
+		return strings.TrimSpace(string(out))
+	}
+	t.Cleanup(func() { exec.Command("pkill", "-KILL", "-f", marker).Run() })
 	a, _ := loop.New(loop.Config{Provider: p, Kit: e.Kit})
 	ctx, cancel := context.WithCancel(e.Ctx)
-	go func() {
-		time.Sleep(500 * time.Millisecond)
-		cancel()
-	}()
-	start := time.Now()
-	r := a.Turn(ctx, "sleep")
-	if r.Stop != loop.StopCancelled || time.Since(start) > 10*time.Second {
-		t.Fatalf("%+v after %s", r, time.Since(start))
+	defer cancel()
+	turn := make(chan *loop.TurnResult, 1)
+	go func() { turn <- a.Turn(ctx, "sleep") }()
+	waittest.For(t, 30*time.Second, "the tool's command to run", func() bool { return running() != "" })
+	cancel()
+	r := waittest.Recv(t, 2*time.Minute, "the cancelled turn to end", turn)
+	if r.Stop != loop.StopCancelled {
+		t.Fatalf("%+v", r)
 	}
 	// Every call got a result; the agent can go on.
 	h := a.History()
 	if last := h[len(h)-1]; last.Role != llm.RoleTool || last.Parts[0].ToolResult == nil {
 		t.Fatalf("last message: %+v", last)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		out, _ := exec.Command("pgrep", "-f", marker).Output()
-		if len(strings.TrimSpace(string(out))) == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the cancelled command still runs: pids %s", out)
-		}
-		time.Sleep(50 * time.Millisecond)
+	if !waittest.Until(30*time.Second, func() bool { return running() == "" }) {
+		t.Fatalf("the cancelled command still runs: pids %s", running())
 	}
 }
 

@@ -8,16 +8,19 @@ import (
 
 	"github.com/nsys-cortex/cortex/internal/model"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
+	"github.com/nsys-cortex/cortex/internal/waittest"
 )
 
 type lister struct {
 	mu     sync.Mutex
 	states []*sandbox.State
+	lists  int // how many times List was called
 }
 
 func (l *lister) List(context.Context) ([]*sandbox.State, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.lists++
 	out := make([]*sandbox.State, len(l.states))
 	for i, s := range l.states {
 		out[i] = s.Copy()
@@ -85,14 +88,16 @@ func TestRunRefreshesOnInvalidate(t *testing.T) {
 	done := make(chan struct{})
 	go func() { m.Run(ctx); close(done) }()
 	defer func() { cancel(); <-done }()
-	time.Sleep(50 * time.Millisecond)
+	// Run's first refresh has listed no neurons; the next refresh, an hour
+	// away by the ticker, can only come from Invalidate.
+	waittest.For(t, 10*time.Second, "Run's first refresh", func() bool {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return l.lists > 0
+	})
 	l.mu.Lock()
 	l.states = []*sandbox.State{{ID: "x", Status: sandbox.StatusStopped}}
 	l.mu.Unlock()
 	m.Invalidate()
-	for deadline := time.Now().Add(5 * time.Second); m.Snapshot().Get("x") == nil; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("Invalidate did not refresh")
-		}
-	}
+	waittest.For(t, 10*time.Second, "Invalidate to refresh", func() bool { return m.Snapshot().Get("x") != nil })
 }

@@ -11,6 +11,10 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/nsys-cortex/cortex/internal/waittest"
 )
 
 // A reader never sees a half-written file, however the writes interleave.
@@ -133,34 +137,29 @@ func TestLockDiesWithItsHolder(t *testing.T) {
 	}
 	l := NewLock(p)
 	defer l.Release()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	held := func() bool {
 		ok, _ := l.TryShared()
-		if !ok {
-			break // the child holds it
+		if ok {
+			l.Release()
 		}
-		l.Release()
-		if time.Now().After(deadline) {
-			t.Fatal("the child never took the lock")
-		}
-		time.Sleep(10 * time.Millisecond)
+		return !ok // the child holds it
+	}
+	if !waittest.Until(30*time.Second, held) {
+		t.Fatal("the child never took the lock")
 	}
 	syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) // flock and the sleep that inherited its descriptor
 	cmd.Wait()
 	// The sleep is not our child: its exit (and the lock's release) follows
 	// the SIGKILL asynchronously.
-	for deadline := time.Now().Add(5 * time.Second); ; {
+	released := func() bool {
 		ok, err := l.TryExclusive()
 		if err != nil {
 			t.Fatal(err)
 		}
-		if ok {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("lock not released by its dead holder")
-		}
-		time.Sleep(10 * time.Millisecond)
+		return ok
+	}
+	if !waittest.Until(30*time.Second, released) {
+		t.Fatal("lock not released by its dead holder")
 	}
 }
 
@@ -175,7 +174,11 @@ func TestProcStartAndAlive(t *testing.T) {
 	cmd := exec.Command("true")
 	cmd.Start()
 	pid := cmd.Process.Pid
-	time.Sleep(50 * time.Millisecond) // a zombie until waited for
+	// Wait for it to exit without reaping it: a zombie until cmd.Wait.
+	var info unix.Siginfo
+	if err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOWAIT, nil); err != nil {
+		t.Fatal(err)
+	}
 	if _, ok := ProcStart(pid); ok {
 		t.Fatal("a zombie counts as alive")
 	}

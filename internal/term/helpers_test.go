@@ -36,6 +36,12 @@ func (w *syncWriter) Write(p []byte) (int, error) {
 	return w.b.Write(p)
 }
 
+func (w *syncWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
+}
+
 // notifyWriter signals once per write.
 type notifyWriter chan struct{}
 

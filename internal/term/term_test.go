@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -17,6 +18,7 @@ import (
 	"github.com/nsys-cortex/cortex/internal/sandbox/process"
 	"github.com/nsys-cortex/cortex/internal/sandbox/sandboxtest"
 	"github.com/nsys-cortex/cortex/internal/term"
+	"github.com/nsys-cortex/cortex/internal/waittest"
 )
 
 var agentBin string
@@ -99,7 +101,13 @@ func TestFastProducerArrivesComplete(t *testing.T) {
 	var out counter
 	// The attachment comes late (as under load): the output it missed was
 	// held for it, not lost.
-	time.Sleep(500 * time.Millisecond)
+	waittest.For(t, 30*time.Second, "output before the attachment", func() bool {
+		list, err := c.ProcList(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return slices.ContainsFunc(list, func(p protocol.ProcInfo) bool { return p.PID == info.PID && p.StdoutEnd > 0 })
+	})
 	start := time.Now()
 	res, err := term.Attach(ctx, s, term.Options{Out: &out})
 	if err != nil {
@@ -146,17 +154,17 @@ func TestDetach(t *testing.T) {
 		t.Fatal(err)
 	}
 	in, w := ioPipe()
-	var out strings.Builder
+	out := &syncWriter{b: &strings.Builder{}}
 	done := make(chan *term.Result, 1)
 	go func() {
-		res, err := term.Attach(ctx, &session{c: c, pid: info.PID}, term.Options{In: in, Out: &syncWriter{b: &out}})
+		res, err := term.Attach(ctx, &session{c: c, pid: info.PID}, term.Options{In: in, Out: out})
 		if err != nil {
 			t.Error(err)
 		}
 		done <- res
 	}()
 	w.Write([]byte("hello\x10x\n")) // a lone Ctrl-P is a key
-	time.Sleep(200 * time.Millisecond)
+	waittest.For(t, 30*time.Second, "the keys before the detach keys to reach the terminal", func() bool { return strings.Contains(out.String(), "hello") })
 	w.Write([]byte{0x10, 0x11})
 	select {
 	case res := <-done:
@@ -184,7 +192,8 @@ func BenchmarkKeystrokeEcho(b *testing.B) {
 	in, w := ioPipe()
 	echoes := make(chan struct{}, 1)
 	go term.Attach(ctx, &session{c: c, pid: info.PID}, term.Options{In: in, Out: notifyWriter(echoes)})
-	time.Sleep(100 * time.Millisecond)
+	w.Write([]byte{'k'}) // one echo before the clock starts: the attachment is up
+	<-echoes
 	var lat []time.Duration
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/nsys-cortex/cortex/internal/protocol/allowlist"
+	"github.com/nsys-cortex/cortex/internal/waittest"
 )
 
 // proxyRig is a proxy on loopback in front of a real HTTP server on
@@ -380,9 +381,7 @@ func TestProxyServeEndsEverything(t *testing.T) {
 		}
 	}
 	up.Close()
-	for deadline := time.Now().Add(5 * time.Second); runtime.NumGoroutine() > before+1 && time.Now().Before(deadline); {
-		time.Sleep(10 * time.Millisecond)
-	}
+	waittest.Until(30*time.Second, func() bool { return runtime.NumGoroutine() <= before+1 })
 	if n := runtime.NumGoroutine(); n > before+1 {
 		t.Errorf("%d goroutines left, %d before", n, before)
 	}
@@ -442,15 +441,15 @@ func TestProxyTunnelToASilentServerEnds(t *testing.T) {
 		t.Fatalf("first tunnel: %q", line)
 	}
 	// The client has gone; its slot is held until the linger ends.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		line := connect()
-		if strings.HasPrefix(line, "HTTP/1.1 200") {
-			break
-		}
-		if !strings.HasPrefix(line, "HTTP/1.1 503") || time.Now().After(deadline) {
+	var line string
+	given := func() bool {
+		line = connect()
+		if !strings.HasPrefix(line, "HTTP/1.1 200") && !strings.HasPrefix(line, "HTTP/1.1 503") {
 			t.Fatalf("the slot was not given back: %q", line)
 		}
-		time.Sleep(50 * time.Millisecond)
+		return strings.HasPrefix(line, "HTTP/1.1 200")
+	}
+	if !waittest.Until(30*time.Second, given) {
+		t.Fatalf("the slot was not given back: %q", line)
 	}
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/nsys-cortex/cortex/internal/llm"
 	"github.com/nsys-cortex/cortex/internal/llm/llmtest"
+	"github.com/nsys-cortex/cortex/internal/waittest"
 )
 
 func userText(s string) llm.Message {
@@ -544,10 +545,7 @@ func TestCancelMidStream(t *testing.T) {
 	}
 	f.Close()
 	transport.CloseIdleConnections()
-	deadline := time.Now().Add(5 * time.Second)
-	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	waittest.Until(30*time.Second, func() bool { return runtime.NumGoroutine() <= before })
 	if n := runtime.NumGoroutine(); n > before {
 		buf := make([]byte, 1<<16)
 		t.Errorf("%d goroutines after, %d before:\n%s", n, before, buf[:runtime.Stack(buf, true)])
