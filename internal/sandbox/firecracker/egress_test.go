@@ -20,6 +20,7 @@ import (
 	"github.com/nsys-cortex/cortex/internal/sandbox"
 	"github.com/nsys-cortex/cortex/internal/sandbox/internal/vmguest"
 	"github.com/nsys-cortex/cortex/internal/sandbox/sandboxtest"
+	"github.com/nsys-cortex/cortex/internal/waittest"
 )
 
 // Network egress: the guest is told to dial the host's vsock port, and
@@ -63,12 +64,8 @@ func TestEgressTunnel(t *testing.T) {
 
 	sock := tunnelSocket(j)
 	var conn net.Conn
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if conn, err = net.Dial("unix", sock); err == nil {
-			break
-		} else if time.Now().After(deadline) {
-			t.Fatalf("the tunnel does not listen on %s: %v", sock, err)
-		}
+	if !waittest.Until(30*time.Second, func() bool { conn, err = net.Dial("unix", sock); return err == nil }) {
+		t.Fatalf("the tunnel does not listen on %s: %v", sock, err)
 	}
 	defer conn.Close()
 	var fi syscall.Stat_t
@@ -119,9 +116,7 @@ func TestEgressTunnel(t *testing.T) {
 	if err := m.Destroy(f.ctx, "net", sandbox.DestroyOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(10 * time.Second); len(sandboxtest.TunnelProcesses(sock)) > 0; time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the tunnel outlived Firecracker")
-		}
+	if !waittest.Until(30*time.Second, func() bool { return len(sandboxtest.TunnelProcesses(sock)) == 0 }) {
+		t.Fatal("the tunnel outlived Firecracker")
 	}
 }

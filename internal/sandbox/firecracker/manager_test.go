@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -21,6 +22,7 @@ import (
 	"github.com/nsys-cortex/cortex/internal/sandbox/firecracker/internal/fakefc"
 	"github.com/nsys-cortex/cortex/internal/sandbox/sandboxtest"
 	"github.com/nsys-cortex/cortex/internal/store"
+	"github.com/nsys-cortex/cortex/internal/waittest"
 )
 
 // The API calls of a cold boot, in order: nothing else, and in particular
@@ -237,12 +239,22 @@ func TestVMDeathIsNotRunning(t *testing.T) {
 		t.Fatal(err)
 	}
 	exec1(t, ctx, c, "true")
+	// The fake's guest runs on the host: its command is found there.
+	sleep := []string{"sleep", fmt.Sprint(60 + os.Getpid()%100000)}
+	running := func() []int {
+		return sandboxtest.Processes(func(argv []string) bool { return slices.Equal(argv, sleep) })
+	}
+	t.Cleanup(func() {
+		for _, pid := range running() {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+	})
 	pending := make(chan error, 1)
 	go func() {
-		_, err := c.Exec(ctx, &link.ExecRequest{Command: protocol.Command{Shell: "sleep 60"}, Timeout: link.NoTimeout})
+		_, err := c.Exec(ctx, &link.ExecRequest{Command: protocol.Command{Shell: "exec " + strings.Join(sleep, " ")}, Timeout: link.NoTimeout})
 		pending <- err
 	}()
-	time.Sleep(100 * time.Millisecond)
+	waittest.For(t, 30*time.Second, "the pending exec to run", func() bool { return len(running()) > 0 })
 	if err := syscall.Kill(st.PID, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -254,25 +266,20 @@ func TestVMDeathIsNotRunning(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("a pending request hangs after its VM died")
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		got, err := f.mgr.Get(ctx, "dies")
-		if err == nil && got.Status == sandbox.StatusStopped {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("still %+v %v", got, err)
-		}
-		time.Sleep(20 * time.Millisecond)
+	var got *sandbox.State
+	stopped := func() bool {
+		got, err = f.mgr.Get(ctx, "dies")
+		return err == nil && got.Status == sandbox.StatusStopped
+	}
+	if !waittest.Until(30*time.Second, stopped) {
+		t.Fatalf("still %+v %v", got, err)
 	}
 	if _, err := f.mgr.Connect(ctx, "dies"); !errdefs.IsNotRunning(err) {
 		t.Fatalf("connect after death: %v", err)
 	}
 	// Its state is cleared first, its jail right after.
-	for deadline := time.Now().Add(10 * time.Second); exists(f.jail("dies").dir); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the dead VM's jail is left")
-		}
+	if !waittest.Until(30*time.Second, func() bool { return !exists(f.jail("dies").dir) }) {
+		t.Fatal("the dead VM's jail is left")
 	}
 }
 
@@ -365,16 +372,16 @@ func exists(p string) bool { _, err := os.Lstat(p); return err == nil }
 // waitExec runs a command, waiting for the channel to come back first.
 func waitExec(t *testing.T, ctx context.Context, c *link.Client, shell string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		_, err := c.Exec(ctx, &link.ExecRequest{Command: protocol.Command{Shell: shell}})
-		if err == nil {
-			return
-		}
-		if !errdefs.IsNotRunning(err) || time.Now().After(deadline) {
+	var err error
+	ran := func() bool {
+		_, err = c.Exec(ctx, &link.ExecRequest{Command: protocol.Command{Shell: shell}})
+		if err != nil && !errdefs.IsNotRunning(err) {
 			t.Fatalf("exec %q: %v", shell, err)
 		}
-		time.Sleep(20 * time.Millisecond)
+		return err == nil
+	}
+	if !waittest.Until(30*time.Second, ran) {
+		t.Fatalf("exec %q: %v", shell, err)
 	}
 }
 

@@ -117,7 +117,7 @@ func BenchmarkIdleNeurons(b *testing.B) {
 			pids = append(pids, st.PID)
 		}
 		created := time.Since(t0)
-		time.Sleep(2 * time.Second) // settle
+		time.Sleep(2 * time.Second) // settle: a measurement window (memory at rest), not a wait for a condition
 		var pss int64
 		for _, pid := range pids {
 			pss += treePss(pid)

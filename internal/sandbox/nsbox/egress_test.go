@@ -18,6 +18,7 @@ import (
 	"github.com/nsys-cortex/cortex/internal/sandbox"
 	"github.com/nsys-cortex/cortex/internal/sandbox/nsbox"
 	"github.com/nsys-cortex/cortex/internal/sandbox/sandboxtest"
+	"github.com/nsys-cortex/cortex/internal/waittest"
 )
 
 // hostAddress is an address of this host's other than loopback, if it has one.
@@ -93,12 +94,12 @@ func TestEgress(t *testing.T) {
 	if _, err := n.c.Exec(n.ctx, &link.ExecRequest{Command: protocol.Command{Shell: "kill -9 -1"}, Timeout: time.Minute}); !errdefs.IsNotRunning(err) {
 		t.Fatalf("kill -9 -1: %v", err)
 	}
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if _, err := n.c.Exec(n.ctx, &link.ExecRequest{Command: protocol.Command{Shell: "true"}}); err == nil {
-			break
-		} else if time.Now().After(deadline) {
-			t.Fatalf("the agent did not come back: %v", err)
-		}
+	var err error
+	if !waittest.Until(30*time.Second, func() bool {
+		_, err = n.c.Exec(n.ctx, &link.ExecRequest{Command: protocol.Command{Shell: "true"}})
+		return err == nil
+	}) {
+		t.Fatalf("the agent did not come back: %v", err)
 	}
 	check("--noproxy after the agent came back", curl+fmt.Sprintf("--noproxy '*' http://127.0.0.1:%d/", allowed), 1, "")
 	check("the proxy after the agent came back", curl+fmt.Sprintf("http://127.0.0.1:%d/", allowed), 0, "hello from an allowed server")

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -30,6 +31,7 @@ import (
 	"github.com/nsys-cortex/cortex/internal/sandbox/nsbox"
 	"github.com/nsys-cortex/cortex/internal/sandbox/sandboxtest"
 	"github.com/nsys-cortex/cortex/internal/store"
+	"github.com/nsys-cortex/cortex/internal/waittest"
 )
 
 // neuron is one running neuron for a test.
@@ -374,11 +376,21 @@ func TestCeilings(t *testing.T) {
 	n := newNeuron(t, "bomb", sandbox.CreateOptions{Limits: limits})
 	n.install()
 	start := time.Now()
-	bomb, err := n.c.ProcStart(n.ctx, &protocol.ProcStartArgs{Command: protocol.Command{Shell: "bomb() { bomb | bomb & }; bomb"}})
+	bombShell := fmt.Sprintf("exec 2>>bomb.err; bomb() { bomb | bomb & }; bomb # of test process %d", os.Getpid())
+	bomb, err := n.c.ProcStart(n.ctx, &protocol.ProcStartArgs{Command: protocol.Command{Shell: bombShell}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(2 * time.Second)
+	// The bomb has run into the ceiling: a fork was refused (the shells
+	// say so on stderr, which the host reads in the neuron's upper layer:
+	// the agent, whose uid the bomb shares without cgroups, may not
+	// answer meanwhile), and with cgroups the pids controller counted it.
+	errs := filepath.Join(n.st.OverlayPath, "upper", "root", n.st.Workdir, "bomb.err")
+	refused := func() bool {
+		st, err := os.Stat(errs)
+		return err == nil && st.Size() > 0 && (!withCgroups || n.cgroupPidsMaxHits() > 0)
+	}
+	waittest.For(t, time.Minute, "the fork bomb to reach the process ceiling", refused)
 	count := n.processes()
 	if count <= 0 || count > 64 {
 		t.Fatalf("the fork bomb reached %d processes (limit 64)", count)
@@ -390,10 +402,27 @@ func TestCeilings(t *testing.T) {
 			t.Logf("fork bomb refused %d forks at the ceiling; %d processes after %s", hits, count, time.Since(start))
 		}
 	}
-	for i := 0; i < 50 && n.processes() > 10; i++ {
-		n.c.ProcSignal(n.ctx, bomb.PID, "KILL")
-		time.Sleep(50 * time.Millisecond)
+	// End the bomb: its shells (found by their command line: without
+	// cgroups the agent, which shares their uid, may have been restarted
+	// meanwhile and not know them) are killed until none is left.
+	bombers := func() []int {
+		return sandboxtest.Processes(func(argv []string) bool { return slices.Contains(argv, bombShell) })
 	}
+	if !waittest.Until(time.Minute, func() bool {
+		n.c.ProcSignal(n.ctx, bomb.PID, "KILL")
+		pids := bombers()
+		for _, pid := range pids {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+		return len(pids) == 0
+	}) {
+		t.Fatalf("the bomb's shells outlived their kill: %v", bombers())
+	}
+	// Without cgroups its dead count against the uid until reaped.
+	waittest.For(t, time.Minute, "the neuron to run commands after the bomb", func() bool {
+		res, err := n.c.Exec(n.ctx, &link.ExecRequest{Command: protocol.Command{Shell: "true"}, Timeout: time.Minute})
+		return err == nil && res.ExitCode == 0
+	})
 	if !withCgroups {
 		if out := strings.Fields(string(n.sh("grep 'Max processes' /proc/self/limits").Stdout)); len(out) < 4 || out[2] != "64" {
 			t.Fatalf("RLIMIT_NPROC inside: %q, want 64", out)
@@ -429,32 +458,31 @@ func checkItem(t *testing.T, e sandbox.Env, name string) sandbox.CheckItem {
 // Destroy leaves nothing of the neuron running.
 func TestDestroyEndsEverything(t *testing.T) {
 	n := newNeuron(t, "gone", sandbox.CreateOptions{})
-	if _, err := n.c.ProcStart(n.ctx, &protocol.ProcStartArgs{Command: protocol.Command{Shell: "setsid sleep 7001 & nohup sleep 7002 & sleep 7003"}}); err != nil {
+	// Sleeps no other test runs: 700PPPPP1, 2 and 3 (PPPPP from this pid).
+	prefix := fmt.Sprintf("sleep\x00700%05d", os.Getpid()%100000)
+	sleep := func(i int) string { return fmt.Sprintf("sleep 700%05d%d", os.Getpid()%100000, i) }
+	if _, err := n.c.ProcStart(n.ctx, &protocol.ProcStartArgs{Command: protocol.Command{Shell: "setsid " + sleep(1) + " & nohup " + sleep(2) + " & " + sleep(3)}}); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(300 * time.Millisecond)
-	if err := n.m.Destroy(n.ctx, "gone", sandbox.DestroyOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	left := func(ofNeuron bool) int {
 		left := 0
 		entries, _ := os.ReadDir("/proc")
 		for _, e := range entries {
 			b, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-			if s := string(b); strings.HasPrefix(s, "sleep\x00700") || strings.Contains(s, "--id\x00gone\x00") {
+			if s := string(b); strings.HasPrefix(s, prefix) || (ofNeuron && strings.Contains(s, "--id\x00gone\x00")) {
 				if st, _ := os.ReadFile("/proc/" + e.Name() + "/stat"); !bytes.Contains(st, []byte(") Z ")) {
 					left++
 				}
 			}
 		}
-		if left == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d processes of the neuron survived destroy", left)
-		}
-		time.Sleep(20 * time.Millisecond)
+		return left
+	}
+	waittest.For(t, 30*time.Second, "the three sleeps to run", func() bool { return left(false) == 3 })
+	if err := n.m.Destroy(n.ctx, "gone", sandbox.DestroyOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if !waittest.Until(30*time.Second, func() bool { return left(true) == 0 }) {
+		t.Fatalf("%d processes of the neuron survived destroy", left(true))
 	}
 }
 
@@ -483,16 +511,13 @@ func TestAgentKilledFromInsideComesBack(t *testing.T) {
 	if !errdefs.IsNotRunning(err) {
 		t.Fatalf("kill -9 -1: %v", err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		res, err := n.c.Exec(n.ctx, &link.ExecRequest{Command: protocol.Command{Shell: "echo back"}})
-		if err == nil && string(res.Stdout) == "back\n" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the agent did not come back: %v", err)
-		}
-		time.Sleep(20 * time.Millisecond)
+	back := func() bool {
+		var res *link.ExecResult
+		res, err = n.c.Exec(n.ctx, &link.ExecRequest{Command: protocol.Command{Shell: "echo back"}})
+		return err == nil && string(res.Stdout) == "back\n"
+	}
+	if !waittest.Until(30*time.Second, back) {
+		t.Fatalf("the agent did not come back: %v", err)
 	}
 	if st, err := n.m.Get(n.ctx, "phoenix"); err != nil || st.Status != sandbox.StatusRunning || st.PID != n.st.PID {
 		t.Fatalf("%+v %v", st, err)

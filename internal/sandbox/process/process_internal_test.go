@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -24,6 +25,7 @@ import (
 	"github.com/nsys-cortex/cortex/internal/sandbox/process"
 	"github.com/nsys-cortex/cortex/internal/sandbox/sandboxtest"
 	"github.com/nsys-cortex/cortex/internal/store"
+	"github.com/nsys-cortex/cortex/internal/waittest"
 )
 
 // newManager returns a process manager over a fresh short home.
@@ -154,13 +156,9 @@ func TestPendingOrphanSweep(t *testing.T) {
 
 func waitGone(t *testing.T, pid int) {
 	t.Helper()
-	for i := 0; i < 500; i++ {
-		if !store.Alive(pid, 0) {
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
+	if !waittest.Until(30*time.Second, func() bool { return !store.Alive(pid, 0) }) {
+		t.Fatalf("process %d still alive", pid)
 	}
-	t.Fatalf("process %d still alive", pid)
 }
 
 func TestStaleAndCorruptState(t *testing.T) {
@@ -241,15 +239,18 @@ func TestBootFailuresAreClear(t *testing.T) {
 			lay, _ := layout.New(filepath.Join(sandboxtest.ShortTempDir(t), "h"), "")
 			m := process.New(sandbox.Env{Layout: lay, AgentBinary: c.bin})
 			defer m.Close()
-			start := time.Now()
-			_, err := m.Create(ctx, "bad", sandbox.CreateOptions{Env: c.env, BootTimeout: time.Minute})
+			// The boot timeout is far beyond the wait below: a failure that
+			// waits for it never comes in time.
+			created := make(chan error, 1)
+			go func() {
+				_, err := m.Create(ctx, "bad", sandbox.CreateOptions{Env: c.env, BootTimeout: time.Hour})
+				created <- err
+			}()
+			err := waittest.Recv(t, 2*time.Minute, "the failure (without waiting for the boot timeout)", created)
 			if err == nil || !strings.Contains(err.Error(), c.want) {
 				t.Fatalf("%v, want an error saying %q", err, c.want)
 			}
 			t.Logf("%v", err)
-			if time.Since(start) > 20*time.Second {
-				t.Fatalf("the failure took %s: it waited for the boot timeout", time.Since(start))
-			}
 			if st, err := m.Get(ctx, "bad"); err == nil && st.Status != sandbox.StatusStopped {
 				t.Fatalf("after a failed create: %+v", st)
 			}
@@ -266,25 +267,30 @@ func fakeAgent(mode string) {
 			dir = os.Args[i+1]
 		}
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
+	var conn net.Conn
+	dial := func() bool {
 		entries, _ := os.ReadDir(dir)
 		for _, e := range entries {
 			if !strings.HasSuffix(e.Name(), ".sock") || strings.HasPrefix(e.Name(), ".") {
 				continue
 			}
-			conn, err := net.Dial("unix", filepath.Join(dir, e.Name()))
-			if err != nil {
-				continue
+			if c, err := net.Dial("unix", filepath.Join(dir, e.Name())); err == nil {
+				conn = c
+				return true
 			}
-			data, _ := json.Marshal(protocol.Hello{Protocol: "9.0", Role: protocol.RoleAgent, Software: "fake-agent"})
-			protocol.WriteFrame(conn, &protocol.Header{Kind: protocol.KindHello, Data: data}, nil)
-			time.Sleep(2 * time.Second)
-			os.Exit(0)
 		}
-		time.Sleep(10 * time.Millisecond)
+		return false
 	}
-	os.Exit(3)
+	if !waittest.Until(30*time.Second, dial) {
+		os.Exit(3)
+	}
+	data, _ := json.Marshal(protocol.Hello{Protocol: "9.0", Role: protocol.RoleAgent, Software: "fake-agent"})
+	protocol.WriteFrame(conn, &protocol.Header{Kind: protocol.KindHello, Data: data}, nil)
+	// Alive until the host has read the hello and hung up (or killed it):
+	// an agent that exits first fails the boot for another reason.
+	conn.SetReadDeadline(time.Now().Add(time.Minute))
+	io.Copy(io.Discard, conn)
+	os.Exit(0)
 }
 
 func TestForeignOverlayIsNotOurs(t *testing.T) {
@@ -402,13 +408,12 @@ func TestKilledAgentLeavesNothingBehind(t *testing.T) {
 		t.Fatal(err)
 	}
 	var bg int
-	for i := 0; i < 500 && bg == 0; i++ {
-		time.Sleep(10 * time.Millisecond)
+	if !waittest.Until(30*time.Second, func() bool {
 		if b, err := c.ReadFile(ctx, "bg.pid"); err == nil {
 			bg, _ = strconv.Atoi(strings.TrimSpace(string(b)))
 		}
-	}
-	if bg == 0 {
+		return bg != 0
+	}) {
 		t.Fatal("no background pid")
 	}
 	m.Close() // as if the CLI that created it had exited

@@ -14,6 +14,7 @@ import (
 	"github.com/nsys-cortex/cortex/internal/protocol"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
 	"github.com/nsys-cortex/cortex/internal/sandbox/sandboxtest"
+	"github.com/nsys-cortex/cortex/internal/waittest"
 )
 
 // egressCheck runs script in the guest and wants its exit status to be
@@ -82,10 +83,8 @@ func TestEgress(t *testing.T) {
 	if err := f.m.Destroy(f.ctx, "egress", sandbox.DestroyOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(10 * time.Second); len(sandboxtest.TunnelProcesses(rule)) > 0; time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("egress-tunnel processes left after destroy: %v", sandboxtest.TunnelProcesses(rule))
-		}
+	if !waittest.Until(30*time.Second, func() bool { return len(sandboxtest.TunnelProcesses(rule)) == 0 }) {
+		t.Fatalf("egress-tunnel processes left after destroy: %v", sandboxtest.TunnelProcesses(rule))
 	}
 	// Restored while stopped, the neuron takes the host's policy (no
 	// network), not the snapshot's: the machine keeps its egress port, with

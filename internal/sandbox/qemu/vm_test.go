@@ -20,6 +20,7 @@ import (
 	"github.com/nsys-cortex/cortex/internal/sandbox/qemu"
 	"github.com/nsys-cortex/cortex/internal/sandbox/sandboxtest"
 	"github.com/nsys-cortex/cortex/internal/store"
+	"github.com/nsys-cortex/cortex/internal/waittest"
 )
 
 // vmFixture is one home with one manager over it.
@@ -101,13 +102,16 @@ func qemuProcesses(lay layout.Layout, id string) []int {
 func TestDeath(t *testing.T) {
 	f := newVM(t)
 	ctx := f.ctx
+	calls := 0
 	pending := func(c *link.Client) chan error {
+		calls++
+		started := fmt.Sprintf("pending%d.started", calls) // the workspace outlives a death
 		done := make(chan error, 1)
 		go func() {
-			_, err := c.Exec(context.Background(), &link.ExecRequest{Command: protocol.Command{Shell: "sleep 1000"}, Timeout: link.NoTimeout})
+			_, err := c.Exec(context.Background(), &link.ExecRequest{Command: protocol.Command{Shell: "touch " + started + "; exec sleep 1000"}, Timeout: link.NoTimeout})
 			done <- err
 		}()
-		time.Sleep(300 * time.Millisecond)
+		waittest.For(t, time.Minute, "the pending exec to run", func() bool { return f.sh(c, "test -e "+started+" && echo yes || true") == "yes" })
 		return done
 	}
 	expectDeath := func(what string, st *sandbox.State, done chan error, killed time.Time) {
@@ -121,16 +125,14 @@ func TestDeath(t *testing.T) {
 		case <-time.After(30 * time.Second):
 			t.Fatalf("%s: the pending exec hangs", what)
 		}
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			got, err := f.m.Get(ctx, st.ID)
-			if err == nil && got.Status == sandbox.StatusStopped && len(qemuProcesses(f.lay, st.ID)) == 0 {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: after 10 s: %+v %v, QEMU %v", what, got, err, qemuProcesses(f.lay, st.ID))
-			}
-			time.Sleep(20 * time.Millisecond)
+		var got *sandbox.State
+		var err error
+		ended := func() bool {
+			got, err = f.m.Get(ctx, st.ID)
+			return err == nil && got.Status == sandbox.StatusStopped && len(qemuProcesses(f.lay, st.ID)) == 0
+		}
+		if !waittest.Until(30*time.Second, ended) {
+			t.Fatalf("%s: after 30 s: %+v %v, QEMU %v", what, got, err, qemuProcesses(f.lay, st.ID))
 		}
 	}
 	st, c := f.create("mortal", sandbox.CreateOptions{})
@@ -234,13 +236,10 @@ func TestPolicy(t *testing.T) {
 	}
 	// vsock (Firecracker's channel) is loaded once the agent runs: its
 	// modules were opened before the root was switched.
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		if f.sh(c, "test -d /sys/module/vmw_vsock_virtio_transport && echo yes || true") == "yes" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the vsock modules were not loaded")
-		}
+	if !waittest.Until(30*time.Second, func() bool {
+		return f.sh(c, "test -d /sys/module/vmw_vsock_virtio_transport && echo yes || true") == "yes"
+	}) {
+		t.Fatal("the vsock modules were not loaded")
 	}
 	// Commands run as the unprivileged guest user: guest root is PID 1's.
 	if got := f.sh(c, "cat /sys/fs/cgroup/neuron/pids.max; cat /proc/sys/user/max_user_namespaces; id -u; id -un; echo $HOME"); got != "64\n0\n1000\nagent\n/home/agent" {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/nsys-cortex/cortex/internal/sandbox/firecracker/internal/fakefc"
 	"github.com/nsys-cortex/cortex/internal/sandbox/firecracker/vsock"
+	"github.com/nsys-cortex/cortex/internal/waittest"
 )
 
 func newMuxer(t *testing.T) (*fakefc.Muxer, string) {
@@ -73,8 +74,9 @@ func TestDialRetryWhileGuestBoots(t *testing.T) {
 	if !errors.As(err, &re) || !vsock.Retryable(err) || !strings.Contains(err.Error(), "nothing listens") {
 		t.Fatalf("before the guest listens: %v", err)
 	}
+	// The guest listens once DialRetry has been refused too.
 	go func() {
-		time.Sleep(150 * time.Millisecond)
+		waittest.Until(30*time.Second, func() bool { return m.Refused() >= 2 })
 		m.GuestListen(52, echo)
 	}()
 	dctx, cancel := context.WithTimeout(ctx, 5*time.Second)

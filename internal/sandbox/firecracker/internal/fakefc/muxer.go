@@ -30,6 +30,7 @@ type Muxer struct {
 	paused   bool
 	closed   bool
 	running  *sync.Cond // signalled when paused or closed changes
+	refused  int        // CONNECTs to a port nothing listened on
 	wg       sync.WaitGroup
 }
 
@@ -91,6 +92,7 @@ func (m *Muxer) hostConn(c net.Conn) {
 	m.mu.Lock()
 	serve := m.ports[uint32(port)]
 	if m.closed || m.paused || serve == nil {
+		m.refused++
 		m.mu.Unlock()
 		c.Close() // the guest answers RST: no OK
 		return
@@ -143,6 +145,14 @@ func (m *Muxer) forget(c net.Conn) {
 	m.mu.Lock()
 	delete(m.live, c)
 	m.mu.Unlock()
+}
+
+// Refused says how many host connections were closed without an OK
+// because nothing listened on their port (or the VM was paused).
+func (m *Muxer) Refused() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.refused
 }
 
 // GuestListen makes the guest listen on port: serve gets each connection
