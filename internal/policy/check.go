@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/bmatcuk/doublestar/v4"
+	"mvdan.cc/sh/v3/syntax"
 )
 
 // Request is one tool call to decide on.
@@ -31,6 +32,13 @@ type Request struct {
 	// Shell is what runs Command: "bash" (the default) or "sh" (a POSIX
 	// shell such as dash or busybox sh); Command is parsed as it reads it.
 	Shell string
+	// Dir is the absolute, resolved directory Command starts in; empty
+	// means Workspace. Relative paths in Command are resolved against it.
+	Dir string
+	// DirUnknown says Command runs in a directory only known at run time
+	// (text typed into a running shell, which may have changed it):
+	// relative paths in it are anywhere.
+	DirUnknown bool
 }
 
 // PathAccess is one path a request touches and how.
@@ -259,7 +267,7 @@ func (p *Policy) evaluate(r *Request, stopAtDeny bool) Explanation {
 		d := Decision{Effect: Deny, Rule: RuleInvalidPolicy, Reason: err.Error()}
 		return Explanation{Decision: d, Checks: []Decision{d}}
 	}
-	ck := &checker{c: c, env: env{home: r.Home, workspace: r.Workspace}, stopAtDeny: stopAtDeny}
+	ck := &checker{c: c, env: env{home: r.Home, workspace: r.Workspace, cwd: startDirs(r)}, stopAtDeny: stopAtDeny}
 	ck.add(c.checkTool(r))
 	for _, pa := range r.Paths {
 		if ck.done() {
@@ -306,6 +314,13 @@ type checker struct {
 	maybeDepth int
 	maybeRuns  int  // readings made, against maxMaybe
 	vars       vars // static values the text assigns, for speculate
+	// flow is the working directory at each statement of the script being
+	// checked (see cwd.go); env.cwd is the one of the command being checked.
+	flow map[*syntax.Stmt]dirs
+	// cdpath is set when the text sets CDPATH, cdable when it runs shopt
+	// (cdable_vars): a relative cd may then go elsewhere.
+	cdpath, cdable bool
+	rulePats       map[int][]pathPat // path rules as patterns, for meetsRule
 }
 
 // maxMaybe caps the readings of text that may run in one request: each can

@@ -10,7 +10,10 @@
 // Shell commands are parsed with mvdan.cc/sh and every simple command is
 // checked, including those inside substitutions, control structures,
 // function bodies and well-known wrappers (sudo, env, timeout, bash -c,
-// eval, xargs, find -exec, ...).
+// eval, xargs, find -exec, ...). The words of a command meet the path
+// rules as the paths they may name: relative ones in the working
+// directory the text leaves the shell in (cwd.go), globs and run-time
+// parts as patterns (pathpat.go).
 //
 // The package must not touch the filesystem of a neuron, run anything, or
 // resolve symlinks: callers pass absolute, resolved paths. It is a guard rail

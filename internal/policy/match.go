@@ -116,7 +116,11 @@ func hasVarPrefix(s, v string) bool {
 }
 
 // env is what path-like words expand against.
-type env struct{ home, workspace string }
+type env struct {
+	home, workspace string
+	cwd             dirs // the working directory a command runs in
+	dotglob         bool // shell globs may match a leading "."
+}
 
 func (c *cmdRule) matches(v *cmdView, e env) bool {
 	if !c.matchName(v) {

@@ -52,7 +52,10 @@ func (ck *checker) script(src string, depth int, posix bool) {
 		return
 	}
 	ck.collectVars(f, src)
+	savedFlow, savedDirs := ck.flow, ck.env.cwd
+	ck.flow = ck.newFlow(f, src)
 	ck.walk(f, src, depth)
+	ck.flow, ck.env.cwd = savedFlow, savedDirs
 }
 
 // walk checks every simple command, redirection and function declaration
@@ -66,6 +69,7 @@ func (ck *checker) walk(root syntax.Node, src string, depth int) {
 	// A simple command is checked after what is under it, in the order bash
 	// runs things: substitutions in its words first.
 	var stack []syntax.Node
+	var cwds []dirs // the working directory around each statement
 	backquotes := 0 // backquoted substitutions around the node
 	syntax.Walk(root, func(n syntax.Node) bool {
 		if n == nil {
@@ -73,6 +77,9 @@ func (ck *checker) walk(root syntax.Node, src string, depth int) {
 			stack = stack[:len(stack)-1]
 			if cs, ok := done.(*syntax.CmdSubst); ok && cs.Backquotes {
 				backquotes--
+			}
+			if _, ok := done.(*syntax.Stmt); ok {
+				ck.env.cwd, cwds = cwds[len(cwds)-1], cwds[:len(cwds)-1]
 			}
 			if call, ok := done.(*syntax.CallExpr); ok && !ck.done() {
 				in := stdinSource{fromDownloader: fed[call], heredocSrc: src, piped: piped[call]}
@@ -97,6 +104,10 @@ func (ck *checker) walk(root syntax.Node, src string, depth int) {
 				backquotes++
 			}
 		case *syntax.Stmt:
+			cwds = append(cwds, ck.env.cwd)
+			if d, ok := ck.flow[n]; ok {
+				ck.env.cwd = d
+			}
 			if call, ok := n.Cmd.(*syntax.CallExpr); ok && len(n.Redirs) > 0 {
 				if stmtOf == nil {
 					stmtOf = map[*syntax.CallExpr]*syntax.Stmt{}
@@ -164,9 +175,8 @@ func (ck *checker) simple(ws []word, depth int, in stdinSource, wraps int) {
 	}
 	v := newView(ws)
 	ck.rules(ws, v, subject)
-	if wraps == 0 {
-		ck.operandPaths(ws[1:])
-	}
+	e, notPath := ck.commandEnv(ws)
+	ck.operandPaths(ws[1:], e, notPath-1)
 	ck.evalCall(ws)
 	ck.assignWords(ws, depth)
 	ck.stdin(ws, depth, in)
@@ -222,6 +232,15 @@ func (ck *checker) unwrapped(ws []word, name string, depth int, in stdinSource, 
 			return
 		}
 		run := func() {
+			if len(inner.dirs) > 0 {
+				saved := ck.env.cwd
+				defer func() { ck.env.cwd = saved }()
+				var d dirs
+				for _, w := range inner.dirs {
+					d = d.union(ck.cd(w, saved))
+				}
+				ck.env.cwd = d
+			}
 			switch {
 			case inner.dynamic != "":
 				ck.dynamic(subject, inner.dynamic)
@@ -425,15 +444,13 @@ func (ck *checker) redirect(r *syntax.Redirect, src string) {
 		return // duplicates a file descriptor
 	}
 	write := outputRedirects[r.Op]
-	if !t.dyn {
-		target := normalizePath(t.val, ck.env, false)
-		if strings.HasPrefix(target, "/") {
-			a := Read
-			if write {
-				a = Write
-			}
-			ck.checkPath(target, a)
-		}
+	a := Read
+	if write {
+		a = Write
+	}
+	text, param := wordText(t)
+	for _, c := range ck.env.wordPaths(text, param, 0) {
+		ck.candidatePath(c, a, t.val, true)
 	}
 	if !write || ck.c.writeRedirects == Allow || (!t.dyn && harmlessTarget(t.val)) {
 		return
@@ -490,46 +507,4 @@ func spawnsItself(body *syntax.Stmt, name, src string) bool {
 		return !found
 	})
 	return found
-}
-
-// operandPaths checks the words of a command that name absolute paths (or
-// ~ and $HOME paths), and the values of NAME=/path and --opt=/path words,
-// against the path rules as reads: "cat ~/.ssh/id_rsa" meets the same rule
-// as the read tool would. Relative paths are not checked: the working
-// directory is not known here.
-func (ck *checker) operandPaths(ws []word) {
-	if len(ck.c.paths) == 0 {
-		return
-	}
-	for _, w := range ws {
-		if w.dyn {
-			continue
-		}
-		v := w.val
-		if _, after, ok := strings.Cut(v, "="); ok && !isPathLike(v) {
-			v = after
-		}
-		if !isPathLike(v) {
-			continue
-		}
-		p := normalizePath(v, ck.env, false)
-		if !strings.HasPrefix(p, "/") {
-			continue // ~ with no home known
-		}
-		ck.operandPath(p)
-	}
-}
-
-// operandPath records only the rules that match: an operand no rule
-// matches is not a check worth listing.
-func (ck *checker) operandPath(p string) {
-	if _, err := validatePath(p); err != nil {
-		return // cleaned by normalizePath; ".." cannot remain
-	}
-	for i := range ck.c.paths {
-		r := &ck.c.paths[i]
-		if (r.Access == "" || r.Access == Read) && r.matches(p, ck.env) {
-			ck.add(Decision{Effect: r.Effect, Rule: r.label, Reason: r.Reason, Subject: p})
-		}
-	}
 }

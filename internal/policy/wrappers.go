@@ -19,6 +19,9 @@ type inner struct {
 	// maybe marks a command the wrapper may run, read from text that feeds
 	// it (xargs reading `echo rm -rf /`): only deny rules apply to it.
 	maybe bool
+	// dirs, when set, are where the command runs (env -C DIR): any of the
+	// directories a cd to each would go to.
+	dirs []word
 }
 
 // posixShells read their source as POSIX sh, not bash: dash reads $'...'
@@ -104,8 +107,12 @@ func unwrap(ws []word, in stdinSource) []inner {
 	args := ws[1:]
 	switch name {
 	case "sudo":
-		rest, _ := parseOptions(args, sudoOpts)
-		return commandOf(skipAssignments(rest))
+		rest, got := parseOptions(args, sudoOpts)
+		in := commandOf(skipAssignments(rest))
+		if d := hasOption(got, "-D", "--chdir"); d != nil && d.val != nil && len(in) > 0 {
+			in[0].dirs = []word{*d.val}
+		}
+		return in
 	case "doas":
 		rest, _ := parseOptions(args, doasOpts)
 		return commandOf(rest)

@@ -31,7 +31,7 @@ type bashIn struct {
 var bashTool = define("bash", GroupExec, Annotations{Destructive: true},
 	"Run a shell command in the neuron and return its output (stdout and stderr interleaved) and exit status. Output over the limit keeps its head and tail; the full output is saved in the neuron and its path given. background=true starts a long-running process (servers, watchers) instead.",
 	func(s *jsonschema.Schema) { bounds(s, "timeout", 0, 86400) },
-	func(in *bashIn) *subject { return &subject{Command: in.Command, Reads: cwdPaths(in.Cwd)} },
+	func(in *bashIn) *subject { return &subject{Command: in.Command, Reads: cwdPaths(in.Cwd), Dir: in.Cwd} },
 	func(ctx context.Context, c *call, in *bashIn) (*Result, error) {
 		if in.Background {
 			return c.startBackground(ctx, in.Command, in.Cwd)
@@ -234,8 +234,8 @@ var processTool = define("process", GroupExec, Annotations{Destructive: true},
 	func(in *processIn) *subject {
 		if in.Action == "input" {
 			// What is typed into a process is judged as a command line:
-			// the process may be a shell.
-			return &subject{Action: in.Action, Command: in.Data}
+			// the process may be a shell, in a directory it chose.
+			return &subject{Action: in.Action, Command: in.Data, DirUnknown: true}
 		}
 		return &subject{Action: in.Action}
 	},

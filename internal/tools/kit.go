@@ -266,11 +266,18 @@ func (k *Kit) prepare(ctx context.Context, name string, input json.RawMessage) (
 	sub := t.subject(in)
 	c.reason = sub.Reason
 	req := &policy.Request{Tool: t.Name, Group: string(t.Group), Action: sub.Action,
-		Command: sub.Command, Elevated: sub.Elevated}
+		Command: sub.Command, Elevated: sub.Elevated, DirUnknown: sub.DirUnknown}
 	if len(sub.Reads)+len(sub.Writes) > 0 || sub.Command != "" {
 		if err := k.facts(ctx, c, req); err != nil {
 			return nil, nil, nil, err
 		}
+	}
+	if sub.Dir != "" {
+		dir, err := c.resolve(ctx, sub.Dir)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		req.Dir = dir
 	}
 	for _, group := range []struct {
 		paths  []string

@@ -60,12 +60,16 @@ type Tool struct {
 
 // subject is what one call asks the policy about.
 type subject struct {
-	Action   string
-	Reads    []string // paths read
-	Writes   []string // paths written
-	Command  string
-	Elevated bool
-	Reason   string // an elevated call's justification
+	Action  string
+	Reads   []string // paths read
+	Writes  []string // paths written
+	Command string
+	Dir     string // where Command starts ("": the workdir)
+	// DirUnknown: Command runs where a running process is (text typed
+	// into it), which only it knows.
+	DirUnknown bool
+	Elevated   bool
+	Reason     string // an elevated call's justification
 }
 
 // Result is what a tool returns: text for a model, and whether it is an

@@ -212,7 +212,10 @@ func TestPolicyInTheLoop(t *testing.T) {
 	}
 	contains(t, e.Call("read", map[string]any{"path": "innocent.txt"}, true), "denied by policy", "/.ssh/")
 	contains(t, e.Call("read", map[string]any{"path": "vault/x/../.ssh/id_ed25519"}, true), "denied by policy")
-	contains(t, e.Call("bash", map[string]any{"command": "cat vault/.ssh/id_ed25519"}, false), "KEY") // commands are judged as text: see docs/policy.md
+	contains(t, e.Call("bash", map[string]any{"command": "cat vault/.ssh/id_ed25519"}, true), "denied by policy") // relative to the workdir
+	contains(t, e.Call("bash", map[string]any{"command": "cd vault && cat .ssh/id_ed25519"}, true), "denied by policy")
+	contains(t, e.Call("bash", map[string]any{"command": "cat id_ed25519", "cwd": "vault/.ssh"}, true), "denied by policy")
+	contains(t, e.Call("bash", map[string]any{"command": "cat innocent.txt"}, false), "KEY") // commands are judged as text, links unresolved: see docs/policy.md
 	// Elevation is not granted by standard.
 	contains(t, e.Call("elevated", map[string]any{"command": "id", "reason": "test"}, true), "denied by policy")
 	// "ask" without an approver is a denial that says so; with one, it runs.
