@@ -147,20 +147,22 @@ func (ck *checker) assignWords(ws []word, depth int) {
 	}
 	switch name {
 	case "env":
-		rest, got := parseOptions(args, envOpts)
-		for _, o := range got {
+		ec := parseEnv(args)
+		for _, o := range ec.opts {
 			switch {
 			case o.name == "-i" || o.name == "--ignore-environment":
 				ck.assignment("PATH", nil, "env "+o.name, depth)
-			case (o.name == "-u" || o.name == "--unset") && o.val != nil && o.val.val == "PATH":
-				ck.assignment("PATH", nil, "env "+o.name+" PATH", depth)
+			case (o.name == "-u" || o.name == "--unset") && o.val != nil && (o.val.runtime() || o.val.val == "PATH"):
+				ck.assignment("PATH", nil, "env "+o.name+" "+o.val.val, depth)
 			}
 		}
-		if len(rest) > 0 && !rest[0].runtime() && rest[0].val == "-" {
-			ck.assignment("PATH", nil, "env -", depth)
-			rest = rest[1:]
+		for _, w := range ec.assigns {
+			n, v, _ := strings.Cut(w.val, "=")
+			if w.runtime() && !strings.Contains(w.prefix, "=") {
+				n = "" // the name is only known at run time
+			}
+			ck.assignment(n, &word{val: v}, w.val, depth)
 		}
-		words(rest[:len(rest)-len(skipAssignments(rest))])
 	case "sudo":
 		rest, _ := parseOptions(args, sudoOpts)
 		words(rest[:len(rest)-len(skipAssignments(rest))])

@@ -33,8 +33,9 @@ func (in stdinSource) text() (string, bool) {
 }
 
 // staticOutput returns what a statement prints when its text shows it:
-// echo and printf, cat of a here-document, and lists, blocks, subshells and
-// pipelines of those. Expansions stay as their placeholders ("$HOME").
+// echo and printf, a filter (cat, base64 -d, ...: see transformOf) fed a
+// here-document, and lists, blocks, subshells and pipelines of those.
+// Expansions stay as their placeholders ("$HOME").
 func staticOutput(st *syntax.Stmt, src string) (string, bool) {
 	switch c := st.Cmd.(type) {
 	case *syntax.CallExpr:
@@ -47,9 +48,10 @@ func staticOutput(st *syntax.Stmt, src string) (string, bool) {
 			return echoOutput(ws[1:]), true
 		case "printf":
 			return printfOutput(ws[1:])
-		case "cat":
-			if h := heredocOf(st); h != nil && len(ws) == 1 {
-				return stdinDoc(h, src).val, true
+		}
+		if h := heredocOf(st); h != nil {
+			if f := transformOf(st, src); f != nil {
+				return f(stdinDoc(h, src).val)
 			}
 		}
 	case *syntax.Block:
@@ -64,8 +66,10 @@ func staticOutput(st *syntax.Stmt, src string) (string, bool) {
 			if out, ok := staticOutput(c.Y, src); ok {
 				return out, true
 			}
-			if passesThrough(c.Y, src) {
-				return staticOutput(c.X, src)
+			if f := transformOf(c.Y, src); f != nil {
+				if in, ok := staticOutput(c.X, src); ok {
+					return f(in)
+				}
 			}
 		}
 	}
@@ -85,24 +89,6 @@ func stmtsOutput(sts []*syntax.Stmt, src string) (string, bool) {
 		}
 	}
 	return b.String(), any
-}
-
-// passesThrough reports whether a pipeline stage copies its input to its
-// output: cat or tee with no file operands.
-func passesThrough(st *syntax.Stmt, src string) bool {
-	c, ok := st.Cmd.(*syntax.CallExpr)
-	if !ok {
-		return false
-	}
-	ws := reduceWords(c.Args, src)
-	if len(ws) == 0 {
-		return false
-	}
-	switch baseName(ws[0].val) {
-	case "cat", "tee":
-		return len(newView(ws).operands) == 0
-	}
-	return false
 }
 
 // echoOutput is what bash's echo prints: -n, -e and -E are options as long

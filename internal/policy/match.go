@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"path"
 	"regexp"
+	"slices"
 	"strings"
+	"sync/atomic"
 
 	"mvdan.cc/sh/v3/syntax"
 )
@@ -32,6 +34,8 @@ type ruleWord struct {
 	// long is an unquoted long flag's name ("--output" for --output or
 	// --output*): a command's flag that abbreviates it matches.
 	long string
+	// cache holds a path operand's pattern as last read (see alternatives).
+	cache *atomic.Pointer[patternCache]
 }
 
 var (
@@ -99,6 +103,7 @@ func (c *cmdRule) add(w word) {
 		c.flags = append(c.flags, rw)
 	default:
 		rw.pathLike = isPathLike(w.val)
+		rw.cache = new(atomic.Pointer[patternCache])
 		if k, v, ok := strings.Cut(w.pat, "="); ok && !strings.Contains(k, "/") && isPathLike(v) {
 			rw.key, rw.value = k, v
 		}
@@ -265,14 +270,80 @@ func matchOperands(pats []ruleWord, ws []word, e env) bool {
 func (rw *ruleWord) matchOperand(w word, e env) bool {
 	switch {
 	case rw.pathLike:
-		return globMatch(normalizePath(rw.pat, e, true), normalizePath(w.val, e, false), true)
+		return rw.matchPath(rw.pat, w, 0, e)
 	case rw.key != "":
-		k, val, ok := strings.Cut(w.val, "=")
-		return ok && globMatch(rw.key, k, false) &&
-			globMatch(normalizePath(rw.value, e, true), normalizePath(val, e, false), true)
+		k, _, ok := strings.Cut(w.val, "=")
+		return ok && globMatch(rw.key, k, false) && rw.matchPath(rw.value, w, len(k)+1, e)
 	default:
 		return globMatch(rw.pat, w.val, false)
 	}
+}
+
+// matchPath reports whether a command word, from byte skip of its static
+// start, may name a path the rule's path pattern matches: ~, $HOME and
+// $WORKSPACE expanded, a relative path resolved against the working
+// directory, ".." applied, a glob or a run-time part read as the paths it
+// may stand for, and {a,b} in the rule read as either.
+func (rw *ruleWord) matchPath(pattern string, w word, skip int, e env) bool {
+	pattern = normalizePath(pattern, e, true)
+	if !strings.HasPrefix(pattern, "/") { // ~ with no home known: as text
+		return skip == 0 && globMatch(pattern, normalizePath(w.val, e, false), true)
+	}
+	alts := rw.alternatives(pattern)
+	if v := w.val[min(skip, len(w.val)):]; !w.runtime() && (strings.HasPrefix(v, "/") || v == "~" || strings.HasPrefix(v, "~/")) && !strings.HasPrefix(v, "/dev/") {
+		p := normalizePath(v, e, false) // an absolute path as it is: the common case, read fast
+		return slices.ContainsFunc(alts, func(a parsedPattern) bool { return globMatch(a.text, p, true) })
+	}
+	text, param := wordText(w)
+	if skip = escapedOffset(text, skip); skip < 0 {
+		return false
+	}
+	cands := e.wordPaths(text, param, skip)
+	for _, a := range alts {
+		alt, rp := a.text, a.pat
+		for _, c := range cands {
+			if c.anyDir || c.pat.rel {
+				continue
+			}
+			if lit, ok := c.pat.literal(); ok {
+				if globMatch(alt, lit, true) {
+					return true
+				}
+				continue
+			}
+			if c.pat.meets(rp) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// parsedPattern is one {a,b} alternative of a rule's path pattern.
+type parsedPattern struct {
+	text string
+	pat  pathPat
+}
+
+// patternCache is a rule word's path pattern, read for one home and
+// workspace.
+type patternCache struct {
+	pattern string
+	alts    []parsedPattern
+}
+
+// alternatives returns the {a,b} alternatives of a normalized pattern,
+// read once for each home and workspace.
+func (rw *ruleWord) alternatives(pattern string) []parsedPattern {
+	if c := rw.cache.Load(); c != nil && c.pattern == pattern {
+		return c.alts
+	}
+	c := &patternCache{pattern: pattern}
+	for _, alt := range expandBraces(pattern) {
+		c.alts = append(c.alts, parsedPattern{alt, parseGlobPattern(alt)})
+	}
+	rw.cache.Store(c)
+	return c.alts
 }
 
 // normalizePath expands a leading ~, $HOME and $WORKSPACE and cleans an

@@ -95,7 +95,7 @@ type option struct {
 // so it is left first in rest, where it makes the command dynamic. So is a
 // value that splits into words.
 func parseOptions(args []word, g *getopt) (rest []word, got []option) {
-	for i := 0; i < len(args); i++ {
+	for i := 0; i < len(args); {
 		a := args[i]
 		if a.runtime() {
 			return args[i:], got
@@ -106,47 +106,61 @@ func parseOptions(args []word, g *getopt) (rest []word, got []option) {
 		if len(a.val) < 2 || a.val[0] != '-' {
 			return args[i:], got
 		}
-		if strings.HasPrefix(a.val, "--") {
-			name, val, hasVal := strings.Cut(a.val, "=")
-			canon, k, ok := g.lookupLong(name)
-			if !ok {
-				canon = name // unknown or ambiguous: the command refuses it
+		opts, n := nextOption(args[i:], g)
+		got = append(got, opts...)
+		if n == 0 { // the value splits
+			return args[i+1:], got
+		}
+		i += n
+	}
+	return nil, got
+}
+
+// nextOption reads the option word args[0] (a short cluster or a long
+// option) and the value word it may take. It returns the options and how
+// many words they took; 0 when the value word may split into several, which
+// leaves what follows unknown.
+func nextOption(args []word, g *getopt) ([]option, int) {
+	a := args[0]
+	if strings.HasPrefix(a.val, "--") {
+		name, val, hasVal := strings.Cut(a.val, "=")
+		canon, k, ok := g.lookupLong(name)
+		if !ok {
+			canon = name // unknown or ambiguous: the command refuses it
+		}
+		o := option{name: canon}
+		switch {
+		case hasVal:
+			o.val = &word{val: val}
+		case ok && k == requiredArg && len(args) > 1:
+			if args[1].split {
+				return nil, 0
 			}
-			o := option{name: canon}
-			switch {
-			case hasVal:
-				o.val = &word{val: val}
-			case ok && k == requiredArg && i+1 < len(args):
-				i++
-				if args[i].split {
-					return args[i:], got
-				}
-				o.val = &args[i]
-			}
+			o.val = &args[1]
+			return []option{o}, 2
+		}
+		return []option{o}, 1
+	}
+	var got []option
+	for j := 1; j < len(a.val); j++ {
+		o := option{name: "-" + a.val[j:j+1]}
+		k := g.short[a.val[j]]
+		if k == noArg {
 			got = append(got, o)
 			continue
 		}
-		for j := 1; j < len(a.val); j++ {
-			o := option{name: "-" + a.val[j:j+1]}
-			k := g.short[a.val[j]]
-			if k == noArg {
-				got = append(got, o)
-				continue
+		if j+1 < len(a.val) {
+			o.val = &word{val: a.val[j+1:]}
+		} else if k == requiredArg && len(args) > 1 {
+			if args[1].split {
+				return got, 0
 			}
-			if j+1 < len(a.val) {
-				o.val = &word{val: a.val[j+1:]}
-			} else if k == requiredArg && i+1 < len(args) {
-				i++
-				if args[i].split {
-					return args[i:], got
-				}
-				o.val = &args[i]
-			}
-			got = append(got, o)
-			break
+			o.val = &args[1]
+			return append(got, o), 2
 		}
+		return append(got, o), 1
 	}
-	return nil, got
+	return got, 1
 }
 
 func hasOption(got []option, names ...string) *option {

@@ -140,6 +140,8 @@ func TestWorkingDirectory(t *testing.T) {
 		{`d=/proc/self; cd "$d" && cat environ`, effects{D, D, A}},
 		{`f(){ cd /proc/self; }; f; cat environ`, effects{D, D, A}},
 		{`eval cd /proc/self; cat environ`, effects{D, D, A}},
+		{`env -C /proc/self cat environ`, effects{D, D, A}},
+		{`env --chdir=/proc/self cat environ`, effects{D, D, A}},
 		{`git -C /proc/self diff --no-index environ /dev/null`, effects{D, D, A}},
 		{`bash -c 'cat environ'`, effects{D, A, A}}, // readonly: bash is not listed
 		{`cd /proc/self && bash -c 'cat environ'`, effects{D, D, A}},

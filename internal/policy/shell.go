@@ -23,6 +23,9 @@ type stdinSource struct {
 	heredoc        *syntax.Redirect // a here-document or here-string
 	heredocSrc     string           // the source heredoc's positions point into
 	piped          *string          // what the previous pipeline stage prints, when its text shows it
+	// decoded marks input that is text the command line shows, through a
+	// filter the engine does not follow (echo ... | base64 -d | sh).
+	decoded bool
 }
 
 // script parses shell source as the shell that runs it reads it, and
@@ -63,7 +66,7 @@ func (ck *checker) script(src string, depth int, posix bool) {
 func (ck *checker) walk(root syntax.Node, src string, depth int) {
 	var fed map[*syntax.CallExpr]bool
 	var seenPipes map[*syntax.BinaryCmd]bool
-	var piped map[*syntax.CallExpr]*string
+	var piped map[*syntax.CallExpr]pipedInput
 	var seenPiped map[*syntax.BinaryCmd]bool
 	var stmtOf map[*syntax.CallExpr]*syntax.Stmt
 	// A simple command is checked after what is under it, in the order bash
@@ -82,7 +85,7 @@ func (ck *checker) walk(root syntax.Node, src string, depth int) {
 				ck.env.cwd, cwds = cwds[len(cwds)-1], cwds[:len(cwds)-1]
 			}
 			if call, ok := done.(*syntax.CallExpr); ok && !ck.done() {
-				in := stdinSource{fromDownloader: fed[call], heredocSrc: src, piped: piped[call]}
+				in := stdinSource{fromDownloader: fed[call], heredocSrc: src, piped: piped[call].text, decoded: piped[call].decoded}
 				if st := stmtOf[call]; st != nil {
 					in.heredoc = heredocOf(st)
 				}
@@ -117,7 +120,7 @@ func (ck *checker) walk(root syntax.Node, src string, depth int) {
 		case *syntax.BinaryCmd:
 			if (n.Op == syntax.Pipe || n.Op == syntax.PipeAll) && !seenPiped[n] {
 				if piped == nil {
-					piped, seenPiped = map[*syntax.CallExpr]*string{}, map[*syntax.BinaryCmd]bool{}
+					piped, seenPiped = map[*syntax.CallExpr]pipedInput{}, map[*syntax.BinaryCmd]bool{}
 				}
 				markPiped(n, src, piped, seenPiped)
 			}
@@ -219,6 +222,9 @@ func (ck *checker) stdin(ws []word, depth int, in stdinSource) {
 	if dialect, ok := stdinShell(ws); ok && in.piped != nil && in.heredoc == nil {
 		ck.maybe(func() { ck.nested(word{val: *in.piped}, depth, dialect) })
 	}
+	if in.decoded && in.heredoc == nil && readsScriptFromStdin(ws) {
+		ck.dynamic(joinVals(ws), "runs as a script text from the command line that a filter the policy does not read turned into code (echo ... | base64 -d | sh)")
+	}
 }
 
 // unwrapped checks what a wrapper runs.
@@ -245,6 +251,10 @@ func (ck *checker) unwrapped(ws []word, name string, depth int, in stdinSource, 
 			case inner.dynamic != "":
 				ck.dynamic(subject, inner.dynamic)
 			case inner.script != nil:
+				if len(inner.params) > 0 {
+					ck.vars.addScalar("0", inner.params[0].val)
+					ck.positional(inner.params[1:])
+				}
 				ck.nested(*inner.script, depth, inner.shell)
 			default:
 				ck.simple(inner.words, depth, innerIn, wraps+1)
@@ -385,18 +395,41 @@ func markFed(b *syntax.BinaryCmd, src string, fed map[*syntax.CallExpr]bool, see
 }
 
 // markPiped records, for each simple command of a pipeline after the
-// first stage, what the stage before it prints when its text shows it.
-func markPiped(b *syntax.BinaryCmd, src string, piped map[*syntax.CallExpr]*string, seen map[*syntax.BinaryCmd]bool) {
+// first stage, what the stage before it prints when its text shows it,
+// through the filters transformOf follows; or, when text the command
+// line shows went through a filter it does not follow, that it is such
+// decoded text.
+func markPiped(b *syntax.BinaryCmd, src string, piped map[*syntax.CallExpr]pipedInput, seen map[*syntax.BinaryCmd]bool) {
 	stages := append(pipelineStages(b.X, seen), pipelineStages(b.Y, seen)...)
-	for k := 1; k < len(stages); k++ {
-		call, ok := stages[k].Cmd.(*syntax.CallExpr)
-		if !ok {
-			continue
+	var prev *string
+	shown := false // some earlier stage prints text the command line shows
+	for k, st := range stages {
+		call, isCall := st.Cmd.(*syntax.CallExpr)
+		if isCall && k > 0 {
+			piped[call] = pipedInput{text: prev, decoded: prev == nil && shown}
 		}
-		if out, ok := staticOutput(stages[k-1], src); ok {
-			piped[call] = &out
+		if k == len(stages)-1 {
+			break // what the last stage prints feeds nothing
 		}
+		var out *string
+		if o, ok := staticOutput(st, src); ok {
+			out = &o
+		} else if prev != nil {
+			if f := transformOf(st, src); f != nil {
+				if o, ok := f(*prev); ok {
+					out = &o
+				}
+			}
+		}
+		shown = shown || out != nil
+		prev = out
 	}
+}
+
+// pipedInput is what markPiped knows of a command's input.
+type pipedInput struct {
+	text    *string
+	decoded bool
 }
 
 func pipelineStages(st *syntax.Stmt, seen map[*syntax.BinaryCmd]bool) []*syntax.Stmt {

@@ -59,9 +59,36 @@ func (v *vars) addArray(name string, elems []string) {
 
 // collectVars records the static assignments under root. Where and in
 // which order they happen does not matter: every value is a candidate.
+// The positional parameters ($@, $1) are the words of `set -- ...` and
+// the arguments of calls to the functions the text defines.
 func (ck *checker) collectVars(root syntax.Node, src string) {
+	funcs := map[string]bool{}
+	syntax.Walk(root, func(n syntax.Node) bool {
+		if fd, ok := n.(*syntax.FuncDecl); ok && fd.Name != nil {
+			funcs[fd.Name.Value] = true
+		}
+		return true
+	})
 	syntax.Walk(root, func(n syntax.Node) bool {
 		switch n := n.(type) {
+		case *syntax.CallExpr:
+			if len(n.Args) == 0 {
+				return true
+			}
+			if first := reduceWords(n.Args[:1], src); len(first) != 1 || first[0].runtime() || first[0].val != "set" && !funcs[first[0].val] {
+				return true
+			}
+			if ws := reduceWords(n.Args, src); len(ws) > 0 && !ws[0].runtime() {
+				switch {
+				case ws[0].val == "set" && len(ws) > 1 && !ws[1].runtime() && (ws[1].val == "--" || ws[1].val[0] != '-' && ws[1].val[0] != '+'):
+					if ws[1].val == "--" {
+						ws = ws[1:]
+					}
+					ck.positional(ws[1:])
+				case funcs[ws[0].val]:
+					ck.positional(ws[1:])
+				}
+			}
 		case *syntax.Assign:
 			if n.Name == nil || n.Naked || n.Index != nil {
 				return true
@@ -101,6 +128,24 @@ func (ck *checker) collectVars(root syntax.Node, src string) {
 		}
 		return true
 	})
+}
+
+// positional records static words as the positional parameters.
+func (ck *checker) positional(ws []word) {
+	var vals []string
+	for _, w := range ws {
+		if w.dyn {
+			return
+		}
+		vals = append(vals, w.val) // a glob as its text: /* stays /*
+	}
+	ck.vars.addArray("@", vals)
+	ck.vars.addArray("*", vals)
+	for i, v := range vals {
+		if i < 9 {
+			ck.vars.addScalar(string(rune('1'+i)), v)
+		}
+	}
 }
 
 // foldTexts returns the values a run-time word may have, as far as the text

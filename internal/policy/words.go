@@ -315,6 +315,9 @@ func paramFold(p *syntax.ParamExp, src string) (name string, deflt *string, elem
 			deflt = &empty
 		}
 	}
+	if p.Param.Value == "@" || p.Param.Value == "*" {
+		elems = true // the positional parameters
+	}
 	return p.Param.Value, deflt, elems
 }
 

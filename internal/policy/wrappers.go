@@ -22,6 +22,8 @@ type inner struct {
 	// dirs, when set, are where the command runs (env -C DIR): any of the
 	// directories a cd to each would go to.
 	dirs []word
+	// params are $0 and the positional parameters script runs with.
+	params []word
 }
 
 // posixShells read their source as POSIX sh, not bash: dash reads $'...'
@@ -188,7 +190,13 @@ func unwrap(ws []word, in stdinSource) []inner {
 	}
 	if shells[name] {
 		if script, _ := shellScript(args); script != nil {
-			return []inner{{script: script, shell: dialectOf(name)}}
+			in := inner{script: script, shell: dialectOf(name)}
+			for k := range args {
+				if &args[k] == script { // bash -c SCRIPT NAME ARGS: $0 and $@
+					in.params = args[k+1:]
+				}
+			}
+			return []inner{in}
 		}
 	}
 	return nil
@@ -231,22 +239,14 @@ func unwrapTrap(args []word) []inner {
 }
 
 func unwrapEnv(args []word) []inner {
-	rest, got := parseOptions(args, envOpts)
-	if len(rest) > 0 && !rest[0].runtime() && rest[0].val == "-" {
-		rest = rest[1:] // a lone "-" is -i
+	ec := parseEnv(args)
+	switch {
+	case ec.dynamic != "":
+		return []inner{{dynamic: ec.dynamic}}
+	case len(ec.cmd) == 0:
+		return nil // prints the environment
 	}
-	rest = skipAssignments(rest)
-	split := hasOption(got, "-S", "--split-string")
-	if split == nil || split.val == nil {
-		return commandOf(rest)
-	}
-	// env -S splits its string into words ahead of the remaining ones.
-	s := word{val: split.val.val, dyn: split.val.runtime()}
-	for _, w := range rest {
-		s.val += " " + shellQuote(w.val)
-		s.dyn = s.dyn || w.runtime()
-	}
-	return []inner{{script: &s}}
+	return []inner{{words: ec.cmd, dirs: ec.dirs}}
 }
 
 // unwrapSu finds the command su and runuser run: -c STR (in any cluster,
@@ -319,64 +319,6 @@ func suValue(opt string, v word) []inner {
 		return []inner{{words: []word{v}}}
 	}
 	return nil
-}
-
-// findValues are the find primaries that read the next word as their value
-// (-fprintf reads two).
-var findValues = map[string]int{
-	"-name": 1, "-iname": 1, "-path": 1, "-ipath": 1, "-wholename": 1, "-iwholename": 1,
-	"-regex": 1, "-iregex": 1, "-lname": 1, "-ilname": 1, "-type": 1, "-xtype": 1,
-	"-user": 1, "-group": 1, "-uid": 1, "-gid": 1, "-perm": 1, "-size": 1,
-	"-mtime": 1, "-atime": 1, "-ctime": 1, "-mmin": 1, "-amin": 1, "-cmin": 1,
-	"-newer": 1, "-anewer": 1, "-cnewer": 1, "-samefile": 1, "-inum": 1, "-links": 1,
-	"-used": 1, "-maxdepth": 1, "-mindepth": 1, "-fstype": 1, "-context": 1,
-	"-regextype": 1, "-files0-from": 1, "-printf": 1, "-fprint": 1, "-fprint0": 1,
-	"-fls": 1, "-fprintf": 2, "-D": 1,
-}
-
-// unwrapFind returns the commands of find's -exec, -execdir, -ok and -okdir
-// actions, which end at ";" or "+". A word only known at run time that is
-// not the value of a primary may itself be -exec, running the words after
-// it up to a ";" or "+": what find runs is then unknown. A word that splits
-// may hold all of that; a single one needs a terminator after it
-// (find "$dir" -type f runs nothing).
-func unwrapFind(args []word) []inner {
-	var out []inner
-	terminated := func(rest []word) bool {
-		return slices.ContainsFunc(rest, func(w word) bool { return w.runtime() || w.val == ";" || w.val == "+" })
-	}
-	for i := 0; i < len(args); i++ {
-		a := args[i]
-		if a.runtime() {
-			if a.multi() || terminated(args[i+1:]) {
-				out = append(out, inner{dynamic: "a word only known at run time may be find's -exec"})
-			}
-			continue
-		}
-		if n, ok := findValues[a.val]; ok {
-			i += n
-			if i < len(args) && args[i].multi() {
-				out = append(out, inner{dynamic: "a value that splits into words may hold find's -exec"})
-			}
-			continue
-		}
-		if strings.HasPrefix(a.val, "-newer") {
-			i++
-			continue
-		}
-		switch a.val {
-		case "-exec", "-execdir", "-ok", "-okdir":
-		default:
-			continue
-		}
-		j := i + 1
-		for j < len(args) && args[j].val != ";" && args[j].val != "+" {
-			j++
-		}
-		out = append(out, commandOf(args[i+1:j])...)
-		i = j
-	}
-	return out
 }
 
 // shellScript finds the command string of "sh -c STR" and whether the shell
