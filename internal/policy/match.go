@@ -153,10 +153,15 @@ func (c *cmdRule) matchName(v *cmdView) bool {
 // holds: only there does /usr/bin/ls count as ls for an allow rule.
 var systemDirs = map[string]bool{"/bin": true, "/usr/bin": true, "/sbin": true, "/usr/sbin": true}
 
+// SystemPATH is the PATH a command runs with under a policy whose allow
+// rules decide (Policy.SystemPath): the system's directories, which the
+// neuron's user cannot write. A bare name is then one of their programs.
+const SystemPATH = "/usr/bin:/bin:/usr/sbin:/sbin"
+
 // systemCommand reports whether a command name means the program the rules
-// name: a bare name, found through PATH (which readonly does not let a
-// command change), or a path into systemDirs. Deny and ask rules match any
-// path by its basename: ./rm is as suspect as rm.
+// name: a bare name, found through PATH (SystemPATH, which readonly does not
+// let a command change), or a path into systemDirs. Deny and ask rules
+// match any path by its basename: ./rm is as suspect as rm.
 func systemCommand(name string) bool {
 	if !strings.Contains(name, "/") {
 		return true

@@ -77,6 +77,17 @@ type Policy struct {
 	compiled *compiled
 }
 
+// SystemPath reports whether commands judged by p must run with PATH set
+// to SystemPATH, and their shell be named by its absolute path: p's allow
+// rules decide (its commandDefault is not allow), and an allow rule for ls
+// means the system's ls, which a bare name is only when PATH holds nothing
+// the neuron can write (a planted /usr/local/bin/ls would run instead). A
+// policy that does not compile says yes.
+func (p *Policy) SystemPath() bool {
+	c, err := p.compiledPolicy()
+	return err != nil || c.commandDefault != Allow
+}
+
 // Resources caps what one tool call may use.
 type Resources struct {
 	MaxOutputChars int      `json:"maxOutputChars,omitempty"` // cap on text a tool returns

@@ -75,7 +75,7 @@ func (c *call) runShell(ctx context.Context, command, cwd string, seconds int) (
 	started := time.Now()
 	argv, _ := c.kit.shell(command) // the dialect the policy read it in
 	r, err := cl.Exec(ctx, &link.ExecRequest{
-		Command: protocol.Command{Argv: argv, Cwd: c.optPath(cwd)},
+		Command: protocol.Command{Argv: argv, Cwd: c.optPath(cwd), Env: c.kit.commandEnv()},
 		Stdout:  out, Stderr: out, Timeout: d,
 	})
 	if err != nil {
@@ -127,7 +127,7 @@ func (c *call) saveOutput(ctx context.Context, cl *link.Client, out *headTail) s
 	}
 	p := fmt.Sprintf("%s/%s/%s-%d.log", tmp, outputDir, c.tool.Name, time.Now().UnixNano())
 	r, err := cl.Exec(ctx, &link.ExecRequest{
-		Command: protocol.Command{Argv: []string{"/bin/sh", "-c", `umask 077 && mkdir -p "${1%/*}" && cat > "$1"`, "sh", p}},
+		Command: protocol.Command{Argv: []string{"/bin/sh", "-c", `umask 077 && mkdir -p "${1%/*}" && cat > "$1"`, "sh", p}, Env: systemEnv},
 		Stdin:   strings.NewReader(out.full()),
 		Timeout: time.Minute,
 	})
@@ -144,7 +144,7 @@ func (c *call) startBackground(ctx context.Context, command, cwd string) (*Resul
 		return nil, err
 	}
 	argv, _ := c.kit.shell(command)
-	info, err := cl.ProcStart(ctx, &protocol.ProcStartArgs{Command: protocol.Command{Argv: argv, Cwd: c.optPath(cwd)}, Stdin: true})
+	info, err := cl.ProcStart(ctx, &protocol.ProcStartArgs{Command: protocol.Command{Argv: argv, Cwd: c.optPath(cwd), Env: c.kit.commandEnv()}, Stdin: true})
 	if err != nil {
 		return nil, err
 	}

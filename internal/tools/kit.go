@@ -339,13 +339,17 @@ func (k *Kit) dirs(ctx context.Context, c *call) (home, tmp string, err error) {
 		return home, tmp, nil
 	}
 	if d, ok := k.neuron.(*detached); ok {
+		// Nothing runs; read commands as the bash a neuron has would.
+		k.mu.Lock()
+		k.bash = "/usr/bin/bash"
+		k.mu.Unlock()
 		return d.home, "/tmp", nil
 	}
 	cl, err := c.channel(ctx)
 	if err != nil {
 		return "", "", err
 	}
-	r, err := cl.Exec(ctx, &link.ExecRequest{Command: protocol.Command{Argv: []string{"/bin/sh", "-c", `printf '%s\n%s\n%s' "$HOME" "${TMPDIR:-/tmp}" "$(command -v bash)"`}}, MaxOutput: 8192})
+	r, err := cl.Exec(ctx, &link.ExecRequest{Command: protocol.Command{Argv: []string{"/bin/sh", "-c", probeScript}, Env: systemEnv}, MaxOutput: 8192})
 	if err != nil {
 		return "", "", err
 	}
@@ -369,9 +373,29 @@ func (k *Kit) dirs(ctx context.Context, c *call) (home, tmp string, err error) {
 	return home, tmp, nil
 }
 
+// probeScript prints the neuron user's home, temporary directory, and the
+// bash the kit runs commands with: one in the system's directories, named
+// by its absolute path, never one PATH finds (/usr/local/bin, which the
+// neuron can write, comes first there).
+const probeScript = `printf '%s\n%s\n' "$HOME" "${TMPDIR:-/tmp}"; for b in /usr/bin/bash /bin/bash; do if [ -x "$b" ]; then printf '%s' "$b"; break; fi; done`
+
+// systemEnv is the environment of the commands the kit runs for itself:
+// only the system's programs (policy.SystemPATH).
+var systemEnv = []string{"PATH=" + policy.SystemPATH}
+
+// commandEnv is what the environment of a command the policy judged
+// changes: under a policy whose allow rules decide, PATH is the system's
+// (policy.Policy.SystemPath), so that ls is /usr/bin/ls.
+func (k *Kit) commandEnv() []string {
+	if k.policy.SystemPath() {
+		return systemEnv
+	}
+	return nil
+}
+
 // shell returns how to run a command line in the neuron, and the dialect
-// the policy must read it in: bash where the neuron has it (what models
-// write), else its POSIX /bin/sh.
+// the policy must read it in: bash where the neuron has it in its system
+// directories (what models write), else its POSIX /bin/sh.
 func (k *Kit) shell(command string) (argv []string, dialect string) {
 	k.mu.Lock()
 	bash := k.bash

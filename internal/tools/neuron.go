@@ -96,7 +96,7 @@ var snapshotTool = define("snapshot", GroupSnapshot, Annotations{Destructive: tr
 		case "create":
 			if cl, err := c.channel(ctx); err == nil {
 				// Flush the neuron's page cache so the copy sees what was written.
-				_, _ = cl.Exec(ctx, &link.ExecRequest{Command: protocol.Command{Argv: []string{"sync"}}, Timeout: 30 * time.Second}) // best effort: an image without sync still snapshots
+				_, _ = cl.Exec(ctx, &link.ExecRequest{Command: protocol.Command{Argv: []string{"sync"}, Env: systemEnv}, Timeout: 30 * time.Second}) // best effort: an image without sync still snapshots
 			}
 			snap, err := s.CreateSnapshot(ctx, in.Name)
 			if err != nil {

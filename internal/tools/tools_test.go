@@ -241,6 +241,56 @@ func TestReadonlyPreset(t *testing.T) {
 	}
 }
 
+// TestSystemPath: under a policy whose allow rules decide (readonly), a
+// bare name is the system's program whatever PATH the neuron has, and in
+// every policy the kit's shell is the system's bash, never one PATH finds.
+func TestSystemPath(t *testing.T) {
+	planted := t.TempDir() // process mode: the neuron is the host
+	for _, name := range []string{"ls", "bash", "cat"} {
+		script := "#!/bin/sh\necho PLANTED-" + name + "\n"
+		if err := os.WriteFile(filepath.Join(planted, name), []byte(script), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	create := sandbox.CreateOptions{Env: []string{"PATH=" + planted + ":/usr/bin:/bin"}}
+	ro := toolstest.NewCreated(t, create, "readonly")
+	out := ro.Call("bash", map[string]any{"command": `ls / && echo "shell=$BASH" && env | grep ^PATH=`}, false)
+	if strings.Contains(out, "PLANTED") {
+		t.Fatalf("readonly ran a planted program:\n%s", out)
+	}
+	contains(t, out, "shell=/", "PATH="+policy.SystemPATH)
+	std := toolstest.NewCreated(t, create, "standard")
+	out = std.Call("bash", map[string]any{"command": `ls / && echo "shell=$BASH"`}, false)
+	contains(t, out, "PLANTED-ls") // standard keeps the neuron's PATH: see docs/policy.md
+	if strings.Contains(out, "PLANTED-bash") || !strings.Contains(out, "shell=/usr/bin/bash") && !strings.Contains(out, "shell=/bin/bash") {
+		t.Fatalf("standard's shell is not the system's bash:\n%s", out)
+	}
+}
+
+// TestExplainReadsBash: an explanation without a neuron reads a command as
+// the bash that runs it in one: $[x] evaluates x, which a POSIX sh would
+// read as text.
+func TestExplainReadsBash(t *testing.T) {
+	p, err := policy.Preset("readonly")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kit, err := tools.New(tools.Detached(), tools.WithPolicy(p))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, cmd := range []string{`x='y[$(touch f)]'; echo $[x]`, `echo $[y[$(touch /tmp/p)]]`} {
+		in, _ := json.Marshal(map[string]string{"command": cmd})
+		plan, err := kit.Explain(context.Background(), "bash", in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if plan.Request.Shell != "bash" || plan.Explanation.Decision.Effect != policy.Deny {
+			t.Errorf("%s: read as %q, decided %+v", cmd, plan.Request.Shell, plan.Explanation.Decision)
+		}
+	}
+}
+
 func TestElevatedTrusted(t *testing.T) {
 	e := newEnv(t, "trusted")
 	contains(t, e.Call("elevated", map[string]any{"command": "echo elevated-ran", "reason": "need it"}, false), "elevated-ran")

@@ -81,6 +81,18 @@ func NewOn(t testing.TB, b sandbox.Backend, preset string, opts ...tools.Option)
 // NewTuned is NewOn with the set's environment changed by tune first.
 func NewTuned(t testing.TB, b sandbox.Backend, tune func(*sandbox.Env), preset string, opts ...tools.Option) *Env {
 	t.Helper()
+	return newEnv(t, b, tune, sandbox.CreateOptions{}, preset, opts...)
+}
+
+// NewCreated is New with the neuron created with create's options (its
+// environment, say).
+func NewCreated(t testing.TB, create sandbox.CreateOptions, preset string, opts ...tools.Option) *Env {
+	t.Helper()
+	return newEnv(t, process.Backend(), nil, create, preset, opts...)
+}
+
+func newEnv(t testing.TB, b sandbox.Backend, tune func(*sandbox.Env), create sandbox.CreateOptions, preset string, opts ...tools.Option) *Env {
+	t.Helper()
 	bin, err := agent()
 	if err != nil {
 		t.Fatal(err)
@@ -100,7 +112,7 @@ func NewTuned(t testing.TB, b sandbox.Backend, tune func(*sandbox.Env), preset s
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := m.Create(ctx, "tk1", sandbox.CreateOptions{})
+	st, err := m.Create(ctx, "tk1", create)
 	if err != nil {
 		t.Fatal(err)
 	}
