@@ -44,6 +44,7 @@ const (
 	roBenign                       // a command readonly keeps: it must allow it
 	catastrophe                    // rm -rf /, mkfs, dd to a disk, a fork bomb: standard and trusted must not allow it
 	stdBenign                      // everyday work: standard and trusted must allow it
+	secretRead                     // reads a credential or a process's environment: readonly and standard must deny it
 	variantKinds
 )
 
@@ -55,6 +56,8 @@ func (k variantKind) generate(g gen) string {
 		return g.readonlyBenign()
 	case catastrophe:
 		return g.catastrophicVariant()
+	case secretRead:
+		return g.secretRead()
 	}
 	return g.standardBenign()
 }
@@ -78,6 +81,11 @@ func checkVariant(presets map[string]*Policy, k variantKind, cmd string) (preset
 			return n, d, ok
 		}
 		return check("trusted", func(e Effect) bool { return e == Deny })
+	case secretRead:
+		if n, d, ok := check("readonly", func(e Effect) bool { return e == Deny }); !ok {
+			return n, d, ok
+		}
+		return check("standard", func(e Effect) bool { return e == Deny })
 	}
 	if n, d, ok := check("standard", allowed); !ok {
 		return n, d, ok
@@ -98,7 +106,7 @@ func allPresets(t testing.TB) map[string]*Policy {
 func TestGeneratedVariants(t *testing.T) {
 	t.Parallel()
 	presets := allPresets(t)
-	counts := map[variantKind]int{roDangerous: 1500, roBenign: 400, catastrophe: 1500, stdBenign: 400}
+	counts := map[variantKind]int{roDangerous: 1500, roBenign: 400, catastrophe: 1500, stdBenign: 400, secretRead: 800}
 	failures := 0
 	for k := range variantKinds {
 		for i := range counts[k] {
@@ -122,7 +130,9 @@ var fuzzSeeds = [][]byte{
 
 // FuzzReadonlyClasses generates variants of the review's classes from the
 // fuzzer's bytes (each byte is one choice of the generator) and checks
-// readonly denies the dangerous ones and keeps the benign ones.
+// readonly denies the dangerous ones and keeps the benign ones, and that
+// readonly and standard deny reading credentials however the path is
+// written.
 func FuzzReadonlyClasses(f *testing.F) {
 	for _, s := range fuzzSeeds {
 		f.Add(s)
@@ -131,8 +141,11 @@ func FuzzReadonlyClasses(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c := &bytesChooser{data: data}
 		k := roDangerous
-		if c.pick(5) == 0 {
+		switch c.pick(8) {
+		case 0, 1:
 			k = roBenign
+		case 2, 3:
+			k = secretRead
 		}
 		cmd := k.generate(gen{c})
 		if name, d, ok := checkVariant(presets, k, cmd); !ok {

@@ -178,7 +178,7 @@ var unlisted = []payload{
 func (g gen) readonlyDangerous() string {
 	p := unlisted[g.c.pick(len(unlisted))]
 	var x string
-	switch g.c.pick(5) {
+	switch g.c.pick(6) {
 	case 0:
 		x = g.runTimeWrapper(p)
 	case 1:
@@ -187,6 +187,8 @@ func (g gen) readonlyDangerous() string {
 		x = g.evaluated(p)
 	case 3:
 		x = g.envAssigned(p)
+	case 4:
+		x = g.envSplit(p)
 	default:
 		x = g.planted()
 	}
@@ -404,7 +406,9 @@ func (g gen) planted() string {
 // written with the same quoting, wrappers and contexts.
 func (g gen) readonlyBenign() string {
 	var x string
-	switch g.c.pick(9) {
+	switch g.c.pick(10) {
+	case 9:
+		return g.secretBenign()
 	case 0:
 		x = g.readonlyWrap(g.words("ls", "-la"))
 	case 1:
@@ -446,7 +450,9 @@ func (g gen) catastrophicVariant() string {
 	}
 	p := catastrophic[g.c.pick(len(catastrophic))]
 	var x string
-	switch g.c.pick(8) {
+	switch g.c.pick(9) {
+	case 8:
+		x = g.retestCatastrophe(p)
 	case 7:
 		x = g.wrapAll(braced(p))
 	case 0:
@@ -622,6 +628,9 @@ func (g gen) standardBenign() string {
 		{"rm", "-rf", "./build"}, {"rm", "-rf", "/tmp/build"}, {"dd", "if=/dev/zero", "of=/dev/null", "count=1"},
 		{"grep", "-r", "rm -rf /", "."}, {"echo", "rm -rf /"}, {"chmod", "-R", "755", "./bin"},
 		{"git", "status"}, {"go", "test", "./..."}, {"rm", "-r", "-f", "~/project/build"},
+	}
+	if g.c.pick(8) == 0 {
+		return g.contexts(g.retestBenign(), true)
 	}
 	p := cmds[g.c.pick(len(cmds))]
 	x := g.words(p...)
