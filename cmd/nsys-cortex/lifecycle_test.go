@@ -17,19 +17,8 @@ import (
 	"github.com/nsys-cortex/cortex/internal/events"
 	"github.com/nsys-cortex/cortex/internal/keeper"
 	"github.com/nsys-cortex/cortex/internal/layout"
+	"github.com/nsys-cortex/cortex/internal/waittest"
 )
-
-// waitUntil polls cond until it holds, failing the test after d.
-func waitUntil(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("waited %s for %s", d, what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
 
 // fails runs the CLI and fails the test unless it exits 125 saying want.
 func (c *cli) fails(want string, args ...string) {
@@ -255,7 +244,7 @@ func TestEventsCommand(t *testing.T) {
 		}
 	}
 	c.ok("destroy", "ev")
-	waitUntil(t, 10*time.Second, "the destroyed event", func() bool { return has("destroyed", "ev") })
+	waittest.For(t, 10*time.Second, "the destroyed event", func() bool { return has("destroyed", "ev") })
 	follow.Process.Signal(syscall.SIGINT)
 	<-read
 	if err := follow.Wait(); err == nil || follow.ProcessState.ExitCode() != 130 {
@@ -291,7 +280,7 @@ func TestStatsCommand(t *testing.T) {
 	c.ok("create", "idle")
 	c.ok("exec", "-d", "busy", "--", "sh", "-c", "while :; do :; done")
 	var rows []map[string]any
-	waitUntil(t, 30*time.Second, "the busy loop's CPU in stats", func() bool {
+	waittest.For(t, 30*time.Second, "the busy loop's CPU in stats", func() bool {
 		rows = nil
 		if err := json.Unmarshal([]byte(c.ok("stats", "--no-stream", "-o", "json")), &rows); err != nil {
 			t.Fatal(err)
@@ -321,7 +310,7 @@ func TestStatsCommand(t *testing.T) {
 
 	// On a terminal: redrawn every second, until interrupted.
 	r := c.onPty(t, 160, 24, "stats", "busy")
-	waitUntil(t, 20*time.Second, "two tables", func() bool { return strings.Count(r.output(), "MEM USAGE") >= 2 })
+	waittest.For(t, 20*time.Second, "two tables", func() bool { return strings.Count(r.output(), "MEM USAGE") >= 2 })
 	if !regexp.MustCompile(`busy\s+running\s+[1-9]\d*\.\d\d%`).MatchString(plain(r.output())) {
 		t.Errorf("live stats: %q", plain(r.output()))
 	}
@@ -430,8 +419,8 @@ func TestDeadlineFiresAfterTheCLIExits(t *testing.T) {
 	c.ok("create", "dl", "--timeout", "2s")
 	deadline := time.Now().Add(2 * time.Second) // no earlier than the neuron's own
 	var pids []int
-	waitUntil(t, 10*time.Second, "the keeper to start", func() bool { pids = keeperPIDs(t, c.home); return len(pids) > 0 })
-	waitUntil(t, 10*time.Second, "the keeper's timeout event", func() bool { return len(timeoutEvents(t, c.home, "dl")) > 0 })
+	waittest.For(t, 10*time.Second, "the keeper to start", func() bool { pids = keeperPIDs(t, c.home); return len(pids) > 0 })
+	waittest.For(t, 10*time.Second, "the keeper's timeout event", func() bool { return len(timeoutEvents(t, c.home, "dl")) > 0 })
 	if late := time.Since(deadline); late > 3*time.Second {
 		t.Errorf("the deadline fired %s late", late)
 	}
@@ -442,7 +431,7 @@ func TestDeadlineFiresAfterTheCLIExits(t *testing.T) {
 	if got := c.ok("status", "dl", "--format", "{{.Status}}"); got != "stopped\n" {
 		t.Errorf("status after the deadline: %q", got)
 	}
-	waitUntil(t, 15*time.Second, "the keeper to exit", func() bool { return gone(pids[0]) })
+	waittest.For(t, 15*time.Second, "the keeper to exit", func() bool { return gone(pids[0]) })
 	lay, _ := layout.New(c.home, "")
 	if keeper.Running(lay) {
 		t.Error("a keeper still holds the home")
@@ -462,14 +451,14 @@ func TestServeTakesOverTheKeeper(t *testing.T) {
 	c := newCLI(t, "process")
 	c.ok("create", "long", "--timeout", "1h")
 	var pids []int
-	waitUntil(t, 10*time.Second, "the standalone keeper", func() bool { pids = keeperPIDs(t, c.home); return len(pids) > 0 })
+	waittest.For(t, 10*time.Second, "the standalone keeper", func() bool { pids = keeperPIDs(t, c.home); return len(pids) > 0 })
 	url, stop := c.serve(t)
-	waitUntil(t, 15*time.Second, "the standalone keeper to give way", func() bool { return gone(pids[0]) })
+	waittest.For(t, 15*time.Second, "the standalone keeper to give way", func() bool { return gone(pids[0]) })
 	lay, _ := layout.New(c.home, "")
-	waitUntil(t, 10*time.Second, "the daemon's keeper", func() bool { return keeper.Running(lay) })
+	waittest.For(t, 10*time.Second, "the daemon's keeper", func() bool { return keeper.Running(lay) })
 	c.ok("--api", url, "create", "short")
 	c.ok("--api", url, "timeout", "short", "1s")
-	waitUntil(t, 10*time.Second, "the daemon's keeper to apply the deadline", func() bool { return len(timeoutEvents(t, c.home, "short")) > 0 })
+	waittest.For(t, 10*time.Second, "the daemon's keeper to apply the deadline", func() bool { return len(timeoutEvents(t, c.home, "short")) > 0 })
 	if ev := timeoutEvents(t, c.home, "short")[0]; ev.Principal != "keeper" {
 		t.Errorf("the timeout event: %+v", ev)
 	}
@@ -480,10 +469,10 @@ func TestServeTakesOverTheKeeper(t *testing.T) {
 	if errs, code := stop(); code != 0 || !strings.Contains(errs, "stopped") {
 		t.Fatalf("serve after SIGTERM: %d %q", code, errs)
 	}
-	waitUntil(t, 10*time.Second, "a standalone keeper after the daemon", func() bool { return len(keeperPIDs(t, c.home)) == 2 })
-	waitUntil(t, 10*time.Second, "it to hold the home", func() bool { return keeper.Running(lay) })
+	waittest.For(t, 10*time.Second, "a standalone keeper after the daemon", func() bool { return len(keeperPIDs(t, c.home)) == 2 })
+	waittest.For(t, 10*time.Second, "it to hold the home", func() bool { return keeper.Running(lay) })
 	c.ok("timeout", "long", "1s")
-	waitUntil(t, 10*time.Second, "the handed-over deadline to fire", func() bool { return len(timeoutEvents(t, c.home, "long")) > 0 })
+	waittest.For(t, 10*time.Second, "the handed-over deadline to fire", func() bool { return len(timeoutEvents(t, c.home, "long")) > 0 })
 	if got := c.ok("status", "long", "--format", "{{.Status}}"); got != "stopped\n" {
 		t.Errorf("long after its deadline: %q", got)
 	}
@@ -507,7 +496,7 @@ func TestAutoPauseAfterTheCLIExits(t *testing.T) {
 		}
 		return false
 	}
-	waitUntil(t, 20*time.Second, "the keeper to auto-pause the idle neuron", paused)
+	waittest.For(t, 20*time.Second, "the keeper to auto-pause the idle neuron", paused)
 	if out := c.ok("status", "ap"); !strings.Contains(out, "status:    paused") || !strings.Contains(out, "idle rule: pause after 2s idle") {
 		t.Errorf("status: %q", out)
 	}

@@ -267,8 +267,19 @@ func TestPolicy(t *testing.T) {
 		Timeout: 20 * time.Second}); err != nil {
 		t.Fatal(err)
 	}
-	if got := f.sh(c, "cat /sys/fs/cgroup/neuron/pids.events"); got == "max 0" || !strings.HasPrefix(got, "max ") {
-		t.Fatalf("80 processes under pids.max 64: pids.events %q", got)
+	// The killed processes give their pids back as the guest reaps them,
+	// which under TCG takes a while: until then a new command cannot fork.
+	var events string
+	waittest.For(t, 30*time.Second, "a command to run after the fork bomb", func() bool {
+		res, err := c.Exec(ctx, &link.ExecRequest{Command: protocol.Command{Shell: "cat /sys/fs/cgroup/neuron/pids.events"}})
+		if err != nil || res.ExitCode != 0 {
+			return false
+		}
+		events = strings.TrimSpace(string(res.Stdout))
+		return true
+	})
+	if events == "max 0" || !strings.HasPrefix(events, "max ") {
+		t.Fatalf("80 processes under pids.max 64: pids.events %q", events)
 	}
 }
 
