@@ -371,7 +371,14 @@ func (c *call) procOutput(ctx context.Context, cl *link.Client, in *processIn) (
 		more = "; more output waits: call again with these offsets"
 	}
 	fmt.Fprintf(&b, "\n[pid %d %s; next offset=%d stderr_offset=%d%s]", in.PID, state, next[protocol.StreamStdout], next[protocol.StreamStderr], more)
-	return text(strings.TrimPrefix(b.String(), "\n")), nil
+	out := b.String()
+	if len(stdout) == 0 {
+		// Only the notes: they start on the first line. A page's own
+		// output keeps its first byte, a newline too (a page that starts
+		// at a line's end would glue two lines).
+		out = strings.TrimPrefix(out, "\n")
+	}
+	return text(out), nil
 }
 
 func running(ps []protocol.ProcInfo, pid int) bool {

@@ -166,6 +166,12 @@ func pageLongOutput(t *testing.T, afterWritten bool) {
 		want[i] = fmt.Sprint(i + 1)
 	}
 	if got := strings.Split(strings.TrimSpace(all.String()), "\n"); strings.Join(got, ",") != strings.Join(want, ",") {
+		for i := range got {
+			if i >= len(want) || got[i] != want[i] {
+				t.Logf("first difference at line %d: %q (want %q); around: %q", i, got[i], want[min(i, len(want)-1)], got[max(0, i-2):min(len(got), i+3)])
+				break
+			}
+		}
 		t.Fatalf("paged output differs: %d lines, first %q", len(got), got[:min(3, len(got))])
 	}
 }
@@ -199,5 +205,24 @@ func TestContentCacheSeesChanges(t *testing.T) {
 	e.Call("edit", map[string]any{"path": "c.txt", "old_string": "delta", "new_string": "omega"}, false)
 	if e.Get("c.txt") != "omega\n" {
 		t.Fatalf("content %q", e.Get("c.txt"))
+	}
+}
+
+// A page that starts at a line's end keeps that newline: the pages, put
+// together, are the output (the notes of an empty page start its text).
+func TestOutputPageKeepsItsFirstNewline(t *testing.T) {
+	e := newEnv(t, "standard")
+	out := e.Call("bash", map[string]any{"command": "printf 'abc\\ndef\\n'; sleep 60", "background": true}, false)
+	var pid int
+	fmt.Sscanf(out, "started pid %d", &pid)
+	defer e.Call("process", map[string]any{"action": "kill", "pid": pid}, false)
+	waittest.For(t, 30*time.Second, "the output", func() bool {
+		return strings.HasPrefix(e.Call("process", map[string]any{"action": "output", "pid": pid}, false), "abc\ndef\n")
+	})
+	if got := e.Call("process", map[string]any{"action": "output", "pid": pid, "offset": 3}, false); !strings.HasPrefix(got, "\ndef\n") {
+		t.Fatalf("the page from offset 3: %q, want it to start with the newline there", got)
+	}
+	if got := e.Call("process", map[string]any{"action": "output", "pid": pid, "offset": 8}, false); !strings.HasPrefix(got, "[pid ") {
+		t.Fatalf("an empty page: %q, want its notes first", got)
 	}
 }
