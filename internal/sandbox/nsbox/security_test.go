@@ -113,6 +113,22 @@ func (n *neuron) cgroupPidsMaxHits() int {
 	return 0
 }
 
+// cgroupPids is how many tasks the neuron's pids cgroup holds now (-1
+// without one): the dead a bomb leaves count until they are reaped.
+func (n *neuron) cgroupPids() int {
+	var dirs []string
+	b, _ := os.ReadFile(filepath.Join(n.st.OverlayPath, ".cgroups"))
+	json.Unmarshal(b, &dirs)
+	for _, d := range dirs {
+		if b, err := os.ReadFile(filepath.Join(d, "pids.current")); err == nil {
+			if v, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
+				return v
+			}
+		}
+	}
+	return -1
+}
+
 // install copies the escape program into the neuron.
 func (n *neuron) install() {
 	n.t.Helper()
@@ -375,6 +391,7 @@ func TestCeilings(t *testing.T) {
 	}
 	n := newNeuron(t, "bomb", sandbox.CreateOptions{Limits: limits})
 	n.install()
+	rest := n.cgroupPids() // tasks (threads too) of the neuron at rest
 	start := time.Now()
 	bombShell := fmt.Sprintf("exec 2>>bomb.err; bomb() { bomb | bomb & }; bomb # of test process %d", os.Getpid())
 	bomb, err := n.c.ProcStart(n.ctx, &protocol.ProcStartArgs{Command: protocol.Command{Shell: bombShell}})
@@ -418,7 +435,12 @@ func TestCeilings(t *testing.T) {
 	}) {
 		t.Fatalf("the bomb's shells outlived their kill: %v", bombers())
 	}
-	// Without cgroups its dead count against the uid until reaped.
+	// Its dead count against the ceiling (the uid's, or the cgroup's)
+	// until they are reaped, which a busy machine makes slow: with a
+	// cgroup, wait until it holds about what the neuron held at rest.
+	if withCgroups {
+		waittest.For(t, time.Minute, "the bomb's processes to be reaped", func() bool { return n.cgroupPids() <= rest+8 })
+	}
 	waittest.For(t, time.Minute, "the neuron to run commands after the bomb", func() bool {
 		res, err := n.c.Exec(n.ctx, &link.ExecRequest{Command: protocol.Command{Shell: "true"}, Timeout: time.Minute})
 		return err == nil && res.ExitCode == 0
