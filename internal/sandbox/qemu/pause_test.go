@@ -34,10 +34,12 @@ func TestPauseToDisk(t *testing.T) {
 	f := newVM(t)
 	ctx := f.ctx
 	st, c := f.create("disk", sandbox.CreateOptions{})
-	counter, err := c.ProcStart(ctx, &protocol.ProcStartArgs{Command: protocol.Command{Shell: "i=0; while :; do i=$((i+1)); echo $i > /tmp/count; sleep 0.1; done"}})
+	counter, err := c.ProcStart(ctx, &protocol.ProcStartArgs{Command: protocol.Command{Shell: "i=0; while :; do i=$((i+1)); echo $i > /tmp/count.new; mv /tmp/count.new /tmp/count; sleep 0.1; done"}})
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The counter renames its file into place, so a read never sees the
+	// empty file between a truncation and a write.
 	count := func(c *link.Client) int {
 		t.Helper()
 		n, err := strconv.Atoi(f.sh(c, "cat /tmp/count 2>/dev/null || echo 0"))
