@@ -61,6 +61,7 @@ func (r *runtime) Thaw(ctx context.Context, lay layout.Layout, id string, st *sa
 	if err := qmpDo(ctx, lay, id, "cont"); err != nil {
 		return err
 	}
+	dropPausedState(lay, id) // the machine runs: what a paused snapshot kept is old
 	cctx, cancel := context.WithTimeout(ctx, clockTimeout)
 	defer cancel()
 	if err := setClock(cctx, lay.ChannelDir(Mode, id)); err != nil {

@@ -99,6 +99,16 @@ func TestPauseToDisk(t *testing.T) {
 	if _, err := c.Health(ctx); !errdefs.IsNotRunning(err) {
 		t.Errorf("the pausing process's old channel: %v, want NOT_RUNNING", err)
 	}
+	// A snapshot of it is made from what was saved: no QEMU starts.
+	if _, err := other.Snapshot(ctx, "disk", "ondisk"); err != nil {
+		t.Fatalf("snapshot of a neuron paused to disk: %v", err)
+	}
+	if pids := qemuProcesses(f.lay, "disk"); len(pids) > 0 {
+		t.Fatalf("the snapshot started QEMU: %v", pids)
+	}
+	if got, _ := other.Get(ctx, "disk"); got == nil || got.Status != sandbox.StatusPaused {
+		t.Fatalf("after its snapshot: %+v", got)
+	}
 
 	// A request from another process resumes it.
 	c2, err := other.Connect(ctx, "disk")
@@ -126,6 +136,19 @@ func TestPauseToDisk(t *testing.T) {
 	}
 	if got, _ := f.m.Get(ctx, "disk"); got == nil || got.Status != sandbox.StatusRunning || !got.CreatedAt.Equal(st.CreatedAt) {
 		t.Errorf("after the resume: %+v (created %s before)", got, st.CreatedAt)
+	}
+
+	// The snapshot made while it was on disk brings back the counter as
+	// it was then.
+	if _, err := f.m.Restore(ctx, "disk", "ondisk"); err != nil {
+		t.Fatalf("restore of the snapshot made on disk: %v", err)
+	}
+	c3, err := f.m.Connect(ctx, "disk")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := count(c3); n < before || n > before+20 {
+		t.Errorf("restored from the snapshot made on disk, the counter is at %d; it was %d at the pause", n, before)
 	}
 
 	// Paused to disk again, and destroyed: nothing saved is left.

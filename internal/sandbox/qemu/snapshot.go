@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/nsys-cortex/cortex/internal/ids"
+	"github.com/nsys-cortex/cortex/internal/layout"
 	"github.com/nsys-cortex/cortex/internal/protocol/boot"
 	"github.com/nsys-cortex/cortex/internal/protocol/errdefs"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
@@ -167,10 +168,11 @@ func (m *Manager) Snapshot(ctx context.Context, id, name string) (*store.Snapsho
 	return &info.Snapshot, nil
 }
 
-// SnapshotVM saves running neuron id whole as snapshot name: its memory
-// and processes, its devices, and its overlay disk. The VM is paused while
-// the state is written and the disk copied, then runs on; hosts stay
-// connected.
+// SnapshotVM saves neuron id whole as snapshot name: its memory and
+// processes, its devices, and its overlay disk. A running VM is stopped
+// while the state is written and the disk copied, then runs on; hosts stay
+// connected. A paused VM is saved as it stands and stays paused: its
+// vCPUs never run for it (see snapshotPaused).
 func (m *Manager) SnapshotVM(ctx context.Context, id, name string) (*SnapshotInfo, error) {
 	if err := ids.Validate(id); err != nil {
 		return nil, &sandbox.InvalidError{Reason: err.Error()}
@@ -182,15 +184,17 @@ func (m *Manager) SnapshotVM(ctx context.Context, id, name string) (*SnapshotInf
 	if err != nil {
 		return nil, err
 	}
-	if st.Status != sandbox.StatusRunning || st.Policy == nil {
-		// (A paused VM's save would leave its disks handed over until a
-		// resume, and a second one abort QEMU: it is resumed first.)
-		hint := "nsys-cortex create " + id + " starts it"
-		if st.Status == sandbox.StatusPaused {
-			hint = "nsys-cortex resume " + id + ", then snapshot it"
-		}
-		return nil, &sandbox.NotRunningError{ID: id, Reason: "it is " + string(st.Status) + ": a VM snapshot saves a running neuron", Hint: hint}
+	if (st.Status != sandbox.StatusRunning && st.Status != sandbox.StatusPaused) || st.Policy == nil {
+		return nil, &sandbox.NotRunningError{ID: id, Reason: "it is " + string(st.Status) + ": a VM snapshot saves a running or paused neuron",
+			Hint: "nsys-cortex create " + id + " starts it"}
 	}
+	// No pause, resume or destroy meanwhile (Get, which may take the lock
+	// to apply a deadline, came first).
+	unlock, err := m.LockRecord(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
 	dir := m.lay.SnapshotsDir(id)
 	final := filepath.Join(dir, name)
 	if _, err := os.Lstat(final); err == nil {
@@ -209,50 +213,29 @@ func (m *Manager) SnapshotVM(ctx context.Context, id, name string) (*SnapshotInf
 			return nil, err
 		}
 	}
-	chanDir := m.lay.ChannelDir(Mode, id)
-	q, err := dialQMP(ctx, qmpSocket(chanDir))
-	if err != nil {
-		return nil, err
-	}
-	defer q.Close()
-	var status struct {
-		Status string `json:"status"`
-	}
-	if err := q.run(ctx, "query-status", nil, &status); err != nil {
-		return nil, err
-	}
-	if status.Status != "running" {
-		return nil, fmt.Errorf("snapshot of %s: its VM is %s, not running", id, status.Status)
-	}
-	start := time.Now()
-	if err := q.run(ctx, "stop", nil, nil); err != nil {
-		return nil, err
-	}
-	stopped := time.Now()
-	saved, err := m.saveStopped(ctx, q, id, chanDir, tmp)
-	if err == nil {
-		err = m.keepSecret(id, filepath.Join(tmp, snapSecret))
-	}
-	// Whatever happened, the VM runs on (cont also takes back the disks
-	// the finished migration handed over).
-	cerr := q.run(context.WithoutCancel(ctx), "cont", nil, nil)
-	took := time.Since(start)
-	if err != nil {
-		return nil, errors.Join(err, cerr)
-	}
-	if cerr != nil {
-		return nil, fmt.Errorf("snapshot of %s saved, but its VM did not run again: %w", id, cerr)
-	}
-	boot := bootFiles{filepath.Join(chanDir, "boot", "vmlinux"), filepath.Join(chanDir, "boot", "initramfs.cpio"), filepath.Join(chanDir, "boot", "rootfs.ext4")}
-	if _, err := boot.pin(filepath.Join(tmp, "vm")); err != nil {
-		return nil, err
-	}
-	info := &SnapshotInfo{Snapshot: store.Snapshot{Name: name, Neuron: id, Created: start.UTC(), Files: 1, Bytes: saved, Mode: Mode},
+	info := &SnapshotInfo{Snapshot: store.Snapshot{Name: name, Neuron: id, Files: 1, Mode: Mode},
 		Policy: *st.Policy, MemoryMiB: st.Policy.Limits.MemoryBytes >> 20, CPUs: int(st.Policy.Limits.CPUs),
-		KVM: runsKVM(st.PID), Took: took, Stopped: stopped.UTC()}
+		KVM: runsKVM(st.PID)}
+	chanDir := m.lay.ChannelDir(Mode, id)
+	if st.Status == sandbox.StatusPaused && !store.Alive(st.PID, st.PIDStart) {
+		err = m.snapshotSuspended(id, tmp, info)
+	} else {
+		err = m.snapshotVMM(ctx, st, chanDir, tmp, info)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := m.keepSecret(id, filepath.Join(tmp, snapSecret)); err != nil {
+		return nil, err
+	}
 	if fi, err := os.Stat(filepath.Join(tmp, snapState)); err == nil {
 		info.StateBytes = fi.Size()
 	}
+	var ov syscall.Stat_t
+	if err := syscall.Stat(filepath.Join(tmp, snapOverlay), &ov); err != nil {
+		return nil, err
+	}
+	info.Bytes = ov.Blocks * 512 // the copy is sparse
 	if err := store.WriteJSON(filepath.Join(tmp, snapMeta), info, 0o600); err != nil {
 		return nil, err
 	}
@@ -260,6 +243,129 @@ func (m *Manager) SnapshotVM(ctx context.Context, id, name string) (*SnapshotInf
 		return nil, err
 	}
 	return info, nil
+}
+
+// snapshotVMM saves the machine neuron st's QEMU runs into tmp. A running
+// VM is stopped for it and runs on after. A paused one (QMP's stop) is
+// saved as it is and left stopped; the migration that saved it hands its
+// disks over ("postmigrate") until the resume's cont takes them back, and
+// a second migration would abort QEMU, so the state saved is kept beside
+// the overlay (pausedState) and a later snapshot before the resume, when
+// neither memory nor disk can have changed, takes that.
+func (m *Manager) snapshotVMM(ctx context.Context, st *sandbox.State, chanDir, tmp string, info *SnapshotInfo) error {
+	q, err := dialQMP(ctx, qmpSocket(chanDir))
+	if err != nil {
+		return err
+	}
+	defer q.Close()
+	var status struct {
+		Status string `json:"status"`
+	}
+	if err := q.run(ctx, "query-status", nil, &status); err != nil {
+		return err
+	}
+	kept := pausedState(m.lay, st)
+	start := time.Now()
+	info.Created = start.UTC()
+	switch {
+	case st.Status == sandbox.StatusRunning && status.Status == "running":
+		if err := q.run(ctx, "stop", nil, nil); err != nil {
+			return err
+		}
+		info.Stopped = time.Now().UTC()
+		err := m.saveStopped(ctx, q, st.ID, tmp)
+		// Whatever happened, the VM runs on (cont also takes back the
+		// disks the finished migration handed over).
+		cerr := q.run(context.WithoutCancel(ctx), "cont", nil, nil)
+		info.Took = time.Since(start)
+		if err != nil {
+			return errors.Join(err, cerr)
+		}
+		if cerr != nil {
+			return fmt.Errorf("snapshot of %s saved, but its VM did not run again: %w", st.ID, cerr)
+		}
+	case st.Status == sandbox.StatusPaused && status.Status == "paused":
+		info.Stopped = pausedSince(st, start)
+		os.Remove(kept)
+		if err := m.saveStopped(ctx, q, st.ID, tmp); err != nil {
+			return err
+		}
+		if err := vmimage.LinkOrCopy(filepath.Join(tmp, snapState), kept); err != nil {
+			return fmt.Errorf("snapshot of %s: keeping the paused machine's state: %w", st.ID, err)
+		}
+	case st.Status == sandbox.StatusPaused && status.Status == "postmigrate":
+		info.Stopped = pausedSince(st, start)
+		if err := copyKept(kept, filepath.Join(tmp, snapState)); err != nil {
+			return fmt.Errorf("snapshot of paused %s: %w (resume it, then snapshot it)", st.ID, err)
+		}
+		if err := vmimage.CopySparse(overlayDisk(m.lay, st.ID), filepath.Join(tmp, snapOverlay)); err != nil {
+			return fmt.Errorf("snapshot of %s: the overlay disk: %w", st.ID, err)
+		}
+	default:
+		return fmt.Errorf("snapshot of %s: it is %s but its VM is %s", st.ID, st.Status, status.Status)
+	}
+	boot := bootFiles{filepath.Join(chanDir, "boot", "vmlinux"), filepath.Join(chanDir, "boot", "initramfs.cpio"), filepath.Join(chanDir, "boot", "rootfs.ext4")}
+	_, err = boot.pin(filepath.Join(tmp, "vm"))
+	return err
+}
+
+// snapshotSuspended makes snapshot tmp of a neuron paused to disk from
+// the machine its pause saved: no QEMU starts for it.
+func (m *Manager) snapshotSuspended(id, tmp string, info *SnapshotInfo) error {
+	saved := suspendDir(m.lay, id)
+	var meta SnapshotInfo
+	if err := store.ReadJSON(filepath.Join(saved, snapMeta), &meta); err != nil {
+		return fmt.Errorf("snapshot of %s, paused to disk: its saved machine: %w", id, err)
+	}
+	info.Created, info.Stopped, info.KVM = time.Now().UTC(), meta.Stopped, meta.KVM
+	if err := copyKept(filepath.Join(saved, snapState), filepath.Join(tmp, snapState)); err != nil {
+		return fmt.Errorf("snapshot of %s, paused to disk: %w", id, err)
+	}
+	boot := bootFiles{filepath.Join(saved, snapKernel), filepath.Join(saved, snapInitramfs), filepath.Join(saved, snapRootDisk)}
+	if _, err := boot.pin(filepath.Join(tmp, "vm")); err != nil {
+		return err
+	}
+	if err := vmimage.CopySparse(overlayDisk(m.lay, id), filepath.Join(tmp, snapOverlay)); err != nil {
+		return fmt.Errorf("snapshot of %s: the overlay disk: %w", id, err)
+	}
+	return nil
+}
+
+// pausedState is where a snapshot of paused neuron st keeps the machine
+// state it saved, for the next snapshot before a resume: a host record
+// beside the overlay, named for the QEMU it came from, so a state of an
+// earlier run never stands in for this one's.
+func pausedState(lay layout.Layout, st *sandbox.State) string {
+	return filepath.Join(lay.OverlayDir(st.ID), fmt.Sprintf(".paused-state-%d-%d", st.PID, st.PIDStart))
+}
+
+// dropPausedState removes what snapshots of a paused neuron kept: its VM
+// has run (or gone) since.
+func dropPausedState(lay layout.Layout, id string) {
+	old, _ := filepath.Glob(filepath.Join(lay.OverlayDir(id), ".paused-state-*"))
+	for _, f := range old {
+		os.Remove(f)
+	}
+}
+
+// pausedSince is when paused neuron st's guest clock stopped.
+func pausedSince(st *sandbox.State, now time.Time) time.Time {
+	if st.PausedAt != nil {
+		return st.PausedAt.UTC()
+	}
+	return now.UTC()
+}
+
+// copyKept links or copies a machine state the host saved to dst.
+func copyKept(src, dst string) error {
+	fi, err := os.Lstat(src)
+	if err != nil {
+		return fmt.Errorf("the saved machine state: %w", err)
+	}
+	if !fi.Mode().IsRegular() || fi.Size() == 0 {
+		return fmt.Errorf("the saved machine state %s is not a saved state", src)
+	}
+	return vmimage.LinkOrCopy(src, dst)
 }
 
 // keepSecret saves the running agent's channel secret where a restore of
@@ -273,29 +379,25 @@ func (m *Manager) keepSecret(id, path string) error {
 }
 
 // saveStopped writes the stopped VM's state and copies its overlay disk
-// into tmp; it returns the bytes the copy takes (it is sparse).
-func (m *Manager) saveStopped(ctx context.Context, q *qmp, id, chanDir, tmp string) (int64, error) {
+// into tmp.
+func (m *Manager) saveStopped(ctx context.Context, q *qmp, id, tmp string) error {
 	state, err := os.OpenFile(filepath.Join(tmp, snapState), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
-		return 0, err
+		return err
 	}
 	_, err = q.saveState(ctx, state)
 	if cerr := state.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
-		return 0, fmt.Errorf("snapshot of %s: %w", id, err)
+		return fmt.Errorf("snapshot of %s: %w", id, err)
 	}
 	// The VM is stopped and its block layer flushed: the disk matches the
 	// state just saved.
 	if err := vmimage.CopySparse(overlayDisk(m.lay, id), filepath.Join(tmp, snapOverlay)); err != nil {
-		return 0, fmt.Errorf("snapshot of %s: the overlay disk: %w", id, err)
+		return fmt.Errorf("snapshot of %s: the overlay disk: %w", id, err)
 	}
-	var st syscall.Stat_t
-	if err := syscall.Stat(filepath.Join(tmp, snapOverlay), &st); err != nil {
-		return 0, err
-	}
-	return st.Blocks * 512, nil
+	return nil
 }
 
 // runsKVM reports whether QEMU process pid runs with KVM.

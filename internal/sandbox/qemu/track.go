@@ -36,6 +36,7 @@ func (r *runtime) Alive(lay layout.Layout, st *sandbox.State) (bool, error) {
 // disks: what the agent wrote is on the overlay disk), then makes sure no
 // QEMU of the neuron is left.
 func (r *runtime) Stop(lay layout.Layout, id string, st *sandbox.State) {
+	dropPausedState(lay, id)
 	var pids []int
 	if st != nil && st.PID > 0 && store.Alive(st.PID, st.PIDStart) {
 		pids = append(pids, st.PID)

@@ -26,6 +26,7 @@ func RunSnapshotter(t *testing.T, cfg Config) {
 	}
 	t.Run("SnapshotRestore", func(t *testing.T) { testSnapshotRestore(t, newFixture(t, cfg)) })
 	t.Run("Refusals", func(t *testing.T) { testSnapshotRefusals(t, newFixture(t, cfg)) })
+	t.Run("Paused", func(t *testing.T) { testSnapshotPaused(t, newFixture(t, cfg)) })
 }
 
 // snapshotter returns the fixture's new manager and its snapshot side, or
@@ -231,5 +232,74 @@ func testSnapshotRefusals(t *testing.T, f *fixture) {
 	}
 	if _, err := s.Snapshot(ctx, "ref", "s2"); !errdefs.IsNotRunning(err) {
 		t.Errorf("snapshot of a stopped neuron: %v, want NotRunningError", err)
+	}
+}
+
+// testSnapshotPaused: a paused neuron is snapshot as it stands, twice,
+// and stays paused; the resume finds its processes where they were, and a
+// restore of either snapshot brings back the machine as it was paused.
+func testSnapshotPaused(t *testing.T, f *fixture) {
+	m, s := f.snapshotter()
+	pm, ok := m.(sandbox.Pauser)
+	if !ok {
+		t.Skipf("%s mode cannot pause", m.Mode())
+	}
+	ctx := f.ctx
+	f.create(m, "psnap")
+	c := f.connect(m, "psnap")
+	if err := c.WriteFile(ctx, "state.txt", []byte("before"), nil); err != nil {
+		t.Fatal(err)
+	}
+	bg, err := c.ProcStart(ctx, &protocol.ProcStartArgs{Command: sh("i=0; while :; do i=$((i+1)); echo $i > ticks.tmp && mv ticks.tmp ticks; sleep 0.1; done")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waittest.For(t, 10*time.Second, "the counter to start", func() bool { ok, _ := c.Exists(ctx, "ticks"); return ok })
+	if _, err := pm.Pause(ctx, "psnap", sandbox.PauseOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	paused := func(when string) {
+		t.Helper()
+		if got, err := m.Get(ctx, "psnap"); err != nil || got.Status != sandbox.StatusPaused {
+			t.Fatalf("%s: %+v %v, want paused", when, got, err)
+		}
+	}
+	// The second snapshot, with nothing run between, is the case a VM's
+	// save-by-migration cannot do twice.
+	for _, name := range []string{"p1", "p2"} {
+		snap, err := s.Snapshot(ctx, "psnap", name)
+		if err != nil {
+			t.Fatalf("snapshot %s of a paused neuron: %v", name, err)
+		}
+		if snap.Name != name || snap.Mode != m.Mode() {
+			t.Errorf("the snapshot's record: %+v", snap)
+		}
+		paused("after snapshot " + name)
+	}
+	if _, err := pm.Resume(ctx, "psnap"); err != nil {
+		t.Fatalf("resume after two snapshots: %v", err)
+	}
+	waittest.For(t, 10*time.Second, "the agent after the resume", func() bool { _, err := c.Health(ctx); return err == nil })
+	if f.cfg.NoGuestState != "" {
+		t.Logf("not checked after the resume and restores: its files and processes (%s)", f.cfg.NoGuestState)
+		return
+	}
+	n := f.ticks(c)
+	waittest.For(t, 10*time.Second, "the counter to count on after the resume", func() bool { return f.ticks(c) > n })
+	if err := c.WriteFile(ctx, "state.txt", []byte("after"), nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.WriteFile(ctx, "later.txt", []byte("x"), nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"p2", "p1"} {
+		got, err := s.Restore(ctx, "psnap", name)
+		if err != nil {
+			t.Fatalf("restore of %s: %v", name, err)
+		}
+		if got.Status != sandbox.StatusRunning {
+			t.Fatalf("after the restore of %s: %+v", name, got)
+		}
+		f.wantRestored(f.connect(m, "psnap"), bg.PID)
 	}
 }

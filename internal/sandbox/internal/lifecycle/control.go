@@ -87,6 +87,15 @@ func (m *Manager) lockRecord(ctx context.Context, id string) (func(), error) {
 	return m.recordLock(ctx, id)
 }
 
+// LockRecord takes known neuron id's record lock, for a mode's own
+// operation that must not interleave with a pause, a resume or a destroy
+// (a VM's snapshot of a paused machine). Nothing that takes the lock
+// again (Pause, Resume, Get of a neuron past its deadline) may be called
+// while it is held.
+func (m *Manager) LockRecord(ctx context.Context, id string) (func(), error) {
+	return m.lockRecord(ctx, id)
+}
+
 // recordLock takes neuron id's record lock: one change of its state,
 // spec and pause at a time, across processes.
 func (m *Manager) recordLock(ctx context.Context, id string) (func(), error) {
