@@ -16,6 +16,7 @@ import (
 
 	"github.com/nsys-cortex/cortex/internal/api"
 	"github.com/nsys-cortex/cortex/internal/ctxfs"
+	"github.com/nsys-cortex/cortex/internal/ctxfs/ctxmount"
 	"github.com/nsys-cortex/cortex/internal/ctxsource"
 	"github.com/nsys-cortex/cortex/internal/launch"
 	"github.com/nsys-cortex/cortex/internal/model"
@@ -25,7 +26,7 @@ import (
 const DefaultCtxDir = "/ctx"
 
 // mountRecord is what a serving mount leaves in <home>/mounts, for umount.
-func (a *App) mountRecordPath(dir string) string { return ctxfs.RecordPath(a.lay.MountsDir(), dir) }
+func (a *App) mountRecordPath(dir string) string { return ctxmount.RecordPath(a.lay.MountsDir(), dir) }
 
 func (a *App) mountCommand() *cobra.Command {
 	var readOnly, debug bool
@@ -94,14 +95,14 @@ func (a *App) serveCtx(ctx context.Context, dir string, readOnly, debug bool) er
 		return err
 	}
 	rec := a.mountRecordPath(dir)
-	if err := ctxfs.WriteRecord(a.lay.MountsDir(), ctxfs.Record{Dir: dir, PID: os.Getpid(), Since: time.Now().UTC(), Token: token}); err != nil {
+	if err := ctxmount.WriteRecord(a.lay.MountsDir(), ctxmount.Record{Dir: dir, PID: os.Getpid(), Since: time.Now().UTC(), Token: token}); err != nil {
 		// umount falls back to the mount table, but launchers cannot
 		// validate the mount without it: neurons will not get /ctx.
 		fmt.Fprintf(a.Stderr, "nsys-cortex: writing the mount record: %v; neurons cannot be given this mount\n", err)
 	}
 	defer func() {
 		// Only our own record: a later mount at dir may have replaced it.
-		if r, err := ctxfs.ReadRecord(a.lay.MountsDir(), dir); err == nil && r.PID == os.Getpid() {
+		if r, err := ctxmount.ReadRecord(a.lay.MountsDir(), dir); err == nil && r.PID == os.Getpid() {
 			os.Remove(rec)
 		}
 	}()
@@ -109,7 +110,7 @@ func (a *App) serveCtx(ctx context.Context, dir string, readOnly, debug bool) er
 	if !readOnly {
 		// A child process reads the magic file: this process never touches
 		// its own mount.
-		if err := ctxfs.Validate(dir, token, ctxfs.ReadWithCat); err != nil {
+		if err := ctxmount.Validate(dir, token, ctxmount.ReadWithCat); err != nil {
 			fmt.Fprintf(a.Stderr, "nsys-cortex: %v; neurons get it read-only\n", err)
 			state = "read-only for neurons (not validated)"
 		} else {
@@ -173,11 +174,11 @@ detached lazily and disappears when its last user leaves.`,
 			if err != nil {
 				return err
 			}
-			var rec ctxfs.Record
+			var rec ctxmount.Record
 			if b, err := os.ReadFile(a.mountRecordPath(dir)); err == nil && json.Unmarshal(b, &rec) == nil && rec.PID > 0 {
 				if syscall.Kill(rec.PID, syscall.SIGTERM) == nil {
 					for range 100 {
-						if m, ok := ctxfs.MountAt(dir); !ok || m.FSType != ctxfs.FSType {
+						if m, ok := ctxmount.MountAt(dir); !ok || m.FSType != ctxmount.FSType {
 							return nil
 						}
 						time.Sleep(50 * time.Millisecond)

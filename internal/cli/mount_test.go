@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nsys-cortex/cortex/internal/ctxfs"
+	"github.com/nsys-cortex/cortex/internal/ctxfs/ctxmount"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
 	"github.com/nsys-cortex/cortex/internal/sandbox/process"
 )
@@ -49,7 +49,7 @@ func TestMountCommand(t *testing.T) {
 	if err != nil || !strings.Contains(line, "mounted at "+dir) || !strings.Contains(line, "validated") {
 		t.Fatalf("mount said %q, %v", line, err)
 	}
-	out, err := exec.Command("cat", filepath.Join(dir, ctxfs.MagicName)).Output()
+	out, err := exec.Command("cat", filepath.Join(dir, ctxmount.MagicName)).Output()
 	if err != nil || !strings.HasPrefix(string(out), "cortexfs 1 ") {
 		t.Fatalf("magic file: %q, %v", out, err)
 	}
@@ -71,7 +71,7 @@ func TestMountCommand(t *testing.T) {
 	case <-time.After(15 * time.Second):
 		t.Fatal("mount did not exit after umount")
 	}
-	if m, ok := ctxfs.MountAt(dir); ok {
+	if m, ok := ctxmount.MountAt(dir); ok {
 		t.Errorf("still mounted: %+v", m)
 	}
 }

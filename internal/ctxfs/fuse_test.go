@@ -16,6 +16,7 @@ import (
 
 	"github.com/nsys-cortex/cortex/internal/ctxfs"
 	"github.com/nsys-cortex/cortex/internal/ctxfs/ctxfstest"
+	"github.com/nsys-cortex/cortex/internal/ctxfs/ctxmount"
 	"github.com/nsys-cortex/cortex/internal/waittest"
 )
 
@@ -314,7 +315,7 @@ func TestMountedPerUID(t *testing.T) {
 	if out, err := as("sh", "-c", "echo restart > "+filepath.Join(dir, "neurons/mine/ctl")); err == nil {
 		t.Errorf("a neuron wrote ctl before the mount was validated: %q", out)
 	}
-	if err := ctxfs.Validate(dir, "tok", ctxfs.ReadWithCat); err != nil {
+	if err := ctxmount.Validate(dir, "tok", ctxmount.ReadWithCat); err != nil {
 		t.Fatal(err)
 	}
 	tr.SetValidated(true)
@@ -334,13 +335,13 @@ func TestMountedPerUID(t *testing.T) {
 func TestValidate(t *testing.T) {
 	f := standard(t)
 	dir := mountTree(t, f.tree())
-	if err := ctxfs.Validate(dir, "tok", ctxfs.ReadWithCat); err != nil {
+	if err := ctxmount.Validate(dir, "tok", ctxmount.ReadWithCat); err != nil {
 		t.Errorf("the real mount: %v", err)
 	}
-	if err := ctxfs.Validate(dir, "other", ctxfs.ReadWithCat); err == nil {
+	if err := ctxmount.Validate(dir, "other", ctxmount.ReadWithCat); err == nil {
 		t.Error("another token validated")
 	}
-	if err := ctxfs.Validate(openDir(t), "tok", ctxfs.ReadWithCat); err == nil {
+	if err := ctxmount.Validate(openDir(t), "tok", ctxmount.ReadWithCat); err == nil {
 		t.Error("a plain directory validated")
 	}
 }

@@ -1,9 +1,6 @@
 package ctxfs
 
 import (
-	"golang.org/x/sys/unix"
-
-	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
@@ -16,13 +13,9 @@ import (
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
-)
+	"golang.org/x/sys/unix"
 
-// FSType is the filesystem type a CortexFS mount has in
-// /proc/self/mountinfo ("fuse." + the name), and FSSource its source.
-const (
-	FSType   = "fuse.cortexfs"
-	FSSource = "cortexfs"
+	"github.com/nsys-cortex/cortex/internal/ctxfs/ctxmount"
 )
 
 // MountOptions shape a mount.
@@ -50,7 +43,7 @@ func Mount(dir string, t *Tree, o MountOptions) (*Server, error) {
 	if err := ClearStale(dir); err != nil {
 		return nil, err
 	}
-	if m, ok := MountAt(dir); ok {
+	if m, ok := ctxmount.MountAt(dir); ok {
 		return nil, fmt.Errorf("mount: %s is already mounted (%s from %s): unmount it first (nsys-cortex umount %s)", dir, m.FSType, m.Source, dir)
 	}
 	f := &fuseFS{t: t, watches: map[uint64]*watch{}}
@@ -63,7 +56,7 @@ func Mount(dir string, t *Tree, o MountOptions) (*Server, error) {
 	srv, err := fs.Mount(dir, root, &fs.Options{
 		MountOptions: fuse.MountOptions{
 			AllowOther:    true, // agents run under other uids
-			FsName:        FSSource,
+			FsName:        ctxmount.FSSource,
 			Name:          "cortexfs",
 			Options:       opts,
 			DisableXAttrs: true,
@@ -80,7 +73,7 @@ func Mount(dir string, t *Tree, o MountOptions) (*Server, error) {
 		return nil, fmt.Errorf("mount: FUSE at %s: %w (is /dev/fuse there, and fuse3 installed?)", dir, err)
 	}
 	conn := ""
-	if m, ok := MountAt(dir); ok { // the mount table, not the mount itself
+	if m, ok := ctxmount.MountAt(dir); ok { // the mount table, not the mount itself
 		if _, minor, ok := strings.Cut(m.Dev, ":"); ok {
 			conn = minor
 		}
@@ -132,11 +125,11 @@ func Unmount(dir string) error {
 	if err != nil {
 		return err
 	}
-	m, ok := MountAt(dir)
+	m, ok := ctxmount.MountAt(dir)
 	if !ok {
 		return fmt.Errorf("umount: nothing is mounted at %s", dir)
 	}
-	if m.FSType != FSType {
+	if m.FSType != ctxmount.FSType {
 		return fmt.Errorf("umount: %s is a %s mount, not CortexFS: leaving it alone", dir, m.FSType)
 	}
 	if err := plainUnmount(dir); err == nil {
@@ -153,7 +146,7 @@ func ClearStale(dir string) error {
 	if !Stale(dir) {
 		return nil
 	}
-	if m, ok := MountAt(dir); ok && m.FSType != FSType {
+	if m, ok := ctxmount.MountAt(dir); ok && m.FSType != ctxmount.FSType {
 		return fmt.Errorf("mount: %s is a dead %s mount, not CortexFS: unmount it yourself", dir, m.FSType)
 	}
 	if err := lazyUnmount(dir); err != nil {
@@ -194,108 +187,4 @@ func fusermount(flag, dir string) error {
 		return fmt.Errorf("%s %s %s: %w: %s", bin, flag, dir, err, bytes.TrimSpace(out))
 	}
 	return nil
-}
-
-// MountInfo is one line of /proc/self/mountinfo.
-type MountInfo struct {
-	Dev     string // major:minor of the filesystem (a FUSE connection's minor names it in /sys/fs/fuse/connections)
-	Point   string
-	FSType  string
-	Source  string
-	Options string // the per-mount options (rw or ro first)
-}
-
-// MountAt returns the topmost mount at dir.
-func MountAt(dir string) (MountInfo, bool) {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return MountInfo{}, false
-	}
-	defer f.Close()
-	var found MountInfo
-	ok := false
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		m, good := parseMountInfo(sc.Text())
-		if good && m.Point == dir {
-			found, ok = m, true // later lines are mounted on top
-		}
-	}
-	return found, ok
-}
-
-// parseMountInfo reads "id parent maj:min root point opts [tags] - type source superopts".
-func parseMountInfo(line string) (MountInfo, bool) {
-	pre, post, ok := strings.Cut(line, " - ")
-	if !ok {
-		return MountInfo{}, false
-	}
-	a, b := strings.Fields(pre), strings.Fields(post)
-	if len(a) < 6 || len(b) < 2 {
-		return MountInfo{}, false
-	}
-	return MountInfo{Dev: a[2], Point: unescapeMount(a[4]), Options: a[5], FSType: b[0], Source: b[1]}, true
-}
-
-// unescapeMount undoes mountinfo's octal escapes (\040 for a space).
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			var v int
-			if _, err := fmt.Sscanf(s[i+1:i+4], "%03o", &v); err == nil {
-				b.WriteByte(byte(v))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}
-
-// Validate confirms that dir is this CortexFS, mounted read-write (seed
-// 003 §6): the mount table names a cortexfs FUSE mount at dir, and its
-// magic file carries token. readMagic reads the magic file; it must run
-// outside the serving process (a child process such as cat), because the
-// server never touches its own mount.
-func Validate(dir, token string, readMagic func(path string) ([]byte, error)) error {
-	dir, err := filepath.Abs(dir)
-	if err != nil {
-		return err
-	}
-	m, ok := MountAt(dir)
-	if !ok {
-		return fmt.Errorf("validate: nothing is mounted at %s", dir)
-	}
-	if m.FSType != FSType || m.Source != FSSource {
-		return fmt.Errorf("validate: %s is %s from %s, not CortexFS", dir, m.FSType, m.Source)
-	}
-	if !strings.HasPrefix(m.Options, "rw") {
-		return fmt.Errorf("validate: %s is mounted %s, not read-write", dir, m.Options)
-	}
-	b, err := readMagic(filepath.Join(dir, MagicName))
-	if err != nil {
-		return fmt.Errorf("validate: reading %s: %w", MagicName, err)
-	}
-	if want := "cortexfs 1 " + token + "\n"; string(b) != want {
-		return fmt.Errorf("validate: %s at %s is another CortexFS than this one", MagicName, dir)
-	}
-	return nil
-}
-
-// ReadWithCat reads a file through a child process (cat), for Validate.
-func ReadWithCat(path string) ([]byte, error) {
-	out, err := exec.Command("cat", path).Output()
-	if err != nil {
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			return nil, fmt.Errorf("%w: %s", err, bytes.TrimSpace(ee.Stderr))
-		}
-	}
-	return out, err
 }

@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/nsys-cortex/cortex/internal/ctxfs/ctxmount"
 	"github.com/nsys-cortex/cortex/internal/protocol"
 	"github.com/nsys-cortex/cortex/internal/protocol/errdefs"
 )
@@ -43,9 +44,6 @@ type Options struct {
 	// Validate compares.
 	Token string
 }
-
-// MagicName is the file at the root that identifies a CortexFS mount.
-const MagicName = ".cortexfs"
 
 // Tree is /ctx addressed by slash-separated paths relative to its root
 // ("" is the root). It is safe for concurrent use.
@@ -236,7 +234,7 @@ func (t *Tree) child(ctx context.Context, r *ref, name string) (*ref, error) {
 			n.kind = kAgents
 		case "audit":
 			n.kind = kAudit
-		case MagicName:
+		case ctxmount.MagicName:
 			n.kind = kMagic
 		}
 	case kNeurons:
@@ -359,7 +357,7 @@ func (t *Tree) list(ctx context.Context, c Caller, r *ref) ([]string, error) {
 	case kRoot:
 		names = []string{"neurons"}
 		if t.operator(c) {
-			names = append(names, MagicName, "agents", "audit", "sessions")
+			names = append(names, ctxmount.MagicName, "agents", "audit", "sessions")
 		}
 	case kNeurons:
 		for _, n := range t.o.Source.Snapshot().Neurons {

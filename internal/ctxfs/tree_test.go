@@ -11,6 +11,7 @@ import (
 	"testing/fstest"
 
 	"github.com/nsys-cortex/cortex/internal/ctxfs"
+	"github.com/nsys-cortex/cortex/internal/ctxfs/ctxmount"
 	"github.com/nsys-cortex/cortex/internal/protocol"
 	"github.com/nsys-cortex/cortex/internal/protocol/errdefs"
 )
@@ -80,7 +81,7 @@ func TestPerUIDVisibility(t *testing.T) {
 	if root, _ := fs.ReadDir(a, "."); len(root) != 1 || root[0].Name() != "neurons" {
 		t.Errorf("the root as a's uid sees it: %v; want neurons only", root)
 	}
-	for _, p := range []string{ctxfs.MagicName, "neurons/b/status", "neurons/b", "audit/log", "sessions", "agents/coder/AGENTS.md"} {
+	for _, p := range []string{ctxmount.MagicName, "neurons/b/status", "neurons/b", "audit/log", "sessions", "agents/coder/AGENTS.md"} {
 		if _, err := fs.ReadFile(a, p); !errors.Is(err, fs.ErrNotExist) {
 			t.Errorf("a's uid reads %s: %v; want not-exist", p, err)
 		}

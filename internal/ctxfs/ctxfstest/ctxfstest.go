@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/nsys-cortex/cortex/internal/ctxfs"
+	"github.com/nsys-cortex/cortex/internal/ctxfs/ctxmount"
 	"github.com/nsys-cortex/cortex/internal/waittest"
 )
 
@@ -20,7 +21,7 @@ func Unmount(t testing.TB, srv *ctxfs.Server) {
 	unmounted := make(chan error, 1)
 	go func() { unmounted <- srv.Unmount() }()
 	waittest.For(t, time.Minute, "the unmount of "+srv.Dir(), func() bool {
-		_, mounted := ctxfs.MountAt(srv.Dir())
+		_, mounted := ctxmount.MountAt(srv.Dir())
 		return len(unmounted) > 0 || !mounted
 	})
 	if len(unmounted) == 0 {

@@ -34,7 +34,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/nsys-cortex/cortex/internal/ctxfs"
+	"github.com/nsys-cortex/cortex/internal/ctxfs/ctxmount"
 	"github.com/nsys-cortex/cortex/internal/hostfs"
 	"github.com/nsys-cortex/cortex/internal/layout"
 	"github.com/nsys-cortex/cortex/internal/protocol/boot"
@@ -407,15 +407,15 @@ func ctxExposure(lay layout.Layout, dir string) (writable bool, err error) {
 	if !filepath.IsAbs(dir) {
 		return false, &sandbox.InvalidError{Reason: fmt.Sprintf("--ctx %s: give the mount's absolute path", dir)}
 	}
-	m, ok := ctxfs.MountAt(dir)
-	if !ok || m.FSType != ctxfs.FSType || m.Source != ctxfs.FSSource {
+	m, ok := ctxmount.MountAt(dir)
+	if !ok || m.FSType != ctxmount.FSType || m.Source != ctxmount.FSSource {
 		return false, &sandbox.InvalidError{Reason: fmt.Sprintf("--ctx %s: no CortexFS is mounted there (nsys-cortex mount %s)", dir, dir)}
 	}
-	rec, err := ctxfs.ReadRecord(lay.MountsDir(), dir)
+	rec, err := ctxmount.ReadRecord(lay.MountsDir(), dir)
 	if err != nil {
 		return false, nil // a CortexFS this home cannot validate: read-only
 	}
-	return ctxfs.Validate(dir, rec.Token, ctxfs.ReadWithCat) == nil, nil
+	return ctxmount.Validate(dir, rec.Token, ctxmount.ReadWithCat) == nil, nil
 }
 
 // plan builds the sandbox's configuration.

@@ -1,4 +1,4 @@
-package ctxfs
+package ctxmount
 
 import (
 	"encoding/json"
