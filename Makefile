@@ -1,5 +1,5 @@
 # Nsys Cortex build. `make` builds bin/nsys-cortex with the static agent
-# embedded (and bin/cortex-agent beside it); `make test` runs every test.
+# and the full program embedded (and bin/cortex-agent beside it); `make test` runs every test.
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X main.version=$(VERSION)
 GO ?= go
@@ -12,9 +12,10 @@ agent:
 	mkdir -p bin
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/cortex-agent ./cmd/cortex-agent
 
-build: agent
-	cp bin/cortex-agent internal/agentbin/cortex-agent.bin
-	CGO_ENABLED=0 $(GO) build -trimpath -tags cortex_embed_agent -ldflags '$(LDFLAGS)' -o bin/nsys-cortex ./cmd/nsys-cortex
+# bin/nsys-cortex: the light program with the agent and the full program
+# embedded (scripts/build.sh; internal/cli/split.go says why).
+build:
+	VERSION=$(VERSION) scripts/build.sh bin
 
 # The test command (README, .ci/run): vet, the import rules, and every test
 # with the race detector against real agent processes.
@@ -25,6 +26,7 @@ test:
 # go.mod pins as a tool, so there is nothing to install.
 lint:
 	$(GO) vet ./...
+	$(GO) vet -tags cortex_light ./cmd/nsys-cortex ./internal/cli
 	$(GO) tool staticcheck ./...
 
 fuzz:
@@ -37,4 +39,4 @@ demo: build
 	scripts/demo.sh
 
 clean:
-	rm -rf bin internal/agentbin/cortex-agent.bin
+	rm -rf bin internal/agentbin/cortex-agent.bin internal/fullbin/nsys-cortex-full.gz

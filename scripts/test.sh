@@ -16,6 +16,17 @@ fi
 step "go vet"
 go vet ./...
 
+# nsys-cortex as users get it: the light program carrying the full one
+# (internal/cli/split.go). Its start test (cmd/nsys-cortex) uses this build.
+step "the light build"
+go vet -tags cortex_light ./cmd/nsys-cortex ./internal/cli
+cleanup=()
+trap 'rm -rf "${cleanup[@]}"' EXIT
+split=$(mktemp -d /tmp/nsys-cortex-split.XXXXXX)
+cleanup+=("$split")
+scripts/build.sh "$split"
+export NSYS_CORTEX_SPLIT_DIR="$split"
+
 step "import rules"
 go test -count=1 ./internal/archtest
 if [ -x ../shared/tools/layercheck ]; then ../shared/tools/layercheck; fi
@@ -32,7 +43,7 @@ if [ "$(id -u)" = 0 ] && command -v runuser >/dev/null; then
 	user=nsys-cortex-test
 	id "$user" >/dev/null 2>&1 || useradd --system --create-home "$user"
 	dir=$(mktemp -d /tmp/nsys-cortex-rootless.XXXXXX)
-	trap 'rm -rf "$dir"' EXIT
+	cleanup+=("$dir")
 	CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$dir/cortex-agent" ./cmd/cortex-agent
 	CGO_ENABLED=0 go build -o "$dir/escape" ./internal/sandbox/sandboxtest/testdata/escape
 	CGO_ENABLED=0 go build -o "$dir/hostile" ./internal/sandbox/sandboxtest/testdata/hostile

@@ -4,12 +4,17 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/nsys-cortex/cortex/internal/agentbin"
 	"github.com/nsys-cortex/cortex/internal/cli"
+	"github.com/nsys-cortex/cortex/internal/fullbin"
+	"github.com/nsys-cortex/cortex/internal/layout"
 	"github.com/nsys-cortex/cortex/internal/protocol/boot"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
 	"github.com/nsys-cortex/cortex/internal/sandbox/docker"
@@ -23,6 +28,14 @@ import (
 var version = "dev"
 
 func main() {
+	// NSYS_CORTEX_DEBUG_START=1: how much CPU this process used before main
+	// (the runtime's start and every package's initialisation), which the
+	// start test holds to its budget (docs/cli.md).
+	if os.Getenv("NSYS_CORTEX_DEBUG_START") == "1" {
+		var ts unix.Timespec
+		unix.ClockGettime(unix.CLOCK_PROCESS_CPUTIME_ID, &ts)
+		fmt.Fprintf(os.Stderr, "nsys-cortex: cpu before main: %d us\n", ts.Nano()/1000)
+	}
 	// Descriptors inherited without close-on-exec (a shell's `exec 7<file`)
 	// must not reach the neurons this process starts.
 	boot.CloseOnExec()
@@ -38,6 +51,13 @@ func main() {
 		Version:       version,
 		Backends:      []sandbox.Backend{firecracker.Backend(), qemu.Backend(), docker.Backend(), nsbox.Backend(), process.Backend()},
 		AgentEmbedded: agentbin.Embedded(),
+		FullProgram: func() (string, error) {
+			lay, err := layout.FromEnv()
+			if err != nil {
+				return "", err
+			}
+			return fullbin.Path(lay.BinDir())
+		},
 	}
 	code := app.Run(ctx, os.Args[1:])
 	signal.Stop(sigs)

@@ -84,7 +84,7 @@ var layers = map[string]Layer{
 	"internal/store": Execution, "internal/labels": Execution, "internal/events": Execution, "internal/keeper": Execution,
 	"internal/policy": Execution, "internal/gate": Execution, "internal/term": Execution, "internal/tools": Execution,
 	"internal/launch": Execution, "internal/model": Execution, "internal/image": Execution, "internal/vmimage": Execution,
-	"internal/agentbin": Execution, "internal/config": Execution, "internal/logging": Execution,
+	"internal/agentbin": Execution, "internal/fullbin": Execution, "internal/config": Execution, "internal/logging": Execution,
 
 	"client": Edge, "internal/cli": Edge, "internal/api": Edge, "internal/mcp": Edge, "internal/ctxsource": Edge,
 	"internal/chatrun": Edge, "internal/loop": Edge, "internal/llm": Edge, "internal/session": Edge, "internal/prompt": Edge,
@@ -187,4 +187,35 @@ func TestAgentStaysSmall(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestLightProgramLinksNothingHeavy: the light build of nsys-cortex
+// (internal/cli/split.go), which runs every command but the few that need
+// them, links none of the packages whose initialisation is what made the
+// CLI slow to start. cmd/nsys-cortex's TestStartIsLight measures the
+// start itself.
+func TestLightProgramLinksNothingHeavy(t *testing.T) {
+	deps := list(t, "-deps", "-tags", "cortex_light", mod+"/cmd/nsys-cortex")
+	if len(deps) < 50 {
+		t.Fatalf("go list -deps found only %d packages", len(deps))
+	}
+	for _, d := range deps {
+		for _, heavy := range heavyPackages {
+			if under(d.ImportPath, heavy) {
+				t.Errorf("the light nsys-cortex depends on %s", d.ImportPath)
+			}
+		}
+	}
+}
+
+// heavyPackages are the module paths only the full program may link: the
+// chat's renderer, the LLM vendors' SDKs and what they pull in, MCP, FUSE,
+// metrics, SQLite, the HTTP API and the agent loop.
+var heavyPackages = []string{
+	"github.com/charmbracelet/glamour", "github.com/alecthomas/chroma", "github.com/microcosm-cc/bluemonday",
+	"github.com/anthropics", "github.com/openai", "google.golang.org/genai", "google.golang.org/grpc",
+	"google.golang.org/protobuf", "github.com/modelcontextprotocol", "github.com/hanwen/go-fuse",
+	"github.com/prometheus", "modernc.org/sqlite", "go.yaml.in/yaml",
+	mod + "/internal/api", mod + "/internal/chatrun", mod + "/internal/loop", mod + "/internal/mcp",
+	mod + "/internal/tools", mod + "/internal/ctxsource",
 }

@@ -39,6 +39,11 @@ type App struct {
 	Backends []sandbox.Backend
 	// AgentEmbedded is the agent binary built into this executable, if any.
 	AgentEmbedded []byte
+	// FullProgram finds the full program, which the light build runs for
+	// the commands it does not link (split.go); unused by a full build.
+	FullProgram func() (string, error)
+
+	args []string // the command line Run was given
 
 	once      sync.Once
 	exclusive bool           // the daemon: own the neurons touched
@@ -66,6 +71,7 @@ func (e *exitError) Error() string { return fmt.Sprintf("exit status %d", e.code
 
 // Run runs the command line and returns the process exit status.
 func (a *App) Run(ctx context.Context, args []string) int {
+	a.args = args
 	root := a.rootCommand()
 	root.SetArgs(args)
 	root.SetIn(a.Stdin)

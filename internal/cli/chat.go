@@ -1,3 +1,5 @@
+//go:build !cortex_light
+
 package cli
 
 import (
@@ -46,7 +48,7 @@ func (a *App) chatCommand() *cobra.Command {
 	var f chatFlags
 	cmd := &cobra.Command{
 		Use:   "chat [ID] [--provider P --model M] [--resume SESSION|--continue] [-p PROMPT [-o json]]",
-		Short: "Talk to an LLM agent that works in a neuron with the tool kit",
+		Short: shortChat,
 		Long: `chat runs the built-in agent loop: the model works in neuron ID (created if
 it does not exist; the resumed session's neuron, or a new one, without ID)
 through the tool kit, every call under the policy (--policy, default

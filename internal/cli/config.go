@@ -2,8 +2,11 @@ package cli
 
 import (
 	"bufio"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"strings"
 
@@ -11,6 +14,7 @@ import (
 
 	"github.com/nsys-cortex/cortex/internal/config"
 	"github.com/nsys-cortex/cortex/internal/layout"
+	"github.com/nsys-cortex/cortex/internal/store"
 )
 
 // configItem is one key as config list shows it.
@@ -249,4 +253,54 @@ func (a *App) configUnsetCommand() *cobra.Command {
 			return nil
 		},
 	}
+}
+
+// loadConfig reads the config file of the home directory and fills the
+// environment names of the keys it sets (never a secret's).
+func (a *App) loadConfig() (*config.Config, error) {
+	if a.cfg != nil {
+		return a.cfg, nil
+	}
+	lay, err := layout.FromEnv()
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := config.Load(lay.ConfigFile())
+	if err != nil {
+		return nil, err
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if err := cfg.Apply(); err != nil {
+		return nil, err
+	}
+	a.cfg = cfg
+	return cfg, nil
+}
+
+// localToken returns the token in the home's api.token file; with create,
+// a missing one is made (32 random bytes, hex, owner-only) first.
+func localToken(lay layout.Layout, create bool) (string, error) {
+	path := lay.APITokenFile()
+	if b, err := os.ReadFile(path); err == nil {
+		if t := strings.TrimSpace(string(b)); len(t) >= 32 {
+			return t, nil
+		}
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return "", fmt.Errorf("the API token (%s): %w", path, err)
+	}
+	if !create {
+		return "", nil
+	}
+	var raw [32]byte
+	rand.Read(raw[:])
+	t := hex.EncodeToString(raw[:])
+	if err := os.MkdirAll(lay.Home, 0o700); err != nil {
+		return "", err
+	}
+	if err := store.WriteFileAtomic(path, []byte(t+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("the API token (%s): %w", path, err)
+	}
+	return t, nil
 }

@@ -16,7 +16,6 @@ import (
 
 	"github.com/nsys-cortex/cortex/internal/keeper"
 	"github.com/nsys-cortex/cortex/internal/layout"
-	"github.com/nsys-cortex/cortex/internal/sandbox"
 )
 
 // The keeper enforces deadlines and idle rules for one home, with or
@@ -162,65 +161,4 @@ func (a *App) giveWayToDaemon(ctx context.Context, cancel func(), log *slog.Logg
 			return
 		}
 	}
-}
-
-// serveKeeper runs the daemon's keeper until ctx ends: the home's one,
-// for as long as serve runs. While a standalone keeper holds the home it
-// asks it to give way and tries again every second.
-func serveKeeper(ctx context.Context, lay layout.Layout, set *sandbox.Set, log *slog.Logger) {
-	k := keeper.New(lay, set, keeper.Options{Log: log})
-	asked := false
-	for {
-		err := k.Run(ctx)
-		if !errors.Is(err, keeper.ErrRunning) {
-			if err != nil {
-				log.Error("keeper ended", "err", err)
-			}
-			return
-		}
-		if !asked {
-			log.Info("a standalone keeper holds the home: asking it to give way")
-			asked = true
-		}
-		now := time.Now()
-		if err := os.Chtimes(yieldFile(lay), now, now); errors.Is(err, os.ErrNotExist) {
-			if f, err := os.OpenFile(yieldFile(lay), os.O_WRONLY|os.O_CREATE, 0o600); err == nil {
-				f.Close()
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(time.Second):
-		}
-	}
-}
-
-// handOverKeeper is the daemon's last act: when it stops while neurons
-// have a deadline or an idle rule, it lets go of them and starts a
-// standalone keeper, so those hold without it too.
-func (a *App) handOverKeeper(set *sandbox.Set, log *slog.Logger) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	sts, err := set.List(ctx)
-	if err != nil {
-		log.Warn("listing the neurons for a keeper to take over", "err", err)
-		return
-	}
-	watched := false
-	for _, st := range sts {
-		live := st.Status == sandbox.StatusRunning || st.Status == sandbox.StatusPaused
-		watched = watched || live && (st.Deadline != nil || st.AutoPause > 0)
-	}
-	if !watched {
-		return
-	}
-	set.Close() // a keeper must be able to own them: let go first
-	a.keeper.mu.Lock()
-	defer a.keeper.mu.Unlock()
-	if err := a.startKeeper(); err != nil {
-		log.Warn("could not start a keeper to take over; deadlines apply when a command next looks", "err", err)
-		return
-	}
-	log.Info("a standalone keeper takes over the deadlines and idle rules", "log", keeperLog(a.lay))
 }

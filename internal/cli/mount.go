@@ -1,3 +1,5 @@
+//go:build !cortex_light
+
 package cli
 
 import (
@@ -32,7 +34,7 @@ func (a *App) mountCommand() *cobra.Command {
 	var readOnly, debug bool
 	cmd := &cobra.Command{
 		Use:   "mount [DIR]",
-		Short: "Serve the cortex as files at DIR (default /ctx) until stopped",
+		Short: shortMount,
 		Long: `Mount serves the whole cortex as a FUSE filesystem (docs/ctx.md): every neuron,
 process, terminal, receipt, session and agent as files to ls, cat, tail -f and
 write verbs into:
@@ -157,7 +159,7 @@ func (a *App) serveCtx(ctx context.Context, dir string, readOnly, debug bool) er
 func (a *App) umountCommand() *cobra.Command {
 	return &cobra.Command{
 		Use:   "umount [DIR]",
-		Short: "Unmount the cortex's files at DIR (default /ctx)",
+		Short: shortUmount,
 		Long: `Umount asks the nsys-cortex mount serving DIR to stop (it unmounts and
 exits), or unmounts DIR itself when its server is gone; a busy mount is
 detached lazily and disappears when its last user leaves.`,

@@ -1,16 +1,17 @@
+//go:build !cortex_light
+
 package cli
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"io/fs"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -18,43 +19,19 @@ import (
 	"github.com/nsys-cortex/cortex/internal/chatrun"
 	"github.com/nsys-cortex/cortex/internal/config"
 	"github.com/nsys-cortex/cortex/internal/gate"
+	"github.com/nsys-cortex/cortex/internal/keeper"
 	"github.com/nsys-cortex/cortex/internal/launch"
 	"github.com/nsys-cortex/cortex/internal/layout"
 	"github.com/nsys-cortex/cortex/internal/llm"
 	"github.com/nsys-cortex/cortex/internal/logging"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
-	"github.com/nsys-cortex/cortex/internal/store"
 )
-
-// loadConfig reads the config file of the home directory and fills the
-// environment names of the keys it sets (never a secret's).
-func (a *App) loadConfig() (*config.Config, error) {
-	if a.cfg != nil {
-		return a.cfg, nil
-	}
-	lay, err := layout.FromEnv()
-	if err != nil {
-		return nil, err
-	}
-	cfg, err := config.Load(lay.ConfigFile())
-	if err != nil {
-		return nil, err
-	}
-	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
-	if err := cfg.Apply(); err != nil {
-		return nil, err
-	}
-	a.cfg = cfg
-	return cfg, nil
-}
 
 func (a *App) serveCommand() *cobra.Command {
 	var listen string
 	cmd := &cobra.Command{
 		Use:   "serve [--listen ADDR]",
-		Short: "Serve the HTTP API (default 127.0.0.1:3100)",
+		Short: shortServe,
 		Long: `Serve answers the HTTP API (api/openapi.yaml, docs/api.md) until SIGTERM or
 SIGINT, then stops accepting, lets requests in flight finish (up to
 api.shutdown_grace) and ends open streams. Neurons keep running and keep
@@ -176,32 +153,6 @@ func (a *App) serveChat(set *sandbox.Set, cfg *config.Config) (*api.Chat, error)
 	}}, nil
 }
 
-// localToken returns the token in the home's api.token file; with create,
-// a missing one is made (32 random bytes, hex, owner-only) first.
-func localToken(lay layout.Layout, create bool) (string, error) {
-	path := lay.APITokenFile()
-	if b, err := os.ReadFile(path); err == nil {
-		if t := strings.TrimSpace(string(b)); len(t) >= 32 {
-			return t, nil
-		}
-	} else if !errors.Is(err, fs.ErrNotExist) {
-		return "", fmt.Errorf("the API token (%s): %w", path, err)
-	}
-	if !create {
-		return "", nil
-	}
-	var raw [32]byte
-	rand.Read(raw[:])
-	t := hex.EncodeToString(raw[:])
-	if err := os.MkdirAll(lay.Home, 0o700); err != nil {
-		return "", err
-	}
-	if err := store.WriteFileAtomic(path, []byte(t+"\n"), 0o600); err != nil {
-		return "", fmt.Errorf("the API token (%s): %w", path, err)
-	}
-	return t, nil
-}
-
 // splitList splits a comma-separated setting, dropping empty items.
 func splitList(s string) []string {
 	var out []string
@@ -211,4 +162,65 @@ func splitList(s string) []string {
 		}
 	}
 	return out
+}
+
+// serveKeeper runs the daemon's keeper until ctx ends: the home's one,
+// for as long as serve runs. While a standalone keeper holds the home it
+// asks it to give way and tries again every second.
+func serveKeeper(ctx context.Context, lay layout.Layout, set *sandbox.Set, log *slog.Logger) {
+	k := keeper.New(lay, set, keeper.Options{Log: log})
+	asked := false
+	for {
+		err := k.Run(ctx)
+		if !errors.Is(err, keeper.ErrRunning) {
+			if err != nil {
+				log.Error("keeper ended", "err", err)
+			}
+			return
+		}
+		if !asked {
+			log.Info("a standalone keeper holds the home: asking it to give way")
+			asked = true
+		}
+		now := time.Now()
+		if err := os.Chtimes(yieldFile(lay), now, now); errors.Is(err, os.ErrNotExist) {
+			if f, err := os.OpenFile(yieldFile(lay), os.O_WRONLY|os.O_CREATE, 0o600); err == nil {
+				f.Close()
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// handOverKeeper is the daemon's last act: when it stops while neurons
+// have a deadline or an idle rule, it lets go of them and starts a
+// standalone keeper, so those hold without it too.
+func (a *App) handOverKeeper(set *sandbox.Set, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	sts, err := set.List(ctx)
+	if err != nil {
+		log.Warn("listing the neurons for a keeper to take over", "err", err)
+		return
+	}
+	watched := false
+	for _, st := range sts {
+		live := st.Status == sandbox.StatusRunning || st.Status == sandbox.StatusPaused
+		watched = watched || live && (st.Deadline != nil || st.AutoPause > 0)
+	}
+	if !watched {
+		return
+	}
+	set.Close() // a keeper must be able to own them: let go first
+	a.keeper.mu.Lock()
+	defer a.keeper.mu.Unlock()
+	if err := a.startKeeper(); err != nil {
+		log.Warn("could not start a keeper to take over; deadlines apply when a command next looks", "err", err)
+		return
+	}
+	log.Info("a standalone keeper takes over the deadlines and idle rules", "log", keeperLog(a.lay))
 }

@@ -1,3 +1,5 @@
+//go:build !cortex_light
+
 package cli
 
 import (
@@ -113,7 +115,7 @@ func (r *remoteSnapshots) Remove(ctx context.Context, name string) error {
 func (a *App) snapshotCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "snapshot",
-		Short: "Save a neuron and bring it back: create, list, restore, rm",
+		Short: shortSnapshot,
 		Long: `snapshot saves a neuron as it is now and brings it back later, as the tool
 kit's snapshot tool, the chat's checkpoints and /ctx's "snapshot NAME" do.
 

@@ -1,3 +1,5 @@
+//go:build !cortex_light
+
 package cli
 
 import (
@@ -128,7 +130,7 @@ func (a *App) mcpCommand() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "mcp --neuron ID [--policy PRESET|FILE] [--http ADDR]",
-		Short: "Serve the tool kit of a neuron over MCP (stdio, or streamable HTTP)",
+		Short: shortMCP,
 		Long: `mcp serves the neuron's tool kit (read, write, edit, apply_patch, bash,
 process, grep, find, ls, elevated, neuron, snapshot, memory_*) to any MCP
 client: Claude Code, Codex, Goose, your own. Every call goes through the
@@ -214,7 +216,7 @@ func (a *App) serveMCPHTTP(ctx context.Context, kit *tools.Kit, addr, token stri
 func (a *App) policyCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "policy",
-		Short: "Inspect tool policies: presets, rule files, decisions",
+		Short: shortPolicy,
 	}
 	var f kitFlags
 	var tool, input string
@@ -286,7 +288,7 @@ neuron when --neuron is given), each simple command of a shell line
 func (a *App) toolsCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "tools",
-		Short: "List the tool kit, or call one tool on a neuron",
+		Short: shortTools,
 	}
 	var lf kitFlags
 	list := &cobra.Command{

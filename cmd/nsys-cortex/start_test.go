@@ -1,0 +1,190 @@
+package main_test
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// startBudget is how much more CPU the built nsys-cortex may use before
+// main than a Go program that does nothing (docs/cli.md): the runtime's
+// start and the initialisation of every package it links.
+const startBudget = 2 * time.Millisecond
+
+// splitBinary returns the nsys-cortex users get: NSYS_CORTEX_SPLIT_DIR's
+// (scripts/test.sh builds it once), or one built here by scripts/build.sh.
+func splitBinary(t testing.TB) string {
+	t.Helper()
+	if dir := os.Getenv("NSYS_CORTEX_SPLIT_DIR"); dir != "" {
+		return filepath.Join(dir, "nsys-cortex")
+	}
+	dir := t.TempDir()
+	cmd := exec.Command("scripts/build.sh", dir)
+	cmd.Dir = "../.."
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("scripts/build.sh: %v\n%s", err, out)
+	}
+	return filepath.Join(dir, "nsys-cortex")
+}
+
+// startFloor builds the floor program (testdata/startfloor).
+func startFloor(t testing.TB) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "startfloor")
+	if out, err := exec.Command("go", "build", "-o", p, "./testdata/startfloor").CombinedOutput(); err != nil {
+		t.Fatalf("building the floor: %v\n%s", err, out)
+	}
+	return p
+}
+
+// cpuBeforeMain runs bin with args n times and returns the least CPU any
+// run used before main, as the program says with NSYS_CORTEX_DEBUG_START=1.
+// The least, because CPU time grows with what else the machine does (its
+// caches), never shrinks.
+func cpuBeforeMain(t testing.TB, n int, bin string, args ...string) time.Duration {
+	t.Helper()
+	least := time.Duration(-1)
+	for range n {
+		cmd := exec.Command(bin, args...)
+		cmd.Env = append(os.Environ(), "NSYS_CORTEX_DEBUG_START=1")
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("%s %v: %v\n%s", bin, args, err, stderr.String())
+		}
+		_, rest, ok := strings.Cut(stderr.String(), "cpu before main: ")
+		us, err := strconv.Atoi(strings.TrimSuffix(strings.Fields(rest + " x")[0], "us"))
+		if !ok || err != nil {
+			t.Fatalf("%s says no CPU before main: %q", bin, stderr.String())
+		}
+		if d := time.Duration(us) * time.Microsecond; least < 0 || d < least {
+			least = d
+		}
+	}
+	return least
+}
+
+// TestStartIsLight: `nsys-cortex version` as built for users uses at most
+// startBudget more CPU before main than a Go program that does nothing,
+// measured beside it; the commands the light program leaves to the full
+// one run it, with their own help and exit status.
+func TestStartIsLight(t *testing.T) {
+	bin, floor := splitBinary(t), startFloor(t)
+	ours, base := cpuBeforeMain(t, 15, bin, "version"), cpuBeforeMain(t, 15, floor)
+	t.Logf("CPU before main: nsys-cortex version %s, a Go program that does nothing %s", ours, base)
+	if ours-base > startBudget {
+		t.Errorf("nsys-cortex uses %s of CPU before main, %s more than the floor (budget %s): a package it links initialises too much",
+			ours, ours-base, startBudget)
+	}
+
+	home := t.TempDir()
+	run := func(want int, args ...string) string {
+		t.Helper()
+		cmd := exec.Command(bin, args...)
+		cmd.Env = append(os.Environ(), "NSYS_CORTEX_HOME="+home)
+		out, err := cmd.CombinedOutput()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		if code != want {
+			t.Fatalf("nsys-cortex %v: exit %d, want %d\n%s", args, code, want, out)
+		}
+		return string(out)
+	}
+	if out := run(0, "policy", "explain", "--help"); !strings.Contains(out, "explain decides one tool call") {
+		t.Errorf("policy explain --help through the full program:\n%s", out)
+	}
+	if out := run(0, "help", "mcp"); !strings.Contains(out, "mcp serves the neuron's tool kit") {
+		t.Errorf("help mcp through the full program:\n%s", out)
+	}
+	if out := run(0, "--help"); !strings.Contains(out, "Serve the tool kit of a neuron over MCP") || !strings.Contains(out, "Run a command in a neuron") {
+		t.Errorf("the light program's list of commands:\n%s", out)
+	}
+	if out := run(125, "policy", "explain", "--policy", "nonsense", "--tool", "bash", "--input", `{"command":"ls"}`); !strings.Contains(out, "nonsense") {
+		t.Errorf("a bad preset through the full program:\n%s", out)
+	}
+	unpacked, _ := filepath.Glob(filepath.Join(home, "bin", "nsys-cortex-full-*"))
+	if len(unpacked) != 1 {
+		t.Errorf("the full program unpacked into the home: %v", unpacked)
+	}
+	// Unpacked once: a second program beside it would be a second unpack.
+	run(0, "tools", "list")
+	if again, _ := filepath.Glob(filepath.Join(home, "bin", "nsys-cortex-full-*")); !slices.Equal(again, unpacked) {
+		t.Errorf("unpacked again: %v, then %v", unpacked, again)
+	}
+}
+
+// BenchmarkCLI times whole nsys-cortex processes as a script runs them
+// (spawned and reaped, the build users get), interleaved with the floors
+// measured in the same run: /bin/true (fork+exec) and a Go program that
+// does nothing. For each mode: `version`, `exec ID -- /bin/true`, and
+// `list` with 100 neurons. Reported as p50 milliseconds and ratios to
+// /bin/true.
+func BenchmarkCLI(b *testing.B) {
+	bin, floor := splitBinary(b), startFloor(b)
+	for _, mode := range []string{"process", "nsbox"} {
+		b.Run(mode, func(b *testing.B) { benchCLI(b, bin, floor, mode) })
+	}
+}
+
+func benchCLI(b *testing.B, bin, floor, mode string) {
+	env := append(os.Environ(), "NSYS_CORTEX_HOME="+b.TempDir(), "NSYS_CORTEX_MODE="+mode, "NSYS_CORTEX_ALLOW_INSECURE_DEV=1")
+	run := func(args ...string) time.Duration {
+		cmd := exec.Command(args[0], args[1:]...)
+		cmd.Env = env
+		t0 := time.Now()
+		out, err := cmd.CombinedOutput()
+		d := time.Since(t0)
+		if err != nil {
+			b.Fatalf("%v: %v\n%s", args, err, out)
+		}
+		return d
+	}
+	const neurons = 100
+	b.Cleanup(func() {
+		for i := range neurons {
+			cmd := exec.Command(bin, "destroy", "--wipe", fmt.Sprintf("b%03d", i))
+			cmd.Env = env
+			cmd.Run()
+		}
+	})
+	create := exec.Command(bin, "create", "b000")
+	create.Env = env
+	if out, err := create.CombinedOutput(); err != nil {
+		b.Skipf("%s mode: %v\n%s", mode, err, out)
+	}
+	for i := 1; i < neurons; i++ {
+		run(bin, "create", fmt.Sprintf("b%03d", i))
+	}
+	names := []string{"true", "go-floor", "version", "exec", "list"}
+	cmds := [][]string{{"/bin/true"}, {floor}, {bin, "version"}, {bin, "exec", "b000", "--", "/bin/true"}, {bin, "list"}}
+	times := make([][]time.Duration, len(cmds))
+	b.ResetTimer()
+	for range b.N {
+		for i, c := range cmds {
+			times[i] = append(times[i], run(c...))
+		}
+	}
+	b.StopTimer()
+	p50 := func(ds []time.Duration) float64 {
+		s := slices.Clone(ds)
+		slices.Sort(s)
+		return float64(s[len(s)/2]) / float64(time.Millisecond)
+	}
+	for i, n := range names {
+		b.ReportMetric(p50(times[i]), n+"-p50-ms")
+		if i > 0 {
+			b.ReportMetric(p50(times[i])/p50(times[0]), n+"/true")
+		}
+	}
+}

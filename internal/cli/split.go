@@ -1,0 +1,24 @@
+package cli
+
+// The commands below need the heavy parts of Cortex: the LLM vendors'
+// SDKs and the chat's renderer, the HTTP API with its metrics, MCP, FUSE
+// and SQLite. Go initialises every package a program links before main
+// runs, so a program that links them pays for them on every command
+// (about 40 ms here). `make build` therefore makes nsys-cortex of two
+// programs in one file: the light one, which runs every other command and
+// starts in about a millisecond, and the full one, which it carries
+// compressed and runs for these (docs/cli.md, "One binary, two programs").
+// A plain `go build` links everything into one program, as before.
+//
+// The full program's commands take their one-line help from here, so the
+// light program's list of commands says the same.
+const (
+	shortChat     = "Talk to an LLM agent that works in a neuron with the tool kit"
+	shortServe    = "Serve the HTTP API (default 127.0.0.1:3100)"
+	shortMount    = "Serve the cortex as files at DIR (default /ctx) until stopped"
+	shortUmount   = "Unmount the cortex's files at DIR (default /ctx)"
+	shortMCP      = "Serve the tool kit of a neuron over MCP (stdio, or streamable HTTP)"
+	shortPolicy   = "Inspect tool policies: presets, rule files, decisions"
+	shortTools    = "List the tool kit, or call one tool on a neuron"
+	shortSnapshot = "Save a neuron and bring it back: create, list, restore, rm"
+)
