@@ -228,34 +228,28 @@ func (a *App) setTimeout(ctx context.Context, ref string, d time.Duration, actio
 // pause pauses neuron ref; a paused one answers sandbox.ErrAlreadyPaused
 // with its state.
 func (a *App) pause(ctx context.Context, ref string, toDisk bool) (*sandbox.State, error) {
-	api, err := a.apiClient()
-	if err != nil {
-		return nil, err
-	}
-	if api != nil {
-		n, st, err := a.remoteNeuron(ctx, api, ref)
-		if err != nil {
-			return nil, err
-		}
-		got, err := n.Pause(ctx, &cortex.PauseRequest{ToDisk: toDisk})
-		if errors.As(err, &cortex.ExistsError{}) {
-			return st, sandbox.ErrAlreadyPaused
-		}
-		if err != nil {
-			return nil, err
-		}
-		return stateOf(got), nil
-	}
-	p, st, err := localCapability[sandbox.Pauser](ctx, a, ref, "pause", gate.Pause)
-	if err != nil {
-		return nil, err
-	}
-	return p.Pause(ctx, st.ID, sandbox.PauseOptions{ToDisk: toDisk, Reason: "requested"})
+	return a.pauseOp(ctx, ref, "pause", gate.Pause, sandbox.ErrAlreadyPaused,
+		func(n *cortex.NeuronClient) (*cortex.Neuron, error) {
+			return n.Pause(ctx, &cortex.PauseRequest{ToDisk: toDisk})
+		},
+		func(p sandbox.Pauser, id string) (*sandbox.State, error) {
+			return p.Pause(ctx, id, sandbox.PauseOptions{ToDisk: toDisk, Reason: "requested"})
+		})
 }
 
 // resume resumes neuron ref; a running one answers sandbox.ErrNotPaused
 // with its state.
 func (a *App) resume(ctx context.Context, ref string) (*sandbox.State, error) {
+	return a.pauseOp(ctx, ref, "resume", gate.Resume, sandbox.ErrNotPaused,
+		func(n *cortex.NeuronClient) (*cortex.Neuron, error) { return n.Resume(ctx) },
+		func(p sandbox.Pauser, id string) (*sandbox.State, error) { return p.Resume(ctx, id) })
+}
+
+// pauseOp runs a pause or a resume (op) of neuron ref through the daemon
+// when there is one (its EXISTS answer, "already so", becomes already with
+// the neuron's state), else here through the gate.
+func (a *App) pauseOp(ctx context.Context, ref, op string, action gate.Action, already error,
+	remote func(*cortex.NeuronClient) (*cortex.Neuron, error), local func(sandbox.Pauser, string) (*sandbox.State, error)) (*sandbox.State, error) {
 	api, err := a.apiClient()
 	if err != nil {
 		return nil, err
@@ -265,20 +259,20 @@ func (a *App) resume(ctx context.Context, ref string) (*sandbox.State, error) {
 		if err != nil {
 			return nil, err
 		}
-		got, err := n.Resume(ctx)
+		got, err := remote(n)
 		if errors.As(err, &cortex.ExistsError{}) {
-			return st, sandbox.ErrNotPaused
+			return st, already
 		}
 		if err != nil {
 			return nil, err
 		}
 		return stateOf(got), nil
 	}
-	p, st, err := localCapability[sandbox.Pauser](ctx, a, ref, "resume", gate.Resume)
+	p, st, err := localCapability[sandbox.Pauser](ctx, a, ref, op, action)
 	if err != nil {
 		return nil, err
 	}
-	return p.Resume(ctx, st.ID)
+	return local(p, st.ID)
 }
 
 func (a *App) labelCommand() *cobra.Command {

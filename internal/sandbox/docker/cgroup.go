@@ -156,32 +156,6 @@ func cgroupsByID(id, parent string, mounts []cgroupMount) *containerCgroups {
 
 func exists(p string) bool { _, err := os.Stat(p); return err == nil }
 
-// readNumber reads a file that holds one number ("max" and unset read as
-// not ok).
-func readNumber(path string) (int64, bool) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return 0, false
-	}
-	n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
-	return n, err == nil
-}
-
-// readKeyed reads the value of key from a file of "key value" lines.
-func readKeyed(path, key string) (int64, bool) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return 0, false
-	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if k, v, ok := strings.Cut(l, " "); ok && k == key {
-			n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-			return n, err == nil
-		}
-	}
-	return 0, false
-}
-
 // parseSize reads a size as docker stats prints it ("1.5MiB", "2GiB",
 // "512kB", "0B").
 func parseSize(s string) (int64, error) {

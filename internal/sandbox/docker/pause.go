@@ -108,31 +108,31 @@ func cgroupUsage(cg *containerCgroups) sandbox.Metrics {
 	u := sandbox.Metrics{EgressBytes: -1, EgressConnections: -1}
 	if d := cg.v2; d != "" {
 		u.Source = "cgroup v2"
-		if us, ok := readKeyed(filepath.Join(d, "cpu.stat"), "usage_usec"); ok {
+		if us, ok := lifecycle.CgroupKeyed(filepath.Join(d, "cpu.stat"), "usage_usec"); ok {
 			u.CPUSeconds = float64(us) / 1e6
 		}
-		u.MemoryBytes, _ = readNumber(filepath.Join(d, "memory.current"))
-		u.MemoryPeakBytes, _ = readNumber(filepath.Join(d, "memory.peak"))
-		u.MemoryLimitBytes, _ = readNumber(filepath.Join(d, "memory.max"))
-		pids, _ := readNumber(filepath.Join(d, "pids.current"))
+		u.MemoryBytes, _ = lifecycle.CgroupNumber(filepath.Join(d, "memory.current"))
+		u.MemoryPeakBytes, _ = lifecycle.CgroupNumber(filepath.Join(d, "memory.peak"))
+		u.MemoryLimitBytes, _ = lifecycle.CgroupNumber(filepath.Join(d, "memory.max"))
+		pids, _ := lifecycle.CgroupNumber(filepath.Join(d, "pids.current"))
 		u.Pids = int(pids)
-		u.OOMKills, _ = readKeyed(filepath.Join(d, "memory.events"), "oom_kill")
+		u.OOMKills, _ = lifecycle.CgroupKeyed(filepath.Join(d, "memory.events"), "oom_kill")
 		return u
 	}
 	u.Source = "cgroup v1"
 	if d := cg.v1["cpuacct"]; d != "" {
-		ns, _ := readNumber(filepath.Join(d, "cpuacct.usage"))
+		ns, _ := lifecycle.CgroupNumber(filepath.Join(d, "cpuacct.usage"))
 		u.CPUSeconds = float64(ns) / 1e9
 	}
 	mem := cg.v1["memory"]
-	u.MemoryBytes, _ = readNumber(filepath.Join(mem, "memory.usage_in_bytes"))
-	u.MemoryPeakBytes, _ = readNumber(filepath.Join(mem, "memory.max_usage_in_bytes"))
-	u.MemoryLimitBytes, _ = readNumber(filepath.Join(mem, "memory.limit_in_bytes"))
+	u.MemoryBytes, _ = lifecycle.CgroupNumber(filepath.Join(mem, "memory.usage_in_bytes"))
+	u.MemoryPeakBytes, _ = lifecycle.CgroupNumber(filepath.Join(mem, "memory.max_usage_in_bytes"))
+	u.MemoryLimitBytes, _ = lifecycle.CgroupNumber(filepath.Join(mem, "memory.limit_in_bytes"))
 	if d := cg.v1["pids"]; d != "" {
-		pids, _ := readNumber(filepath.Join(d, "pids.current"))
+		pids, _ := lifecycle.CgroupNumber(filepath.Join(d, "pids.current"))
 		u.Pids = int(pids)
 	}
-	u.OOMKills, _ = readKeyed(filepath.Join(mem, "memory.oom_control"), "oom_kill")
+	u.OOMKills, _ = lifecycle.CgroupKeyed(filepath.Join(mem, "memory.oom_control"), "oom_kill")
 	return u
 }
 

@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -135,20 +134,20 @@ func (r *runtime) Usage(_ context.Context, lay layout.Layout, id string, st *san
 	case cg != nil && cg.version == 2 && neuronCgroup(lay, id, "") != "":
 		d := neuronCgroup(lay, id, "")
 		u.Source = "cgroup v2"
-		if us, ok := keyed(filepath.Join(d, "cpu.stat"), "usage_usec"); ok {
+		if us, ok := lifecycle.CgroupKeyed(filepath.Join(d, "cpu.stat"), "usage_usec"); ok {
 			u.CPUSeconds = float64(us) / 1e6
 		}
-		u.MemoryBytes, _ = number(filepath.Join(d, "memory.current"))
-		u.MemoryPeakBytes, _ = number(filepath.Join(d, "memory.peak"))
-		u.MemoryLimitBytes, _ = number(filepath.Join(d, "memory.max")) // "max": 0, none
-		pids, _ := number(filepath.Join(d, "pids.current"))
+		u.MemoryBytes, _ = lifecycle.CgroupNumber(filepath.Join(d, "memory.current"))
+		u.MemoryPeakBytes, _ = lifecycle.CgroupNumber(filepath.Join(d, "memory.peak"))
+		u.MemoryLimitBytes, _ = lifecycle.CgroupNumber(filepath.Join(d, "memory.max")) // "max": 0, none
+		pids, _ := lifecycle.CgroupNumber(filepath.Join(d, "pids.current"))
 		u.Pids = int(pids)
-		u.OOMKills, _ = keyed(filepath.Join(d, "memory.events"), "oom_kill")
+		u.OOMKills, _ = lifecycle.CgroupKeyed(filepath.Join(d, "memory.events"), "oom_kill")
 	case cg != nil && neuronCgroup(lay, id, "memory") != "":
 		u.Source = "cgroup v1"
 		mem := neuronCgroup(lay, id, "memory")
 		if d := neuronCgroup(lay, id, "cpuacct"); d != "" {
-			ns, _ := number(filepath.Join(d, "cpuacct.usage"))
+			ns, _ := lifecycle.CgroupNumber(filepath.Join(d, "cpuacct.usage"))
 			u.CPUSeconds = float64(ns) / 1e9
 		} else {
 			for _, p := range store.Descendants(st.PID) {
@@ -157,14 +156,14 @@ func (r *runtime) Usage(_ context.Context, lay layout.Layout, id string, st *san
 				}
 			}
 		}
-		u.MemoryBytes, _ = number(filepath.Join(mem, "memory.usage_in_bytes"))
-		u.MemoryPeakBytes, _ = number(filepath.Join(mem, "memory.max_usage_in_bytes"))
-		u.MemoryLimitBytes, _ = number(filepath.Join(mem, "memory.limit_in_bytes"))
+		u.MemoryBytes, _ = lifecycle.CgroupNumber(filepath.Join(mem, "memory.usage_in_bytes"))
+		u.MemoryPeakBytes, _ = lifecycle.CgroupNumber(filepath.Join(mem, "memory.max_usage_in_bytes"))
+		u.MemoryLimitBytes, _ = lifecycle.CgroupNumber(filepath.Join(mem, "memory.limit_in_bytes"))
 		if d := neuronCgroup(lay, id, "pids"); d != "" {
-			pids, _ := number(filepath.Join(d, "pids.current"))
+			pids, _ := lifecycle.CgroupNumber(filepath.Join(d, "pids.current"))
 			u.Pids = int(pids)
 		}
-		u.OOMKills, _ = keyed(filepath.Join(mem, "memory.oom_control"), "oom_kill")
+		u.OOMKills, _ = lifecycle.CgroupKeyed(filepath.Join(mem, "memory.oom_control"), "oom_kill")
 	default:
 		u.Source = "/proc"
 		for _, p := range store.Descendants(st.PID) {
@@ -182,37 +181,12 @@ func (r *runtime) Usage(_ context.Context, lay layout.Layout, id string, st *san
 // OOMKills counts the processes of neuron id the kernel killed for memory.
 func (r *runtime) OOMKills(lay layout.Layout, id string) int64 {
 	if d := neuronCgroup(lay, id, ""); d != "" {
-		n, _ := keyed(filepath.Join(d, "memory.events"), "oom_kill")
+		n, _ := lifecycle.CgroupKeyed(filepath.Join(d, "memory.events"), "oom_kill")
 		return n
 	}
 	if d := neuronCgroup(lay, id, "memory"); d != "" {
-		n, _ := keyed(filepath.Join(d, "memory.oom_control"), "oom_kill")
+		n, _ := lifecycle.CgroupKeyed(filepath.Join(d, "memory.oom_control"), "oom_kill")
 		return n
 	}
 	return 0
-}
-
-// number reads a file that holds one number ("max" reads as 0).
-func number(path string) (int64, bool) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return 0, false
-	}
-	n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
-	return n, err == nil
-}
-
-// keyed reads the value of key from a file of "key value" lines.
-func keyed(path, key string) (int64, bool) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return 0, false
-	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if k, v, ok := strings.Cut(l, " "); ok && k == key {
-			n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-			return n, err == nil
-		}
-	}
-	return 0, false
 }
