@@ -26,7 +26,8 @@ const (
 // file per uid, named for it, holding the home and id of the neuron that
 // has it. Claims are made with O_EXCL, so two neurons never share one —
 // not in one home, not across homes — and per-uid kernel limits (processes,
-// inotify, keys) are each neuron's own.
+// keys) are each neuron's own. (Not inotify instances: those count against
+// the owner of the neuron's user namespace too, see docs/benchmarks.md.)
 var UIDRegistry = "/var/lib/nsys-cortex/uids"
 
 // AgentIdentity returns the host uid and gid a neuron's agent and commands
