@@ -59,15 +59,29 @@ func (m *Manager) List(ctx context.Context) ([]*sandbox.State, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listing %s: %w", m.lay.Overlays, err)
 	}
-	// A runtime that tracks its neurons is asked once for the whole list.
+	// A runtime that tracks its neurons is asked once for the whole list,
+	// and only when the home has a neuron of its mode: asking can cost a
+	// process of its own (docker ps) that a list of other modes' neurons
+	// must not pay for.
 	alive := m.aliveKnown
 	if t := m.tracker(); t != nil {
-		running, err := t.Running(m.lay)
-		set := map[string]bool{}
-		for _, r := range running {
-			set[r.ID] = true
+		var (
+			asked bool
+			set   map[string]bool
+			err   error
+		)
+		alive = func(st *sandbox.State) (bool, bool) {
+			if !asked {
+				asked = true
+				var running []Running
+				running, err = t.Running(m.lay)
+				set = make(map[string]bool, len(running))
+				for _, r := range running {
+					set[r.ID] = true
+				}
+			}
+			return set[st.ID], err == nil
 		}
-		alive = func(st *sandbox.State) (bool, bool) { return set[st.ID], err == nil }
 	}
 	var out []*sandbox.State
 	for _, e := range entries {
