@@ -51,12 +51,12 @@ func main() {
 		Version:       version,
 		Backends:      []sandbox.Backend{firecracker.Backend(), qemu.Backend(), docker.Backend(), nsbox.Backend(), process.Backend()},
 		AgentEmbedded: agentbin.Embedded(),
-		FullProgram: func() (string, error) {
+		FullProgram: func() (*os.File, error) {
 			lay, err := layout.FromEnv()
 			if err != nil {
-				return "", err
+				return nil, err
 			}
-			return fullbin.Path(lay.BinDir())
+			return fullbin.Open(lay.BinDir())
 		},
 	}
 	code := app.Run(ctx, os.Args[1:])

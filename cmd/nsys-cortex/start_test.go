@@ -107,6 +107,12 @@ func TestStartIsLight(t *testing.T) {
 	if out := run(0, "help", "mcp"); !strings.Contains(out, "mcp serves the neuron's tool kit") {
 		t.Errorf("help mcp through the full program:\n%s", out)
 	}
+	if out := run(0, "help", "snapshot", "create"); !strings.Contains(out, "snapshot create") || strings.Contains(out, "Available Commands") {
+		t.Errorf("help of a full program's subcommand:\n%s", out)
+	}
+	if out := run(0, "__complete", "snapshot", ""); !strings.Contains(out, "create") || !strings.Contains(out, "restore") {
+		t.Errorf("completion of a full program's command:\n%s", out)
+	}
 	if out := run(0, "--help"); !strings.Contains(out, "Serve the tool kit of a neuron over MCP") || !strings.Contains(out, "Run a command in a neuron") {
 		t.Errorf("the light program's list of commands:\n%s", out)
 	}

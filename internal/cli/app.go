@@ -39,9 +39,10 @@ type App struct {
 	Backends []sandbox.Backend
 	// AgentEmbedded is the agent binary built into this executable, if any.
 	AgentEmbedded []byte
-	// FullProgram finds the full program, which the light build runs for
-	// the commands it does not link (split.go); unused by a full build.
-	FullProgram func() (string, error)
+	// FullProgram opens the full program, checked, which the light build
+	// runs for the commands it does not link (split.go); unused by a full
+	// build.
+	FullProgram func() (*os.File, error)
 
 	args []string // the command line Run was given
 
@@ -72,6 +73,11 @@ func (e *exitError) Error() string { return fmt.Sprintf("exit status %d", e.code
 // Run runs the command line and returns the process exit status.
 func (a *App) Run(ctx context.Context, args []string) int {
 	a.args = args
+	if passThrough != nil {
+		if err := passThrough(a, ctx, args); err != nil {
+			return a.exit(err)
+		}
+	}
 	root := a.rootCommand()
 	root.SetArgs(args)
 	root.SetIn(a.Stdin)
@@ -81,6 +87,11 @@ func (a *App) Run(ctx context.Context, args []string) int {
 	if a.set != nil {
 		a.set.Close()
 	}
+	return a.exit(err)
+}
+
+// exit prints what err says, if anything, and returns the exit status.
+func (a *App) exit(err error) int {
 	if err == nil {
 		return 0
 	}

@@ -1,5 +1,7 @@
 package cli
 
+import "context"
+
 // The commands below need the heavy parts of Cortex: the LLM vendors'
 // SDKs and the chat's renderer, the HTTP API with its metrics, MCP, FUSE
 // and SQLite. Go initialises every package a program links before main
@@ -22,3 +24,8 @@ const (
 	shortTools    = "List the tool kit, or call one tool on a neuron"
 	shortSnapshot = "Save a neuron and bring it back: create, list, restore, rm"
 )
+
+// passThrough, set by the light build, runs the full program for the
+// requests that need its command tree before cobra sees them (help and
+// completion of its commands); it returns only when it does not.
+var passThrough func(a *App, ctx context.Context, args []string) error

@@ -3,8 +3,10 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"os"
+	"strconv"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -12,8 +14,8 @@ import (
 
 // The light program's stand-ins for the full program's commands (see
 // split.go): each runs the full program in this process's place, with
-// the command line as it was given, so its flags, help, output and exit
-// status are the full program's own.
+// the command line as it was given, so its flags, help, completion,
+// output and exit status are the full program's own.
 
 func (a *App) chatCommand() *cobra.Command     { return a.delegated("chat", shortChat) }
 func (a *App) serveCommand() *cobra.Command    { return a.delegated("serve", shortServe) }
@@ -24,30 +26,56 @@ func (a *App) policyCommand() *cobra.Command   { return a.delegated("policy", sh
 func (a *App) toolsCommand() *cobra.Command    { return a.delegated("tools", shortTools) }
 func (a *App) snapshotCommand() *cobra.Command { return a.delegated("snapshot", shortSnapshot) }
 
+func init() { passThrough = (*App).passThrough }
+
+// passThrough runs the full program for `help NAME ...` and shell
+// completion of NAME when NAME is one of its commands: their answers need
+// its command tree. It returns only when it does not.
+func (a *App) passThrough(ctx context.Context, args []string) error {
+	if len(args) < 2 {
+		return nil
+	}
+	switch args[0] {
+	case "help", cobra.ShellCompRequestCmd, cobra.ShellCompNoDescRequestCmd:
+	default:
+		return nil
+	}
+	for _, c := range a.rootCommand().Commands() {
+		if c.Name() == args[1] && c.DisableFlagParsing && c.Annotations["full"] == "true" {
+			return a.runFull(ctx, args)
+		}
+	}
+	return nil
+}
+
 func (a *App) delegated(name, short string) *cobra.Command {
-	cmd := &cobra.Command{
+	return &cobra.Command{
 		Use:                name,
 		Short:              short,
+		Annotations:        map[string]string{"full": "true"},
 		DisableFlagParsing: true, // the full program parses them
-		RunE:               func(*cobra.Command, []string) error { return a.runFull(a.args) },
+		RunE:               func(cmd *cobra.Command, _ []string) error { return a.runFull(cmd.Context(), a.args) },
 	}
-	// `nsys-cortex help NAME` is the full program's help of NAME.
-	cmd.SetHelpFunc(func(*cobra.Command, []string) {
-		fmt.Fprintf(a.Stderr, "nsys-cortex: %s\n", describe(a.runFull([]string{name, "--help"})))
-	})
-	return cmd
 }
 
 // runFull replaces this process with the full program, run with args.
-// It returns only when that cannot be done, with why.
-func (a *App) runFull(args []string) error {
+// It returns only when that cannot be done, with why; a signal that came
+// while the program was found (the first one unpacks it) ends this
+// process as that signal ends any command.
+func (a *App) runFull(ctx context.Context, args []string) error {
 	if a.FullProgram == nil {
 		return fmt.Errorf("this nsys-cortex is the light program and knows no full one")
 	}
-	p, err := a.FullProgram()
+	f, err := a.FullProgram()
 	if err != nil {
 		return err
 	}
-	argv := append([]string{"nsys-cortex"}, args...)
-	return fmt.Errorf("running the full program %s: %w", p, syscall.Exec(p, argv, os.Environ()))
+	defer f.Close()
+	if ctx.Err() != nil {
+		return interrupted(ctx, ctx.Err())
+	}
+	argv := append([]string{os.Args[0]}, args...)
+	// The descriptor, not the name: what runs is the file that was checked.
+	path := "/proc/self/fd/" + strconv.Itoa(int(f.Fd()))
+	return fmt.Errorf("running the full program %s: %w", f.Name(), syscall.Exec(path, argv, os.Environ()))
 }

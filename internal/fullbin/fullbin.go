@@ -3,6 +3,12 @@
 // full program, gzip-compressed, in the light one; the first command that
 // needs it unpacks it into the home's bin directory, named for its
 // content, and every later one runs that file.
+//
+// The program is handed over open (O_PATH), checked on that descriptor,
+// and run through /proc/self/fd: what runs is the file that was checked,
+// whatever happens to its name meanwhile. The bin directory and every one
+// above it must be this user's or root's and not writable by others
+// (hostfs.TrustedDir).
 package fullbin
 
 import (
@@ -14,9 +20,14 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nsys-cortex/cortex/internal/hostfs"
 )
 
 // EnvFullBin names a full program to run instead of the embedded one.
@@ -25,6 +36,10 @@ const EnvFullBin = "NSYS_CORTEX_FULL_BIN"
 // Beside is the full program's name beside the light one, when a build
 // keeps them apart.
 const Beside = "nsys-cortex-full"
+
+// keep is how long an unpacked program of another build is left alone
+// after it was last unpacked: that build may be about to run it.
+const keep = 10 * time.Minute
 
 var (
 	embedded []byte // set by embed.go in the cortex_embed_full build
@@ -36,97 +51,149 @@ var (
 // Embedded reports whether this executable carries the full program.
 func Embedded() bool { return len(embedded) > 0 }
 
-// Path returns the full program to run: NSYS_CORTEX_FULL_BIN, the
-// embedded one (unpacked into binDir once), or nsys-cortex-full beside
-// this executable.
-func Path(binDir string) (string, error) {
+// Open returns the full program to run, open with O_PATH and checked:
+// NSYS_CORTEX_FULL_BIN, the embedded one (unpacked into binDir once), or
+// nsys-cortex-full beside this executable. Run it with ExecPath.
+func Open(binDir string) (*os.File, error) {
 	if p := os.Getenv(EnvFullBin); p != "" {
-		return p, check(p, -1)
+		return open(p, -1)
 	}
 	if len(embedded) > 0 {
 		return unpack(binDir)
 	}
 	exe, err := os.Executable()
 	if err != nil {
-		return "", err
+		return nil, err
 	}
-	p := filepath.Join(filepath.Dir(exe), Beside)
-	if err := check(p, -1); err != nil {
-		return "", fmt.Errorf("this nsys-cortex is the light program and carries no full one, and %w; "+
+	f, err := open(filepath.Join(filepath.Dir(exe), Beside), -1)
+	if err != nil {
+		return nil, fmt.Errorf("this nsys-cortex is the light program and carries no full one, and %w; "+
 			"build with `make build`, or set %s", err, EnvFullBin)
 	}
-	return p, nil
+	return f, nil
 }
 
-// unpack writes the embedded program to binDir/nsys-cortex-full-<sum>
-// unless it is there already, and returns its path.
-func unpack(binDir string) (string, error) {
+// ExecPath is the path that runs f, the file itself.
+func ExecPath(f *os.File) string { return "/proc/self/fd/" + strconv.Itoa(int(f.Fd())) }
+
+// unpack opens binDir/nsys-cortex-full-<sum>, writing it first unless it
+// is there already.
+func unpack(binDir string) (*os.File, error) {
 	if len(sum) < 16 || len(embedded) < 4 {
-		return "", errors.New("the embedded full program has no content sum: build with scripts/build.sh")
+		return nil, errors.New("the embedded full program has no content sum: build with scripts/build.sh")
+	}
+	if err := os.MkdirAll(binDir, 0o755); err != nil { // as the agent's unpack makes it
+		return nil, err
+	}
+	if err := hostfs.TrustedDir(binDir); err != nil {
+		return nil, fmt.Errorf("the full program's directory: %w", err)
 	}
 	// gzip's trailer holds the size of what it compressed, mod 2^32.
 	size := int64(binary.LittleEndian.Uint32(embedded[len(embedded)-4:]))
-	p := filepath.Join(binDir, Beside+"-"+sum[:16])
-	if check(p, size) == nil {
-		return p, nil
-	}
-	if err := os.MkdirAll(binDir, 0o700); err != nil {
-		return "", err
+	name := Beside + "-" + sum[:16]
+	p := filepath.Join(binDir, name)
+	if f, err := open(p, size); err == nil {
+		return f, nil
 	}
 	zr, err := gzip.NewReader(bytes.NewReader(embedded))
 	if err != nil {
-		return "", fmt.Errorf("the embedded full program: %w", err)
+		return nil, fmt.Errorf("the embedded full program: %w", err)
 	}
-	tmp, err := os.CreateTemp(binDir, "."+Beside+"-*")
+	tmp, err := os.CreateTemp(binDir, "."+name+"-*")
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	defer os.Remove(tmp.Name()) // gone after the rename; a partial one otherwise
 	_, err = io.Copy(tmp, zr)
 	if err == nil {
 		err = tmp.Chmod(0o755)
 	}
+	if err == nil {
+		err = tmp.Sync() // a crash leaves no file of the right size with the wrong content
+	}
 	if cerr := tmp.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
-		return "", fmt.Errorf("unpacking the full program into %s: %w", binDir, err)
+		return nil, fmt.Errorf("unpacking the full program into %s: %w", binDir, err)
 	}
 	if err := os.Rename(tmp.Name(), p); err != nil {
-		return "", err
+		return nil, err
 	}
-	// The full programs of earlier builds go: one is ~100 MB. A process
-	// running one keeps its file until it exits.
-	old, _ := filepath.Glob(filepath.Join(binDir, Beside+"-*"))
-	for _, o := range old {
-		if o != p {
-			os.Remove(o)
-		}
-	}
-	return p, check(p, size)
+	removeOld(binDir, name)
+	return open(p, size)
 }
 
-// check says whether p is a program this user may run as its own: a
-// regular executable file, owned by this user or root, that no one else
-// can write, of size bytes when size is not -1.
-func check(p string, size int64) error {
-	fi, err := os.Lstat(p)
+// removeOld removes what earlier builds unpacked (one is ~100 MB), and
+// what unpacks that died left, but not a program some process runs or
+// that was unpacked in the last ten minutes.
+func removeOld(binDir, current string) {
+	var old []string
+	for _, pattern := range []string{Beside + "-*", "." + Beside + "-*"} {
+		m, _ := filepath.Glob(filepath.Join(binDir, pattern))
+		old = append(old, m...)
+	}
+	running := runningPrograms()
+	for _, o := range old {
+		fi, err := os.Lstat(o)
+		if err != nil || filepath.Base(o) == current || running[o] || time.Since(fi.ModTime()) < keep {
+			continue
+		}
+		os.Remove(o)
+	}
+}
+
+// runningPrograms returns the executables of the processes this user can
+// see.
+func runningPrograms() map[string]bool {
+	out := map[string]bool{}
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		if e.Name()[0] < '0' || e.Name()[0] > '9' {
+			continue
+		}
+		if exe, err := os.Readlink("/proc/" + e.Name() + "/exe"); err == nil {
+			out[strings.TrimSuffix(exe, " (deleted)")] = true
+		}
+	}
+	return out
+}
+
+// open opens p with O_PATH, not following a link at its name, and checks
+// on the descriptor that it is a program this user may run as its own: a
+// regular file, owned by this user or root, that no one else can write,
+// executable by its owner, of size bytes when size is not -1.
+func open(p string, size int64) (*os.File, error) {
+	fd, err := unix.Open(p, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return fmt.Errorf("the full program %s: %w", p, err)
+		return nil, fmt.Errorf("the full program %s: %w", p, &os.PathError{Op: "open", Path: p, Err: err})
 	}
-	st, _ := fi.Sys().(*syscall.Stat_t)
+	f := os.NewFile(uintptr(fd), p)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		f.Close()
+		return nil, err
+	}
+	if err := checkStat(p, &st, size); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+func checkStat(p string, st *unix.Stat_t, size int64) error {
+	me := uint32(os.Geteuid())
 	switch {
-	case !fi.Mode().IsRegular():
+	case st.Mode&syscall.S_IFMT != syscall.S_IFREG:
 		return fmt.Errorf("the full program %s is not a regular file", p)
-	case st != nil && st.Uid != uint32(os.Geteuid()) && st.Uid != 0:
+	case st.Uid != me && st.Uid != 0:
 		return fmt.Errorf("the full program %s belongs to uid %d, not to this user", p, st.Uid)
-	case fi.Mode().Perm()&0o022 != 0:
-		return fmt.Errorf("the full program %s can be written by others (mode %v)", p, fi.Mode().Perm())
-	case size >= 0 && fi.Size()&0xffffffff != size:
-		return fmt.Errorf("the full program %s is %d bytes, not %d", p, fi.Size(), size)
-	}
-	if err := unix.Access(p, unix.X_OK); err != nil {
+	case st.Mode&0o022 != 0:
+		return fmt.Errorf("the full program %s can be written by others (mode %o)", p, st.Mode&0o777)
+	case st.Mode&0o100 == 0:
 		return fmt.Errorf("the full program %s is not executable", p)
+	case size >= 0 && st.Size&0xffffffff != size:
+		return fmt.Errorf("the full program %s is %d bytes, not %d", p, st.Size, size)
 	}
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 )
 
 // withEmbedded makes program the embedded full program for one test.
@@ -31,12 +32,26 @@ func TestUnpack(t *testing.T) {
 	os.MkdirAll(dir, 0o700)
 	os.WriteFile(old, []byte("an earlier build"), 0o755)
 
-	p, err := Path(dir)
+	f, err := Open(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
+	f.Close()
+	p := f.Name()
 	if got, _ := os.ReadFile(p); !bytes.Equal(got, program) {
 		t.Fatalf("unpacked %q", got)
+	}
+	// An earlier build's program goes once it is old and nothing runs it.
+	if _, err := os.Stat(old); err != nil {
+		t.Errorf("an earlier build's program, unpacked just now, was removed: %v", err)
+	}
+	past := time.Now().Add(-time.Hour)
+	os.Chtimes(old, past, past)
+	os.Remove(p)
+	if f, err := Open(dir); err != nil {
+		t.Fatal(err)
+	} else {
+		f.Close()
 	}
 	if _, err := os.Stat(old); !os.IsNotExist(err) {
 		t.Errorf("the earlier build's program is still there: %v", err)
@@ -64,10 +79,11 @@ func TestUnpack(t *testing.T) {
 		if err := spoil.do(); err != nil {
 			t.Fatal(err)
 		}
-		q, err := Path(dir)
-		if err != nil || q != p {
-			t.Fatalf("%s: %s %v", spoil.name, q, err)
+		q, err := Open(dir)
+		if err != nil || q.Name() != p {
+			t.Fatalf("%s: %v %v", spoil.name, q, err)
 		}
+		q.Close()
 		fi, err := os.Lstat(p)
 		if err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm() != 0o755 || fi.Size() != int64(len(program)) {
 			t.Errorf("%s: not replaced: %v %v", spoil.name, fi.Mode(), err)
@@ -82,15 +98,37 @@ func TestPathRefuses(t *testing.T) {
 	p := filepath.Join(dir, "full")
 	os.WriteFile(p, []byte("x"), 0o644)
 	t.Setenv(EnvFullBin, p)
-	if _, err := Path(dir); err == nil {
+	if _, err := Open(dir); err == nil {
 		t.Errorf("a program that is not executable was taken")
 	}
 	os.Chmod(p, 0o757)
-	if _, err := Path(dir); err == nil {
+	if _, err := Open(dir); err == nil {
 		t.Errorf("a program others can write was taken")
 	}
 	os.Chmod(p, 0o755)
-	if got, err := Path(dir); err != nil || got != p {
-		t.Errorf("%s: %s %v", EnvFullBin, got, err)
+	if got, err := Open(dir); err != nil || got.Name() != p {
+		t.Errorf("%s: %v %v", EnvFullBin, got, err)
+	} else {
+		got.Close()
+	}
+}
+
+// TestUntrustedDirectory: a bin directory another user could change is
+// refused before anything is unpacked into it or run from it.
+func TestUntrustedDirectory(t *testing.T) {
+	withEmbedded(t, []byte("#!/bin/sh\n"))
+	open := filepath.Join(t.TempDir(), "open")
+	os.Mkdir(open, 0o777)
+	os.Chmod(open, 0o777) // the umask took the bits back
+	if _, err := Open(filepath.Join(open, "bin")); err == nil {
+		t.Errorf("unpacked under a directory anyone can write")
+	}
+	if os.Geteuid() == 0 {
+		foreign := filepath.Join(t.TempDir(), "foreign")
+		os.Mkdir(foreign, 0o755)
+		os.Chown(foreign, 65534, 65534)
+		if _, err := Open(foreign); err == nil {
+			t.Errorf("unpacked into a directory of another user")
+		}
 	}
 }

@@ -340,3 +340,37 @@ func SubBeneath(root *Dir, rel string) (*Dir, error) {
 	p := filepath.Join(root.path, rel)
 	return &Dir{f: os.NewFile(uintptr(fd), p), path: p}, nil
 }
+
+// TrustedDir checks that only this user and root can change what path
+// holds: path and every directory above it (links resolved) belong to this
+// user or root, and one that others may write is sticky (/tmp), so no one
+// else can put, swap or rename an entry there. A program this process
+// runs from such a directory is the one it checked.
+func TrustedDir(path string) error {
+	real, err := filepath.EvalSymlinks(path)
+	if err != nil {
+		return err
+	}
+	real, err = filepath.Abs(real)
+	if err != nil {
+		return err
+	}
+	me := uint32(os.Geteuid())
+	for dir := real; ; dir = filepath.Dir(dir) {
+		var st unix.Stat_t
+		if err := unix.Lstat(dir, &st); err != nil {
+			return err
+		}
+		switch {
+		case st.Mode&unix.S_IFMT != unix.S_IFDIR:
+			return fmt.Errorf("%s is not a directory", dir)
+		case st.Uid != me && st.Uid != 0:
+			return fmt.Errorf("%s belongs to uid %d, not to this user or root: another user could change what it holds", dir, st.Uid)
+		case st.Mode&0o022 != 0 && st.Mode&unix.S_ISVTX == 0:
+			return fmt.Errorf("%s can be written by others (mode %o) and is not sticky", dir, st.Mode&0o7777)
+		}
+		if dir == "/" {
+			return nil
+		}
+	}
+}

@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nsys-cortex/cortex/internal/hostfs"
 )
 
 // EnvAgentBin names an agent binary to use instead of the built-in one.
@@ -53,16 +55,26 @@ func checkAgent(p, where string) error {
 
 // unpack writes the embedded agent to binDir/cortex-agent-<hash> unless a
 // file of that name and size is already there.
+//
+// The agent is run by path (as root, by nsbox), so binDir must be one only
+// this user and root can change (hostfs.TrustedDir), and a file at the
+// name is taken only if it is a regular file of this user's or root's
+// that no one else can write.
 func unpack(binDir string, data []byte) (string, error) {
 	sum := sha256.Sum256(data)
 	p := filepath.Join(binDir, "cortex-agent-"+hex.EncodeToString(sum[:8]))
-	if st, err := os.Stat(p); err == nil && st.Size() == int64(len(data)) {
-		return p, nil
-	} else if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return "", fmt.Errorf("embedded cortex-agent: %w", err)
-	}
 	if err := os.MkdirAll(binDir, 0o755); err != nil {
 		return "", fmt.Errorf("unpacking the embedded cortex-agent: %w", err)
+	}
+	if err := hostfs.TrustedDir(binDir); err != nil {
+		return "", fmt.Errorf("the agent's directory: %w", err)
+	}
+	var st unix.Stat_t
+	if err := unix.Lstat(p, &st); err == nil && st.Mode&unix.S_IFMT == unix.S_IFREG && st.Size == int64(len(data)) &&
+		(st.Uid == uint32(os.Geteuid()) || st.Uid == 0) && st.Mode&0o022 == 0 {
+		return p, nil
+	} else if err != nil && !errors.Is(err, unix.ENOENT) {
+		return "", fmt.Errorf("embedded cortex-agent: %w", err)
 	}
 	if err := WriteFileAtomic(p, data, 0o755); err != nil {
 		return "", fmt.Errorf("unpacking the embedded cortex-agent: %w", err)

@@ -36,7 +36,10 @@ func (r *runtime) Alive(lay layout.Layout, st *sandbox.State) (bool, error) {
 // disks: what the agent wrote is on the overlay disk), then makes sure no
 // QEMU of the neuron is left.
 func (r *runtime) Stop(lay layout.Layout, id string, st *sandbox.State) {
+	// Before and after: a snapshot of the paused VM that finished while it
+	// was being stopped may have kept its state meanwhile.
 	dropPausedState(lay, id)
+	defer dropPausedState(lay, id)
 	var pids []int
 	if st != nil && st.PID > 0 && store.Alive(st.PID, st.PIDStart) {
 		pids = append(pids, st.PID)
