@@ -77,7 +77,13 @@ func TestEgressTunnel(t *testing.T) {
 		t.Fatalf("egress-tunnel processes for %s: %v", sock, pids)
 	}
 	pid := pids[0]
-	if status, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid)); !strings.Contains(string(status), fmt.Sprintf("Uid:\t%d\t%d\t%d\t%d\n", j.uid, j.uid, j.uid, j.uid)) {
+	// It listens as root and gives root up before it accepts (the kernel
+	// queues a connection before that): wait for the drop.
+	var status []byte
+	if !waittest.Until(30*time.Second, func() bool {
+		status, _ = os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+		return strings.Contains(string(status), fmt.Sprintf("Uid:\t%d\t%d\t%d\t%d\n", j.uid, j.uid, j.uid, j.uid))
+	}) {
 		t.Errorf("the tunnel (pid %d) does not run as the jail's uid %d:\n%s", pid, j.uid, status)
 	}
 
