@@ -359,7 +359,9 @@ func TestStaleMountIsCleared(t *testing.T) {
 	dir := filepath.Join(openDir(t), "ctx")
 	os.Mkdir(dir, 0o755)
 	child := exec.Command(os.Args[0], "-test.run=^TestStaleMountIsCleared$")
-	child.Env = append(os.Environ(), "CTXFS_HELPER_MOUNT="+dir)
+	// The helper is killed, so its own temporary directories are made in
+	// this test's, which is removed.
+	child.Env = append(os.Environ(), "CTXFS_HELPER_MOUNT="+dir, "TMPDIR="+t.TempDir())
 	stdout, _ := child.StdoutPipe()
 	if err := child.Start(); err != nil {
 		t.Fatal(err)
