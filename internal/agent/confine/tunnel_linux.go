@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -31,6 +32,7 @@ func EgressTunnel(args []string) int {
 	gid := fs.Int("gid", -1, "run as this gid (from root)")
 	listen := fs.String("listen", "", "serve a tunnel on each connection to this Unix socket (the VMM's guest-initiated vsock connections) instead of descriptor 3")
 	vmm := fs.Int("pid", 0, "with --listen: end when this process, the VMM, does")
+	statsFD := fs.Int("stats-fd", 0, "report what the proxy let through (boot.EgressStats) in the file open on this descriptor")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -61,6 +63,16 @@ func EgressTunnel(args []string) int {
 	defer stop()
 	logf("serving the egress tunnel for %d rules", len(fs.Args()))
 	p := plan.Proxy(logf)
+	if *statsFD > 2 {
+		unix.CloseOnExec(*statsFD)
+		sctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			p.PublishStats(sctx, os.NewFile(uintptr(*statsFD), "egress-stats"), time.Second)
+		}()
+		defer func() { cancel(); <-done }() // the last figures are written before it exits
+	}
 	if ln != nil {
 		go func() {
 			waitReadable(vmmGone)

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -82,6 +83,8 @@ type Proxy struct {
 	// side and the server sends nothing (0: 2 minutes); the client gets a
 	// quarter of that once the server has closed.
 	Linger time.Duration
+
+	counts counters // what it let through (Stats)
 }
 
 // Serve answers connections on ln until ctx ends or ln fails, and then
@@ -248,6 +251,7 @@ func (p *Proxy) handle(ctx context.Context, c net.Conn) {
 		return
 	}
 	defer up.Close()
+	p.counts.conns.Add(1)
 	stopUp := context.AfterFunc(ctx, func() { up.Close() })
 	defer stopUp()
 	c.SetReadDeadline(time.Time{})
@@ -263,7 +267,7 @@ func (p *Proxy) handle(ctx context.Context, c net.Conn) {
 	if linger <= 0 {
 		linger = defaultLinger
 	}
-	splice(c, br, up, linger)
+	splice(c, br, up, linger, &p.counts.bytes)
 }
 
 // badHead answers a request whose head could not be read: too large, too
@@ -468,18 +472,18 @@ func (p *Proxy) log(d Decision) {
 // Once one side has finished, the other gets a while to finish too (see
 // Proxy.Linger), so that a peer that neither sends nor closes cannot hold
 // a connection, and one of the proxy's slots, forever.
-func splice(client net.Conn, br *bufio.Reader, up net.Conn, linger time.Duration) {
+func splice(client net.Conn, br *bufio.Reader, up net.Conn, linger time.Duration, n *atomic.Int64) {
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
-		io.Copy(up, br)
+		io.Copy(up, counting{br, n})
 		closeWrite(up)
 		up.SetReadDeadline(time.Now().Add(linger))
 	}()
 	go func() {
 		defer wg.Done()
-		io.Copy(client, up)
+		io.Copy(client, counting{up, n})
 		closeWrite(client)
 		client.SetReadDeadline(time.Now().Add(linger / 4))
 	}()

@@ -26,6 +26,7 @@ import (
 // instead, so that name rules can be tested without the Internet.
 type proxyRig struct {
 	t         *testing.T
+	p         *Proxy
 	proxy     string // host:port
 	server    *http.Server
 	origin    netip.AddrPort // the real server
@@ -90,6 +91,8 @@ func newRig(t *testing.T, rules []string, names map[string][]netip.Addr) *proxyR
 			rig.mu.Unlock()
 		},
 	}
+	rig.p = p
+
 	pln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -60,7 +60,7 @@ func Init() int {
 	}
 	spawn := startAgent
 	if eg != nil {
-		if spawn, err = startEgress(eg, cfg.Egress.Listen, logf); err != nil {
+		if spawn, err = startEgress(eg, cfg.Egress.Listen, cfg.Egress.StatsFD, logf); err != nil {
 			logf("%v", err)
 			return 1
 		}

@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"runtime"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -72,13 +73,18 @@ func (ns *netns) do(f func()) {
 }
 
 // startEgress makes the neuron's network namespace, serves the proxy in it,
-// and returns how to start a process there.
-func startEgress(plan *confine.EgressPlan, listen string, logf func(string, ...any)) (func(*boot.NsboxConfig) (*os.Process, error), error) {
+// and returns how to start a process there. With statsFD (the host's
+// NsboxEgressStatsFD), the proxy reports what it let through there.
+func startEgress(plan *confine.EgressPlan, listen string, statsFD int, logf func(string, ...any)) (func(*boot.NsboxConfig) (*os.Process, error), error) {
 	ns, ln, err := newNetNS(listen)
 	if err != nil {
 		return nil, err
 	}
 	p := plan.Proxy(logf)
+	if statsFD == boot.NsboxEgressStatsFD {
+		unix.CloseOnExec(statsFD) // the agent never gets it
+		go p.PublishStats(context.Background(), os.NewFile(uintptr(statsFD), "egress-stats"), time.Second)
+	}
 	// The proxy lives as long as this process: the sandbox's life.
 	go func() {
 		if err := p.Serve(context.Background(), ln); err != nil {

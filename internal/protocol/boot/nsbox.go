@@ -72,6 +72,9 @@ type NsboxEgress struct {
 	Allow []string `json:"allow"`
 	// Listen is the proxy's address inside, e.g. "127.0.0.1:3128".
 	Listen string `json:"listen"`
+	// StatsFD, when not 0, is NsboxEgressStatsFD: the host handed PID 1 a
+	// file for the proxy's EgressStats there.
+	StatsFD int `json:"statsFd,omitempty"`
 }
 
 // BindMount is a bind mount of a host path.

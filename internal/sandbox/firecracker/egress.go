@@ -27,7 +27,12 @@ func tunnelSocket(j jail) string { return j.host(fmt.Sprintf("%s_%d", jailVsock,
 // startTunnel starts the host's end of the neuron's egress, listening in
 // its jail, for the Firecracker process vmm.
 func startTunnel(req *lifecycle.StartRequest, j jail, vmm int, allow []string) error {
+	stats, err := lifecycle.EgressStatsFile(req.Layout, req.ID)
+	if err != nil {
+		return err
+	}
+	defer stats.Close()
 	t := vmguest.Tunnel{AgentBin: req.AgentBin, Log: req.Log, Allow: allow, Listen: tunnelSocket(j), VMM: vmm,
-		Cred: &syscall.Credential{Uid: uint32(j.uid), Gid: uint32(j.gid)}}
+		Cred: &syscall.Credential{Uid: uint32(j.uid), Gid: uint32(j.gid)}, Stats: stats}
 	return t.Start()
 }

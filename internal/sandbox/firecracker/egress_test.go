@@ -114,6 +114,7 @@ func TestEgressTunnel(t *testing.T) {
 	if code, body := get(denied); code != 403 {
 		t.Errorf("denied origin: %d %q", code, body)
 	}
+	sandboxtest.WantEgressCounted(t, m, "net", 1)
 	log, _ := os.ReadFile(filepath.Join(f.lay.LogsDir(), "neurons", "net.log"))
 	if !strings.Contains(string(log), "egress allow GET "+allowed) || !strings.Contains(string(log), "egress deny GET "+denied) {
 		t.Errorf("the neuron's log lacks the decisions:\n%s", log)

@@ -69,6 +69,8 @@ func TestEgress(t *testing.T) {
 	check("an allowed name that resolves to loopback", curl+fmt.Sprintf("http://localhost:%d/", other), 0,
 		"localhost resolves to 127.0.0.1")
 	check("a name not listed", code+"http://example.com/", 0, "403")
+	// Three connections went through (the denied ones count for nothing).
+	sandboxtest.WantEgressCounted(t, n.m, "egress", 3)
 	// Around the proxy: the neuron's loopback is its own, and nothing
 	// else is routed.
 	check("--noproxy to the host's loopback", curl+fmt.Sprintf("--noproxy '*' http://127.0.0.1:%d/", allowed), 1, "")

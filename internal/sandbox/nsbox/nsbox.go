@@ -352,6 +352,18 @@ func (r *runtime) Start(req *lifecycle.StartRequest) (*exec.Cmd, error) {
 		return nil, err
 	}
 	defer pw.Close()
+	files := []*os.File{pr} // boot.NsboxConfigFD
+	if cfg.Egress != nil {
+		// Its proxy's report of what it let through (the neuron's metrics).
+		stats, err := lifecycle.EgressStatsFile(lay, id)
+		if err != nil {
+			pr.Close()
+			return nil, err
+		}
+		defer stats.Close()
+		files = append(files, stats) // boot.NsboxEgressStatsFD
+		cfg.Egress.StatsFD = boot.NsboxEgressStatsFD
+	}
 	cmd := &exec.Cmd{
 		Path: req.AgentBin,
 		// --id and --channel-dir are not read by init; they let discovery
@@ -361,7 +373,7 @@ func (r *runtime) Start(req *lifecycle.StartRequest) (*exec.Cmd, error) {
 		Dir:        "/",
 		Stdout:     req.Log,
 		Stderr:     req.Log,
-		ExtraFiles: []*os.File{pr}, // boot.NsboxConfigFD
+		ExtraFiles: files,
 		SysProcAttr: &syscall.SysProcAttr{
 			Setsid:     true,
 			Cloneflags: flags,

@@ -32,7 +32,13 @@ func startTunnel(req *lifecycle.StartRequest, id identity, allow []string) (*os.
 	}
 	vmEnd, tunnelEnd := os.NewFile(uintptr(fds[0]), "egress-vm"), os.NewFile(uintptr(fds[1]), "egress-tunnel")
 	defer tunnelEnd.Close()
-	t := vmguest.Tunnel{AgentBin: req.AgentBin, Log: req.Log, Allow: allow, Cred: id.cred, Stream: tunnelEnd}
+	stats, err := lifecycle.EgressStatsFile(req.Layout, req.ID)
+	if err != nil {
+		vmEnd.Close()
+		return nil, err
+	}
+	defer stats.Close()
+	t := vmguest.Tunnel{AgentBin: req.AgentBin, Log: req.Log, Allow: allow, Cred: id.cred, Stream: tunnelEnd, Stats: stats}
 	if err := t.Start(); err != nil {
 		vmEnd.Close()
 		return nil, err

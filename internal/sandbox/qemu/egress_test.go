@@ -51,6 +51,7 @@ func TestEgress(t *testing.T) {
 	egressCheck(t, f, c, "an allowed address", wget+fmt.Sprintf("http://127.0.0.1:%d/", allowed), true, "hello from an allowed server")
 	egressCheck(t, f, c, "another port", wget+fmt.Sprintf("http://127.0.0.1:%d/ 2>&1", other), false, "403")
 	egressCheck(t, f, c, "a name not listed", wget+"http://example.com/ 2>&1", false, "403")
+	sandboxtest.WantEgressCounted(t, f.m, "egress", 1)
 	egressCheck(t, f, c, "the guest's interfaces", "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '", true, "lo")
 	if out := f.sh(c, "tail -n +3 /proc/net/dev | wc -l"); out != "1" {
 		t.Errorf("the guest has more than a loopback: %s", f.sh(c, "cat /proc/net/dev"))

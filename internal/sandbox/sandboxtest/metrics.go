@@ -1,6 +1,7 @@
 package sandboxtest
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
@@ -79,5 +80,23 @@ func testMetrics(t *testing.T, f *fixture) {
 	}
 	if got := read(); got.Status != sandbox.StatusStopped || got.CPUSeconds != 0 || got.Pids != 0 {
 		t.Errorf("metrics of a stopped neuron: %+v", got)
+	}
+}
+
+// WantEgressCounted waits until neuron id's metrics count at least conns
+// connections through its egress proxy, and some bytes.
+func WantEgressCounted(t testing.TB, m sandbox.Manager, id string, conns int64) {
+	t.Helper()
+	mm, ok := m.(sandbox.MetricsReader)
+	if !ok {
+		t.Fatalf("%s mode's manager has no metrics", m.Mode())
+	}
+	var met *sandbox.Metrics
+	var err error
+	if !waittest.Until(30*time.Second, func() bool {
+		met, err = mm.Metrics(context.Background(), id)
+		return err == nil && met.EgressConnections >= conns && met.EgressBytes > 0
+	}) {
+		t.Errorf("egress in %s's metrics: %+v %v, want %d connections or more and some bytes", id, met, err, conns)
 	}
 }

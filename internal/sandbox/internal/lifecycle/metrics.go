@@ -61,6 +61,9 @@ func (m *Manager) Metrics(ctx context.Context, id string) (*sandbox.Metrics, err
 		met.CPUSeconds, met.MemoryBytes, met.MemoryPeakBytes, met.MemoryLimitBytes = u.CPUSeconds, u.MemoryBytes, u.MemoryPeakBytes, u.MemoryLimitBytes
 		met.Pids, met.OOMKills, met.Source = u.Pids, u.OOMKills, u.Source
 		met.EgressBytes, met.EgressConnections = u.EgressBytes, u.EgressConnections
+		if b, c := egressStats(m.lay, st); b >= 0 {
+			met.EgressBytes, met.EgressConnections = b, c
+		}
 		met.GuestMemoryBytes = u.GuestMemoryBytes
 		if gm, ok := m.rt.(GuestMeter); ok && st.Status == sandbox.StatusRunning {
 			// Not asked while paused: the host never waits on a frozen agent.

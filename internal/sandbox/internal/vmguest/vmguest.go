@@ -67,6 +67,9 @@ type Tunnel struct {
 	Stream *os.File
 	Listen string
 	VMM    int
+	// Stats, when set, is the file where the tunnel reports what it let
+	// through (lifecycle.EgressStatsFile).
+	Stats *os.File
 }
 
 // Start starts the tunnel. Its owner is the VMM (it ends with it); a
@@ -84,6 +87,10 @@ func (t Tunnel) Start() error {
 		args = append(args, "--listen", t.Listen, "--pid", strconv.Itoa(t.VMM))
 	default:
 		return errors.New("egress tunnel: a stream, or a socket to listen on and the VMM's pid")
+	}
+	if t.Stats != nil {
+		args = append(args, "--stats-fd", strconv.Itoa(3+len(files)))
+		files = append(files, t.Stats)
 	}
 	args = append(append(args, "--"), t.Allow...)
 	cmd := &exec.Cmd{Path: t.AgentBin, Args: args, Env: []string{}, Dir: "/",
