@@ -30,7 +30,7 @@ var version = "dev"
 func main() {
 	// NSYS_CORTEX_DEBUG_START=1: how much CPU this process used before main
 	// (the runtime's start and every package's initialisation), which the
-	// start test holds to its budget (docs/cli.md).
+	// start test holds to its budget (docs/decisions.md, "One file, two programs").
 	if os.Getenv("NSYS_CORTEX_DEBUG_START") == "1" {
 		var ts unix.Timespec
 		unix.ClockGettime(unix.CLOCK_PROCESS_CPUTIME_ID, &ts)

@@ -14,7 +14,7 @@ import (
 )
 
 // startBudget is how much more CPU the built nsys-cortex may use before
-// main than a Go program that does nothing (docs/cli.md): the runtime's
+// main than a Go program that does nothing (docs/decisions.md): the runtime's
 // start and the initialisation of every package it links.
 const startBudget = 2 * time.Millisecond
 

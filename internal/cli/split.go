@@ -9,7 +9,7 @@ import "context"
 // (about 40 ms here). `make build` therefore makes nsys-cortex of two
 // programs in one file: the light one, which runs every other command and
 // starts in about a millisecond, and the full one, which it carries
-// compressed and runs for these (docs/cli.md, "One binary, two programs").
+// compressed and runs for these (docs/decisions.md, "One file, two programs").
 // A plain `go build` links everything into one program, as before.
 //
 // The full program's commands take their one-line help from here, so the
