@@ -152,8 +152,7 @@ func (r *runtime) saveMachine(ctx context.Context, q *qmp, st *sandbox.State, ch
 	if err != nil {
 		return fmt.Errorf("saving the machine: %w", err)
 	}
-	boot := bootFiles{filepath.Join(chanDir, "boot", "vmlinux"), filepath.Join(chanDir, "boot", "initramfs.cpio"), filepath.Join(chanDir, "boot", "rootfs.ext4")}
-	if _, err := boot.pin(filepath.Join(dir, "vm")); err != nil {
+	if _, err := bootFilesIn(filepath.Join(chanDir, "boot")).pin(filepath.Join(dir, "vm")); err != nil {
 		return err
 	}
 	info := SnapshotInfo{Snapshot: store.Snapshot{Name: "suspended", Neuron: st.ID, Created: stopped.UTC(), Mode: Mode},

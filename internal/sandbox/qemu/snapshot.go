@@ -65,12 +65,18 @@ type bootFiles struct {
 	Kernel, Initramfs, RootDisk string
 }
 
+// bootFilesIn are the boot files pinned in dir: a running VM's channel
+// directory's boot/, a snapshot's or a saved machine's vm/.
+func bootFilesIn(dir string) bootFiles {
+	return bootFiles{filepath.Join(dir, "vmlinux"), filepath.Join(dir, "initramfs.cpio"), filepath.Join(dir, "rootfs.ext4")}
+}
+
 // pin links the files into dir and returns the links.
 func (b bootFiles) pin(dir string) (bootFiles, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return b, err
 	}
-	out := bootFiles{filepath.Join(dir, "vmlinux"), filepath.Join(dir, "initramfs.cpio"), filepath.Join(dir, "rootfs.ext4")}
+	out := bootFilesIn(dir)
 	for _, f := range [][2]string{{b.Kernel, out.Kernel}, {b.Initramfs, out.Initramfs}, {b.RootDisk, out.RootDisk}} {
 		if f[0] == f[1] {
 			continue
@@ -102,7 +108,7 @@ type restoreJob struct {
 func (j *restoreJob) file(name string) string { return filepath.Join(j.dir, name) }
 
 func (j *restoreJob) bootFiles() bootFiles {
-	return bootFiles{j.file(snapKernel), j.file(snapInitramfs), j.file(snapRootDisk)}
+	return bootFilesIn(j.file("vm"))
 }
 
 // resume loads the state into the VM just started (paused, -incoming
@@ -304,8 +310,7 @@ func (m *Manager) snapshotVMM(ctx context.Context, st *sandbox.State, chanDir, t
 	default:
 		return fmt.Errorf("snapshot of %s: it is %s but its VM is %s", st.ID, st.Status, status.Status)
 	}
-	boot := bootFiles{filepath.Join(chanDir, "boot", "vmlinux"), filepath.Join(chanDir, "boot", "initramfs.cpio"), filepath.Join(chanDir, "boot", "rootfs.ext4")}
-	_, err = boot.pin(filepath.Join(tmp, "vm"))
+	_, err = bootFilesIn(filepath.Join(chanDir, "boot")).pin(filepath.Join(tmp, "vm"))
 	return err
 }
 
@@ -321,8 +326,7 @@ func (m *Manager) snapshotSuspended(id, tmp string, info *SnapshotInfo) error {
 	if err := copyKept(filepath.Join(saved, snapState), filepath.Join(tmp, snapState)); err != nil {
 		return fmt.Errorf("snapshot of %s, paused to disk: %w", id, err)
 	}
-	boot := bootFiles{filepath.Join(saved, snapKernel), filepath.Join(saved, snapInitramfs), filepath.Join(saved, snapRootDisk)}
-	if _, err := boot.pin(filepath.Join(tmp, "vm")); err != nil {
+	if _, err := bootFilesIn(filepath.Join(saved, "vm")).pin(filepath.Join(tmp, "vm")); err != nil {
 		return err
 	}
 	if err := vmimage.CopySparse(overlayDisk(m.lay, id), filepath.Join(tmp, snapOverlay)); err != nil {
