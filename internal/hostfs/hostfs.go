@@ -374,3 +374,18 @@ func TrustedDir(path string) error {
 		}
 	}
 }
+
+// TrustedFile checks, on what stat said of a file, that only this user and
+// root can change it: a regular file that belongs to this user or root and
+// that no one else can write.
+func TrustedFile(st *unix.Stat_t) error {
+	switch {
+	case st.Mode&unix.S_IFMT != unix.S_IFREG:
+		return errors.New("not a regular file")
+	case st.Uid != uint32(os.Geteuid()) && st.Uid != 0:
+		return fmt.Errorf("it belongs to uid %d, not to this user or root", st.Uid)
+	case st.Mode&0o022 != 0:
+		return fmt.Errorf("others can write it (mode %o)", st.Mode&0o777)
+	}
+	return nil
+}

@@ -70,8 +70,7 @@ func unpack(binDir string, data []byte) (string, error) {
 		return "", fmt.Errorf("the agent's directory: %w", err)
 	}
 	var st unix.Stat_t
-	if err := unix.Lstat(p, &st); err == nil && st.Mode&unix.S_IFMT == unix.S_IFREG && st.Size == int64(len(data)) &&
-		(st.Uid == uint32(os.Geteuid()) || st.Uid == 0) && st.Mode&0o022 == 0 {
+	if err := unix.Lstat(p, &st); err == nil && st.Size == int64(len(data)) && hostfs.TrustedFile(&st) == nil {
 		return p, nil
 	} else if err != nil && !errors.Is(err, unix.ENOENT) {
 		return "", fmt.Errorf("embedded cortex-agent: %w", err)
