@@ -41,7 +41,7 @@ func (a *App) passThrough(ctx context.Context, args []string) error {
 		return nil
 	}
 	for _, c := range a.rootCommand().Commands() {
-		if c.Name() == args[1] && c.DisableFlagParsing && c.Annotations["full"] == "true" {
+		if c.Name() == args[1] && c.Annotations["full"] == "true" {
 			return a.runFull(ctx, args)
 		}
 	}
