@@ -189,7 +189,18 @@ func (fl *flow) cmd(c syntax.Command, in dirs) dirs {
 		return fl.loop(in, func(s dirs) dirs { return fl.stmts(c.Do, fl.stmts(c.Cond, s)) }, func(s dirs) dirs { return fl.stmts(c.Cond, s) })
 	case *syntax.ForClause:
 		fl.substs(c.Loop, in)
-		return fl.loop(in, func(s dirs) dirs { return fl.stmts(c.Do, s) }, nil)
+		body := func(s dirs) dirs { return fl.stmts(c.Do, s) }
+		if n, ok := staticIterations(c, fl.src); ok {
+			// for x in a b c: the body runs that many times, no more;
+			// after it, the directory is any a break could leave.
+			s, out := in, in
+			for range n {
+				s = body(s)
+				out = out.union(s)
+			}
+			return out
+		}
+		return fl.loop(in, body, nil)
 	case *syntax.CaseClause:
 		fl.substs(c.Word, in)
 		out := in
@@ -213,6 +224,22 @@ func (fl *flow) cmd(c syntax.Command, in dirs) dirs {
 		fl.substs(c, in)
 	}
 	return in
+}
+
+// staticIterations is how many times a for loop over words the text
+// names runs, when that is known and small (at most maxDirs).
+func staticIterations(c *syntax.ForClause, src string) (int, bool) {
+	it, ok := c.Loop.(*syntax.WordIter)
+	if !ok || !it.InPos.IsValid() || len(it.Items) > maxDirs {
+		return 0, false
+	}
+	ws := reduceWords(it.Items, src)
+	for _, w := range ws {
+		if w.runtime() || strings.ContainsAny(w.val, "*?[") {
+			return 0, false // expanded at run time: any number
+		}
+	}
+	return len(ws), len(ws) <= maxDirs
 }
 
 // loop reads a loop body until the directories it may leave settle; one
