@@ -499,6 +499,7 @@ func (a *App) neuronLog(ctx context.Context, ref string, follow bool) error {
 	// cursor, retitle the terminal or write its clipboard.
 	r := bufio.NewReader(f)
 	var partial string
+	synced := time.Now()
 	for {
 		line, err := r.ReadString('\n')
 		partial += line
@@ -523,6 +524,12 @@ func (a *App) neuronLog(ctx context.Context, ref string, follow bool) error {
 		case <-ctx.Done():
 			return interrupted(ctx, ctx.Err())
 		case <-time.After(250 * time.Millisecond):
+		}
+		if time.Since(synced) >= time.Second {
+			// Asking for the path again copies what a detached
+			// container printed since into the log (docker mode).
+			lp.LogPath(ctx, st.ID)
+			synced = time.Now()
 		}
 	}
 }

@@ -56,8 +56,9 @@ type RunSpec struct {
 // RunArgs returns the arguments of `docker` that run a neuron: the
 // boundary, pinned by tests. The container runs as a non-root user with no
 // capabilities and no way to gain privileges, on a read-only root with a
-// private /tmp, under memory, process and CPU ceilings, removed when it
-// stops, and with exactly two host directories mounted: the channel
+// private /tmp, under memory, process and CPU ceilings, detached (no client
+// process stays on the host for it: the daemon keeps it, and its output),
+// and with exactly two host directories mounted: the channel
 // directory (read-only: the agent only finds sockets there and connects)
 // and the neuron's home. The agent itself is PID 1 — no docker init, whose
 // environment every command could read — and reaps orphans as init does.
@@ -89,12 +90,15 @@ func RunArgs(s RunSpec) ([]string, error) {
 	if s.TmpBytes > 0 {
 		tmp += ",size=" + strconv.FormatInt(s.TmpBytes, 10)
 	}
-	a := []string{"run", "--rm", "--pull", "never",
+	a := []string{"run", "--detach", "--pull", "never",
 		"--name", s.Name, "--hostname", hostname(s.ID),
 		"--label", LabelManaged + "=true", "--label", LabelID + "=" + s.ID, "--label", LabelHome + "=" + s.HomeTag,
 		"--user", fmt.Sprintf("%d:%d", s.UID, s.GID),
 		"--cap-drop", "ALL", "--security-opt", "no-new-privileges",
 		"--read-only", "--tmpfs", tmp,
+		// The agent's output stays with the daemon, capped, until the
+		// host copies it into the neuron's log (SyncLog).
+		"--log-driver", "json-file", "--log-opt", "max-size=1m", "--log-opt", "max-file=2",
 	}
 	if s.MemoryBytes > 0 {
 		m := strconv.FormatInt(s.MemoryBytes, 10)

@@ -20,12 +20,13 @@ func TestRunArgsPinned(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"run", "--rm", "--pull", "never",
+	want := []string{"run", "--detach", "--pull", "never",
 		"--name", "nsys-cortex-0badc0de-web", "--hostname", "web",
 		"--label", "nsys-cortex.managed=true", "--label", "nsys-cortex.id=web", "--label", "nsys-cortex.home=0badc0de",
 		"--user", "1000:1000",
 		"--cap-drop", "ALL", "--security-opt", "no-new-privileges",
 		"--read-only", "--tmpfs", "/tmp:rw,exec,nosuid,nodev,mode=1777,size=1073741824",
+		"--log-driver", "json-file", "--log-opt", "max-size=1m", "--log-opt", "max-file=2",
 		"--memory", "2147483648", "--memory-swap", "2147483648", "--pids-limit", "1024",
 		"--network", "none",
 		"--mount", "type=bind,source=/home/op/.nsys-cortex/sockets/docker/web,target=/run/nsys-cortex,readonly",
@@ -68,7 +69,7 @@ func TestRunArgsBoundary(t *testing.T) {
 			t.Fatalf("variant %d: %v", i, err)
 		}
 		line := " " + strings.Join(args, " ") + " "
-		for _, must := range []string{" --rm ", " --cap-drop ALL ", " --security-opt no-new-privileges ",
+		for _, must := range []string{" --detach ", " --cap-drop ALL ", " --security-opt no-new-privileges ",
 			" --read-only ", " --user ", " --label nsys-cortex.managed=true ", " --pull never "} {
 			if !strings.Contains(line, must) {
 				t.Errorf("variant %d lacks %q: %s", i, must, line)

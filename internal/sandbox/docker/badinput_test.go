@@ -221,9 +221,14 @@ func TestAgentLogIsBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	n.sh(fmt.Sprintf("./hostile flood 127.0.0.1:%d 60000", docker.AgentPort))
-	logPath := filepath.Join(n.lay.LogsDir(), "neurons", "flood.log")
 	var log []byte
 	waittest.Until(time.Minute, func() bool {
+		// The log path is asked each time: that copies what the
+		// detached container printed into the log.
+		logPath, err := n.m.(sandbox.LogPather).LogPath(ctx, "flood")
+		if err != nil {
+			return false
+		}
 		log, _ = os.ReadFile(logPath)
 		return bytes.Contains(log, []byte("log limit reached"))
 	})

@@ -15,6 +15,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -203,4 +205,123 @@ func containerOf(b *testing.B, st *sandbox.State) string {
 		b.Fatalf("the container of %s: %v", st.ID, err)
 	}
 	return string(bytes.Fields(out)[0])
+}
+
+// BenchmarkIdleNeurons creates NSYS_CORTEX_BENCH_NEURONS (default 100)
+// idle docker neurons at once and reports what each costs the host: the
+// proportional set size of its container's processes (the agent and
+// containerd's shim), of docker clients left on the host for it (none: it
+// runs detached), and the host's used memory before and after. Then, in
+// the same run, it attaches a docker client to every container (`docker
+// attach`, the client holding the container's output as the attached
+// `docker run` of earlier versions did) and reports what those add.
+func BenchmarkIdleNeurons(b *testing.B) {
+	count := 100
+	if v, err := strconv.Atoi(os.Getenv("NSYS_CORTEX_BENCH_NEURONS")); err == nil && v > 0 {
+		count = v
+	}
+	for i := 0; i < b.N; i++ {
+		m := benchManager(b)
+		ctx := context.Background()
+		before := memUsed()
+		var names []string
+		for j := 0; j < count; j++ {
+			st, err := m.Create(ctx, fmt.Sprintf("idle%03d", j), sandbox.CreateOptions{})
+			if err != nil {
+				b.Fatalf("neuron %d: %v", j, err)
+			}
+			names = append(names, containerOf(b, st))
+		}
+		time.Sleep(2 * time.Second) // settle: a measurement window (memory at rest), not a wait for a condition
+		var container, clients int64
+		for _, name := range names {
+			out, err := exec.Command("docker", "inspect", "--format", "{{.State.Pid}}", name).Output()
+			pid, _ := strconv.Atoi(strings.TrimSpace(string(out)))
+			if err != nil || pid <= 0 {
+				b.Fatalf("the agent of %s: %v", name, err)
+			}
+			container += memOf("Pss:", sandboxtest.ProcessTree(pid)...) + memOf("Pss:", parentOf(pid)) // the shim
+			clients += memOf("Pss:", clientsOf(name)...)
+		}
+		after := memUsed()
+		// Every one still answers.
+		for j := 0; j < count; j += max(1, count/10) {
+			c, err := m.Connect(ctx, fmt.Sprintf("idle%03d", j))
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := c.Health(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+		// The same neurons, each with an attached client beside it.
+		var attached []*exec.Cmd
+		for _, name := range names {
+			cmd := exec.Command("docker", "attach", "--no-stdin", "--sig-proxy=false", name)
+			if err := cmd.Start(); err != nil {
+				b.Fatal(err)
+			}
+			attached = append(attached, cmd)
+		}
+		time.Sleep(2 * time.Second) // settle, as above
+		var pids []int
+		for _, cmd := range attached {
+			pids = append(pids, cmd.Process.Pid)
+		}
+		clientPss, clientRss := memOf("Pss:", pids...), memOf("Rss:", pids...)
+		withClients := memUsed()
+		for _, cmd := range attached {
+			cmd.Process.Kill()
+			cmd.Wait()
+		}
+		per := func(v int64) float64 { return float64(v) / float64(count) / (1 << 20) }
+		b.ReportMetric(float64(count), "neurons")
+		b.ReportMetric(per(container), "container-pss-MiB/neuron")
+		b.ReportMetric(per(clients), "host-client-pss-MiB/neuron")
+		b.ReportMetric(per(after-before), "host-MiB/neuron")
+		b.ReportMetric(per(clientPss), "attached-client-pss-MiB/neuron")
+		b.ReportMetric(per(clientRss), "attached-client-rss-MiB/neuron")
+		b.ReportMetric(per(withClients-before), "attached-host-MiB/neuron")
+		for j := 0; j < count; j++ {
+			m.Destroy(ctx, fmt.Sprintf("idle%03d", j), sandbox.DestroyOptions{Wipe: true})
+		}
+	}
+}
+
+// memUsed is MemTotal - MemAvailable, in bytes.
+func memUsed() int64 {
+	return memField("/proc/meminfo", "MemTotal:") - memField("/proc/meminfo", "MemAvailable:")
+}
+
+// memOf sums a field of /proc/<pid>/smaps_rollup ("Pss:", "Rss:") over pids.
+func memOf(field string, pids ...int) int64 {
+	var sum int64
+	for _, p := range pids {
+		sum += memField(fmt.Sprintf("/proc/%d/smaps_rollup", p), field)
+	}
+	return sum
+}
+
+// memField reads a "Name: N kB" line of a /proc file, in bytes.
+func memField(path, field string) int64 {
+	raw, _ := os.ReadFile(path)
+	for _, line := range strings.Split(string(raw), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == field {
+			v, _ := strconv.ParseInt(f[1], 10, 64)
+			return v << 10
+		}
+	}
+	return 0
+}
+
+// parentOf is pid's parent.
+func parentOf(pid int) int {
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if i := bytes.LastIndexByte(b, ')'); i > 0 {
+		if f := strings.Fields(string(b[i+1:])); len(f) > 1 {
+			ppid, _ := strconv.Atoi(f[1])
+			return ppid
+		}
+	}
+	return 0
 }

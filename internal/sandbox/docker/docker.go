@@ -18,8 +18,10 @@
 package docker
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -29,6 +31,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/nsys-cortex/cortex/internal/hostfs"
 	"github.com/nsys-cortex/cortex/internal/layout"
@@ -270,10 +274,11 @@ func (r *runtime) HostView(lay layout.Layout, id string) *link.HostView {
 	return &link.HostView{Neuron: Home, Host: homeDir(lay, id)}
 }
 
-// Start runs `docker run` attached, detached from the caller: the client
-// lives as long as the container, and what the agent prints goes to the
-// neuron's log through it. The environment goes through a pipe the client
-// reads as its env file, never through the command line.
+// Start runs `docker run --detach`: once the daemon has started the
+// container, no process of this host's stays beside it (a client per
+// neuron held ~25 MiB). What the agent prints stays with the daemon until
+// SyncLog copies it into the neuron's log. The environment goes through a
+// pipe the client reads as its env file, never through the command line.
 func (r *runtime) Start(req *lifecycle.StartRequest) (*exec.Cmd, error) {
 	p, err := r.plan(req.Layout, req.ID, req.Options)
 	if err != nil {
@@ -286,40 +291,143 @@ func (r *runtime) Start(req *lifecycle.StartRequest) (*exec.Cmd, error) {
 	if err != nil {
 		return nil, err
 	}
-	bin, err := dockerBin()
-	if err != nil {
-		return nil, err
-	}
 	p.spec.EnvFile = "/dev/fd/3"
 	args, err := RunArgs(p.spec)
 	if err != nil {
 		return nil, err
 	}
-	pr, pw, err := os.Pipe()
+	name := ContainerName(req.Layout, req.ID)
+	out, err := runDetached(args, content, req.Log)
+	if err != nil && strings.Contains(out, "is already in use") {
+		// A container of an earlier run that ended on its own: what it
+		// printed goes to the log, then it goes.
+		r.SyncLog(req.Layout, req.ID, req.Log)
+		docker(context.Background(), "rm", "--force", "--volumes", name)
+		out, err = runDetached(args, content, req.Log)
+	}
 	if err != nil {
+		if e := r.Explain(req.Layout, req.ID, &sandbox.BootError{ID: req.ID, Log: out}); e != nil {
+			return nil, e
+		}
 		return nil, err
 	}
-	cmd := &exec.Cmd{Path: bin, Args: append([]string{bin}, args...), Env: os.Environ(),
-		Stdout: req.Log, Stderr: req.Log, ExtraFiles: []*os.File{pr},
-		SysProcAttr: &syscall.SysProcAttr{Setsid: true}}
-	err = cmd.Start()
-	pr.Close()
-	if err != nil {
-		pw.Close()
-		return nil, fmt.Errorf("starting %s: %w", bin, err)
-	}
-	// The client reads the whole env file before it talks to the daemon;
-	// the pipe holds 64 KiB, so a larger environment is written as it
-	// reads. The writer owns the pipe's end: it closes it when done, or
-	// when the client exits without reading (a write then fails).
-	go func() {
-		defer pw.Close()
-		pw.Write(content)
-	}()
-	return cmd, nil
+	return nil, nil
 }
 
-// Released: a container is removed when it stops (--rm); nothing is held.
+// runDetached runs `docker run --detach` (args), handing it env as its
+// env file on descriptor 3, and returns what it printed on its standard
+// error, which goes to log too.
+func runDetached(args []string, env []byte, log *os.File) (string, error) {
+	bin, err := dockerBin()
+	if err != nil {
+		return "", err
+	}
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return "", err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), runTimeout)
+	defer cancel()
+	var errb bytes.Buffer
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Stderr = io.MultiWriter(&errb, log)
+	cmd.ExtraFiles = []*os.File{pr}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		pr.Close()
+		pw.Close()
+		return "", fmt.Errorf("starting %s: %w", bin, err)
+	}
+	pr.Close()
+	// The client reads the whole env file before it talks to the daemon;
+	// the pipe holds 64 KiB, so a larger environment is written as it
+	// reads. The writer closes its end when done, or when the client
+	// exits without reading (a write then fails).
+	go func() {
+		defer pw.Close()
+		pw.Write(env)
+	}()
+	if err := cmd.Wait(); err != nil {
+		msg := strings.TrimSpace(errb.String())
+		if msg == "" {
+			msg = err.Error()
+		}
+		return errb.String(), fmt.Errorf("docker run: %s", lastLine(msg))
+	}
+	return errb.String(), nil
+}
+
+// runTimeout bounds `docker run --detach`: the daemon creates and starts
+// the container (with the vfs driver it copies the image first).
+const runTimeout = 2 * time.Minute
+
+// SyncLog appends what neuron id's container printed since the last sync
+// to its log (lifecycle.LogSyncer). The daemon keeps the container's
+// output, capped (RunArgs); the time of the last line copied is kept in
+// the overlay, under a lock, so two host processes copy each line once.
+func (r *runtime) SyncLog(lay layout.Layout, id string, log *os.File) {
+	// The overlay directory is the host's (the container has home/ below it).
+	mark, err := os.OpenFile(filepath.Join(lay.OverlayDir(id), ".log-since"), os.O_RDWR|os.O_CREATE|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return
+	}
+	defer mark.Close()
+	if err := unix.Flock(int(mark.Fd()), unix.LOCK_EX); err != nil {
+		return
+	}
+	var buf [64]byte
+	n, _ := mark.ReadAt(buf[:], 0)
+	args := []string{"logs", "--timestamps"}
+	if since := strings.TrimSpace(string(buf[:n])); since != "" {
+		args = append(args, "--since", since)
+	}
+	bin, err := dockerBin()
+	if err != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), cliTimeout)
+	defer cancel()
+	// Both streams through one pipe keep the lines in the order docker
+	// gives them.
+	var out bytes.Buffer
+	cmd := exec.CommandContext(ctx, bin, append(args, ContainerName(lay, id))...)
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if cmd.Run() != nil {
+		return // no such container (any more), or no daemon to ask
+	}
+	text, last := stripStamps(out.Bytes())
+	if last.IsZero() {
+		return
+	}
+	if _, err := log.Write(text); err != nil {
+		return
+	}
+	next := last.Add(time.Nanosecond)
+	stamp := fmt.Sprintf("%d.%09d", next.Unix(), next.Nanosecond())
+	mark.Truncate(0)
+	mark.WriteAt([]byte(stamp), 0)
+}
+
+// stripStamps takes the time docker put before each line of `docker logs
+// --timestamps` off it, returning the lines and the last time read.
+func stripStamps(b []byte) ([]byte, time.Time) {
+	var out []byte
+	var last time.Time
+	for len(b) > 0 {
+		line, rest, _ := bytes.Cut(b, []byte("\n"))
+		b = rest
+		stamp, text, ok := bytes.Cut(line, []byte(" "))
+		t, err := time.Parse(time.RFC3339Nano, string(stamp))
+		if !ok || err != nil {
+			continue // not a line of the container's
+		}
+		last = t
+		out = append(append(out, text...), '\n')
+	}
+	return out, last
+}
+
+// Released: Stop removed the container; nothing is held.
 func (r *runtime) Released(layout.Layout, string) {}
 
 // Link dials the agent of neuron id when the transport is tcp: the port
@@ -417,18 +525,18 @@ func (r *runtime) Running(lay layout.Layout) ([]lifecycle.Running, error) {
 func (r *runtime) Stop(lay layout.Layout, id string, st *sandbox.State) {
 	name := ContainerName(lay, id)
 	ctx := context.Background()
-	docker(ctx, "stop", "--time", "5", name)        // an error: not running, or the daemon is down
-	docker(ctx, "rm", "--force", "--volumes", name) // gone already with --rm, unless it never started
-	// --rm removes a stopped container in the background: wait until the
-	// name is free, so that a create right after can take it.
+	docker(ctx, "stop", "--time", "5", name) // an error: not running, or the daemon is down
+	docker(ctx, "rm", "--force", "--volumes", name)
+	// Make sure the name is free, so that a create right after can take it.
 	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		if _, err := docker(ctx, "container", "inspect", "--format", "{{.Id}}", name); err != nil {
 			break // no such container (or no daemon to ask)
 		}
 	}
 	if st != nil && st.PID > 0 {
-		// The client exits once its container is gone; one that was only
-		// starting may still wait for the daemon.
+		// A neuron started by an earlier version has an attached client:
+		// it exits once its container is gone; one that was only starting
+		// may still wait for the daemon.
 		if p, err := os.FindProcess(st.PID); err == nil && isClientOf(st.PID, name) {
 			p.Signal(syscall.SIGKILL)
 		}

@@ -7,9 +7,12 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -22,6 +25,7 @@ import (
 	"github.com/nsys-cortex/cortex/internal/sandbox"
 	"github.com/nsys-cortex/cortex/internal/sandbox/docker"
 	"github.com/nsys-cortex/cortex/internal/sandbox/sandboxtest"
+	"github.com/nsys-cortex/cortex/internal/waittest"
 )
 
 // testImage is the busybox image the tests run, built from this tree's
@@ -122,6 +126,7 @@ var conformance = sandboxtest.Config{
 	New:          func(e sandbox.Env) sandbox.Manager { return docker.New(e) },
 	Env:          env,
 	Kill:         dockerKill,
+	Detached:     true,
 	ChannelDir:   docker.ChannelDir,
 	EscapeExempt: escapeExempt,
 	Lacks:        lacks,
@@ -134,6 +139,7 @@ var tcpConformance = sandboxtest.Config{
 	New:          func(e sandbox.Env) sandbox.Manager { return docker.New(e) },
 	Env:          env,
 	Kill:         dockerKill,
+	Detached:     true,
 	Options:      sandbox.CreateOptions{Network: sandbox.Network{Mode: sandbox.NetworkFull}},
 	ChannelDir:   docker.ChannelDir,
 	EscapeExempt: escapeExempt,
@@ -246,12 +252,14 @@ func TestBoundaryFromInside(t *testing.T) {
 			t.Errorf("the neuron's environment lacks %s:\n%s", want, envInside)
 		}
 	}
-	// What the operator granted is not on the docker client's command
-	// line, which every user of the host can read.
-	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", n.st.PID)); err != nil {
-		t.Errorf("the docker client (pid %d): %v", n.st.PID, err)
-	} else if strings.Contains(string(b), "granted-value-42") || !strings.Contains(string(b), "--env-file") {
-		t.Errorf("the docker client's command line: %q", b)
+	// The container runs detached: no docker client stays on the host for
+	// it (what the operator granted went through the client's env file,
+	// never its command line: TestRunArgsPinned).
+	if n.st.PID != 0 {
+		t.Errorf("the neuron's state names a host process (pid %d)", n.st.PID)
+	}
+	if pids := clientsOf(docker.ContainerName(n.lay, n.st.ID)); len(pids) > 0 {
+		t.Errorf("docker clients stay on the host for the neuron: %v", pids)
 	}
 	// Host mounts: the channel directory and the home, nothing else.
 	mounts := n.sh("cat /proc/self/mountinfo")
@@ -340,5 +348,102 @@ func TestHostViewCopies(t *testing.T) {
 	if _, err := os.Stat("/etc/cortex-planted"); err == nil {
 		os.Remove("/etc/cortex-planted")
 		t.Fatal("a write through the neuron's link landed in the host's /etc")
+	}
+}
+
+// clientsOf lists the host's processes whose command line names container
+// name: docker clients attached to it.
+func clientsOf(name string) []int {
+	var pids []int
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if err == nil && slices.Contains(strings.Split(string(b), "\x00"), name) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// What the detached container's agent prints reaches the neuron's log once
+// however often the log is read, and stays there after the container is
+// gone. A socket in the channel directory that hangs up on the agent makes
+// it log (a failed handshake).
+func TestLogOfDetachedNeuron(t *testing.T) {
+	n := newNeuron(t, "logged", sandbox.CreateOptions{Image: testImage})
+	lp := n.m.(sandbox.LogPather)
+	read := func() string {
+		t.Helper()
+		path, err := lp.LogPath(context.Background(), "logged")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	hangUp := func(name string) net.Listener {
+		t.Helper()
+		sock := filepath.Join(n.st.SocketDir, name)
+		ln, err := net.Listen("unix", sock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(sock, 0o777); err != nil { // the container's user may connect
+			t.Fatal(err)
+		}
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				c.Close()
+			}
+		}()
+		return ln
+	}
+	ln := hangUp("hangup.sock")
+	var log string
+	waittest.For(t, 30*time.Second, "the agent's line in the neuron's log", func() bool {
+		log = read()
+		return strings.Contains(log, "hangup.sock")
+	})
+	ln.Close()
+	for i := 0; i < 3; i++ {
+		log = read()
+	}
+	// A line the log has not been read since is copied when the
+	// container goes.
+	ln = hangUp("later.sock")
+	defer ln.Close()
+	waittest.For(t, 30*time.Second, "the agent's second line at the daemon", func() bool {
+		out, _ := exec.Command("docker", "logs", docker.ContainerName(n.lay, "logged")).CombinedOutput()
+		return bytes.Contains(out, []byte("later.sock"))
+	})
+	if err := n.m.Destroy(context.Background(), "logged", sandbox.DestroyOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	after := read()
+	if !strings.HasPrefix(after, log) || !strings.Contains(after[len(log):], "later.sock") || !strings.Contains(after[len(log):], "destroyed") {
+		t.Errorf("after destroy the log is not what it was, the line printed since and one that says it was destroyed:\n%s", after)
+	}
+	seen := map[string]bool{}
+	for _, line := range strings.Split(after, "\n") {
+		if strings.Contains(line, "cortex-agent[logged]") {
+			if seen[line] {
+				t.Errorf("the agent's line is in the log twice: %s", line)
+			}
+			seen[line] = true
+		}
+	}
+	if len(seen) == 0 {
+		t.Errorf("no line of the agent's in the log:\n%s", after)
 	}
 }

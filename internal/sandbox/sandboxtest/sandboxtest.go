@@ -48,6 +48,9 @@ type Config struct {
 	Confined bool
 	// Kill kills a neuron's agent from outside; the default SIGKILLs State.PID.
 	Kill func(t *testing.T, st *sandbox.State)
+	// Detached is true when no host process of the manager's stands for a
+	// neuron (a detached container): its state names no pid.
+	Detached bool
 	// OwnKernel is true when neurons run a kernel of their own (a VM):
 	// their processes are not the host's, so the suite looks for them
 	// inside the neuron, through its channel.
@@ -196,7 +199,7 @@ func Run(t *testing.T, cfg Config) {
 func testLifecycle(t *testing.T, f *fixture) {
 	m := f.manager()
 	st := f.create(m, "life")
-	if st.Status != sandbox.StatusRunning || st.PID <= 0 || st.Pending || st.Mode != m.Mode() || st.Workdir == "" || st.OverlayPath == "" {
+	if st.Status != sandbox.StatusRunning || (st.PID <= 0) != f.cfg.Detached || st.Pending || st.Mode != m.Mode() || st.Workdir == "" || st.OverlayPath == "" {
 		t.Fatalf("state after create: %+v", st)
 	}
 	got, err := m.Get(f.ctx, "life")

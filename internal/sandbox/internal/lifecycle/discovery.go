@@ -307,6 +307,7 @@ func (m *Manager) LogPath(ctx context.Context, id string) (string, error) {
 	if exists, mine := m.ownOverlay(id); !exists || !mine {
 		return "", &sandbox.NotFoundError{ID: id}
 	}
+	m.syncLog(id)
 	return m.logFile(id), nil
 }
 

@@ -38,6 +38,7 @@ import (
 	"github.com/nsys-cortex/cortex/internal/link"
 	"github.com/nsys-cortex/cortex/internal/protocol"
 	"github.com/nsys-cortex/cortex/internal/protocol/boot"
+	"github.com/nsys-cortex/cortex/internal/protocol/errdefs"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
 	"github.com/nsys-cortex/cortex/internal/sandbox/internal/disk"
 	"github.com/nsys-cortex/cortex/internal/store"
@@ -242,7 +243,7 @@ func (m *Manager) Create(ctx context.Context, id string, opts sandbox.CreateOpti
 	}
 	m.mu.Lock()
 	n := m.neurons[id]
-	if n != nil && store.Alive(n.state.PID, n.state.PIDStart) {
+	if n != nil && m.heldAlive(n) {
 		st := n.state.Copy()
 		m.mu.Unlock()
 		return nil, &sandbox.AlreadyRunningError{State: st}
@@ -413,14 +414,21 @@ func (m *Manager) create(ctx context.Context, id, bin string, lock *store.Lock, 
 	if err != nil {
 		n.link.Close()
 		m.clear(id)
+		if c := errdefs.Classed(nil); errors.As(err, &c) {
+			return nil, err // the runtime said what was wrong (an image not there)
+		}
 		return nil, &sandbox.BootError{ID: id, Reason: err.Error()}
 	}
-	st.PID = cmd.Process.Pid
-	st.PIDStart, _ = store.ProcStart(st.PID)
-	go func() {
-		cmd.Wait() // reap our child whenever it ends
-		close(n.exited)
-	}()
+	if cmd != nil {
+		st.PID = cmd.Process.Pid
+		st.PIDStart, _ = store.ProcStart(st.PID)
+		go func() {
+			cmd.Wait() // reap our child whenever it ends
+			close(n.exited)
+		}()
+	} else {
+		n.exited = nil // detached: the tracker follows it (Runtime.Start)
+	}
 	if err := m.writeState(st); err != nil {
 		m.abort(n)
 		return nil, err
@@ -554,7 +562,7 @@ func (m *Manager) waitAgent(ctx context.Context, n *neuron, timeout time.Duratio
 		}
 		if ctx.Err() != nil && errors.Is(r.err, context.DeadlineExceeded) {
 			waited := time.Since(start).Round(100 * time.Millisecond)
-			reason := fmt.Sprintf("the agent (pid %d) did not connect within %s", n.state.PID, waited)
+			reason := fmt.Sprintf("%s did not connect within %s", agentOf(n.state), waited)
 			if err := n.link.DialError(); err != nil {
 				reason = fmt.Sprintf("no connection to the agent within %s: %v", waited, err)
 			}
@@ -573,7 +581,7 @@ func (m *Manager) waitAgent(ctx context.Context, n *neuron, timeout time.Duratio
 		}
 		cancel()
 		<-ch
-		return nil, &sandbox.BootError{ID: n.id, Reason: fmt.Sprintf("the agent (pid %d) exited before it connected", n.state.PID), Log: m.logTail(n.id)}
+		return nil, &sandbox.BootError{ID: n.id, Reason: agentOf(n.state) + " exited before it connected", Log: m.logTail(n.id)}
 	case err := <-n.refused:
 		cancel()
 		<-ch
@@ -618,12 +626,46 @@ func watchPID(ctx context.Context, pid int) <-chan struct{} {
 
 // logTail returns the last lines of the agent's log.
 func (m *Manager) logTail(id string) string {
+	m.syncLog(id)
 	b, err := os.ReadFile(m.logFile(id))
 	if err != nil || len(b) == 0 {
 		return ""
 	}
 	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
 	return "  " + strings.Join(lines[max(0, len(lines)-10):], "\n  ")
+}
+
+// agentOf names the agent of st in an error: by pid where a host process
+// of this one's stands for it.
+func agentOf(st *sandbox.State) string {
+	if st.PID > 0 {
+		return fmt.Sprintf("the agent (pid %d)", st.PID)
+	}
+	return "the agent"
+}
+
+// heldAlive reports whether the neuron n, held by this process, runs.
+func (m *Manager) heldAlive(n *neuron) bool {
+	if m.tracker() != nil && n.state.PID == 0 {
+		alive, _ := m.aliveKnown(n.state)
+		return alive
+	}
+	return store.Alive(n.state.PID, n.state.PIDStart)
+}
+
+// syncLog brings neuron id's log up to date where the runtime's agent
+// does not write it directly (LogSyncer).
+func (m *Manager) syncLog(id string) {
+	ls, ok := m.rt.(LogSyncer)
+	if !ok {
+		return
+	}
+	f, err := os.OpenFile(m.logFile(id), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	ls.SyncLog(m.lay, id, f)
 }
 
 // abort undoes a failed create: the agent is killed and the state cleared.

@@ -28,7 +28,9 @@ type Runtime interface {
 	Prepare(lay layout.Layout, id string, opts sandbox.CreateOptions) (sandbox.Policy, error)
 	// Start starts the agent detached from the caller (its own session) and
 	// returns the process whose pid stands for the neuron: killing it ends
-	// the neuron. Its stdout and stderr go to req.Log.
+	// the neuron. Its stdout and stderr go to req.Log. A Tracker may return
+	// no process (nil, nil): its neuron then runs with nothing of this
+	// host's beside it (a detached container), and the tracker follows it.
 	Start(req *StartRequest) (*exec.Cmd, error)
 	// Released is called once a neuron's agent is gone for good (destroyed,
 	// dead and cleared): the runtime frees what it held for it.
@@ -86,6 +88,14 @@ type Tracker interface {
 	// Running lists this home's running neurons of the runtime, found
 	// without their state files.
 	Running(lay layout.Layout) ([]Running, error)
+}
+
+// LogSyncer is implemented by runtimes whose agent's output does not reach
+// the neuron's log file as it is written (a detached container's goes to
+// its daemon): SyncLog appends what is new to log, once, before the log is
+// read and before the neuron is stopped.
+type LogSyncer interface {
+	SyncLog(lay layout.Layout, id string, log *os.File)
 }
 
 // Running is a running neuron found without its state file.
