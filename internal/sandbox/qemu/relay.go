@@ -2,6 +2,7 @@ package qemu
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -62,6 +63,9 @@ type relay struct {
 	// after, when set, is closed once the VM may be dialled (a restored
 	// guest has ended its snapshot's sessions).
 	after <-chan struct{}
+	// silence is the first wait for the guest on a port connection
+	// (minSilence when zero; tests shorten it).
+	silence time.Duration
 }
 
 func (r *relay) run() {
@@ -80,6 +84,8 @@ func (r *relay) run() {
 		}
 	}
 	backoff := 10 * time.Millisecond
+	first := cmp.Or(r.silence, minSilence)
+	silence := first
 	for r.linkAlive() {
 		vm, err := protocol.DialUnix(context.Background(), r.vmPath)
 		if err != nil {
@@ -90,19 +96,23 @@ func (r *relay) run() {
 			continue
 		}
 		backoff = 10 * time.Millisecond
-		first, err := r.guestSpeaks(vm)
+		said, err := r.guestSpeaks(vm, silence)
 		if err != nil {
 			vm.Close()
+			if errors.Is(err, errSilent) {
+				silence = min(2*silence, maxSilence)
+			}
 			continue
 		}
+		silence = first
 		host, err := protocol.DialUnix(context.Background(), r.linkPath)
 		if err != nil {
 			vm.Close()
 			return // the link is gone
 		}
-		if len(first) == 0 {
+		if len(said) == 0 {
 			pipe(vm, host)
-		} else if _, err := host.Write(first); err == nil {
+		} else if _, err := host.Write(said); err == nil {
 			pipe(vm, host)
 		}
 		vm.Close()
@@ -116,12 +126,28 @@ func (r *relay) linkAlive() bool {
 	return err == nil
 }
 
+// A port connection on which the guest says nothing for minSilence is
+// hung up and dialled again, and the wait doubles each time up to
+// maxSilence: QEMU serves one host per port and leaves a second in its
+// listen queue, where it would wait for as long as the first stays, and a
+// guest that missed the host's arrival hears it again. A guest that boots
+// or restores slowly (TCG) only sees its host come and go meanwhile.
+const (
+	minSilence = 15 * time.Second
+	maxSilence = time.Minute
+)
+
+// errSilent is why guestSpeaks gave up on a port connection.
+var errSilent = errors.New("the guest said nothing on its port")
+
 // guestSpeaks waits for the guest's readiness on a port connection
 // (boot.PortReady), looking every 200 ms whether the link is still
-// there, and returns what came after it (nothing, from a sound guest).
-func (r *relay) guestSpeaks(vm net.Conn) ([]byte, error) {
+// there, and returns what came after it (nothing, from a sound guest). It
+// gives up with errSilent after silence without a byte.
+func (r *relay) guestSpeaks(vm net.Conn, silence time.Duration) ([]byte, error) {
 	buf := make([]byte, 64<<10)
 	got := 0
+	quiet := time.Now().Add(silence)
 	for {
 		vm.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
 		n, err := vm.Read(buf[got:])
@@ -152,6 +178,9 @@ func (r *relay) guestSpeaks(vm net.Conn) ([]byte, error) {
 		if errors.As(err, &ne) && ne.Timeout() {
 			if !r.linkAlive() {
 				return nil, errors.New("the link is gone")
+			}
+			if got == 0 && time.Now().After(quiet) {
+				return nil, errSilent
 			}
 			continue
 		}

@@ -625,6 +625,10 @@ func watchPID(ctx context.Context, pid int) <-chan struct{} {
 }
 
 // logTail returns the last lines of the agent's log.
+// logTailLines is how much of a neuron's log a boot error carries: enough
+// to see a restored VM's channel come up, or not.
+const logTailLines = 20
+
 func (m *Manager) logTail(id string) string {
 	m.syncLog(id)
 	b, err := os.ReadFile(m.logFile(id))
@@ -632,7 +636,7 @@ func (m *Manager) logTail(id string) string {
 		return ""
 	}
 	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	return "  " + strings.Join(lines[max(0, len(lines)-10):], "\n  ")
+	return "  " + strings.Join(lines[max(0, len(lines)-logTailLines):], "\n  ")
 }
 
 // agentOf names the agent of st in an error: by pid where a host process
