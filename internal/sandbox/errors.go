@@ -75,6 +75,9 @@ func (e *AlreadyRunningError) Error() string {
 	if e.State.Status == StatusPaused {
 		return fmt.Sprintf("neuron %q is paused (mode %s): resume it (nsys-cortex resume %s)", e.State.ID, e.State.Mode, e.State.ID)
 	}
+	if e.State.PID <= 0 { // a detached container: no host process stands for it
+		return fmt.Sprintf("neuron %q is already running (mode %s)", e.State.ID, e.State.Mode)
+	}
 	return fmt.Sprintf("neuron %q is already running (mode %s, pid %d)", e.State.ID, e.State.Mode, e.State.PID)
 }
 

@@ -246,3 +246,26 @@ func TestAgentLogIsBounded(t *testing.T) {
 		t.Fatalf("after the flood: %q", out)
 	}
 }
+
+// An image docker has but cannot start the agent of (here, an empty one):
+// the container is created, its start fails, and the create fails at once
+// leaving no container behind, stopped or created.
+func TestFailedStartLeavesNoContainer(t *testing.T) {
+	t.Setenv(docker.EnvTransport, "unix")
+	m, lay := manager(t)
+	imp := exec.Command("docker", "import", "-", "nsys-cortex-neuron:empty-test")
+	imp.Stdin = bytes.NewReader(make([]byte, 1024)) // an empty tar: two zero blocks
+	if out, err := imp.CombinedOutput(); err != nil {
+		t.Fatalf("docker import: %v\n%s", err, out)
+	}
+	t.Setenv(docker.EnvImage, "nsys-cortex-neuron:empty-test")
+	_, err := m.Create(context.Background(), "nostart", sandbox.CreateOptions{})
+	if err == nil || !strings.Contains(err.Error(), "cortex-agent") {
+		t.Fatalf("create from an image without the agent: %v, want docker's error naming it", err)
+	}
+	name := docker.ContainerName(lay, "nostart")
+	out, err := exec.Command("docker", "ps", "--all", "--quiet", "--filter", "name=^"+name+"$").Output()
+	if err != nil || len(bytes.TrimSpace(out)) != 0 {
+		t.Errorf("the failed create left container %s: %q %v", name, out, err)
+	}
+}

@@ -306,6 +306,11 @@ func (r *runtime) Start(req *lifecycle.StartRequest) (*exec.Cmd, error) {
 		out, err = runDetached(args, content, req.Log)
 	}
 	if err != nil {
+		// A container created but not started (a mount or a port docker
+		// could not give it) or still starting when the client gave up
+		// is not left behind; what it printed is kept.
+		r.SyncLog(req.Layout, req.ID, req.Log)
+		docker(context.Background(), "rm", "--force", "--volumes", name)
 		if e := r.Explain(req.Layout, req.ID, &sandbox.BootError{ID: req.ID, Log: out}); e != nil {
 			return nil, e
 		}
@@ -348,11 +353,14 @@ func runDetached(args []string, env []byte, log *os.File) (string, error) {
 		pw.Write(env)
 	}()
 	if err := cmd.Wait(); err != nil {
-		msg := strings.TrimSpace(errb.String())
-		if msg == "" {
-			msg = err.Error()
+		msg := err.Error()
+		for _, line := range strings.Split(errb.String(), "\n") {
+			// docker's own words, not its hint to read its help
+			if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "Run 'docker run --help'") {
+				msg = strings.TrimPrefix(line, "docker: ")
+			}
 		}
-		return errb.String(), fmt.Errorf("docker run: %s", lastLine(msg))
+		return errb.String(), fmt.Errorf("docker run: %s", msg)
 	}
 	return errb.String(), nil
 }
@@ -360,72 +368,6 @@ func runDetached(args []string, env []byte, log *os.File) (string, error) {
 // runTimeout bounds `docker run --detach`: the daemon creates and starts
 // the container (with the vfs driver it copies the image first).
 const runTimeout = 2 * time.Minute
-
-// SyncLog appends what neuron id's container printed since the last sync
-// to its log (lifecycle.LogSyncer). The daemon keeps the container's
-// output, capped (RunArgs); the time of the last line copied is kept in
-// the overlay, under a lock, so two host processes copy each line once.
-func (r *runtime) SyncLog(lay layout.Layout, id string, log *os.File) {
-	// The overlay directory is the host's (the container has home/ below it).
-	mark, err := os.OpenFile(filepath.Join(lay.OverlayDir(id), ".log-since"), os.O_RDWR|os.O_CREATE|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
-	if err != nil {
-		return
-	}
-	defer mark.Close()
-	if err := unix.Flock(int(mark.Fd()), unix.LOCK_EX); err != nil {
-		return
-	}
-	var buf [64]byte
-	n, _ := mark.ReadAt(buf[:], 0)
-	args := []string{"logs", "--timestamps"}
-	if since := strings.TrimSpace(string(buf[:n])); since != "" {
-		args = append(args, "--since", since)
-	}
-	bin, err := dockerBin()
-	if err != nil {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), cliTimeout)
-	defer cancel()
-	// Both streams through one pipe keep the lines in the order docker
-	// gives them.
-	var out bytes.Buffer
-	cmd := exec.CommandContext(ctx, bin, append(args, ContainerName(lay, id))...)
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if cmd.Run() != nil {
-		return // no such container (any more), or no daemon to ask
-	}
-	text, last := stripStamps(out.Bytes())
-	if last.IsZero() {
-		return
-	}
-	if _, err := log.Write(text); err != nil {
-		return
-	}
-	next := last.Add(time.Nanosecond)
-	stamp := fmt.Sprintf("%d.%09d", next.Unix(), next.Nanosecond())
-	mark.Truncate(0)
-	mark.WriteAt([]byte(stamp), 0)
-}
-
-// stripStamps takes the time docker put before each line of `docker logs
-// --timestamps` off it, returning the lines and the last time read.
-func stripStamps(b []byte) ([]byte, time.Time) {
-	var out []byte
-	var last time.Time
-	for len(b) > 0 {
-		line, rest, _ := bytes.Cut(b, []byte("\n"))
-		b = rest
-		stamp, text, ok := bytes.Cut(line, []byte(" "))
-		t, err := time.Parse(time.RFC3339Nano, string(stamp))
-		if !ok || err != nil {
-			continue // not a line of the container's
-		}
-		last = t
-		out = append(append(out, text...), '\n')
-	}
-	return out, last
-}
 
 // Released: Stop removed the container; nothing is held.
 func (r *runtime) Released(layout.Layout, string) {}
@@ -526,6 +468,11 @@ func (r *runtime) Stop(lay layout.Layout, id string, st *sandbox.State) {
 	name := ContainerName(lay, id)
 	ctx := context.Background()
 	docker(ctx, "stop", "--time", "5", name) // an error: not running, or the daemon is down
+	// What it printed, to its last line, is kept before it goes.
+	if log, err := os.OpenFile(lifecycle.LogFile(lay, id), os.O_WRONLY|os.O_CREATE|os.O_APPEND|unix.O_CLOEXEC, 0o600); err == nil {
+		r.SyncLog(lay, id, log)
+		log.Close()
+	}
 	docker(ctx, "rm", "--force", "--volumes", name)
 	// Make sure the name is free, so that a create right after can take it.
 	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {

@@ -390,12 +390,18 @@ func TestLogOfDetachedNeuron(t *testing.T) {
 	}
 	hangUp := func(name string) net.Listener {
 		t.Helper()
-		sock := filepath.Join(n.st.SocketDir, name)
-		ln, err := net.Listen("unix", sock)
+		// Made under a dot-name and renamed once it listens, as hosts do:
+		// the agent removes a socket it finds nobody listening on.
+		tmp := filepath.Join(n.st.SocketDir, "."+name)
+		ln, err := net.Listen("unix", tmp)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := os.Chmod(sock, 0o777); err != nil { // the container's user may connect
+		ln.(*net.UnixListener).SetUnlinkOnClose(false)
+		if err := os.Chmod(tmp, 0o777); err != nil { // the container's user may connect
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, filepath.Join(n.st.SocketDir, name)); err != nil {
 			t.Fatal(err)
 		}
 		go func() {

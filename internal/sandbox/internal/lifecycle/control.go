@@ -285,21 +285,21 @@ func (m *Manager) Enforce(ctx context.Context, id, reason string) (sandbox.Timeo
 		// Not applied (another process owns the neuron, a daemon that
 		// does not answer): the deadline is due still, for whoever looks
 		// next, unless it was moved meanwhile.
-		m.restoreDeadline(ctx, id, st.PID, deadline)
+		m.restoreDeadline(ctx, id, st, deadline)
 		m.Logf(id, "timeout: %s not applied: %v", action, err)
 	}
 	return action, err
 }
 
 // restoreDeadline puts back the deadline Enforce took from neuron id's run
-// (the one of agent pid) when its action failed.
-func (m *Manager) restoreDeadline(ctx context.Context, id string, pid int, deadline time.Time) {
+// (the one st describes) when its action failed.
+func (m *Manager) restoreDeadline(ctx context.Context, id string, st *sandbox.State, deadline time.Time) {
 	unlock, err := m.lockRecord(context.WithoutCancel(ctx), id)
 	if err != nil {
 		return
 	}
 	defer unlock()
-	if cur, err := m.readState(id); err == nil && cur.PID == pid && cur.Deadline == nil {
+	if cur, err := m.readState(id); err == nil && sameRun(cur, st) && cur.Deadline == nil {
 		cur.Deadline = &deadline
 		m.writeState(cur) // best effort: the run's state file, as Enforce found it
 	}

@@ -117,7 +117,7 @@ func (m *Manager) inspectRun(id string, aliveKnown func(*sandbox.State) (bool, b
 		if ok, known := aliveKnown(held); ok || !known {
 			held.Owner = readOwner(m.overlay(id))
 			// Another process may have moved its deadline since.
-			if cur, err := m.readState(id); err == nil && cur.PID == held.PID {
+			if cur, err := m.readState(id); err == nil && sameRun(cur, held) {
 				held.Deadline, held.Timeout, held.OnTimeout, held.AutoPause = cur.Deadline, cur.Timeout, cur.OnTimeout, cur.AutoPause
 			}
 			return held
@@ -407,7 +407,7 @@ func (m *Manager) unresponsive(st *sandbox.State, err error) error {
 			Hint: "nsys-cortex destroy " + st.ID + " and create it again to restart it; its data stays"}
 	}
 	return &sandbox.NotRunningError{ID: st.ID, Reason: fmt.Sprintf(
-		"its agent (pid %d) is alive but did not answer in time: it may be stopped or stuck (its log: %s)", st.PID, m.logFile(st.ID)),
+		"%s is alive but did not answer in time: it may be stopped or stuck (its log: %s)", strings.Replace(agentOf(st), "the agent", "its agent", 1), m.logFile(st.ID)),
 		Hint: "nsys-cortex destroy " + st.ID + " and create it again to restart it; its data stays"}
 }
 

@@ -119,7 +119,7 @@ func (m *Manager) channelGroup() string {
 	return m.rt.Mode()
 }
 func (m *Manager) logFile(id string) string {
-	return filepath.Join(m.lay.LogsDir(), "neurons", id+".log")
+	return LogFile(m.lay, id)
 }
 
 // AgentUID is the host uid running neuron st's agent runs as: the
@@ -639,6 +639,11 @@ func (m *Manager) logTail(id string) string {
 	return "  " + strings.Join(lines[max(0, len(lines)-logTailLines):], "\n  ")
 }
 
+// LogFile is where neuron id's log is kept.
+func LogFile(lay layout.Layout, id string) string {
+	return filepath.Join(lay.LogsDir(), "neurons", id+".log")
+}
+
 // agentOf names the agent of st in an error: by pid where a host process
 // of this one's stands for it.
 func agentOf(st *sandbox.State) string {
@@ -648,13 +653,20 @@ func agentOf(st *sandbox.State) string {
 	return "the agent"
 }
 
-// heldAlive reports whether the neuron n, held by this process, runs.
+// heldAlive reports whether the neuron n, held by this process, runs; a
+// tracker that cannot tell now (its daemon does not answer) counts it as
+// running, so that a live neuron is not dropped.
 func (m *Manager) heldAlive(n *neuron) bool {
-	if m.tracker() != nil && n.state.PID == 0 {
-		alive, _ := m.aliveKnown(n.state)
-		return alive
+	if m.tracker() != nil {
+		return m.alive(n.state)
 	}
 	return store.Alive(n.state.PID, n.state.PIDStart)
+}
+
+// sameRun reports whether a and b describe the same run of a neuron: a
+// detached container's has no pid to tell runs apart, its start time does.
+func sameRun(a, b *sandbox.State) bool {
+	return a.PID == b.PID && a.PIDStart == b.PIDStart && a.CreatedAt.Equal(b.CreatedAt)
 }
 
 // syncLog brings neuron id's log up to date where the runtime's agent

@@ -43,7 +43,6 @@ func (m *Manager) runs(st *sandbox.State) bool {
 // stop ends the neuron st describes, and what it left behind.
 func (m *Manager) stop(id string, st *sandbox.State) {
 	if t := m.tracker(); t != nil {
-		m.syncLog(id) // what it wrote goes with its container
 		t.Stop(m.lay, id, st)
 		return
 	}
