@@ -2,6 +2,7 @@ package main_test
 
 import (
 	"bytes"
+	"cmp"
 	"fmt"
 	"os"
 	"os/exec"
@@ -179,6 +180,85 @@ func benchCLI(b *testing.B, bin, floor, mode string) {
 	for range b.N {
 		for i, c := range cmds {
 			times[i] = append(times[i], run(c...))
+		}
+	}
+	b.StopTimer()
+	p50 := func(ds []time.Duration) float64 {
+		s := slices.Clone(ds)
+		slices.Sort(s)
+		return float64(s[len(s)/2]) / float64(time.Millisecond)
+	}
+	for i, n := range names {
+		b.ReportMetric(p50(times[i]), n+"-p50-ms")
+		if i > 0 {
+			b.ReportMetric(p50(times[i])/p50(times[0]), n+"/true")
+		}
+	}
+}
+
+// BenchmarkPeers sets `nsys-cortex exec ID -- /bin/true` (an nsbox neuron,
+// the whole CLI process) beside what peers take for the same /bin/true,
+// each a whole process spawned and reaped, interleaved with the fork+exec
+// floor (/bin/true itself): bubblewrap with every namespace unshared,
+// `docker exec` into a running container (NSYS_CORTEX_BENCH_IMAGE, or the
+// test image), Anthropic's sandbox runtime (`srt`) and OpenAI Codex's
+// (`codex sandbox`). A peer not installed here is left out, and said so.
+// Reported as p50 milliseconds and ratios to the floor.
+func BenchmarkPeers(b *testing.B) {
+	bin := splitBinary(b)
+	env := append(os.Environ(), "NSYS_CORTEX_HOME="+b.TempDir(), "NSYS_CORTEX_MODE=nsbox")
+	create := exec.Command(bin, "create", "peer")
+	create.Env = env
+	if out, err := create.CombinedOutput(); err != nil {
+		b.Skipf("nsbox mode: %v\n%s", err, out)
+	}
+	b.Cleanup(func() {
+		cmd := exec.Command(bin, "destroy", "--wipe", "peer")
+		cmd.Env = env
+		cmd.Run()
+	})
+	names := []string{"true", "nsys-cortex-exec"}
+	cmds := [][]string{{"/bin/true"}, {bin, "exec", "peer", "--", "/bin/true"}}
+	peer := func(name, tool string, args ...string) {
+		if _, err := exec.LookPath(tool); err != nil {
+			b.Logf("%s: %s is not installed", name, tool)
+			return
+		}
+		if out, err := exec.Command(tool, args...).CombinedOutput(); err != nil {
+			b.Logf("%s does not run here: %v\n%s", name, err, out)
+			return
+		}
+		names, cmds = append(names, name), append(cmds, append([]string{tool}, args...))
+	}
+	bw := []string{"--unshare-all", "--die-with-parent", "--ro-bind", "/usr", "/usr", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"}
+	for _, d := range []string{"bin", "sbin", "lib", "lib64"} {
+		if t, err := os.Readlink("/" + d); err == nil {
+			bw = append(bw, "--symlink", t, "/"+d)
+		}
+	}
+	peer("bwrap", "bwrap", append(bw, "/bin/true")...)
+	img := cmp.Or(os.Getenv("NSYS_CORTEX_BENCH_IMAGE"), "nsys-cortex-neuron:test")
+	if out, err := exec.Command("docker", "run", "--detach", "--rm", "--network", "none", img, "sleep", "3600").Output(); err == nil {
+		id := strings.TrimSpace(string(out))
+		b.Cleanup(func() { exec.Command("docker", "rm", "--force", id).Run() })
+		peer("docker-exec", "docker", "exec", id, "/bin/true")
+	} else {
+		b.Logf("docker-exec: no container of %s: %v", img, err)
+	}
+	peer("srt", "srt", "/bin/true")
+	peer("codex-sandbox", "codex", "sandbox", "/bin/true")
+	times := make([][]time.Duration, len(cmds))
+	b.ResetTimer()
+	for range b.N {
+		for i, c := range cmds {
+			cmd := exec.Command(c[0], c[1:]...)
+			cmd.Env = env
+			t0 := time.Now()
+			out, err := cmd.CombinedOutput()
+			times[i] = append(times[i], time.Since(t0))
+			if err != nil {
+				b.Fatalf("%v: %v\n%s", c, err, out)
+			}
 		}
 	}
 	b.StopTimer()
