@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -315,7 +316,7 @@ func benchFile64M(b *testing.B, cfg Config) {
 			f := newBench(b, cfg, dir)
 			_, c := f.neuron("files")
 			local := filepath.Join(f.home, "local.bin")
-			var write, read, localWrite, localRead time.Duration
+			var write, read, localWrite, localRead, ddWrite time.Duration
 			b.SetBytes(int64(len(data)) * 2)
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
@@ -331,9 +332,10 @@ func benchFile64M(b *testing.B, cfg Config) {
 				b.StopTimer()
 				// The same bytes on the same file system, without Cortex.
 				lw, lr := localCopy(b, local, data)
+				dw := ddCopy(b, local, len(data))
 				b.StartTimer()
 				write, read = write+t1.Sub(t0), read+t2.Sub(t1)
-				localWrite, localRead = localWrite+lw, localRead+lr
+				localWrite, localRead, ddWrite = localWrite+lw, localRead+lr, ddWrite+dw
 			}
 			b.StopTimer()
 			gbs := func(d time.Duration) float64 { return float64(len(data)) * float64(b.N) / d.Seconds() / 1e9 }
@@ -341,6 +343,8 @@ func benchFile64M(b *testing.B, cfg Config) {
 			b.ReportMetric(gbs(read), "read-GB/s")
 			b.ReportMetric(gbs(localWrite), "local-write-GB/s")
 			b.ReportMetric(gbs(localRead), "local-read-GB/s")
+			b.ReportMetric(gbs(ddWrite), "dd-write-GB/s")
+			b.ReportMetric(gbs(write)/gbs(ddWrite), "write/dd")
 		})
 	}
 }
@@ -365,6 +369,18 @@ func localCopy(b *testing.B, path string, data []byte) (write, read time.Duratio
 		}
 	}
 	return mid.Sub(start), time.Since(mid)
+}
+
+// ddCopy writes size bytes to path with dd (1 MiB blocks, no sync: as
+// the channel's writes, into the page cache) and says how long it took,
+// its process start included.
+func ddCopy(b *testing.B, path string, size int) time.Duration {
+	start := time.Now()
+	out, err := exec.Command("dd", "if=/dev/zero", "of="+path, "bs=1M", fmt.Sprintf("count=%d", size>>20), "status=none").CombinedOutput()
+	if err != nil {
+		b.Fatalf("dd: %v\n%s", err, out)
+	}
+	return time.Since(start)
 }
 
 type discard struct{}
