@@ -7,7 +7,8 @@ N=${N:-300}
 # The CLI as scripts run it: the build users get, beside /bin/true and a
 # Go program that does nothing (docs/benchmarks.md).
 scripts/build.sh bin
-NSYS_CORTEX_SPLIT_DIR="$PWD/bin" go test ./cmd/nsys-cortex -run '^$' -benchtime 100x -bench 'BenchmarkCLI'
+NSYS_CORTEX_SPLIT_DIR="$PWD/bin" go test ./cmd/nsys-cortex -run '^$' -benchtime 100x -bench 'BenchmarkCLI$'
+NSYS_CORTEX_SPLIT_DIR="$PWD/bin" go test ./cmd/nsys-cortex -run '^$' -benchtime 30x -bench 'BenchmarkCLICopy|BenchmarkPeers'
 go test ./internal/sandbox/process -run '^$' -benchtime "${N}x" \
 	-bench 'Suite/(ExecTrue|ChannelRoundTrip|CreateToFirstExec)$'
 go test ./internal/sandbox/process -run '^$' -benchtime 20x -bench 'Suite/File64M'

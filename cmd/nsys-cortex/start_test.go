@@ -140,11 +140,22 @@ func TestStartIsLight(t *testing.T) {
 func BenchmarkCLI(b *testing.B) {
 	bin, floor := splitBinary(b), startFloor(b)
 	for _, mode := range []string{"process", "nsbox"} {
-		b.Run(mode, func(b *testing.B) { benchCLI(b, bin, floor, mode) })
+		b.Run(mode, func(b *testing.B) { benchCLI(b, bin, floor, mode, false) })
 	}
 }
 
-func benchCLI(b *testing.B, bin, floor, mode string) {
+// BenchmarkCLICopy times `cp` of 64 MiB into a neuron and out of it, each
+// a whole process, interleaved with dd copying the same file on the host
+// (1 MiB blocks) and /bin/true. Apart from BenchmarkCLI, so that the
+// copies' writeback does not weigh on its small commands.
+func BenchmarkCLICopy(b *testing.B) {
+	bin, floor := splitBinary(b), startFloor(b)
+	for _, mode := range []string{"process", "nsbox"} {
+		b.Run(mode, func(b *testing.B) { benchCLI(b, bin, floor, mode, true) })
+	}
+}
+
+func benchCLI(b *testing.B, bin, floor, mode string, copies bool) {
 	env := append(os.Environ(), "NSYS_CORTEX_HOME="+b.TempDir(), "NSYS_CORTEX_MODE="+mode, "NSYS_CORTEX_ALLOW_INSECURE_DEV=1")
 	run := func(args ...string) time.Duration {
 		cmd := exec.Command(args[0], args[1:]...)
@@ -157,7 +168,10 @@ func benchCLI(b *testing.B, bin, floor, mode string) {
 		}
 		return d
 	}
-	const neurons = 100
+	neurons := 100
+	if copies {
+		neurons = 1 // list is not run
+	}
 	b.Cleanup(func() {
 		for i := range neurons {
 			cmd := exec.Command(bin, "destroy", "--wipe", fmt.Sprintf("b%03d", i))
@@ -173,8 +187,19 @@ func benchCLI(b *testing.B, bin, floor, mode string) {
 	for i := 1; i < neurons; i++ {
 		run(bin, "create", fmt.Sprintf("b%03d", i))
 	}
+	// 64 MiB in and out with cp, the process start included.
+	const cpSize = 64 << 20
+	in, out := filepath.Join(b.TempDir(), "in"), filepath.Join(b.TempDir(), "out")
+	if err := os.WriteFile(in, bytes.Repeat([]byte("0123456789abcdef"), cpSize/16), 0o644); err != nil {
+		b.Fatal(err)
+	}
 	names := []string{"true", "go-floor", "version", "exec", "list"}
 	cmds := [][]string{{"/bin/true"}, {floor}, {bin, "version"}, {bin, "exec", "b000", "--", "/bin/true"}, {bin, "list"}}
+	if copies {
+		names = []string{"true", "cp-in", "cp-out", "cp-dd"}
+		cmds = [][]string{{"/bin/true"}, {bin, "cp", in, "b000:big"}, {bin, "cp", "b000:big", out},
+			{"dd", "if=" + in, "of=" + out + ".dd", "bs=1M", "status=none"}}
+	}
 	times := make([][]time.Duration, len(cmds))
 	b.ResetTimer()
 	for range b.N {
@@ -192,6 +217,9 @@ func benchCLI(b *testing.B, bin, floor, mode string) {
 		b.ReportMetric(p50(times[i]), n+"-p50-ms")
 		if i > 0 {
 			b.ReportMetric(p50(times[i])/p50(times[0]), n+"/true")
+		}
+		if copies && i > 0 {
+			b.ReportMetric(cpSize/1e6/p50(times[i]), n+"-GB/s")
 		}
 	}
 }
