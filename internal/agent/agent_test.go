@@ -321,3 +321,66 @@ func TestChannelDirRemovalStopsTheAgent(t *testing.T) {
 		t.Fatal("the agent kept running without its channel directory")
 	}
 }
+
+// An agent with no inotify instance to spare waits on the channel
+// directory's doorbell: a host that places its socket and rings is dialled
+// although the agent's unrung rescan is an hour away.
+func TestDoorbellWakesAnAgentWithoutInotify(t *testing.T) {
+	init0, rescan0 := inotifyInit, bellRescan
+	inotifyInit = func() (int, error) { return -1, syscall.EMFILE }
+	bellRescan = time.Hour
+	t.Cleanup(func() { inotifyInit, bellRescan = init0, rescan0 })
+	base := t.TempDir()
+	ch := filepath.Join(base, "ch")
+	os.MkdirAll(ch, 0o700)
+	bell := filepath.Join(ch, protocol.Doorbell)
+	if err := syscall.Mkfifo(bell, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a, err := New(Config{ID: "bell", Root: base, ChannelDir: ch, Version: "test", Logger: log.New(io.Discard, "", 0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := waittest.Recv(t, 30*time.Second, "the agent to stop", done); err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	waittest.For(t, 30*time.Second, "the agent to open the doorbell", func() bool { return opened(bell) })
+	// As a host does: listen under a dot-name, rename, ring.
+	ln, err := net.Listen("unix", filepath.Join(ch, ".h.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	if err := os.Rename(filepath.Join(ch, ".h.sock"), filepath.Join(ch, "h.sock")); err != nil {
+		t.Fatal(err)
+	}
+	w, err := os.OpenFile(bell, os.O_WRONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Write([]byte{1})
+	w.Close()
+	ln.(*net.UnixListener).SetDeadline(time.Now().Add(30 * time.Second))
+	c, err := ln.Accept()
+	if err != nil {
+		t.Fatalf("the rung agent did not dial: %v", err)
+	}
+	c.Close()
+}
+
+// opened reports whether this process has path open.
+func opened(path string) bool {
+	fds, _ := os.ReadDir("/proc/self/fd")
+	for _, fd := range fds {
+		if l, err := os.Readlink("/proc/self/fd/" + fd.Name()); err == nil && l == path {
+			return true
+		}
+	}
+	return false
+}

@@ -27,8 +27,14 @@ const SocketSuffix = ".sock"
 // directory once a second.
 func (a *Agent) watchLoop(ctx context.Context, dir string) error {
 	w, err := newDirWatch(dir)
+	var bell *os.File
 	if err != nil {
-		a.logf("inotify on %s unavailable (%v); polling every second", dir, err)
+		if bell = openDoorbell(dir); bell != nil {
+			defer bell.Close()
+			a.logf("inotify on %s unavailable (%v); waiting on its doorbell", dir, err)
+		} else {
+			a.logf("inotify on %s unavailable (%v); polling every second", dir, err)
+		}
 	}
 	var (
 		mu        sync.Mutex
@@ -74,6 +80,10 @@ func (a *Agent) watchLoop(ctx context.Context, dir string) error {
 		if !scan() {
 			a.logf("channel directory %s is gone; shutting down", dir)
 			return nil
+		}
+		if w == nil && bell != nil {
+			waitDoorbell(ctx, bell, bellRescan)
+			continue
 		}
 		if w == nil {
 			select {
@@ -137,8 +147,41 @@ type dirWatch struct {
 	once sync.Once
 }
 
+// inotifyInit makes an inotify instance (tests make it fail).
+var inotifyInit = func() (int, error) { return unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK) }
+
+// bellRescan is how often an agent waiting on the doorbell scans the
+// directory unrung: to see it removed, and a host of a version that did
+// not ring.
+var bellRescan = 5 * time.Second
+
+// openDoorbell opens the channel directory's doorbell to wait on, or
+// returns nil when there is none (a FIFO, nothing else).
+func openDoorbell(dir string) *os.File {
+	// Read and write: no EOF while no host has it open.
+	f, err := os.OpenFile(filepath.Join(dir, protocol.Doorbell), os.O_RDWR|unix.O_NONBLOCK|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil
+	}
+	if fi, err := f.Stat(); err != nil || fi.Mode()&os.ModeNamedPipe == 0 {
+		f.Close()
+		return nil
+	}
+	return f
+}
+
+// waitDoorbell returns once the doorbell rang (taking the rings), d
+// passed, or ctx ended.
+func waitDoorbell(ctx context.Context, bell *os.File, d time.Duration) {
+	bell.SetReadDeadline(time.Now().Add(d))
+	stop := context.AfterFunc(ctx, func() { bell.SetReadDeadline(time.Now()) })
+	defer stop()
+	var buf [512]byte
+	bell.Read(buf[:])
+}
+
 func newDirWatch(dir string) (*dirWatch, error) {
-	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
+	fd, err := inotifyInit()
 	if err != nil {
 		return nil, err
 	}

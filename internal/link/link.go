@@ -144,6 +144,7 @@ func Listen(path string, o Options) (*Link, error) {
 	if err := os.Chmod(dir, mode); err != nil {
 		return nil, fmt.Errorf("channel directory: %w", err)
 	}
+	makeDoorbell(dir, o.Owner)
 	stage, err := os.MkdirTemp(filepath.Dir(dir), ".listen-")
 	if err != nil {
 		return nil, fmt.Errorf("listening on %s: %w", path, err)
@@ -170,6 +171,7 @@ func Listen(path string, o Options) (*Link, error) {
 	if err := os.Rename(tmp, path); err != nil {
 		return fail(fmt.Errorf("placing socket %s: %w", path, err))
 	}
+	ringDoorbell(dir)
 	l := &Link{path: path, ln: ln, opts: o, ready: make(chan struct{}), done: make(chan struct{})}
 	l.wg.Add(1)
 	go l.acceptLoop()

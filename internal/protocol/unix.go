@@ -65,3 +65,10 @@ func TuneConn(c net.Conn) {
 		b.SetWriteBuffer(SocketBuffer) // likewise
 	}
 }
+
+// Doorbell is a FIFO the host makes in a channel directory and writes a
+// byte to each time it places a socket there. An agent that has no
+// inotify instance to spare (they are counted per user, and every nsbox
+// neuron's count goes to the owner of its user namespace) waits on it
+// instead of scanning the directory every second.
+const Doorbell = ".doorbell"
