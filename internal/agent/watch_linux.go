@@ -23,8 +23,9 @@ const SocketSuffix = ".sock"
 
 // watchLoop serves every host socket that appears in dir until ctx ends or
 // dir itself is removed (the neuron was destroyed). It waits on inotify, so
-// an idle agent uses no CPU; where inotify is unavailable it rescans the
-// directory once a second.
+// an idle agent uses no CPU; where no inotify instance is to be had it
+// waits on the directory's doorbell (protocol.Doorbell), and without one
+// rescans the directory once a second.
 func (a *Agent) watchLoop(ctx context.Context, dir string) error {
 	w, err := newDirWatch(dir)
 	var bell *os.File
@@ -173,11 +174,22 @@ func openDoorbell(dir string) *os.File {
 // waitDoorbell returns once the doorbell rang (taking the rings), d
 // passed, or ctx ended.
 func waitDoorbell(ctx context.Context, bell *os.File, d time.Duration) {
-	bell.SetReadDeadline(time.Now().Add(d))
+	pause := func(d time.Duration) {
+		select {
+		case <-ctx.Done():
+		case <-time.After(d):
+		}
+	}
+	if err := bell.SetReadDeadline(time.Now().Add(d)); err != nil {
+		pause(time.Second) // not pollable after all: a read would not wait
+		return
+	}
 	stop := context.AfterFunc(ctx, func() { bell.SetReadDeadline(time.Now()) })
 	defer stop()
 	var buf [512]byte
-	bell.Read(buf[:])
+	if _, err := bell.Read(buf[:]); err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+		pause(time.Second) // never spin on a read that fails at once
+	}
 }
 
 func newDirWatch(dir string) (*dirWatch, error) {

@@ -4,4 +4,4 @@ package link
 
 // No doorbell off Linux: agents run on Linux only.
 func makeDoorbell(string, *Owner) {}
-func ringDoorbell(string)         {}
+func ringAsync(string)            {}

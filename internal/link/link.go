@@ -171,7 +171,7 @@ func Listen(path string, o Options) (*Link, error) {
 	if err := os.Rename(tmp, path); err != nil {
 		return fail(fmt.Errorf("placing socket %s: %w", path, err))
 	}
-	ringDoorbell(dir)
+	ringAsync(dir)
 	l := &Link{path: path, ln: ln, opts: o, ready: make(chan struct{}), done: make(chan struct{})}
 	l.wg.Add(1)
 	go l.acceptLoop()
