@@ -95,52 +95,102 @@ func bwrapTrue() *exec.Cmd {
 }
 
 // BenchmarkIdleNeurons creates NSYS_CORTEX_BENCH_NEURONS (default 200)
-// idle neurons at once and reports the host memory each one costs: the
-// proportional set size of its processes, and the host's used memory
-// before and after.
+// idle neurons at once, each answering an exec of /bin/true as soon as it
+// is made (create → first exec, p50 and p99), and reports the host memory
+// each one costs (the proportional set size of its processes, and the
+// host's used memory before and after) and the CPU all of them use over
+// 5 s of rest. Then a second manager over the same home (as another host
+// process, a CLI's) makes a new connection to every one and runs
+// /bin/true there: past root's 128 inotify instances the agents wait on
+// their channel directory's doorbell.
 func BenchmarkIdleNeurons(b *testing.B) {
 	count := 200
 	if v, err := strconv.Atoi(os.Getenv("NSYS_CORTEX_BENCH_NEURONS")); err == nil && v > 0 {
 		count = v
 	}
+	requireNsbox(b)
+	lay, err := layout.New(sandboxtest.ShortTempDir(b), "")
+	if err != nil {
+		b.Fatal(err)
+	}
+	env := sandbox.Env{Layout: lay, AgentBinary: func() (string, error) { return agentBin, nil }}
+	req := &link.ExecRequest{Command: protocol.Command{Argv: []string{"/bin/true"}}}
+	// Whatever happens, no neuron outlives the benchmark (each would hold
+	// one of root's inotify instances).
+	b.Cleanup(func() {
+		d := nsbox.New(env)
+		sandboxtest.DestroyAll(d)
+		d.Close()
+	})
 	for i := 0; i < b.N; i++ {
-		m := benchManager(b, func(e sandbox.Env) sandbox.Manager { return nsbox.New(e) })
+		m := nsbox.New(env)
 		ctx := context.Background()
 		before := memUsed()
-		t0 := time.Now()
 		var pids []int
+		var first []time.Duration
 		for j := 0; j < count; j++ {
-			st, err := m.Create(ctx, fmt.Sprintf("idle%03d", j), sandbox.CreateOptions{})
+			t0 := time.Now()
+			id := fmt.Sprintf("idle%04d", j)
+			st, err := m.Create(ctx, id, sandbox.CreateOptions{})
 			if err != nil {
 				b.Fatalf("neuron %d: %v", j, err)
 			}
-			pids = append(pids, st.PID)
-		}
-		created := time.Since(t0)
-		time.Sleep(2 * time.Second) // settle: a measurement window (memory at rest), not a wait for a condition
-		var pss int64
-		for _, pid := range pids {
-			pss += treePss(pid)
-		}
-		after := memUsed()
-		// Every one still answers.
-		for j := 0; j < count; j += count / 10 {
-			c, err := m.Connect(ctx, fmt.Sprintf("idle%03d", j))
+			c, err := m.Connect(ctx, id)
 			if err != nil {
 				b.Fatal(err)
 			}
-			if _, err := c.Health(ctx); err != nil {
-				b.Fatal(err)
+			if _, err := c.Exec(ctx, req); err != nil {
+				b.Fatalf("neuron %d: %v", j, err)
 			}
+			first = append(first, time.Since(t0))
+			pids = append(pids, st.PID)
 		}
+		// Settle: the last creates' one-off work done (memory and CPU at
+		// rest); a measurement window, not a wait for a condition.
+		time.Sleep(10 * time.Second)
+		var pss int64
+		cpu0 := time.Duration(0)
+		for _, pid := range pids {
+			pss += treePss(pid)
+			c, _ := sandboxtest.TreeCPU(pid)
+			cpu0 += c
+		}
+		after := memUsed()
+		time.Sleep(5 * time.Second) // the idle window the CPU is measured over
+		cpu1 := time.Duration(0)
+		for _, pid := range pids {
+			c, _ := sandboxtest.TreeCPU(pid)
+			cpu1 += c
+		}
+		// Another host process's new connection to each.
+		other := nsbox.New(env)
+		var fresh []time.Duration
+		for j := 0; j < count; j++ {
+			t0 := time.Now()
+			c, err := other.Connect(ctx, fmt.Sprintf("idle%04d", j))
+			if err != nil {
+				b.Fatalf("neuron %d, a new connection: %v", j, err)
+			}
+			if _, err := c.Exec(ctx, req); err != nil {
+				b.Fatalf("neuron %d, a new connection: %v", j, err)
+			}
+			fresh = append(fresh, time.Since(t0))
+		}
+		other.Close()
+		ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 		b.ReportMetric(float64(count), "neurons")
 		b.ReportMetric(float64(pss)/float64(count)/(1<<20), "pss-MiB/neuron")
 		b.ReportMetric(float64(after-before)/float64(count)/(1<<20), "host-MiB/neuron")
-		b.ReportMetric(float64(created.Microseconds())/1000/float64(count), "create-ms/neuron")
+		b.ReportMetric(ms(sandboxtest.Percentile(first, 0.5)), "create-to-exec-p50-ms")
+		b.ReportMetric(ms(sandboxtest.Percentile(first, 0.99)), "create-to-exec-p99-ms")
+		b.ReportMetric(float64(sandboxtest.Percentile(first, 0.99))/float64(sandboxtest.Percentile(first, 0.5)), "create-to-exec-p99/p50")
+		b.ReportMetric(ms(cpu1-cpu0), "all-neurons-cpu-ms-in-5s")
+		b.ReportMetric(ms(sandboxtest.Percentile(fresh, 0.5)), "new-conn-exec-p50-ms")
+		b.ReportMetric(ms(sandboxtest.Percentile(fresh, 0.99)), "new-conn-exec-p99-ms")
 		m.Close()
-		for j := 0; j < count; j++ {
-			m.Destroy(ctx, fmt.Sprintf("idle%03d", j), sandbox.DestroyOptions{Wipe: true})
-		}
+		d := nsbox.New(env)
+		sandboxtest.DestroyAll(d)
+		d.Close()
 	}
 }
 
