@@ -13,6 +13,14 @@ go test ./internal/sandbox/process -run '^$' -benchtime "${N}x" \
 	-bench 'Suite/(ExecTrue|ChannelRoundTrip|CreateToFirstExec)$'
 go test ./internal/sandbox/process -run '^$' -benchtime 20x -bench 'Suite/File64M'
 go test ./internal/sandbox/process -run '^$' -benchtime 3x -bench 'Suite/Idle$'
+# Issue 20's figures: exec through the channel in nsbox and over HTTP,
+# PTY output through attach against a raw PTY read, 1000 idle nsbox
+# neurons, 100 idle docker neurons (skipped without a daemon).
+go test ./internal/sandbox/nsbox -run '^$' -benchtime "${N}x" -bench 'Suite/ExecTrue$'
+go test ./internal/api -run '^$' -benchtime "${N}x" -bench 'HTTPExecTrue'
+go test ./internal/term -run '^$' -benchtime 3x -bench 'AttachThroughput'
+NSYS_CORTEX_BENCH_NEURONS=1000 go test ./internal/sandbox/nsbox -run '^$' -benchtime 1x -timeout 30m -bench 'IdleNeurons'
+NSYS_CORTEX_BENCH_NEURONS=100 go test ./internal/sandbox/docker -run '^$' -benchtime 1x -timeout 30m -bench 'IdleNeurons'
 go test ./internal/link -run '^$' -benchtime 2s -bench .
 # The tool kit, policy, MCP and the agent loop (docs/benchmarks.md).
 go test ./internal/link -run '^$' -benchtime 10x -bench 'Search20k'
