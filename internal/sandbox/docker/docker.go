@@ -32,8 +32,6 @@ import (
 	"syscall"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/nsys-cortex/cortex/internal/hostfs"
 	"github.com/nsys-cortex/cortex/internal/layout"
 	"github.com/nsys-cortex/cortex/internal/link"
@@ -275,10 +273,11 @@ func (r *runtime) HostView(lay layout.Layout, id string) *link.HostView {
 }
 
 // Start runs `docker run --detach`: once the daemon has started the
-// container, no process of this host's stays beside it (a client per
-// neuron held ~25 MiB). What the agent prints stays with the daemon until
-// SyncLog copies it into the neuron's log. The environment goes through a
-// pipe the client reads as its env file, never through the command line.
+// container, no process of this host's stays beside it (an attached
+// client per neuron held 24 MiB RSS, 5 MiB PSS). What the agent prints
+// stays with the daemon until SyncLog copies it into the neuron's log. The
+// environment goes through a pipe the client reads as its env file, never
+// through the command line.
 func (r *runtime) Start(req *lifecycle.StartRequest) (*exec.Cmd, error) {
 	p, err := r.plan(req.Layout, req.ID, req.Options)
 	if err != nil {
@@ -296,21 +295,17 @@ func (r *runtime) Start(req *lifecycle.StartRequest) (*exec.Cmd, error) {
 	if err != nil {
 		return nil, err
 	}
-	name := ContainerName(req.Layout, req.ID)
 	out, err := runDetached(args, content, req.Log)
 	if err != nil && strings.Contains(out, "is already in use") {
-		// A container of an earlier run that ended on its own: what it
-		// printed goes to the log, then it goes.
-		r.SyncLog(req.Layout, req.ID, req.Log)
-		docker(context.Background(), "rm", "--force", "--volumes", name)
+		// A container of an earlier run that ended on its own.
+		r.remove(req.Layout, req.ID)
 		out, err = runDetached(args, content, req.Log)
 	}
 	if err != nil {
 		// A container created but not started (a mount or a port docker
 		// could not give it) or still starting when the client gave up
-		// is not left behind; what it printed is kept.
-		r.SyncLog(req.Layout, req.ID, req.Log)
-		docker(context.Background(), "rm", "--force", "--volumes", name)
+		// is not left behind.
+		r.remove(req.Layout, req.ID)
 		if e := r.Explain(req.Layout, req.ID, &sandbox.BootError{ID: req.ID, Log: out}); e != nil {
 			return nil, e
 		}
@@ -468,12 +463,7 @@ func (r *runtime) Stop(lay layout.Layout, id string, st *sandbox.State) {
 	name := ContainerName(lay, id)
 	ctx := context.Background()
 	docker(ctx, "stop", "--time", "5", name) // an error: not running, or the daemon is down
-	// What it printed, to its last line, is kept before it goes.
-	if log, err := os.OpenFile(lifecycle.LogFile(lay, id), os.O_WRONLY|os.O_CREATE|os.O_APPEND|unix.O_CLOEXEC, 0o600); err == nil {
-		r.SyncLog(lay, id, log)
-		log.Close()
-	}
-	docker(ctx, "rm", "--force", "--volumes", name)
+	r.remove(lay, id)
 	// Make sure the name is free, so that a create right after can take it.
 	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		if _, err := docker(ctx, "container", "inspect", "--format", "{{.Id}}", name); err != nil {
@@ -488,6 +478,13 @@ func (r *runtime) Stop(lay layout.Layout, id string, st *sandbox.State) {
 			p.Signal(syscall.SIGKILL)
 		}
 	}
+}
+
+// remove removes neuron id's container, what it printed, to its last
+// line, copied into the neuron's log first.
+func (r *runtime) remove(lay layout.Layout, id string) {
+	r.SyncLog(lay, id)
+	docker(context.Background(), "rm", "--force", "--volumes", ContainerName(lay, id))
 }
 
 // isClientOf reports whether pid is a docker client running container name.

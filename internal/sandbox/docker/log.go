@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nsys-cortex/cortex/internal/layout"
+	"github.com/nsys-cortex/cortex/internal/sandbox/internal/lifecycle"
 )
 
 // The neuron's log of a detached container. The daemon keeps what the
@@ -79,9 +80,9 @@ func (m logMark) bytes() []byte {
 }
 
 // SyncLog appends what neuron id's container printed since the last sync
-// to log (lifecycle.LogSyncer); Stop calls it once more between the
-// container's stop and its removal.
-func (r *runtime) SyncLog(lay layout.Layout, id string, log *os.File) {
+// to the neuron's log (lifecycle.LogSyncer); it is called once more before
+// the container is removed (remove).
+func (r *runtime) SyncLog(lay layout.Layout, id string) {
 	// The overlay directory is the host's (the container has home/ below it).
 	f, err := os.OpenFile(filepath.Join(lay.OverlayDir(id), ".log-since"), os.O_RDWR|os.O_CREATE|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 	if err != nil {
@@ -101,6 +102,11 @@ func (r *runtime) SyncLog(lay layout.Layout, id string, log *os.File) {
 	if err != nil {
 		return
 	}
+	log, err := lifecycle.OpenLog(lay, id)
+	if err != nil {
+		return
+	}
+	defer log.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), cliTimeout)
 	defer cancel()
 	pr, pw, err := os.Pipe()

@@ -407,7 +407,7 @@ func (m *Manager) unresponsive(st *sandbox.State, err error) error {
 			Hint: "nsys-cortex destroy " + st.ID + " and create it again to restart it; its data stays"}
 	}
 	return &sandbox.NotRunningError{ID: st.ID, Reason: fmt.Sprintf(
-		"%s is alive but did not answer in time: it may be stopped or stuck (its log: %s)", strings.Replace(agentOf(st), "the agent", "its agent", 1), m.logFile(st.ID)),
+		"its %s is alive but did not answer in time: it may be stopped or stuck (its log: %s)", agentOf(st), m.logFile(st.ID)),
 		Hint: "nsys-cortex destroy " + st.ID + " and create it again to restart it; its data stays"}
 }
 

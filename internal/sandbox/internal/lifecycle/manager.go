@@ -243,7 +243,7 @@ func (m *Manager) Create(ctx context.Context, id string, opts sandbox.CreateOpti
 	}
 	m.mu.Lock()
 	n := m.neurons[id]
-	if n != nil && m.heldAlive(n) {
+	if n != nil && m.alive(n.state) {
 		st := n.state.Copy()
 		m.mu.Unlock()
 		return nil, &sandbox.AlreadyRunningError{State: st}
@@ -494,7 +494,7 @@ func (m *Manager) spawn(id, bin, secret string, opts sandbox.CreateOptions) (*ex
 	if st, err := os.Stat(path); err == nil && st.Size() > maxLog {
 		os.Rename(path, path+".1") // on failure the log just grows
 	}
-	logf, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	logf, err := OpenLog(m.lay, id)
 	if err != nil {
 		return nil, err
 	}
@@ -562,7 +562,7 @@ func (m *Manager) waitAgent(ctx context.Context, n *neuron, timeout time.Duratio
 		}
 		if ctx.Err() != nil && errors.Is(r.err, context.DeadlineExceeded) {
 			waited := time.Since(start).Round(100 * time.Millisecond)
-			reason := fmt.Sprintf("%s did not connect within %s", agentOf(n.state), waited)
+			reason := fmt.Sprintf("the %s did not connect within %s", agentOf(n.state), waited)
 			if err := n.link.DialError(); err != nil {
 				reason = fmt.Sprintf("no connection to the agent within %s: %v", waited, err)
 			}
@@ -581,7 +581,7 @@ func (m *Manager) waitAgent(ctx context.Context, n *neuron, timeout time.Duratio
 		}
 		cancel()
 		<-ch
-		return nil, &sandbox.BootError{ID: n.id, Reason: agentOf(n.state) + " exited before it connected", Log: m.logTail(n.id)}
+		return nil, &sandbox.BootError{ID: n.id, Reason: "the " + agentOf(n.state) + " exited before it connected", Log: m.logTail(n.id)}
 	case err := <-n.refused:
 		cancel()
 		<-ch
@@ -624,11 +624,11 @@ func watchPID(ctx context.Context, pid int) <-chan struct{} {
 	return done
 }
 
-// logTail returns the last lines of the agent's log.
 // logTailLines is how much of a neuron's log a boot error carries: enough
 // to see a restored VM's channel come up, or not.
 const logTailLines = 20
 
+// logTail returns the last lines of the agent's log.
 func (m *Manager) logTail(id string) string {
 	m.syncLog(id)
 	b, err := os.ReadFile(m.logFile(id))
@@ -644,23 +644,18 @@ func LogFile(lay layout.Layout, id string) string {
 	return filepath.Join(lay.LogsDir(), "neurons", id+".log")
 }
 
-// agentOf names the agent of st in an error: by pid where a host process
-// of this one's stands for it.
-func agentOf(st *sandbox.State) string {
-	if st.PID > 0 {
-		return fmt.Sprintf("the agent (pid %d)", st.PID)
-	}
-	return "the agent"
+// OpenLog opens neuron id's log to append to.
+func OpenLog(lay layout.Layout, id string) (*os.File, error) {
+	return os.OpenFile(LogFile(lay, id), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 }
 
-// heldAlive reports whether the neuron n, held by this process, runs; a
-// tracker that cannot tell now (its daemon does not answer) counts it as
-// running, so that a live neuron is not dropped.
-func (m *Manager) heldAlive(n *neuron) bool {
-	if m.tracker() != nil {
-		return m.alive(n.state)
+// agentOf names the agent of st in an error ("the agent", "its
+// agent"...): by pid where a host process of this one's stands for it.
+func agentOf(st *sandbox.State) string {
+	if st.PID > 0 {
+		return fmt.Sprintf("agent (pid %d)", st.PID)
 	}
-	return store.Alive(n.state.PID, n.state.PIDStart)
+	return "agent"
 }
 
 // sameRun reports whether a and b describe the same run of a neuron: a
@@ -672,16 +667,9 @@ func sameRun(a, b *sandbox.State) bool {
 // syncLog brings neuron id's log up to date where the runtime's agent
 // does not write it directly (LogSyncer).
 func (m *Manager) syncLog(id string) {
-	ls, ok := m.rt.(LogSyncer)
-	if !ok {
-		return
+	if ls, ok := m.rt.(LogSyncer); ok {
+		ls.SyncLog(m.lay, id)
 	}
-	f, err := os.OpenFile(m.logFile(id), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
-	if err != nil {
-		return
-	}
-	defer f.Close()
-	ls.SyncLog(m.lay, id, f)
 }
 
 // abort undoes a failed create: the agent is killed and the state cleared.

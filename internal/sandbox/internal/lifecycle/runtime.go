@@ -92,11 +92,11 @@ type Tracker interface {
 
 // LogSyncer is implemented by runtimes whose agent's output does not reach
 // the neuron's log file (LogFile) as it is written (a detached container's
-// goes to its daemon): SyncLog appends what is new to log, once, before
-// the log is read. The runtime's Tracker.Stop copies the rest before what
-// holds it is gone.
+// goes to its daemon): SyncLog appends what is new to the log (OpenLog),
+// once, before the log is read. The runtime's Tracker.Stop copies the rest
+// before what holds it is gone.
 type LogSyncer interface {
-	SyncLog(lay layout.Layout, id string, log *os.File)
+	SyncLog(lay layout.Layout, id string)
 }
 
 // Running is a running neuron found without its state file.
