@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nsys-cortex/cortex/internal/sandbox/sandboxtest"
 )
 
 // startBudget is how much more CPU the built nsys-cortex may use before
@@ -208,18 +210,13 @@ func benchCLI(b *testing.B, bin, floor, mode string, copies bool) {
 		}
 	}
 	b.StopTimer()
-	p50 := func(ds []time.Duration) float64 {
-		s := slices.Clone(ds)
-		slices.Sort(s)
-		return float64(s[len(s)/2]) / float64(time.Millisecond)
-	}
 	for i, n := range names {
-		b.ReportMetric(p50(times[i]), n+"-p50-ms")
+		b.ReportMetric(p50ms(times[i]), n+"-p50-ms")
 		if i > 0 {
-			b.ReportMetric(p50(times[i])/p50(times[0]), n+"/true")
+			b.ReportMetric(p50ms(times[i])/p50ms(times[0]), n+"/true")
 		}
 		if copies && i > 0 {
-			b.ReportMetric(cpSize/1e6/p50(times[i]), n+"-GB/s")
+			b.ReportMetric(cpSize/1e6/p50ms(times[i]), n+"-GB/s")
 		}
 	}
 }
@@ -258,13 +255,11 @@ func BenchmarkPeers(b *testing.B) {
 		}
 		names, cmds = append(names, name), append(cmds, append([]string{tool}, args...))
 	}
-	bw := []string{"--unshare-all", "--die-with-parent", "--ro-bind", "/usr", "/usr", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"}
-	for _, d := range []string{"bin", "sbin", "lib", "lib64"} {
-		if t, err := os.Readlink("/" + d); err == nil {
-			bw = append(bw, "--symlink", t, "/"+d)
-		}
+	if bw := sandboxtest.BwrapTrue(); bw != nil {
+		peer("bwrap", bw.Path, bw.Args[1:]...)
+	} else {
+		b.Log("bwrap: not installed")
 	}
-	peer("bwrap", "bwrap", append(bw, "/bin/true")...)
 	img := cmp.Or(os.Getenv("NSYS_CORTEX_BENCH_IMAGE"), "nsys-cortex-neuron:test")
 	if out, err := exec.Command("docker", "run", "--detach", "--rm", "--network", "none", img, "sleep", "3600").Output(); err == nil {
 		id := strings.TrimSpace(string(out))
@@ -290,15 +285,15 @@ func BenchmarkPeers(b *testing.B) {
 		}
 	}
 	b.StopTimer()
-	p50 := func(ds []time.Duration) float64 {
-		s := slices.Clone(ds)
-		slices.Sort(s)
-		return float64(s[len(s)/2]) / float64(time.Millisecond)
-	}
 	for i, n := range names {
-		b.ReportMetric(p50(times[i]), n+"-p50-ms")
+		b.ReportMetric(p50ms(times[i]), n+"-p50-ms")
 		if i > 0 {
-			b.ReportMetric(p50(times[i])/p50(times[0]), n+"/true")
+			b.ReportMetric(p50ms(times[i])/p50ms(times[0]), n+"/true")
 		}
 	}
+}
+
+// p50ms is the median of ds, in milliseconds.
+func p50ms(ds []time.Duration) float64 {
+	return float64(sandboxtest.Percentile(ds, 0.5)) / float64(time.Millisecond)
 }

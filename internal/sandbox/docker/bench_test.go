@@ -223,7 +223,7 @@ func BenchmarkIdleNeurons(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		m := benchManager(b)
 		ctx := context.Background()
-		before := memUsed()
+		before := sandboxtest.MemUsed()
 		var names []string
 		for j := 0; j < count; j++ {
 			st, err := m.Create(ctx, fmt.Sprintf("idle%03d", j), sandbox.CreateOptions{})
@@ -240,10 +240,10 @@ func BenchmarkIdleNeurons(b *testing.B) {
 			if err != nil || pid <= 0 {
 				b.Fatalf("the agent of %s: %v", name, err)
 			}
-			container += memOf("Pss:", sandboxtest.ProcessTree(pid)...) + memOf("Pss:", parentOf(pid)) // the shim
-			clients += memOf("Pss:", clientsOf(name)...)
+			container += sandboxtest.MemOf("Pss:", sandboxtest.ProcessTree(pid)...) + sandboxtest.MemOf("Pss:", parentOf(pid)) // the shim
+			clients += sandboxtest.MemOf("Pss:", clientsOf(name)...)
 		}
-		after := memUsed()
+		after := sandboxtest.MemUsed()
 		// Every one still answers.
 		for j := 0; j < count; j += max(1, count/10) {
 			c, err := m.Connect(ctx, fmt.Sprintf("idle%03d", j))
@@ -268,8 +268,8 @@ func BenchmarkIdleNeurons(b *testing.B) {
 		for _, cmd := range attached {
 			pids = append(pids, cmd.Process.Pid)
 		}
-		clientPss, clientRss := memOf("Pss:", pids...), memOf("Rss:", pids...)
-		withClients := memUsed()
+		clientPss, clientRss := sandboxtest.MemOf("Pss:", pids...), sandboxtest.MemOf("Rss:", pids...)
+		withClients := sandboxtest.MemUsed()
 		for _, cmd := range attached {
 			cmd.Process.Kill()
 			cmd.Wait()
@@ -286,32 +286,6 @@ func BenchmarkIdleNeurons(b *testing.B) {
 			m.Destroy(ctx, fmt.Sprintf("idle%03d", j), sandbox.DestroyOptions{Wipe: true})
 		}
 	}
-}
-
-// memUsed is MemTotal - MemAvailable, in bytes.
-func memUsed() int64 {
-	return memField("/proc/meminfo", "MemTotal:") - memField("/proc/meminfo", "MemAvailable:")
-}
-
-// memOf sums a field of /proc/<pid>/smaps_rollup ("Pss:", "Rss:") over pids.
-func memOf(field string, pids ...int) int64 {
-	var sum int64
-	for _, p := range pids {
-		sum += memField(fmt.Sprintf("/proc/%d/smaps_rollup", p), field)
-	}
-	return sum
-}
-
-// memField reads a "Name: N kB" line of a /proc file, in bytes.
-func memField(path, field string) int64 {
-	raw, _ := os.ReadFile(path)
-	for _, line := range strings.Split(string(raw), "\n") {
-		if f := strings.Fields(line); len(f) >= 2 && f[0] == field {
-			v, _ := strconv.ParseInt(f[1], 10, 64)
-			return v << 10
-		}
-	}
-	return 0
 }
 
 // parentOf is pid's parent.

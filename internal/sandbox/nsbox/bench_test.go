@@ -9,9 +9,7 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -31,12 +29,12 @@ func BenchmarkSuite(b *testing.B) {
 	requireNsbox(b)
 	cfg := conformance
 	cfg.Bench.CreateBaseline = &sandboxtest.Baseline{Name: "bwrap", Prepare: func(b *testing.B, _ *sandbox.State) func() error {
-		if bwrapTrue() == nil {
+		if sandboxtest.BwrapTrue() == nil {
 			b.Log("no bwrap here: creates are not set against it")
 			return nil
 		}
 		return func() error {
-			if out, err := bwrapTrue().CombinedOutput(); err != nil {
+			if out, err := sandboxtest.BwrapTrue().CombinedOutput(); err != nil {
 				return fmt.Errorf("%v %s", err, out)
 			}
 			return nil
@@ -78,22 +76,6 @@ func benchManager(b *testing.B, newManager func(sandbox.Env) sandbox.Manager) sa
 	return m
 }
 
-// bwrapTrue runs /bin/true in a bare bubblewrap sandbox with every namespace
-// unshared; nil when bwrap is not installed.
-func bwrapTrue() *exec.Cmd {
-	bw, err := exec.LookPath("bwrap")
-	if err != nil {
-		return nil
-	}
-	args := []string{"--unshare-all", "--die-with-parent", "--ro-bind", "/usr", "/usr", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"}
-	for _, d := range []string{"bin", "sbin", "lib", "lib64"} {
-		if t, err := os.Readlink("/" + d); err == nil {
-			args = append(args, "--symlink", t, "/"+d)
-		}
-	}
-	return exec.Command(bw, append(args, "/bin/true")...)
-}
-
 // BenchmarkIdleNeurons creates NSYS_CORTEX_BENCH_NEURONS (default 200)
 // idle neurons at once, each answering an exec of /bin/true as soon as it
 // is made (create → first exec, p50 and p99), and reports the host memory
@@ -125,7 +107,7 @@ func BenchmarkIdleNeurons(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		m := nsbox.New(env)
 		ctx := context.Background()
-		before := memUsed()
+		before := sandboxtest.MemUsed()
 		var pids []int
 		var first []time.Duration
 		for j := 0; j < count; j++ {
@@ -151,11 +133,11 @@ func BenchmarkIdleNeurons(b *testing.B) {
 		var pss int64
 		cpu0 := time.Duration(0)
 		for _, pid := range pids {
-			pss += treePss(pid)
+			pss += sandboxtest.MemOf("Pss:", sandboxtest.ProcessTree(pid)...)
 			c, _ := sandboxtest.TreeCPU(pid)
 			cpu0 += c
 		}
-		after := memUsed()
+		after := sandboxtest.MemUsed()
 		time.Sleep(5 * time.Second) // the idle window the CPU is measured over
 		cpu1 := time.Duration(0)
 		for _, pid := range pids {
@@ -192,39 +174,4 @@ func BenchmarkIdleNeurons(b *testing.B) {
 		sandboxtest.DestroyAll(d)
 		d.Close()
 	}
-}
-
-// memUsed is MemTotal - MemAvailable, in bytes.
-func memUsed() int64 {
-	b, _ := os.ReadFile("/proc/meminfo")
-	var total, avail int64
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 2 {
-			continue
-		}
-		v, _ := strconv.ParseInt(f[1], 10, 64)
-		switch f[0] {
-		case "MemTotal:":
-			total = v << 10
-		case "MemAvailable:":
-			avail = v << 10
-		}
-	}
-	return total - avail
-}
-
-// treePss sums the proportional set size of pid and its descendants.
-func treePss(pid int) int64 {
-	var sum int64
-	for _, p := range sandboxtest.ProcessTree(pid) {
-		raw, _ := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", p))
-		for _, line := range strings.Split(string(raw), "\n") {
-			if f := strings.Fields(line); len(f) >= 2 && f[0] == "Pss:" {
-				v, _ := strconv.ParseInt(f[1], 10, 64)
-				sum += v << 10
-			}
-		}
-	}
-	return sum
 }

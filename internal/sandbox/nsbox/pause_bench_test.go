@@ -33,7 +33,7 @@ func BenchmarkPausedNeurons(b *testing.B) {
 		m := benchManager(b, func(e sandbox.Env) sandbox.Manager { return nsbox.New(e) })
 		pm := m.(sandbox.Pauser)
 		baseCPU := busyOver(5 * time.Second)
-		before := memUsed()
+		before := sandboxtest.MemUsed()
 		t0 := time.Now()
 		var pids []int
 		for j := range count {
@@ -51,7 +51,7 @@ func BenchmarkPausedNeurons(b *testing.B) {
 			}
 		}
 		pausing := time.Since(t0)
-		after := memUsed()
+		after := sandboxtest.MemUsed()
 		cpu0 := neuronsCPU(pids)
 		pausedCPU := busyOver(5 * time.Second)
 		neuronCPU := neuronsCPU(pids) - cpu0

@@ -528,3 +528,46 @@ func TreeRSS(pid int) int64 {
 	}
 	return sum
 }
+
+// MemUsed is the host's used memory, MemTotal - MemAvailable, in bytes.
+func MemUsed() int64 {
+	return memField("/proc/meminfo", "MemTotal:") - memField("/proc/meminfo", "MemAvailable:")
+}
+
+// MemOf sums a field of /proc/<pid>/smaps_rollup ("Pss:", "Rss:") over
+// pids, in bytes.
+func MemOf(field string, pids ...int) int64 {
+	var sum int64
+	for _, p := range pids {
+		sum += memField(fmt.Sprintf("/proc/%d/smaps_rollup", p), field)
+	}
+	return sum
+}
+
+// memField reads a "Name: N kB" line of a /proc file, in bytes.
+func memField(path, field string) int64 {
+	raw, _ := os.ReadFile(path)
+	for _, line := range strings.Split(string(raw), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == field {
+			v, _ := strconv.ParseInt(f[1], 10, 64)
+			return v << 10
+		}
+	}
+	return 0
+}
+
+// BwrapTrue is /bin/true in a bare bubblewrap sandbox with every namespace
+// unshared (a peer's floor); nil when bwrap is not installed.
+func BwrapTrue() *exec.Cmd {
+	bw, err := exec.LookPath("bwrap")
+	if err != nil {
+		return nil
+	}
+	args := []string{"--unshare-all", "--die-with-parent", "--ro-bind", "/usr", "/usr", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"}
+	for _, d := range []string{"bin", "sbin", "lib", "lib64"} {
+		if t, err := os.Readlink("/" + d); err == nil {
+			args = append(args, "--symlink", t, "/"+d)
+		}
+	}
+	return exec.Command(bw, append(args, "/bin/true")...)
+}
