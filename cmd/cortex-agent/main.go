@@ -79,6 +79,7 @@ func main() {
 	flag.StringVar(&cfg.Connect, "connect", "", "a single host socket to dial (instead of -channel-dir)")
 	flag.StringVar(&cfg.Listen, "listen", "", "a TCP address to listen on for hosts with the token (instead of -channel-dir)")
 	secretFD := flag.Int(strings.TrimPrefix(boot.SecretFDFlag, "--"), -1, "read the neuron's per-start secret from this descriptor (then closed)")
+	rebindFD := flag.Int(strings.TrimPrefix(boot.RebindFDFlag, "--"), -1, "take new identities from the PID 1 on this socket (a microVM's fork)")
 	flag.StringVar(&cfg.Root, "root", "/", "confine file operations to this directory")
 	flag.StringVar(&cfg.Workdir, "workdir", "", "default working directory (default: the root)")
 	flag.BoolVar(&cfg.Subreaper, "subreaper", false, "adopt orphaned descendants so shutdown ends them")
@@ -113,6 +114,11 @@ func main() {
 	// The secret proves this agent to every host; an agent that listens
 	// (docker's tcp transport) also takes it as the token hosts present.
 	cfg.Secret = secret
+	if *rebindFD >= 0 {
+		// Pollable, so closing it ends the read that waits on it.
+		syscall.SetNonblock(*rebindFD, true)
+		cfg.Rebind = os.NewFile(uintptr(*rebindFD), "rebind")
+	}
 	if cfg.Listen != "" {
 		cfg.Token = secret
 	}

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log"
 	"net"
 	"os"
@@ -46,6 +47,9 @@ type Config struct {
 	// started the agent (never through the neuron's disk or environment):
 	// the agent answers each host's nonce with a proof of it.
 	Secret string
+	// Rebind, when set, is where the agent's PID 1 gives it a new identity
+	// (boot.RebindFDFlag): read until it ends; the agent closes it.
+	Rebind io.ReadWriteCloser
 	// Version is this agent's software version.
 	Version string
 	// Subreaper makes the agent adopt orphaned descendants so that shutdown
@@ -65,6 +69,10 @@ type Agent struct {
 	workers *workers
 	pid     int
 	started time.Time
+
+	// ident is the neuron served and the secret proved: cfg's, until a
+	// rebind (rebind.go).
+	ident atomic.Pointer[ident]
 
 	commands     atomic.Int64
 	sessionCount atomic.Int64
@@ -88,6 +96,7 @@ func New(cfg Config) (*Agent, error) {
 	}
 	a := &Agent{cfg: cfg, fs: fs, pid: os.Getpid(), started: time.Now(),
 		stopped: make(chan struct{}), grace: 2 * time.Second}
+	a.ident.Store(&ident{id: cfg.ID, secret: cfg.Secret})
 	a.reaper = newReaper(cfg.Subreaper)
 	a.workers = newWorkers()
 	a.procs = newProcTable(a)
@@ -126,6 +135,11 @@ func (a *Agent) Run(ctx context.Context) error {
 		cancel()
 		a.procs.killAll(a.grace)
 	}()
+	if a.cfg.Rebind != nil {
+		done := make(chan struct{})
+		go func() { defer close(done); a.serveRebind() }()
+		defer func() { a.cfg.Rebind.Close(); <-done }()
+	}
 	stopReaper := a.reaper.start()
 	var err error
 	switch {

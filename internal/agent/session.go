@@ -112,13 +112,14 @@ func (s *session) handshake() error {
 	conn := s.conn
 	conn.SetDeadline(time.Now().Add(helloTimeout))
 	defer conn.SetDeadline(time.Time{})
+	who := s.a.ident.Load()
 	caps := make([]string, 0, len(protocol.Commands()))
 	for _, c := range protocol.Commands() {
 		caps = append(caps, string(c))
 	}
 	hello := protocol.Hello{
 		Protocol: protocol.Version(), Role: protocol.RoleAgent, Software: "cortex-agent " + s.a.cfg.Version,
-		Caps: caps, Neuron: s.a.cfg.ID, PID: s.a.pid,
+		Caps: caps, Neuron: who.id, PID: s.a.pid,
 		MaxBody: protocol.MaxBody, Window: protocol.DefaultWindow,
 	}
 	// The host speaks first either way: its hello holds the nonce this
@@ -130,8 +131,8 @@ func (s *session) handshake() error {
 		if s.a.cfg.Listen != "" && subtle.ConstantTimeCompare([]byte(peer.Token), []byte(s.a.cfg.Token)) != 1 {
 			return errors.New("a host with a wrong token")
 		}
-		if s.a.cfg.Secret != "" && peer.Nonce != "" {
-			me.Proof = protocol.AgentProof(s.a.cfg.Secret, s.a.cfg.ID, peer.Nonce)
+		if who.secret != "" && peer.Nonce != "" {
+			me.Proof = protocol.AgentProof(who.secret, who.id, peer.Nonce)
 		}
 		return nil
 	})

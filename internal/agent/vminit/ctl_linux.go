@@ -2,12 +2,14 @@ package vminit
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 	"unsafe"
 
@@ -122,6 +124,11 @@ func (g *guest) control(req *boot.CtlRequest) error {
 		if err := reseed(req.Seed); err != nil {
 			return err
 		}
+		if req.Rebind != nil {
+			if err := g.rebindAgent(req.Rebind); err != nil {
+				return err
+			}
+		}
 		g.bridge.reset()
 		if g.tunnel != nil {
 			g.tunnel.Reset() // the host's end is a new process
@@ -164,6 +171,47 @@ func reseed(seed []byte) error {
 	}
 	if _, _, e := unix.Syscall(unix.SYS_IOCTL, f.Fd(), rndReseedCRNG, 0); e != 0 {
 		return fmt.Errorf("reseeding: RNDRESEEDCRNG: %w", e)
+	}
+	return nil
+}
+
+// rebindTimeout bounds the agent's answer to a rebind.
+const rebindTimeout = 10 * time.Second
+
+// rebindAgent gives the agent a new identity and waits for it to take it,
+// before any session of the restored machine starts: a fork of a machine
+// serves its own id with a secret of its own.
+func (g *guest) rebindAgent(r *boot.Rebind) error {
+	g.rebindMu.Lock()
+	defer g.rebindMu.Unlock()
+	if g.rebind == nil {
+		return errors.New("this machine's agent cannot take a new identity (its snapshot was made by an older nsys-cortex)")
+	}
+	b, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	g.rebind.SetDeadline(time.Now().Add(rebindTimeout))
+	defer g.rebind.SetDeadline(time.Time{})
+	if _, err := g.rebind.Write(append(b, '\n')); err != nil {
+		return fmt.Errorf("rebinding the agent: %w", err)
+	}
+	answer := make([]byte, 0, 256)
+	buf := make([]byte, 256)
+	for !bytes.HasSuffix(answer, []byte("\n")) {
+		n, err := g.rebind.Read(buf)
+		if err != nil {
+			return fmt.Errorf("rebinding the agent: %w", err)
+		}
+		if answer = append(answer, buf[:n]...); len(answer) > 4096 {
+			return errors.New("rebinding the agent: an answer too long")
+		}
+	}
+	if got := strings.TrimSpace(string(answer)); got != boot.RebindOK {
+		return fmt.Errorf("rebinding the agent: %s", got)
+	}
+	if err := unix.Sethostname([]byte(r.Neuron)); err != nil {
+		g.logf("hostname %s: %v", r.Neuron, err)
 	}
 	return nil
 }

@@ -28,6 +28,11 @@ type guest struct {
 	bridge *bridge
 	tunnel *egress.GuestTunnel // with network egress
 
+	// rebind is PID 1's end of the agent's rebind socket
+	// (boot.RebindFDFlag); rebindMu makes one rebind at a time.
+	rebind   *os.File
+	rebindMu sync.Mutex
+
 	mu       sync.Mutex
 	agent    int  // the agent's pid
 	stopping bool // the machine is going down
@@ -207,6 +212,17 @@ func (g *guest) startAgent(cgroup *os.File) (int, error) {
 		extra = []*os.File{secret}
 		args = append(args, boot.SecretFDFlag, "3")
 	}
+	// A socket on which a restore under another id (a fork) gives the
+	// agent its new identity.
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return 0, fmt.Errorf("the agent's rebind socket: %w", err)
+	}
+	unix.SetNonblock(fds[0], true) // pollable: its reads and writes have deadlines
+	mine, theirs := os.NewFile(uintptr(fds[0]), "rebind"), os.NewFile(uintptr(fds[1]), "rebind")
+	defer theirs.Close()
+	args = append(args, boot.RebindFDFlag, fmt.Sprint(3+len(extra)))
+	extra = append(extra, theirs)
 	cmd := &exec.Cmd{Path: "/proc/self/exe", Args: args, Env: g.cfg.Env, Dir: g.cfg.Workdir, ExtraFiles: extra,
 		Stdout: os.Stderr, Stderr: os.Stderr, SysProcAttr: &syscall.SysProcAttr{Setsid: true}}
 	if !g.cfg.Root {
@@ -217,8 +233,12 @@ func (g *guest) startAgent(cgroup *os.File) (int, error) {
 		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, int(cgroup.Fd())
 	}
 	if err := cmd.Start(); err != nil {
+		mine.Close()
 		return 0, err
 	}
+	g.rebindMu.Lock()
+	g.rebind = mine
+	g.rebindMu.Unlock()
 	return cmd.Process.Pid, nil // reaped by reap, never by cmd.Wait
 }
 

@@ -15,7 +15,22 @@ const (
 	// environment before it starts anything, and is non-dumpable from its
 	// first moment, so no command reads it.
 	SecretEnv = "NSYS_CORTEX_AGENT_SECRET"
+	// RebindFDFlag N: descriptor N is a stream socket on which the agent's
+	// PID 1 may give it a new identity (Rebind, a line of JSON; the agent
+	// answers RebindOK or an error, a line): a microVM restored from
+	// another neuron's snapshot (a fork) serves its new id with a fresh
+	// secret. The agent keeps it from every command it starts.
+	RebindFDFlag = "--rebind-fd"
+	// RebindOK is the agent's answer to a rebind it took.
+	RebindOK = "ok"
 )
+
+// Rebind is a new identity for a running agent: the neuron it serves now,
+// and the secret it proves from now on.
+type Rebind struct {
+	Neuron string `json:"neuron"`
+	Secret string `json:"secret"`
+}
 
 // Agent flags a sandbox adds for its agent.
 const (

@@ -153,6 +153,10 @@ type CtlRequest struct {
 	// Advance (OpRestored): the time between the snapshot's stop and
 	// the restored machine's start.
 	Advance time.Duration `json:"advanceNs,omitempty"`
+	// Rebind (OpRestored), when set, is the identity the restored machine
+	// takes: a snapshot restored under another id than its own (a fork)
+	// serves that id, with a secret of its own.
+	Rebind *Rebind `json:"rebind,omitempty"`
 }
 
 // CtlReply is the guest's answer, one line of JSON.
