@@ -57,6 +57,10 @@ type Lifecycle struct {
 	AutoPause time.Duration `json:"autoPauseNs,omitempty"`
 	// PausedAt is when the neuron was paused (nil: it is not).
 	PausedAt *time.Time `json:"pausedAt,omitempty"`
+	// ForkedFrom is the neuron this one was forked from, at ForkedAt
+	// ("" and nil: it was not). They outlive its runs, as labels do.
+	ForkedFrom string     `json:"forkedFrom,omitempty"`
+	ForkedAt   *time.Time `json:"forkedAt,omitempty"`
 }
 
 // Copy returns a copy of l sharing nothing with it.
@@ -65,6 +69,7 @@ func (l Lifecycle) Copy() Lifecycle {
 	c.Labels = l.Labels.Clone()
 	c.Deadline = copyTime(l.Deadline)
 	c.PausedAt = copyTime(l.PausedAt)
+	c.ForkedAt = copyTime(l.ForkedAt)
 	return c
 }
 
@@ -138,6 +143,45 @@ type Pauser interface {
 	// Resume continues paused neuron id. A running one answers
 	// ErrNotPaused (and runs on).
 	Resume(ctx context.Context, id string) (*State, error)
+}
+
+// ForkOptions shape a fork.
+type ForkOptions struct {
+	// Labels replace the labels the forks take from their source (nil
+	// keeps the source's).
+	Labels labels.Set
+}
+
+// MaxForks bounds the forks of one call.
+const MaxForks = 100
+
+// ForkIDs are the ids of count forks named after id: id itself for one
+// (count 0 or 1), else id-1 ... id-count.
+func ForkIDs(id string, count int) ([]string, error) {
+	switch {
+	case count < 0:
+		return nil, &InvalidError{Reason: fmt.Sprintf("count %d is negative", count)}
+	case count > MaxForks:
+		return nil, &InvalidError{Reason: fmt.Sprintf("count %d: at most %d forks at once", count, MaxForks)}
+	case count <= 1:
+		return []string{id}, nil
+	}
+	out := make([]string, count)
+	for i := range out {
+		out[i] = fmt.Sprintf("%s-%d", id, i+1)
+	}
+	return out, nil
+}
+
+// Forker is implemented by managers that fork neurons.
+type Forker interface {
+	// Fork makes a new neuron of each id in dsts (ids with no data yet),
+	// running, with neuron src's data as it is at one instant: a running
+	// src is paused for the copy and resumed after it (a microVM's forks
+	// get its memory and processes too). The forks are ordinary neurons
+	// afterwards; each remembers src (Lifecycle.ForkedFrom). A fork that
+	// fails leaves nothing under its id; those made before it stay.
+	Fork(ctx context.Context, src string, dsts []string, opts ForkOptions) ([]*State, error)
 }
 
 // ErrAlreadyPaused and ErrNotPaused are the no-ops of Pause and Resume:

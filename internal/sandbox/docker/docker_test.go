@@ -453,3 +453,10 @@ func TestLogOfDetachedNeuron(t *testing.T) {
 		t.Errorf("no line of the agent's in the log:\n%s", after)
 	}
 }
+
+// Forks: the container's data is copied while docker pauses it.
+func TestFork(t *testing.T) {
+	requireDocker(t)
+	t.Setenv(docker.EnvTransport, "unix")
+	sandboxtest.RunForker(t, conformance)
+}

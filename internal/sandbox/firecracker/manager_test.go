@@ -514,6 +514,13 @@ func TestSnapshotterFake(t *testing.T) {
 	sandboxtest.RunSnapshotter(t, fakeConformance(t, nil))
 }
 
+// Fork is refused as unsupported, before anything is made.
+func TestForkFake(t *testing.T) {
+	cfg := fakeConformance(t, nil)
+	cfg.Lacks = map[string]string{"fork": "a restored Firecracker guest greets the host before it could take a fork's identity"}
+	sandboxtest.RunForker(t, cfg)
+}
+
 // fakeConformance is the suites' configuration over a fixture of the
 // fake, its configuration changed by fake (nil: none).
 func fakeConformance(t testing.TB, fake func(*fakefc.Config)) sandboxtest.Config {

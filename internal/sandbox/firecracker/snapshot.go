@@ -346,3 +346,13 @@ func (r *runtime) powerOff(lay layout.Layout, id string) bool {
 	_, err = control(ctx, j.host(jailVsock), &CtlRequest{Op: OpPoweroff})
 	return err == nil
 }
+
+// Fork is refused: a fork of a machine must take its own identity before
+// its agent greets the host (qemu rebinds it while resuming), and a
+// Firecracker restore lets the agent greet the host first. A copy of the
+// disk alone would be no fork of a microVM (its processes and memory are
+// the point), so none is made.
+func (m *Manager) Fork(context.Context, string, []string, sandbox.ForkOptions) ([]*sandbox.State, error) {
+	return nil, &sandbox.UnsupportedError{Mode: Mode, Op: "fork",
+		Reason: "a restored Firecracker guest greets the host before it could take a fork's identity; qemu mode forks microVMs"}
+}

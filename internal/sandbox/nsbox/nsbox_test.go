@@ -59,3 +59,8 @@ func TestLifecycle(t *testing.T) {
 	requireNsbox(t)
 	sandboxtest.RunLifecycle(t, conformance)
 }
+
+func TestFork(t *testing.T) {
+	requireNsbox(t)
+	sandboxtest.RunForker(t, conformance)
+}

@@ -46,3 +46,7 @@ func TestConformance(t *testing.T) {
 func TestLifecycle(t *testing.T) {
 	sandboxtest.RunLifecycle(t, conformance)
 }
+
+func TestFork(t *testing.T) {
+	sandboxtest.RunForker(t, conformance)
+}

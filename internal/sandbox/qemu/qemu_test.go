@@ -139,4 +139,10 @@ func TestSnapshotter(t *testing.T) {
 	sandboxtest.RunSnapshotter(t, conformance(t))
 }
 
+// TestFork: forks of a running VM run on with its processes, from a
+// whole-machine snapshot restored under each fork's id.
+func TestFork(t *testing.T) {
+	sandboxtest.RunForker(t, conformance(t))
+}
+
 var _ = link.NoTimeout

@@ -13,6 +13,7 @@ import (
 
 	"github.com/nsys-cortex/cortex/internal/ids"
 	"github.com/nsys-cortex/cortex/internal/layout"
+	"github.com/nsys-cortex/cortex/internal/protocol"
 	"github.com/nsys-cortex/cortex/internal/protocol/boot"
 	"github.com/nsys-cortex/cortex/internal/protocol/errdefs"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
@@ -93,8 +94,12 @@ func (b bootFiles) pin(dir string) (bootFiles, error) {
 type restoreJob struct {
 	dir  string
 	meta SnapshotInfo
-	// secret is the channel secret the saved agent holds.
+	// secret is the channel secret the saved agent holds, or, for a
+	// restore under another id than the snapshot's (a fork), the fresh
+	// one rebind gives it.
 	secret string
+	// rebind is the identity the restored machine takes (nil: its own).
+	rebind *boot.Rebind
 	// clock has the outcome of the check of the resumed guest's clock,
 	// which runs while its agent greets the host; nil until it starts.
 	clock chan error
@@ -144,7 +149,7 @@ func (j *restoreJob) resume(ctx context.Context, chanDir string) error {
 	if err != nil {
 		return err
 	}
-	if _, err := cc.do(ctx, &boot.CtlRequest{Op: boot.OpRestored, Time: time.Now(), Advance: advance, Seed: seed}); err != nil {
+	if _, err := cc.do(ctx, &boot.CtlRequest{Op: boot.OpRestored, Time: time.Now(), Advance: advance, Seed: seed, Rebind: j.rebind}); err != nil {
 		cc.Close()
 		return fmt.Errorf("after loading snapshot %s: %w", j.meta.Name, err)
 	}
@@ -460,6 +465,12 @@ func (m *Manager) Restore(ctx context.Context, id, name string) (*sandbox.State,
 	}
 	if b, err := os.ReadFile(job.file(snapSecret)); err == nil && len(strings.TrimSpace(string(b))) > 0 {
 		job.secret = strings.TrimSpace(string(b))
+		if snap.Neuron != id {
+			// Another neuron's machine (a fork): it serves this id, and
+			// proves a secret of its own, not its source's.
+			job.rebind = &boot.Rebind{Neuron: id, Secret: protocol.NewSecret()}
+			job.secret = job.rebind.Secret
+		}
 	} else {
 		return nil, &sandbox.InvalidError{Reason: fmt.Sprintf("snapshot %q of %s was taken by an older nsys-cortex: its agent cannot prove "+
 			"it is the neuron's agent, so it is not restored (take a new snapshot of a neuron created by this version)", name, id)}
@@ -511,4 +522,10 @@ func (m *Manager) Restore(ctx context.Context, id, name string) (*sandbox.State,
 		return nil, fmt.Errorf("after loading snapshot %s: %w", name, cerr)
 	}
 	return st, err
+}
+
+// Fork forks neuron src through a whole-machine snapshot: each fork runs
+// on with src's memory and processes (lifecycle.Manager.ForkWhole).
+func (m *Manager) Fork(ctx context.Context, src string, dsts []string, opts sandbox.ForkOptions) ([]*sandbox.State, error) {
+	return m.Manager.ForkWhole(ctx, m, src, dsts, opts)
 }

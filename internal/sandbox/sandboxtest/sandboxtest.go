@@ -124,8 +124,14 @@ type fixture struct {
 
 func newFixture(t *testing.T, cfg Config) *fixture {
 	t.Helper()
+	return newFixtureAt(t, cfg, filepath.Join(ShortTempDir(t), "h"))
+}
+
+// newFixtureAt is newFixture with its home at home.
+func newFixtureAt(t *testing.T, cfg Config, home string) *fixture {
+	t.Helper()
 	env := cfg.Env(t)
-	lay, err := layout.New(filepath.Join(ShortTempDir(t), "h"), "")
+	lay, err := layout.New(home, "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -49,6 +49,14 @@ var (
 
 type spec struct {
 	Labels labels.Set `json:"labels,omitempty"`
+	// ForkedFrom and ForkedAt: the neuron this one was forked from, when.
+	ForkedFrom string     `json:"forkedFrom,omitempty"`
+	ForkedAt   *time.Time `json:"forkedAt,omitempty"`
+}
+
+// fill sets st's records that outlive its runs: its labels, its fork.
+func (s spec) fill(st *sandbox.State) {
+	st.Labels, st.ForkedFrom, st.ForkedAt = s.Labels, s.ForkedFrom, s.ForkedAt
 }
 
 type pauseRecord struct {
@@ -119,7 +127,7 @@ func (m *Manager) recordLock(ctx context.Context, id string) (func(), error) {
 // lifecycleOf fills st's labels and pause from its records (a neuron
 // paused to disk was found so by inspectRun, from the same record).
 func (m *Manager) lifecycleOf(st *sandbox.State) {
-	st.Labels = m.readSpec(st.ID).Labels
+	m.readSpec(st.ID).fill(st)
 	if st.Status == sandbox.StatusPaused {
 		return
 	}

@@ -40,7 +40,6 @@ import (
 	"github.com/nsys-cortex/cortex/internal/protocol/boot"
 	"github.com/nsys-cortex/cortex/internal/protocol/errdefs"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
-	"github.com/nsys-cortex/cortex/internal/sandbox/internal/disk"
 	"github.com/nsys-cortex/cortex/internal/store"
 )
 
@@ -292,10 +291,7 @@ func (m *Manager) Create(ctx context.Context, id string, opts sandbox.CreateOpti
 		if !exists {
 			// A new neuron that could not be made leaves nothing behind
 			// (its log stays, to say why).
-			uid := recordedUID(m.lay, id)
-			disk.Unmount(m.lay, id)
-			os.RemoveAll(m.overlay(id))
-			ReleaseIdentity(m.lay, id, uid)
+			m.discard(id)
 		}
 		lock.Release()
 		return nil, err
@@ -390,7 +386,7 @@ func (m *Manager) create(ctx context.Context, id, bin string, lock *store.Lock, 
 	if run != nil {
 		st.CreatedAt = run.CreatedAt
 	}
-	st.Labels = m.readSpec(id).Labels
+	m.readSpec(id).fill(st)
 	if err := m.writeState(st); err != nil {
 		return nil, err
 	}
@@ -777,7 +773,8 @@ func (m *Manager) buryDead(id string, st *sandbox.State) {
 	oom := m.oomKilled(id, st)
 	m.stop(id, st)
 	m.clear(id)
-	st.Status, st.Labels = sandbox.StatusStopped, m.readSpec(id).Labels
+	st.Status = sandbox.StatusStopped
+	m.readSpec(id).fill(st)
 	ctx := context.Background()
 	if st.Pending {
 		return // a create that failed says so itself

@@ -1,0 +1,280 @@
+package lifecycle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/nsys-cortex/cortex/internal/events"
+	"github.com/nsys-cortex/cortex/internal/protocol"
+	"github.com/nsys-cortex/cortex/internal/protocol/errdefs"
+	"github.com/nsys-cortex/cortex/internal/sandbox"
+	"github.com/nsys-cortex/cortex/internal/sandbox/internal/disk"
+	"github.com/nsys-cortex/cortex/internal/store"
+)
+
+var _ sandbox.Forker = (*Manager)(nil)
+
+// ErrForkTarget is the class of a fork onto an id that has data already.
+var ErrForkTarget = errdefs.New(errdefs.Exists, "a fork makes a new neuron: that id has data already (destroy it with --wipe, or pick another)")
+
+// Fork makes neurons dsts copies of neuron src's data, as it is at one
+// instant (docs/fork.md): src, when running, is paused for the copy and
+// resumed after it. Each fork's directory is claimed first (made with
+// O_EXCL, so no other create or fork can take the id meanwhile), given
+// the source's disk ceiling and, when neurons run as uids of their own,
+// its own uid; the copy shares data with the source where the filesystem
+// can (reflinks) and gives the source's uid's files to the fork's. Each
+// fork then starts under the source's policy (the defaults when the
+// source is stopped), its labels the source's unless opts names others.
+func (m *Manager) Fork(ctx context.Context, src string, dsts []string, opts sandbox.ForkOptions) ([]*sandbox.State, error) {
+	if err := validID(src); err != nil {
+		return nil, err
+	}
+	if err := checkForks(src, dsts); err != nil {
+		return nil, err
+	}
+	if err := m.rt.Allow(); err != nil {
+		return nil, err
+	}
+	st, err := m.Get(ctx, src)
+	if err != nil {
+		return nil, err
+	}
+	var claimed []string
+	release := func() {
+		for _, id := range claimed {
+			m.discard(id)
+		}
+	}
+	for _, id := range dsts {
+		if err := os.Mkdir(m.overlay(id), 0o700); err != nil {
+			release()
+			if errors.Is(err, fs.ErrExist) {
+				return nil, fmt.Errorf("fork %s of %s: %w", id, src, ErrForkTarget)
+			}
+			return nil, fmt.Errorf("fork %s of %s: %w", id, src, err)
+		}
+		claimed = append(claimed, id)
+	}
+	roots, owners, err := m.prepareForks(ctx, src, dsts)
+	if err != nil {
+		release()
+		return nil, err
+	}
+	at := time.Now().UTC()
+	copied, err := m.copyForks(ctx, st, roots, owners)
+	if err != nil {
+		release()
+		return nil, err
+	}
+	labels := st.Labels
+	if opts.Labels != nil {
+		labels = opts.Labels
+	}
+	create := sandbox.CreateOptions{}
+	if p := st.Policy; p != nil && st.Status != sandbox.StatusStopped {
+		create.Network, create.Limits, create.Image, create.NestedUserns = p.Network, p.Limits, p.Image, p.NestedUserns
+	}
+	var out []*sandbox.State
+	for i, id := range dsts {
+		sp := spec{Labels: labels.Clone(), ForkedFrom: src, ForkedAt: &at}
+		if err := store.WriteJSON(m.specFile(id), &sp, 0o600); err != nil {
+			release()
+			return out, fmt.Errorf("fork %s of %s: %w", id, src, err)
+		}
+		fst, err := m.Create(ctx, id, create)
+		if err != nil {
+			release()
+			return out, fmt.Errorf("fork %s of %s: %w", id, src, err)
+		}
+		claimed = claimed[1:] // it is a neuron now: kept
+		m.event(ctx, events.Created, fst, fmt.Sprintf("fork of %s (%d files, %d bytes, %d of them shared)", src, copied[i].Files, copied[i].Bytes, copied[i].Cloned))
+		out = append(out, fst)
+	}
+	return out, nil
+}
+
+// checkForks refuses a list of forks that cannot all be made.
+func checkForks(src string, dsts []string) error {
+	if len(dsts) == 0 {
+		return &sandbox.InvalidError{Reason: "a fork needs the id of the new neuron"}
+	}
+	if len(dsts) > sandbox.MaxForks {
+		return &sandbox.InvalidError{Reason: fmt.Sprintf("%d forks at once: at most %d", len(dsts), sandbox.MaxForks)}
+	}
+	seen := map[string]bool{}
+	for _, id := range dsts {
+		if err := validID(id); err != nil {
+			return err
+		}
+		if id == src {
+			return &sandbox.InvalidError{Reason: fmt.Sprintf("a fork of %s needs a new id, not its own", src)}
+		}
+		if seen[id] {
+			return &sandbox.InvalidError{Reason: fmt.Sprintf("fork id %s is given twice", id)}
+		}
+		seen[id] = true
+	}
+	return nil
+}
+
+// prepareForks makes each claimed fork's place for its data (on a disk of
+// its own like the source's, where the source has one) and its identity,
+// and returns where each one's data goes and how owners map.
+func (m *Manager) prepareForks(ctx context.Context, src string, dsts []string) ([]string, []map[uint32]uint32, error) {
+	size, hasDisk := disk.Size(m.lay, src)
+	srcUID := recordedUID(m.lay, src)
+	roots := make([]string, len(dsts))
+	owners := make([]map[uint32]uint32, len(dsts))
+	for i, id := range dsts {
+		if err := os.WriteFile(m.overlay(id)+"/.mode", []byte(m.rt.Mode()+"\n"), 0o600); err != nil {
+			return nil, nil, err
+		}
+		roots[i] = m.overlay(id)
+		if hasDisk {
+			if err := disk.Ensure(ctx, m.lay, id, size); err != nil {
+				return nil, nil, fmt.Errorf("fork %s: its disk: %w", id, err)
+			}
+			if err := disk.Mount(m.lay, id); err != nil {
+				return nil, nil, fmt.Errorf("fork %s: its disk: %w", id, err)
+			}
+			roots[i] = disk.Dir(m.lay, id)
+		}
+		if srcUID > 0 && os.Geteuid() == 0 {
+			uid, _, err := AgentIdentity(m.lay, id)
+			if err != nil {
+				return nil, nil, fmt.Errorf("fork %s: %w", id, err)
+			}
+			owners[i] = map[uint32]uint32{uint32(srcUID): uint32(uid)}
+		}
+	}
+	return roots, owners, nil
+}
+
+// copyForks copies the source st's data into each root, with the source
+// paused meanwhile when it runs (and resumed after, whatever happened).
+// A mode that cannot pause copies a running source as it goes.
+func (m *Manager) copyForks(ctx context.Context, st *sandbox.State, roots []string, owners []map[uint32]uint32) ([]store.CopyStats, error) {
+	if st.Status == sandbox.StatusRunning {
+		_, err := m.Pause(ctx, st.ID, sandbox.PauseOptions{Reason: "fork"})
+		switch {
+		case err == nil:
+			defer m.Resume(context.WithoutCancel(ctx), st.ID)
+		case errors.Is(err, sandbox.ErrAlreadyPaused), errdefs.IsUnsupported(err):
+		default:
+			return nil, fmt.Errorf("pausing %s for the fork: %w", st.ID, err)
+		}
+	}
+	from, err := m.DataRoot(ctx, st.ID)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]store.CopyStats, len(roots))
+	for i, to := range roots {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		if out[i], err = store.CopyTree(from, to, store.CopyOptions{Skip: store.HostRecord, Owners: owners[i]}); err != nil {
+			return nil, fmt.Errorf("fork of %s: %w", st.ID, err)
+		}
+	}
+	return out, nil
+}
+
+// discard removes what a new neuron that was never made left: its disk,
+// its directory, its uid.
+func (m *Manager) discard(id string) {
+	uid := recordedUID(m.lay, id)
+	disk.Unmount(m.lay, id)
+	os.RemoveAll(m.overlay(id))
+	ReleaseIdentity(m.lay, id, uid)
+}
+
+// ForkWhole forks through a whole-machine snapshot (the microVM modes,
+// whose sn takes and restores them): src, running or paused, is saved
+// once, and each fork is restored from a copy of that snapshot under its
+// own id, so it runs on with src's memory and processes; its clock is set
+// and its RNG reseeded as after any restore. The snapshot is removed
+// after, from src and from every fork. A stopped src has no machine to
+// save: it is refused.
+func (m *Manager) ForkWhole(ctx context.Context, sn sandbox.Snapshotter, src string, dsts []string, opts sandbox.ForkOptions) ([]*sandbox.State, error) {
+	if err := validID(src); err != nil {
+		return nil, err
+	}
+	if err := checkForks(src, dsts); err != nil {
+		return nil, err
+	}
+	st, err := m.Get(ctx, src)
+	if err != nil {
+		return nil, err
+	}
+	if st.Status != sandbox.StatusRunning && st.Status != sandbox.StatusPaused {
+		return nil, &sandbox.NotRunningError{ID: src, Reason: "a microVM is forked from a whole-machine snapshot, and a " + string(st.Status) + " one has no machine to save",
+			Hint: "nsys-cortex create " + src + " --mode " + m.rt.Mode() + ", then fork it"}
+	}
+	var claimed []string
+	release := func() {
+		for _, id := range claimed {
+			m.Destroy(context.WithoutCancel(ctx), id, sandbox.DestroyOptions{Wipe: true})
+			m.discard(id)
+		}
+	}
+	labels := st.Labels
+	if opts.Labels != nil {
+		labels = opts.Labels
+	}
+	at := time.Now().UTC()
+	for _, id := range dsts {
+		if err := os.Mkdir(m.overlay(id), 0o700); err != nil {
+			release()
+			if errors.Is(err, fs.ErrExist) {
+				return nil, fmt.Errorf("fork %s of %s: %w", id, src, ErrForkTarget)
+			}
+			return nil, fmt.Errorf("fork %s of %s: %w", id, src, err)
+		}
+		claimed = append(claimed, id)
+		sp := spec{Labels: labels.Clone(), ForkedFrom: src, ForkedAt: &at}
+		if err := errors.Join(os.WriteFile(m.overlay(id)+"/.mode", []byte(m.rt.Mode()+"\n"), 0o600),
+			store.WriteJSON(m.specFile(id), &sp, 0o600)); err != nil {
+			release()
+			return nil, fmt.Errorf("fork %s of %s: %w", id, src, err)
+		}
+	}
+	name := "fork-" + protocol.NewSecret()[:12]
+	if _, err := sn.Snapshot(ctx, src, name); err != nil {
+		release()
+		return nil, fmt.Errorf("fork of %s: its snapshot: %w", src, err)
+	}
+	defer store.RemoveSnapshot(m.lay.SnapshotsDir(src), name)
+	var out []*sandbox.State
+	for _, id := range dsts {
+		fst, err := m.restoreFork(ctx, sn, src, id, name)
+		if err != nil {
+			release()
+			return out, fmt.Errorf("fork %s of %s: %w", id, src, err)
+		}
+		claimed = claimed[1:]
+		m.event(ctx, events.Created, fst, "fork of "+src+" (a whole-machine snapshot)")
+		out = append(out, fst)
+	}
+	return out, nil
+}
+
+// restoreFork restores fork id from a copy of src's snapshot name, then
+// removes the copy.
+func (m *Manager) restoreFork(ctx context.Context, sn sandbox.Snapshotter, src, id, name string) (*sandbox.State, error) {
+	from, to := filepath.Join(m.lay.SnapshotsDir(src), name), filepath.Join(m.lay.SnapshotsDir(id), name)
+	if err := os.MkdirAll(to, 0o700); err != nil {
+		return nil, err
+	}
+	defer store.RemoveSnapshot(m.lay.SnapshotsDir(id), name)
+	if _, err := store.CopyTree(from, to, store.CopyOptions{}); err != nil {
+		return nil, err
+	}
+	return sn.Restore(ctx, id, name)
+}
