@@ -150,6 +150,17 @@ func (n *NeuronClient) Pause(ctx context.Context, r *PauseRequest) (*Neuron, err
 	return &out, n.c.call(ctx, "POST", n.prefix+"/pause", nil, r, &out)
 }
 
+// Fork makes new neurons with this one's files as they are now (and, in
+// qemu mode, its memory and processes): r.ID, or r.Count of them named
+// r.ID-1 ... A running source is paused for the copy and resumed.
+func (n *NeuronClient) Fork(ctx context.Context, r *NeuronForkRequest) ([]Neuron, error) {
+	var out NeuronForks
+	if err := n.c.call(ctx, "POST", n.prefix+"/fork", nil, r, &out); err != nil {
+		return nil, err
+	}
+	return out.Neurons, nil
+}
+
 // Resume continues the paused neuron. A running one answers ExistsError
 // (it runs on).
 func (n *NeuronClient) Resume(ctx context.Context) (*Neuron, error) {

@@ -49,6 +49,23 @@ type Neuron struct {
 	AutoPauseMs int64 `json:"autoPauseMs,omitempty"`
 	// PausedAt is when it was paused (status paused).
 	PausedAt *time.Time `json:"pausedAt,omitempty"`
+	// ForkedFrom is the neuron this one was forked from, at ForkedAt.
+	ForkedFrom string     `json:"forkedFrom,omitempty"`
+	ForkedAt   *time.Time `json:"forkedAt,omitempty"`
+}
+
+// NeuronForkRequest asks for forks of a neuron (POST .../fork): one
+// called ID, or Count of them called ID-1 ... ID-Count.
+type NeuronForkRequest struct {
+	ID    string `json:"id"`
+	Count int    `json:"count,omitempty"`
+	// Labels replace the source's labels on the forks (nil keeps them).
+	Labels map[string]string `json:"labels,omitempty"`
+}
+
+// NeuronForks are the neurons a fork made, running.
+type NeuronForks struct {
+	Neurons []Neuron `json:"neurons"`
 }
 
 // Owner is the process that owns a neuron exclusively.

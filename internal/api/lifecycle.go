@@ -186,6 +186,51 @@ func (s *Server) pause(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, NeuronOf(now))
 }
 
+// fork makes forks of the neuron (POST .../fork): 201 with them, running.
+func (s *Server) fork(w http.ResponseWriter, r *http.Request) {
+	var req cortex.NeuronForkRequest
+	if err := decodeJSON(w, r, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	if req.ID == "" {
+		writeError(w, badRequest("id: the new neuron's id is required"))
+		return
+	}
+	dsts, err := sandbox.ForkIDs(req.ID, req.Count)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	var opts sandbox.ForkOptions
+	if req.Labels != nil {
+		opts.Labels = labels.Set(req.Labels).Clone()
+		if err := opts.Labels.Validate(); err != nil {
+			writeError(w, badRequest("labels: %v", err))
+			return
+		}
+		if opts.Labels == nil {
+			opts.Labels = labels.Set{} // {} clears them: nil would keep them
+		}
+	}
+	f, st, err := capability[sandbox.Forker](r, s, "fork")
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	made, err := f.Fork(r.Context(), st.ID, dsts, opts)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	out := cortex.NeuronForks{Neurons: make([]cortex.Neuron, len(made))}
+	for i, n := range made {
+		out.Neurons[i] = NeuronOf(n)
+	}
+	s.log.Info("neuron forked", "id", st.ID, "forks", dsts)
+	writeJSON(w, http.StatusCreated, out)
+}
+
 func (s *Server) resume(w http.ResponseWriter, r *http.Request) {
 	// The body is {}: JSON, which a web page cannot send cross-site.
 	if err := decodeJSON(w, r, &struct{}{}); err != nil {

@@ -348,3 +348,51 @@ func TestEventsEndWithTheDaemon(t *testing.T) {
 		t.Fatal("Serve did not return with event streams open")
 	}
 }
+
+// POST .../fork makes running forks with the source's files and labels,
+// named id-1 ... with a count; an id with data is refused, nothing made.
+func TestFork(t *testing.T) {
+	d := newDaemon(t, api.Options{})
+	ctx := context.Background()
+	if _, err := d.c.Create(ctx, &cortex.CreateRequest{ID: "fsrc", Mode: process.Mode, Labels: map[string]string{"team": "a"}}); err != nil {
+		t.Fatal(err)
+	}
+	src := d.c.Neuron("fsrc")
+	if _, err := src.WriteFile(ctx, "note.txt", strings.NewReader("forked"), nil); err != nil {
+		t.Fatal(err)
+	}
+	forks, err := src.Fork(ctx, &cortex.NeuronForkRequest{ID: "fk", Count: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(forks) != 2 || forks[0].ID != "fk-1" || forks[1].ID != "fk-2" {
+		t.Fatalf("forks: %+v", forks)
+	}
+	for _, f := range forks {
+		if f.Status != "running" || f.ForkedFrom != "fsrc" || f.ForkedAt == nil || f.Labels["team"] != "a" {
+			t.Fatalf("fork %+v", f)
+		}
+		b, err := d.c.Neuron(f.ID).ReadFile(ctx, "note.txt")
+		if err != nil || string(b) != "forked" {
+			t.Fatalf("%s's note.txt: %q %v", f.ID, b, err)
+		}
+	}
+	one, err := src.Fork(ctx, &cortex.NeuronForkRequest{ID: "relabelled", Labels: map[string]string{"team": "b"}})
+	if err != nil || len(one) != 1 || one[0].Labels["team"] != "b" {
+		t.Fatalf("a fork with labels: %+v %v", one, err)
+	}
+	if _, err := src.Fork(ctx, &cortex.NeuronForkRequest{ID: "fk-1"}); !errors.As(err, &cortex.ExistsError{}) {
+		t.Errorf("a fork onto a neuron: %v, want EXISTS", err)
+	}
+	for _, bad := range []cortex.NeuronForkRequest{{}, {ID: "../x"}, {ID: "x", Count: -1}, {ID: "x", Count: 101}, {ID: "x", Labels: map[string]string{"-": "a"}}} {
+		if _, err := src.Fork(ctx, &bad); !errors.As(err, &cortex.BadRequestError{}) {
+			t.Errorf("fork %+v: %v, want BAD_REQUEST", bad, err)
+		}
+	}
+	if _, err := d.c.Neuron("nosuch").Fork(ctx, &cortex.NeuronForkRequest{ID: "y"}); !errors.As(err, &cortex.NotFoundError{}) {
+		t.Errorf("a fork of no neuron: %v", err)
+	}
+	if _, err := d.c.Get(ctx, "x"); !errors.As(err, &cortex.NotFoundError{}) {
+		t.Errorf("a refused fork left a neuron: %v", err)
+	}
+}

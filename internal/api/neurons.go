@@ -34,6 +34,7 @@ func NeuronOf(st *sandbox.State) cortex.Neuron {
 			Limits: cortex.Limits(p.Limits), Image: p.Image, NestedUserns: p.NestedUserns, Ctx: p.Ctx, CtxWritable: p.CtxWritable}
 	}
 	n.Labels, n.Deadline, n.PausedAt = st.Labels.Clone(), st.Deadline, st.PausedAt
+	n.ForkedFrom, n.ForkedAt = st.ForkedFrom, st.ForkedAt
 	n.TimeoutMs, n.OnTimeout, n.AutoPauseMs = st.Timeout.Milliseconds(), string(st.OnTimeout), st.AutoPause.Milliseconds()
 	if st.Deadline == nil {
 		n.TimeoutMs, n.OnTimeout = 0, "" // what the last deadline was set from: nothing to show without one

@@ -142,6 +142,7 @@ func (s *Server) Routes() []Route {
 		{"POST", n + "/timeout", s.setTimeout, gate.Timeout},
 		{"POST", n + "/pause", s.pause, gate.Pause},
 		{"POST", n + "/resume", s.resume, gate.Resume},
+		{"POST", n + "/fork", s.fork, gate.Fork},
 		{"GET", n + "/metrics", s.neuronMetrics, gate.Read},
 		{"GET", "/v1/events", s.events, gate.Read},
 		{"POST", n + "/exec", s.onNeuron(s.exec), gate.Exec},

@@ -140,6 +140,9 @@ func lifecycleText(st *sandbox.State) [][]string {
 		rows = append(rows, []string{"deadline", fmt.Sprintf("%s (%s, timeout %s), then %s", st.Deadline.Local().Format(time.RFC3339),
 			until(*st.Deadline), st.Timeout, actionOf(st))})
 	}
+	if st.ForkedFrom != "" && st.ForkedAt != nil {
+		rows = append(rows, []string{"forked from", fmt.Sprintf("%s at %s (%s)", st.ForkedFrom, st.ForkedAt.Local().Format(time.RFC3339), ago(*st.ForkedAt))})
+	}
 	if st.AutoPause > 0 {
 		rows = append(rows, []string{"idle rule", fmt.Sprintf("pause after %s idle: no request and no attached client, CPU under 2%% of a core", st.AutoPause)})
 	}

@@ -94,7 +94,7 @@ func stateOf(n *cortex.Neuron) *sandbox.State {
 	}
 	st.Lifecycle = sandbox.Lifecycle{Labels: labels.Set(n.Labels).Clone(), Deadline: n.Deadline, PausedAt: n.PausedAt,
 		Timeout: time.Duration(n.TimeoutMs) * time.Millisecond, OnTimeout: sandbox.TimeoutAction(n.OnTimeout),
-		AutoPause: time.Duration(n.AutoPauseMs) * time.Millisecond}
+		AutoPause: time.Duration(n.AutoPauseMs) * time.Millisecond, ForkedFrom: n.ForkedFrom, ForkedAt: n.ForkedAt}
 	return st
 }
 

@@ -74,6 +74,7 @@ const (
 	Timeout         Action = "neuron.timeout" // set or clear a deadline
 	Pause           Action = "neuron.pause"
 	Resume          Action = "neuron.resume"
+	Fork            Action = "neuron.fork" // on the source: its data, read whole, becomes new neurons
 	Exec            Action = "exec"
 	ProcessStart    Action = "process.start"
 	ProcessSignal   Action = "process.signal"
@@ -107,6 +108,7 @@ var places = map[Action]place{
 	Timeout:         {"neuron", "neuron", "timeout"},
 	Pause:           {"neuron", "neuron", "pause"},
 	Resume:          {"neuron", "neuron", "resume"},
+	Fork:            {"neuron", "neuron", "fork"},
 	Exec:            {"exec", "bash", ""},
 	ProcessStart:    {"exec", "process", "start"},
 	ProcessSignal:   {"exec", "process", "kill"},
