@@ -264,6 +264,8 @@ func (a *Agent) dispatch(req *request) (any, []byte, error) {
 		return a.symlink(req)
 	case protocol.CmdSearch:
 		return a.searchCmd(req)
+	case protocol.CmdPortDial:
+		return a.portDial(req)
 	case protocol.CmdHealth:
 		var args protocol.HealthArgs
 		if err := req.decode(&args); err != nil {

@@ -36,6 +36,7 @@ var commands10 = []Cmd{CmdExec, CmdFileWrite, CmdFileRead, CmdFileList, CmdStat,
 var releases = []release{
 	{dir: "testdata/v1.0", commands: commands10, frames: sampleFrames},
 	{dir: "testdata/v1.1", commands: []Cmd{CmdSearch}, frames: sampleFrames11},
+	{dir: "testdata/v1.2", commands: []Cmd{CmdPortDial}, frames: sampleFrames12},
 }
 
 func recordedFrames(dir string) map[string][]byte {
@@ -131,6 +132,25 @@ func sampleFrames11() map[string][]byte {
 	return frames
 }
 
+// sampleFrames12 is what release 1.2 added: port_dial (its request, its
+// connected event, its data both ways, its result), and the agent's
+// proof in its hello.
+func sampleFrames12() map[string][]byte {
+	frames := map[string][]byte{}
+	caps := []string{}
+	for _, c := range append(slices.Clone(commands10), CmdSearch, CmdPortDial) {
+		caps = append(caps, string(c))
+	}
+	addFrame(frames, "hello-agent", Header{Kind: KindHello}, Hello{Protocol: "1.2", Role: RoleAgent, Software: "cortex-agent 1.2.0", Caps: caps,
+		Neuron: "demo", PID: 42, Proof: "3q2+7w==", MaxBody: MaxBody, Window: DefaultWindow}, nil)
+	addFrame(frames, "req-port_dial", Header{Kind: KindRequest, ID: 31, Cmd: CmdPortDial}, PortDialArgs{Port: 8000}, nil)
+	addFrame(frames, "event-connected", Header{Kind: KindEvent, ID: 31, Stream: StreamConnected}, nil, nil)
+	addFrame(frames, "input-port", Header{Kind: KindInput, ID: 31, Stream: StreamStdin}, nil, []byte("GET / HTTP/1.1\r\n\r\n"))
+	addFrame(frames, "event-port", Header{Kind: KindEvent, ID: 31, Stream: StreamStdout}, nil, []byte("HTTP/1.1 200 OK\r\n"))
+	addFrame(frames, "res-port_dial", Header{Kind: KindResponse, ID: 31}, PortDialResult{Sent: 18, Received: 17}, nil)
+	return frames
+}
+
 // argsFor returns a pointer to the typed arguments of cmd.
 func argsFor(c Cmd) any {
 	switch c {
@@ -172,6 +192,8 @@ func argsFor(c Cmd) any {
 		return &SymlinkArgs{}
 	case CmdSearch:
 		return &SearchArgs{}
+	case CmdPortDial:
+		return &PortDialArgs{}
 	}
 	return &PathArgs{}
 }

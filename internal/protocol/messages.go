@@ -37,7 +37,8 @@ type Cmd string
 
 // The commands. The first fifteen are the seed's; the rest add background
 // processes and file operations. search came after release 1.0 (it is
-// recorded in testdata/v1.1): a host finds it in the agent's caps.
+// recorded in testdata/v1.1), port_dial after 1.1: a host finds them in
+// the agent's caps.
 const (
 	CmdExec        Cmd = "exec"
 	CmdFileWrite   Cmd = "file_write"
@@ -63,6 +64,7 @@ const (
 	CmdFileMove    Cmd = "file_move"
 	CmdSymlink     Cmd = "file_symlink"
 	CmdSearch      Cmd = "search"
+	CmdPortDial    Cmd = "port_dial"
 )
 
 // Commands returns every command this version defines.
@@ -70,7 +72,7 @@ func Commands() []Cmd {
 	return []Cmd{CmdExec, CmdFileWrite, CmdFileRead, CmdFileList, CmdStat, CmdFileExists, CmdMkdir,
 		CmdResolvePath, CmdHealth, CmdShutdown, CmdPtySpawn, CmdPtyWrite, CmdPtyRead, CmdPtyResize,
 		CmdPtyClose, CmdProcStart, CmdProcInput, CmdProcSignal, CmdProcList, CmdProcAttach,
-		CmdFileRemove, CmdFileMove, CmdSymlink, CmdSearch}
+		CmdFileRemove, CmdFileMove, CmdSymlink, CmdSearch, CmdPortDial}
 }
 
 // Roles in a hello.
@@ -111,7 +113,26 @@ const (
 	StreamStdin  = "stdin"
 	StreamOutput = "output" // a PTY's merged output
 	StreamGap    = "gap"    // bytes a replay could not return (overwritten in the ring)
+	// StreamConnected is port_dial's first event: the connection is made.
+	StreamConnected = "connected"
 )
+
+// PortDialArgs: connect to Port on the neuron's own loopback (127.0.0.1,
+// else ::1), from inside its network namespace or guest. Once connected
+// the agent sends a StreamConnected event; then what the host sends as
+// input (StreamStdin frames, EOF half-closes) goes to the connection, and
+// what the connection sends comes back as StreamStdout events. The
+// request ends (PortDialResult) when the neuron's side ends. Nothing
+// listening answers NOT_FOUND.
+type PortDialArgs struct {
+	Port int `json:"port"`
+}
+
+// PortDialResult is what a port_dial carried.
+type PortDialResult struct {
+	Sent     int64 `json:"sent"`     // bytes from the host to the port
+	Received int64 `json:"received"` // bytes from the port to the host
+}
 
 // Command is what to run: exactly one of Argv or Shell.
 type Command struct {

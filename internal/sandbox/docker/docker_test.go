@@ -460,3 +460,9 @@ func TestFork(t *testing.T) {
 	t.Setenv(docker.EnvTransport, "unix")
 	sandboxtest.RunForker(t, conformance)
 }
+
+func TestPorts(t *testing.T) {
+	requireDocker(t)
+	t.Setenv(docker.EnvTransport, "unix")
+	sandboxtest.RunPorts(t, conformance)
+}

@@ -64,3 +64,10 @@ func TestFork(t *testing.T) {
 	requireNsbox(t)
 	sandboxtest.RunForker(t, conformance)
 }
+
+// Ports: a neuron with no network at all still serves the host through
+// its channel.
+func TestPorts(t *testing.T) {
+	requireNsbox(t)
+	sandboxtest.RunPorts(t, conformance)
+}

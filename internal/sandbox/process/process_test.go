@@ -50,3 +50,7 @@ func TestLifecycle(t *testing.T) {
 func TestFork(t *testing.T) {
 	sandboxtest.RunForker(t, conformance)
 }
+
+func TestPorts(t *testing.T) {
+	sandboxtest.RunPorts(t, conformance)
+}

@@ -145,4 +145,9 @@ func TestFork(t *testing.T) {
 	sandboxtest.RunForker(t, conformance(t))
 }
 
+// TestPorts: the guest's own loopback, reached through the channel.
+func TestPorts(t *testing.T) {
+	sandboxtest.RunPorts(t, conformance(t))
+}
+
 var _ = link.NoTimeout
