@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"iter"
+	"net"
+	"net/http"
 	"net/url"
 	"time"
 )
@@ -247,3 +249,56 @@ func (c *Client) Events(ctx context.Context, o EventsOptions) iter.Seq2[NeuronEv
 		}
 	}
 }
+
+// URL returns a signed URL of port in the neuron, working for expires
+// (0: an hour): it reaches the port through the daemon's proxy without
+// the API's token (docs/ports.md).
+func (n *NeuronClient) URL(ctx context.Context, port int, expires time.Duration) (*PortURL, error) {
+	var out PortURL
+	return &out, n.c.call(ctx, "POST", n.prefix+"/urls", nil, &PortURLRequest{Port: port, ExpiresInMs: expires.Milliseconds()}, &out)
+}
+
+// DialPort connects to port on the neuron's own loopback through the
+// daemon (GET .../tunnel/{port}, upgraded to a raw connection): what is
+// written reaches the neuron's server, what it sends is read. Nothing
+// listening is a NotFoundError (status 502); a stopped neuron a
+// NotRunningError. The connection outlives ctx, which bounds the connect.
+func (n *NeuronClient) DialPort(ctx context.Context, port int) (net.Conn, error) {
+	req, err := n.c.request(ctx, "GET", fmt.Sprintf("%s/tunnel/%d", n.prefix, port), nil, nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Connection", "Upgrade")
+	req.Header.Set("Upgrade", "cortex-tcp")
+	resp, err := n.c.hc.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusSwitchingProtocols {
+		defer resp.Body.Close()
+		return nil, responseError(resp)
+	}
+	rwc, ok := resp.Body.(io.ReadWriteCloser)
+	if !ok {
+		resp.Body.Close()
+		return nil, fmt.Errorf("the daemon's 101 answer is no connection")
+	}
+	return &tunnelConn{ReadWriteCloser: rwc, port: port}, nil
+}
+
+// tunnelConn is a tunnel to a port as a net.Conn.
+type tunnelConn struct {
+	io.ReadWriteCloser
+	port int
+}
+
+func (t *tunnelConn) LocalAddr() net.Addr              { return tunnelAddr("client") }
+func (t *tunnelConn) RemoteAddr() net.Addr             { return tunnelAddr(fmt.Sprintf("neuron:%d", t.port)) }
+func (t *tunnelConn) SetDeadline(time.Time) error      { return nil }
+func (t *tunnelConn) SetReadDeadline(time.Time) error  { return nil }
+func (t *tunnelConn) SetWriteDeadline(time.Time) error { return nil }
+
+type tunnelAddr string
+
+func (a tunnelAddr) Network() string { return "cortex" }
+func (a tunnelAddr) String() string  { return string(a) }

@@ -54,6 +54,21 @@ type Neuron struct {
 	ForkedAt   *time.Time `json:"forkedAt,omitempty"`
 }
 
+// PortURLRequest asks for a signed URL of a port (POST .../urls).
+type PortURLRequest struct {
+	Port int `json:"port"`
+	// ExpiresInMs is how long the URL works (default an hour, at most 30
+	// days).
+	ExpiresInMs int64 `json:"expiresInMs,omitempty"`
+}
+
+// PortURL is a signed URL: whoever holds it reaches that port of that
+// neuron through the daemon's proxy until ExpiresAt, without the token.
+type PortURL struct {
+	URL       string    `json:"url"`
+	ExpiresAt time.Time `json:"expiresAt"`
+}
+
 // NeuronForkRequest asks for forks of a neuron (POST .../fork): one
 // called ID, or Count of them called ID-1 ... ID-Count.
 type NeuronForkRequest struct {

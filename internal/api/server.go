@@ -56,6 +56,13 @@ type Options struct {
 	// Gate authorizes every route's action (nil: a gate of its own that
 	// allows the API's clients, recording nothing).
 	Gate *gate.Gate
+	// Domain, when set, routes requests to <port>-<id>.<Domain> to port
+	// of neuron id (serve --domain): a browser opens a neuron's dev server
+	// at the root of a name of its own.
+	Domain string
+	// URLKey signs port URLs (nsys-cortex url; portsign); nil: signed URLs
+	// are refused.
+	URLKey []byte
 	// Images are the images a create may name besides those Cortex built
 	// (a directory under the home's images/, an nsys-cortex-neuron tag):
 	// the operator's list (api.images). Anything else is refused: an API
@@ -70,6 +77,9 @@ type Server struct {
 	started time.Time
 	metrics *metrics
 	handler http.Handler
+	// ports reaches the neurons' ports (the port proxy), keeping
+	// connections alive between requests.
+	ports *http.Transport
 
 	mu      sync.Mutex
 	clients map[string]*link.Client
@@ -114,6 +124,7 @@ func New(opts Options) *Server {
 		s.log = slog.New(slog.DiscardHandler)
 	}
 	s.metrics = newMetrics(opts.Set)
+	s.ports = s.portTransport()
 	s.startChats()
 	mux := http.NewServeMux()
 	for _, r := range s.Routes() {
@@ -124,7 +135,7 @@ func New(opts Options) *Server {
 		writeError(w, cortex.APIError{Code: cortex.CodeNotFound,
 			Message: fmt.Sprintf("no route %s %s (the routes are in api/openapi.yaml)", r.Method, r.URL.Path)})
 	})
-	s.handler = s.observe(s.authenticate(mux)) // refusals are counted too
+	s.handler = s.observe(s.routeByHost(s.authenticate(mux))) // refusals are counted too
 	return s
 }
 
@@ -143,6 +154,14 @@ func (s *Server) Routes() []Route {
 		{"POST", n + "/pause", s.pause, gate.Pause},
 		{"POST", n + "/resume", s.resume, gate.Resume},
 		{"POST", n + "/fork", s.fork, gate.Fork},
+		{"GET", n + "/ports/{port}/{path...}", s.portProxy, gate.Port},
+		{"POST", n + "/ports/{port}/{path...}", s.portProxy, gate.Port},
+		{"PUT", n + "/ports/{port}/{path...}", s.portProxy, gate.Port},
+		{"PATCH", n + "/ports/{port}/{path...}", s.portProxy, gate.Port},
+		{"DELETE", n + "/ports/{port}/{path...}", s.portProxy, gate.Port},
+		{"OPTIONS", n + "/ports/{port}/{path...}", s.portProxy, gate.Port},
+		{"GET", n + "/tunnel/{port}", s.tunnel, gate.Port},
+		{"POST", n + "/urls", s.portURL, gate.Port},
 		{"GET", n + "/metrics", s.neuronMetrics, gate.Read},
 		{"GET", "/v1/events", s.events, gate.Read},
 		{"POST", n + "/exec", s.onNeuron(s.exec), gate.Exec},
@@ -225,6 +244,20 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 	}
 	want := []byte(s.opts.Token)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, _, isPort := portTarget(r); isPort {
+			// A port of a neuron: the token, or a signed URL for it.
+			if s.tokenOK(r) {
+				next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), portAuthKey{}, byToken)))
+				return
+			}
+			if _, _, err := s.signedPort(r); err == nil {
+				next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), portAuthKey{}, bySignature)))
+				return
+			} else if r.Header.Get("Authorization") == "" && !errors.Is(err, errNoSignature) {
+				writeError(w, cortex.APIError{Code: cortex.CodeUnauthorized, Message: err.Error()})
+				return
+			}
+		}
 		h := r.Header.Get("Authorization")
 		scheme, cred, _ := strings.Cut(h, " ")
 		got := []byte(strings.TrimSpace(cred))

@@ -62,6 +62,7 @@ func (s *Server) chatEnabled() error {
 // chat sessions): for a server whose Handler was used directly.
 func (s *Server) Close() {
 	s.endStreams()
+	s.ports.CloseIdleConnections()
 	s.endChats()
 }
 

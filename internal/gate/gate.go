@@ -75,6 +75,7 @@ const (
 	Pause           Action = "neuron.pause"
 	Resume          Action = "neuron.resume"
 	Fork            Action = "neuron.fork" // on the source: its data, read whole, becomes new neurons
+	Port            Action = "neuron.port" // reach a port on the neuron's own loopback (port-forward, the API's proxy)
 	Exec            Action = "exec"
 	ProcessStart    Action = "process.start"
 	ProcessSignal   Action = "process.signal"
@@ -109,6 +110,7 @@ var places = map[Action]place{
 	Pause:           {"neuron", "neuron", "pause"},
 	Resume:          {"neuron", "neuron", "resume"},
 	Fork:            {"neuron", "neuron", "fork"},
+	Port:            {"neuron", "neuron", "port"},
 	Exec:            {"exec", "bash", ""},
 	ProcessStart:    {"exec", "process", "start"},
 	ProcessSignal:   {"exec", "process", "kill"},

@@ -126,6 +126,10 @@ func (l Layout) ConfigFile() string { return filepath.Join(l.Home, "config.json"
 // configured (owner-only); local CLIs read it to reach that daemon.
 func (l Layout) APITokenFile() string { return filepath.Join(l.Home, "api.token") }
 
+// URLKeyFile holds the key that signs port URLs (nsys-cortex url):
+// owner-only, made on first use, never in a neuron.
+func (l Layout) URLKeyFile() string { return filepath.Join(l.Home, "url.key") }
+
 // EventsDir holds the lifecycle event log (events.jsonl and its rotated
 // files), which every host process appends to.
 func (l Layout) EventsDir() string { return filepath.Join(l.LogsDir(), "events") }

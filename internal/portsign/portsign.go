@@ -1,0 +1,147 @@
+// Package portsign makes and checks signed port URLs: a token that lets
+// whoever holds it reach one port of one neuron through the API's proxy
+// until it expires, without the API's token (nsys-cortex url). The token
+// is an HMAC-SHA256, under a key only the host holds, of the neuron, the
+// port and the expiry.
+package portsign
+
+import (
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Param is the query parameter a signed URL carries its token in; Cookie
+// is the cookie the proxy sets from it, so a browser's later requests to
+// the same port (its scripts, its styles) carry it too.
+const (
+	Param  = "cortex_url"
+	Cookie = "cortex_port"
+)
+
+// MaxExpiry bounds how far ahead a signed URL may expire.
+const MaxExpiry = 30 * 24 * time.Hour
+
+// KeySize is the signing key's length in bytes.
+const KeySize = 32
+
+// Sign returns the token for neuron id's port until exp: "EXP.MAC", EXP
+// in Unix seconds, MAC base64url.
+func Sign(key []byte, id string, port int, exp time.Time) string {
+	e := strconv.FormatInt(exp.Unix(), 10)
+	return e + "." + base64.RawURLEncoding.EncodeToString(mac(key, id, port, e))
+}
+
+func mac(key []byte, id string, port int, exp string) []byte {
+	h := hmac.New(sha256.New, key)
+	fmt.Fprintf(h, "nsys-cortex port url v1\n%s\n%d\n%s", id, port, exp)
+	return h.Sum(nil)
+}
+
+// Errors of Verify.
+var (
+	ErrMalformed = errors.New("the signed URL's token is malformed")
+	ErrExpired   = errors.New("the signed URL has expired: make a new one with nsys-cortex url")
+	ErrWrong     = errors.New("the signed URL is not for this neuron and port, or was not made by this host")
+)
+
+// Verify checks token for neuron id's port at now.
+func Verify(key []byte, id string, port int, token string, now time.Time) error {
+	e, m, ok := strings.Cut(token, ".")
+	if !ok || len(e) == 0 || len(e) > 12 || len(m) > 64 {
+		return ErrMalformed
+	}
+	exp, err := strconv.ParseInt(e, 10, 64)
+	if err != nil {
+		return ErrMalformed
+	}
+	got, err := base64.RawURLEncoding.DecodeString(m)
+	if err != nil {
+		return ErrMalformed
+	}
+	if len(key) == 0 || !hmac.Equal(got, mac(key, id, port, e)) {
+		return ErrWrong
+	}
+	if now.Unix() >= exp {
+		return ErrExpired
+	}
+	return nil
+}
+
+// LoadKey returns the key in file path, making it (KeySize random bytes,
+// owner-only) when there is none yet. Two processes making it at once
+// agree on one: the file is created whole under a temporary name and
+// linked into place, and the loser reads the winner's.
+func LoadKey(path string) ([]byte, error) {
+	if b, err := os.ReadFile(path); err == nil {
+		if len(b) != KeySize {
+			return nil, fmt.Errorf("%s: the URL signing key is %d bytes, want %d (remove it to make a new one; URLs signed with it stop working)", path, len(b), KeySize)
+		}
+		return b, nil
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return nil, err
+	}
+	key := make([]byte, KeySize)
+	rand.Read(key)
+	tmp, err := os.CreateTemp(pathDir(path), ".url.key-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.Remove(tmp.Name())
+	_, err = tmp.Write(key)
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := os.Link(tmp.Name(), path); errors.Is(err, fs.ErrExist) {
+		return LoadKey(path)
+	} else if err != nil {
+		return nil, err
+	}
+	return key, nil
+}
+
+func pathDir(p string) string {
+	if i := strings.LastIndexByte(p, '/'); i >= 0 {
+		return p[:i+1]
+	}
+	return "."
+}
+
+// URL is the signed URL of neuron id's port until exp, on the
+// daemon reached at base (scheme://host[:port]): under domain when there
+// is one (<port>-<id>.<domain>, on base's port), else under base's path.
+func URL(key []byte, base, domain, id string, port int, exp time.Time) (string, error) {
+	u, err := url.Parse(base)
+	if err != nil || u.Host == "" {
+		return "", fmt.Errorf("the daemon's address %q is no URL", base)
+	}
+	tok := Sign(key, id, port, exp)
+	q := url.Values{Param: {tok}}.Encode()
+	if domain != "" {
+		host := fmt.Sprintf("%d-%s.%s", port, strings.ToLower(id), strings.Trim(domain, "."))
+		if p := u.Port(); p != "" {
+			host = net.JoinHostPort(host, p)
+		}
+		return u.Scheme + "://" + host + "/?" + q, nil
+	}
+	return fmt.Sprintf("%s://%s/v1/neurons/%s/ports/%d/?%s", u.Scheme, u.Host, id, port, q), nil
+}
+
+// HostSafeID reports whether id can be the id in <port>-<id>.<domain>:
+// a host name is matched in lower case, and its labels hold no '.' or '_'.
+func HostSafeID(id string) bool {
+	return id == strings.ToLower(id) && !strings.ContainsAny(id, "._")
+}
