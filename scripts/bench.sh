@@ -21,6 +21,10 @@ go test ./internal/api -run '^$' -benchtime "${N}x" -bench 'HTTPExecTrue'
 go test ./internal/term -run '^$' -benchtime 3x -bench 'AttachThroughput'
 NSYS_CORTEX_BENCH_NEURONS=1000 go test ./internal/sandbox/nsbox -run '^$' -benchtime 1x -timeout 30m -bench 'IdleNeurons'
 NSYS_CORTEX_BENCH_NEURONS=100 go test ./internal/sandbox/docker -run '^$' -benchtime 1x -timeout 30m -bench 'IdleNeurons'
+# Issue 21's figures: the port proxy against a direct loopback request,
+# a 256 MiB download through it against the same straight.
+go test ./internal/api -run '^$' -benchtime "${N}x" -bench 'PortProxy/Small'
+go test ./internal/api -run '^$' -benchtime 5x -bench 'PortProxy/Download'
 go test ./internal/link -run '^$' -benchtime 2s -bench .
 # The tool kit, policy, MCP and the agent loop (docs/benchmarks.md).
 go test ./internal/link -run '^$' -benchtime 10x -bench 'Search20k'

@@ -24,11 +24,12 @@ import (
 	"github.com/nsys-cortex/cortex/internal/layout"
 	"github.com/nsys-cortex/cortex/internal/llm"
 	"github.com/nsys-cortex/cortex/internal/logging"
+	"github.com/nsys-cortex/cortex/internal/portsign"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
 )
 
 func (a *App) serveCommand() *cobra.Command {
-	var listen string
+	var listen, domain string
 	cmd := &cobra.Command{
 		Use:   "serve [--listen ADDR]",
 		Short: shortServe,
@@ -55,6 +56,11 @@ Its log is <home>/logs/cortex.log (nsys-cortex logs [-f]).`,
 			}
 			if cmd.Flags().Changed("listen") {
 				if err := cfg.SetFlag("api.listen", listen); err != nil {
+					return err
+				}
+			}
+			if cmd.Flags().Changed("domain") {
+				if err := cfg.SetFlag("api.domain", domain); err != nil {
 					return err
 				}
 			}
@@ -101,9 +107,13 @@ Its log is <home>/logs/cortex.log (nsys-cortex logs [-f]).`,
 			if err != nil {
 				return err
 			}
+			urlKey, err := portsign.LoadKey(lay.URLKeyFile())
+			if err != nil {
+				return fmt.Errorf("the key that signs port URLs: %w", err)
+			}
 			srv := api.New(api.Options{Set: set, Version: a.Version, Token: token,
 				MaxUpload: cfg.Bytes("api.max_upload"), Log: logger.For("api"), TermLocks: lay.TerminalLocksDir(),
-				Chat: chat, Images: splitList(cfg.String("api.images")),
+				Chat: chat, Images: splitList(cfg.String("api.images")), Domain: cfg.String("api.domain"), URLKey: urlKey,
 				Gate: &gate.Gate{Audit: launch.NewAudit(filepath.Join(lay.LogsDir(), "audit.log")), Layout: lay}})
 			log := logger.For("serve")
 			// The home's keeper runs in the daemon for as long as it serves.
@@ -130,6 +140,7 @@ Its log is <home>/logs/cortex.log (nsys-cortex logs [-f]).`,
 		},
 	}
 	cmd.Flags().StringVar(&listen, "listen", api.DefaultListen, "address to listen on (api.listen)")
+	cmd.Flags().StringVar(&domain, "domain", "", "route <port>-<id>.DOMAIN to port of neuron id (api.domain; docs/ports.md)")
 	return cmd
 }
 

@@ -95,6 +95,8 @@ func (k Key) Form() string {
 var keys = []Key{
 	{Name: "allow_insecure_dev", Env: "NSYS_CORTEX_ALLOW_INSECURE_DEV", Type: TypeBool, Default: "false",
 		Description: "allow process mode, which runs neurons without isolation"},
+	{Name: "api.domain", Env: "NSYS_CORTEX_API_DOMAIN", Type: TypeString, Default: "",
+		Description: "serve routes <port>-<id>.DOMAIN to port of neuron id (a dev server at the root of a name of its own); nsys-cortex url makes such URLs"},
 	{Name: "api.images", Env: "NSYS_CORTEX_API_IMAGES", Type: TypeString, Default: "",
 		Description: "comma-separated images API clients may ask for besides those Cortex built (a create's image is otherwise refused)"},
 	{Name: "api.listen", Env: "NSYS_CORTEX_API_LISTEN", Type: TypeString, Default: "127.0.0.1:3100",
