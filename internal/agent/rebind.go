@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"os"
 
 	"github.com/nsys-cortex/cortex/internal/ids"
 	"github.com/nsys-cortex/cortex/internal/protocol/boot"
@@ -46,6 +47,8 @@ func (a *Agent) rebind(line []byte) error {
 		return fmt.Errorf("a rebind needs a secret of at least 32 characters")
 	}
 	a.ident.Store(&ident{id: r.Neuron, secret: r.Secret})
+	// Commands started from now on see the neuron they run in.
+	os.Setenv("NSYS_CORTEX_NEURON", r.Neuron)
 	a.logf("serving neuron %s now (restored from another neuron's snapshot)", r.Neuron)
 	return nil
 }

@@ -218,6 +218,9 @@ func (s *Server) fork(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
+	for _, id := range dsts {
+		s.forget(id) // a client of an earlier neuron of that id is not the fork's
+	}
 	made, err := f.Fork(r.Context(), st.ID, dsts, opts)
 	if err != nil {
 		writeError(w, err)

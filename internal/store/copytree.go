@@ -1,6 +1,7 @@
 package store
 
 import (
+	"context"
 	"fmt"
 )
 
@@ -34,8 +35,11 @@ type CopyOptions struct {
 // and sharing data with the source (FICLONE) where the filesystem can.
 // The source may be written meanwhile (a running neuron's); to must be a
 // directory of the host's that no neuron reaches yet.
-func CopyTree(from, to string, o CopyOptions) (CopyStats, error) {
+// ctx ending stops the copy between two entries (or two chunks of a
+// large file) with its error.
+func CopyTree(ctx context.Context, from, to string, o CopyOptions) (CopyStats, error) {
 	cp := newCopier()
+	cp.ctx = ctx
 	cp.owners = o.Owners
 	if err := cp.copyEntries(from, to, o.Skip); err != nil {
 		return CopyStats{}, fmt.Errorf("copy of %s: %w", from, err)

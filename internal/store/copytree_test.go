@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"bytes"
+	"context"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -40,7 +41,7 @@ func TestCopyTreeOwners(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(from, ".neuron.json"), []byte("{}"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	st, err := store.CopyTree(from, to, store.CopyOptions{Skip: store.HostRecord, Owners: map[uint32]uint32{src: dst}})
+	st, err := store.CopyTree(context.Background(), from, to, store.CopyOptions{Skip: store.HostRecord, Owners: map[uint32]uint32{src: dst}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +79,7 @@ func TestCopyTreeClones(t *testing.T) {
 	}
 	unix.Sync()
 	before := freeBytes(t, mnt)
-	st, err := store.CopyTree(from, to, store.CopyOptions{})
+	st, err := store.CopyTree(context.Background(), from, to, store.CopyOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -367,6 +367,8 @@ type copier struct {
 	bytes int64
 	// limit, when positive, bounds bytes: past it the copy fails.
 	limit int64
+	// ctx, when set, ends the copy between entries and chunks.
+	ctx context.Context
 }
 
 // ErrSnapshotTooLarge is the class of a copy that passed its limit.
@@ -420,6 +422,9 @@ func (c *copier) copy(dir *hostfs.Dir, name, dst string) error {
 }
 
 func (c *copier) copyOnce(dir *hostfs.Dir, name, dst string) error {
+	if c.ctx != nil && c.ctx.Err() != nil {
+		return c.ctx.Err()
+	}
 	st, err := dir.Lstat(name)
 	if err != nil {
 		return err
@@ -591,7 +596,10 @@ func (c *copier) copyRange(in, out *os.File, off, n int64) error {
 	}
 	roff, woff := off, off
 	for n > 0 {
-		w, err := unix.CopyFileRange(int(in.Fd()), &roff, int(out.Fd()), &woff, int(min(n, 1<<30)), 0)
+		if c.ctx != nil && c.ctx.Err() != nil {
+			return c.ctx.Err()
+		}
+		w, err := unix.CopyFileRange(int(in.Fd()), &roff, int(out.Fd()), &woff, int(min(n, 64<<20)), 0) // chunks: a cancel is heard between them
 		if err != nil {
 			break // EXDEV, ENOSYS, EINVAL...: the buffer below does the rest
 		}

@@ -209,6 +209,9 @@ func (g *guest) startAgent(cgroup *os.File) (int, error) {
 			return 0, fmt.Errorf("the agent's secret: %w", err)
 		}
 		defer secret.Close()
+		// PID 1 needs it no more: the agent holds it (a fork's guest,
+		// rebound to a secret of its own, keeps no copy of its source's).
+		g.cfg.Secret = ""
 		extra = []*os.File{secret}
 		args = append(args, boot.SecretFDFlag, "3")
 	}

@@ -172,6 +172,51 @@ func testForkRefusals(t *testing.T, f *fixture) {
 	if got := f.shell(f.connect(m, "taken"), "cat keep.txt"); got != "precious" {
 		t.Fatalf("a refused fork touched the neuron in its way: %q", got)
 	}
+	if _, whole := m.(sandbox.Snapshotter); whole {
+		return // a microVM's fork is a restore, which runs under its own lock
+	}
+	// While a fork copies, no other create (another process) starts a
+	// neuron on its new id's partial data.
+	f.shell(f.connect(m, "src"), "mkdir many && cd many && i=0; while [ $i -lt 4000 ]; do echo $i > f$i; i=$((i+1)); done")
+	other := f.manager()
+	done := make(chan error, 1)
+	go func() { _, err := fk.Fork(f.ctx, "src", []string{"racer"}, sandbox.ForkOptions{}); done <- err }()
+	marker := filepath.Join(f.env.Layout.OverlayDir("racer"), ".forking")
+	waittest.For(t, 30*time.Second, "the fork to claim its id", func() bool {
+		_, err := os.Stat(marker)
+		select {
+		case err := <-done:
+			done <- err
+			return true // it was faster than this look: nothing to race
+		default:
+		}
+		return err == nil
+	})
+	if _, err := os.Stat(marker); err == nil {
+		if _, err := other.Create(f.ctx, "racer", f.cfg.Options); err == nil {
+			t.Fatal("a create started a neuron on the id a fork was copying into")
+		}
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("the fork raced: %v", err)
+	}
+	if got := f.shell(f.connect(m, "racer"), "ls many | wc -l"); got != "4000" {
+		t.Fatalf("the fork that was raced has %s files of 4000", got)
+	}
+	// A fork cut short (its process gone) leaves a mark: its partial data
+	// is never started.
+	dir := f.env.Layout.OverlayDir("cut")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(dir, ".mode"), []byte(m.Mode()+"\n"), 0o600)
+	os.WriteFile(filepath.Join(dir, ".forking"), []byte(`{"src":"src","pid":2147483646,"pidStart":1}`), 0o600)
+	if _, err := m.Create(f.ctx, "cut", f.cfg.Options); err == nil || !strings.Contains(err.Error(), "cut short") {
+		t.Fatalf("a create of a fork cut short: %v", err)
+	}
+	if err := m.Destroy(f.ctx, "cut", sandbox.DestroyOptions{Wipe: true}); err != nil {
+		t.Fatalf("wiping a fork cut short: %v", err)
+	}
 }
 
 func readFile(t *testing.T, path string) string {

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/nsys-cortex/cortex/internal/events"
@@ -41,25 +42,35 @@ func (m *Manager) Fork(ctx context.Context, src string, dsts []string, opts sand
 	if err := m.rt.Allow(); err != nil {
 		return nil, err
 	}
+	// One fork of a source at a time (across processes): the pause of
+	// one must not end in the middle of another's copy.
+	unlock, err := m.forkLock(ctx, src)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
 	st, err := m.Get(ctx, src)
 	if err != nil {
 		return nil, err
 	}
+	// Each new id is claimed (its directory made, O_EXCL) and locked at
+	// once: until its neuron starts, no other create may start one on
+	// data being copied, and a fork cut short says so (.forking).
 	var claimed []string
+	locks := map[string]*store.Lock{}
 	release := func() {
 		for _, id := range claimed {
 			m.discard(id)
+			locks[id].Release()
 		}
 	}
 	for _, id := range dsts {
-		if err := os.Mkdir(m.overlay(id), 0o700); err != nil {
+		lock, err := m.claim(src, id)
+		if err != nil {
 			release()
-			if errors.Is(err, fs.ErrExist) {
-				return nil, fmt.Errorf("fork %s of %s: %w", id, src, ErrForkTarget)
-			}
-			return nil, fmt.Errorf("fork %s of %s: %w", id, src, err)
+			return nil, err
 		}
-		claimed = append(claimed, id)
+		claimed, locks[id] = append(claimed, id), lock
 	}
 	roots, owners, err := m.prepareForks(ctx, src, dsts)
 	if err != nil {
@@ -87,16 +98,99 @@ func (m *Manager) Fork(ctx context.Context, src string, dsts []string, opts sand
 			release()
 			return out, fmt.Errorf("fork %s of %s: %w", id, src, err)
 		}
-		fst, err := m.Create(ctx, id, create)
+		os.Remove(m.forkingFile(id)) // whole now
+		fst, err := m.createHeld(ctx, id, create, locks[id])
 		if err != nil {
 			release()
-			return out, fmt.Errorf("fork %s of %s: %w", id, src, err)
+			return out, fmt.Errorf("fork %s of %s: %w%s", id, src, err, made(out))
 		}
-		claimed = claimed[1:] // it is a neuron now: kept
+		claimed = claimed[1:] // it is a neuron now: kept, and its lock is its own
 		m.event(ctx, events.Created, fst, fmt.Sprintf("fork of %s (%d files, %d bytes, %d of them shared)", src, copied[i].Files, copied[i].Bytes, copied[i].Cloned))
 		out = append(out, fst)
 	}
 	return out, nil
+}
+
+// forkLock takes neuron src's fork lock (a host record in its
+// directory), waiting while another fork of it holds it, until ctx ends.
+func (m *Manager) forkLock(ctx context.Context, src string) (func(), error) {
+	if err := m.known(src); err != nil {
+		return nil, err
+	}
+	l := store.NewLock(filepath.Join(m.overlay(src), ".fork.lock"))
+	for {
+		ok, err := l.TryExclusive()
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			return l.Release, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// made says which forks of a call were made before one failed.
+func made(out []*sandbox.State) string {
+	if len(out) == 0 {
+		return ""
+	}
+	ids := make([]string, len(out))
+	for i, st := range out {
+		ids[i] = st.ID
+	}
+	return " (made before it, and kept: " + strings.Join(ids, ", ") + ")"
+}
+
+// forkRecord marks the directory of a fork being made (.forking): a fork
+// cut short (its process killed) leaves it, and Create refuses the
+// partial data it marks.
+type forkRecord struct {
+	Src      string `json:"src"`
+	PID      int    `json:"pid"`
+	PIDStart uint64 `json:"pidStart"`
+}
+
+func (m *Manager) forkingFile(id string) string { return filepath.Join(m.overlay(id), ".forking") }
+
+// forking returns the record of a fork of id cut short: its mark, left by
+// a process that is gone.
+func (m *Manager) forking(id string) (forkRecord, bool) {
+	var f forkRecord
+	if err := store.ReadJSON(m.forkingFile(id), &f); err != nil {
+		return f, false
+	}
+	return f, !store.Alive(f.PID, f.PIDStart)
+}
+
+// claim makes new neuron id's directory (O_EXCL: an id with data is
+// refused), takes its ownership lock and marks it as a fork of src.
+func (m *Manager) claim(src, id string) (*store.Lock, error) {
+	if err := os.Mkdir(m.overlay(id), 0o700); err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			return nil, fmt.Errorf("fork %s of %s: %w", id, src, ErrForkTarget)
+		}
+		return nil, fmt.Errorf("fork %s of %s: %w", id, src, err)
+	}
+	lock := m.lockFor(id)
+	got, err := lock.TryExclusive()
+	if err == nil && !got {
+		err = errors.New("its lock is taken")
+	}
+	if err == nil {
+		start, _ := store.ProcStart(os.Getpid())
+		err = store.WriteJSON(m.forkingFile(id), &forkRecord{Src: src, PID: os.Getpid(), PIDStart: start}, 0o600)
+	}
+	if err != nil {
+		lock.Release()
+		os.RemoveAll(m.overlay(id))
+		return nil, fmt.Errorf("fork %s of %s: %w", id, src, err)
+	}
+	return lock, nil
 }
 
 // checkForks refuses a list of forks that cannot all be made.
@@ -179,7 +273,7 @@ func (m *Manager) copyForks(ctx context.Context, st *sandbox.State, roots []stri
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		if out[i], err = store.CopyTree(from, to, store.CopyOptions{Skip: store.HostRecord, Owners: owners[i]}); err != nil {
+		if out[i], err = store.CopyTree(ctx, from, to, store.CopyOptions{Skip: store.HostRecord, Owners: owners[i]}); err != nil {
 			return nil, fmt.Errorf("fork of %s: %w", st.ID, err)
 		}
 	}
@@ -209,6 +303,11 @@ func (m *Manager) ForkWhole(ctx context.Context, sn sandbox.Snapshotter, src str
 	if err := checkForks(src, dsts); err != nil {
 		return nil, err
 	}
+	unlock, err := m.forkLock(ctx, src)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
 	st, err := m.Get(ctx, src)
 	if err != nil {
 		return nil, err
@@ -273,7 +372,7 @@ func (m *Manager) restoreFork(ctx context.Context, sn sandbox.Snapshotter, src, 
 		return nil, err
 	}
 	defer store.RemoveSnapshot(m.lay.SnapshotsDir(id), name)
-	if _, err := store.CopyTree(from, to, store.CopyOptions{}); err != nil {
+	if _, err := store.CopyTree(ctx, from, to, store.CopyOptions{}); err != nil {
 		return nil, err
 	}
 	return sn.Restore(ctx, id, name)

@@ -214,6 +214,13 @@ func (m *Manager) writeState(st *sandbox.State) error {
 
 // Create starts neuron id.
 func (m *Manager) Create(ctx context.Context, id string, opts sandbox.CreateOptions) (*sandbox.State, error) {
+	return m.createHeld(ctx, id, opts, nil)
+}
+
+// createHeld is Create; held, when set, is id's ownership lock, which the
+// caller took already (a fork holds it from the moment it claims the id,
+// so no other create starts a neuron on data being copied).
+func (m *Manager) createHeld(ctx context.Context, id string, opts sandbox.CreateOptions, held *store.Lock) (*sandbox.State, error) {
 	if err := validID(id); err != nil {
 		return nil, err
 	}
@@ -237,6 +244,10 @@ func (m *Manager) Create(ctx context.Context, id string, opts sandbox.CreateOpti
 		return nil, &sandbox.InvalidError{Reason: fmt.Sprintf("neuron %q holds data of mode %s: create it with --mode %s, or destroy it with --wipe first",
 			id, m.readMode(id), m.readMode(id))}
 	}
+	if f, ok := m.forking(id); ok && held == nil {
+		return nil, &sandbox.InvalidError{Reason: fmt.Sprintf("neuron %q is a fork of %s that was cut short (by process %d) before it was whole: "+
+			"its data is partial, so it is not started; destroy it with --wipe", id, f.Src, f.PID)}
+	}
 	if err := os.MkdirAll(m.overlay(id), 0o700); err != nil {
 		return nil, fmt.Errorf("overlay of %s: %w", id, err)
 	}
@@ -256,8 +267,14 @@ func (m *Manager) Create(ctx context.Context, id string, opts sandbox.CreateOpti
 		n.link.Close()
 		lock = n.lock
 	}
+	if held != nil {
+		lock = held
+	}
 	defer m.markStarting(id)()
-	got, err := lock.TryExclusive()
+	got, err := held != nil, error(nil)
+	if held == nil {
+		got, err = lock.TryExclusive()
+	}
 	// A holder may be letting go right now (its agent died): give it a moment.
 	for i := 0; err == nil && !got && i < 50; i++ {
 		time.Sleep(10 * time.Millisecond)
