@@ -302,3 +302,47 @@ type tunnelAddr string
 
 func (a tunnelAddr) Network() string { return "cortex" }
 func (a tunnelAddr) String() string  { return string(a) }
+
+// Export streams the neuron as one archive to w (tar + zstd; with
+// snapshots, its snapshots too): import reads it back.
+func (n *NeuronClient) Export(ctx context.Context, w io.Writer, snapshots bool) error {
+	q := url.Values{}
+	if snapshots {
+		q.Set("snapshots", "true")
+	}
+	req, err := n.c.request(ctx, "GET", n.prefix+"/export", q, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := n.c.do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	_, err = io.Copy(w, resp.Body)
+	return err
+}
+
+// Import makes a neuron, stopped, from an archive export wrote, read
+// from r, under id ("": the archive's own).
+func (c *Client) Import(ctx context.Context, r io.Reader, id string) (*Neuron, error) {
+	q := url.Values{}
+	if id != "" {
+		q.Set("id", id)
+	}
+	req, err := c.request(ctx, "POST", "/v1/neurons/import", q, r)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/zstd")
+	resp, err := c.do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	var out Neuron
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		return nil, fmt.Errorf("import: decoding the answer: %w", err)
+	}
+	return &out, nil
+}

@@ -25,6 +25,7 @@ NSYS_CORTEX_BENCH_NEURONS=100 go test ./internal/sandbox/docker -run '^$' -bench
 # a 256 MiB download through it against the same straight.
 go test ./internal/api -run '^$' -benchtime "${N}x" -bench 'PortProxy/Small'
 go test ./internal/api -run '^$' -benchtime 5x -bench 'PortProxy/Download'
+go test ./internal/archive -run '^$' -benchtime 3x -bench 'Archive1GiB'
 go test ./internal/link -run '^$' -benchtime 2s -bench .
 # The tool kit, policy, MCP and the agent loop (docs/benchmarks.md).
 go test ./internal/link -run '^$' -benchtime 10x -bench 'Search20k'

@@ -162,6 +162,8 @@ func (s *Server) Routes() []Route {
 		{"OPTIONS", n + "/ports/{port}/{path...}", s.portProxy, gate.Port},
 		{"GET", n + "/tunnel/{port}", s.tunnel, gate.Port},
 		{"POST", n + "/urls", s.portURL, gate.Port},
+		{"GET", n + "/export", s.exportNeuron, gate.Export},
+		{"POST", "/v1/neurons/import", s.importNeuron, gate.Import},
 		{"GET", n + "/metrics", s.neuronMetrics, gate.Read},
 		{"GET", "/v1/events", s.events, gate.Read},
 		{"POST", n + "/exec", s.onNeuron(s.exec), gate.Exec},

@@ -74,8 +74,10 @@ const (
 	Timeout         Action = "neuron.timeout" // set or clear a deadline
 	Pause           Action = "neuron.pause"
 	Resume          Action = "neuron.resume"
-	Fork            Action = "neuron.fork" // on the source: its data, read whole, becomes new neurons
-	Port            Action = "neuron.port" // reach a port on the neuron's own loopback (port-forward, the API's proxy)
+	Fork            Action = "neuron.fork"   // on the source: its data, read whole, becomes new neurons
+	Port            Action = "neuron.port"   // reach a port on the neuron's own loopback (port-forward, the API's proxy)
+	Export          Action = "neuron.export" // its data, read whole into an archive
+	Import          Action = "neuron.import" // a new neuron made from an archive
 	Exec            Action = "exec"
 	ProcessStart    Action = "process.start"
 	ProcessSignal   Action = "process.signal"
@@ -111,6 +113,8 @@ var places = map[Action]place{
 	Resume:          {"neuron", "neuron", "resume"},
 	Fork:            {"neuron", "neuron", "fork"},
 	Port:            {"neuron", "neuron", "port"},
+	Export:          {"neuron", "neuron", "export"},
+	Import:          {"neuron", "neuron", "import"},
 	Exec:            {"exec", "bash", ""},
 	ProcessStart:    {"exec", "process", "start"},
 	ProcessSignal:   {"exec", "process", "kill"},

@@ -3,8 +3,10 @@ package sandbox
 import (
 	"context"
 	"fmt"
+	"io"
 	"time"
 
+	"github.com/nsys-cortex/cortex/internal/archive"
 	"github.com/nsys-cortex/cortex/internal/labels"
 	"github.com/nsys-cortex/cortex/internal/protocol/errdefs"
 )
@@ -150,6 +152,25 @@ type ForkOptions struct {
 	// Labels replace the labels the forks take from their source (nil
 	// keeps the source's).
 	Labels labels.Set
+}
+
+// ExportOptions shape an export.
+type ExportOptions struct {
+	// Snapshots puts the neuron's snapshots in the archive too.
+	Snapshots bool
+}
+
+// Exporter is implemented by managers that export and import neurons
+// (docs/export.md).
+type Exporter interface {
+	// Export writes neuron id to w as one archive: its record, its data,
+	// and with opts.Snapshots its snapshots. A running neuron is paused
+	// for the copy and resumed after it.
+	Export(ctx context.Context, id string, w io.Writer, opts ExportOptions) (*archive.Stats, error)
+	// Import makes neuron id, stopped, from the archive ar was opened on
+	// (its record's mode is this manager's); it verifies the whole archive
+	// before anything of it is used, and a bad one leaves nothing.
+	Import(ctx context.Context, id string, ar *archive.Reader) (*State, error)
 }
 
 // MaxForks bounds the forks of one call.

@@ -4,14 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"slices"
 	"sort"
 	"strings"
 	"sync"
 
+	"github.com/nsys-cortex/cortex/internal/archive"
 	"github.com/nsys-cortex/cortex/internal/ids"
 	"github.com/nsys-cortex/cortex/internal/layout"
+	"github.com/nsys-cortex/cortex/internal/protocol/errdefs"
 )
 
 // Environment variables of mode selection.
@@ -316,4 +319,37 @@ func (s *Set) Close() error {
 	}
 	s.managers = map[string]Manager{}
 	return errors.Join(errs...)
+}
+
+// Import reads an export from r and makes its neuron, stopped, under id
+// ("": the archive's own id), in the mode the archive was made in
+// (Exporter). The id must have no data in any mode.
+func (s *Set) Import(ctx context.Context, r io.Reader, id string) (*State, error) {
+	ar, err := archive.Open(r)
+	if err != nil {
+		return nil, &InvalidError{Reason: err.Error(), Err: err}
+	}
+	defer ar.Close()
+	rec := ar.Record()
+	if id == "" {
+		id = rec.ID
+	}
+	if _, st, err := s.FindExact(ctx, id); err == nil {
+		return nil, errdefs.Errorf(errdefs.Exists, "neuron %s exists (mode %s): an import makes a new neuron; give another id (--id), or destroy it with --wipe", id, st.Mode)
+	} else if !errdefs.IsNotFound(err) {
+		return nil, err
+	}
+	m, err := s.Manager(rec.Mode)
+	if err != nil {
+		return nil, fmt.Errorf("the archive is of a %s neuron: %w", rec.Mode, err)
+	}
+	ex, ok := m.(Exporter)
+	if !ok {
+		return nil, &UnsupportedError{Mode: rec.Mode, Op: "import"}
+	}
+	st, err := ex.Import(ctx, id, ar)
+	if errors.Is(err, archive.ErrBad) {
+		return nil, &InvalidError{Reason: err.Error(), Err: err}
+	}
+	return st, err
 }

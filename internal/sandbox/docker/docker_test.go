@@ -466,3 +466,9 @@ func TestPorts(t *testing.T) {
 	t.Setenv(docker.EnvTransport, "unix")
 	sandboxtest.RunPorts(t, conformance)
 }
+
+func TestExport(t *testing.T) {
+	requireDocker(t)
+	t.Setenv(docker.EnvTransport, "unix")
+	sandboxtest.RunExporter(t, conformance)
+}

@@ -71,3 +71,8 @@ func TestPorts(t *testing.T) {
 	requireNsbox(t)
 	sandboxtest.RunPorts(t, conformance)
 }
+
+func TestExport(t *testing.T) {
+	requireNsbox(t)
+	sandboxtest.RunExporter(t, conformance)
+}

@@ -54,3 +54,7 @@ func TestFork(t *testing.T) {
 func TestPorts(t *testing.T) {
 	sandboxtest.RunPorts(t, conformance)
 }
+
+func TestExport(t *testing.T) {
+	sandboxtest.RunExporter(t, conformance)
+}

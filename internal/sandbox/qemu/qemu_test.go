@@ -150,4 +150,9 @@ func TestPorts(t *testing.T) {
 	sandboxtest.RunPorts(t, conformance(t))
 }
 
+// TestExport: the VM's overlay disk, exported sparse and imported.
+func TestExport(t *testing.T) {
+	sandboxtest.RunExporter(t, conformance(t))
+}
+
 var _ = link.NoTimeout

@@ -20,8 +20,9 @@ import (
 
 var _ sandbox.Forker = (*Manager)(nil)
 
-// ErrForkTarget is the class of a fork onto an id that has data already.
-var ErrForkTarget = errdefs.New(errdefs.Exists, "a fork makes a new neuron: that id has data already (destroy it with --wipe, or pick another)")
+// ErrIDTaken is the class of a fork or an import onto an id that has data
+// already.
+var ErrIDTaken = errdefs.New(errdefs.Exists, "it makes a new neuron, and that id has data already (destroy it with --wipe, or pick another)")
 
 // Fork makes neurons dsts copies of neuron src's data, as it is at one
 // instant (docs/fork.md): src, when running, is paused for the copy and
@@ -65,7 +66,7 @@ func (m *Manager) Fork(ctx context.Context, src string, dsts []string, opts sand
 		}
 	}
 	for _, id := range dsts {
-		lock, err := m.claim(src, id)
+		lock, err := m.claim("a fork of "+src, id)
 		if err != nil {
 			release()
 			return nil, err
@@ -146,10 +147,11 @@ func made(out []*sandbox.State) string {
 	return " (made before it, and kept: " + strings.Join(ids, ", ") + ")"
 }
 
-// forkRecord marks the directory of a fork being made (.forking): a fork
-// cut short (its process killed) leaves it, and Create refuses the
-// partial data it marks.
+// forkRecord marks the directory of a neuron being made from another's
+// data (.forking: a fork, an import): one cut short (its process killed)
+// leaves it, and Create refuses the partial data it marks.
 type forkRecord struct {
+	// Src says what it is made from ("a fork of X", "an import of X").
 	Src      string `json:"src"`
 	PID      int    `json:"pid"`
 	PIDStart uint64 `json:"pidStart"`
@@ -168,13 +170,14 @@ func (m *Manager) forking(id string) (forkRecord, bool) {
 }
 
 // claim makes new neuron id's directory (O_EXCL: an id with data is
-// refused), takes its ownership lock and marks it as a fork of src.
+// refused), takes its ownership lock and marks it as being made from src
+// ("a fork of X", "an import of X").
 func (m *Manager) claim(src, id string) (*store.Lock, error) {
 	if err := os.Mkdir(m.overlay(id), 0o700); err != nil {
 		if errors.Is(err, fs.ErrExist) {
-			return nil, fmt.Errorf("fork %s of %s: %w", id, src, ErrForkTarget)
+			return nil, fmt.Errorf("%s as %s: %w", src, id, ErrIDTaken)
 		}
-		return nil, fmt.Errorf("fork %s of %s: %w", id, src, err)
+		return nil, fmt.Errorf("%s as %s: %w", src, id, err)
 	}
 	lock := m.lockFor(id)
 	got, err := lock.TryExclusive()
@@ -188,7 +191,7 @@ func (m *Manager) claim(src, id string) (*store.Lock, error) {
 	if err != nil {
 		lock.Release()
 		os.RemoveAll(m.overlay(id))
-		return nil, fmt.Errorf("fork %s of %s: %w", id, src, err)
+		return nil, fmt.Errorf("%s as %s: %w", src, id, err)
 	}
 	return lock, nil
 }
@@ -254,30 +257,17 @@ func (m *Manager) prepareForks(ctx context.Context, src string, dsts []string) (
 // paused meanwhile when it runs (and resumed after, whatever happened).
 // A mode that cannot pause copies a running source as it goes.
 func (m *Manager) copyForks(ctx context.Context, st *sandbox.State, roots []string, owners []map[uint32]uint32) ([]store.CopyStats, error) {
-	if st.Status == sandbox.StatusRunning {
-		_, err := m.Pause(ctx, st.ID, sandbox.PauseOptions{Reason: "fork"})
-		switch {
-		case err == nil:
-			defer m.Resume(context.WithoutCancel(ctx), st.ID)
-		case errors.Is(err, sandbox.ErrAlreadyPaused), errdefs.IsUnsupported(err):
-		default:
-			return nil, fmt.Errorf("pausing %s for the fork: %w", st.ID, err)
-		}
-	}
-	from, err := m.DataRoot(ctx, st.ID)
-	if err != nil {
-		return nil, err
-	}
 	out := make([]store.CopyStats, len(roots))
-	for i, to := range roots {
-		if err := ctx.Err(); err != nil {
-			return nil, err
+	err := m.still(ctx, st, "fork", func(from string) error {
+		for i, to := range roots {
+			var err error
+			if out[i], err = store.CopyTree(ctx, from, to, store.CopyOptions{Skip: store.HostRecord, Owners: owners[i]}); err != nil {
+				return fmt.Errorf("fork of %s: %w", st.ID, err)
+			}
 		}
-		if out[i], err = store.CopyTree(ctx, from, to, store.CopyOptions{Skip: store.HostRecord, Owners: owners[i]}); err != nil {
-			return nil, fmt.Errorf("fork of %s: %w", st.ID, err)
-		}
-	}
-	return out, nil
+		return nil
+	})
+	return out, err
 }
 
 // discard removes what a new neuron that was never made left: its disk,
@@ -332,7 +322,7 @@ func (m *Manager) ForkWhole(ctx context.Context, sn sandbox.Snapshotter, src str
 		if err := os.Mkdir(m.overlay(id), 0o700); err != nil {
 			release()
 			if errors.Is(err, fs.ErrExist) {
-				return nil, fmt.Errorf("fork %s of %s: %w", id, src, ErrForkTarget)
+				return nil, fmt.Errorf("a fork of %s as %s: %w", src, id, ErrIDTaken)
 			}
 			return nil, fmt.Errorf("fork %s of %s: %w", id, src, err)
 		}

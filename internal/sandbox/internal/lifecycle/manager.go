@@ -245,7 +245,7 @@ func (m *Manager) createHeld(ctx context.Context, id string, opts sandbox.Create
 			id, m.readMode(id), m.readMode(id))}
 	}
 	if f, ok := m.forking(id); ok && held == nil {
-		return nil, &sandbox.InvalidError{Reason: fmt.Sprintf("neuron %q is a fork of %s that was cut short (by process %d) before it was whole: "+
+		return nil, &sandbox.InvalidError{Reason: fmt.Sprintf("neuron %q was being made as %s, which was cut short (process %d) before it was whole: "+
 			"its data is partial, so it is not started; destroy it with --wipe", id, f.Src, f.PID)}
 	}
 	if err := os.MkdirAll(m.overlay(id), 0o700); err != nil {

@@ -1,0 +1,275 @@
+package lifecycle
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/nsys-cortex/cortex/internal/archive"
+	"github.com/nsys-cortex/cortex/internal/events"
+	"github.com/nsys-cortex/cortex/internal/labels"
+	"github.com/nsys-cortex/cortex/internal/sandbox"
+	"github.com/nsys-cortex/cortex/internal/sandbox/internal/disk"
+	"github.com/nsys-cortex/cortex/internal/store"
+)
+
+var _ sandbox.Exporter = (*Manager)(nil)
+
+// Export writes neuron id as one archive to w (docs/export.md): its
+// record, its data (the data root's entries but the host's records), and
+// with opts.Snapshots its snapshots. A running neuron is paused for the
+// copy and resumed after it; a paused or stopped one is read as it is.
+func (m *Manager) Export(ctx context.Context, id string, w io.Writer, opts sandbox.ExportOptions) (*archive.Stats, error) {
+	if err := validID(id); err != nil {
+		return nil, err
+	}
+	st, err := m.Get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	rec := archive.Record{ID: id, Mode: m.rt.Mode(), Created: st.CreatedAt, Labels: st.Labels, UID: recordedUID(m.lay, id)}
+	if size, ok := disk.Size(m.lay, id); ok {
+		rec.DiskBytes = size
+	}
+	if st.Policy != nil && st.Status != sandbox.StatusStopped {
+		if rec.Policy, err = json.Marshal(st.Policy); err != nil {
+			return nil, err
+		}
+	}
+	var trees []archive.Tree
+	if opts.Snapshots {
+		unlock, err := store.LockSnapshots(ctx, m.lay.SnapshotsDir(id))
+		if err != nil {
+			return nil, err
+		}
+		defer unlock()
+		snaps, err := store.ListSnapshots(m.lay.SnapshotsDir(id))
+		if err != nil {
+			return nil, err
+		}
+		for _, s := range snaps {
+			rec.Snapshots = append(rec.Snapshots, s.Name)
+			trees = append(trees, archive.Tree{Name: "snapshots/" + s.Name, Dir: filepath.Join(m.lay.SnapshotsDir(id), s.Name)})
+		}
+	}
+	var stats archive.Stats
+	err = m.still(ctx, st, "export", func(root string) error {
+		trees = append([]archive.Tree{{Name: "data", Dir: root, Skip: store.HostRecord}}, trees...)
+		stats, err = archive.Write(ctx, w, rec, trees)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("export of %s: %w", id, err)
+	}
+	return &stats, nil
+}
+
+// still runs f on the data root of neuron st with the neuron still: a
+// running neuron is paused meanwhile and resumed after, whatever f did
+// (a mode that cannot pause runs f as it goes).
+func (m *Manager) still(ctx context.Context, st *sandbox.State, why string, f func(root string) error) error {
+	if st.Status == sandbox.StatusRunning {
+		_, err := m.Pause(ctx, st.ID, sandbox.PauseOptions{Reason: why})
+		switch {
+		case err == nil:
+			defer m.Resume(context.WithoutCancel(ctx), st.ID)
+		case errors.Is(err, sandbox.ErrAlreadyPaused), errors.As(err, new(*sandbox.UnsupportedError)):
+		default:
+			return fmt.Errorf("pausing %s for the %s: %w", st.ID, why, err)
+		}
+	}
+	root, err := m.DataRoot(ctx, st.ID)
+	if err != nil {
+		return err
+	}
+	return f(root)
+}
+
+// importReserve is the free space an import leaves on the filesystem it
+// writes to, at least.
+const importReserve = 1 << 30
+
+// Import makes neuron id, stopped, from the archive ar was opened on: the
+// id is claimed (O_EXCL, locked, marked) first, the archive extracted
+// into a staging directory inside it and verified whole against its
+// manifest, and only then moved into place, with its labels and its
+// snapshots; anything wrong leaves nothing. Its files are given to the
+// new neuron's uid. A create starts it (with the options it names).
+func (m *Manager) Import(ctx context.Context, id string, ar *archive.Reader) (*sandbox.State, error) {
+	if err := validID(id); err != nil {
+		return nil, err
+	}
+	rec := ar.Record()
+	if rec.Mode != m.rt.Mode() {
+		return nil, &sandbox.InvalidError{Reason: fmt.Sprintf("the archive is of a %s neuron, not %s", rec.Mode, m.rt.Mode())}
+	}
+	lset := labels.Set(rec.Labels)
+	if err := lset.Validate(); err != nil {
+		return nil, &sandbox.InvalidError{Reason: fmt.Sprintf("the archive's labels: %v", err)}
+	}
+	for _, name := range rec.Snapshots {
+		if err := store.CheckSnapshotName(name); err != nil {
+			return nil, &sandbox.InvalidError{Reason: "the archive's snapshots: " + err.Error()}
+		}
+		if _, err := os.Lstat(filepath.Join(m.lay.SnapshotsDir(id), name)); err == nil {
+			return nil, &sandbox.InvalidError{Reason: fmt.Sprintf("neuron %s has a snapshot %q already (snapshots outlive a wipe: nsys-cortex snapshot rm %s %s)", id, name, id, name)}
+		}
+	}
+	lock, err := m.claim("an import of "+rec.ID, id)
+	if err != nil {
+		return nil, err
+	}
+	done := false
+	defer func() {
+		if !done {
+			m.discard(id)
+		}
+		lock.Release()
+	}()
+	if err := os.WriteFile(filepath.Join(m.overlay(id), ".mode"), []byte(m.rt.Mode()+"\n"), 0o600); err != nil {
+		return nil, err
+	}
+	owners, err := m.importOwners(id, rec.UID)
+	if err != nil {
+		return nil, err
+	}
+	stage := filepath.Join(m.overlay(id), ".import")
+	if err := os.Mkdir(stage, 0o700); err != nil {
+		return nil, err
+	}
+	var fsst unix.Statfs_t
+	if err := unix.Statfs(stage, &fsst); err != nil {
+		return nil, err
+	}
+	room := int64(fsst.Bavail)*fsst.Bsize - max(importReserve, int64(fsst.Blocks)*fsst.Bsize/20)
+	if room <= 0 {
+		return nil, &sandbox.CapacityError{Reason: fmt.Sprintf("no room to import into: %s keeps at least 5%% and 1 GiB free", m.lay.Overlays)}
+	}
+	stats, err := ar.Extract(ctx, stage, archive.ExtractOptions{Owners: owners, MaxBytes: room})
+	if errors.Is(err, archive.ErrTooLarge) {
+		return nil, &sandbox.CapacityError{Reason: fmt.Sprintf("the archive holds more than the %d MiB there is room for in %s: %v", room>>20, m.lay.Overlays, err)}
+	}
+	if err != nil {
+		return nil, err
+	}
+	root := m.overlay(id)
+	if rec.DiskBytes > 0 {
+		if err := disk.Ensure(ctx, m.lay, id, rec.DiskBytes); err != nil {
+			return nil, fmt.Errorf("its disk of %d MiB: %w", rec.DiskBytes>>20, err)
+		}
+		if err := disk.Mount(m.lay, id); err != nil {
+			return nil, err
+		}
+		root = disk.Dir(m.lay, id)
+	}
+	if err := moveEntries(ctx, filepath.Join(stage, "data"), root); err != nil {
+		return nil, fmt.Errorf("import of %s: %w", id, err)
+	}
+	for _, name := range rec.Snapshots {
+		from := filepath.Join(stage, "snapshots", name)
+		if _, err := os.Lstat(from); err != nil {
+			return nil, fmt.Errorf("import of %s: snapshot %q is in the record but not in the archive", id, name)
+		}
+		if err := os.MkdirAll(m.lay.SnapshotsDir(id), 0o700); err != nil {
+			return nil, err
+		}
+		if err := moveTree(ctx, from, filepath.Join(m.lay.SnapshotsDir(id), name)); err != nil {
+			return nil, fmt.Errorf("import of %s: snapshot %q: %w", id, name, err)
+		}
+	}
+	if err := os.RemoveAll(stage); err != nil {
+		return nil, err
+	}
+	if err := store.WriteJSON(m.specFile(id), &spec{Labels: lset.Clone()}, 0o600); err != nil {
+		return nil, err
+	}
+	if err := os.Remove(m.forkingFile(id)); err != nil {
+		return nil, err
+	}
+	done = true
+	st, err := m.Get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	m.event(ctx, events.Created, st, fmt.Sprintf("import of %s (%d files, %d bytes)", rec.ID, stats.Files, stats.Bytes))
+	return st, nil
+}
+
+// importOwners maps the archive's owners to the new neuron's: its
+// source's uid (and every other but root's) to the new neuron's own uid,
+// where neurons run as uids of their own; nil otherwise.
+func (m *Manager) importOwners(id string, from int) (archive.Owners, error) {
+	if os.Geteuid() != 0 || from <= 0 {
+		return nil, nil
+	}
+	uid, _, err := AgentIdentity(m.lay, id)
+	if err != nil {
+		return nil, err
+	}
+	return func(o int) int {
+		if o == 0 {
+			return 0
+		}
+		return uid
+	}, nil
+}
+
+// moveEntries moves the entries of directory from into directory to:
+// renamed where they share a filesystem, copied (then removed) where not.
+func moveEntries(ctx context.Context, from, to string) error {
+	ents, err := os.ReadDir(from)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil // no data at all
+	}
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		if err := moveTree(ctx, filepath.Join(from, e.Name()), filepath.Join(to, e.Name())); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// moveTree moves from to to (which must not exist).
+func moveTree(ctx context.Context, from, to string) error {
+	err := os.Rename(from, to)
+	if !errors.Is(err, unix.EXDEV) {
+		return err
+	}
+	fi, err := os.Lstat(from)
+	if err != nil {
+		return err
+	}
+	if !fi.IsDir() {
+		parent := filepath.Dir(from)
+		tmp, err := os.MkdirTemp(filepath.Dir(to), ".move-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(tmp)
+		if err := os.Mkdir(filepath.Join(tmp, "x"), 0o700); err != nil {
+			return err
+		}
+		_, err = store.CopyTree(ctx, parent, filepath.Join(tmp, "x"), store.CopyOptions{Skip: func(n string) bool { return n != filepath.Base(from) }})
+		if err != nil {
+			return err
+		}
+		return os.Rename(filepath.Join(tmp, "x", filepath.Base(from)), to)
+	}
+	if err := os.Mkdir(to, fi.Mode().Perm()); err != nil {
+		return err
+	}
+	if _, err := store.CopyTree(ctx, from, to, store.CopyOptions{}); err != nil {
+		return err
+	}
+	return os.RemoveAll(from)
+}

@@ -1,0 +1,168 @@
+package sandboxtest
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/nsys-cortex/cortex/internal/labels"
+	"github.com/nsys-cortex/cortex/internal/sandbox"
+	"github.com/nsys-cortex/cortex/internal/store"
+)
+
+// RunExporter runs the conformance suite of export and import
+// (sandbox.Exporter) against a mode: a running neuron exported (and left
+// running) is imported under a new id with the same data — contents,
+// modes, symlinks, empty directories and times, walked on both sides —
+// and its labels; it starts and serves its files; a damaged archive is
+// refused and leaves nothing.
+func RunExporter(t *testing.T, cfg Config) {
+	f := newFixture(t, cfg)
+	m := f.manager()
+	ex, ok := m.(sandbox.Exporter)
+	if !ok {
+		t.Fatalf("%s mode's manager is no sandbox.Exporter", m.Mode())
+	}
+	opts := f.cfg.Options
+	opts.Labels = labels.Set{"team": "a"}
+	src, err := m.Create(f.ctx, "src", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := f.connect(m, "src")
+	f.shell(c, "mkdir -p d/empty && echo hello > d/f.txt && chmod 640 d/f.txt && ln -s f.txt d/link && "+
+		"touch -d '2021-02-03 04:05:06' d/f.txt && dd if=/dev/zero of=zeros bs=1k count=256 2>/dev/null && sync")
+	var buf bytes.Buffer
+	start := time.Now()
+	stats, err := ex.Export(f.ctx, "src", &buf, sandbox.ExportOptions{})
+	if err != nil {
+		t.Fatalf("export: %v", err)
+	}
+	t.Logf("exported %d files, %d bytes of data, in %d bytes, in %s", stats.Files, stats.Bytes, buf.Len(), time.Since(start))
+	if stats.Files == 0 {
+		t.Fatalf("export stats %+v", stats)
+	}
+	if st, _ := m.Get(f.ctx, "src"); st.Status != sandbox.StatusRunning {
+		t.Fatalf("the source after its export: %s, want running (paused for the copy only)", st.Status)
+	}
+	// The host's view of the data, with the neuron stopped, beside the
+	// import's.
+	if err := m.Destroy(f.ctx, "src", sandbox.DestroyOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The set of one mode, over the manager at hand.
+	set := sandbox.NewSet(f.env, sandbox.Backend{Name: m.Mode(), Isolating: true, New: func(sandbox.Env) (sandbox.Manager, error) { return m, nil }})
+	start = time.Now()
+	imp, err := set.Import(f.ctx, bytes.NewReader(buf.Bytes()), "copy")
+	if err != nil {
+		t.Fatalf("import: %v", err)
+	}
+	t.Logf("imported in %s", time.Since(start))
+	if imp.ID != "copy" || imp.Status != sandbox.StatusStopped || imp.Labels["team"] != "a" {
+		t.Fatalf("the import: %+v", imp)
+	}
+	want, got := walk(t, dataOf(t, m, f, "src")), walk(t, dataOf(t, m, f, "copy"))
+	for p, w := range want {
+		if got[p] != w {
+			t.Errorf("%s: imported %q, exported %q", p, got[p], w)
+		}
+	}
+	for p := range got {
+		if _, ok := want[p]; !ok {
+			t.Errorf("%s: in the import, not in the source", p)
+		}
+	}
+	if _, err := m.Create(f.ctx, "copy", f.cfg.Options); err != nil {
+		t.Fatalf("starting the import: %v", err)
+	}
+	if got := f.shell(f.connect(m, "copy"), "cat d/f.txt d/link; stat -c %a d/f.txt; ls -d d/empty; echo more >> d/f.txt"); got != "hello\nhello\n640\nd/empty" {
+		t.Fatalf("the imported neuron's files: %q", got)
+	}
+	// An id with data is refused; so is a damaged archive, leaving nothing.
+	if _, err := set.Import(f.ctx, bytes.NewReader(buf.Bytes()), "copy"); err == nil || !strings.Contains(err.Error(), "exists") {
+		t.Fatalf("an import onto a neuron: %v", err)
+	}
+	bad := append([]byte{}, buf.Bytes()...)
+	bad = bad[:len(bad)*2/3]
+	if _, err := set.Import(f.ctx, bytes.NewReader(bad), "broken"); err == nil {
+		t.Fatal("a truncated archive was imported")
+	}
+	if _, err := m.Get(f.ctx, "broken"); err == nil {
+		t.Fatal("a refused import left a neuron")
+	}
+	if _, err := os.Lstat(f.env.Layout.OverlayDir("broken")); err == nil {
+		t.Fatal("a refused import left its directory")
+	}
+	if src.ID != "src" {
+		t.Fatalf("created %+v", src)
+	}
+}
+
+// dataOf is where neuron id's data is on the host.
+func dataOf(t *testing.T, m sandbox.Manager, f *fixture, id string) string {
+	t.Helper()
+	if dr, ok := m.(sandbox.DataRooter); ok {
+		root, err := dr.DataRoot(f.ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return root
+	}
+	return f.env.Layout.OverlayDir(id)
+}
+
+// walk describes a neuron's data tree as an export keeps it: each path's
+// type, mode, size, times, contents and link target; the host's records
+// are left out, and owners (an import gives files to its new neuron).
+func walk(t *testing.T, root string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, p)
+		if rel == "." {
+			return nil
+		}
+		if top, _, _ := strings.Cut(rel, string(filepath.Separator)); store.HostRecord(top) {
+			if d.IsDir() {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		var st unix.Stat_t
+		if err := unix.Lstat(p, &st); err != nil {
+			return err
+		}
+		s := d.Type().String() + " " + fs.FileMode(st.Mode&0o7777).String() + " " + time.Unix(st.Mtim.Unix()).UTC().Format(time.RFC3339Nano)
+		switch st.Mode & unix.S_IFMT {
+		case unix.S_IFREG:
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			sum := sha256.Sum256(b)
+			s += " " + hex.EncodeToString(sum[:8])
+		case unix.S_IFLNK:
+			l, _ := os.Readlink(p)
+			s += " -> " + l
+		case unix.S_IFDIR:
+			s = strings.Replace(s, " "+time.Unix(st.Mtim.Unix()).UTC().Format(time.RFC3339Nano), "", 1) // a start writes in some
+		}
+		out[rel] = s
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
