@@ -346,3 +346,18 @@ func (c *Client) Import(ctx context.Context, r io.Reader, id string) (*Neuron, e
 	}
 	return &out, nil
 }
+
+// Diff lists what changed from against to the neuron: another neuron's
+// id, "ID@SNAPSHOT" (or "@SNAPSHOT", one of its own), or "" for the
+// neuron it was forked from; patch adds unified diffs of text files.
+func (n *NeuronClient) Diff(ctx context.Context, against string, patch bool) (*Diff, error) {
+	q := url.Values{}
+	if against != "" {
+		q.Set("against", against)
+	}
+	if patch {
+		q.Set("patch", "true")
+	}
+	var out Diff
+	return &out, n.c.call(ctx, "GET", n.prefix+"/diff", q, nil, &out)
+}

@@ -69,6 +69,29 @@ type PortURL struct {
 	ExpiresAt time.Time `json:"expiresAt"`
 }
 
+// Diff is what changed from a base (another neuron, a snapshot, the fork
+// parent) to a neuron (GET .../diff).
+type Diff struct {
+	Neuron    string       `json:"neuron"`
+	Against   string       `json:"against"`
+	Changes   []DiffChange `json:"changes"`
+	Truncated bool         `json:"truncated,omitempty"`
+}
+
+// DiffChange is one path that differs: Kind added, removed, modified or
+// mode; Type file, dir, symlink or other.
+type DiffChange struct {
+	Path    string `json:"path"`
+	Kind    string `json:"kind"`
+	Type    string `json:"type"`
+	Size    int64  `json:"size,omitempty"`
+	OldSize int64  `json:"oldSize,omitempty"`
+	Mode    string `json:"mode,omitempty"`
+	OldMode string `json:"oldMode,omitempty"`
+	Link    string `json:"link,omitempty"`
+	Patch   string `json:"patch,omitempty"`
+}
+
 // NeuronForkRequest asks for forks of a neuron (POST .../fork): one
 // called ID, or Count of them called ID-1 ... ID-Count.
 type NeuronForkRequest struct {

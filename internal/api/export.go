@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strconv"
 
+	cortex "github.com/nsys-cortex/cortex/client"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
 )
 
@@ -74,4 +75,36 @@ func (s *Server) importNeuron(w http.ResponseWriter, r *http.Request) {
 	s.forget(st.ID)
 	s.log.Info("neuron imported", "id", st.ID, "mode", st.Mode)
 	writeJSON(w, http.StatusCreated, NeuronOf(st))
+}
+
+// diffNeuron answers what changed from ?against= (a neuron, ID@SNAP,
+// @SNAP; none: the fork parent) to the neuron (docs/diff.md).
+func (s *Server) diffNeuron(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	o, err := sandbox.ParseDiffAgainst(q.Get("against"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if v := q.Get("patch"); v != "" {
+		if o.Patch, err = strconv.ParseBool(v); err != nil {
+			writeError(w, badRequest("patch=%q: give true or false", v))
+			return
+		}
+	}
+	d, st, err := capability[sandbox.Differ](r, s, "diff")
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	res, err := d.Diff(r.Context(), st.ID, o)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	out := cortex.Diff{Neuron: res.Neuron, Against: res.Against, Changes: make([]cortex.DiffChange, len(res.Changes)), Truncated: res.Truncated}
+	for i, c := range res.Changes {
+		out.Changes[i] = cortex.DiffChange(c)
+	}
+	writeJSON(w, http.StatusOK, out)
 }

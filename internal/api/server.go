@@ -163,6 +163,7 @@ func (s *Server) Routes() []Route {
 		{"GET", n + "/tunnel/{port}", s.tunnel, gate.Port},
 		{"POST", n + "/urls", s.portURL, gate.Port},
 		{"GET", n + "/export", s.exportNeuron, gate.Export},
+		{"GET", n + "/diff", s.diffNeuron, gate.FileRead},
 		{"POST", "/v1/neurons/import", s.importNeuron, gate.Import},
 		{"GET", n + "/metrics", s.neuronMetrics, gate.Read},
 		{"GET", "/v1/events", s.events, gate.Read},

@@ -82,7 +82,7 @@ var layers = map[string]Layer{
 	"internal/ctxfs": Projection,
 
 	"internal/sandbox": Execution, "internal/link": Execution, "internal/hostfs": Execution, "internal/transfer": Execution,
-	"internal/store": Execution, "internal/archive": Execution, "internal/labels": Execution, "internal/events": Execution, "internal/keeper": Execution,
+	"internal/store": Execution, "internal/archive": Execution, "internal/treediff": Execution, "internal/labels": Execution, "internal/events": Execution, "internal/keeper": Execution,
 	"internal/policy": Execution, "internal/gate": Execution, "internal/term": Execution, "internal/tools": Execution,
 	"internal/launch": Execution, "internal/model": Execution, "internal/image": Execution, "internal/vmimage": Execution,
 	"internal/agentbin": Execution, "internal/fullbin": Execution, "internal/config": Execution, "internal/logging": Execution,

@@ -4,11 +4,15 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/nsys-cortex/cortex/internal/archive"
+	"github.com/nsys-cortex/cortex/internal/ids"
 	"github.com/nsys-cortex/cortex/internal/labels"
 	"github.com/nsys-cortex/cortex/internal/protocol/errdefs"
+	"github.com/nsys-cortex/cortex/internal/store"
+	"github.com/nsys-cortex/cortex/internal/treediff"
 )
 
 // What a neuron carries besides its isolation (docs/lifecycle.md): labels,
@@ -171,6 +175,52 @@ type Exporter interface {
 	// (its record's mode is this manager's); it verifies the whole archive
 	// before anything of it is used, and a bad one leaves nothing.
 	Import(ctx context.Context, id string, ar *archive.Reader) (*State, error)
+}
+
+// DiffOptions say what a neuron is compared with: Against, another
+// neuron of its mode; Snapshot, a snapshot of Against (or of the neuron
+// itself when Against is empty); neither, the neuron it was forked from.
+type DiffOptions struct {
+	Against  string
+	Snapshot string
+	// Patch adds unified diffs of text files.
+	Patch bool
+}
+
+// Diff is what changed from the base (Against, or the snapshot) to the
+// neuron.
+type Diff struct {
+	Neuron    string            `json:"neuron"`
+	Against   string            `json:"against"`
+	Changes   []treediff.Change `json:"changes"`
+	Truncated bool              `json:"truncated,omitempty"`
+}
+
+// ParseDiffAgainst reads what a diff compares with: "" (the fork
+// parent), a neuron's id, "ID@SNAPSHOT", or "@SNAPSHOT" (one of the
+// neuron's own).
+func ParseDiffAgainst(s string) (DiffOptions, error) {
+	n, snap, hasSnap := strings.Cut(s, "@")
+	if hasSnap && snap == "" {
+		return DiffOptions{}, &InvalidError{Reason: fmt.Sprintf("%q: give the snapshot's name after @", s)}
+	}
+	if n != "" {
+		if err := ids.Validate(n); err != nil {
+			return DiffOptions{}, &InvalidError{Reason: err.Error()}
+		}
+	}
+	if hasSnap {
+		if err := store.CheckSnapshotName(snap); err != nil {
+			return DiffOptions{}, &InvalidError{Reason: err.Error()}
+		}
+	}
+	return DiffOptions{Against: n, Snapshot: snap}, nil
+}
+
+// Differ is implemented by managers that compare neurons' files
+// (docs/diff.md).
+type Differ interface {
+	Diff(ctx context.Context, id string, o DiffOptions) (*Diff, error)
 }
 
 // MaxForks bounds the forks of one call.

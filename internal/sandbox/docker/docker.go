@@ -115,6 +115,11 @@ func ContainerName(lay layout.Layout, id string) string {
 	return "nsys-cortex-" + lay.Tag() + "-" + id
 }
 
+// DataPaths: the neuron's layer (its home), as diff compares it.
+func (*runtime) DataPaths(layout.Layout, string) []lifecycle.DataPath {
+	return []lifecycle.DataPath{{At: Home, Rel: "home"}}
+}
+
 // homeDir is the neuron's home on the host: on its disk of its own when it
 // has one (whose mount is nosuid and nodev, which the container's bind of
 // it keeps), else in its overlay directory.

@@ -472,3 +472,9 @@ func TestExport(t *testing.T) {
 	t.Setenv(docker.EnvTransport, "unix")
 	sandboxtest.RunExporter(t, conformance)
 }
+
+func TestDiff(t *testing.T) {
+	requireDocker(t)
+	t.Setenv(docker.EnvTransport, "unix")
+	sandboxtest.RunDiffer(t, conformance)
+}

@@ -119,6 +119,11 @@ func (r *runtime) AgentUID(st *sandbox.State) int {
 	}
 }
 
+// DataPaths: the neuron's layers, as diff compares them.
+func (*runtime) DataPaths(layout.Layout, string) []lifecycle.DataPath {
+	return []lifecycle.DataPath{{At: "/", Rel: "upper/root"}, {At: "/usr", Rel: "upper/usr"}, {At: "/usr/local", Rel: "usr-local"}}
+}
+
 // The neuron's overlay directory holds:
 //
 //	upper/root, work/root   the root overlay (everything outside /usr)

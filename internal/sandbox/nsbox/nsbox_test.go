@@ -76,3 +76,8 @@ func TestExport(t *testing.T) {
 	requireNsbox(t)
 	sandboxtest.RunExporter(t, conformance)
 }
+
+func TestDiff(t *testing.T) {
+	requireNsbox(t)
+	sandboxtest.RunDiffer(t, conformance)
+}

@@ -75,6 +75,12 @@ func (runtime) Allow() error {
 	return nil
 }
 
+// DataPaths: the neuron's home, a host directory of its own, as diff
+// compares it (at its path on the host, which is where the neuron sees it).
+func (runtime) DataPaths(lay layout.Layout, id string) []lifecycle.DataPath {
+	return []lifecycle.DataPath{{At: home(lay, id), Rel: "home"}}
+}
+
 func home(lay layout.Layout, id string) string { return filepath.Join(lay.OverlayDir(id), "home") }
 
 func (runtime) Workdir(lay layout.Layout, id string) string {

@@ -58,3 +58,7 @@ func TestPorts(t *testing.T) {
 func TestExport(t *testing.T) {
 	sandboxtest.RunExporter(t, conformance)
 }
+
+func TestDiff(t *testing.T) {
+	sandboxtest.RunDiffer(t, conformance)
+}

@@ -112,6 +112,17 @@ type HostViewer interface {
 	HostView(lay layout.Layout, id string) *link.HostView
 }
 
+// DataPather is implemented by runtimes whose neurons' layers are files
+// the host can compare (diff): each DataPath is a directory of the data
+// root (Rel) and the neuron's path it holds (At). A VM's files are inside
+// its disk image, which has none.
+type DataPather interface {
+	DataPaths(lay layout.Layout, id string) []DataPath
+}
+
+// DataPath maps a directory of a neuron's data root to its path inside.
+type DataPath struct{ At, Rel string }
+
 // Dialer is implemented by runtimes whose agent may listen and the host
 // dial (docker's tcp transport) instead of the host listening in the
 // channel directory.
