@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/cookiejar"
 	"regexp"
 	"strings"
 	"syscall"
@@ -99,9 +100,13 @@ func TestPortURLThroughTheDaemon(t *testing.T) {
 	if !strings.HasPrefix(signed, fmt.Sprintf("%s/v1/neurons/web/ports/%d/?cortex_url=", url, port)) {
 		t.Fatalf("url printed %q", signed)
 	}
+	// A browser: it keeps the cookie the signed URL sets, and follows
+	// the redirect that takes the token out of its address bar.
+	jar, _ := cookiejar.New(nil)
+	browser := &http.Client{Jar: jar}
 	var body string
 	waittest.For(t, 30*time.Second, "the signed URL to reach the neuron's server", func() bool {
-		resp, err := http.Get(signed)
+		resp, err := browser.Get(signed)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	cortex "github.com/nsys-cortex/cortex/client"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
 )
 
@@ -185,7 +187,9 @@ func (s *Server) observe(next http.Handler) http.Handler {
 			d := time.Since(start)
 			s.metrics.requests.WithLabelValues(route, strconv.Itoa(status)).Inc()
 			s.metrics.latency.WithLabelValues(route).Observe(d.Seconds())
-			if code := sw.Header().Get("X-Cortex-Error"); code != "" && status != 499 {
+			// Only the closed set of codes: a header of anyone else's (a
+			// neuron's, through the port proxy) makes no series.
+			if code := sw.Header().Get("X-Cortex-Error"); code != "" && status != 499 && slices.Contains(cortex.Codes(), cortex.Code(code)) {
 				s.metrics.errors.WithLabelValues(code).Inc()
 			}
 			level := slog.LevelDebug

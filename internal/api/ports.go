@@ -4,12 +4,14 @@ import (
 	"context"
 	"crypto/subtle"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httputil"
+	"net/url"
 	"regexp"
 	"strconv"
 	"strings"
@@ -46,9 +48,10 @@ type portAuthKey struct{}
 // hostRouted is set on a request routed by its Host (<port>-<id>.<domain>).
 type hostRoutedKey struct{}
 
-// portTarget is a port request's neuron and port.
+// portTarget is a port request's neuron and port, read from the path as
+// the router reads it (escaped: "web%2Fports%2F80" is no id).
 func portTarget(r *http.Request) (id string, port int, ok bool) {
-	m := portPath.FindStringSubmatch(r.URL.Path)
+	m := portPath.FindStringSubmatch(r.URL.EscapedPath())
 	if m == nil {
 		return "", 0, false
 	}
@@ -67,13 +70,29 @@ func (s *Server) signedPort(r *http.Request) (token string, fromQuery bool, err 
 	if !ok {
 		return "", false, errNoSignature
 	}
+	inst, err := portsign.Instance(s.opts.Set.Layout().OverlayDir(id))
+	if err != nil {
+		inst = "" // no such neuron: nothing verifies
+	}
 	if t := r.URL.Query().Get(portsign.Param); t != "" {
-		return t, true, portsign.Verify(s.opts.URLKey, id, port, t, time.Now())
+		return t, true, portsign.Verify(s.opts.URLKey, id, inst, port, t, time.Now())
 	}
-	if c, err := r.Cookie(portsign.Cookie); err == nil {
-		return c.Value, false, portsign.Verify(s.opts.URLKey, id, port, c.Value, time.Now())
+	cookies := r.CookiesNamed(portsign.Cookie)
+	if len(cookies) == 0 {
+		return "", false, errNoSignature
 	}
-	return "", false, errNoSignature
+	// Cookies ride along with requests other sites make: only a page of
+	// the port's own origin (or a person typing the address) uses one.
+	if site := r.Header.Get("Sec-Fetch-Site"); site != "" && site != "same-origin" && site != "none" {
+		return "", false, fmt.Errorf("a signed URL's cookie is not taken from a request another site's page made (Sec-Fetch-Site: %s)", site)
+	}
+	err = errNoSignature
+	for _, c := range cookies { // another app of the origin may have set one too
+		if err = portsign.Verify(s.opts.URLKey, id, inst, port, c.Value, time.Now()); err == nil {
+			return c.Value, false, nil
+		}
+	}
+	return "", false, err
 }
 
 // errNoSignature: the request carries no signed URL at all.
@@ -93,8 +112,14 @@ func (s *Server) routeByHost(next http.Handler) http.Handler {
 			host = h
 		}
 		label, ok := strings.CutSuffix(host, suffix)
-		if !ok || strings.Contains(label, ".") {
-			next.ServeHTTP(w, r)
+		if !ok {
+			next.ServeHTTP(w, r) // the API's own name
+			return
+		}
+		if strings.Contains(label, ".") {
+			// Under the domain is only ever a port: never the API.
+			writeError(w, cortex.APIError{Code: cortex.CodeNotFound, Message: fmt.Sprintf(
+				"host %q: a neuron's port is reached at <port>-<id>%s", r.Host, suffix)})
 			return
 		}
 		p, id, ok := strings.Cut(label, "-")
@@ -122,18 +147,36 @@ func (s *Server) portProxy(w http.ResponseWriter, r *http.Request) {
 		writeError(w, cortex.APIError{Code: cortex.CodeBadRequest, Message: fmt.Sprintf("%s: a port is 1-65535", r.URL.Path)})
 		return
 	}
+	if r.PathValue("id") != id || r.PathValue("port") != strconv.Itoa(port) {
+		writeError(w, cortex.APIError{Code: cortex.CodeBadRequest, Message: fmt.Sprintf("%s: not a port of one neuron", r.URL.EscapedPath())})
+		return
+	}
 	hostRouted, _ := r.Context().Value(hostRoutedKey{}).(bool)
 	prefix := "/v1/neurons/" + id + "/ports/" + strconv.Itoa(port)
-	if r.Context().Value(portAuthKey{}) == bySignature {
+	cookiePath := prefix + "/"
+	if hostRouted {
+		cookiePath = "/"
+	}
+	auth, _ := r.Context().Value(portAuthKey{}).(portAuth)
+	if auth == bySignature {
 		if token, fromQuery, err := s.signedPort(r); err == nil && fromQuery {
-			// The browser keeps it for the page's later requests.
-			path := prefix + "/"
-			if hostRouted {
-				path = "/"
-			}
+			// The browser keeps it for the page's later requests, and the
+			// address bar (history, Referer) loses it at once.
 			exp, _ := strconv.ParseInt(strings.SplitN(token, ".", 2)[0], 10, 64)
-			http.SetCookie(w, &http.Cookie{Name: portsign.Cookie, Value: token, Path: path, Expires: time.Unix(exp, 0),
-				HttpOnly: true, SameSite: http.SameSiteLaxMode})
+			http.SetCookie(w, &http.Cookie{Name: portsign.Cookie, Value: token, Path: cookiePath, Expires: time.Unix(exp, 0),
+				HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteLaxMode})
+			if r.Method == http.MethodGet || r.Method == http.MethodHead {
+				u := *r.URL
+				if hostRouted {
+					u.Path = strings.TrimPrefix(u.Path, prefix)
+					u.RawPath = ""
+				}
+				q := u.Query()
+				q.Del(portsign.Param)
+				u.RawQuery = q.Encode()
+				http.Redirect(w, r, u.RequestURI(), http.StatusSeeOther)
+				return
+			}
 		}
 	}
 	rp := &httputil.ReverseProxy{
@@ -151,7 +194,10 @@ func (s *Server) portProxy(w http.ResponseWriter, r *http.Request) {
 			}
 			pr.SetXForwarded()
 			pr.Out.Host = pr.In.Host // the name the client used, as a reverse proxy passes it
-			scrubPortRequest(pr.Out, r.Context().Value(portAuthKey{}) == byToken)
+			s.scrubPortRequest(pr.Out)
+		},
+		ModifyResponse: func(resp *http.Response) error {
+			return scrubPortResponse(resp, r, prefix, hostRouted, cookiePath, auth)
 		},
 		Transport:     s.ports,
 		FlushInterval: -1, // every write of the server goes out at once: SSE, long polls
@@ -167,11 +213,17 @@ func (s *Server) portProxy(w http.ResponseWriter, r *http.Request) {
 }
 
 // scrubPortRequest takes out of a request bound for a neuron what is the
-// host's: the cookie and query parameter of a signed URL, and the API's
-// token when it was what let the request in.
-func scrubPortRequest(out *http.Request, tokenAuth bool) {
-	if tokenAuth {
+// host's: the cookie and query parameter of a signed URL, and every
+// Authorization value that holds the API's token (however the request
+// was let in); an app's own Authorization passes.
+func (s *Server) scrubPortRequest(out *http.Request) {
+	if vals := out.Header.Values("Authorization"); len(vals) > 0 {
 		out.Header.Del("Authorization")
+		for _, v := range vals {
+			if s.opts.Token == "" || !strings.Contains(v, s.opts.Token) {
+				out.Header.Add("Authorization", v)
+			}
+		}
 	}
 	q := out.URL.Query()
 	if q.Has(portsign.Param) {
@@ -187,6 +239,78 @@ func scrubPortRequest(out *http.Request, tokenAuth bool) {
 	}
 }
 
+// scrubPortResponse keeps a neuron's answer to what concerns its port:
+//   - a redirect stays under the port (an absolute path is put under the
+//     port's prefix); one that would take a client holding the API's token
+//     elsewhere (another route, host or port, where the client would send
+//     the token) is refused with a 502;
+//   - cookies stay the port's: never the signed URL's, no Domain, and
+//     under the port's path when ports share the daemon's origin;
+//   - headers that would reach beyond the port are dropped: the daemon's
+//     own (X-Cortex-*), Service-Worker-Allowed, Clear-Site-Data.
+func scrubPortResponse(resp *http.Response, in *http.Request, prefix string, hostRouted bool, cookiePath string, auth portAuth) error {
+	h := resp.Header
+	for k := range h {
+		if strings.HasPrefix(strings.ToLower(k), "x-cortex-") {
+			h.Del(k)
+		}
+	}
+	h.Del("Service-Worker-Allowed")
+	h.Del("Clear-Site-Data")
+	if loc := h.Get("Location"); loc != "" {
+		fixed, err := keepUnder(loc, in, prefix, hostRouted, auth == byToken)
+		if err != nil {
+			return err
+		}
+		h.Set("Location", fixed)
+	}
+	if cookies := resp.Cookies(); len(cookies) > 0 {
+		h.Del("Set-Cookie")
+		for _, c := range cookies {
+			if c.Name == portsign.Cookie {
+				continue
+			}
+			c.Domain = ""
+			if !hostRouted {
+				c.Path = strings.TrimSuffix(cookiePath, "/") + "/" + strings.TrimPrefix(c.Path, "/")
+			}
+			if v := c.String(); v != "" {
+				h.Add("Set-Cookie", v)
+			}
+		}
+	}
+	return nil
+}
+
+// errRedirectOut: a neuron's redirect would take a client holding the
+// API's token out of its port.
+var errRedirectOut = errors.New("the neuron's server redirected out of its port")
+
+// keepUnder resolves a neuron's Location against the client's URL and
+// keeps it under the port (path mode: an absolute path is put under the
+// prefix). Leaving the port is refused when the client holds the token.
+func keepUnder(loc string, in *http.Request, prefix string, hostRouted, tokenHolder bool) (string, error) {
+	u, err := url.Parse(loc)
+	if err != nil {
+		return "", errRedirectOut
+	}
+	if u.Scheme == "" && u.Host == "" && strings.HasPrefix(u.Path, "/") && !hostRouted {
+		u.Path = prefix + u.Path // the app's root is the port's prefix here
+		u.RawPath = ""
+		return u.String(), nil
+	}
+	if u.Scheme == "" && u.Host == "" {
+		return loc, nil // relative: under the port by construction (or the app's own path)
+	}
+	if !tokenHolder {
+		return loc, nil // a browser going elsewhere carries no token
+	}
+	if strings.EqualFold(u.Host, in.Host) && (hostRouted || strings.HasPrefix(u.EscapedPath(), prefix+"/")) {
+		return loc, nil
+	}
+	return "", errRedirectOut
+}
+
 // portError answers a request the proxy could not carry: nothing listens
 // (502, naming the port), the neuron is stopped (409 NOT_RUNNING), or it
 // went away meanwhile.
@@ -199,13 +323,13 @@ func (s *Server) portError(w http.ResponseWriter, r *http.Request, id string, po
 		closed *portClosedError
 	)
 	switch {
+	case errors.Is(err, errRedirectOut):
+		badGateway(w, cortex.CodePolicyDenied, fmt.Sprintf(
+			"the server on port %d of neuron %s redirected out of its port, where this client would send the API's token: refused", port, id))
+		return
 	case errors.As(err, &ae):
 	case errors.As(err, &closed):
-		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set("X-Cortex-Error", string(cortex.CodeNotFound))
-		w.WriteHeader(http.StatusBadGateway)
-		fmt.Fprintf(w, "{\"error\":{\"code\":%q,\"message\":%q}}\n", cortex.CodeNotFound,
-			fmt.Sprintf("nothing listens on port %d in neuron %s (start the server there, listening on 127.0.0.1 or ::1)", port, id))
+		badGateway(w, cortex.CodeNotFound, fmt.Sprintf("nothing listens on port %d in neuron %s (start the server there, listening on 127.0.0.1 or ::1)", port, id))
 		return
 	default:
 		s.noteFailure(r, err)
@@ -245,9 +369,11 @@ func (s *Server) portTransport() *http.Transport {
 			}
 			return conn, err
 		},
-		MaxIdleConnsPerHost:   16,
-		IdleConnTimeout:       90 * time.Second,
-		ResponseHeaderTimeout: 0, // a long poll may wait for its answer
+		MaxIdleConnsPerHost:    16,
+		MaxConnsPerHost:        64, // per neuron and port: each holds a channel window
+		MaxResponseHeaderBytes: 1 << 20,
+		IdleConnTimeout:        90 * time.Second,
+		ResponseHeaderTimeout:  0, // a long poll may wait for its answer
 	}
 }
 
@@ -361,10 +487,24 @@ func (s *Server) portURL(w http.ResponseWriter, r *http.Request) {
 	if r.TLS != nil {
 		scheme = "https"
 	}
-	u, err := portsign.URL(s.opts.URLKey, scheme+"://"+r.Host, s.opts.Domain, st.ID, req.Port, exp)
+	inst, err := portsign.Instance(s.opts.Set.Layout().OverlayDir(st.ID))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	u, err := portsign.URL(s.opts.URLKey, scheme+"://"+r.Host, s.opts.Domain, st.ID, inst, req.Port, exp)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
 	writeJSON(w, http.StatusCreated, cortex.PortURL{URL: u, ExpiresAt: exp.UTC()})
+}
+
+// badGateway answers 502 with an error of code: the proxy's own answer
+// about the neuron's server.
+func badGateway(w http.ResponseWriter, code cortex.Code, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Cortex-Error", string(code))
+	w.WriteHeader(http.StatusBadGateway)
+	json.NewEncoder(w).Encode(cortex.ErrorBody{Error: cortex.APIError{Code: code, Message: msg}})
 }

@@ -39,6 +39,9 @@ func portDaemon(t *testing.T) (d *daemon, key []byte, port int) {
 	return d, key, port
 }
 
+// noRedirects is a client that shows redirects instead of following them.
+var noRedirects = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+
 // get sends a GET to the daemon and returns the status, body and response.
 func get(t *testing.T, d *daemon, path string, hdr map[string]string) (int, string, *http.Response) {
 	t.Helper()
@@ -74,39 +77,91 @@ func TestPortProxy(t *testing.T) {
 	if code, _, _ := get(t, d, base+"/", nil); code != 401 {
 		t.Fatalf("without a token: %d", code)
 	}
-	signed := portsign.Sign(key, "web", port, time.Now().Add(time.Hour))
-	code, body, resp := get(t, d, base+"/x?a=1&"+portsign.Param+"="+signed, map[string]string{"Cookie": "app=1"})
-	if code != 200 || body != `hello from the neuron: GET /x?a=1 auth="" cookie="app=1"` {
-		t.Fatalf("with a signed URL: %d %q", code, body)
+	inst, err := portsign.Instance(d.lay.OverlayDir("web"))
+	if err != nil {
+		t.Fatal(err)
 	}
+	sign := func(id string, port int, exp time.Duration) string {
+		return portsign.Sign(key, id, inst, port, time.Now().Add(exp))
+	}
+	signed := sign("web", port, time.Hour)
+	// The signed URL sets the cookie and sends the browser on without
+	// the token in its address.
+	req, _ := http.NewRequest("GET", d.ts.URL+base+"/x?a=1&"+portsign.Param+"="+signed, nil)
+	resp, err := noRedirects.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
 	var cookie *http.Cookie
 	for _, c := range resp.Cookies() {
 		if c.Name == portsign.Cookie {
 			cookie = c
 		}
 	}
+	if resp.StatusCode != 303 || resp.Header.Get("Location") != base+"/x?a=1" {
+		t.Fatalf("a signed URL: %s to %q", resp.Status, resp.Header.Get("Location"))
+	}
 	if cookie == nil || cookie.Path != base+"/" || !cookie.HttpOnly || cookie.Value != signed {
 		t.Fatalf("the signed URL's cookie: %+v", cookie)
 	}
-	// The page's later requests carry the cookie, and their own
-	// Authorization reaches the app.
-	code, body, _ = get(t, d, base+"/asset.js", map[string]string{"Cookie": portsign.Cookie + "=" + signed + "; app=2", "Authorization": "Basic YXBw"})
+	// The page's requests carry the cookie (among others of the origin),
+	// and their own Authorization reaches the app; the token never does.
+	code, body, _ = get(t, d, base+"/asset.js", map[string]string{"Cookie": portsign.Cookie + "=junk; " + portsign.Cookie + "=" + signed + "; app=2", "Authorization": "Basic YXBw"})
 	if code != 200 || body != `hello from the neuron: GET /asset.js auth="Basic YXBw" cookie="app=2"` {
 		t.Fatalf("with the cookie: %d %q", code, body)
 	}
+	if code, body, _ := get(t, d, base+"/a", map[string]string{"Cookie": portsign.Cookie + "=" + signed, "Authorization": "Bearer tok"}); code != 200 || !strings.Contains(body, `auth=""`) {
+		t.Fatalf("the token beside a cookie reached the neuron: %d %q", code, body)
+	}
+	if code, _, _ := get(t, d, base+"/a", map[string]string{"Cookie": portsign.Cookie + "=" + signed, "Sec-Fetch-Site": "cross-site"}); code != 401 {
+		t.Fatalf("a cookie sent by another site's page: %d", code)
+	}
 	for name, tc := range map[string]string{
-		"another port":   portsign.Sign(key, "web", port+1, time.Now().Add(time.Hour)),
-		"another neuron": portsign.Sign(key, "web2", port, time.Now().Add(time.Hour)),
-		"another key":    portsign.Sign([]byte(strings.Repeat("x", portsign.KeySize)), "web", port, time.Now().Add(time.Hour)),
-		"expired":        portsign.Sign(key, "web", port, time.Now().Add(-time.Second)),
+		"another port":               sign("web", port+1, time.Hour),
+		"another neuron":             sign("web2", port, time.Hour),
+		"another key":                portsign.Sign([]byte(strings.Repeat("x", portsign.KeySize)), "web", inst, port, time.Now().Add(time.Hour)),
+		"another instance of the id": portsign.Sign(key, "web", "other", port, time.Now().Add(time.Hour)),
+		"expired":                    sign("web", port, -time.Second),
 	} {
 		if code, body, _ := get(t, d, base+"/?"+portsign.Param+"="+tc, nil); code != 401 {
 			t.Errorf("a signed URL for %s: %d %q", name, code, body)
 		}
 	}
-	// A signed URL lets in nothing but its port.
+	// A signature lets in nothing but its port: not another route, not
+	// one the router reads apart from the check (escaped slashes).
 	if code, _, _ := get(t, d, "/v1/neurons/web?"+portsign.Param+"="+signed, nil); code != 401 {
 		t.Errorf("a signed URL on another route: %d", code)
+	}
+	esc := fmt.Sprintf("/v1/neurons/web%%2Fports%%2F%d/exec?%s=%s", port, portsign.Param, signed)
+	if code, _, _ := get(t, d, esc, nil); code != 401 {
+		t.Errorf("a signed URL with escaped slashes onto another route: %d", code)
+	}
+	// The neuron's answers stay its port's: redirects under the prefix,
+	// none out of it for a token holder; cookies scoped; no daemon headers.
+	req, _ = http.NewRequest("DELETE", d.ts.URL+base+"/redirect?to=/v1/neurons/victim", nil)
+	req.Header.Set("Authorization", "Bearer tok")
+	resp, err = noRedirects.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.Header.Get("Location") != base+"/v1/neurons/victim" {
+		t.Fatalf("a redirect to an absolute path: %s to %q", resp.Status, resp.Header.Get("Location"))
+	}
+	if code, body, _ := get(t, d, base+"/redirect?to=http://127.0.0.1:1/steal", tok); code != 502 || !strings.Contains(body, "redirected out of its port") {
+		t.Fatalf("a redirect out for a token holder: %d %q", code, body)
+	}
+	_, _, resp = get(t, d, base+"/hostile-headers?n=1", tok)
+	if c := resp.Header.Values("Set-Cookie"); len(c) != 1 || !strings.Contains(c[0], "Path="+base+"/") || strings.Contains(strings.ToLower(c[0]), "domain") {
+		t.Fatalf("the neuron's cookies: %q", c)
+	}
+	if resp.Header.Get("Service-Worker-Allowed") != "" || resp.Header.Get("X-Cortex-Error") != "" {
+		t.Fatal("Service-Worker-Allowed or the daemon's own header passed")
+	}
+	get(t, d, base+"/hostile-headers?n=2", tok)
+	if _, m, _ := get(t, d, "/metrics", tok); strings.Contains(m, "NOT_A_CODE") {
+		t.Fatal("a neuron's header became a metrics series")
 	}
 	// By host: <port>-<id>.<domain>, the server sees the path as it is.
 	host := fmt.Sprintf("%d-web.cortex.test", port)
@@ -114,9 +169,19 @@ func TestPortProxy(t *testing.T) {
 	if code != 200 || body != `hello from the neuron: GET /app/index.html auth="" cookie=""` {
 		t.Fatalf("routed by host: %d %q", code, body)
 	}
-	_, _, resp = get(t, d, "/?"+portsign.Param+"="+signed, map[string]string{"Host": host})
-	if c := resp.Cookies(); len(c) != 1 || c[0].Path != "/" {
-		t.Fatalf("a signed URL by host: cookies %+v", c)
+	req, _ = http.NewRequest("GET", d.ts.URL+"/?"+portsign.Param+"="+signed, nil)
+	req.Host = host
+	resp, err = noRedirects.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if c := resp.Cookies(); len(c) != 1 || c[0].Path != "/" || resp.Header.Get("Location") != "/" {
+		t.Fatalf("a signed URL by host: cookies %+v, to %q", c, resp.Header.Get("Location"))
+	}
+	// Under the domain there is nothing but ports: never the API.
+	if code, _, _ := get(t, d, "/v1/neurons/victim", map[string]string{"Host": "x." + host, "Authorization": "Bearer tok"}); code != 404 {
+		t.Fatalf("another name under the domain: %d", code)
 	}
 	if code, _, _ := get(t, d, "/v1/neurons", map[string]string{"Host": host, "Authorization": "Bearer tok"}); code != 200 {
 		// /v1/neurons under the port's host is the app's path, not the API.
@@ -137,6 +202,14 @@ func TestPortProxy(t *testing.T) {
 	}
 	if code, body, _ := get(t, d, base+"/", tok); code != 409 || !strings.Contains(body, "NOT_RUNNING") {
 		t.Fatalf("a stopped neuron: %d %q", code, body)
+	}
+	// A URL opens the neuron it was made for, not a later one of the id.
+	if err := d.c.Destroy(context.Background(), "web", true); err != nil {
+		t.Fatal(err)
+	}
+	d.create(t, "web")
+	if code, _, _ := get(t, d, base+"/?"+portsign.Param+"="+signed, nil); code != 401 {
+		t.Fatalf("a URL of a wiped neuron opened the new one of its id: %d", code)
 	}
 }
 

@@ -217,6 +217,9 @@ func (s *Server) gated(r Route) http.HandlerFunc {
 			g = &gate.Gate{}
 		}
 		p := gate.Principal{Kind: gate.APIClient}
+		if req.Context().Value(portAuthKey{}) == bySignature {
+			p.Name = "signed-url" // not the token's holder: audited apart
+		}
 		if err := g.Allow(req.Context(), &gate.Request{Principal: p, Neuron: req.PathValue("id"),
 			Action: r.Action, Detail: req.Method + " " + r.Pattern}, nil); err != nil {
 			writeError(w, cortex.APIError{Code: cortex.CodePolicyDenied, Message: err.Error()})
@@ -306,6 +309,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, grace time.Duration
 	// own: end them now, with an event that says why. Requests (an exec,
 	// an upload) run on, up to the grace period.
 	s.endStreams()
+	defer s.ports.CloseIdleConnections()
 	err := hs.Shutdown(sctx)
 	if errors.Is(err, context.DeadlineExceeded) {
 		s.log.Warn("requests still running at the end of the grace period were cut", "grace", grace)

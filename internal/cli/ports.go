@@ -291,5 +291,9 @@ func (a *App) portURL(ctx context.Context, ref string, port int, expires time.Du
 	if h, p, err := net.SplitHostPort(host); err == nil && (h == "" || h == "0.0.0.0" || h == "::") {
 		host = net.JoinHostPort("127.0.0.1", p) // listening everywhere: reached here at least
 	}
-	return portsign.URL(key, "http://"+host, domain, st.ID, port, time.Now().Add(expires).Truncate(time.Second))
+	inst, err := portsign.Instance(lay.OverlayDir(st.ID))
+	if err != nil {
+		return "", err
+	}
+	return portsign.URL(key, "http://"+host, domain, st.ID, inst, port, time.Now().Add(expires).Truncate(time.Second))
 }

@@ -18,6 +18,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -35,17 +36,32 @@ const MaxExpiry = 30 * 24 * time.Hour
 // KeySize is the signing key's length in bytes.
 const KeySize = 32
 
-// Sign returns the token for neuron id's port until exp: "EXP.MAC", EXP
-// in Unix seconds, MAC base64url.
-func Sign(key []byte, id string, port int, exp time.Time) string {
+// Sign returns the token for the port of neuron id (its instance: see
+// Instance) until exp: "EXP.MAC", EXP in Unix seconds, MAC base64url.
+func Sign(key []byte, id, instance string, port int, exp time.Time) string {
 	e := strconv.FormatInt(exp.Unix(), 10)
-	return e + "." + base64.RawURLEncoding.EncodeToString(mac(key, id, port, e))
+	return e + "." + base64.RawURLEncoding.EncodeToString(mac(key, id, instance, port, e))
 }
 
-func mac(key []byte, id string, port int, exp string) []byte {
+func mac(key []byte, id, instance string, port int, exp string) []byte {
 	h := hmac.New(sha256.New, key)
-	fmt.Fprintf(h, "nsys-cortex port url v1\n%s\n%d\n%s", id, port, exp)
+	fmt.Fprintf(h, "nsys-cortex port url v2\n%s\n%s\n%d\n%s", id, instance, port, exp)
 	return h.Sum(nil)
+}
+
+// Instance names one neuron of an id, from its directory (dir): the same
+// across its runs, another for a neuron made under the id after a wipe,
+// so a URL never opens a later neuron that took the id.
+func Instance(dir string) (string, error) {
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return "", err
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return "", errors.New("no inode here")
+	}
+	return fmt.Sprintf("%d:%d:%d", st.Dev, st.Ino, st.Ctim.Sec), nil
 }
 
 // Errors of Verify.
@@ -56,7 +72,7 @@ var (
 )
 
 // Verify checks token for neuron id's port at now.
-func Verify(key []byte, id string, port int, token string, now time.Time) error {
+func Verify(key []byte, id, instance string, port int, token string, now time.Time) error {
 	e, m, ok := strings.Cut(token, ".")
 	if !ok || len(e) == 0 || len(e) > 12 || len(m) > 64 {
 		return ErrMalformed
@@ -69,7 +85,7 @@ func Verify(key []byte, id string, port int, token string, now time.Time) error 
 	if err != nil {
 		return ErrMalformed
 	}
-	if len(key) == 0 || !hmac.Equal(got, mac(key, id, port, e)) {
+	if len(key) == 0 || !hmac.Equal(got, mac(key, id, instance, port, e)) {
 		return ErrWrong
 	}
 	if now.Unix() >= exp {
@@ -123,12 +139,12 @@ func pathDir(p string) string {
 // URL is the signed URL of neuron id's port until exp, on the
 // daemon reached at base (scheme://host[:port]): under domain when there
 // is one (<port>-<id>.<domain>, on base's port), else under base's path.
-func URL(key []byte, base, domain, id string, port int, exp time.Time) (string, error) {
+func URL(key []byte, base, domain, id, instance string, port int, exp time.Time) (string, error) {
 	u, err := url.Parse(base)
 	if err != nil || u.Host == "" {
 		return "", fmt.Errorf("the daemon's address %q is no URL", base)
 	}
-	tok := Sign(key, id, port, exp)
+	tok := Sign(key, id, instance, port, exp)
 	q := url.Values{Param: {tok}}.Encode()
 	if domain != "" {
 		host := fmt.Sprintf("%d-%s.%s", port, strings.ToLower(id), strings.Trim(domain, "."))

@@ -12,8 +12,8 @@ import (
 func TestSignVerify(t *testing.T) {
 	key := []byte(strings.Repeat("k", KeySize))
 	now := time.Unix(1_800_000_000, 0)
-	tok := Sign(key, "web", 8000, now.Add(time.Hour))
-	if err := Verify(key, "web", 8000, tok, now); err != nil {
+	tok := Sign(key, "web", "i1", 8000, now.Add(time.Hour))
+	if err := Verify(key, "web", "i1", 8000, tok, now); err != nil {
 		t.Fatal(err)
 	}
 	other := []byte(strings.Repeat("o", KeySize))
@@ -22,23 +22,25 @@ func TestSignVerify(t *testing.T) {
 		name string
 		key  []byte
 		id   string
+		inst string
 		port int
 		tok  string
 		at   time.Time
 		want error
 	}{
-		{"another neuron", key, "web2", 8000, tok, now, ErrWrong},
-		{"another port", key, "web", 8001, tok, now, ErrWrong},
-		{"another host's key", other, "web", 8000, tok, now, ErrWrong},
-		{"no key", nil, "web", 8000, tok, now, ErrWrong},
-		{"expired", key, "web", 8000, tok, now.Add(time.Hour), ErrExpired},
-		{"a later expiry, same mac", key, "web", 8000, "9" + e + "." + m, now, ErrWrong},
-		{"no dot", key, "web", 8000, e + m, now, ErrMalformed},
-		{"empty", key, "web", 8000, "", now, ErrMalformed},
-		{"not base64", key, "web", 8000, e + ".!!", now, ErrMalformed},
-		{"huge", key, "web", 8000, e + "." + strings.Repeat("A", 100), now, ErrMalformed},
+		{"another neuron", key, "web2", "i1", 8000, tok, now, ErrWrong},
+		{"another port", key, "web", "i1", 8001, tok, now, ErrWrong},
+		{"another instance of the id", key, "web", "i2", 8000, tok, now, ErrWrong},
+		{"another host's key", other, "web", "i1", 8000, tok, now, ErrWrong},
+		{"no key", nil, "web", "i1", 8000, tok, now, ErrWrong},
+		{"expired", key, "web", "i1", 8000, tok, now.Add(time.Hour), ErrExpired},
+		{"a later expiry, same mac", key, "web", "i1", 8000, "9" + e + "." + m, now, ErrWrong},
+		{"no dot", key, "web", "i1", 8000, e + m, now, ErrMalformed},
+		{"empty", key, "web", "i1", 8000, "", now, ErrMalformed},
+		{"not base64", key, "web", "i1", 8000, e + ".!!", now, ErrMalformed},
+		{"huge", key, "web", "i1", 8000, e + "." + strings.Repeat("A", 100), now, ErrMalformed},
 	} {
-		if err := Verify(tc.key, tc.id, tc.port, tc.tok, tc.at); err != tc.want {
+		if err := Verify(tc.key, tc.id, tc.inst, tc.port, tc.tok, tc.at); err != tc.want {
 			t.Errorf("%s: %v, want %v", tc.name, err, tc.want)
 		}
 	}

@@ -68,6 +68,19 @@ func main() {
 			}
 		}
 	})
+	mux.HandleFunc("/redirect", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, r.URL.Query().Get("to"), http.StatusTemporaryRedirect)
+	})
+	// Headers a hostile server sends: cookies for the whole origin and
+	// its siblings, the signed URL's cookie, the daemon's own headers.
+	mux.HandleFunc("/hostile-headers", func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h.Add("Set-Cookie", "session=s1; Path=/; Domain=cortex.test")
+		h.Add("Set-Cookie", "cortex_port=forged; Path=/")
+		h.Set("X-Cortex-Error", "NOT_A_CODE_"+r.URL.Query().Get("n"))
+		h.Set("Service-Worker-Allowed", "/")
+		fmt.Fprint(w, "ok")
+	})
 	mux.HandleFunc("/upload", func(w http.ResponseWriter, r *http.Request) {
 		n, _ := io.Copy(io.Discard, r.Body)
 		fmt.Fprintf(w, "%d", n)
