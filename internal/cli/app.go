@@ -169,6 +169,17 @@ func (a *App) sandboxes() (*sandbox.Set, error) {
 }
 
 // neuronArgs completes neuron ids.
+// neuronArgsUpTo completes neuron ids for a command's first n
+// arguments, and nothing after them.
+func (a *App) neuronArgsUpTo(n int) cobra.CompletionFunc {
+	return func(cmd *cobra.Command, args []string, toComplete string) ([]string, cobra.ShellCompDirective) {
+		if len(args) >= n {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		return a.neuronArgs(cmd, args, toComplete)
+	}
+}
+
 func (a *App) neuronArgs(cmd *cobra.Command, args []string, _ string) ([]string, cobra.ShellCompDirective) {
 	if len(args) > 0 {
 		return nil, cobra.ShellCompDirectiveNoFileComp

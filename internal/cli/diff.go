@@ -26,14 +26,9 @@ and the path as the neuron sees it. --patch adds unified diffs of text
 files. It compares the layers each neuron wrote over its image, not two
 whole trees (docs/diff.md); microVM modes cannot (their files are inside
 a disk image).`,
-		Example: "  nsys-cortex fork agent try && ... && nsys-cortex diff try --patch\n  nsys-cortex diff agent @before\n  nsys-cortex diff agent other -o json",
-		Args:    cobra.RangeArgs(1, 2),
-		ValidArgsFunction: func(cmd *cobra.Command, args []string, toComplete string) ([]string, cobra.ShellCompDirective) {
-			if len(args) > 1 {
-				return nil, cobra.ShellCompDirectiveNoFileComp
-			}
-			return a.neuronArgs(cmd, args, toComplete)
-		},
+		Example:           "  nsys-cortex fork agent try && ... && nsys-cortex diff try --patch\n  nsys-cortex diff agent @before\n  nsys-cortex diff agent other -o json",
+		Args:              cobra.RangeArgs(1, 2),
+		ValidArgsFunction: a.neuronArgsUpTo(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			mode, err := o.mode("json", "yaml")
 			if err != nil {

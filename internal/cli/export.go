@@ -29,14 +29,9 @@ running neuron is paused for the copy and resumed after it; a paused or
 stopped one is read as it is. VM disks stay sparse. -o - writes to
 stdout (export ID -o - | ssh host nsys-cortex import -); the default is
 ID.tar.zst here, written whole or not at all.`,
-		Example: "  nsys-cortex export web\n  nsys-cortex export web --snapshots -o /backup/web.tar.zst\n  nsys-cortex export web -o - | ssh other nsys-cortex import -",
-		Args:    cobra.ExactArgs(1),
-		ValidArgsFunction: func(cmd *cobra.Command, args []string, toComplete string) ([]string, cobra.ShellCompDirective) {
-			if len(args) > 0 {
-				return nil, cobra.ShellCompDirectiveNoFileComp
-			}
-			return a.neuronArgs(cmd, args, toComplete)
-		},
+		Example:           "  nsys-cortex export web\n  nsys-cortex export web --snapshots -o /backup/web.tar.zst\n  nsys-cortex export web -o - | ssh other nsys-cortex import -",
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: a.neuronArgsUpTo(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
 			if out == "" {

@@ -31,14 +31,9 @@ A fork takes SRC's policy (network, limits, image) and labels (--label
 replaces them) and remembers SRC: status shows "forked from". Afterwards
 it is an ordinary neuron: exec, snapshot, destroy, fork again. NEW must
 have no data yet. It prints each fork's id.`,
-		Example: "  nsys-cortex fork agent try\n  nsys-cortex fork agent try --count 4 --label experiment=1",
-		Args:    cobra.ExactArgs(2),
-		ValidArgsFunction: func(cmd *cobra.Command, args []string, toComplete string) ([]string, cobra.ShellCompDirective) {
-			if len(args) > 0 {
-				return nil, cobra.ShellCompDirectiveNoFileComp
-			}
-			return a.neuronArgs(cmd, args, toComplete)
-		},
+		Example:           "  nsys-cortex fork agent try\n  nsys-cortex fork agent try --count 4 --label experiment=1",
+		Args:              cobra.ExactArgs(2),
+		ValidArgsFunction: a.neuronArgsUpTo(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			dsts, err := sandbox.ForkIDs(args[1], count)
 			if err != nil {

@@ -35,14 +35,9 @@ guest, so it works with no network policy at all, and opens no route from
 the neuron to the host. LOCAL:PORT listens on LOCAL; :PORT on a free port
 it prints. It runs until Ctrl-C. A connection to a port nothing listens on
 is closed, and says so on stderr; a paused neuron is resumed.`,
-		Example: "  nsys-cortex port-forward web 8000\n  nsys-cortex port-forward web 9000:8000 :5173",
-		Args:    cobra.MinimumNArgs(2),
-		ValidArgsFunction: func(cmd *cobra.Command, args []string, toComplete string) ([]string, cobra.ShellCompDirective) {
-			if len(args) > 0 {
-				return nil, cobra.ShellCompDirectiveNoFileComp
-			}
-			return a.neuronArgs(cmd, args, toComplete)
-		},
+		Example:           "  nsys-cortex port-forward web 8000\n  nsys-cortex port-forward web 9000:8000 :5173",
+		Args:              cobra.MinimumNArgs(2),
+		ValidArgsFunction: a.neuronArgsUpTo(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			type pair struct{ local, remote int }
 			var pairs []pair
@@ -213,14 +208,9 @@ in a cookie for the page's later requests. With api.domain (serve
 --domain) the URL is http://PORT-ID.DOMAIN/, a name of its own for the
 neuron's dev server; otherwise it is under /v1/neurons/ID/ports/PORT/ on
 the daemon's address. Through a daemon (--api), the daemon signs it.`,
-		Example: "  nsys-cortex url web 5173\n  nsys-cortex url web 8000 --expires 15m",
-		Args:    cobra.ExactArgs(2),
-		ValidArgsFunction: func(cmd *cobra.Command, args []string, toComplete string) ([]string, cobra.ShellCompDirective) {
-			if len(args) > 0 {
-				return nil, cobra.ShellCompDirectiveNoFileComp
-			}
-			return a.neuronArgs(cmd, args, toComplete)
-		},
+		Example:           "  nsys-cortex url web 5173\n  nsys-cortex url web 8000 --expires 15m",
+		Args:              cobra.ExactArgs(2),
+		ValidArgsFunction: a.neuronArgsUpTo(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			port, err := strconv.Atoi(args[1])
 			if err != nil || port < 1 || port > 65535 {

@@ -1,10 +1,12 @@
 package store
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -87,4 +89,24 @@ func (l *Lock) Release() {
 		l.f = nil
 	}
 	l.held = 0
+}
+
+// Wait takes the lock exclusively, waiting while another holds it (from
+// a millisecond between tries, doubling up to most) until ctx ends, and
+// returns its release.
+func (l *Lock) Wait(ctx context.Context, most time.Duration) (release func(), err error) {
+	for wait := time.Millisecond; ; wait = min(2*wait, most) {
+		ok, err := l.TryExclusive()
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			return l.Release, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(wait):
+		}
+	}
 }

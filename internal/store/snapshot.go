@@ -689,19 +689,9 @@ func LockSnapshots(ctx context.Context, dir string) (unlock func(), err error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
-	l := NewLock(filepath.Join(dir, snapshotLockFile))
-	for wait := time.Millisecond; ; wait = min(2*wait, 50*time.Millisecond) {
-		ok, err := l.TryExclusive()
-		if err != nil {
-			return nil, err
-		}
-		if ok {
-			return l.Release, nil
-		}
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("waiting for another snapshot operation (%s): %w", dir, context.Cause(ctx))
-		case <-time.After(wait):
-		}
+	unlock, err = NewLock(filepath.Join(dir, snapshotLockFile)).Wait(ctx, 50*time.Millisecond)
+	if err != nil && ctx.Err() != nil {
+		return nil, fmt.Errorf("waiting for another snapshot operation (%s): %w", dir, context.Cause(ctx))
 	}
+	return unlock, err
 }

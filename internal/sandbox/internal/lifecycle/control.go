@@ -107,21 +107,7 @@ func (m *Manager) LockRecord(ctx context.Context, id string) (func(), error) {
 // recordLock takes neuron id's record lock: one change of its state,
 // spec and pause at a time, across processes.
 func (m *Manager) recordLock(ctx context.Context, id string) (func(), error) {
-	l := store.NewLock(filepath.Join(m.overlay(id), ".record.lock"))
-	for {
-		ok, err := l.TryExclusive()
-		if err != nil {
-			return nil, err
-		}
-		if ok {
-			return l.Release, nil
-		}
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(2 * time.Millisecond):
-		}
-	}
+	return store.NewLock(filepath.Join(m.overlay(id), ".record.lock")).Wait(ctx, 2*time.Millisecond)
 }
 
 // lifecycleOf fills st's labels and pause from its records (a neuron

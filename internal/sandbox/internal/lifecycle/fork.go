@@ -34,26 +34,11 @@ var ErrIDTaken = errdefs.New(errdefs.Exists, "it makes a new neuron, and that id
 // fork then starts under the source's policy (the defaults when the
 // source is stopped), its labels the source's unless opts names others.
 func (m *Manager) Fork(ctx context.Context, src string, dsts []string, opts sandbox.ForkOptions) ([]*sandbox.State, error) {
-	if err := validID(src); err != nil {
-		return nil, err
-	}
-	if err := checkForks(src, dsts); err != nil {
-		return nil, err
-	}
-	if err := m.rt.Allow(); err != nil {
-		return nil, err
-	}
-	// One fork of a source at a time (across processes): the pause of
-	// one must not end in the middle of another's copy.
-	unlock, err := m.forkLock(ctx, src)
+	st, unlock, err := m.forkBegin(ctx, src, dsts)
 	if err != nil {
 		return nil, err
 	}
 	defer unlock()
-	st, err := m.Get(ctx, src)
-	if err != nil {
-		return nil, err
-	}
 	// Each new id is claimed (its directory made, O_EXCL) and locked at
 	// once: until its neuron starts, no other create may start one on
 	// data being copied, and a fork cut short says so (.forking).
@@ -112,27 +97,39 @@ func (m *Manager) Fork(ctx context.Context, src string, dsts []string, opts sand
 	return out, nil
 }
 
+// forkBegin checks a fork's ids, takes src's fork lock (one fork of a
+// source at a time, across processes: the pause of one must not end in
+// the middle of another's copy) and returns src's state and the lock's
+// release.
+func (m *Manager) forkBegin(ctx context.Context, src string, dsts []string) (*sandbox.State, func(), error) {
+	if err := validID(src); err != nil {
+		return nil, nil, err
+	}
+	if err := checkForks(src, dsts); err != nil {
+		return nil, nil, err
+	}
+	if err := m.rt.Allow(); err != nil {
+		return nil, nil, err
+	}
+	unlock, err := m.forkLock(ctx, src)
+	if err != nil {
+		return nil, nil, err
+	}
+	st, err := m.Get(ctx, src)
+	if err != nil {
+		unlock()
+		return nil, nil, err
+	}
+	return st, unlock, nil
+}
+
 // forkLock takes neuron src's fork lock (a host record in its
 // directory), waiting while another fork of it holds it, until ctx ends.
 func (m *Manager) forkLock(ctx context.Context, src string) (func(), error) {
 	if err := m.known(src); err != nil {
 		return nil, err
 	}
-	l := store.NewLock(filepath.Join(m.overlay(src), ".fork.lock"))
-	for {
-		ok, err := l.TryExclusive()
-		if err != nil {
-			return nil, err
-		}
-		if ok {
-			return l.Release, nil
-		}
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
+	return store.NewLock(filepath.Join(m.overlay(src), ".fork.lock")).Wait(ctx, 10*time.Millisecond)
 }
 
 // made says which forks of a call were made before one failed.
@@ -287,21 +284,11 @@ func (m *Manager) discard(id string) {
 // after, from src and from every fork. A stopped src has no machine to
 // save: it is refused.
 func (m *Manager) ForkWhole(ctx context.Context, sn sandbox.Snapshotter, src string, dsts []string, opts sandbox.ForkOptions) ([]*sandbox.State, error) {
-	if err := validID(src); err != nil {
-		return nil, err
-	}
-	if err := checkForks(src, dsts); err != nil {
-		return nil, err
-	}
-	unlock, err := m.forkLock(ctx, src)
+	st, unlock, err := m.forkBegin(ctx, src, dsts)
 	if err != nil {
 		return nil, err
 	}
 	defer unlock()
-	st, err := m.Get(ctx, src)
-	if err != nil {
-		return nil, err
-	}
 	if st.Status != sandbox.StatusRunning && st.Status != sandbox.StatusPaused {
 		return nil, &sandbox.NotRunningError{ID: src, Reason: "a microVM is forked from a whole-machine snapshot, and a " + string(st.Status) + " one has no machine to save",
 			Hint: "nsys-cortex create " + src + " --mode " + m.rt.Mode() + ", then fork it"}
