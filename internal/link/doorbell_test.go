@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nsys-cortex/cortex/internal/protocol"
+	"github.com/nsys-cortex/cortex/internal/waittest"
 )
 
 // Listen makes the channel directory's doorbell and rings it once its
@@ -25,6 +26,14 @@ func TestListenRingsTheDoorbell(t *testing.T) {
 		t.Fatal(err)
 	}
 	l.Close()
+	// Its ring runs on its own: let it end (nobody read it), so the one
+	// read below is the second Listen's.
+	waittest.For(t, 10*time.Second, "the first Listen's ring to end", func() bool {
+		rings.Lock()
+		defer rings.Unlock()
+		_, busy := rings.again[dir]
+		return !busy
+	})
 	bell := filepath.Join(dir, protocol.Doorbell)
 	fi, err := os.Lstat(bell)
 	if err != nil || fi.Mode()&os.ModeNamedPipe == 0 || fi.Mode().Perm() != 0o600 {
