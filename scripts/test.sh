@@ -47,9 +47,10 @@ if [ "$(id -u)" = 0 ] && command -v runuser >/dev/null; then
 	CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$dir/cortex-agent" ./cmd/cortex-agent
 	CGO_ENABLED=0 go build -o "$dir/escape" ./internal/sandbox/sandboxtest/testdata/escape
 	CGO_ENABLED=0 go build -o "$dir/hostile" ./internal/sandbox/sandboxtest/testdata/hostile
+	CGO_ENABLED=0 go build -o "$dir/portserver" ./internal/sandbox/sandboxtest/testdata/portserver
 	go test -c -o "$dir/nsbox.test" ./internal/sandbox/nsbox
 	chmod -R a+rx "$dir"
-	(cd /tmp && runuser -u "$user" -- env NSYS_CORTEX_TEST_AGENT="$dir/cortex-agent" NSYS_CORTEX_TEST_ESCAPE="$dir/escape" NSYS_CORTEX_TEST_HOSTILE="$dir/hostile" \
+	(cd /tmp && runuser -u "$user" -- env NSYS_CORTEX_TEST_AGENT="$dir/cortex-agent" NSYS_CORTEX_TEST_ESCAPE="$dir/escape" NSYS_CORTEX_TEST_HOSTILE="$dir/hostile" NSYS_CORTEX_TEST_PORTSERVER="$dir/portserver" \
 		NSYS_CORTEX_REQUIRE_NSBOX="${NSYS_CORTEX_REQUIRE_NSBOX:-}" "$dir/nsbox.test" -test.count=1 -test.timeout 10m)
 fi
 

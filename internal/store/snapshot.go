@@ -161,8 +161,11 @@ func RemoveSnapshot(dir, name string) error {
 // made after the snapshot (every such name starts with a dot, or is
 // "receipts", the receipts' place before they moved). lost+found is the
 // root of a neuron's disk of its own: the filesystem's, not the neuron's.
+// work is overlayfs's work directory (nsbox): the kernel's scratch space,
+// which the mode makes afresh and a rootless host cannot even read, so
+// snapshots, forks and exports leave it out and a restore keeps it.
 func HostRecord(name string) bool {
-	return strings.HasPrefix(name, ".") || name == "receipts" || name == "lost+found"
+	return strings.HasPrefix(name, ".") || name == "receipts" || name == "lost+found" || name == "work"
 }
 
 // CreateSnapshot copies the overlay directory into dir/name: every file
