@@ -25,6 +25,7 @@ func RunForker(t *testing.T, cfg Config) {
 	t.Run("Fork", func(t *testing.T) { testFork(t, newFixture(t, cfg)) })
 	t.Run("Refusals", func(t *testing.T) { testForkRefusals(t, newFixture(t, cfg)) })
 	t.Run("SharesData", func(t *testing.T) { testForkShares(t, cfg) })
+	t.Run("Room", func(t *testing.T) { testForkRoom(t, cfg) })
 }
 
 func (f *fixture) forker() (sandbox.Manager, sandbox.Forker) {
@@ -264,4 +265,36 @@ func freeBytes(t *testing.T, dir string) int64 {
 		t.Fatal(err)
 	}
 	return int64(s.Bavail) * s.Bsize
+}
+
+// Forks that would not fit where neurons are kept (keeping 5% and 1 GiB
+// free) are refused before anything is paused or made, and say how much
+// they need; forks that fit are made.
+func testForkRoom(t *testing.T, cfg Config) {
+	mnt := Ext4Mount(t, 1800<<20)
+	f := newFixtureAt(t, cfg, filepath.Join(mnt, "h"))
+	m, fk := f.forker()
+	if _, whole := m.(sandbox.Snapshotter); whole {
+		t.Skip("a microVM's fork is a restore of its snapshot")
+	}
+	if _, ok := f.cfg.Lacks["fork"]; ok {
+		t.Skip("the mode lacks fork")
+	}
+	c := f.connect(m, f.create(m, "big").ID)
+	f.shell(c, "dd if=/dev/urandom of=blob bs=1M count=200 2>/dev/null && sync")
+	_, err := fk.Fork(f.ctx, "big", []string{"a", "b", "c"}, sandbox.ForkOptions{})
+	if !errdefs.IsCapacity(err) || !strings.Contains(err.Error(), "MiB") {
+		t.Fatalf("3 forks of 200 MiB with about 500 MiB of room: %v, want CAPACITY", err)
+	}
+	for _, id := range []string{"a", "b", "c"} {
+		if _, err := os.Lstat(f.env.Layout.OverlayDir(id)); err == nil {
+			t.Fatalf("a refused fork left %s", id)
+		}
+	}
+	if st, _ := m.Get(f.ctx, "big"); st.Status != sandbox.StatusRunning {
+		t.Fatalf("the source after a refused fork: %s", st.Status)
+	}
+	if _, err := fk.Fork(f.ctx, "big", []string{"one"}, sandbox.ForkOptions{}); err != nil {
+		t.Fatalf("one fork that fits: %v", err)
+	}
 }

@@ -7,19 +7,32 @@ import (
 	"testing"
 )
 
-// XFSMount mounts a new sparse XFS image (reflinks on) for the test, or
-// skips where that cannot be had here (not root, no mkfs.xfs, no loop).
+// XFSMount mounts a new sparse 512 MiB XFS image (reflinks on) for the
+// test, or skips where that cannot be had here (not root, no mkfs.xfs, no
+// loop devices).
 func XFSMount(t testing.TB) string {
+	t.Helper()
+	return loopMount(t, "mkfs.xfs", "xfsprogs", 512<<20, "-q", "-m", "reflink=1")
+}
+
+// Ext4Mount mounts a new sparse ext4 image of size bytes (no reflinks)
+// for the test, or skips where that cannot be had here.
+func Ext4Mount(t testing.TB, size int64) string {
+	t.Helper()
+	return loopMount(t, "mkfs.ext4", "e2fsprogs", size, "-q", "-F")
+}
+
+func loopMount(t testing.TB, mkfsName, pkg string, size int64, args ...string) string {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("mounting a filesystem needs root")
 	}
-	mkfs, err := exec.LookPath("mkfs.xfs")
+	mkfs, err := exec.LookPath(mkfsName)
 	if err != nil {
-		t.Skip("no mkfs.xfs here (Debian: xfsprogs)")
+		t.Skipf("no %s here (Debian: %s)", mkfsName, pkg)
 	}
 	dir := t.TempDir()
-	img, mnt := filepath.Join(dir, "xfs.img"), filepath.Join(dir, "mnt")
+	img, mnt := filepath.Join(dir, "fs.img"), filepath.Join(dir, "mnt")
 	if err := os.Mkdir(mnt, 0o700); err != nil {
 		t.Fatal(err)
 	}
@@ -27,13 +40,13 @@ func XFSMount(t testing.TB) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = f.Truncate(512 << 20)
+	err = f.Truncate(size)
 	f.Close()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out, err := exec.Command(mkfs, "-q", "-m", "reflink=1", img).CombinedOutput(); err != nil {
-		t.Fatalf("mkfs.xfs: %v: %s", err, out)
+	if out, err := exec.Command(mkfs, append(args, img)...).CombinedOutput(); err != nil {
+		t.Fatalf("%s: %v: %s", mkfsName, err, out)
 	}
 	if out, err := exec.Command("mount", "-o", "loop", img, mnt).CombinedOutput(); err != nil {
 		t.Skipf("no loop mount here: %v: %s", err, out)

@@ -92,9 +92,20 @@ func (m *Manager) still(ctx context.Context, st *sandbox.State, why string, f fu
 	return f(root)
 }
 
-// importReserve is the free space an import leaves on the filesystem it
-// writes to, at least.
-const importReserve = 1 << 30
+// reserve is the free space an import or a fork leaves on the filesystem
+// it writes to: 5% of it, and at least this.
+const reserve = 1 << 30
+
+// roomIn is what may be written where dir is, keeping the reserve, and
+// whether that filesystem shares copied data (reflinks: btrfs, XFS).
+func roomIn(dir string) (room int64, shares bool, err error) {
+	var fs unix.Statfs_t
+	if err := unix.Statfs(dir, &fs); err != nil {
+		return 0, false, err
+	}
+	shares = fs.Type == unix.BTRFS_SUPER_MAGIC || fs.Type == unix.XFS_SUPER_MAGIC
+	return int64(fs.Bavail)*fs.Bsize - max(reserve, int64(fs.Blocks)*fs.Bsize/20), shares, nil
+}
 
 // Import makes neuron id, stopped, from the archive ar was opened on: the
 // id is claimed (O_EXCL, locked, marked) first, the archive extracted
@@ -144,11 +155,10 @@ func (m *Manager) Import(ctx context.Context, id string, ar *archive.Reader) (*s
 	if err := os.Mkdir(stage, 0o700); err != nil {
 		return nil, err
 	}
-	var fsst unix.Statfs_t
-	if err := unix.Statfs(stage, &fsst); err != nil {
+	room, _, err := roomIn(stage)
+	if err != nil {
 		return nil, err
 	}
-	room := int64(fsst.Bavail)*fsst.Bsize - max(importReserve, int64(fsst.Blocks)*fsst.Bsize/20)
 	if room <= 0 {
 		return nil, &sandbox.CapacityError{Reason: fmt.Sprintf("no room to import into: %s keeps at least 5%% and 1 GiB free", m.lay.Overlays)}
 	}

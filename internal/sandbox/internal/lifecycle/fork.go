@@ -39,6 +39,9 @@ func (m *Manager) Fork(ctx context.Context, src string, dsts []string, opts sand
 		return nil, err
 	}
 	defer unlock()
+	if err := m.forkRoom(ctx, src, len(dsts)); err != nil {
+		return nil, err
+	}
 	// Each new id is claimed (its directory made, O_EXCL) and locked at
 	// once: until its neuron starts, no other create may start one on
 	// data being copied, and a fork cut short says so (.forking).
@@ -95,6 +98,23 @@ func (m *Manager) Fork(ctx context.Context, src string, dsts []string, opts sand
 		out = append(out, fst)
 	}
 	return out, nil
+}
+
+// forkRoom refuses forks whose copies would not fit where neurons are
+// kept (keeping the reserve), before anything is paused or made: on a
+// filesystem that shares copied data the copies take next to nothing,
+// elsewhere each takes what its source's data takes.
+func (m *Manager) forkRoom(ctx context.Context, src string, n int) error {
+	room, shares, err := roomIn(m.lay.Overlays)
+	if err != nil || shares {
+		return err
+	}
+	need := m.diskBytes(ctx, src) * int64(n)
+	if need > room {
+		return &sandbox.CapacityError{Reason: fmt.Sprintf("%d fork(s) of %s would take %d MiB where neurons are kept (%s), which has room for %d MiB "+
+			"(keeping 5%% and at least 1 GiB free)", n, src, need>>20, m.lay.Overlays, max(room, 0)>>20)}
+	}
+	return nil
 }
 
 // forkBegin checks a fork's ids, takes src's fork lock (one fork of a
