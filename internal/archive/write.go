@@ -24,7 +24,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -38,6 +37,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nsys-cortex/cortex/internal/hostfs"
+	"github.com/nsys-cortex/cortex/internal/store"
 )
 
 // Version is this package's format.
@@ -280,9 +280,9 @@ func (w *writer) linked(st *unix.Stat_t, p string) (string, bool) {
 
 // file writes a regular file's data ranges (SEEK_DATA/SEEK_HOLE).
 func (w *writer) file(f *os.File, st *unix.Stat_t, p string) error {
-	ranges, err := dataRanges(int(f.Fd()), st.Size)
-	if err != nil {
-		return fmt.Errorf("%s: %w", p, err)
+	ranges := store.DataRanges(int(f.Fd()), st.Size)
+	if len(ranges) == 0 && st.Size > 0 {
+		ranges = [][2]int64{{st.Size, 0}} // all hole: an empty range at its end says so
 	}
 	var stored int64
 	for _, r := range ranges {
@@ -335,34 +335,6 @@ func (zeroReader) Read(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// dataRanges returns the (offset, length) ranges of a file of size that
-// hold data; all of it where the filesystem cannot say.
-func dataRanges(fd int, size int64) ([][2]int64, error) {
-	var out [][2]int64
-	for off := int64(0); off < size; {
-		data, err := unix.Seek(fd, off, unix.SEEK_DATA)
-		if errors.Is(err, unix.ENXIO) {
-			break
-		}
-		if err != nil {
-			return [][2]int64{{off, size - off}}, nil
-		}
-		hole, err := unix.Seek(fd, data, unix.SEEK_HOLE)
-		if err != nil || hole > size {
-			hole = size
-		}
-		if hole > data {
-			out = append(out, [2]int64{data, hole - data})
-		}
-		off = hole
-	}
-	if len(out) == 0 && size > 0 {
-		// All hole: an empty range at its end says so.
-		return [][2]int64{{size, 0}}, nil
-	}
-	return out, nil
-}
-
 func encodeMap(ranges [][2]int64) string {
 	parts := make([]string, len(ranges))
 	for i, r := range ranges {
@@ -390,34 +362,17 @@ func suffix(typ byte) string {
 }
 
 // xattrs returns the extended attributes of the open file fd this process
-// may read, as PAX records (overlayfs keeps opaque-directory marks there).
+// may read (up to 64 KiB each), as PAX records.
 func xattrs(fd int) map[string]string {
-	size, err := unix.Flistxattr(fd, nil)
-	if err != nil || size <= 0 {
-		return nil
-	}
-	buf := make([]byte, size)
-	n, err := unix.Flistxattr(fd, buf)
-	if err != nil {
-		return nil
-	}
 	var out map[string]string
-	for _, name := range strings.Split(strings.TrimRight(string(buf[:n]), "\x00"), "\x00") {
-		if name == "" {
-			continue
-		}
-		vs, err := unix.Fgetxattr(fd, name, nil)
-		if err != nil || vs > 64<<10 {
-			continue
-		}
-		val := make([]byte, vs)
-		if vs, err = unix.Fgetxattr(fd, name, val); err != nil {
+	for _, x := range store.Xattrs(fd) {
+		if len(x.Value) > 64<<10 {
 			continue
 		}
 		if out == nil {
 			out = map[string]string{}
 		}
-		out[paxAttr+name] = string(val[:vs])
+		out[paxAttr+x.Name] = string(x.Value)
 	}
 	return out
 }

@@ -568,24 +568,10 @@ func (c *copier) clone(in, out *os.File, size int64) bool {
 }
 
 func (c *copier) copyData(in, out *os.File, size int64) error {
-	ifd := int(in.Fd())
-	for off := int64(0); off < size; {
-		data, err := unix.Seek(ifd, off, unix.SEEK_DATA)
-		if errors.Is(err, unix.ENXIO) {
-			return nil // only a hole is left
-		}
-		if err != nil {
-			return c.copyRange(in, out, off, size-off) // no SEEK_DATA here: all of it
-		}
-		hole, err := unix.Seek(ifd, data, unix.SEEK_HOLE)
-		if err != nil {
-			hole = size
-		}
-		hole = min(hole, size)
-		if err := c.copyRange(in, out, data, hole-data); err != nil {
+	for _, r := range DataRanges(int(in.Fd()), size) {
+		if err := c.copyRange(in, out, r[0], r[1]); err != nil {
 			return err
 		}
-		off = hole
 	}
 	return nil
 }
@@ -650,29 +636,9 @@ func (c *copier) attrs(dst string, st *unix.Stat_t) error {
 // there) that this process may read and set onto dst. src names it in
 // errors.
 func copyXattrs(fd int, src, dst string) error {
-	size, err := unix.Flistxattr(fd, nil)
-	if err != nil || size == 0 {
-		return nil // none, or a filesystem without them
-	}
-	buf := make([]byte, size)
-	n, err := unix.Flistxattr(fd, buf)
-	if err != nil {
-		return nil
-	}
-	for _, name := range strings.Split(strings.TrimRight(string(buf[:n]), "\x00"), "\x00") {
-		if name == "" {
-			continue
-		}
-		vs, err := unix.Fgetxattr(fd, name, nil)
-		if err != nil {
-			continue // not readable by us (trusted.* without privilege)
-		}
-		val := make([]byte, vs)
-		if vs, err = unix.Fgetxattr(fd, name, val); err != nil {
-			continue
-		}
-		if err := unix.Lsetxattr(dst, name, val[:vs], 0); err != nil && !errors.Is(err, unix.EPERM) && !errors.Is(err, unix.ENOTSUP) {
-			return fmt.Errorf("copy %s: xattr %s: %w", src, name, err)
+	for _, x := range Xattrs(fd) {
+		if err := unix.Lsetxattr(dst, x.Name, x.Value, 0); err != nil && !errors.Is(err, unix.EPERM) && !errors.Is(err, unix.ENOTSUP) {
+			return fmt.Errorf("copy %s: xattr %s: %w", src, x.Name, err)
 		}
 	}
 	return nil

@@ -178,21 +178,11 @@ func sparseSum(p string, size int64) (string, error) {
 	}
 	defer f.Close()
 	h := sha256.New()
-	fd := int(f.Fd())
-	for off := int64(0); off < size; {
-		data, err := unix.Seek(fd, off, unix.SEEK_DATA)
-		if err != nil {
-			break // only a hole is left (ENXIO)
-		}
-		hole, err := unix.Seek(fd, data, unix.SEEK_HOLE)
-		if err != nil {
+	for _, r := range store.DataRanges(int(f.Fd()), size) {
+		fmt.Fprintf(h, "%d+%d:", r[0], r[1])
+		if _, err := io.Copy(h, io.NewSectionReader(f, r[0], r[1])); err != nil {
 			return "", err
 		}
-		fmt.Fprintf(h, "%d+%d:", data, hole-data)
-		if _, err := io.Copy(h, io.NewSectionReader(f, data, hole-data)); err != nil {
-			return "", err
-		}
-		off = hole
 	}
 	return hex.EncodeToString(h.Sum(nil)[:8]), nil
 }
