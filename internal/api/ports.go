@@ -2,7 +2,6 @@ package api
 
 import (
 	"context"
-	"crypto/subtle"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -382,12 +381,6 @@ type portClosedError struct{ err error }
 
 func (e *portClosedError) Error() string { return e.err.Error() }
 func (e *portClosedError) Unwrap() error { return e.err }
-
-// tokenOK reports whether r carries the API's token.
-func (s *Server) tokenOK(r *http.Request) bool {
-	scheme, cred, _ := strings.Cut(r.Header.Get("Authorization"), " ")
-	return strings.EqualFold(scheme, "Bearer") && subtle.ConstantTimeCompare([]byte(strings.TrimSpace(cred)), []byte(s.opts.Token)) == 1
-}
 
 // TunnelProtocol is the Upgrade of a raw TCP tunnel to a port (GET
 // /v1/neurons/{id}/tunnel/{port}): after the 101, the connection is the

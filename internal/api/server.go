@@ -233,6 +233,12 @@ func (s *Server) gated(r Route) http.HandlerFunc {
 // Handler returns the server's HTTP handler.
 func (s *Server) Handler() http.Handler { return s.handler }
 
+// tokenOK reports whether r carries the API's token.
+func (s *Server) tokenOK(r *http.Request) bool {
+	scheme, cred, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+	return strings.EqualFold(scheme, "Bearer") && subtle.ConstantTimeCompare([]byte(strings.TrimSpace(cred)), []byte(s.opts.Token)) == 1
+}
+
 // authenticate requires the bearer token when one is configured.
 func (s *Server) authenticate(next http.Handler) http.Handler {
 	if s.opts.Token == "" {
@@ -248,11 +254,11 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 		})
 	}
-	want := []byte(s.opts.Token)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tokenOK := s.tokenOK(r)
 		if _, _, isPort := portTarget(r); isPort {
 			// A port of a neuron: the token, or a signed URL for it.
-			if s.tokenOK(r) {
+			if tokenOK {
 				next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), portAuthKey{}, byToken)))
 				return
 			}
@@ -264,13 +270,10 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 				return
 			}
 		}
-		h := r.Header.Get("Authorization")
-		scheme, cred, _ := strings.Cut(h, " ")
-		got := []byte(strings.TrimSpace(cred))
-		if !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare(got, want) != 1 {
+		if !tokenOK {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="nsys-cortex"`)
 			msg := "this daemon requires a bearer token: send Authorization: Bearer $NSYS_CORTEX_API_TOKEN"
-			if h != "" {
+			if r.Header.Get("Authorization") != "" {
 				msg = "the bearer token is wrong"
 			}
 			writeError(w, cortex.APIError{Code: cortex.CodeUnauthorized, Message: msg})
