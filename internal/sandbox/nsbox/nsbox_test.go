@@ -81,3 +81,8 @@ func TestDiff(t *testing.T) {
 	requireNsbox(t)
 	sandboxtest.RunDiffer(t, conformance)
 }
+
+func TestExportDisk(t *testing.T) {
+	requireNsbox(t)
+	sandboxtest.RunExporterDisk(t, conformance)
+}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -105,6 +106,52 @@ func RunExporter(t *testing.T, cfg Config) {
 	}
 	if src.ID != "src" {
 		t.Fatalf("created %+v", src)
+	}
+}
+
+// RunExporterDisk: a neuron with a disk of its own is exported and
+// imported onto a disk of the same ceiling, its data moved there from the
+// import's staging directory (another filesystem); where no disk can be
+// had, the mode refuses the ceiling and the test says so.
+func RunExporterDisk(t *testing.T, cfg Config) {
+	f := newFixture(t, cfg)
+	m := f.manager()
+	ex := m.(sandbox.Exporter)
+	opts := f.cfg.Options
+	opts.Limits.DiskBytes = 64 << 20
+	if _, err := m.Create(f.ctx, "disky", opts); err != nil {
+		if errors.As(err, new(*sandbox.UnenforceableError)) {
+			t.Skipf("no disk of its own here: %v", err)
+		}
+		t.Fatal(err)
+	}
+	f.shell(f.connect(m, "disky"), "mkdir -p d && echo on-disk > d/f.txt")
+	var buf bytes.Buffer
+	if _, err := ex.Export(f.ctx, "disky", &buf, sandbox.ExportOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	set := sandbox.NewSet(f.env, sandbox.Backend{Name: m.Mode(), Isolating: true, New: func(sandbox.Env) (sandbox.Manager, error) { return m, nil }})
+	if _, err := set.Import(f.ctx, bytes.NewReader(buf.Bytes()), "disky2"); err != nil {
+		t.Fatalf("import onto a disk: %v", err)
+	}
+	if err := m.Destroy(f.ctx, "disky", sandbox.DestroyOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	want, got := walk(t, dataOf(t, m, f, "disky")), walk(t, dataOf(t, m, f, "disky2"))
+	for p, w := range want {
+		if got[p] != w {
+			t.Errorf("%s: imported %q, exported %q", p, got[p], w)
+		}
+	}
+	st, err := m.Create(f.ctx, "disky2", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Policy == nil || st.Policy.Limits.DiskBytes != 64<<20 {
+		t.Fatalf("the import's disk: %+v", st.Policy)
+	}
+	if got := f.shell(f.connect(m, "disky2"), "cat d/f.txt"); got != "on-disk" {
+		t.Fatalf("the import's file: %q", got)
 	}
 }
 

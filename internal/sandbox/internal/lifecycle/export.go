@@ -232,7 +232,8 @@ func (m *Manager) importOwners(id string, from int) (archive.Owners, error) {
 }
 
 // moveEntries moves the entries of directory from into directory to:
-// renamed where they share a filesystem, copied (then removed) where not.
+// renamed where they share a filesystem; where they do not (a disk of
+// its own), the rest are copied (from is the caller's to remove).
 func moveEntries(ctx context.Context, from, to string) error {
 	ents, err := os.ReadDir(from)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -241,45 +242,31 @@ func moveEntries(ctx context.Context, from, to string) error {
 	if err != nil {
 		return err
 	}
+	moved := map[string]bool{}
 	for _, e := range ents {
-		if err := moveTree(ctx, filepath.Join(from, e.Name()), filepath.Join(to, e.Name())); err != nil {
+		err := os.Rename(filepath.Join(from, e.Name()), filepath.Join(to, e.Name()))
+		if errors.Is(err, unix.EXDEV) {
+			_, err = store.CopyTree(ctx, from, to, store.CopyOptions{Skip: func(n string) bool { return moved[n] }})
 			return err
 		}
+		if err != nil {
+			return err
+		}
+		moved[e.Name()] = true
 	}
 	return nil
 }
 
-// moveTree moves from to to (which must not exist).
+// moveTree moves directory from to to (which must not exist): renamed,
+// or copied where they do not share a filesystem.
 func moveTree(ctx context.Context, from, to string) error {
 	err := os.Rename(from, to)
 	if !errors.Is(err, unix.EXDEV) {
 		return err
 	}
-	fi, err := os.Lstat(from)
-	if err != nil {
+	if err := os.Mkdir(to, 0o700); err != nil {
 		return err
 	}
-	if !fi.IsDir() {
-		parent := filepath.Dir(from)
-		tmp, err := os.MkdirTemp(filepath.Dir(to), ".move-")
-		if err != nil {
-			return err
-		}
-		defer os.RemoveAll(tmp)
-		if err := os.Mkdir(filepath.Join(tmp, "x"), 0o700); err != nil {
-			return err
-		}
-		_, err = store.CopyTree(ctx, parent, filepath.Join(tmp, "x"), store.CopyOptions{Skip: func(n string) bool { return n != filepath.Base(from) }})
-		if err != nil {
-			return err
-		}
-		return os.Rename(filepath.Join(tmp, "x", filepath.Base(from)), to)
-	}
-	if err := os.Mkdir(to, fi.Mode().Perm()); err != nil {
-		return err
-	}
-	if _, err := store.CopyTree(ctx, from, to, store.CopyOptions{}); err != nil {
-		return err
-	}
-	return os.RemoveAll(from)
+	_, err = store.CopyTree(ctx, from, to, store.CopyOptions{})
+	return err
 }
