@@ -28,7 +28,7 @@ type Client struct {
 func NewClient(c Caller) *Client { return &Client{c: c} }
 
 // Client returns a typed client for the link.
-func (l *Link) Client() *Client { return &Client{c: l, view: l.opts.HostView} }
+func (l *Link) Client() *Client { return &Client{c: l, view: l.options().HostView} }
 
 // Closed reports whether the client's link was closed: its neuron was
 // destroyed (a restore or a restart replaces it), or this process let go

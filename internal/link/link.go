@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -104,9 +105,9 @@ type Owner struct {
 // and a neuron-disconnected event fires; an agent that connects again is
 // taken up, so a restarted agent works without a new Link.
 type Link struct {
-	path string
-	ln   *net.UnixListener // nil for a dialling link
-	opts Options
+	ln *net.UnixListener // nil for a dialling link
+	// id holds the socket's path and the options; Rebind replaces them.
+	id atomic.Pointer[linkID]
 	// stopDial ends a dialling link's loop; dialErr is why its last
 	// attempt failed.
 	stopDial context.CancelFunc
@@ -172,14 +173,34 @@ func Listen(path string, o Options) (*Link, error) {
 		return fail(fmt.Errorf("placing socket %s: %w", path, err))
 	}
 	ringAsync(dir)
-	l := &Link{path: path, ln: ln, opts: o, ready: make(chan struct{}), done: make(chan struct{})}
+	l := &Link{ln: ln, ready: make(chan struct{}), done: make(chan struct{})}
+	l.id.Store(&linkID{path: path, opts: o})
 	l.wg.Add(1)
 	go l.acceptLoop()
 	return l, nil
 }
 
+// linkID is who a link's agent is, and where it listens.
+type linkID struct {
+	path string
+	opts Options
+}
+
 // Path returns the socket's path.
-func (l *Link) Path() string { return l.path }
+func (l *Link) Path() string { return l.id.Load().path }
+
+// options returns the link's options, as Rebind last set them.
+func (l *Link) options() *Options { return &l.id.Load().opts }
+
+// Rebind gives the link a new identity: the neuron its agent announces
+// and the secret it proves on connections from now on, its events and
+// activity; path is where its socket is now (its channel directory was
+// renamed). The connection that is up stays: its agent proved itself
+// already, and was rebound too (a warm neuron claimed). Options whose
+// socket owner differs are not allowed: the socket is not given anew.
+func (l *Link) Rebind(path string, o Options) {
+	l.id.Store(&linkID{path: path, opts: o})
+}
 
 func (l *Link) acceptLoop() {
 	defer l.wg.Done()
@@ -201,10 +222,11 @@ func (l *Link) acceptLoop() {
 		l.wg.Add(1)
 		go func() {
 			defer l.wg.Done()
-			c, err := Handshake(nc, HandshakeOptions{Neuron: l.opts.Neuron, Token: l.opts.Token, Secret: l.opts.Secret, Software: l.opts.Software})
+			o := l.options()
+			c, err := Handshake(nc, HandshakeOptions{Neuron: o.Neuron, Token: o.Token, Secret: o.Secret, Software: o.Software})
 			if err != nil {
 				// Handshake closed it; a refused peer gets nothing more.
-				l.emit(ConnEvent{Kind: Refused, Neuron: l.opts.Neuron, Err: err})
+				l.emit(ConnEvent{Kind: Refused, Neuron: o.Neuron, Err: err})
 				return
 			}
 			l.install(c)
@@ -230,7 +252,7 @@ func (l *Link) install(c *Conn) {
 		default:
 			l.mu.Unlock()
 			c.Close()
-			l.emit(ConnEvent{Kind: Refused, Neuron: l.opts.Neuron, Peer: c.peer,
+			l.emit(ConnEvent{Kind: Refused, Neuron: l.options().Neuron, Peer: c.peer,
 				Err: errors.New("a second connection while the agent's first is still up")})
 			return
 		}
@@ -258,12 +280,11 @@ func (l *Link) install(c *Conn) {
 }
 
 func (l *Link) emit(ev ConnEvent) {
-	if l.opts.OnEvent == nil {
-		return
-	}
 	l.evMu.Lock()
 	defer l.evMu.Unlock()
-	l.opts.OnEvent(ev)
+	if on := l.options().OnEvent; on != nil {
+		on(ev)
+	}
 }
 
 // Conn returns the current connection, or NOT_RUNNING when no agent is connected.
@@ -272,7 +293,7 @@ func (l *Link) Conn() (*Conn, error) {
 	c := l.conn
 	l.mu.Unlock()
 	if c == nil {
-		return nil, protocol.Errorf(protocol.CodeNotRunning, "the agent of neuron %s is not connected", l.opts.Neuron)
+		return nil, protocol.Errorf(protocol.CodeNotRunning, "the agent of neuron %s is not connected", l.options().Neuron)
 	}
 	select {
 	case <-c.Done(): // ended; the watcher has not cleared it yet
@@ -289,7 +310,7 @@ func (l *Link) WaitConnected(ctx context.Context) (*Conn, error) {
 		c, ready, closed := l.conn, l.ready, l.closed
 		l.mu.Unlock()
 		if closed {
-			return nil, protocol.Errorf(protocol.CodeNotRunning, "the link of neuron %s is closed", l.opts.Neuron)
+			return nil, protocol.Errorf(protocol.CodeNotRunning, "the link of neuron %s is closed", l.options().Neuron)
 		}
 		if c != nil {
 			select {
@@ -351,17 +372,18 @@ func (l *Link) Stream(ctx context.Context, req *Request) (*Stream, error) {
 
 // begin tells the link's Activity of a request.
 func (l *Link) begin(ctx context.Context, req *Request) (func(), error) {
-	if l.opts.Activity == nil {
+	act := l.options().Activity
+	if act == nil {
 		return func() {}, nil
 	}
 	select {
 	case <-l.done:
 		// Let go of: its neuron is not this link's to wake (a resume of
 		// a neuron paused to disk starts it on another).
-		return nil, protocol.Errorf(protocol.CodeNotRunning, "the link of neuron %s is closed", l.opts.Neuron)
+		return nil, protocol.Errorf(protocol.CodeNotRunning, "the link of neuron %s is closed", l.options().Neuron)
 	default:
 	}
-	return l.opts.Activity.Begin(ctx, req.Cmd)
+	return act.Begin(ctx, req.Cmd)
 }
 
 // Dial returns a Link to an agent that listens (docker's tcp transport):
@@ -372,7 +394,8 @@ func (l *Link) begin(ctx context.Context, req *Request) (func(), error) {
 // WaitConnected's context.
 func Dial(addr func(ctx context.Context) (string, error), o Options) *Link {
 	ctx, cancel := context.WithCancel(context.Background())
-	l := &Link{path: "tcp", opts: o, stopDial: cancel, ready: make(chan struct{}), done: make(chan struct{})}
+	l := &Link{stopDial: cancel, ready: make(chan struct{}), done: make(chan struct{})}
+	l.id.Store(&linkID{path: "tcp", opts: o})
 	l.wg.Add(1)
 	go l.dialLoop(ctx, addr)
 	return l
@@ -413,8 +436,9 @@ func (l *Link) dialLoop(ctx context.Context, addr func(ctx context.Context) (str
 			failed(err)
 			continue
 		}
-		c, err := Handshake(nc, HandshakeOptions{Neuron: l.opts.Neuron, Token: l.opts.Token, Secret: l.opts.Secret, Present: true,
-			Software: l.opts.Software, Timeout: 5 * time.Second})
+		o := l.options()
+		c, err := Handshake(nc, HandshakeOptions{Neuron: o.Neuron, Token: o.Token, Secret: o.Secret, Present: true,
+			Software: o.Software, Timeout: 5 * time.Second})
 		if err != nil {
 			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) {
 				err = fmt.Errorf("%s closed the connection at the handshake: the agent is not listening behind it yet, or refused this host's token", a)
@@ -460,7 +484,7 @@ func (l *Link) Close() error {
 	var err error
 	if l.ln != nil {
 		err = l.ln.Close()
-		os.Remove(l.path)
+		os.Remove(l.Path())
 	} else {
 		l.stopDial()
 	}
