@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/nsys-cortex/cortex/internal/ids"
 	"github.com/nsys-cortex/cortex/internal/protocol/boot"
@@ -13,17 +14,15 @@ import (
 // ident is who the agent says it is to hosts.
 type ident struct{ id, secret string }
 
-// maxRebindLine bounds one rebind request.
-const maxRebindLine = 4096
-
 // serveRebind takes new identities from the agent's PID 1 until the
 // descriptor ends (Run closes it): a microVM restored under another id
-// (a fork) serves that id with a secret of its own. Sessions that are open
+// (a fork) serves that id with a secret of its own, and a warm pool's
+// nsbox neuron, claimed, serves the id it was claimed as. Sessions that are open
 // keep what they proved; the PID 1 ends them (a restore does) so every
 // host greets the new identity.
 func (a *Agent) serveRebind() {
 	sc := bufio.NewScanner(a.cfg.Rebind)
-	sc.Buffer(make([]byte, 512), maxRebindLine)
+	sc.Buffer(make([]byte, 512), boot.MaxRebind)
 	for sc.Scan() {
 		answer := boot.RebindOK
 		if err := a.rebind(sc.Bytes()); err != nil {
@@ -46,9 +45,18 @@ func (a *Agent) rebind(line []byte) error {
 	if len(r.Secret) < 32 {
 		return fmt.Errorf("a rebind needs a secret of at least 32 characters")
 	}
+	for _, kv := range r.Env {
+		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" || strings.ContainsRune(kv, 0) {
+			return fmt.Errorf("a rebind's environment entry %.40q is not KEY=VALUE", kv)
+		}
+	}
 	a.ident.Store(&ident{id: r.Neuron, secret: r.Secret})
 	// Commands started from now on see the neuron they run in.
 	os.Setenv("NSYS_CORTEX_NEURON", r.Neuron)
-	a.logf("serving neuron %s now (restored from another neuron's snapshot)", r.Neuron)
+	for _, kv := range r.Env {
+		k, v, _ := strings.Cut(kv, "=")
+		os.Setenv(k, v)
+	}
+	a.logf("serving neuron %s now", r.Neuron)
 	return nil
 }

@@ -208,7 +208,11 @@ func newDirWatch(dir string) (*dirWatch, error) {
 	return &dirWatch{f: os.NewFile(uintptr(fd), "inotify:"+dir), buf: make([]byte, 64<<10)}, nil
 }
 
-// wait blocks until something happens; gone reports the directory's removal.
+// wait blocks until something happens; gone reports the directory's
+// removal. A move of the directory is not its removal: a warm neuron's
+// host renames its channel directory to the id it is claimed as, and the
+// agent, which reaches it through its own mount, goes on (the rescan that
+// follows every wake-up sees whether the directory is still there).
 func (w *dirWatch) wait() (gone bool, err error) {
 	n, err := w.f.Read(w.buf)
 	if err != nil {
@@ -218,7 +222,7 @@ func (w *dirWatch) wait() (gone bool, err error) {
 	for off := 0; off+unix.SizeofInotifyEvent <= n; {
 		mask := binary.NativeEndian.Uint32(w.buf[off+4:])
 		nameLen := binary.NativeEndian.Uint32(w.buf[off+12:])
-		if mask&(unix.IN_DELETE_SELF|unix.IN_MOVE_SELF|unix.IN_IGNORED) != 0 {
+		if mask&(unix.IN_DELETE_SELF|unix.IN_IGNORED) != 0 {
 			gone = true
 		}
 		off += unix.SizeofInotifyEvent + int(nameLen)

@@ -2,14 +2,12 @@ package vminit
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
-	"strings"
 	"time"
 	"unsafe"
 
@@ -187,28 +185,8 @@ func (g *guest) rebindAgent(r *boot.Rebind) error {
 	if g.rebind == nil {
 		return errors.New("this machine's agent cannot take a new identity (its snapshot was made by an older nsys-cortex)")
 	}
-	b, err := json.Marshal(r)
-	if err != nil {
+	if err := boot.SendRebind(g.rebind, r, rebindTimeout); err != nil {
 		return err
-	}
-	g.rebind.SetDeadline(time.Now().Add(rebindTimeout))
-	defer g.rebind.SetDeadline(time.Time{})
-	if _, err := g.rebind.Write(append(b, '\n')); err != nil {
-		return fmt.Errorf("rebinding the agent: %w", err)
-	}
-	answer := make([]byte, 0, 256)
-	buf := make([]byte, 256)
-	for !bytes.HasSuffix(answer, []byte("\n")) {
-		n, err := g.rebind.Read(buf)
-		if err != nil {
-			return fmt.Errorf("rebinding the agent: %w", err)
-		}
-		if answer = append(answer, buf[:n]...); len(answer) > 4096 {
-			return errors.New("rebinding the agent: an answer too long")
-		}
-	}
-	if got := strings.TrimSpace(string(answer)); got != boot.RebindOK {
-		return fmt.Errorf("rebinding the agent: %s", got)
 	}
 	if err := unix.Sethostname([]byte(r.Neuron)); err != nil {
 		g.logf("hostname %s: %v", r.Neuron, err)

@@ -1,6 +1,14 @@
 package boot
 
-import "os"
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+)
 
 // The agent's own command line, as every mode's host or PID 1 starts it
 // (the ordinary agent: internal/agent, cmd/cortex-agent).
@@ -26,10 +34,48 @@ const (
 )
 
 // Rebind is a new identity for a running agent: the neuron it serves now,
-// and the secret it proves from now on.
+// and the secret it proves from now on; Env, KEY=VALUE entries, is added
+// to what the commands it starts from then on see (a warm neuron claimed
+// with an environment).
 type Rebind struct {
-	Neuron string `json:"neuron"`
-	Secret string `json:"secret"`
+	Neuron string   `json:"neuron"`
+	Secret string   `json:"secret"`
+	Env    []string `json:"env,omitempty"`
+}
+
+// MaxRebind bounds one rebind request, as a line of JSON.
+const MaxRebind = 64 << 10
+
+// SendRebind gives the agent behind f (PID 1's end of its rebind socket,
+// pollable) a new identity and waits, up to timeout, for its answer.
+func SendRebind(f *os.File, r *Rebind, timeout time.Duration) error {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	if len(b) >= MaxRebind {
+		return fmt.Errorf("rebinding the agent: a request of %d bytes (limit %d)", len(b), MaxRebind)
+	}
+	f.SetDeadline(time.Now().Add(timeout))
+	defer f.SetDeadline(time.Time{})
+	if _, err := f.Write(append(b, '\n')); err != nil {
+		return fmt.Errorf("rebinding the agent: %w", err)
+	}
+	answer := make([]byte, 0, 256)
+	buf := make([]byte, 256)
+	for !bytes.HasSuffix(answer, []byte("\n")) {
+		n, err := f.Read(buf)
+		if err != nil {
+			return fmt.Errorf("rebinding the agent: %w", err)
+		}
+		if answer = append(answer, buf[:n]...); len(answer) > 4096 {
+			return errors.New("rebinding the agent: an answer too long")
+		}
+	}
+	if got := strings.TrimSpace(string(answer)); got != RebindOK {
+		return fmt.Errorf("rebinding the agent: %s", got)
+	}
+	return nil
 }
 
 // Agent flags a sandbox adds for its agent.
