@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/nsys-cortex/cortex/internal/agent/confine"
 	"github.com/nsys-cortex/cortex/internal/agent/logline"
+	"github.com/nsys-cortex/cortex/internal/ids"
 	"github.com/nsys-cortex/cortex/internal/protocol/boot"
 )
 
@@ -26,6 +28,7 @@ func Init() int {
 	logf := logline.Logf(os.Stderr, "cortex-agent init")
 	f := os.NewFile(boot.NsboxConfigFD, "sandbox-config")
 	defer f.Close()
+	unix.CloseOnExec(boot.NsboxConfigFD) // the agent never gets it
 	dec := json.NewDecoder(f)
 	var raw json.RawMessage
 	if err := dec.Decode(&raw); err != nil {
@@ -70,7 +73,81 @@ func Init() int {
 		logf("starting the agent: %v", err)
 		return 1
 	}
+	// A warm neuron's host keeps its end to claim it later; any other
+	// host has closed it, and this ends at once.
+	go serveClaims(dec, f, &cfg, logf)
 	return supervise(&cfg, agent.Pid, spawn, logf)
+}
+
+// running is the agent PID 1 runs now: the end of its rebind socket that
+// PID 1 holds. Its lock is held while an agent starts and while a claim
+// changes the configuration it starts with.
+var running struct {
+	sync.Mutex
+	rebind *os.File
+}
+
+// claimTimeout bounds the agent's answer to a claim's rebind.
+const claimTimeout = 10 * time.Second
+
+// serveClaims answers the host's claims (boot.NsboxClaim) until it closes
+// its end of the configuration socket.
+func serveClaims(dec *json.Decoder, f *os.File, cfg *boot.NsboxConfig, logf func(string, ...any)) {
+	enc := json.NewEncoder(f)
+	for {
+		var c boot.NsboxClaim
+		if err := dec.Decode(&c); err != nil {
+			return
+		}
+		var ans boot.NsboxClaimed
+		if err := claim(cfg, &c.Rebind); err != nil {
+			logf("claim as %s: %v", c.Rebind.Neuron, err)
+			ans.Error = err.Error()
+		}
+		if err := enc.Encode(&ans); err != nil {
+			return
+		}
+	}
+}
+
+// claim makes this warm neuron neuron r.Neuron: the running agent serves
+// that id with r's secret, the hostname and /etc say so, and an agent
+// started again later starts as it.
+func claim(cfg *boot.NsboxConfig, r *boot.Rebind) error {
+	if err := ids.Validate(r.Neuron); err != nil {
+		return err
+	}
+	running.Lock()
+	defer running.Unlock()
+	if running.rebind == nil {
+		return errors.New("no agent runs to take the claim")
+	}
+	if err := boot.SendRebind(running.rebind, r, claimTimeout); err != nil {
+		return err
+	}
+	if err := unix.Sethostname([]byte(r.Neuron)); err != nil {
+		return fmt.Errorf("hostname: %w", err)
+	}
+	for name, content := range boot.NsboxEtc(r.Neuron) {
+		// Nothing has run in a warm neuron: /etc is as the host made it.
+		fd, err := unix.Open("/etc/"+name, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o644)
+		if err != nil {
+			return fmt.Errorf("/etc/%s: %w", name, err)
+		}
+		_, err = unix.Write(fd, []byte(content))
+		unix.Close(fd)
+		if err != nil {
+			return fmt.Errorf("/etc/%s: %w", name, err)
+		}
+	}
+	cfg.ID, cfg.Hostname, cfg.Secret = r.Neuron, r.Neuron, r.Secret
+	for i := 0; i+1 < len(cfg.AgentArgs); i++ {
+		if cfg.AgentArgs[i] == "--id" {
+			cfg.AgentArgs[i+1] = r.Neuron
+		}
+	}
+	cfg.Env = boot.MergeEnv(cfg.Env, append([]string{"NSYS_CORTEX_NEURON=" + r.Neuron}, r.Env...))
+	return nil
 }
 
 // build makes the neuron's root and moves into it. Every mount point
@@ -269,6 +346,8 @@ func pivot(root string) error {
 // startAgent starts the agent in a user namespace of its own, where it is an
 // unprivileged user with no capabilities, under the rlimits.
 func startAgent(cfg *boot.NsboxConfig) (*os.Process, error) {
+	running.Lock()
+	defer running.Unlock()
 	for _, rl := range cfg.Rlimits {
 		lim := unix.Rlimit{Cur: rl.Value, Max: rl.Value}
 		if err := unix.Setrlimit(rl.Resource, &lim); err != nil {
@@ -286,6 +365,16 @@ func startAgent(cfg *boot.NsboxConfig) (*os.Process, error) {
 		extra = []*os.File{secret}
 		args = append(args, boot.SecretFDFlag, "3")
 	}
+	// A socket on which a claim gives the agent its new identity.
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("the agent's rebind socket: %w", err)
+	}
+	unix.SetNonblock(fds[0], true) // pollable: its reads and writes have deadlines
+	mine, theirs := os.NewFile(uintptr(fds[0]), "rebind"), os.NewFile(uintptr(fds[1]), "rebind")
+	defer theirs.Close()
+	args = append(args, boot.RebindFDFlag, fmt.Sprint(3+len(extra)))
+	extra = append(extra, theirs)
 	cmd := &exec.Cmd{
 		Path: "/proc/self/exe", Args: args, ExtraFiles: extra,
 		Env: cfg.Env, Dir: cfg.Workdir, Stdout: os.Stderr, Stderr: os.Stderr,
@@ -299,8 +388,13 @@ func startAgent(cfg *boot.NsboxConfig) (*os.Process, error) {
 		},
 	}
 	if err := cmd.Start(); err != nil {
+		mine.Close()
 		return nil, err
 	}
+	if running.rebind != nil {
+		running.rebind.Close() // the agent that had it is gone
+	}
+	running.rebind = mine
 	return cmd.Process, nil
 }
 

@@ -1,5 +1,11 @@
 package boot
 
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
+
 // The nsbox contract: the host starts `cortex-agent init` (nsboxinit.Init,
 // internal/agent/nsboxinit), PID 1 of a new set of namespaces, and hands it
 // an NsboxConfig as JSON on descriptor NsboxConfigFD: how to build the
@@ -7,6 +13,11 @@ package boot
 // unless named "inside". The JSON string NsboxGoAhead follows on the same
 // descriptor once the host has put the sandbox into its cgroups: the agent
 // starts only then.
+//
+// The descriptor is a stream socket. A host that keeps its end after the
+// go-ahead (a warm pool's neuron, booted before anyone named it) may later
+// send one NsboxClaim on it; PID 1 answers each with an NsboxClaimed. A
+// host that closes its end sends none.
 const (
 	NsboxConfigFD = 3
 	NsboxGoAhead  = "go"
@@ -55,6 +66,44 @@ type NsboxConfig struct {
 	// agent it starts on a descriptor (--secret-fd), never on the neuron's
 	// disk or in its environment.
 	Secret string `json:"secret,omitempty"`
+}
+
+// NsboxClaim gives a warm neuron, which nothing has run in yet, the
+// identity of the neuron it becomes: PID 1 sets the hostname and the
+// neuron's /etc/hostname and /etc/hosts, rebinds the running agent
+// (Rebind), and starts any later agent with the new identity.
+type NsboxClaim struct {
+	Rebind Rebind `json:"rebind"`
+}
+
+// NsboxClaimed is PID 1's answer to an NsboxClaim: Error is empty when
+// the neuron is the claimed one.
+type NsboxClaimed struct {
+	Error string `json:"error,omitempty"`
+}
+
+// NsboxEtc is what a neuron's /etc/hostname and /etc/hosts hold, by name.
+func NsboxEtc(id string) map[string]string {
+	return map[string]string{
+		"hosts":    fmt.Sprintf("127.0.0.1\tlocalhost\n127.0.1.1\t%s\n::1\tlocalhost ip6-localhost ip6-loopback\n", id),
+		"hostname": id + "\n",
+	}
+}
+
+// MergeEnv returns env with each KEY=VALUE of set in place of the entry
+// of its key, or added.
+func MergeEnv(env, set []string) []string {
+	out := slices.Clone(env)
+	for _, kv := range set {
+		k, _, _ := strings.Cut(kv, "=")
+		i := slices.IndexFunc(out, func(e string) bool { return strings.HasPrefix(e, k+"=") })
+		if i >= 0 {
+			out[i] = kv
+		} else {
+			out = append(out, kv)
+		}
+	}
+	return out
 }
 
 // OverlayMount is an overlayfs mount.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/nsys-cortex/cortex/internal/hostfs"
 	"github.com/nsys-cortex/cortex/internal/layout"
+	"github.com/nsys-cortex/cortex/internal/protocol/boot"
 	"github.com/nsys-cortex/cortex/internal/store"
 )
 
@@ -169,11 +170,7 @@ func writeNeuronEtc(root, id string) error {
 		return fmt.Errorf("the neuron's /etc: %w", err)
 	}
 	defer etc.Close()
-	files := map[string]string{
-		"hosts":    fmt.Sprintf("127.0.0.1\tlocalhost\n127.0.1.1\t%s\n::1\tlocalhost ip6-localhost ip6-loopback\n", id),
-		"hostname": id + "\n",
-	}
-	for name, content := range files {
+	for name, content := range boot.NsboxEtc(id) {
 		if b, err := etc.ReadFile(name, 1<<16); err == nil && string(b) == content {
 			continue // a neuron created again: nothing to do
 		}

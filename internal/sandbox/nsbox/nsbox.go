@@ -352,11 +352,19 @@ func (r *runtime) Start(req *lifecycle.StartRequest) (*exec.Cmd, error) {
 		gids = append(gids, syscall.SysProcIDMap{ContainerID: AgentGID, HostID: who.agentGID, Size: 1})
 		cfg.OuterUID, cfg.OuterGID = AgentUID, AgentGID
 	}
-	pr, pw, err := os.Pipe()
+	// The configuration's way in: a socket, so that a warm neuron's PID 1
+	// can answer its claim (boot.NsboxClaim) on it later.
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("the sandbox's configuration socket: %w", err)
 	}
-	defer pw.Close()
+	unix.SetNonblock(fds[0], true) // pollable: a claim's answer is waited for with a deadline
+	pw, pr := os.NewFile(uintptr(fds[0]), "sandbox-config"), os.NewFile(uintptr(fds[1]), "sandbox-config")
+	defer func() {
+		if req.Control != pw {
+			pw.Close()
+		}
+	}()
 	files := []*os.File{pr} // boot.NsboxConfigFD
 	if cfg.Egress != nil {
 		// Its proxy's report of what it let through (the neuron's metrics).
@@ -410,6 +418,9 @@ func (r *runtime) Start(req *lifecycle.StartRequest) (*exec.Cmd, error) {
 	}
 	if err := enc.Encode(boot.NsboxGoAhead); err != nil {
 		return abort(fmt.Errorf("telling the sandbox to go ahead: %w", err))
+	}
+	if req.Warm {
+		req.Control = pw
 	}
 	return cmd, nil
 }

@@ -53,6 +53,11 @@ type StartRequest struct {
 	// command inherits. Without it the agent cannot prove itself and the
 	// host refuses it.
 	Secret string
+	// Warm is set when the neuron is booted for a warm pool, before
+	// anyone named it: a runtime that can claim it (Claimer) keeps, in
+	// Control, its end of the way it claims it.
+	Warm    bool
+	Control *os.File
 }
 
 // ChannelGrouper is implemented by runtimes whose channel directories are
