@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -304,4 +305,36 @@ type Metrics struct {
 // Reading never resumes a paused neuron and never counts as a request.
 type MetricsReader interface {
 	Metrics(ctx context.Context, id string) (*Metrics, error)
+}
+
+// ErrNotWarmable is the class of a claim that a warm neuron cannot serve:
+// the id has data already, or the options are not a warm neuron's. The
+// caller creates the neuron cold.
+var ErrNotWarmable = errors.New("a warm neuron cannot serve this create")
+
+// Warmer is implemented by managers that can boot neurons before anyone
+// names them, for a warm pool (internal/sandbox/pool): a create of a new
+// id claims one and is answered at once.
+type Warmer interface {
+	// Warmable says why this mode cannot keep warm neurons here (nil
+	// when it can).
+	Warmable() error
+	// WarmFor says what of opts a warm neuron (booted with the default
+	// options) cannot give ("" when it can give all of it: labels,
+	// environment and timeouts are given at the claim).
+	WarmFor(opts CreateOptions) string
+	// Warm boots one warm neuron and returns its name, which no create,
+	// list or lookup knows.
+	Warm(ctx context.Context) (string, error)
+	// Claim makes warm neuron name neuron id, with opts: the same as a
+	// create of id would give, with its own channel secret, overlay
+	// directory and hostname. An error that wraps ErrNotWarmable (the id
+	// has data, or opts ask for what WarmFor refuses) leaves the warm
+	// neuron as it was; any other error has removed it.
+	Claim(ctx context.Context, name, id string, opts CreateOptions) (*State, error)
+	// Drop stops warm neuron name and removes all of it.
+	Drop(ctx context.Context, name string) error
+	// SweepWarm removes the warm neurons that no live process holds (a
+	// daemon that was killed) and returns their names.
+	SweepWarm(ctx context.Context) []string
 }

@@ -86,3 +86,8 @@ func TestExportDisk(t *testing.T) {
 	requireNsbox(t)
 	sandboxtest.RunExporterDisk(t, conformance)
 }
+
+func TestWarm(t *testing.T) {
+	requireNsbox(t)
+	sandboxtest.RunWarmer(t, conformance)
+}

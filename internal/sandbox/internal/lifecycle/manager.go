@@ -84,6 +84,8 @@ type neuron struct {
 	exited chan struct{}
 	// refused receives why a connecting agent failed the handshake.
 	refused chan error
+	// control is the runtime's way to claim a warm neuron (warm.go).
+	control *os.File
 }
 
 var (
@@ -227,12 +229,7 @@ func (m *Manager) createHeld(ctx context.Context, id string, opts sandbox.Create
 	if err := m.rt.Allow(); err != nil {
 		return nil, err
 	}
-	for _, kv := range opts.Env {
-		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
-			return nil, &sandbox.InvalidError{Reason: fmt.Sprintf("environment entry %q is not KEY=VALUE", kv)}
-		}
-	}
-	if err := opts.CheckLifecycle(); err != nil {
+	if err := checkCreate(opts); err != nil {
 		return nil, err
 	}
 	bin, err := m.env.AgentBinary()
@@ -314,6 +311,16 @@ func (m *Manager) createHeld(ctx context.Context, id string, opts sandbox.Create
 		return nil, err
 	}
 	return st, nil
+}
+
+// checkCreate refuses options no create can take.
+func checkCreate(opts sandbox.CreateOptions) error {
+	for _, kv := range opts.Env {
+		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
+			return &sandbox.InvalidError{Reason: fmt.Sprintf("environment entry %q is not KEY=VALUE", kv)}
+		}
+	}
+	return opts.CheckLifecycle()
 }
 
 // markStarting records that this process is creating id, until the
@@ -423,7 +430,7 @@ func (m *Manager) create(ctx context.Context, id, bin string, lock *store.Lock, 
 		m.clear(id)
 		return nil, err
 	}
-	cmd, err := m.spawn(id, bin, n.secret, opts)
+	cmd, err := m.spawn(n, bin, opts)
 	if err != nil {
 		n.link.Close()
 		m.clear(id)
@@ -502,7 +509,8 @@ func (m *Manager) Logf(id, format string, args ...any) {
 
 // spawn starts the agent through the runtime, its output in the log. The
 // log keeps what earlier runs wrote, up to maxLog, and one older file.
-func (m *Manager) spawn(id, bin, secret string, opts sandbox.CreateOptions) (*exec.Cmd, error) {
+func (m *Manager) spawn(n *neuron, bin string, opts sandbox.CreateOptions) (*exec.Cmd, error) {
+	id := n.id
 	path := m.logFile(id)
 	if st, err := os.Stat(path); err == nil && st.Size() > maxLog {
 		os.Rename(path, path+".1") // on failure the log just grows
@@ -516,8 +524,11 @@ func (m *Manager) spawn(id, bin, secret string, opts sandbox.CreateOptions) (*ex
 	// A descriptor this process opened without close-on-exec since it
 	// started (a FUSE device of /ctx's) must not reach the neuron.
 	boot.CloseOnExec()
-	return m.rt.Start(&StartRequest{ID: id, Layout: m.lay, AgentBin: bin, SocketDir: m.socketDir(id),
-		Workdir: m.workdir(id), Log: logf, Options: opts, Secret: secret})
+	req := &StartRequest{ID: id, Layout: m.lay, AgentBin: bin, SocketDir: m.socketDir(id),
+		Workdir: m.workdir(id), Log: logf, Options: opts, Secret: n.secret, Warm: isWarm(id)}
+	cmd, err := m.rt.Start(req)
+	n.control = req.Control
+	return cmd, err
 }
 
 // listen opens this process's socket in the neuron's channel directory.
@@ -530,11 +541,7 @@ func (m *Manager) listen(n *neuron) (*link.Link, error) {
 		}
 	}
 	name := fmt.Sprintf("h%d-%s%s", os.Getpid(), ids.New()[1:7], ".sock")
-	opts := link.Options{Neuron: id, Software: "nsys-cortex", Secret: n.secret, OnEvent: func(ev link.ConnEvent) { m.onEvent(n, ev) },
-		Activity: m.activityFor(id)}
-	if hv, ok := m.rt.(HostViewer); ok {
-		opts.HostView = hv.HostView(m.lay, id)
-	}
+	opts := m.linkOptions(n)
 	if d, ok := m.rt.(Dialer); ok {
 		l, err := d.Link(m.lay, id, opts)
 		if err != nil {
@@ -793,8 +800,8 @@ func (m *Manager) buryDead(id string, st *sandbox.State) {
 	st.Status = sandbox.StatusStopped
 	m.readSpec(id).fill(st)
 	ctx := context.Background()
-	if st.Pending {
-		return // a create that failed says so itself
+	if st.Pending || isWarm(id) {
+		return // a create that failed says so itself; a warm neuron is no one's yet
 	}
 	if oom != "" {
 		m.event(ctx, events.OOMKilled, st, oom)
@@ -825,6 +832,7 @@ func (m *Manager) oomKilled(id string, st *sandbox.State) string {
 // clear removes a neuron's state file and channel directory (not its
 // data), and lets the runtime free what it held for the neuron.
 func (m *Manager) clear(id string) {
+	m.unlinkWarm(id)
 	os.Remove(m.stateFile(id))
 	os.Remove(m.pausedFile(id))
 	os.RemoveAll(m.socketDir(id))

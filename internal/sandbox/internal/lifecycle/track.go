@@ -58,9 +58,16 @@ func (m *Manager) running() []Running {
 	}
 	var out []Running
 	for _, ap := range store.FindAgents(m.lay.SocketsDir()) {
-		if ap.ChannelDir == m.socketDir(ap.ID) {
-			out = append(out, Running{ID: ap.ID, PID: ap.PID})
+		if ap.ChannelDir != m.socketDir(ap.ID) {
+			continue
 		}
+		if isWarm(ap.ID) {
+			// A warm neuron claimed since it started (warm.go).
+			if id, ok := m.claimedAs(ap.ID); ok {
+				ap.ID = id
+			}
+		}
+		out = append(out, Running{ID: ap.ID, PID: ap.PID})
 	}
 	return out
 }
