@@ -222,3 +222,49 @@ func TestServeAuth(t *testing.T) {
 		t.Fatal("the token is in the log")
 	}
 }
+
+// serve --pool, as a user runs it: a create through the daemon claims a
+// warm neuron and says so; warm neurons are in no list; stopping serve
+// removes the unclaimed ones and leaves the claimed neuron running; a
+// pool of a mode that cannot keep one is refused at start.
+func TestServePool(t *testing.T) {
+	if !slices.Contains(modes(t), "nsbox") {
+		t.Skip("nsbox cannot run here")
+	}
+	c := newCLI(t, "nsbox")
+	if _, stderr, code := c.run("", "serve", "--listen", "127.0.0.1:0", "--pool", "process=2"); code == 0 || !strings.Contains(stderr, "warm pool") {
+		t.Fatalf("serve --pool process=2: %d %s", code, stderr)
+	}
+	url, stop := c.serve(t, "NSYS_CORTEX_POOL=nsbox=2")
+	overlays := filepath.Join(c.home, "overlays")
+	warm := func() (dirs []string) {
+		entries, _ := os.ReadDir(overlays)
+		for _, e := range entries {
+			if strings.HasPrefix(e.Name(), ".warm-") && e.IsDir() {
+				dirs = append(dirs, e.Name())
+			}
+		}
+		return dirs
+	}
+	waittest.For(t, time.Minute, "two warm neurons", func() bool { return len(warm()) == 2 })
+	api := func(args ...string) []string { return append([]string{"--api", url}, args...) }
+	if out := c.ok(api("create", "hot", "-e", "FOO=bar")...); strings.TrimSpace(out) != "hot" {
+		t.Fatalf("create: %q", out)
+	}
+	if out := c.ok(api("exec", "hot", "--", "sh", "-c", `echo "$(hostname) $FOO"`)...); out != "hot bar\n" {
+		t.Fatalf("exec: %q", out)
+	}
+	if out := c.ok(api("list", "-o", "name")...); strings.TrimSpace(out) != "hot" {
+		t.Fatalf("list: %q", out)
+	}
+	log, code := stop()
+	if code != 0 {
+		t.Fatalf("serve stopped with %d: %s", code, log)
+	}
+	if left := warm(); len(left) != 0 {
+		t.Fatalf("serve left warm neurons: %v", left)
+	}
+	if out := c.ok("exec", "hot", "--", "hostname"); out != "hot\n" {
+		t.Fatalf("the claimed neuron after serve stopped: %q", out)
+	}
+}

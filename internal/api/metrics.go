@@ -14,6 +14,7 @@ import (
 
 	cortex "github.com/nsys-cortex/cortex/client"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
+	"github.com/nsys-cortex/cortex/internal/sandbox/pool"
 )
 
 // metrics are the daemon's Prometheus series, in a registry of its own.
@@ -26,7 +27,7 @@ type metrics struct {
 	inflight prometheus.Gauge
 }
 
-func newMetrics(set *sandbox.Set) *metrics {
+func newMetrics(set *sandbox.Set, pools pool.Pools) *metrics {
 	m := &metrics{
 		reg: prometheus.NewRegistry(),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -47,13 +48,43 @@ func newMetrics(set *sandbox.Set) *metrics {
 		}),
 	}
 	m.reg.MustRegister(m.requests, m.latency, m.errors, m.bytes, m.inflight,
-		&neuronCollector{set: set}, collectors.NewGoCollector(),
+		&neuronCollector{set: set}, poolCollector{pools}, collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
 
 func (m *metrics) handler() http.Handler {
 	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
+}
+
+// poolCollector reports the warm pools (serve --pool) at each scrape.
+type poolCollector struct{ pools pool.Pools }
+
+var (
+	perMode         = []string{"mode"}
+	poolSizeDesc    = prometheus.NewDesc("cortex_pool_size", "Warm neurons the pool keeps.", perMode, nil)
+	poolReadyDesc   = prometheus.NewDesc("cortex_pool_ready", "Warm neurons ready to be claimed.", perMode, nil)
+	poolBootingDesc = prometheus.NewDesc("cortex_pool_booting", "Warm neurons being booted.", perMode, nil)
+	poolClaimsDesc  = prometheus.NewDesc("cortex_pool_claims_total", "Creates answered by a warm neuron.", perMode, nil)
+	poolMissesDesc  = prometheus.NewDesc("cortex_pool_misses_total", "Creates of the pool's mode booted cold (pool empty, data under the id, options a warm neuron cannot give).", perMode, nil)
+	poolFailedDesc  = prometheus.NewDesc("cortex_pool_failures_total", "Warm boots and claims that failed.", perMode, nil)
+)
+
+func (c poolCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{poolSizeDesc, poolReadyDesc, poolBootingDesc, poolClaimsDesc, poolMissesDesc, poolFailedDesc} {
+		ch <- d
+	}
+}
+
+func (c poolCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, s := range c.pools.Stats() {
+		ch <- prometheus.MustNewConstMetric(poolSizeDesc, prometheus.GaugeValue, float64(s.Size), s.Mode)
+		ch <- prometheus.MustNewConstMetric(poolReadyDesc, prometheus.GaugeValue, float64(s.Ready), s.Mode)
+		ch <- prometheus.MustNewConstMetric(poolBootingDesc, prometheus.GaugeValue, float64(s.Booting), s.Mode)
+		ch <- prometheus.MustNewConstMetric(poolClaimsDesc, prometheus.CounterValue, float64(s.Claims), s.Mode)
+		ch <- prometheus.MustNewConstMetric(poolMissesDesc, prometheus.CounterValue, float64(s.Misses), s.Mode)
+		ch <- prometheus.MustNewConstMetric(poolFailedDesc, prometheus.CounterValue, float64(s.Failed), s.Mode)
+	}
 }
 
 // neuronCollector counts neurons by mode and status at each scrape, and

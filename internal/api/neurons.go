@@ -110,7 +110,14 @@ func (s *Server) createNeuron(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.forget(id)
-	st, err := m.Create(r.Context(), id, opts)
+	var st *sandbox.State
+	if p := s.opts.Pools[m.Mode()]; p != nil {
+		var from string
+		st, from, err = p.Create(r.Context(), id, opts)
+		why = joinReasons(why, from)
+	} else {
+		st, err = m.Create(r.Context(), id, opts)
+	}
 	var ar *sandbox.AlreadyRunningError
 	if errors.As(err, &ar) {
 		writeJSON(w, http.StatusOK, cortex.Created{Neuron: NeuronOf(ar.State), Started: false, ModeReason: why})
@@ -207,4 +214,12 @@ func (s *Server) checkImage(image string) error {
 	}
 	return cortex.APIError{Code: cortex.CodePolicyDenied, Message: fmt.Sprintf("image %q is neither one Cortex built (under %s, or an nsys-cortex-neuron tag) "+
 		"nor one the operator listed (api.images): an API client cannot base a neuron on any directory or image it names", image, s.opts.Set.Layout().ImagesDir())}
+}
+
+// joinReasons joins the reasons of a create's mode and of its pool.
+func joinReasons(a, b string) string {
+	if a == "" || b == "" {
+		return a + b
+	}
+	return a + "; " + b
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/nsys-cortex/cortex/internal/link"
 	"github.com/nsys-cortex/cortex/internal/protocol/errdefs"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
+	"github.com/nsys-cortex/cortex/internal/sandbox/pool"
 )
 
 // Defaults.
@@ -68,6 +69,9 @@ type Options struct {
 	// the operator's list (api.images). Anything else is refused: an API
 	// client must not base a neuron on any host directory it names.
 	Images []string
+	// Pools are the daemon's warm pools by mode (serve --pool): a create
+	// in a mode with one claims a warm neuron when it can.
+	Pools pool.Pools
 }
 
 // Server serves the API.
@@ -123,7 +127,7 @@ func New(opts Options) *Server {
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
-	s.metrics = newMetrics(opts.Set)
+	s.metrics = newMetrics(opts.Set, opts.Pools)
 	s.ports = s.portTransport()
 	s.startChats()
 	mux := http.NewServeMux()

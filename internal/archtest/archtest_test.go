@@ -46,7 +46,7 @@ func backend(p string) string {
 		return ""
 	}
 	b, _, _ := strings.Cut(rest, "/")
-	if b == "sandboxtest" || b == "internal" {
+	if b == "sandboxtest" || b == "internal" || b == "pool" {
 		return ""
 	}
 	return b

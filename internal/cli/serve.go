@@ -26,12 +26,14 @@ import (
 	"github.com/nsys-cortex/cortex/internal/logging"
 	"github.com/nsys-cortex/cortex/internal/portsign"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
+	"github.com/nsys-cortex/cortex/internal/sandbox/pool"
 )
 
 func (a *App) serveCommand() *cobra.Command {
 	var listen, domain string
+	var pools []string
 	cmd := &cobra.Command{
-		Use:   "serve [--listen ADDR]",
+		Use:   "serve [--listen ADDR] [--pool MODE=N]",
 		Short: shortServe,
 		Long: `Serve answers the HTTP API (api/openapi.yaml, docs/api.md) until SIGTERM or
 SIGINT, then stops accepting, lets requests in flight finish (up to
@@ -47,7 +49,13 @@ a neuron with network full shares the host's network. Without api.token
 (NSYS_CORTEX_API_TOKEN), serve makes one and keeps it in <home>/api.token
 (owner-only), which the CLI of the same home reads by itself; other
 clients send it as "Authorization: Bearer $(cat ~/.nsys-cortex/api.token)".
-Its log is <home>/logs/cortex.log (nsys-cortex logs [-f]).`,
+Its log is <home>/logs/cortex.log (nsys-cortex logs [-f]).
+
+--pool nsbox=8 (config key pool) keeps 8 nsbox neurons booted ahead and
+unnamed: a create of a new id with options they can give claims one in a
+millisecond or two, and the pool refills behind it. Warm neurons never
+appear in list, and serve removes those left unclaimed when it stops
+(docs/pool.md).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cfg, err := a.loadConfig()
@@ -63,6 +71,15 @@ Its log is <home>/logs/cortex.log (nsys-cortex logs [-f]).`,
 				if err := cfg.SetFlag("api.domain", domain); err != nil {
 					return err
 				}
+			}
+			if cmd.Flags().Changed("pool") {
+				if err := cfg.SetFlag("pool", strings.Join(pools, ",")); err != nil {
+					return err
+				}
+			}
+			poolSpecs, err := pool.ParseSpecs([]string{cfg.String("pool")})
+			if err != nil {
+				return err
 			}
 			addr, token := cfg.String("api.listen"), cfg.String("api.token")
 			lay, err := layout.FromEnv()
@@ -111,7 +128,13 @@ Its log is <home>/logs/cortex.log (nsys-cortex logs [-f]).`,
 			if err != nil {
 				return fmt.Errorf("the key that signs port URLs: %w", err)
 			}
-			srv := api.New(api.Options{Set: set, Version: a.Version, Token: token,
+			pool.Sweep(cmd.Context(), set, logger.For("pool"))
+			warm, err := pool.Start(set, poolSpecs, logger.For("pool"))
+			if err != nil {
+				return err
+			}
+			defer warm.Close()
+			srv := api.New(api.Options{Set: set, Version: a.Version, Token: token, Pools: warm,
 				MaxUpload: cfg.Bytes("api.max_upload"), Log: logger.For("api"), TermLocks: lay.TerminalLocksDir(),
 				Chat: chat, Images: splitList(cfg.String("api.images")), Domain: cfg.String("api.domain"), URLKey: urlKey,
 				Gate: &gate.Gate{Audit: launch.NewAudit(filepath.Join(lay.LogsDir(), "audit.log")), Layout: lay}})
@@ -131,6 +154,9 @@ Its log is <home>/logs/cortex.log (nsys-cortex logs [-f]).`,
 				log.Error("serve ended", "err", err)
 				return err
 			}
+			if err := warm.Close(); err != nil {
+				log.Warn("removing the pools' warm neurons", "err", err)
+			}
 			stopKeeper()
 			<-kept
 			a.handOverKeeper(set, log)
@@ -141,6 +167,7 @@ Its log is <home>/logs/cortex.log (nsys-cortex logs [-f]).`,
 	}
 	cmd.Flags().StringVar(&listen, "listen", api.DefaultListen, "address to listen on (api.listen)")
 	cmd.Flags().StringVar(&domain, "domain", "", "route <port>-<id>.DOMAIN to port of neuron id (api.domain; docs/ports.md)")
+	cmd.Flags().StringArrayVar(&pools, "pool", nil, "keep N warm neurons of MODE booted ahead, e.g. nsbox=8 (pool; docs/pool.md)")
 	return cmd
 }
 

@@ -182,3 +182,19 @@ func nonEmpty(s string) error {
 	}
 	return nil
 }
+
+// checkPools checks the form of the pool key (MODE=N,...); which modes can
+// keep a pool, serve says when it starts them.
+func checkPools(s string) error {
+	for _, part := range strings.Split(s, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		mode, n, ok := strings.Cut(part, "=")
+		if v, err := strconv.Atoi(n); !ok || mode == "" || err != nil || v < 0 {
+			return fmt.Errorf("%q is not MODE=N (e.g. nsbox=8)", part)
+		}
+	}
+	return nil
+}
