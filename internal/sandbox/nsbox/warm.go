@@ -48,8 +48,8 @@ func (r *runtime) Renamed(lay layout.Layout, from, to string) error {
 	return store.WriteJSON(f, dirs, 0o600)
 }
 
-// claimWait bounds PID 1's answer to a claim.
-const claimWait = 15 * time.Second
+// claimWait bounds PID 1's answer to a claim (a variable: tests shorten it).
+var claimWait = 15 * time.Second
 
 // Claim hands PID 1 the neuron's identity (boot.NsboxClaim); wait reads
 // its answer: PID 1 rebinds the agent, sets the hostname and /etc.

@@ -2,6 +2,7 @@ package sandboxtest
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -27,6 +28,7 @@ func RunWarmer(t *testing.T, cfg Config) {
 	t.Run("Refusals", func(t *testing.T) { testClaimRefusals(t, newFixture(t, cfg)) })
 	t.Run("AgentKilledAfterClaim", func(t *testing.T) { testClaimedAgentKilled(t, newFixture(t, cfg)) })
 	t.Run("DropAndSweep", func(t *testing.T) { testWarmDropSweep(t, newFixture(t, cfg)) })
+	t.Run("CleanupDuringClaims", func(t *testing.T) { testCleanupDuringClaims(t, newFixture(t, cfg)) })
 }
 
 func (f *fixture) warmer() (sandbox.Manager, sandbox.Warmer) {
@@ -162,6 +164,7 @@ func testClaimRefusals(t *testing.T, f *fixture) {
 		{"fresh", sandbox.CreateOptions{Image: "/nonexistent"}},
 		{"fresh", sandbox.CreateOptions{Limits: sandbox.Limits{Pids: 77}}},
 		{"fresh", sandbox.CreateOptions{Network: sandbox.Network{Mode: sandbox.NetworkFull}}},
+		{"fresh", sandbox.CreateOptions{Env: []string{"BIG=" + strings.Repeat("x", 40<<10)}}},
 	}
 	for _, r := range refusals {
 		if _, err := w.Claim(f.ctx, name, r.id, r.opts); !errors.Is(err, sandbox.ErrNotWarmable) {
@@ -172,6 +175,16 @@ func testClaimRefusals(t *testing.T, f *fixture) {
 		if _, err := w.Claim(f.ctx, name, id, sandbox.CreateOptions{}); err == nil || !errdefs.IsInvalid(err) {
 			t.Fatalf("claim as %q: %v", id, err)
 		}
+	}
+	// An environment the agent would refuse is refused before anything is
+	// renamed (an adversarial review's wedge: a claim failing half-way).
+	for _, env := range [][]string{{"A=\x00"}, {"=x"}, {"NOEQUALS"}} {
+		if _, err := w.Claim(f.ctx, name, "fresh", sandbox.CreateOptions{Env: env}); err == nil || !errdefs.IsInvalid(err) {
+			t.Fatalf("claim with env %q: %v", env, err)
+		}
+	}
+	if left := f.records("fresh"); len(left) != 0 {
+		t.Fatalf("refused claims left %v", left)
 	}
 	if _, err := w.Claim(f.ctx, "taken", "fresh", sandbox.CreateOptions{}); err == nil {
 		t.Fatal("a claim of an ordinary neuron went through")
@@ -255,4 +268,50 @@ func warmProcesses(name string) []int {
 		i := slices.Index(a, "--id")
 		return i >= 0 && i+1 < len(a) && a[i+1] == name
 	})
+}
+
+// Orphan cleanup in another process while claims go on never takes a
+// neuron being claimed (its PID 1 still named for the warm neuron) for an
+// orphan: every claim that succeeded runs.
+func testCleanupDuringClaims(t *testing.T, f *fixture) {
+	_, w := f.warmer()
+	const n = 8
+	names := make([]string, n)
+	for i := range names {
+		names[i] = f.warm(w)
+	}
+	cleaner := f.manager().(sandbox.OrphanCleaner)
+	stop := make(chan struct{})
+	done := make(chan []string)
+	go func() {
+		var killed []string
+		for {
+			select {
+			case <-stop:
+				done <- killed
+				return
+			default:
+			}
+			k, _ := cleaner.CleanupOrphans(f.ctx)
+			killed = append(killed, k...)
+		}
+	}()
+	for i, name := range names {
+		if _, err := w.Claim(f.ctx, name, fmt.Sprintf("busy%d", i), sandbox.CreateOptions{}); err != nil {
+			close(stop)
+			<-done
+			t.Fatalf("claim %d: %v", i, err)
+		}
+	}
+	close(stop)
+	if killed := <-done; len(killed) != 0 {
+		t.Fatalf("cleanup-orphans killed %v during the claims", killed)
+	}
+	m := f.manager()
+	for i := range n {
+		id := fmt.Sprintf("busy%d", i)
+		if got := f.shell(f.connect(m, id), "hostname"); got != id {
+			t.Fatalf("%s: %q", id, got)
+		}
+	}
 }

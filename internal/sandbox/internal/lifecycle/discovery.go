@@ -436,8 +436,13 @@ func (m *Manager) Close() error {
 // CleanupOrphans kills agents that run for this home but that no state file
 // knows about. It is never called automatically.
 func (m *Manager) CleanupOrphans(ctx context.Context) ([]string, error) {
-	var killed []string
+	// Warm neurons no live process holds; a warm name still running is
+	// one being claimed (or held): its holder's, not an orphan.
+	killed := m.SweepWarm(ctx)
 	for _, r := range m.running() {
+		if isWarm(r.ID) {
+			continue
+		}
 		st, err := m.readState(r.ID)
 		switch {
 		case err != nil: // no state file knows it

@@ -319,6 +319,9 @@ func checkCreate(opts sandbox.CreateOptions) error {
 		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
 			return &sandbox.InvalidError{Reason: fmt.Sprintf("environment entry %q is not KEY=VALUE", kv)}
 		}
+		if strings.IndexByte(kv, 0) >= 0 {
+			return &sandbox.InvalidError{Reason: fmt.Sprintf("environment entry %q holds a NUL byte", kv)}
+		}
 	}
 	return opts.CheckLifecycle()
 }

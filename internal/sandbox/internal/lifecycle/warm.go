@@ -39,6 +39,10 @@ import (
 // overlays/<id>/.warm naming it; discovery follows the two (running), and
 // clear removes them.
 
+// maxClaimEnv bounds the environment a claim carries (boot.MaxRebind
+// bounds the whole request); a create with more boots cold.
+const maxClaimEnv = 32 << 10
+
 // warmPrefix starts the name of a warm neuron.
 const warmPrefix = ".warm-"
 
@@ -93,6 +97,13 @@ func (m *Manager) WarmFor(opts sandbox.CreateOptions) string {
 		return "a /ctx mount"
 	case opts.BootTimeout != 0:
 		return "a boot timeout"
+	}
+	size := 0
+	for _, kv := range opts.Env {
+		size += len(kv) + 1
+	}
+	if size > maxClaimEnv {
+		return fmt.Sprintf("an environment of %d bytes (a claim carries at most %d)", size, maxClaimEnv)
 	}
 	return ""
 }
@@ -162,10 +173,11 @@ func (m *Manager) Claim(ctx context.Context, name, id string, opts sandbox.Creat
 	// The data first: the rename takes the id (or finds it taken, by a
 	// create that came first) in one step.
 	if err := unix.Renameat2(unix.AT_FDCWD, m.overlay(name), unix.AT_FDCWD, m.overlay(id), unix.RENAME_NOREPLACE); err != nil {
-		put()
 		if errors.Is(err, syscall.EEXIST) || errors.Is(err, syscall.ENOTEMPTY) {
+			put()
 			return nil, fmt.Errorf("%w: neuron %s has data already", ErrNotWarmable, id)
 		}
+		m.dropWarm(n) // as the contract says: any other error has removed it
 		return nil, fmt.Errorf("claiming a warm neuron as %s: %w", id, err)
 	}
 	st, err := m.claimWarm(ctx, c, n, name, id, opts)
@@ -190,7 +202,7 @@ func (m *Manager) claimWarm(ctx context.Context, c Claimer, n *neuron, name, id 
 	if err != nil {
 		return nil, fmt.Errorf("claiming a warm neuron as %s: %w", id, err)
 	}
-	if err := m.renameWarm(c, name, id); err != nil {
+	if err := m.renameWarm(c, n, name, id); err != nil {
 		wait()
 		return nil, err
 	}
@@ -230,12 +242,19 @@ func (m *Manager) claimWarm(ctx context.Context, c Claimer, n *neuron, name, id 
 
 // renameWarm moves the host's records of warm neuron name, but its
 // overlay directory, to id.
-func (m *Manager) renameWarm(c Claimer, name, id string) error {
+func (m *Manager) renameWarm(c Claimer, n *neuron, name, id string) error {
 	os.RemoveAll(m.socketDir(id)) // a leftover: no neuron had this id's data
 	if err := os.Rename(m.socketDir(name), m.socketDir(id)); err != nil {
 		return fmt.Errorf("the channel directory of %s: %w", id, err)
 	}
 	os.Rename(m.logFile(name), m.logFile(id))
+	// Until the claim is over, the neuron is one being created under its
+	// id (a lookup meanwhile says so, never the warm name).
+	st := n.state.Copy()
+	st.ID, st.SocketDir, st.OverlayPath, st.Status, st.Pending = id, m.socketDir(id), m.overlay(id), sandbox.StatusPending, true
+	if err := m.writeState(st); err != nil {
+		return err
+	}
 	if err := c.Renamed(m.lay, name, id); err != nil {
 		return err
 	}
@@ -250,7 +269,8 @@ func (m *Manager) renameWarm(c Claimer, name, id string) error {
 }
 
 // scrapClaim ends a warm neuron whose claim as id failed half-way: it and
-// everything of it under either name go.
+// everything of it under either name go, so that the cold create that
+// follows finds no data under id.
 func (m *Manager) scrapClaim(n *neuron, name, id string) {
 	m.Logf(id, "the claim as %s failed; the warm neuron is removed", id)
 	n.link.Close()
@@ -265,12 +285,19 @@ func (m *Manager) scrapClaim(n *neuron, name, id string) {
 		os.Remove(m.overlay(name))
 	}
 	uid := recordedUID(m.lay, id)
-	os.RemoveAll(m.overlay(id))
+	m.discard(id)                     // its disk of its own unmounted first
 	ReleaseIdentity(m.lay, name, uid) // whichever of the two the claim names
-	ReleaseIdentity(m.lay, id, uid)
 	os.Remove(m.logFile(id))
 	os.Remove(m.logFile(name))
 	n.lock.Release()
+	m.mu.Lock()
+	for _, k := range []string{name, id} {
+		if a := m.activities[k]; a != nil {
+			a.close()
+			delete(m.activities, k)
+		}
+	}
+	m.mu.Unlock()
 }
 
 // Drop implements sandbox.Warmer.
@@ -341,6 +368,9 @@ func (m *Manager) SweepWarm(ctx context.Context) []string {
 		_, held := m.neurons[name]
 		m.mu.Unlock()
 		if held || !e.IsDir() {
+			continue
+		}
+		if m.readMode(name) != m.rt.Mode() {
 			continue
 		}
 		lock := m.lockFor(name)

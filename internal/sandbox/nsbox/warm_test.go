@@ -1,0 +1,74 @@
+package nsbox_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nsys-cortex/cortex/internal/layout"
+	"github.com/nsys-cortex/cortex/internal/sandbox"
+	"github.com/nsys-cortex/cortex/internal/sandbox/nsbox"
+	"github.com/nsys-cortex/cortex/internal/sandbox/sandboxtest"
+	"github.com/nsys-cortex/cortex/internal/waittest"
+)
+
+// A claim whose PID 1 never answers (stopped here; a host under load, a
+// claim the agent refuses) fails, and removes the warm neuron whole — its
+// disk of its own unmounted first — so that the cold create that follows
+// finds no data under the id. (An adversarial review wedged an id this
+// way: the mounted disk kept the overlay directory from being removed.)
+func TestClaimCutShort(t *testing.T) {
+	requireNsbox(t)
+	defer nsbox.SetClaimWait(300 * time.Millisecond)()
+	e := env(t)
+	lay, err := layout.New(filepath.Join(sandboxtest.ShortTempDir(t), "h"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Layout = lay
+	withDisk := os.Geteuid() == 0 // a disk of its own where one can be had, as serve gives by default
+	if withDisk {
+		e.DefaultDisk = 96 << 20
+	}
+	m := nsbox.New(e)
+	t.Cleanup(func() { sandboxtest.DestroyAll(m); m.Close() })
+	ctx := context.Background()
+	name, err := m.Warm(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid1 := sandboxtest.Processes(func(a []string) bool {
+		return len(a) > 3 && a[1] == "init" && a[2] == "--id" && a[3] == name
+	})
+	if len(pid1) != 1 {
+		t.Fatalf("PID 1 of %s: %v", name, pid1)
+	}
+	if b, _ := os.ReadFile("/proc/self/mountinfo"); withDisk && !strings.Contains(string(b), lay.OverlayDir(name)) {
+		t.Fatalf("the warm neuron has no disk of its own mounted")
+	}
+	syscall.Kill(pid1[0], syscall.SIGSTOP)
+	defer syscall.Kill(pid1[0], syscall.SIGCONT)
+	if _, err := m.Claim(ctx, name, "wedge", sandbox.CreateOptions{}); err == nil {
+		t.Fatal("a claim PID 1 never answered went through")
+	}
+	for _, p := range []string{lay.OverlayDir("wedge"), lay.OverlayDir(name), lay.ChannelDir(nsbox.Mode, "wedge"), lay.ChannelDir(nsbox.Mode, name)} {
+		if _, err := os.Lstat(p); err == nil {
+			t.Fatalf("the failed claim left %s", p)
+		}
+	}
+	if b, _ := os.ReadFile("/proc/self/mountinfo"); strings.Contains(string(b), lay.Overlays) {
+		t.Fatalf("the failed claim left a mount under %s", lay.Overlays)
+	}
+	waittest.For(t, 10*time.Second, "PID 1 of the failed claim to end", func() bool { return syscall.Kill(pid1[0], 0) != nil })
+	st, err := m.Create(ctx, "wedge", sandbox.CreateOptions{})
+	if err != nil {
+		t.Fatalf("the cold create after the failed claim: %v", err)
+	}
+	if st.ID != "wedge" || st.Status != sandbox.StatusRunning {
+		t.Fatalf("%+v", st)
+	}
+}
