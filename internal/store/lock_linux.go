@@ -82,6 +82,10 @@ func (l *Lock) current() bool {
 	return a.Dev == b.Dev && a.Ino == b.Ino
 }
 
+// Moved records that the lock's file is now at path: its directory was
+// renamed, the lock (on the file, not its name) held on.
+func (l *Lock) Moved(path string) { l.path = path }
+
 // Release drops the lock (and closes the file).
 func (l *Lock) Release() {
 	if l.f != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/nsys-cortex/cortex/internal/layout"
 	"github.com/nsys-cortex/cortex/internal/link"
 	"github.com/nsys-cortex/cortex/internal/protocol"
+	"github.com/nsys-cortex/cortex/internal/protocol/errdefs"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
 	"github.com/nsys-cortex/cortex/internal/sandbox/nsbox"
 	"github.com/nsys-cortex/cortex/internal/sandbox/pool"
@@ -189,7 +190,7 @@ func TestConcurrentCreates(t *testing.T) {
 // A create the pool cannot serve is booted cold and says why; the warm
 // neuron stays for the next.
 func TestMisses(t *testing.T) {
-	m, _ := nsboxManager(t)
+	m, lay := nsboxManager(t)
 	p, err := pool.New(m, 1, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -211,11 +212,32 @@ func TestMisses(t *testing.T) {
 	if err != nil || why != "not from pool: it asks for limits of its own" {
 		t.Fatalf("create with limits: %q %v", why, err)
 	}
+	// Creates a claim must refuse (an invalid id or environment) are
+	// refused as a cold create refuses them, and cost the pool nothing: a
+	// review found each one leaked a running warm neuron.
+	for _, bad := range []struct {
+		id  string
+		env []string
+	}{{"bad", []string{"x"}}, {"bad", []string{"=x"}}, {"bad", []string{"A=\x00"}}, {"../bad", nil}} {
+		if _, _, err := p.Create(ctx, bad.id, sandbox.CreateOptions{Env: bad.env}); err == nil || !errdefs.IsInvalid(err) {
+			t.Fatalf("create %q with %q: %v", bad.id, bad.env, err)
+		}
+	}
+	if s := p.Stats(); s.Ready != 1 || s.Failed != 0 {
+		t.Fatalf("stats after the invalid creates: %+v", s)
+	}
 	if _, why, err = p.Create(ctx, "warm", sandbox.CreateOptions{}); err != nil || why != pool.Claimed {
 		t.Fatalf("create after the misses: %q %v", why, err)
 	}
-	if s := p.Stats(); s.Claims != 1 || s.Misses != 2 {
+	if s := p.Stats(); s.Claims != 1 || s.Misses != 6 {
 		t.Fatalf("stats %+v", s)
+	}
+	waitReady(t, p, 1)
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if dirs, _ := warmEntries(t, lay); len(dirs) != 0 {
+		t.Fatalf("after close: %v", dirs)
 	}
 }
 

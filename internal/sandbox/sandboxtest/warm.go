@@ -7,6 +7,9 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -171,15 +174,18 @@ func testClaimRefusals(t *testing.T, f *fixture) {
 			t.Fatalf("claim as %s with %+v: %v, want ErrNotWarmable", r.id, r.opts, err)
 		}
 	}
+	// Invalid ids, and environments the agent would refuse, are refused
+	// before anything is renamed (an adversarial review's wedge: a claim
+	// failing half-way), and leave the warm neuron for the next create
+	// (a second review: a pool that took them for a lost neuron leaked
+	// one running neuron per such create).
 	for _, id := range []string{"", "../x", ".warm-x", "a/b"} {
-		if _, err := w.Claim(f.ctx, name, id, sandbox.CreateOptions{}); err == nil || !errdefs.IsInvalid(err) {
+		if _, err := w.Claim(f.ctx, name, id, sandbox.CreateOptions{}); !errors.Is(err, sandbox.ErrNotWarmable) || !errdefs.IsInvalid(err) {
 			t.Fatalf("claim as %q: %v", id, err)
 		}
 	}
-	// An environment the agent would refuse is refused before anything is
-	// renamed (an adversarial review's wedge: a claim failing half-way).
 	for _, env := range [][]string{{"A=\x00"}, {"=x"}, {"NOEQUALS"}} {
-		if _, err := w.Claim(f.ctx, name, "fresh", sandbox.CreateOptions{Env: env}); err == nil || !errdefs.IsInvalid(err) {
+		if _, err := w.Claim(f.ctx, name, "fresh", sandbox.CreateOptions{Env: env}); !errors.Is(err, sandbox.ErrNotWarmable) || !errdefs.IsInvalid(err) {
 			t.Fatalf("claim with env %q: %v", env, err)
 		}
 	}
@@ -246,6 +252,20 @@ func testWarmDropSweep(t *testing.T, f *fixture) {
 	}
 	waittest.For(t, 10*time.Second, "the dropped neuron's processes to end", func() bool { return len(warmProcesses(name)) == 0 })
 
+	// A warm neuron that died while it waited is no claim's: the claim
+	// fails (the pool boots the create cold) and nothing of it is left.
+	dead := f.warm(w)
+	for _, pid := range warmProcesses(dead) {
+		syscall.Kill(pid, syscall.SIGKILL)
+	}
+	waittest.For(t, 10*time.Second, "the killed warm neuron to end", func() bool { return len(warmProcesses(dead)) == 0 })
+	if _, err := w.Claim(f.ctx, dead, "from-dead", sandbox.CreateOptions{}); err == nil || errors.Is(err, sandbox.ErrNotWarmable) {
+		t.Fatalf("a claim of a dead warm neuron: %v", err)
+	}
+	if left := append(f.records(dead), f.records("from-dead")...); len(left) != 0 {
+		t.Fatalf("the dead warm neuron left %v", left)
+	}
+
 	m1, w1 := f.warmer()
 	kept := f.warm(w)
 	orphan := f.warm(w1)
@@ -270,9 +290,10 @@ func warmProcesses(name string) []int {
 	})
 }
 
-// Orphan cleanup in another process while claims go on never takes a
-// neuron being claimed (its PID 1 still named for the warm neuron) for an
-// orphan: every claim that succeeded runs.
+// Orphan cleanup and lookups of the id in another process while claims go
+// on never take a neuron being claimed (its PID 1 still named for the
+// warm neuron; its state pending under the id) for an orphan or a dead
+// create: every claim succeeds and its neuron runs.
 func testCleanupDuringClaims(t *testing.T, f *fixture) {
 	_, w := f.warmer()
 	const n = 8
@@ -280,9 +301,27 @@ func testCleanupDuringClaims(t *testing.T, f *fixture) {
 	for i := range names {
 		names[i] = f.warm(w)
 	}
-	cleaner := f.manager().(sandbox.OrphanCleaner)
+	other := f.manager()
+	cleaner := other.(sandbox.OrphanCleaner)
 	stop := make(chan struct{})
 	done := make(chan []string)
+	var target atomic.Value // the id being claimed, looked up in a loop
+	target.Store("")
+	var looking sync.WaitGroup
+	looking.Add(1)
+	go func() {
+		defer looking.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if id := target.Load().(string); id != "" {
+				other.Get(f.ctx, id)
+			}
+		}
+	}()
 	go func() {
 		var killed []string
 		for {
@@ -297,12 +336,16 @@ func testCleanupDuringClaims(t *testing.T, f *fixture) {
 		}
 	}()
 	for i, name := range names {
-		if _, err := w.Claim(f.ctx, name, fmt.Sprintf("busy%d", i), sandbox.CreateOptions{}); err != nil {
+		id := fmt.Sprintf("busy%d", i)
+		target.Store(id)
+		if _, err := w.Claim(f.ctx, name, id, sandbox.CreateOptions{}); err != nil {
 			close(stop)
 			<-done
+			looking.Wait()
 			t.Fatalf("claim %d: %v", i, err)
 		}
 	}
+	defer looking.Wait()
 	close(stop)
 	if killed := <-done; len(killed) != 0 {
 		t.Fatalf("cleanup-orphans killed %v during the claims", killed)

@@ -139,11 +139,14 @@ func (m *Manager) Warm(ctx context.Context) (string, error) {
 
 // Claim implements sandbox.Warmer.
 func (m *Manager) Claim(ctx context.Context, name, id string, opts sandbox.CreateOptions) (*sandbox.State, error) {
+	// Refusals before anything is touched wrap ErrNotWarmable too: the
+	// warm neuron stays as it was, and the cold create the caller makes
+	// says what was wrong (an invalid id or environment: INVALID).
 	if err := validID(id); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: %w", ErrNotWarmable, err)
 	}
 	if err := checkCreate(opts); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: %w", ErrNotWarmable, err)
 	}
 	if why := m.WarmFor(opts); why != "" {
 		return nil, fmt.Errorf("%w: it asks for %s", ErrNotWarmable, why)
@@ -162,6 +165,13 @@ func (m *Manager) Claim(ctx context.Context, name, id string, opts sandbox.Creat
 	if n == nil || n.control == nil || !m.alive(n.state) {
 		if n != nil {
 			m.dropWarm(n)
+		} else if lock := m.lockFor(name); !isSymlink(m.overlay(name)) {
+			// Its agent died and was let go of: what is left goes.
+			if got, _ := lock.TryExclusive(); got {
+				m.clear(name)
+				m.discardWarm(name)
+				lock.Release()
+			}
 		}
 		return nil, &sandbox.NotRunningError{ID: name, Reason: "the warm neuron is gone"}
 	}
@@ -170,16 +180,33 @@ func (m *Manager) Claim(ctx context.Context, name, id string, opts sandbox.Creat
 		m.neurons[name] = n
 		m.mu.Unlock()
 	}
+	// Until the claim is over, the neuron is one being created under its
+	// id: its state says so from before the rename (a lookup, or a
+	// daemon killed half-way, never finds the warm name's state under
+	// the id), and this process's lookups wait for the claim.
+	defer m.markStarting(id)()
+	pending := n.state.Copy()
+	pending.ID, pending.SocketDir, pending.OverlayPath = id, m.socketDir(id), m.overlay(id)
+	pending.Status, pending.Pending, pending.CreatedAt = sandbox.StatusPending, true, time.Now().UTC()
+	if err := store.WriteJSON(m.stateFile(name), pending, 0o600); err != nil {
+		m.dropWarm(n)
+		return nil, err
+	}
 	// The data first: the rename takes the id (or finds it taken, by a
 	// create that came first) in one step.
 	if err := unix.Renameat2(unix.AT_FDCWD, m.overlay(name), unix.AT_FDCWD, m.overlay(id), unix.RENAME_NOREPLACE); err != nil {
 		if errors.Is(err, syscall.EEXIST) || errors.Is(err, syscall.ENOTEMPTY) {
+			if err := m.writeState(n.state); err != nil { // the warm neuron's own again
+				m.dropWarm(n)
+				return nil, err
+			}
 			put()
 			return nil, fmt.Errorf("%w: neuron %s has data already", ErrNotWarmable, id)
 		}
 		m.dropWarm(n) // as the contract says: any other error has removed it
 		return nil, fmt.Errorf("claiming a warm neuron as %s: %w", id, err)
 	}
+	n.lock.Moved(filepath.Join(m.overlay(id), ".lock"))
 	st, err := m.claimWarm(ctx, c, n, name, id, opts)
 	if err != nil {
 		m.scrapClaim(n, name, id)
@@ -202,7 +229,7 @@ func (m *Manager) claimWarm(ctx context.Context, c Claimer, n *neuron, name, id 
 	if err != nil {
 		return nil, fmt.Errorf("claiming a warm neuron as %s: %w", id, err)
 	}
-	if err := m.renameWarm(c, n, name, id); err != nil {
+	if err := m.renameWarm(c, name, id); err != nil {
 		wait()
 		return nil, err
 	}
@@ -242,19 +269,12 @@ func (m *Manager) claimWarm(ctx context.Context, c Claimer, n *neuron, name, id 
 
 // renameWarm moves the host's records of warm neuron name, but its
 // overlay directory, to id.
-func (m *Manager) renameWarm(c Claimer, n *neuron, name, id string) error {
+func (m *Manager) renameWarm(c Claimer, name, id string) error {
 	os.RemoveAll(m.socketDir(id)) // a leftover: no neuron had this id's data
 	if err := os.Rename(m.socketDir(name), m.socketDir(id)); err != nil {
 		return fmt.Errorf("the channel directory of %s: %w", id, err)
 	}
 	os.Rename(m.logFile(name), m.logFile(id))
-	// Until the claim is over, the neuron is one being created under its
-	// id (a lookup meanwhile says so, never the warm name).
-	st := n.state.Copy()
-	st.ID, st.SocketDir, st.OverlayPath, st.Status, st.Pending = id, m.socketDir(id), m.overlay(id), sandbox.StatusPending, true
-	if err := m.writeState(st); err != nil {
-		return err
-	}
 	if err := c.Renamed(m.lay, name, id); err != nil {
 		return err
 	}
@@ -281,7 +301,7 @@ func (m *Manager) scrapClaim(n *neuron, name, id string) {
 	os.RemoveAll(m.socketDir(name))
 	os.RemoveAll(m.socketDir(id))
 	m.rt.Released(m.lay, id) // its records moved with the overlay, whatever they name
-	if fi, err := os.Lstat(m.overlay(name)); err == nil && fi.Mode()&fs.ModeSymlink != 0 {
+	if isSymlink(m.overlay(name)) {
 		os.Remove(m.overlay(name))
 	}
 	uid := recordedUID(m.lay, id)
@@ -370,7 +390,9 @@ func (m *Manager) SweepWarm(ctx context.Context) []string {
 		if held || !e.IsDir() {
 			continue
 		}
-		if m.readMode(name) != m.rt.Mode() {
+		// A directory with no mode yet is one whose boot was cut short
+		// before anything started (or is under way: its lock is held).
+		if md := m.readMode(name); md != "" && md != m.rt.Mode() {
 			continue
 		}
 		lock := m.lockFor(name)
@@ -456,4 +478,10 @@ func (m *Manager) linkOptions(n *neuron) link.Options {
 		opts.HostView = hv.HostView(m.lay, n.id)
 	}
 	return opts
+}
+
+// isSymlink reports whether path is a symbolic link.
+func isSymlink(path string) bool {
+	fi, err := os.Lstat(path)
+	return err == nil && fi.Mode()&fs.ModeSymlink != 0
 }
