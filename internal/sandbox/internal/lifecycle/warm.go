@@ -175,10 +175,14 @@ func (m *Manager) Claim(ctx context.Context, name, id string, opts sandbox.Creat
 		}
 		return nil, &sandbox.NotRunningError{ID: name, Reason: "the warm neuron is gone"}
 	}
-	put := func() {
-		m.mu.Lock()
-		m.neurons[name] = n
-		m.mu.Unlock()
+	// PID 1 takes the claim (the agent rebound, the hostname and /etc)
+	// while the host moves the neuron's records to the id; from here on a
+	// failure removes the warm neuron.
+	secret := protocol.NewSecret()
+	wait, err := c.Claim(n.control, &boot.Rebind{Neuron: id, Secret: secret, Env: opts.Env})
+	if err != nil {
+		m.dropWarm(n)
+		return nil, fmt.Errorf("claiming a warm neuron as %s: %w", id, err)
 	}
 	// Until the claim is over, the neuron is one being created under its
 	// id: its state says so from before the rename (a lookup, or a
@@ -189,25 +193,23 @@ func (m *Manager) Claim(ctx context.Context, name, id string, opts sandbox.Creat
 	pending.ID, pending.SocketDir, pending.OverlayPath = id, m.socketDir(id), m.overlay(id)
 	pending.Status, pending.Pending, pending.CreatedAt = sandbox.StatusPending, true, time.Now().UTC()
 	if err := store.WriteJSON(m.stateFile(name), pending, 0o600); err != nil {
+		wait()
 		m.dropWarm(n)
 		return nil, err
 	}
 	// The data first: the rename takes the id (or finds it taken, by a
-	// create that came first) in one step.
+	// create that came first: rare, as the id had no data a moment ago;
+	// the warm neuron, told of the id already, goes) in one step.
 	if err := unix.Renameat2(unix.AT_FDCWD, m.overlay(name), unix.AT_FDCWD, m.overlay(id), unix.RENAME_NOREPLACE); err != nil {
+		wait()
+		m.dropWarm(n)
 		if errors.Is(err, syscall.EEXIST) || errors.Is(err, syscall.ENOTEMPTY) {
-			if err := m.writeState(n.state); err != nil { // the warm neuron's own again
-				m.dropWarm(n)
-				return nil, err
-			}
-			put()
-			return nil, fmt.Errorf("%w: neuron %s has data already", ErrNotWarmable, id)
+			return nil, fmt.Errorf("claiming a warm neuron as %s: a create of %s came first", id, id)
 		}
-		m.dropWarm(n) // as the contract says: any other error has removed it
 		return nil, fmt.Errorf("claiming a warm neuron as %s: %w", id, err)
 	}
 	n.lock.Moved(filepath.Join(m.overlay(id), ".lock"))
-	st, err := m.claimWarm(ctx, c, n, name, id, opts)
+	st, err := m.claimWarm(ctx, c, n, name, id, opts, secret, wait)
 	if err != nil {
 		m.scrapClaim(n, name, id)
 		return nil, err
@@ -220,26 +222,23 @@ func (m *Manager) Claim(ctx context.Context, name, id string, opts sandbox.Creat
 	return st, nil
 }
 
-// claimWarm does the work of Claim once the overlay directory is id's.
-// The runtime's claim goes on in the neuron while the host renames the
-// rest of its records.
-func (m *Manager) claimWarm(ctx context.Context, c Claimer, n *neuron, name, id string, opts sandbox.CreateOptions) (*sandbox.State, error) {
-	secret := protocol.NewSecret()
-	wait, err := c.Claim(n.control, &boot.Rebind{Neuron: id, Secret: secret, Env: opts.Env})
+// claimWarm does the work of Claim once the overlay directory is id's:
+// the rest of the records move while PID 1 takes the claim, then the
+// neuron is held as id.
+func (m *Manager) claimWarm(ctx context.Context, c Claimer, n *neuron, name, id string, opts sandbox.CreateOptions, secret string, wait func() error) (*sandbox.State, error) {
+	err := m.renameWarm(c, name, id)
+	if err == nil {
+		// Before PID 1's answer, as a cold create writes it before its
+		// agent connects: no host process knows the id yet.
+		err = store.WriteFileAtomic(m.secretFile(id), []byte(secret+"\n"), 0o600)
+	}
+	if werr := wait(); err == nil && werr != nil {
+		err = fmt.Errorf("claiming a warm neuron as %s: %w", id, werr)
+	}
 	if err != nil {
-		return nil, fmt.Errorf("claiming a warm neuron as %s: %w", id, err)
-	}
-	if err := m.renameWarm(c, name, id); err != nil {
-		wait()
 		return nil, err
-	}
-	if err := wait(); err != nil {
-		return nil, fmt.Errorf("claiming a warm neuron as %s: %w", id, err)
 	}
 	n.control.Close()
-	if err := store.WriteFileAtomic(m.secretFile(id), []byte(secret+"\n"), 0o600); err != nil {
-		return nil, err
-	}
 	if err := m.setLabels(id, opts.Labels); err != nil {
 		return nil, fmt.Errorf("labels of %s: %w", id, err)
 	}
