@@ -802,9 +802,13 @@ func (m *Manager) buryDead(id string, st *sandbox.State) {
 	m.clear(id)
 	st.Status = sandbox.StatusStopped
 	m.readSpec(id).fill(st)
+	if isWarm(id) {
+		m.discardWarm(id) // no one's yet: nothing of it is kept
+		return
+	}
 	ctx := context.Background()
-	if st.Pending || isWarm(id) {
-		return // a create that failed says so itself; a warm neuron is no one's yet
+	if st.Pending {
+		return // a create that failed says so itself
 	}
 	if oom != "" {
 		m.event(ctx, events.OOMKilled, st, oom)
