@@ -154,7 +154,12 @@ func TestServe(t *testing.T) {
 		t.Fatalf("the README's curl examples were not found (%d lines)", len(script))
 	}
 	sh := exec.Command("bash", "-euo", "pipefail", "-c", strings.Join(script, "\n"))
-	sh.Dir = "../.."
+	// In a directory of the test's own, with the README the lines upload:
+	// what they write (an export) never lands in the working tree.
+	sh.Dir = t.TempDir()
+	if err := os.WriteFile(filepath.Join(sh.Dir, "README.md"), readme, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	sh.Env = append(os.Environ(), "NSYS_CORTEX_API_URL="+url, "NSYS_CORTEX_HOME="+c.home)
 	if out, err := sh.CombinedOutput(); err != nil {
 		t.Fatalf("the README's curl lines: %v\n%s", err, out)
