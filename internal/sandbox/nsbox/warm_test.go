@@ -2,6 +2,7 @@ package nsbox_test
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -70,5 +71,59 @@ func TestClaimCutShort(t *testing.T) {
 	}
 	if st.ID != "wedge" || st.Status != sandbox.StatusRunning {
 		t.Fatalf("%+v", st)
+	}
+}
+
+// cleanup-orphans in another process never kills a neuron whose create is
+// under way: its state is pending and its process not recorded yet (the
+// moment between the agent's start and the state that names it), while
+// its creator holds its lock. A review of the warm pools saw it kill such
+// creates.
+func TestCleanupSparesCreates(t *testing.T) {
+	requireNsbox(t)
+	e := env(t)
+	lay, err := layout.New(filepath.Join(sandboxtest.ShortTempDir(t), "h"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Layout = lay
+	creator := nsbox.New(e)
+	t.Cleanup(func() { sandboxtest.DestroyAll(creator); creator.Close() })
+	ctx := context.Background()
+	st, err := creator.Create(ctx, "midway", sandbox.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// As the state is between the creator's two writes of it.
+	path := filepath.Join(st.OverlayPath, ".neuron.json")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec map[string]any
+	if err := json.Unmarshal(b, &rec); err != nil {
+		t.Fatal(err)
+	}
+	rec["pending"], rec["status"] = true, "pending"
+	delete(rec, "pid")
+	delete(rec, "pidStart")
+	mid, _ := json.Marshal(rec)
+	if err := os.WriteFile(path, mid, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	other := nsbox.New(e)
+	defer other.Close()
+	if killed, err := other.CleanupOrphans(ctx); err != nil || len(killed) != 0 {
+		t.Fatalf("cleanup-orphans killed %v (%v) while its create was under way", killed, err)
+	}
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := creator.Connect(ctx, "midway")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Health(ctx); err != nil {
+		t.Fatalf("the neuron after cleanup-orphans: %v", err)
 	}
 }

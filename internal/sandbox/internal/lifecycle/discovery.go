@@ -446,6 +446,8 @@ func (m *Manager) CleanupOrphans(ctx context.Context) ([]string, error) {
 		st, err := m.readState(r.ID)
 		switch {
 		case err != nil: // no state file knows it
+		case st.Pending && m.creating(r.ID):
+			continue // its create has not recorded its process yet
 		case m.tracker() != nil && !st.Pending && m.alive(st):
 			continue
 		case m.tracker() == nil && st.PID == r.PID:
@@ -459,6 +461,21 @@ func (m *Manager) CleanupOrphans(ctx context.Context) ([]string, error) {
 		}
 	}
 	return killed, nil
+}
+
+// creating reports whether a create of id is under way: in this process,
+// or in another that holds its lock (a creator that is gone holds none).
+func (m *Manager) creating(id string) bool {
+	m.mu.Lock()
+	_, here := m.starting[id]
+	m.mu.Unlock()
+	if here {
+		return true
+	}
+	lock := m.lockFor(id)
+	got, err := lock.TryExclusive()
+	lock.Release()
+	return err == nil && !got
 }
 
 // writeOwner records this process as the exclusive owner of an overlay.
