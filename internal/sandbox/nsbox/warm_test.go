@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -51,8 +52,14 @@ func TestClaimCutShort(t *testing.T) {
 	if b, _ := os.ReadFile("/proc/self/mountinfo"); withDisk && !strings.Contains(string(b), lay.OverlayDir(name)) {
 		t.Fatalf("the warm neuron has no disk of its own mounted")
 	}
-	syscall.Kill(pid1[0], syscall.SIGSTOP)
+	if err := syscall.Kill(pid1[0], syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
 	defer syscall.Kill(pid1[0], syscall.SIGCONT)
+	// A stop is not there when kill returns: every thread of PID 1 stops
+	// when it next enters the kernel (a CI run under load saw PID 1 answer
+	// the claim first).
+	waittest.For(t, 10*time.Second, "every thread of PID 1 to stop", func() bool { return allStopped(pid1[0]) })
 	if _, err := m.Claim(ctx, name, "wedge", sandbox.CreateOptions{}); err == nil {
 		t.Fatal("a claim PID 1 never answered went through")
 	}
@@ -126,4 +133,24 @@ func TestCleanupSparesCreates(t *testing.T) {
 	if _, err := c.Health(ctx); err != nil {
 		t.Fatalf("the neuron after cleanup-orphans: %v", err)
 	}
+}
+
+// allStopped reports whether every thread of process pid is stopped.
+func allStopped(pid int) bool {
+	tasks, err := os.ReadDir(filepath.Join("/proc", strconv.Itoa(pid), "task"))
+	if err != nil || len(tasks) == 0 {
+		return false
+	}
+	for _, task := range tasks {
+		b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "task", task.Name(), "stat"))
+		if err != nil {
+			return false
+		}
+		// pid (comm) state ...: the state follows the last ')'.
+		i := strings.LastIndexByte(string(b), ')')
+		if i < 0 || i+2 >= len(b) || b[i+2] != 'T' {
+			return false
+		}
+	}
+	return true
 }
