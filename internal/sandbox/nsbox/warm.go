@@ -11,17 +11,11 @@ import (
 
 	"github.com/nsys-cortex/cortex/internal/layout"
 	"github.com/nsys-cortex/cortex/internal/protocol/boot"
-	"github.com/nsys-cortex/cortex/internal/sandbox"
 	"github.com/nsys-cortex/cortex/internal/sandbox/internal/lifecycle"
 	"github.com/nsys-cortex/cortex/internal/store"
 )
 
 var _ lifecycle.Claimer = (*runtime)(nil)
-
-// Warmable: nsbox keeps warm neurons wherever it runs. (A disk of a
-// neuron's own is mounted inside its overlay directory, and goes with it
-// when a claim renames the directory.)
-func (r *runtime) Warmable(sandbox.Env) error { return nil }
 
 // Renamed renames the neuron's cgroups (named for the id: cgroupName) and
 // their record.

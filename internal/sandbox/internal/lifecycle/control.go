@@ -505,6 +505,17 @@ type activity struct {
 	f  *os.File
 }
 
+// dropActivity ends this process's activity of neuron id, if it has one.
+func (m *Manager) dropActivity(id string) {
+	m.mu.Lock()
+	a := m.activities[id]
+	delete(m.activities, id)
+	m.mu.Unlock()
+	if a != nil {
+		a.close()
+	}
+}
+
 // activityFor returns this process's activity of neuron id.
 func (m *Manager) activityFor(id string) *activity {
 	m.mu.Lock()

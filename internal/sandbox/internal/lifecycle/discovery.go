@@ -287,11 +287,8 @@ func (m *Manager) destroy(ctx context.Context, id string, opts sandbox.DestroyOp
 		// The hosts' writer locks of its terminals: the terminals went
 		// with the overlay (a lock still held is on a file no longer named).
 		os.RemoveAll(filepath.Join(m.lay.TerminalLocksDir(), id))
+		m.dropActivity(id)
 		m.mu.Lock()
-		if a := m.activities[id]; a != nil {
-			a.close()
-			delete(m.activities, id)
-		}
 		delete(m.guests, id)
 		m.mu.Unlock()
 	}

@@ -52,9 +52,6 @@ func isWarm(id string) bool { return strings.HasPrefix(id, warmPrefix) }
 // Claimer is implemented by runtimes whose neurons can be booted warm and
 // claimed later.
 type Claimer interface {
-	// Warmable says why this runtime cannot keep warm neurons under env
-	// (nil when it can).
-	Warmable(env sandbox.Env) error
 	// Renamed moves the runtime's own records of a neuron from one id to
 	// another, after the lifecycle renamed its overlay directory.
 	Renamed(lay layout.Layout, from, to string) error
@@ -64,21 +61,14 @@ type Claimer interface {
 	Claim(control *os.File, r *boot.Rebind) (wait func() error, err error)
 }
 
-// ErrNotWarmable: see sandbox.ErrNotWarmable.
-var ErrNotWarmable = sandbox.ErrNotWarmable
-
 var _ sandbox.Warmer = (*Manager)(nil)
 
 // Warmable implements sandbox.Warmer.
 func (m *Manager) Warmable() error {
-	c, ok := m.rt.(Claimer)
-	if !ok {
+	if _, ok := m.rt.(Claimer); !ok {
 		return &sandbox.UnsupportedError{Mode: m.rt.Mode(), Op: "warm pool", Reason: "this mode cannot keep neurons booted ahead of their create (nsbox can)"}
 	}
-	if err := m.rt.Allow(); err != nil {
-		return err
-	}
-	return c.Warmable(m.env)
+	return m.rt.Allow()
 }
 
 // WarmFor implements sandbox.Warmer: only what a warm neuron booted with
@@ -139,24 +129,24 @@ func (m *Manager) Warm(ctx context.Context) (string, error) {
 
 // Claim implements sandbox.Warmer.
 func (m *Manager) Claim(ctx context.Context, name, id string, opts sandbox.CreateOptions) (*sandbox.State, error) {
-	// Refusals before anything is touched wrap ErrNotWarmable too: the
+	// Refusals before anything is touched wrap sandbox.ErrNotWarmable too: the
 	// warm neuron stays as it was, and the cold create the caller makes
 	// says what was wrong (an invalid id or environment: INVALID).
 	if err := validID(id); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrNotWarmable, err)
+		return nil, fmt.Errorf("%w: %w", sandbox.ErrNotWarmable, err)
 	}
 	if err := checkCreate(opts); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrNotWarmable, err)
+		return nil, fmt.Errorf("%w: %w", sandbox.ErrNotWarmable, err)
 	}
 	if why := m.WarmFor(opts); why != "" {
-		return nil, fmt.Errorf("%w: it asks for %s", ErrNotWarmable, why)
+		return nil, fmt.Errorf("%w: it asks for %s", sandbox.ErrNotWarmable, why)
 	}
 	c, ok := m.rt.(Claimer)
 	if !ok || !isWarm(name) {
 		return nil, fmt.Errorf("%s is not a warm neuron of mode %s", name, m.rt.Mode())
 	}
 	if exists, _ := m.ownOverlay(id); exists {
-		return nil, fmt.Errorf("%w: neuron %s has data already", ErrNotWarmable, id)
+		return nil, fmt.Errorf("%w: neuron %s has data already", sandbox.ErrNotWarmable, id)
 	}
 	m.mu.Lock()
 	n := m.neurons[name]
@@ -165,13 +155,8 @@ func (m *Manager) Claim(ctx context.Context, name, id string, opts sandbox.Creat
 	if n == nil || n.control == nil || !m.alive(n.state) {
 		if n != nil {
 			m.dropWarm(n)
-		} else if lock := m.lockFor(name); !isSymlink(m.overlay(name)) {
-			// Its agent died and was let go of: what is left goes.
-			if got, _ := lock.TryExclusive(); got {
-				m.clear(name)
-				m.discardWarm(name)
-				lock.Release()
-			}
+		} else if !isSymlink(m.overlay(name)) {
+			m.sweepWarm(name) // its agent died and was let go of: what is left goes
 		}
 		return nil, &sandbox.NotRunningError{ID: name, Reason: "the warm neuron is gone"}
 	}
@@ -253,11 +238,8 @@ func (m *Manager) claimWarm(ctx context.Context, c Claimer, n *neuron, name, id 
 	claimed := &neuron{id: id, secret: secret, link: n.link, lock: n.lock, state: st, exited: n.exited, refused: n.refused}
 	path := filepath.Join(m.socketDir(id), filepath.Base(n.link.Path()))
 	n.link.Rebind(path, m.linkOptions(claimed))
+	m.dropActivity(name)
 	m.mu.Lock()
-	if a := m.activities[name]; a != nil {
-		a.close()
-		delete(m.activities, name)
-	}
 	// Held as the warm neuron was (its lock and owner record moved with
 	// its directory).
 	m.neurons[id] = claimed
@@ -309,14 +291,8 @@ func (m *Manager) scrapClaim(n *neuron, name, id string) {
 	os.Remove(m.logFile(id))
 	os.Remove(m.logFile(name))
 	n.lock.Release()
-	m.mu.Lock()
-	for _, k := range []string{name, id} {
-		if a := m.activities[k]; a != nil {
-			a.close()
-			delete(m.activities, k)
-		}
-	}
-	m.mu.Unlock()
+	m.dropActivity(name)
+	m.dropActivity(id)
 }
 
 // Drop implements sandbox.Warmer.
@@ -346,12 +322,7 @@ func (m *Manager) dropWarm(n *neuron) {
 	m.clear(n.id)
 	m.discardWarm(n.id)
 	n.lock.Release()
-	m.mu.Lock()
-	if a := m.activities[n.id]; a != nil {
-		a.close()
-		delete(m.activities, n.id)
-	}
-	m.mu.Unlock()
+	m.dropActivity(n.id)
 }
 
 // discardWarm removes what is left of warm neuron name that no longer runs.
@@ -394,24 +365,33 @@ func (m *Manager) SweepWarm(ctx context.Context) []string {
 		if md := m.readMode(name); md != "" && md != m.rt.Mode() {
 			continue
 		}
-		lock := m.lockFor(name)
-		if got, _ := lock.TryExclusive(); !got {
-			continue // its daemon still holds it
+		if m.sweepWarm(name) {
+			swept = append(swept, name)
 		}
-		if st, err := m.readState(name); err == nil {
-			m.stop(name, st)
-		}
-		for _, r := range m.running() {
-			if r.ID == name {
-				m.stopRunning(r)
-			}
-		}
-		m.clear(name)
-		m.discardWarm(name)
-		lock.Release()
-		swept = append(swept, name)
 	}
 	return swept
+}
+
+// sweepWarm stops and removes warm neuron name, which this process does
+// not hold, unless another process holds its lock; it reports whether it
+// did.
+func (m *Manager) sweepWarm(name string) bool {
+	lock := m.lockFor(name)
+	if got, _ := lock.TryExclusive(); !got {
+		return false // its daemon still holds it
+	}
+	defer lock.Release()
+	if st, err := m.readState(name); err == nil {
+		m.stop(name, st)
+	}
+	for _, r := range m.running() {
+		if r.ID == name {
+			m.stopRunning(r)
+		}
+	}
+	m.clear(name)
+	m.discardWarm(name)
+	return true
 }
 
 // warmFile names, in a claimed neuron's overlay, the warm neuron it was.
