@@ -94,8 +94,9 @@ type Pool struct {
 	wg     sync.WaitGroup
 }
 
-// New starts a pool of size warm neurons of m's mode. It removes what a
-// pool of a daemon that was killed left (SweepWarm) and starts filling.
+// New starts a pool of size warm neurons of m's mode and starts filling
+// it. (What a killed daemon's pool left is Sweep's, which serve runs at
+// its start.)
 func New(m sandbox.Manager, size int, log *slog.Logger) (*Pool, error) {
 	w, ok := m.(sandbox.Warmer)
 	if !ok {
@@ -113,9 +114,6 @@ func New(m sandbox.Manager, size int, log *slog.Logger) (*Pool, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &Pool{mode: m.Mode(), m: m, w: w, size: size, log: log, wake: make(chan struct{}, 1), ctx: ctx, cancel: cancel}
 	p.stats.Mode, p.stats.Size = p.mode, size
-	if swept := w.SweepWarm(ctx); len(swept) > 0 {
-		log.Info("pool: removed warm neurons a stopped daemon left", "mode", p.mode, "count", len(swept))
-	}
 	p.wg.Add(1)
 	go p.fill()
 	return p, nil
