@@ -21,8 +21,8 @@ func (a *App) forkCommand() *cobra.Command {
 		Long: `fork makes NEW, a running neuron with SRC's files as they are at one
 instant: a running SRC is paused for the copy and resumed after it, so
 the copy is consistent and SRC runs on. With --count N it makes N forks,
-NEW-1 ... NEW-N, from the same instant. In qemu mode a fork comes from a
-whole-machine snapshot: it runs on with SRC's memory and processes, with
+NEW-1 ... NEW-N, from the same instant. In the microVM modes (qemu,
+firecracker) a fork comes from a whole-machine snapshot: it runs on with SRC's memory and processes, with
 a channel secret, clock and RNG of its own. The copy shares data with SRC
 where the filesystem can (reflinks on btrfs or XFS); on ext4 the files
 are copied.

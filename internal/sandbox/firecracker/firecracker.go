@@ -295,8 +295,20 @@ func (r *runtime) Start(req *lifecycle.StartRequest) (*exec.Cmd, error) {
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	if restore != nil && restore.rebind != nil {
+		// A fork: its guest is its source's machine, whose agent would
+		// prove its source's secret; no bridge of this process dials it
+		// until it has taken the fork's identity.
+		for _, b := range r.bridges.of(id) {
+			b.hold()
+			defer b.release()
+		}
+	}
 	if restore != nil {
 		err = load(ctx, c)
+		if err == nil && restore.rebind != nil {
+			err = rebindGuest(ctx, j, restore.rebind)
+		}
 	} else {
 		err = configure(ctx, c, p.shape, BootArgs(BootSpec{Console: r.cfg.Console}))
 	}

@@ -83,6 +83,12 @@ func TestSnapshotterKVM(t *testing.T) {
 	sandboxtest.RunSnapshotter(t, kvmConformance(t))
 }
 
+// A fork runs on with its source's processes and files, under its own id
+// and secret, with randomness of its own.
+func TestForkerKVM(t *testing.T) {
+	sandboxtest.RunForker(t, kvmConformance(t))
+}
+
 // kvmConformance is the suites' configuration over this host's real
 // Firecracker (skipping where there is none).
 func kvmConformance(t *testing.T) sandboxtest.Config {

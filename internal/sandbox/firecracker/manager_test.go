@@ -514,11 +514,10 @@ func TestSnapshotterFake(t *testing.T) {
 	sandboxtest.RunSnapshotter(t, fakeConformance(t, nil))
 }
 
-// Fork is refused as unsupported, before anything is made.
-func TestForkFake(t *testing.T) {
-	cfg := fakeConformance(t, nil)
-	cfg.Lacks = map[string]string{"fork": "a restored Firecracker guest greets the host before it could take a fork's identity"}
-	sandboxtest.RunForker(t, cfg)
+// The fork suite against the fake, whose snapshots hold the guest's
+// files but not its processes (TestForkerKVM looks for them in real VMs).
+func TestForkerFake(t *testing.T) {
+	sandboxtest.RunForker(t, fakeConformance(t, nil))
 }
 
 // fakeConformance is the suites' configuration over a fixture of the
@@ -539,5 +538,63 @@ func fakeConformance(t testing.TB, fake func(*fakefc.Config)) sandboxtest.Config
 		Unconfined:   "the fake Firecracker runs its guest's agent on the host (TestConformanceKVM tries the escapes in real VMs)",
 		NoDiskWrites: "the fake Firecracker's guest writes to a host directory, not to the overlay disk (TestConformanceKVM tries the ceiling on real VMs)",
 		NoGuestState: "the fake Firecracker's guest is an agent on the host, which a restore starts afresh over the host directory it wrote to",
+	}
+}
+
+// A fork's guest is its source's machine: its agent holds the source's id
+// and secret until its PID 1 hands it the fork's. No host connection
+// reaches that agent before then (the fork's bridges are held across the
+// load), the fork serves its own id, and a guest that refuses the new
+// identity (a hostile one) is no fork: the fork fails and leaves nothing.
+func TestForkIdentity(t *testing.T) {
+	// The control port answers late: a bridge that dialled meanwhile
+	// would reach the agent first.
+	f := newFixtureWith(t, func(c *fakefc.Config) { c.CtlDelayMs = 300 })
+	ctx := f.ctx
+	if _, err := f.mgr.Create(ctx, "src", sandbox.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := f.mgr.Connect(ctx, "src")
+	if err != nil {
+		t.Fatal(err)
+	}
+	exec1(t, ctx, c, "echo from-src > f.txt")
+	if _, err := f.mgr.Fork(ctx, "src", []string{"kid"}, sandbox.ForkOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var rebinds []fakefc.CtlRecord
+	for _, r := range f.ctl("kid") {
+		if r.Rebind != "" {
+			rebinds = append(rebinds, r)
+		}
+	}
+	if len(rebinds) != 1 || rebinds[0].Rebind != "kid" || rebinds[0].Served != 0 || rebinds[0].SeedLen != 32 {
+		t.Fatalf("the fork's guest was told %+v; want one rebind to kid, before any host connection reached its agent", rebinds)
+	}
+	kc, err := f.mgr.Connect(ctx, "kid")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := exec1(t, ctx, kc, "echo $NSYS_CORTEX_NEURON; cat f.txt"); got != "kid\nfrom-src" {
+		t.Fatalf("the fork: %q", got)
+	}
+
+	// A guest that will not take the fork's identity.
+	h := newFixtureWith(t, func(c *fakefc.Config) { c.RefuseRebind = true })
+	if _, err := h.mgr.Create(h.ctx, "src", sandbox.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = h.mgr.Fork(h.ctx, "src", []string{"kid"}, sandbox.ForkOptions{})
+	if err == nil || !strings.Contains(err.Error(), "giving the fork its identity") || !strings.Contains(err.Error(), "takes no new identity") {
+		t.Fatalf("a fork whose guest refused its identity: %v", err)
+	}
+	if st, err := h.mgr.Get(h.ctx, "kid"); err == nil {
+		t.Fatalf("the refused fork is still known: %+v", st)
+	}
+	if exists(h.lay.OverlayDir("kid")) || exists(jailDir(h.cfg.ChrootBase, h.cfg.Firecracker, JailID(h.lay, "kid"))) {
+		t.Error("the refused fork left its data or its jail")
+	}
+	if st, err := h.mgr.Get(h.ctx, "src"); err != nil || st.Status != sandbox.StatusRunning {
+		t.Fatalf("the source after a refused fork: %+v, %v", st, err)
 	}
 }

@@ -2,6 +2,7 @@ package firecracker
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"os"
@@ -10,6 +11,8 @@ import (
 	"time"
 
 	"github.com/nsys-cortex/cortex/internal/layout"
+	"github.com/nsys-cortex/cortex/internal/protocol"
+	"github.com/nsys-cortex/cortex/internal/protocol/boot"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
 	"github.com/nsys-cortex/cortex/internal/sandbox/firecracker/vsock"
 	"github.com/nsys-cortex/cortex/internal/sandbox/internal/lifecycle"
@@ -46,8 +49,14 @@ type vmMeta struct {
 // it in Start (load, not boot), and Stop (no power-off of a VM whose disk
 // is being replaced).
 type restorePlan struct {
-	dir    string // the snapshot's directory
-	secret string // the channel secret the saved agent holds
+	dir string // the snapshot's directory
+	// secret is the channel secret the saved agent holds, or, for a
+	// restore under another id than the snapshot's (a fork), the fresh
+	// one rebind gives it.
+	secret string
+	// rebind is the identity the restored machine takes before any host
+	// reaches its agent (nil: its own).
+	rebind *boot.Rebind
 }
 
 // snapSecret is where a snapshot keeps its agent's channel secret
@@ -265,7 +274,14 @@ func (m *Manager) RestoreVM(ctx context.Context, id, name string) (*Restored, er
 		return nil, &sandbox.InvalidError{Reason: fmt.Sprintf("snapshot %q of %s was taken by an older nsys-cortex: its agent cannot prove "+
 			"it is the neuron's agent, so it is not restored (take a new snapshot of a neuron created by this version)", name, id)}
 	}
-	m.rt.restores.Set(id, &restorePlan{dir: dir, secret: secret})
+	plan := &restorePlan{dir: dir, secret: secret}
+	if snap.Neuron != id {
+		// Another neuron's machine (a fork): it serves this id, and proves
+		// a secret of its own, not its source's (Start rebinds it).
+		plan.rebind = &boot.Rebind{Neuron: id, Secret: protocol.NewSecret()}
+		plan.secret = plan.rebind.Secret
+	}
+	m.rt.restores.Set(id, plan)
 	defer m.rt.restores.Set(id, nil)
 	// The policy is the host's, never the snapshot's: a running neuron's
 	// network policy stays, a stopped one gets the default (none).
@@ -316,21 +332,40 @@ func (r *runtime) resyncGuest(ctx context.Context, lay layout.Layout, id string)
 		return ResyncReport{}, err
 	}
 	uds := j.host(jailVsock)
-	return r.resync.Resync(ctx, func(ctx context.Context, req *CtlRequest) (*CtlReply, error) {
-		// The guest's control port listens once the VM runs (it was
-		// listening when the snapshot was taken); retry only a refusal.
-		for {
-			reply, err := control(ctx, uds, req)
-			if err == nil || !vsock.Retryable(err) || ctx.Err() != nil {
-				return reply, err
-			}
-			select {
-			case <-ctx.Done():
-				return nil, err
-			case <-time.After(5 * time.Millisecond):
-			}
+	return r.resync.Resync(ctx, func(ctx context.Context, req *CtlRequest) (*CtlReply, error) { return controlRetry(ctx, uds, req) })
+}
+
+// controlRetry is control, tried again while the guest's control port
+// refuses: it listens once the VM runs (it was listening when the
+// snapshot was taken).
+func controlRetry(ctx context.Context, uds string, req *CtlRequest) (*CtlReply, error) {
+	for {
+		reply, err := control(ctx, uds, req)
+		if err == nil || !vsock.Retryable(err) || ctx.Err() != nil {
+			return reply, err
 		}
-	})
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+// rebindGuest tells a fork's guest, just resumed from its source's
+// snapshot, the identity it serves from now on (its PID 1 passes it to
+// the agent, then sets the host name), with the clock and a fresh seed as
+// any restore (the restore's resync sets them again and checks the
+// clock).
+func rebindGuest(ctx context.Context, j jail, rb *boot.Rebind) error {
+	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	seed := make([]byte, 32)
+	rand.Read(seed)
+	if _, err := controlRetry(ctx, j.host(jailVsock), &CtlRequest{Op: OpRestored, Time: time.Now(), Seed: seed, Rebind: rb}); err != nil {
+		return fmt.Errorf("giving the fork its identity: %w", err)
+	}
+	return nil
 }
 
 // powerOff asks neuron id's guest to end its processes, write its disks
@@ -347,12 +382,10 @@ func (r *runtime) powerOff(lay layout.Layout, id string) bool {
 	return err == nil
 }
 
-// Fork is refused: a fork of a machine must take its own identity before
-// its agent greets the host (qemu rebinds it while resuming), and a
-// Firecracker restore lets the agent greet the host first. A copy of the
-// disk alone would be no fork of a microVM (its processes and memory are
-// the point), so none is made.
-func (m *Manager) Fork(context.Context, string, []string, sandbox.ForkOptions) ([]*sandbox.State, error) {
-	return nil, &sandbox.UnsupportedError{Mode: Mode, Op: "fork",
-		Reason: "a restored Firecracker guest greets the host before it could take a fork's identity; qemu mode forks microVMs"}
+// Fork forks neuron src through a whole-machine snapshot: each fork runs
+// on with src's memory and processes (lifecycle.Manager.ForkWhole), under
+// an identity of its own that Start gives its guest before any host
+// reaches its agent.
+func (m *Manager) Fork(ctx context.Context, src string, dsts []string, opts sandbox.ForkOptions) ([]*sandbox.State, error) {
+	return m.Manager.ForkWhole(ctx, m, src, dsts, opts)
 }

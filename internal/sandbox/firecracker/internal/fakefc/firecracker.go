@@ -19,7 +19,10 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/nsys-cortex/cortex/internal/agent"
+	"github.com/nsys-cortex/cortex/internal/protocol/boot"
 	"github.com/nsys-cortex/cortex/internal/store"
 )
 
@@ -171,9 +174,10 @@ type guestConfig struct {
 
 // ctlRequest and ctlReply are the control port's lines (vminit's).
 type ctlRequest struct {
-	Op   string    `json:"op"`
-	Time time.Time `json:"time,omitzero"`
-	Seed []byte    `json:"seed,omitempty"`
+	Op     string       `json:"op"`
+	Time   time.Time    `json:"time,omitzero"`
+	Seed   []byte       `json:"seed,omitempty"`
+	Rebind *boot.Rebind `json:"rebind,omitempty"`
 }
 
 type ctlReply struct {
@@ -188,6 +192,10 @@ type CtlRecord struct {
 	Op       string    `json:"op"`
 	Time     time.Time `json:"time,omitzero"`
 	SeedLen  int       `json:"seedLen,omitempty"`
+	// Rebind is the neuron a restored machine was told it serves now, and
+	// Served how many host connections its agent had been given by then.
+	Rebind string `json:"rebind,omitempty"`
+	Served int    `json:"served"`
 }
 
 // guest is the fake VM's inside, as the image's PID 1 runs it: it reads
@@ -204,6 +212,15 @@ type guest struct {
 	cancel context.CancelFunc
 	ended  chan struct{} // closed when the agent's Run has returned
 	seq    int
+	home   string   // the directory under GuestRoot holding the guest's homes
+	rebind *os.File // PID 1's end of the agent's rebind socket
+}
+
+// savedGuest is the fake guest's state in a snapshot: its configuration
+// and a copy of its homes, as a real snapshot's disk holds them.
+type savedGuest struct {
+	guestConfig
+	HomeCopy string `json:"homeCopy,omitempty"`
 }
 
 // boot starts the guest; it listens after the boot delay.
@@ -237,7 +254,11 @@ func readConfig(vm *VM) (guestConfig, error) {
 	return c, fmt.Errorf("no config disk (a drive with id %s)", serialConfig)
 }
 
-func (g *guest) start(vm *VM, delay time.Duration) {
+func (g *guest) start(vm *VM, delay time.Duration) { g.startFrom(vm, delay, "") }
+
+// startFrom starts the guest, its homes a copy of restored (a snapshot's)
+// when set.
+func (g *guest) startFrom(vm *VM, delay time.Duration, restored string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.cancel != nil {
@@ -250,7 +271,7 @@ func (g *guest) start(vm *VM, delay time.Duration) {
 		return
 	}
 	g.conf, g.mux = conf, vm.Muxer
-	if err := g.mountHome(vm); err != nil {
+	if err := g.mountHome(vm, restored); err != nil {
 		die("fake guest: %v", err)
 	}
 	// The agent's commands inherit the configured environment, and nothing
@@ -267,8 +288,15 @@ func (g *guest) start(vm *VM, delay time.Duration) {
 	if err != nil {
 		die("fake guest: %v", err)
 	}
+	// The agent takes new identities from PID 1 (a fork), as
+	// boot.RebindFDFlag gives it one in a real guest.
+	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, 0)
+	if err != nil {
+		die("fake guest: %v", err)
+	}
+	g.rebind = os.NewFile(uintptr(pair[0]), "rebind")
 	a, err := agent.New(agent.Config{ID: conf.ID, Root: "/", Workdir: conf.Workdir, ChannelDir: chanDir, Secret: conf.Secret,
-		Version: "fake-guest", Logger: log.New(os.Stderr, "fake guest: ", log.LstdFlags)})
+		Rebind: os.NewFile(uintptr(pair[1]), "rebind-agent"), Version: "fake-guest", Logger: log.New(os.Stderr, "fake guest: ", log.LstdFlags)})
 	if err != nil {
 		die("fake guest: %v", err)
 	}
@@ -288,6 +316,11 @@ func (g *guest) start(vm *VM, delay time.Duration) {
 			return
 		}
 		mux.GuestListen(uint32(conf.VsockPort), func(c net.Conn) { g.toAgent(ctx, chanDir, c) })
+		select {
+		case <-time.After(time.Duration(g.cfg.CtlDelayMs) * time.Millisecond):
+		case <-ctx.Done():
+			return
+		}
 		mux.GuestListen(uint32(conf.CtlVsockPort), func(c net.Conn) { g.control(c) })
 	}()
 }
@@ -345,11 +378,23 @@ func (g *guest) control(c net.Conn) {
 		case opRestored:
 			if req.Time.IsZero() || len(req.Seed) < 32 {
 				reply = ctlReply{Error: "restored: needs the time and a seed of at least 32 bytes"}
+			} else if req.Rebind != nil && g.cfg.RefuseRebind {
+				reply = ctlReply{Error: "this guest takes no new identity"}
+			} else if req.Rebind != nil {
+				if err := boot.SendRebind(g.rebind, req.Rebind, 10*time.Second); err != nil {
+					reply = ctlReply{Error: err.Error()}
+				}
 			}
 		default:
 			reply = ctlReply{Error: fmt.Sprintf("unknown operation %q", req.Op)}
 		}
-		g.record(CtlRecord{Instance: g.instance, Op: req.Op, Time: req.Time, SeedLen: len(req.Seed)})
+		rec := CtlRecord{Instance: g.instance, Op: req.Op, Time: req.Time, SeedLen: len(req.Seed)}
+		if req.Rebind != nil {
+			g.mu.Lock()
+			rec.Rebind, rec.Served = req.Rebind.Neuron, g.seq
+			g.mu.Unlock()
+		}
+		g.record(rec)
 		reply.Time = time.Now()
 		b, _ := json.Marshal(reply)
 		if _, err := c.Write(append(b, '\n')); err != nil {
@@ -409,15 +454,29 @@ func ReadCtl(path string) ([]CtlRecord, error) {
 }
 
 // mountHome binds the guest's root and agent homes, from a directory that
-// belongs to the VM's overlay disk (by its ext4 UUID), where the image has
-// them, in the fake VM's own mount namespace: a neuron created again finds
-// its files, a wiped one (a new disk) does not, and the host sees none of
-// it.
-func (g *guest) mountHome(vm *VM) error {
-	key := "no-overlay-disk"
+// belongs to the VM's overlay disk, where the image has them, in the fake
+// VM's own mount namespace: a neuron created again finds its files, a
+// wiped one (a new disk) does not, and the host sees none of it. A
+// restored guest gets a copy of the homes its snapshot saved (restored),
+// and the disk it was restored with is marked as theirs.
+func (g *guest) mountHome(vm *VM, restored string) error {
+	disk := ""
 	for _, d := range vm.Drives {
 		if d.ID == serialOverlay {
-			key = diskKey(filepath.Join(os.Getenv("FAKEFC_ROOT"), filepath.Clean("/"+d.Path)))
+			disk = filepath.Join(os.Getenv("FAKEFC_ROOT"), filepath.Clean("/"+d.Path))
+		}
+	}
+	key := "no-overlay-disk"
+	if disk != "" {
+		key = diskKey(disk)
+	}
+	if restored != "" && disk != "" {
+		key = fmt.Sprintf("restored-%d-%d", os.Getpid(), time.Now().UnixNano())
+		if err := copyHome(filepath.Join(g.cfg.GuestRoot, restored), filepath.Join(g.cfg.GuestRoot, key)); err != nil {
+			return err
+		}
+		if err := unix.Setxattr(disk, homeXattr, []byte(key), 0); err != nil {
+			return fmt.Errorf("marking the restored disk: %w", err)
 		}
 	}
 	dir := filepath.Join(g.cfg.GuestRoot, key)
@@ -438,12 +497,37 @@ func (g *guest) mountHome(vm *VM) error {
 			return fmt.Errorf("binding %s: %w", m.at, err)
 		}
 	}
+	g.home = key
 	return nil
 }
 
-// diskKey identifies a disk image: its ext4 UUID (mkfs makes a new one per
-// disk), or its inode when it is no ext4 image.
+// homeXattr marks an overlay disk restored from a snapshot with the homes
+// the fake made for it: a copied disk keeps its ext4 UUID, and the homes
+// of the disk it was copied from are another neuron's (or another time's).
+const homeXattr = "user.fakefc.home"
+
+// copyHome copies a guest's homes, as they are, owners and links kept.
+func copyHome(from, to string) error {
+	if err := os.MkdirAll(from, 0o755); err != nil {
+		return err
+	}
+	if err := os.Mkdir(to, 0o755); err != nil {
+		return err
+	}
+	if _, err := store.CopyTree(context.Background(), from, to, store.CopyOptions{}); err != nil {
+		return fmt.Errorf("copying the guest's homes: %w", err)
+	}
+	return nil
+}
+
+// diskKey identifies a disk image: the homes a restore marked it with,
+// else its ext4 UUID (mkfs makes a new one per disk), or its inode when it
+// is no ext4 image.
 func diskKey(path string) string {
+	buf := make([]byte, 128)
+	if n, err := unix.Getxattr(path, homeXattr, buf); err == nil && n > 0 {
+		return string(buf[:n])
+	}
 	f, err := os.Open(path)
 	if err != nil {
 		return "missing"
@@ -521,20 +605,33 @@ func innermostPID(pid int) int {
 	return 0
 }
 
+// save is the guest's state for a snapshot: its configuration, and a
+// copy of its homes (the guest is paused), which a restore starts from.
 func (g *guest) save() json.RawMessage {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	b, _ := json.Marshal(g.conf)
+	sg := savedGuest{guestConfig: g.conf}
+	if g.home != "" {
+		sg.HomeCopy = fmt.Sprintf("snapshot-%d-%d", os.Getpid(), time.Now().UnixNano())
+		if err := copyHome(filepath.Join(g.cfg.GuestRoot, g.home), filepath.Join(g.cfg.GuestRoot, sg.HomeCopy)); err != nil {
+			fmt.Fprintf(os.Stderr, "fake guest: %v\n", err)
+			sg.HomeCopy = ""
+		}
+	}
+	b, _ := json.Marshal(sg)
 	return b
 }
 
 // restore brings the guest back from a snapshot, paused: its agent serves
-// again at once (it never went away inside the guest).
+// again at once (it never went away inside the guest), over a copy of the
+// homes the snapshot saved.
 func (g *guest) restore(vm *VM) {
 	if vm.Muxer == nil {
 		fmt.Fprintln(os.Stderr, "fake guest: the snapshot holds no vsock device")
 		return
 	}
 	vm.Muxer.SetPaused(true)
-	g.start(vm, 0)
+	var sg savedGuest
+	json.Unmarshal(vm.Guest, &sg)
+	g.startFrom(vm, 0, sg.HomeCopy)
 }

@@ -35,6 +35,12 @@ type Config struct {
 	CtlLog string `json:"ctlLog"`
 	// CgroupRoot stands for the cgroup v2 mount the jailer writes limits to.
 	CgroupRoot string `json:"cgroupRoot"`
+	// RefuseRebind makes the guests refuse a new identity, as a hostile
+	// (or older) guest would.
+	RefuseRebind bool `json:"refuseRebind,omitempty"`
+	// CtlDelayMs is how much later than the agent's port the control port
+	// listens: what a host dials meanwhile reaches the agent alone.
+	CtlDelayMs int `json:"ctlDelayMs,omitempty"`
 }
 
 // LoadConfig reads the configuration beside the executable this process
