@@ -24,6 +24,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Client talks to one daemon. It is safe for concurrent use.
@@ -126,6 +127,9 @@ func responseError(resp *http.Response) error {
 			Message: fmt.Sprintf("%s %s: %s: %s", resp.Request.Method, resp.Request.URL.Path, resp.Status, bytes.TrimSpace(b))}
 	}
 	eb.Error.Status = resp.StatusCode
+	if n, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && n >= 0 {
+		eb.Error.RetryAfter = time.Duration(n) * time.Second
+	}
 	return eb.Error.Typed()
 }
 

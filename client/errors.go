@@ -3,6 +3,7 @@ package cortex
 import (
 	"fmt"
 	"net/http"
+	"time"
 
 	"github.com/nsys-cortex/cortex/internal/protocol/errdefs"
 )
@@ -32,10 +33,14 @@ const (
 	CodeUnenforceable       Code = "UNENFORCEABLE"
 	CodeUnsupported         Code = "UNSUPPORTED"
 	CodeCapacity            Code = "CAPACITY"
-	CodeUnavailable         Code = "UNAVAILABLE"
-	CodeTimeout             Code = "TIMEOUT"
-	CodeBootFailed          Code = "BOOT_FAILED"
-	CodeInternal            Code = "INTERNAL"
+	// CodeRateLimited: the API key sent more requests, or holds more
+	// neurons, than its limits allow; APIError.RetryAfter says when to
+	// try again.
+	CodeRateLimited Code = "RATE_LIMITED"
+	CodeUnavailable Code = "UNAVAILABLE"
+	CodeTimeout     Code = "TIMEOUT"
+	CodeBootFailed  Code = "BOOT_FAILED"
+	CodeInternal    Code = "INTERNAL"
 )
 
 // codes is the SDK's one table of the codes: each one's HTTP status, the
@@ -57,6 +62,7 @@ var codes = []codeRow{
 	{CodeUnenforceable, http.StatusUnprocessableEntity, errdefs.Unenforceable, nil},
 	{CodeUnsupported, http.StatusNotImplemented, errdefs.Unsupported, nil},
 	{CodeCapacity, http.StatusServiceUnavailable, errdefs.Capacity, func(e APIError) error { return CapacityError{e} }},
+	{CodeRateLimited, http.StatusTooManyRequests, errdefs.RateLimited, func(e APIError) error { return RateLimitedError{e} }},
 	{CodeUnavailable, http.StatusServiceUnavailable, errdefs.Unavailable, nil},
 	{CodeTimeout, http.StatusGatewayTimeout, errdefs.Timeout, func(e APIError) error { return TimeoutError{e} }},
 	{CodeBootFailed, http.StatusBadGateway, errdefs.BootFailed, nil},
@@ -108,6 +114,9 @@ type APIError struct {
 	Status  int    `json:"-"`
 	Code    Code   `json:"code"`
 	Message string `json:"message"`
+	// RetryAfter is the answer's Retry-After (a RATE_LIMITED one's), 0
+	// when it had none.
+	RetryAfter time.Duration `json:"-"`
 }
 
 func (e APIError) Error() string { return fmt.Sprintf("%s (%s)", e.Message, e.Code) }
@@ -129,6 +138,7 @@ type (
 	TooLargeError       struct{ APIError }
 	CapacityError       struct{ APIError }
 	TimeoutError        struct{ APIError }
+	RateLimitedError    struct{ APIError }
 )
 
 func (e BadRequestError) Unwrap() error     { return e.APIError }
@@ -142,6 +152,7 @@ func (e ExistsError) Unwrap() error         { return e.APIError }
 func (e TooLargeError) Unwrap() error       { return e.APIError }
 func (e CapacityError) Unwrap() error       { return e.APIError }
 func (e TimeoutError) Unwrap() error        { return e.APIError }
+func (e RateLimitedError) Unwrap() error    { return e.APIError }
 
 // Typed returns the typed error of e's code (e itself for the others).
 func (e APIError) Typed() error {

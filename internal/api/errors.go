@@ -38,6 +38,7 @@ var codes = map[errdefs.Class]cortex.Code{
 	errdefs.Unauthorized:        cortex.CodeUnauthorized,
 	errdefs.Unavailable:         cortex.CodeUnavailable,
 	errdefs.Capacity:            cortex.CodeCapacity,
+	errdefs.RateLimited:         cortex.CodeRateLimited,
 	errdefs.BootFailed:          cortex.CodeBootFailed,
 	errdefs.Cancelled:           cortex.CodeUnavailable, // whoever asked is gone, or the daemon stops
 }

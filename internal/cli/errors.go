@@ -45,6 +45,7 @@ var outcomes = map[errdefs.Class]outcome{
 	errdefs.Unauthorized:        {spawnExit: ExitFailure},
 	errdefs.Unavailable:         {spawnExit: ExitFailure},
 	errdefs.Capacity:            {spawnExit: ExitFailure},
+	errdefs.RateLimited:         {spawnExit: ExitFailure},
 	errdefs.BootFailed:          {spawnExit: ExitFailure},
 	errdefs.Cancelled:           {spawnExit: ExitFailure},
 }

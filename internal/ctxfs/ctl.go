@@ -213,6 +213,7 @@ var errnos = map[errdefs.Class]syscall.Errno{
 	errdefs.Unauthorized:        syscall.EACCES,
 	errdefs.Unavailable:         syscall.EIO,
 	errdefs.Capacity:            syscall.EIO,
+	errdefs.RateLimited:         syscall.EAGAIN,
 	errdefs.BootFailed:          syscall.EIO,
 	errdefs.Cancelled:           syscall.EINTR,
 }

@@ -85,6 +85,10 @@ const (
 	BootFailed
 	// Cancelled: the caller went away or asked to stop.
 	Cancelled
+	// RateLimited: the caller sent more than its limit allows (an API
+	// key's request rate or neuron count); retry later (a kind of
+	// Unavailable).
+	RateLimited
 
 	numClasses
 )
@@ -111,6 +115,7 @@ var names = [numClasses]string{
 	Capacity:            "capacity",
 	BootFailed:          "boot failed",
 	Cancelled:           "cancelled",
+	RateLimited:         "rate limited",
 }
 
 // kindOf names the class a class is a kind of: IsPermission holds for a
@@ -120,6 +125,7 @@ var kindOf = map[Class]Class{
 	PathEscape:          Permission,
 	PolicyDenied:        Permission,
 	Capacity:            Unavailable,
+	RateLimited:         Unavailable,
 }
 
 // Unmapped returns the classes a boundary's table has no row for: each
@@ -288,6 +294,10 @@ func IsBootFailed(err error) bool { return is(err, BootFailed) }
 
 // IsCancelled reports whether err means the caller went away.
 func IsCancelled(err error) bool { return is(err, Cancelled) }
+
+// IsRateLimited reports whether err means the caller is over its limits
+// and should retry later.
+func IsRateLimited(err error) bool { return is(err, RateLimited) }
 
 // classError is an error of a class with a message, and what it wraps.
 type classError struct {

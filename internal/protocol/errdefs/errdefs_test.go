@@ -77,6 +77,7 @@ func TestEveryClass(t *testing.T) {
 		errdefs.Timeout: errdefs.IsTimeout, errdefs.Permission: errdefs.IsPermission, errdefs.PathEscape: errdefs.IsPathEscape,
 		errdefs.PolicyDenied: errdefs.IsPolicyDenied, errdefs.Unauthorized: errdefs.IsUnauthorized, errdefs.Unavailable: errdefs.IsUnavailable,
 		errdefs.Capacity: errdefs.IsCapacity, errdefs.BootFailed: errdefs.IsBootFailed, errdefs.Cancelled: errdefs.IsCancelled,
+		errdefs.RateLimited: errdefs.IsRateLimited,
 	}
 	for _, c := range errdefs.Classes() {
 		f := is[c]
