@@ -83,7 +83,7 @@ var layers = map[string]Layer{
 
 	"internal/sandbox": Execution, "internal/link": Execution, "internal/hostfs": Execution, "internal/transfer": Execution,
 	"internal/store": Execution, "internal/archive": Execution, "internal/treediff": Execution, "internal/labels": Execution, "internal/events": Execution, "internal/keeper": Execution,
-	"internal/policy": Execution, "internal/gate": Execution, "internal/term": Execution, "internal/tools": Execution,
+	"internal/policy": Execution, "internal/gate": Execution, "internal/apikey": Execution, "internal/term": Execution, "internal/tools": Execution,
 	"internal/launch": Execution, "internal/model": Execution, "internal/image": Execution, "internal/vmimage": Execution,
 	"internal/agentbin": Execution, "internal/fullbin": Execution, "internal/config": Execution, "internal/logging": Execution,
 

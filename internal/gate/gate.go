@@ -8,6 +8,10 @@
 // Who is governed by what:
 //   - the operator (the local CLI of the home's user, the API with the
 //     daemon's token) by nothing: every action is allowed, and recorded;
+//   - an API key (nsys-cortex token create) by its scopes and its
+//     selector: an action outside its scopes is denied, and a neuron whose
+//     labels its selector does not match is hidden (the API answers it as
+//     a neuron that does not exist);
 //   - a tool kit's agent by the kit's policy (internal/policy);
 //   - a neuron acting on the host through its own /ctx by the policy that
 //     governs the neuron: the one its tool kit was last opened with
@@ -18,11 +22,15 @@ package gate
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
+	"strings"
 
+	"github.com/nsys-cortex/cortex/internal/labels"
 	"github.com/nsys-cortex/cortex/internal/layout"
 	"github.com/nsys-cortex/cortex/internal/policy"
 	"github.com/nsys-cortex/cortex/internal/protocol/errdefs"
@@ -50,7 +58,61 @@ type Principal struct {
 	// Name tells principals of a kind apart (a key's name, a neuron's id,
 	// an agent's session); empty for the operator.
 	Name string
+	// Scopes, for an API key, are what it may do (nil: everything, the
+	// daemon's own token). See ScopeOf.
+	Scopes []Scope
+	// Selector, for an API key, picks the neurons it sees: by their
+	// labels (Request.Labels). The zero selector sees every neuron.
+	Selector labels.Selector
 }
+
+// Scope is a class of actions an API key may be given.
+type Scope string
+
+// The scopes. Every scope lets a key read what the host knows of the
+// neurons it sees (Read), as a key that may exec in a neuron may see it.
+const (
+	ScopeRead      Scope = "read"      // status, lists, events, metrics, snapshot lists
+	ScopeExec      Scope = "exec"      // exec, background processes, the neuron's ports
+	ScopeFiles     Scope = "files"     // reading and writing files, diffs
+	ScopeTerminals Scope = "terminals" // terminals
+	ScopeAdmin     Scope = "admin"     // everything: create, destroy, labels, snapshots, fork, export, import, sessions
+)
+
+// Scopes lists the scopes, in the order above.
+var Scopes = []Scope{ScopeRead, ScopeExec, ScopeFiles, ScopeTerminals, ScopeAdmin}
+
+// ScopeOf is the scope that allows action a (admin allows every one).
+func ScopeOf(a Action) Scope {
+	switch a {
+	case Read, SnapshotRead:
+		return ScopeRead
+	case Exec, ProcessStart, ProcessSignal, ProcessInput, ProcessRead, Port:
+		return ScopeExec
+	case FileRead, FileWrite:
+		return ScopeFiles
+	case TerminalOpen, TerminalInput, TerminalControl:
+		return ScopeTerminals
+	}
+	return ScopeAdmin
+}
+
+// Allows reports whether p's scopes allow action a.
+func (p Principal) Allows(a Action) bool {
+	if p.Scopes == nil {
+		return true
+	}
+	need := ScopeOf(a)
+	for _, s := range p.Scopes {
+		if s == need || s == ScopeAdmin || need == ScopeRead {
+			return true
+		}
+	}
+	return false
+}
+
+// Sees reports whether p may know of a neuron with these labels.
+func (p Principal) Sees(l labels.Set) bool { return p.Selector.Matches(l) }
 
 func (p Principal) String() string {
 	if p.Name == "" {
@@ -151,7 +213,10 @@ func Known(a Action) bool { _, ok := places[a]; return ok }
 type Request struct {
 	Principal Principal
 	Neuron    string // "" for an action on no neuron yet (a create without an id)
-	Action    Action
+	// Labels are the neuron's labels, which a principal's selector is
+	// matched against (the caller looks them up for such a principal).
+	Labels labels.Set
+	Action Action
 	// Detail is what the audit fact says of the arguments (a snapshot's
 	// name, a signal); never file contents or secrets.
 	Detail string
@@ -202,7 +267,24 @@ func (g *Gate) decide(r *Request, p *policy.Policy) policy.Decision {
 		return policy.Decision{Effect: policy.Deny, Rule: "gate", Reason: fmt.Sprintf("unknown action %q", r.Action)}
 	}
 	switch r.Principal.Kind {
-	case Operator, APIClient:
+	case APIClient:
+		if r.Action == Session && !r.Principal.Selector.Empty() {
+			return policy.Decision{Effect: policy.Deny, Rule: "gate sessions",
+				Reason: "a chat session drives neurons of its own choosing, and a key with a selector sees only some"}
+		}
+		if r.Neuron != "" && !r.Principal.Sees(r.Labels) {
+			return policy.Decision{Effect: policy.Deny, Rule: RuleHidden,
+				Reason: fmt.Sprintf("its labels are outside the key's selector %s", r.Principal.Selector)}
+		}
+		if !r.Principal.Allows(r.Action) {
+			return policy.Decision{Effect: policy.Deny, Rule: "gate scopes",
+				Reason: fmt.Sprintf("the key's scopes are %s; %s needs %s", scopeList(r.Principal.Scopes), r.Action, ScopeOf(r.Action))}
+		}
+		if r.Principal.Scopes != nil {
+			return policy.Decision{Effect: policy.Allow, Rule: "gate scopes", Reason: "within the key's scopes"}
+		}
+		return policy.Decision{Effect: policy.Allow, Rule: "gate api", Reason: "the operator may do anything"}
+	case Operator:
 		return policy.Decision{Effect: policy.Allow, Rule: "gate " + string(r.Principal.Kind), Reason: "the operator may do anything"}
 	case Agent:
 		if p == nil {
@@ -253,6 +335,53 @@ func (g *Gate) record(r *Request, d policy.Decision) {
 		f["reason"] = d.Reason
 	}
 	_ = g.Audit.Record("gate", f) // an audit log that cannot be written does not stop the host
+}
+
+// RuleHidden is the rule of a decision that denies a key a neuron it
+// does not see: its callers answer as for a neuron that does not exist, so
+// a tenant learns nothing of another's ids.
+const RuleHidden = "gate selector"
+
+// Hidden reports whether err is the gate hiding a neuron from a key.
+func Hidden(err error) bool {
+	var de *DeniedError
+	return errors.As(err, &de) && de.Decision.Rule == RuleHidden
+}
+
+func scopeList(s []Scope) string {
+	if len(s) == 0 {
+		return "none"
+	}
+	out := make([]string, len(s))
+	for i, v := range s {
+		out[i] = string(v)
+	}
+	return strings.Join(out, ",")
+}
+
+// ParseScopes reads a comma-separated list of scopes (repeats dropped).
+func ParseScopes(list string) ([]Scope, error) {
+	var out []Scope
+	for _, f := range strings.Split(list, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		ok := false
+		for _, s := range Scopes {
+			ok = ok || string(s) == f
+		}
+		if !ok {
+			return nil, fmt.Errorf("unknown scope %q (the scopes: %s)", f, scopeList(Scopes))
+		}
+		if !slices.Contains(out, Scope(f)) {
+			out = append(out, Scope(f))
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("no scope given (the scopes: %s)", scopeList(Scopes))
+	}
+	return out, nil
 }
 
 // DeniedError is an action the gate refused.

@@ -1,0 +1,367 @@
+// Package apikey keeps the API keys of a home: named bearer tokens with
+// scopes and a label selector, for the several teams or agents that share
+// one daemon (nsys-cortex token create/list/rm). A key's secret is 32
+// random bytes, shown once when it is made and kept only as its SHA-256;
+// the daemon finds a key by the hash of the token it is sent.
+//
+// The keys live in <home>/api-keys.json (owner-only), which the CLI
+// changes under a lock and replaces atomically; the daemon rereads it when
+// it changes, so a key made or removed takes effect on the next request.
+// When each key was last used is the daemon's to write, in a file of its
+// own (<home>/api-keys.used.json), so a busy daemon never rewrites the
+// keys.
+package apikey
+
+import (
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/nsys-cortex/cortex/internal/gate"
+	"github.com/nsys-cortex/cortex/internal/labels"
+	"github.com/nsys-cortex/cortex/internal/layout"
+	"github.com/nsys-cortex/cortex/internal/store"
+)
+
+// Prefix starts every key's token, so that a token found in a log or a
+// repository is recognizable as one of these.
+const Prefix = "cxk_"
+
+// Key is one API key as kept: never its secret.
+type Key struct {
+	Name string `json:"name"`
+	// Hash is "sha256:" and the hex SHA-256 of the whole token.
+	Hash   string       `json:"hash,omitempty"`
+	Scopes []gate.Scope `json:"scopes"`
+	// Selector is the labels a neuron needs for the key to see it; the
+	// neurons the key creates get them. Empty: every neuron.
+	Selector labels.Set `json:"selector,omitempty"`
+	Created  time.Time  `json:"created"`
+	// Rate (requests a second) and MaxNeurons (neurons it sees, running or
+	// paused) are the key's own limits; 0 takes the daemon's (api.key_rate,
+	// api.key_neurons).
+	Rate       float64 `json:"rate,omitempty"`
+	MaxNeurons int     `json:"maxNeurons,omitempty"`
+}
+
+// Principal is who the key acts as, for the gate.
+func (k *Key) Principal() gate.Principal {
+	return gate.Principal{Kind: gate.APIClient, Name: k.Name, Scopes: slices.Clone(k.Scopes), Selector: labels.SelectorFromSet(k.Selector)}
+}
+
+// Listed is a key with when it was last used (zero: never).
+type Listed struct {
+	Key
+	LastUsed time.Time `json:"lastUsed,omitzero"`
+}
+
+type keysFile struct {
+	Keys []Key `json:"keys"`
+}
+
+// Store is a home's keys.
+type Store struct {
+	path, lock, used string
+
+	mu     sync.Mutex
+	stamp  fileStamp
+	byHash map[string]*Key
+	// lastUsed is what this process saw; flushed to the used file at
+	// most every usedEvery.
+	lastUsed map[string]time.Time
+	flushed  time.Time
+}
+
+// usedEvery is how often a daemon writes when its keys were last used.
+const usedEvery = 10 * time.Second
+
+// Open returns the store of lay's home (nothing is read yet).
+func Open(lay layout.Layout) *Store {
+	return &Store{path: filepath.Join(lay.Home, "api-keys.json"), lock: filepath.Join(lay.Home, "api-keys.lock"),
+		used: filepath.Join(lay.Home, "api-keys.used.json"), lastUsed: map[string]time.Time{}}
+}
+
+var nameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$`)
+
+// CheckName refuses a name that is not 1-63 lower-case letters, digits,
+// '.', '_' or '-', starting and ending with a letter or digit.
+func CheckName(name string) error {
+	if !nameRE.MatchString(name) {
+		return fmt.Errorf("key name %q: 1-63 lower-case letters, digits, '.', '_' or '-', starting and ending with a letter or digit", name)
+	}
+	return nil
+}
+
+// ParseSelector reads a key's selector, KEY=VALUE[,KEY=VALUE...]: only
+// equalities, since the neurons the key creates get exactly these labels.
+func ParseSelector(s string) (labels.Set, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, nil
+	}
+	var parts []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			if !strings.Contains(p, "=") || strings.ContainsAny(p, "!()") {
+				return nil, fmt.Errorf("selector %q: a key's selector is KEY=VALUE pairs (the labels the key's neurons get)", s)
+			}
+			parts = append(parts, p)
+		}
+	}
+	set, err := labels.ParseSet(parts)
+	if err != nil {
+		return nil, fmt.Errorf("selector %q: %w", s, err)
+	}
+	return set, nil
+}
+
+// NewToken makes a key's token: Prefix and 32 random bytes, base64url.
+func NewToken() string {
+	var raw [32]byte
+	rand.Read(raw[:])
+	return Prefix + base64.RawURLEncoding.EncodeToString(raw[:])
+}
+
+// HashOf is what a key keeps of token.
+func HashOf(token string) string {
+	sum := sha256.Sum256([]byte(token))
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// ErrExists is a create of a name that is taken.
+var ErrExists = errors.New("a key of that name exists")
+
+// ErrNotFound is a remove of a name that is not there.
+var ErrNotFound = errors.New("no key of that name")
+
+// Create makes key k (its Hash and Created are set here) and returns its
+// token, which is never shown again.
+func (s *Store) Create(k Key) (string, *Key, error) {
+	if err := CheckName(k.Name); err != nil {
+		return "", nil, err
+	}
+	if len(k.Scopes) == 0 {
+		return "", nil, fmt.Errorf("key %s: no scope", k.Name)
+	}
+	if err := k.Selector.Validate(); err != nil {
+		return "", nil, fmt.Errorf("key %s: selector: %w", k.Name, err)
+	}
+	if k.Rate < 0 || k.MaxNeurons < 0 {
+		return "", nil, fmt.Errorf("key %s: a limit cannot be negative", k.Name)
+	}
+	token := NewToken()
+	k.Hash, k.Created = HashOf(token), time.Now().UTC().Truncate(time.Second)
+	err := s.change(func(f *keysFile) error {
+		for _, o := range f.Keys {
+			if o.Name == k.Name {
+				return fmt.Errorf("key %s: %w (nsys-cortex token rm %s first)", k.Name, ErrExists, k.Name)
+			}
+		}
+		f.Keys = append(f.Keys, k)
+		return nil
+	})
+	if err != nil {
+		return "", nil, err
+	}
+	return token, &k, nil
+}
+
+// Remove removes key name: the daemon refuses its token from its next
+// request on.
+func (s *Store) Remove(name string) error {
+	return s.change(func(f *keysFile) error {
+		i := slices.IndexFunc(f.Keys, func(k Key) bool { return k.Name == name })
+		if i < 0 {
+			return fmt.Errorf("key %s: %w (nsys-cortex token list shows them)", name, ErrNotFound)
+		}
+		f.Keys = slices.Delete(f.Keys, i, i+1)
+		return nil
+	})
+}
+
+// List returns the keys by name, each with when it was last used.
+func (s *Store) List() ([]Listed, error) {
+	f, err := s.read()
+	if err != nil {
+		return nil, err
+	}
+	var used map[string]time.Time
+	if err := store.ReadJSON(s.used, &used); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("the keys' last use (%s): %w", s.used, err)
+	}
+	out := make([]Listed, len(f.Keys))
+	for i, k := range f.Keys {
+		out[i] = Listed{Key: k, LastUsed: used[k.Name]}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+// Lookup finds the key whose token this is, rereading the keys when the
+// file changed; it notes the use. A token of no key gives nil.
+func (s *Store) Lookup(token string) (*Key, error) {
+	if !strings.HasPrefix(token, Prefix) {
+		return nil, nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.reload(); err != nil {
+		return nil, err
+	}
+	k := s.byHash[HashOf(token)]
+	if k == nil {
+		return nil, nil
+	}
+	now := time.Now().UTC().Truncate(time.Second)
+	s.lastUsed[k.Name] = now
+	if now.Sub(s.flushed) >= usedEvery {
+		s.flushLocked()
+	}
+	return k, nil
+}
+
+// Flush writes when each key was last used (a daemon stopping).
+func (s *Store) Flush() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.flushLocked()
+}
+
+func (s *Store) flushLocked() {
+	s.flushed = time.Now()
+	if len(s.lastUsed) == 0 {
+		return
+	}
+	var used map[string]time.Time
+	store.ReadJSON(s.used, &used)
+	if used == nil {
+		used = map[string]time.Time{}
+	}
+	for n, t := range s.lastUsed {
+		if t.After(used[n]) {
+			used[n] = t
+		}
+	}
+	for n := range used {
+		if !s.known(n) {
+			delete(used, n) // a removed key
+		}
+	}
+	_ = store.WriteJSON(s.used, used, 0o600) // a record of use, never worth failing a request
+}
+
+func (s *Store) known(name string) bool {
+	for _, k := range s.byHash {
+		if k.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+// fileStamp tells versions of the keys file apart.
+type fileStamp struct {
+	ino, size int64
+	mtime     int64
+	present   bool
+}
+
+func stampOf(path string) (fileStamp, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		if errors.Is(err, syscall.ENOENT) {
+			return fileStamp{}, nil
+		}
+		return fileStamp{}, err
+	}
+	return fileStamp{ino: int64(st.Ino), size: st.Size, mtime: st.Mtim.Nano(), present: true}, nil
+}
+
+// reload rereads the keys when the file is not the one read last.
+func (s *Store) reload() error {
+	st, err := stampOf(s.path)
+	if err != nil {
+		return fmt.Errorf("the API keys (%s): %w", s.path, err)
+	}
+	if s.byHash != nil && st == s.stamp {
+		return nil
+	}
+	f, err := s.read()
+	if err != nil {
+		return err
+	}
+	by := make(map[string]*Key, len(f.Keys))
+	for i := range f.Keys {
+		by[f.Keys[i].Hash] = &f.Keys[i]
+	}
+	s.byHash, s.stamp = by, st
+	return nil
+}
+
+// read reads the keys file; a missing one holds no keys. The file must
+// be the owner's alone: a key file others could write would let them
+// mint keys.
+func (s *Store) read() (*keysFile, error) {
+	var f keysFile
+	fi, err := os.Lstat(s.path)
+	if errors.Is(err, os.ErrNotExist) {
+		return &f, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("the API keys (%s): %w", s.path, err)
+	}
+	if !fi.Mode().IsRegular() || fi.Mode().Perm()&0o077 != 0 {
+		return nil, fmt.Errorf("the API keys (%s): not a regular file of mode 0600 (it is %s); refusing it", s.path, fi.Mode())
+	}
+	if err := store.ReadJSON(s.path, &f); err != nil {
+		return nil, fmt.Errorf("the API keys (%s): %w", s.path, err)
+	}
+	for _, k := range f.Keys {
+		if CheckName(k.Name) != nil || !strings.HasPrefix(k.Hash, "sha256:") || len(k.Hash) != len("sha256:")+64 || len(k.Scopes) == 0 {
+			return nil, fmt.Errorf("the API keys (%s): key %q is malformed", s.path, k.Name)
+		}
+		for _, sc := range k.Scopes {
+			if !slices.Contains(gate.Scopes, sc) {
+				return nil, fmt.Errorf("the API keys (%s): key %q has an unknown scope %q", s.path, k.Name, sc)
+			}
+		}
+	}
+	return &f, nil
+}
+
+// change applies fn to the keys under the home's key lock and replaces
+// the file atomically.
+func (s *Store) change(fn func(*keysFile) error) error {
+	if err := os.MkdirAll(filepath.Dir(s.path), 0o700); err != nil {
+		return err
+	}
+	lf, err := os.OpenFile(s.lock, os.O_RDWR|os.O_CREATE|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return fmt.Errorf("the API keys' lock: %w", err)
+	}
+	defer lf.Close()
+	if err := unix.Flock(int(lf.Fd()), unix.LOCK_EX); err != nil {
+		return fmt.Errorf("the API keys' lock: %w", err)
+	}
+	f, err := s.read()
+	if err != nil {
+		return err
+	}
+	if err := fn(f); err != nil {
+		return err
+	}
+	return store.WriteJSON(s.path, f, 0o600)
+}
