@@ -6,6 +6,7 @@ import (
 	"strconv"
 
 	cortex "github.com/nsys-cortex/cortex/client"
+	"github.com/nsys-cortex/cortex/internal/labels"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
 )
 
@@ -67,7 +68,9 @@ func (c *committedWriter) Write(p []byte) (int, error) {
 // whole before anything of it is used.
 func (s *Server) importNeuron(w http.ResponseWriter, r *http.Request) {
 	id := r.URL.Query().Get("id")
-	st, err := s.opts.Set.Import(r.Context(), r.Body, id)
+	// An import makes a stopped neuron: nothing counts against a key's
+	// neuron limit until it is started. A key's import gets its labels.
+	st, err := s.opts.Set.Import(r.Context(), r.Body, id, func(l labels.Set) (labels.Set, error) { return tenantImport(r, l), nil })
 	if err != nil {
 		writeError(w, err)
 		return
@@ -95,6 +98,16 @@ func (s *Server) diffNeuron(w http.ResponseWriter, r *http.Request) {
 	d, st, err := capability[sandbox.Differ](r, s, "diff")
 	if err != nil {
 		writeError(w, err)
+		return
+	}
+	// The other side is read too: a key sees it, or is told it is not
+	// there (the fork parent, when no side is given).
+	other := o.Against
+	if other == "" && o.Snapshot == "" {
+		other = st.ForkedFrom
+	}
+	if other != "" && other != st.ID && !s.tenantSees(r, other) {
+		hiddenNeuron(w, other)
 		return
 	}
 	res, err := d.Diff(r.Context(), st.ID, o)

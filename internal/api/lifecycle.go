@@ -79,6 +79,10 @@ func (s *Server) setLabels(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
+	if err := tenantChange(r, change); err != nil {
+		writeError(w, err)
+		return
+	}
 	l, st, err := capability[sandbox.Labeler](r, s, "labels")
 	if err != nil {
 		writeError(w, err)
@@ -212,7 +216,22 @@ func (s *Server) fork(w http.ResponseWriter, r *http.Request) {
 		if opts.Labels == nil {
 			opts.Labels = labels.Set{} // {} clears them: nil would keep them
 		}
+		if opts.Labels, err = tenantLabels(r, opts.Labels); err != nil {
+			writeError(w, err)
+			return
+		}
 	}
+	for _, id := range dsts {
+		if s.othersHold(r, id) {
+			writeError(w, idTaken(id))
+			return
+		}
+	}
+	release, ok := s.reserveNeurons(w, r, len(dsts))
+	if !ok {
+		return
+	}
+	defer release()
 	f, st, err := capability[sandbox.Forker](r, s, "fork")
 	if err != nil {
 		writeError(w, err)
@@ -314,6 +333,9 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
+	// A key sees the events of the neurons its selector matches (by the
+	// labels each event carries).
+	f.Selector = f.Selector.And(principalOf(r).Selector)
 	sse, ok := newSSE(w)
 	if !ok {
 		return

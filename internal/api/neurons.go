@@ -56,8 +56,9 @@ func (s *Server) listNeurons(w http.ResponseWriter, r *http.Request) {
 	out := struct {
 		Neurons []cortex.Neuron `json:"neurons"`
 	}{Neurons: make([]cortex.Neuron, 0, len(all))}
+	who := principalOf(r)
 	for _, st := range all {
-		if sel.Matches(st.Labels) {
+		if sel.Matches(st.Labels) && who.Sees(st.Labels) {
 			out.Neurons = append(out.Neurons, NeuronOf(st))
 		}
 	}
@@ -104,6 +105,15 @@ func (s *Server) createNeuron(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
+	if err := s.tenantCreate(r, id, &opts); err != nil {
+		writeError(w, err)
+		return
+	}
+	release, ok := s.reserveNeurons(w, r, 1)
+	if !ok {
+		return
+	}
+	defer release()
 	m, why, err := s.opts.Set.Resolve(r.Context(), req.Mode)
 	if err != nil {
 		writeError(w, err)
@@ -119,6 +129,10 @@ func (s *Server) createNeuron(w http.ResponseWriter, r *http.Request) {
 		st, err = m.Create(r.Context(), id, opts)
 	}
 	var ar *sandbox.AlreadyRunningError
+	if errors.As(err, &ar) && !principalOf(r).Sees(ar.State.Labels) {
+		writeError(w, idTaken(id)) // another tenant's, made meanwhile
+		return
+	}
 	if errors.As(err, &ar) {
 		writeJSON(w, http.StatusOK, cortex.Created{Neuron: NeuronOf(ar.State), Started: false, ModeReason: why})
 		return

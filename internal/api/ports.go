@@ -17,6 +17,7 @@ import (
 	"time"
 
 	cortex "github.com/nsys-cortex/cortex/client"
+	"github.com/nsys-cortex/cortex/internal/apikey"
 	"github.com/nsys-cortex/cortex/internal/ids"
 	"github.com/nsys-cortex/cortex/internal/portsign"
 	"github.com/nsys-cortex/cortex/internal/protocol/errdefs"
@@ -213,13 +214,13 @@ func (s *Server) portProxy(w http.ResponseWriter, r *http.Request) {
 
 // scrubPortRequest takes out of a request bound for a neuron what is the
 // host's: the cookie and query parameter of a signed URL, and every
-// Authorization value that holds the API's token (however the request
-// was let in); an app's own Authorization passes.
+// Authorization value that holds the API's token or an API key's
+// (however the request was let in); an app's own Authorization passes.
 func (s *Server) scrubPortRequest(out *http.Request) {
 	if vals := out.Header.Values("Authorization"); len(vals) > 0 {
 		out.Header.Del("Authorization")
 		for _, v := range vals {
-			if s.opts.Token == "" || !strings.Contains(v, s.opts.Token) {
+			if (s.opts.Token == "" || !strings.Contains(v, s.opts.Token)) && !strings.Contains(v, apikey.Prefix) {
 				out.Header.Add("Authorization", v)
 			}
 		}

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	cortex "github.com/nsys-cortex/cortex/client"
+	"github.com/nsys-cortex/cortex/internal/apikey"
 	"github.com/nsys-cortex/cortex/internal/events"
 	"github.com/nsys-cortex/cortex/internal/gate"
 	"github.com/nsys-cortex/cortex/internal/link"
@@ -72,6 +73,11 @@ type Options struct {
 	// Pools are the daemon's warm pools by mode (serve --pool): a create
 	// in a mode with one claims a warm neuron when it can.
 	Pools pool.Pools
+	// Keys are the API keys (nsys-cortex token create) taken besides
+	// Token: each acts with its scopes, on the neurons its selector sees.
+	Keys *apikey.Store
+	// KeyLimits are the limits of a key that sets none of its own.
+	KeyLimits KeyLimits
 }
 
 // Server serves the API.
@@ -88,6 +94,8 @@ type Server struct {
 	mu      sync.Mutex
 	clients map[string]*link.Client
 	chats   *chats
+
+	limits limiters // the API keys' request rates and neuron counts
 
 	// Streams that never end on their own (process output that follows,
 	// terminals) end when the daemon stops: streams is cancelled then,
@@ -220,12 +228,25 @@ func (s *Server) gated(r Route) http.HandlerFunc {
 		if g == nil {
 			g = &gate.Gate{}
 		}
-		p := gate.Principal{Kind: gate.APIClient}
+		p := principalOf(req)
 		if req.Context().Value(portAuthKey{}) == bySignature {
-			p.Name = "signed-url" // not the token's holder: audited apart
+			p = gate.Principal{Kind: gate.APIClient, Name: "signed-url"} // not the token's holder: audited apart
 		}
-		if err := g.Allow(req.Context(), &gate.Request{Principal: p, Neuron: req.PathValue("id"),
-			Action: r.Action, Detail: req.Method + " " + r.Pattern}, nil); err != nil {
+		id := req.PathValue("id")
+		gr := &gate.Request{Principal: p, Neuron: id, Action: r.Action, Detail: req.Method + " " + r.Pattern}
+		if id != "" && !p.Selector.Empty() {
+			// A key that sees some neurons only: the gate matches its
+			// selector against the neuron's labels (none: it is hidden,
+			// as a neuron that does not exist is).
+			if _, st, err := s.opts.Set.FindExact(req.Context(), id); err == nil {
+				gr.Labels = st.Labels
+			}
+		}
+		if err := g.Allow(req.Context(), gr, nil); err != nil {
+			if gate.Hidden(err) {
+				hiddenNeuron(w, id)
+				return
+			}
 			writeError(w, cortex.APIError{Code: cortex.CodePolicyDenied, Message: err.Error()})
 			return
 		}
@@ -260,6 +281,27 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		tokenOK := s.tokenOK(r)
+		if !tokenOK && bearer(r) != "" {
+			// An API key: it is let in as itself, within its rate.
+			k, err := s.lookupKey(r)
+			if err != nil {
+				s.log.Error("reading the API keys", "err", err)
+				writeError(w, cortex.APIError{Code: cortex.CodeInternal, Message: "the API keys cannot be read: " + err.Error()})
+				return
+			}
+			if k != nil {
+				if ok, wait := s.rateOK(k); !ok {
+					rateLimited(w, wait, fmt.Sprintf("key %s is over its request rate: retry after the time Retry-After gives", k.Name))
+					return
+				}
+				if r.URL.Path == "/metrics" && (len(k.Selector) > 0 || !k.Principal().Allows(gate.Read)) {
+					writeError(w, cortex.APIError{Code: cortex.CodePolicyDenied, Message: fmt.Sprintf(
+						"key %s may not read the daemon's metrics: they cover every neuron, and it sees only those of its selector %s", k.Name, k.Selector)})
+					return
+				}
+				r, tokenOK = withKey(r, k), true
+			}
+		}
 		if _, _, isPort := portTarget(r); isPort {
 			// A port of a neuron: the token, or a signed URL for it.
 			if tokenOK {

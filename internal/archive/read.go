@@ -84,6 +84,10 @@ func Open(r io.Reader) (*Reader, error) {
 // checks it against the manifest).
 func (ar *Reader) Record() Record { return ar.rec }
 
+// Relabel makes the neuron imported from ar get these labels instead of
+// those its record holds (an API key's tenant labels).
+func (ar *Reader) Relabel(l map[string]string) { ar.rec.Labels = l }
+
 // Close releases the reader.
 func (ar *Reader) Close() { ar.dec.Close() }
 

@@ -128,7 +128,7 @@ Home: ~/.nsys-cortex (NSYS_CORTEX_HOME). Mode: auto (NSYS_CORTEX_MODE).`,
 		a.mountCommand(), a.umountCommand(), a.snapshotCommand(),
 		a.labelCommand(), a.timeoutCommand(), a.pauseCommand(), a.resumeCommand(), a.forkCommand(),
 		a.portForwardCommand(), a.urlCommand(), a.exportCommand(), a.importCommand(), a.diffCommand(), a.statsCommand(), a.eventsCommand(),
-		a.keeperCommand(),
+		a.keeperCommand(), a.tokenCommand(),
 	)
 	return root
 }

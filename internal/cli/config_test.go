@@ -62,7 +62,7 @@ func TestConfigCommand(t *testing.T) {
 		{name: "env overrides", args: []string{"get", "api.listen"}, env: map[string]string{"NSYS_CORTEX_API_LISTEN": "127.0.0.1:9"}, wantOut: "127.0.0.1:9\n"},
 		{name: "set notes env", args: []string{"set", "api.listen", "0.0.0.0:3200"}, env: map[string]string{"NSYS_CORTEX_API_LISTEN": "127.0.0.1:9"},
 			wantStderr: "NSYS_CORTEX_API_LISTEN is set in this environment and overrides the file"},
-		{name: "get unknown", args: []string{"get", "api.lisen"}, wantErr: `unknown key "api.lisen"; known keys: allow_insecure_dev, api.domain, api.images, api.listen,`},
+		{name: "get unknown", args: []string{"get", "api.lisen"}, wantErr: `unknown key "api.lisen"; known keys: allow_insecure_dev, api.domain, api.images, api.key_neurons, api.key_rate, api.listen,`},
 		{name: "set unknown", args: []string{"set", "api.lisen", "x"}, wantErr: `unknown key "api.lisen"`},
 		{name: "set bad value", args: []string{"set", "api.max_upload", "lots"}, wantErr: `api.max_upload: "lots" is not a size`},
 		{name: "set bad enum", args: []string{"set", "docker.transport", "ssh"}, wantErr: "one of auto, unix, tcp"},

@@ -148,5 +148,5 @@ func (a *App) importNeuron(ctx context.Context, r io.Reader, id string) (*sandbo
 	if err := a.authorize(ctx, gate.Import, id); err != nil {
 		return nil, err
 	}
-	return set.Import(ctx, r, id)
+	return set.Import(ctx, r, id, nil)
 }

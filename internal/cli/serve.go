@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/nsys-cortex/cortex/internal/api"
+	"github.com/nsys-cortex/cortex/internal/apikey"
 	"github.com/nsys-cortex/cortex/internal/chatrun"
 	"github.com/nsys-cortex/cortex/internal/config"
 	"github.com/nsys-cortex/cortex/internal/gate"
@@ -128,6 +129,10 @@ appear in list, and serve removes those left unclaimed when it stops
 			if err != nil {
 				return fmt.Errorf("the key that signs port URLs: %w", err)
 			}
+			keys := apikey.Open(lay)
+			if _, err := keys.List(); err != nil {
+				return err // a key file that cannot be read is refused now, not at the first request
+			}
 			pool.Sweep(cmd.Context(), set, logger.For("pool"))
 			warm, err := pool.Start(set, poolSpecs, logger.For("pool"))
 			if err != nil {
@@ -137,7 +142,9 @@ appear in list, and serve removes those left unclaimed when it stops
 			srv := api.New(api.Options{Set: set, Version: a.Version, Token: token, Pools: warm,
 				MaxUpload: cfg.Bytes("api.max_upload"), Log: logger.For("api"), TermLocks: lay.TerminalLocksDir(),
 				Chat: chat, Images: splitList(cfg.String("api.images")), Domain: cfg.String("api.domain"), URLKey: urlKey,
+				Keys: keys, KeyLimits: api.KeyLimits{Rate: float64(cfg.Int("api.key_rate")), Neurons: cfg.Int("api.key_neurons")},
 				Gate: &gate.Gate{Audit: launch.NewAudit(filepath.Join(lay.LogsDir(), "audit.log")), Layout: lay}})
+			defer keys.Flush()
 			log := logger.For("serve")
 			// The home's keeper runs in the daemon for as long as it serves.
 			kctx, stopKeeper := context.WithCancel(cmd.Context())

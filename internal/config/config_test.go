@@ -45,15 +45,15 @@ func TestKeysSortedAndDefaultsValid(t *testing.T) {
 			t.Errorf("%s has no description", k.Name)
 		}
 	}
-	if len(keys) != 30 { // a key added or removed is a decision: update docs/config.md (go test -update)
-		t.Errorf("%d keys, want 30", len(keys))
+	if len(keys) != 32 { // a key added or removed is a decision: update docs/config.md (go test -update)
+		t.Errorf("%d keys, want 32", len(keys))
 	}
 }
 
 func TestLookupUnknown(t *testing.T) {
 	_, err := Lookup("api.lisen")
 	var uk *UnknownKeyError
-	if !errors.As(err, &uk) || !strings.Contains(err.Error(), `unknown key "api.lisen"; known keys: allow_insecure_dev, api.domain, api.images, api.listen, api.max_upload`) {
+	if !errors.As(err, &uk) || !strings.Contains(err.Error(), `unknown key "api.lisen"; known keys: allow_insecure_dev, api.domain, api.images, api.key_neurons, api.key_rate, api.listen, api.max_upload`) {
 		t.Fatalf("err = %v", err)
 	}
 	if k, err := Lookup("api.listen"); err != nil || k.Env != "NSYS_CORTEX_API_LISTEN" {
@@ -177,7 +177,7 @@ func TestLoadErrors(t *testing.T) {
 		name, body string
 		want       []string
 	}{
-		{"unknown key", `{"api.lisen": "x"}`, []string{`:1: unknown key "api.lisen"; known keys: allow_insecure_dev, api.domain, api.images, api.listen,`}},
+		{"unknown key", `{"api.lisen": "x"}`, []string{`:1: unknown key "api.lisen"; known keys: allow_insecure_dev, api.domain, api.images, api.key_neurons, api.key_rate, api.listen,`}},
 		{"string for bool", `{"log.console": "yes"}`, []string{`log.console: want true or false (a JSON boolean), got "yes"`}},
 		{"string for int", "{\n\"log.max_files\": \"3\"\n}", []string{`:2: log.max_files: want a whole number, 0 or more (a JSON number), got "3"`}},
 		{"fraction for int", `{"log.max_files": 1.5}`, []string{`log.max_files: want a whole number`}},

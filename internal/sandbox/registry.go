@@ -13,6 +13,7 @@ import (
 
 	"github.com/nsys-cortex/cortex/internal/archive"
 	"github.com/nsys-cortex/cortex/internal/ids"
+	"github.com/nsys-cortex/cortex/internal/labels"
 	"github.com/nsys-cortex/cortex/internal/layout"
 	"github.com/nsys-cortex/cortex/internal/protocol/errdefs"
 )
@@ -323,13 +324,21 @@ func (s *Set) Close() error {
 
 // Import reads an export from r and makes its neuron, stopped, under id
 // ("": the archive's own id), in the mode the archive was made in
-// (Exporter). The id must have no data in any mode.
-func (s *Set) Import(ctx context.Context, r io.Reader, id string) (*State, error) {
+// (Exporter). The id must have no data in any mode. relabel, when set,
+// gives the labels the neuron gets from those the archive holds.
+func (s *Set) Import(ctx context.Context, r io.Reader, id string, relabel func(labels.Set) (labels.Set, error)) (*State, error) {
 	ar, err := archive.Open(r)
 	if err != nil {
 		return nil, &InvalidError{Reason: err.Error(), Err: err}
 	}
 	defer ar.Close()
+	if relabel != nil {
+		l, err := relabel(labels.Set(ar.Record().Labels))
+		if err != nil {
+			return nil, err
+		}
+		ar.Relabel(l)
+	}
 	rec := ar.Record()
 	if id == "" {
 		id = rec.ID

@@ -64,7 +64,7 @@ func RunExporter(t *testing.T, cfg Config) {
 	// The set of one mode, over the manager at hand.
 	set := sandbox.NewSet(f.env, sandbox.Backend{Name: m.Mode(), Isolating: true, New: func(sandbox.Env) (sandbox.Manager, error) { return m, nil }})
 	start = time.Now()
-	imp, err := set.Import(f.ctx, bytes.NewReader(buf.Bytes()), "copy")
+	imp, err := set.Import(f.ctx, bytes.NewReader(buf.Bytes()), "copy", nil)
 	if err != nil {
 		t.Fatalf("import: %v", err)
 	}
@@ -90,12 +90,12 @@ func RunExporter(t *testing.T, cfg Config) {
 		t.Fatalf("the imported neuron's files: %q", got)
 	}
 	// An id with data is refused; so is a damaged archive, leaving nothing.
-	if _, err := set.Import(f.ctx, bytes.NewReader(buf.Bytes()), "copy"); err == nil || !strings.Contains(err.Error(), "exists") {
+	if _, err := set.Import(f.ctx, bytes.NewReader(buf.Bytes()), "copy", nil); err == nil || !strings.Contains(err.Error(), "exists") {
 		t.Fatalf("an import onto a neuron: %v", err)
 	}
 	bad := append([]byte{}, buf.Bytes()...)
 	bad = bad[:len(bad)*2/3]
-	if _, err := set.Import(f.ctx, bytes.NewReader(bad), "broken"); err == nil {
+	if _, err := set.Import(f.ctx, bytes.NewReader(bad), "broken", nil); err == nil {
 		t.Fatal("a truncated archive was imported")
 	}
 	if _, err := m.Get(f.ctx, "broken"); err == nil {
@@ -131,7 +131,7 @@ func RunExporterDisk(t *testing.T, cfg Config) {
 		t.Fatal(err)
 	}
 	set := sandbox.NewSet(f.env, sandbox.Backend{Name: m.Mode(), Isolating: true, New: func(sandbox.Env) (sandbox.Manager, error) { return m, nil }})
-	if _, err := set.Import(f.ctx, bytes.NewReader(buf.Bytes()), "disky2"); err != nil {
+	if _, err := set.Import(f.ctx, bytes.NewReader(buf.Bytes()), "disky2", nil); err != nil {
 		t.Fatalf("import onto a disk: %v", err)
 	}
 	if err := m.Destroy(f.ctx, "disky", sandbox.DestroyOptions{}); err != nil {

@@ -1,0 +1,277 @@
+package api
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+
+	cortex "github.com/nsys-cortex/cortex/client"
+	"github.com/nsys-cortex/cortex/internal/apikey"
+	"github.com/nsys-cortex/cortex/internal/gate"
+	"github.com/nsys-cortex/cortex/internal/labels"
+	"github.com/nsys-cortex/cortex/internal/protocol/errdefs"
+	"github.com/nsys-cortex/cortex/internal/sandbox"
+)
+
+// KeyLimits are the limits of an API key that sets none of its own.
+type KeyLimits struct {
+	// Rate is the requests a second a key may send (bursts of twice as
+	// many, at least 10); 0: no limit.
+	Rate float64
+	// Neurons is how many neurons, running or paused, a key may see
+	// before its creates are refused; 0: no limit.
+	Neurons int
+}
+
+// principalKey carries the request's principal (who the bearer token
+// names) from authenticate to the gate.
+type principalKey struct{}
+
+// principalOf is who r acts for: an API key, or the daemon's own token.
+func principalOf(r *http.Request) gate.Principal {
+	if p, ok := r.Context().Value(principalKey{}).(gate.Principal); ok {
+		return p
+	}
+	return gate.Principal{Kind: gate.APIClient}
+}
+
+// keyOf is the API key r was let in with (nil: the daemon's own token).
+func keyOf(r *http.Request) *apikey.Key {
+	k, _ := r.Context().Value(keyCtx{}).(*apikey.Key)
+	return k
+}
+
+type keyCtx struct{}
+
+// bearer is the credential of r's Authorization header.
+func bearer(r *http.Request) string {
+	scheme, cred, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !strings.EqualFold(scheme, "Bearer") {
+		return ""
+	}
+	return strings.TrimSpace(cred)
+}
+
+// lookupKey finds the API key r's bearer token is; nil when it is none.
+func (s *Server) lookupKey(r *http.Request) (*apikey.Key, error) {
+	if s.opts.Keys == nil {
+		return nil, nil
+	}
+	return s.opts.Keys.Lookup(bearer(r))
+}
+
+// withKey is r acting as key k.
+func withKey(r *http.Request, k *apikey.Key) *http.Request {
+	ctx := context.WithValue(r.Context(), principalKey{}, k.Principal())
+	return r.WithContext(context.WithValue(ctx, keyCtx{}, k))
+}
+
+// limiters holds each key's request rate and the creates it has under
+// way (counted against its neuron limit until they are done).
+type limiters struct {
+	mu       sync.Mutex
+	byKey    map[string]*rate.Limiter
+	creating map[string]int
+}
+
+// rateOK takes one request from key k's allowance, or says how long to
+// wait for one.
+func (s *Server) rateOK(k *apikey.Key) (bool, time.Duration) {
+	perSec := k.Rate
+	if perSec == 0 {
+		perSec = s.opts.KeyLimits.Rate
+	}
+	if perSec <= 0 {
+		return true, 0
+	}
+	l := &s.limits
+	l.mu.Lock()
+	if l.byKey == nil {
+		l.byKey = map[string]*rate.Limiter{}
+	}
+	lim := l.byKey[k.Name]
+	if lim == nil || lim.Limit() != rate.Limit(perSec) {
+		lim = rate.NewLimiter(rate.Limit(perSec), max(10, int(math.Ceil(2*perSec))))
+		l.byKey[k.Name] = lim
+	}
+	l.mu.Unlock()
+	res := lim.Reserve()
+	if d := res.Delay(); d > 0 {
+		res.Cancel()
+		return false, d
+	}
+	return true, 0
+}
+
+// rateLimited answers 429 with a Retry-After of whole seconds.
+func rateLimited(w http.ResponseWriter, wait time.Duration, msg string) {
+	w.Header().Set("Retry-After", strconv.Itoa(max(1, int(math.Ceil(wait.Seconds())))))
+	writeError(w, cortex.APIError{Code: cortex.CodeRateLimited, Message: msg})
+}
+
+// reserveNeurons counts n new neurons against the neuron limit of the
+// key r was let in with; it answers 429 itself and returns ok false when
+// they do not fit. Call release when the creates are done (made or not).
+func (s *Server) reserveNeurons(w http.ResponseWriter, r *http.Request, n int) (release func(), ok bool) {
+	k := keyOf(r)
+	if k == nil {
+		return func() {}, true
+	}
+	limit := k.MaxNeurons
+	if limit == 0 {
+		limit = s.opts.KeyLimits.Neurons
+	}
+	if limit <= 0 {
+		return func() {}, true
+	}
+	all, err := s.opts.Set.List(r.Context())
+	if err != nil {
+		writeError(w, err)
+		return nil, false
+	}
+	p := k.Principal()
+	held := 0
+	for _, st := range all {
+		if (st.Status == sandbox.StatusRunning || st.Status == sandbox.StatusPaused) && p.Sees(st.Labels) {
+			held++
+		}
+	}
+	l := &s.limits
+	l.mu.Lock()
+	if l.creating == nil {
+		l.creating = map[string]int{}
+	}
+	if busy := held + l.creating[k.Name]; busy+n > limit {
+		l.mu.Unlock()
+		rateLimited(w, 5*time.Second, fmt.Sprintf("key %s may hold %d neurons (running or paused) and holds %d: stop or destroy one first", k.Name, limit, busy))
+		return nil, false
+	}
+	l.creating[k.Name] += n
+	l.mu.Unlock()
+	return func() {
+		l.mu.Lock()
+		l.creating[k.Name] -= n
+		l.mu.Unlock()
+	}, true
+}
+
+// tenantLabels gives the labels a neuron made by r's key gets: want (the
+// request's) with the key's selector's labels, which it may not contradict.
+func tenantLabels(r *http.Request, want labels.Set) (labels.Set, error) {
+	k := keyOf(r)
+	if k == nil || len(k.Selector) == 0 {
+		return want, nil
+	}
+	out := want.Clone()
+	if out == nil {
+		out = labels.Set{}
+	}
+	for key, v := range k.Selector {
+		if got, ok := out[key]; ok && got != v {
+			return nil, cortex.APIError{Code: cortex.CodePolicyDenied, Message: fmt.Sprintf(
+				"labels: %s=%s is outside key %s's selector %s (its neurons are labelled %s=%s)", key, got, k.Name, k.Selector, key, v)}
+		}
+		out[key] = v
+	}
+	return out, nil
+}
+
+// tenantImport gives the labels a neuron imported by r's key gets: the
+// archive's, with the key's selector's labels put over them (an archive
+// is data, whoever's it was; the import is the key's).
+func tenantImport(r *http.Request, archived labels.Set) labels.Set {
+	k := keyOf(r)
+	if k == nil || len(k.Selector) == 0 {
+		return archived
+	}
+	out := archived.Clone()
+	if out == nil {
+		out = labels.Set{}
+	}
+	for key, v := range k.Selector {
+		out[key] = v
+	}
+	return out
+}
+
+// hiddenNeuron is what a key is told of a neuron its selector does not
+// match: what it would be told of one that does not exist.
+func hiddenNeuron(w http.ResponseWriter, id string) {
+	writeError(w, &sandbox.NotFoundError{ID: id})
+}
+
+// tenantCreate fits a create of id by r's key to its selector: a neuron
+// of that id that the key does not see is not its to start (its id is
+// taken); the neuron gets the selector's labels (an existing one keeps
+// its own unless the create gives labels).
+func (s *Server) tenantCreate(r *http.Request, id string, opts *sandbox.CreateOptions) error {
+	k := keyOf(r)
+	if k == nil || len(k.Selector) == 0 {
+		return nil
+	}
+	if _, st, err := s.opts.Set.FindExact(r.Context(), id); err == nil {
+		if !k.Principal().Sees(st.Labels) {
+			return idTaken(id)
+		}
+		if opts.Labels == nil {
+			return nil
+		}
+	}
+	l, err := tenantLabels(r, opts.Labels)
+	opts.Labels = l
+	return err
+}
+
+// idTaken answers a key's create of an id another tenant holds. (That the
+// id is taken is all it learns: ids are one namespace; a create without
+// an id gets a fresh one.)
+func idTaken(id string) error {
+	return errdefs.Errorf(errdefs.Exists, "neuron id %s is taken: choose another, or leave the id out for a fresh one", id)
+}
+
+// othersHold reports whether neuron id exists and r's principal does not
+// see it (a new neuron's id another tenant holds).
+func (s *Server) othersHold(r *http.Request, id string) bool {
+	p := principalOf(r)
+	if p.Selector.Empty() {
+		return false
+	}
+	_, st, err := s.opts.Set.FindExact(r.Context(), id)
+	return err == nil && !p.Sees(st.Labels)
+}
+
+// tenantSees reports whether r's principal sees neuron id (a second
+// neuron a request names: a diff's other side).
+func (s *Server) tenantSees(r *http.Request, id string) bool {
+	p := principalOf(r)
+	if p.Selector.Empty() {
+		return true
+	}
+	_, st, err := s.opts.Set.FindExact(r.Context(), id)
+	return err == nil && p.Sees(st.Labels)
+}
+
+// tenantChange refuses a label change by r's key that would take a
+// neuron out of its selector (or into another tenant's).
+func tenantChange(r *http.Request, c labels.Change) error {
+	k := keyOf(r)
+	if k == nil {
+		return nil
+	}
+	for key, v := range k.Selector {
+		got, set := c.Set[key]
+		if set && got != v || slices.Contains(c.Remove, key) {
+			return cortex.APIError{Code: cortex.CodePolicyDenied, Message: fmt.Sprintf(
+				"label %s: key %s's neurons are labelled %s=%s (its selector); it may not change that", key, k.Name, key, v)}
+		}
+	}
+	return nil
+}
