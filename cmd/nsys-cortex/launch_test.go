@@ -250,3 +250,68 @@ func TestLaunchInnerSandbox(t *testing.T) {
 		t.Fatalf("policy: %q", pol)
 	}
 }
+
+// A secret handed to a neuron every way — passed with --pass-env, in an
+// argv, on an exec's stdin, in a file copied in — is in none of the host's
+// own records afterwards: receipts, the audit log, the event log, the
+// daemon's and the neurons' logs, the host's records of each neuron. (It
+// is, as it should be, in the neuron's own files.) A receipt shows where
+// it was masked, with a hash prefix to tell which value it was.
+func TestLaunchSecretsStayOutOfRecords(t *testing.T) {
+	eachMode(t, func(t *testing.T, c *cli) {
+		const secret = "sk-proj-Zq81xVv0YkT3BlbkFJq7r2sWm4nLp9aXeDcR"
+		c.ok("create", "keeps")
+		c.env = append(c.env, "OPENAI_API_KEY="+secret)
+		if _, errs, code := c.run("", "launch", "--stdio", "--pass-env", "OPENAI_API_KEY", "keeps", "--",
+			"sh", "-c", `test "$OPENAI_API_KEY" = "$1" && echo "$1" > via-argv`, "sh", secret); code != 0 {
+			t.Fatalf("launch: %d %s", code, errs)
+		}
+		if _, errs, code := c.run(secret+"\n", "exec", "keeps", "--", "sh", "-c", "cat > via-stdin"); code != 0 {
+			t.Fatal(errs)
+		}
+		host := filepath.Join(t.TempDir(), "key.txt")
+		os.WriteFile(host, []byte(secret+"\n"), 0o600)
+		c.ok("cp", host, "keeps:via-file")
+		if got := c.ok("exec", "keeps", "--", "cat", "via-argv", "via-stdin", "via-file"); strings.Count(got, secret) != 3 {
+			t.Fatalf("the neuron's own files: %q", got)
+		}
+		raw := c.ok("receipts", "keeps", "-o", "json")
+		if !strings.Contains(raw, "[REDACTED:OPENAI_API_KEY sha256:") {
+			t.Fatalf("the receipt does not show the masked argv: %s", raw)
+		}
+		c.ok("destroy", "keeps") // its logs are written out, its records kept
+		checked := 0
+		filepath.WalkDir(c.home, func(path string, d os.DirEntry, err error) error {
+			if err != nil {
+				return nil
+			}
+			rel, _ := filepath.Rel(c.home, path)
+			parts := strings.Split(rel, string(filepath.Separator))
+			if d.IsDir() {
+				// The neuron's own data (its overlay's layers, its home) is
+				// where the secret belongs; the host's records beside it
+				// (dot files, receipts) are checked. Images and binaries
+				// are the host's, unchanged by the neuron.
+				if parts[0] == "images" || parts[0] == "bin" || len(parts) == 3 && parts[0] == "overlays" && !strings.HasPrefix(parts[2], ".") && parts[2] != "receipts" {
+					return filepath.SkipDir
+				}
+				return nil
+			}
+			if !d.Type().IsRegular() || strings.HasSuffix(rel, ".img") && parts[0] == "overlays" {
+				return nil // a disk image holding the neuron's files (its disk ceiling)
+			}
+			b, err := os.ReadFile(path)
+			if err != nil {
+				return nil
+			}
+			checked++
+			if strings.Contains(string(b), secret) || strings.Contains(string(b), secret[8:24]) {
+				t.Errorf("the secret is in %s", rel)
+			}
+			return nil
+		})
+		if checked < 5 {
+			t.Fatalf("only %d records checked under %s", checked, c.home)
+		}
+	})
+}

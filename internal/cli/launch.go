@@ -109,13 +109,13 @@ them; add your own as <home>/profiles/NAME.json).`,
 				return fmt.Errorf("launch: the agent of %s (%s) does not report its identity: create the neuron again to update it", st.ID, h.Version)
 			}
 			receipt.Observe(h)
-			dir := launch.ReceiptsDir(st.OverlayPath) // every mode records it
+			dir := launch.ReceiptsDir(lay, st) // every mode records it
 			if _, err := receipt.Write(dir); err != nil {
 				return fmt.Errorf("launch: writing the receipt before the spawn: %w", err)
 			}
 			audit := launch.NewAudit(filepath.Join(lay.LogsDir(), "audit.log"))
 			facts := map[string]any{"neuron": st.ID, "mode": st.Mode, "receipt": receipt.ID, "profile": p.Name,
-				"program": contract.Argv[0], "io": contract.IO, "passed": contract.Passed, "network": receipt.Network,
+				"program": receipt.Argv[0], "io": contract.IO, "passed": contract.Passed, "network": receipt.Network,
 				"operator": receipt.Host.User, "hostPid": receipt.Host.PID}
 			if err := audit.Record("launch.start", facts); err != nil {
 				return fmt.Errorf("launch: the audit log: %w", err)
@@ -125,7 +125,7 @@ them; add your own as <home>/profiles/NAME.json).`,
 			receipt.Write(dir)
 			end := map[string]any{"neuron": st.ID, "receipt": receipt.ID}
 			if runErr != nil {
-				end["error"] = runErr.Error()
+				end["error"] = receipt.Error // masked as the receipt is
 			} else {
 				end["exitCode"], end["signal"] = code, sig
 			}
@@ -218,7 +218,7 @@ func (a *App) receiptsCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			dir := launch.ReceiptsDir(st.OverlayPath) // every mode records it
+			dir := launch.ReceiptsDir(a.lay, st) // every mode records it
 			all, err := launch.Receipts(dir)
 			if err != nil {
 				return err

@@ -476,7 +476,7 @@ func (s *Source) Receipts(ctx context.Context, id string) ([]ctxfs.HostFile, err
 		return nil, nil
 	}
 	v, err := s.records("receipts/"+id, func() (any, error) {
-		return listFiles(launch.ReceiptsDir(n.State.OverlayPath), func(name string) bool { return strings.HasSuffix(name, ".json") })
+		return listFiles(launch.ReceiptsDir(s.lay, n.State), func(name string) bool { return strings.HasSuffix(name, ".json") })
 	})
 	if err != nil {
 		return nil, err

@@ -280,7 +280,7 @@ func TestMountedRecords(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rdir := launch.ReceiptsDir(st.OverlayPath)
+	rdir := launch.ReceiptsDir(e.lay, st)
 	os.MkdirAll(rdir, 0o700)
 	os.WriteFile(filepath.Join(rdir, "r1.json"), []byte(`{"id":"r1"}`), 0o600)
 	os.MkdirAll(e.lay.SessionsDir(), 0o700)

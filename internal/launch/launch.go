@@ -19,6 +19,7 @@ import (
 	"strings"
 
 	"github.com/nsys-cortex/cortex/internal/sandbox"
+	"github.com/nsys-cortex/cortex/internal/tools/redact"
 )
 
 // IO modes.
@@ -173,6 +174,20 @@ type Contract struct {
 	Env []string
 	// Passed are the names given with --pass-env.
 	Passed []string
+}
+
+// Redactor masks, in what is recorded of the launch, the values passed
+// with --pass-env and whatever looks like a credential, each mask with a
+// hash prefix of what it hides.
+func (c *Contract) Redactor() *redact.Redactor {
+	r := redact.NewHashing()
+	for _, kv := range c.Env {
+		k, v, _ := strings.Cut(kv, "=")
+		if slices.Contains(c.Passed, k) && len(v) >= redact.MinSecretLen {
+			r.AddSecret(k, v) // a name --pass-env checked; shorter values are left (they would mask ordinary words)
+		}
+	}
+	return r
 }
 
 // Plan derives the contract, or says why the launch may not happen: an

@@ -15,9 +15,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nsys-cortex/cortex/internal/layout"
 	"github.com/nsys-cortex/cortex/internal/protocol"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
 	"github.com/nsys-cortex/cortex/internal/store"
+	"github.com/nsys-cortex/cortex/internal/tools/redact"
 )
 
 // Identity is who the program runs as inside the neuron.
@@ -61,16 +63,27 @@ type Receipt struct {
 	ExitCode *int      `json:"exitCode,omitempty"`
 	Signal   string    `json:"signal,omitempty"`
 	Error    string    `json:"error,omitempty"`
+
+	redact *redact.Redactor // masks what the receipt records (nil: a read receipt)
 }
 
-// NewReceipt starts the receipt of contract c in neuron st.
+// NewReceipt starts the receipt of contract c in neuron st. The receipt
+// holds no secret: environment values are never recorded, and in the
+// argv and working directory the values passed with --pass-env and
+// whatever looks like a credential are masked, with a hash prefix
+// ([REDACTED:NAME sha256:0123abcd]).
 func NewReceipt(c *Contract, p *Profile, st *sandbox.State) *Receipt {
 	var rnd [4]byte
 	rand.Read(rnd[:])
 	now := time.Now().UTC()
 	r := &Receipt{ID: now.Format("20060102T150405Z") + "-" + hex.EncodeToString(rnd[:]), Neuron: st.ID, Mode: st.Mode,
-		Profile: p.Name, IO: c.IO, Argv: c.Argv, Cwd: c.Cwd, Passed: c.Passed, InnerSandbox: p.InnerSandbox,
-		Started: now, Running: true}
+		Profile: p.Name, IO: c.IO, Passed: c.Passed, InnerSandbox: p.InnerSandbox,
+		Started: now, Running: true, redact: c.Redactor()}
+	r.Argv = make([]string, len(c.Argv))
+	for i, a := range c.Argv {
+		r.Argv[i] = r.redact.Redact(a)
+	}
+	r.Cwd = r.redact.Redact(c.Cwd)
 	for _, kv := range c.Env {
 		k, _, _ := strings.Cut(kv, "=")
 		r.Env = append(r.Env, k)
@@ -93,7 +106,7 @@ func (r *Receipt) Observe(h *protocol.HealthResult) {
 	r.Mounts = slices.Clone(h.Mounts)
 	sort.Slice(r.Mounts, func(i, j int) bool { return r.Mounts[i].Target < r.Mounts[j].Target })
 	if r.Cwd == "" {
-		r.Cwd = h.Workdir
+		r.Cwd = r.redact.Redact(h.Workdir)
 	}
 }
 
@@ -103,14 +116,25 @@ func (r *Receipt) Finish(code int, signal string, err error) {
 	r.Ended = time.Now().UTC()
 	if err != nil {
 		r.Error = err.Error()
+		if r.redact != nil {
+			r.Error = r.redact.Redact(r.Error)
+		}
 		return
 	}
 	r.ExitCode, r.Signal = &code, signal
 }
 
-// ReceiptsDir is where a neuron's receipts are kept: beside its data on
-// the host, outside anything the neuron can reach.
-func ReceiptsDir(overlay string) string { return filepath.Join(overlay, "receipts") }
+// ReceiptsDir is where neuron st's receipts are kept: beside its data on
+// the host, outside anything the neuron can reach. A process-mode neuron
+// runs as the operator in a directory of the overlay (it is no boundary),
+// so its receipts are kept apart, in the home's receipts/<id>/, out of
+// the tree its commands work in.
+func ReceiptsDir(lay layout.Layout, st *sandbox.State) string {
+	if st.Mode == "process" {
+		return filepath.Join(lay.Home, "receipts", st.ID)
+	}
+	return filepath.Join(st.OverlayPath, "receipts")
+}
 
 // Write stores the receipt (atomically: temp file and rename), owner-only.
 func (r *Receipt) Write(dir string) (string, error) {

@@ -2,7 +2,9 @@ package redact
 
 import (
 	"cmp"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net/url"
@@ -23,6 +25,7 @@ const MinSecretLen = 8
 // patterns. The zero value is not usable; call New. A Redactor is safe for
 // concurrent use: Redact never blocks on AddSecret.
 type Redactor struct {
+	hashed  bool              // masks carry a hash prefix of what they hide (NewHashing)
 	mu      sync.Mutex        // serialises AddSecret
 	names   map[string]string // value (and each encoding of it) → name; guarded by mu
 	secrets atomic.Pointer[[]secret]
@@ -36,6 +39,16 @@ type secret struct{ value, name string }
 func New() *Redactor {
 	r := &Redactor{names: map[string]string{}}
 	r.secrets.Store(&[]secret{})
+	return r
+}
+
+// NewHashing is New whose masks also carry the first 8 hex digits of the
+// SHA-256 of what they hide, [REDACTED:name sha256:0123abcd]: a record
+// (a launch receipt) that must not hold a secret can still tell which one
+// was used, by comparing with the hash of a known value.
+func NewHashing() *Redactor {
+	r := New()
+	r.hashed = true
 	return r
 }
 
@@ -132,6 +145,11 @@ func (r *Redactor) RedactCount(s string) (string, int) {
 		b.WriteString(s[last:sp.start])
 		b.WriteString("[REDACTED:")
 		b.WriteString(sp.label)
+		if r.hashed {
+			sum := sha256.Sum256([]byte(s[sp.start:sp.end]))
+			b.WriteString(" sha256:")
+			b.WriteString(hex.EncodeToString(sum[:4]))
+		}
 		b.WriteByte(']')
 		last = sp.end
 	}

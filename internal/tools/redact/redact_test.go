@@ -314,3 +314,21 @@ func BenchmarkRedact30k(b *testing.B) {
 		})
 	}
 }
+
+// A hashing redactor's masks say which value they hide, by a hash
+// prefix, and never the value.
+func TestNewHashing(t *testing.T) {
+	r := NewHashing()
+	if err := r.AddSecret("KEY", "value-0123456789"); err != nil {
+		t.Fatal(err)
+	}
+	got := r.Redact("--key=value-0123456789 and again value-0123456789")
+	// sha256("value-0123456789") begins d2aa16a0 (printf ... | sha256sum).
+	want := "--key=[REDACTED:KEY sha256:d2aa16a0] and again [REDACTED:KEY sha256:d2aa16a0]"
+	if got != want || strings.Contains(got, "0123456789]") {
+		t.Fatalf("got %q, want %q", got, want)
+	}
+	if plain := New(); plain.Redact("x") != "x" {
+		t.Fatal("a plain redactor changed clean text")
+	}
+}
