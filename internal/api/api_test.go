@@ -398,6 +398,8 @@ func TestBadInput(t *testing.T) {
 		{"a rebound host name", "GET", "/v1/neurons", ``, 403, "POLICY_DENIED", "loopback", []string{"Host", "attacker.example:3100"}},
 		{"text typed into a process", "POST", "/v1/neurons/bad/processes/1/input", `x`, 400, "BAD_REQUEST", "octet-stream", []string{"Content-Type", "text/plain"}},
 		{"malformed JSON", "POST", "/v1/neurons/bad/exec", `{"argv":["true"]`, 400, "BAD_REQUEST", "not valid JSON", nil},
+		// Found by FuzzDecodeJSON: the duplicate-key walk spun forever on it.
+		{"unterminated string in a list", "POST", "/v1/neurons/bad/exec", `{"argv":["l`, 400, "BAD_REQUEST", "not valid JSON", nil},
 		{"unknown field", "POST", "/v1/neurons/bad/exec", `{"argv":["true"],"cmd":"x"}`, 400, "BAD_REQUEST", `cmd`, nil},
 		// A key given twice means two things to two readers: refused.
 		// An API client names no host directory to base a neuron on.

@@ -3,6 +3,7 @@ package api
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"reflect"
@@ -19,8 +20,16 @@ import (
 func checkKeys(data []byte, t reflect.Type) error {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
-	return walkValue(dec, t, "")
+	if err := walkValue(dec, t, ""); err != errMalformed {
+		return err
+	}
+	return nil // the decoder proper reports malformed JSON
 }
+
+// errMalformed ends the walk at JSON the tokenizer cannot read: a loop
+// over an array or object must stop there (More may go on reporting more
+// after a token error: an unterminated string stays in its buffer).
+var errMalformed = errors.New("malformed JSON")
 
 func walkValue(dec *json.Decoder, t reflect.Type, path string) error {
 	tok, err := dec.Token()
@@ -28,7 +37,7 @@ func walkValue(dec *json.Decoder, t reflect.Type, path string) error {
 		return nil
 	}
 	if err != nil {
-		return nil // the decoder proper reports malformed JSON
+		return errMalformed
 	}
 	for t != nil && t.Kind() == reflect.Pointer {
 		t = t.Elem()
@@ -57,7 +66,7 @@ func walkObject(dec *json.Decoder, t reflect.Type, path string) error {
 	for dec.More() {
 		tok, err := dec.Token()
 		if err != nil {
-			return nil
+			return errMalformed
 		}
 		key, _ := tok.(string)
 		norm := key
