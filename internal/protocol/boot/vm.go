@@ -1,6 +1,11 @@
 package boot
 
-import "time"
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"time"
+)
 
 // The microVM contract (QEMU's microvm, Firecracker): the kernel runs the
 // agent as VMInitPath from the initramfs internal/vmimage builds, as PID 1
@@ -164,4 +169,28 @@ type CtlReply struct {
 	OK    bool      `json:"ok"`
 	Error string    `json:"error,omitempty"`
 	Time  time.Time `json:"time"` // the guest's clock when it answered
+}
+
+// MaxCtlLine bounds one line of the control port, each way: a guest is
+// hostile, and an answer without end must not fill the host's memory.
+const MaxCtlLine = 64 << 10
+
+// ReadCtlLine reads one line of the control port from r, at most
+// MaxCtlLine bytes.
+func ReadCtlLine(r *bufio.Reader) ([]byte, error) {
+	var line []byte
+	for {
+		chunk, err := r.ReadSlice('\n')
+		if len(line)+len(chunk) > MaxCtlLine {
+			return nil, fmt.Errorf("a control line longer than %d bytes", MaxCtlLine)
+		}
+		line = append(line, chunk...)
+		if err == bufio.ErrBufferFull {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		return bytes.TrimSuffix(line, []byte("\n")), nil
+	}
 }

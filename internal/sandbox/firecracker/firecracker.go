@@ -264,6 +264,16 @@ func (r *runtime) Start(req *lifecycle.StartRequest) (*exec.Cmd, error) {
 	if err != nil {
 		return nil, err
 	}
+	if restore != nil && restore.rebind != nil {
+		// A fork: its guest is its source's machine, whose agent would
+		// prove its source's secret; no bridge of this process dials it
+		// until it has taken the fork's identity (held from before its
+		// VMM exists, whatever the VMM makes when).
+		for _, b := range r.bridges.of(id) {
+			b.hold()
+			defer b.release()
+		}
+	}
 	cmd := &exec.Cmd{Path: jailerBin, Args: append([]string{jailerBin}, args...), Dir: "/",
 		Env: []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}, Stdout: req.Log, Stderr: req.Log,
 		SysProcAttr: &syscall.SysProcAttr{Setsid: true}}
@@ -295,15 +305,6 @@ func (r *runtime) Start(req *lifecycle.StartRequest) (*exec.Cmd, error) {
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if restore != nil && restore.rebind != nil {
-		// A fork: its guest is its source's machine, whose agent would
-		// prove its source's secret; no bridge of this process dials it
-		// until it has taken the fork's identity.
-		for _, b := range r.bridges.of(id) {
-			b.hold()
-			defer b.release()
-		}
-	}
 	if restore != nil {
 		err = load(ctx, c)
 		if err == nil && restore.rebind != nil {

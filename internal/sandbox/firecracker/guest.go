@@ -66,7 +66,7 @@ func control(ctx context.Context, uds string, req *CtlRequest) (*CtlReply, error
 	if _, err := c.Write(append(b, '\n')); err != nil {
 		return nil, fmt.Errorf("control port: %w", err)
 	}
-	line, err := bufio.NewReader(c).ReadBytes('\n')
+	line, err := boot.ReadCtlLine(bufio.NewReader(c))
 	if err != nil {
 		if ctx.Err() != nil {
 			err = ctx.Err()

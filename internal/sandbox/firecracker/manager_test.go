@@ -591,8 +591,8 @@ func TestForkIdentity(t *testing.T) {
 	if st, err := h.mgr.Get(h.ctx, "kid"); err == nil {
 		t.Fatalf("the refused fork is still known: %+v", st)
 	}
-	if exists(h.lay.OverlayDir("kid")) || exists(jailDir(h.cfg.ChrootBase, h.cfg.Firecracker, JailID(h.lay, "kid"))) {
-		t.Error("the refused fork left its data or its jail")
+	if exists(h.lay.OverlayDir("kid")) || exists(jailDir(h.cfg.ChrootBase, h.cfg.Firecracker, JailID(h.lay, "kid"))) || exists(h.lay.SnapshotsDir("kid")) {
+		t.Error("the refused fork left its data, its jail or its snapshots' directory")
 	}
 	if st, err := h.mgr.Get(h.ctx, "src"); err != nil || st.Status != sandbox.StatusRunning {
 		t.Fatalf("the source after a refused fork: %+v, %v", st, err)

@@ -48,7 +48,7 @@ func (cc *ctlConn) do(ctx context.Context, req *boot.CtlRequest) (*boot.CtlReply
 	if _, err := cc.c.Write(append(b, '\n')); err != nil {
 		return nil, fmt.Errorf("control port: %w", ctxErr(ctx, err))
 	}
-	line, err := cc.r.ReadBytes('\n')
+	line, err := boot.ReadCtlLine(cc.r)
 	if err != nil {
 		return nil, fmt.Errorf("control port: no answer to %s: %w", req.Op, ctxErr(ctx, err))
 	}

@@ -318,6 +318,7 @@ func (m *Manager) ForkWhole(ctx context.Context, sn sandbox.Snapshotter, src str
 		for _, id := range claimed {
 			m.Destroy(context.WithoutCancel(ctx), id, sandbox.DestroyOptions{Wipe: true})
 			m.discard(id)
+			os.Remove(m.lay.SnapshotsDir(id)) // the restore's copy went; its directory too, when empty
 		}
 	}
 	labels := st.Labels
