@@ -70,7 +70,12 @@ func (s *Server) importNeuron(w http.ResponseWriter, r *http.Request) {
 	id := r.URL.Query().Get("id")
 	// An import makes a stopped neuron: nothing counts against a key's
 	// neuron limit until it is started. A key's import gets its labels.
-	st, err := s.opts.Set.Import(r.Context(), r.Body, id, func(l labels.Set) (labels.Set, error) { return tenantImport(r, l), nil })
+	st, err := s.opts.Set.Import(r.Context(), r.Body, id, func(id string, l labels.Set) (labels.Set, error) {
+		if s.othersHold(r, id) {
+			return nil, idTaken(id) // never whose it is, nor its mode
+		}
+		return tenantImport(r, l), nil
+	})
 	if err != nil {
 		writeError(w, err)
 		return

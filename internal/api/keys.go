@@ -16,9 +16,11 @@ import (
 	cortex "github.com/nsys-cortex/cortex/client"
 	"github.com/nsys-cortex/cortex/internal/apikey"
 	"github.com/nsys-cortex/cortex/internal/gate"
+	"github.com/nsys-cortex/cortex/internal/ids"
 	"github.com/nsys-cortex/cortex/internal/labels"
 	"github.com/nsys-cortex/cortex/internal/protocol/errdefs"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
+	"github.com/nsys-cortex/cortex/internal/store"
 )
 
 // KeyLimits are the limits of an API key that sets none of its own.
@@ -140,7 +142,7 @@ func (s *Server) reserveNeurons(w http.ResponseWriter, r *http.Request, n int) (
 	p := k.Principal()
 	held := 0
 	for _, st := range all {
-		if (st.Status == sandbox.StatusRunning || st.Status == sandbox.StatusPaused) && p.Sees(st.Labels) {
+		if st.Status != sandbox.StatusStopped && p.Sees(st.Labels) { // running, paused, or on its way
 			held++
 		}
 	}
@@ -217,11 +219,11 @@ func (s *Server) tenantCreate(r *http.Request, id string, opts *sandbox.CreateOp
 	if k == nil || len(k.Selector) == 0 {
 		return nil
 	}
-	if _, st, err := s.opts.Set.FindExact(r.Context(), id); err == nil {
-		if !k.Principal().Sees(st.Labels) {
+	if l, exists, kept := s.labelsOf(r.Context(), id); kept {
+		if !k.Principal().Sees(l) {
 			return idTaken(id)
 		}
-		if opts.Labels == nil {
+		if exists && opts.Labels == nil {
 			return nil
 		}
 	}
@@ -244,8 +246,24 @@ func (s *Server) othersHold(r *http.Request, id string) bool {
 	if p.Selector.Empty() {
 		return false
 	}
-	_, st, err := s.opts.Set.FindExact(r.Context(), id)
-	return err == nil && !p.Sees(st.Labels)
+	l, _, kept := s.labelsOf(r.Context(), id)
+	return kept && !p.Sees(l)
+}
+
+// labelsOf is what decides who sees id: the labels of the neuron of that
+// id (exists), else those a wiped neuron left with its snapshots, which
+// outlive it (kept is false when there are neither: the id is free).
+func (s *Server) labelsOf(ctx context.Context, id string) (l labels.Set, exists, kept bool) {
+	if _, st, err := s.opts.Set.FindExact(ctx, id); err == nil {
+		return st.Labels, true, true
+	}
+	if ids.Validate(id) != nil {
+		return nil, false, false
+	}
+	if kl, ok := store.KeptLabels(s.opts.Set.Layout().SnapshotsDir(id)); ok {
+		return labels.Set(kl), false, true
+	}
+	return nil, false, false
 }
 
 // tenantSees reports whether r's principal sees neuron id (a second
@@ -255,8 +273,8 @@ func (s *Server) tenantSees(r *http.Request, id string) bool {
 	if p.Selector.Empty() {
 		return true
 	}
-	_, st, err := s.opts.Set.FindExact(r.Context(), id)
-	return err == nil && p.Sees(st.Labels)
+	l, _, kept := s.labelsOf(r.Context(), id)
+	return kept && p.Sees(l)
 }
 
 // tenantChange refuses a label change by r's key that would take a
@@ -274,4 +292,12 @@ func tenantChange(r *http.Request, c labels.Change) error {
 		}
 	}
 	return nil
+}
+
+// keyNamed is API key name as the keys file holds it now (nil: gone).
+func (s *Server) keyNamed(name string) (*apikey.Key, error) {
+	if s.opts.Keys == nil {
+		return nil, nil
+	}
+	return s.opts.Keys.Named(name)
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -43,7 +44,8 @@ func newKeyed(t *testing.T, limits api.KeyLimits, keys ...apikey.Key) *keyed {
 		}
 		k.token[key.Name] = tok
 	}
-	k.daemon = newDaemon(t, api.Options{Token: adminToken, Keys: k.keys, KeyLimits: limits, Gate: &gate.Gate{Audit: k.log}})
+	k.daemon = newDaemon(t, api.Options{Token: adminToken, Keys: k.keys, KeyLimits: limits, Gate: &gate.Gate{Audit: k.log},
+		URLKey: []byte(strings.Repeat("u", 32))})
 	return k
 }
 
@@ -254,5 +256,86 @@ func TestKeysLimits(t *testing.T) {
 	}
 	if _, err := small.Create(ctx, &cortex.CreateRequest{ID: "two", Mode: process.Mode}); err != nil {
 		t.Fatalf("a create once the key's neuron stopped: %v", err)
+	}
+}
+
+// What the review of the keys found, each tried again: a wiped neuron's
+// snapshots stay their tenant's (another tenant cannot take the id to
+// reach them); a restore that starts a stopped neuron counts against the
+// neuron limit; a signed URL a key made is void once the key is removed,
+// and is audited as the key's; tenants are told apart by one label key.
+func TestKeysReview(t *testing.T) {
+	k := newKeyed(t, api.KeyLimits{},
+		apikey.Key{Name: "a", Scopes: []gate.Scope{gate.ScopeAdmin}, Selector: labels.Set{"team": "a"}, MaxNeurons: 1},
+		apikey.Key{Name: "b", Scopes: []gate.Scope{gate.ScopeAdmin}, Selector: labels.Set{"team": "b"}},
+		apikey.Key{Name: "runner", Scopes: []gate.Scope{gate.ScopeExec}, Selector: labels.Set{"team": "b"}})
+	ctx := context.Background()
+	if _, err := k.client(t, "a").Create(ctx, &cortex.CreateRequest{ID: "proj", Mode: process.Mode}); err != nil {
+		t.Fatal(err)
+	}
+	if status, body := k.as(t, "a", "POST", "/v1/neurons/proj/snapshots", `{"name":"s1"}`); status != 201 {
+		t.Fatalf("snapshot: %d %s", status, body)
+	}
+	if status, body := k.as(t, "a", "DELETE", "/v1/neurons/proj?wipe=true", ""); status != 204 {
+		t.Fatalf("wipe: %d %s", status, body)
+	}
+	if status, body := k.as(t, "b", "POST", "/v1/neurons", `{"id":"proj","mode":"process"}`); status != 409 || !strings.Contains(body, "taken") {
+		t.Fatalf("b taking a's wiped id, whose snapshots remain: %d %s", status, body)
+	}
+	if status, _ := k.as(t, "b", "GET", "/v1/neurons/proj/snapshots", ""); status != 404 {
+		t.Fatalf("b listing a's wiped neuron's snapshots: %d", status)
+	}
+	if status, body := k.as(t, "a", "GET", "/v1/neurons/proj/snapshots", ""); status != 200 || !strings.Contains(body, `"s1"`) {
+		t.Fatalf("a listing its own wiped neuron's snapshots: %d %s", status, body)
+	}
+
+	// a holds one neuron at most: a restore that would start a stopped
+	// one while another runs is refused.
+	if status, body := k.as(t, "a", "POST", "/v1/neurons", `{"id":"proj","mode":"process"}`); status != 201 {
+		t.Fatalf("a taking its id again: %d %s", status, body)
+	}
+	k.as(t, "a", "POST", "/v1/neurons/proj/snapshots", `{"name":"s2"}`)
+	k.as(t, "a", "DELETE", "/v1/neurons/proj", "")
+	if status, body := k.as(t, "a", "POST", "/v1/neurons", `{"id":"other","mode":"process"}`); status != 201 {
+		t.Fatalf("a's second neuron, the first stopped: %d %s", status, body)
+	}
+	if status, body := k.as(t, "a", "POST", "/v1/neurons/proj/snapshots/s2/restore", `{}`); status != 429 {
+		t.Fatalf("a restore starting a neuron past the limit: %d %s", status, body)
+	}
+
+	// A signed URL of a key's is the key's.
+	if _, err := k.client(t, "b").Create(ctx, &cortex.CreateRequest{ID: "web", Mode: process.Mode}); err != nil {
+		t.Fatal(err)
+	}
+	u, err := k.client(t, "runner").Neuron("web").URL(ctx, 8080, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The first answer is the proxy's redirect that takes the token out of
+	// the address (into a cookie): not followed here.
+	noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	open := func() (int, string) {
+		resp, err := noFollow.Get(u.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if status, body := open(); status != http.StatusFound && status != http.StatusSeeOther {
+		t.Fatalf("the key's signed URL while the key is there: %d %s", status, body)
+	}
+	if !k.hasFact("api:runner via signed-url", string(gate.Port), "allow") {
+		t.Errorf("the signed URL's use is not audited as the key's: %v", k.log.facts)
+	}
+	if err := k.keys.Remove("runner"); err != nil {
+		t.Fatal(err)
+	}
+	if status, body := open(); status != 401 || !strings.Contains(body, "removed") {
+		t.Fatalf("the key's signed URL once the key is gone: %d %s", status, body)
+	}
+	if _, _, err := k.keys.Create(apikey.Key{Name: "c", Scopes: []gate.Scope{gate.ScopeRead}, Selector: labels.Set{"env": "prod"}}); err == nil || !strings.Contains(err.Error(), "same labels") {
+		t.Fatalf("a tenant key on another label key: %v", err)
 	}
 }

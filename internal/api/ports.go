@@ -65,34 +65,35 @@ func portTarget(r *http.Request) (id string, port int, ok bool) {
 // signedPort reports whether r carries a valid signed token for its
 // neuron and port (in the query or in the cookie the proxy set), and the
 // token and where it came from.
-func (s *Server) signedPort(r *http.Request) (token string, fromQuery bool, err error) {
+func (s *Server) signedPort(r *http.Request) (token string, fromQuery bool, by string, err error) {
 	id, port, ok := portTarget(r)
 	if !ok {
-		return "", false, errNoSignature
+		return "", false, "", errNoSignature
 	}
 	inst, err := portsign.Instance(s.opts.Set.Layout().OverlayDir(id))
 	if err != nil {
 		inst = "" // no such neuron: nothing verifies
 	}
 	if t := r.URL.Query().Get(portsign.Param); t != "" {
-		return t, true, portsign.Verify(s.opts.URLKey, id, inst, port, t, time.Now())
+		by, err := portsign.Verify(s.opts.URLKey, id, inst, port, t, time.Now())
+		return t, true, by, err
 	}
 	cookies := r.CookiesNamed(portsign.Cookie)
 	if len(cookies) == 0 {
-		return "", false, errNoSignature
+		return "", false, "", errNoSignature
 	}
 	// Cookies ride along with requests other sites make: only a page of
 	// the port's own origin (or a person typing the address) uses one.
 	if site := r.Header.Get("Sec-Fetch-Site"); site != "" && site != "same-origin" && site != "none" {
-		return "", false, fmt.Errorf("a signed URL's cookie is not taken from a request another site's page made (Sec-Fetch-Site: %s)", site)
+		return "", false, "", fmt.Errorf("a signed URL's cookie is not taken from a request another site's page made (Sec-Fetch-Site: %s)", site)
 	}
 	err = errNoSignature
 	for _, c := range cookies { // another app of the origin may have set one too
-		if err = portsign.Verify(s.opts.URLKey, id, inst, port, c.Value, time.Now()); err == nil {
-			return c.Value, false, nil
+		if by, err = portsign.Verify(s.opts.URLKey, id, inst, port, c.Value, time.Now()); err == nil {
+			return c.Value, false, by, nil
 		}
 	}
-	return "", false, err
+	return "", false, "", err
 }
 
 // errNoSignature: the request carries no signed URL at all.
@@ -159,7 +160,7 @@ func (s *Server) portProxy(w http.ResponseWriter, r *http.Request) {
 	}
 	auth, _ := r.Context().Value(portAuthKey{}).(portAuth)
 	if auth == bySignature {
-		if token, fromQuery, err := s.signedPort(r); err == nil && fromQuery {
+		if token, fromQuery, _, err := s.signedPort(r); err == nil && fromQuery {
 			// The browser keeps it for the page's later requests, and the
 			// address bar (history, Referer) loses it at once.
 			exp, _ := strconv.ParseInt(strings.SplitN(token, ".", 2)[0], 10, 64)
@@ -486,7 +487,11 @@ func (s *Server) portURL(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	u, err := portsign.URL(s.opts.URLKey, scheme+"://"+r.Host, s.opts.Domain, st.ID, inst, req.Port, exp)
+	by := ""
+	if k := keyOf(r); k != nil {
+		by = k.Name // the URL is the key's: refused once it is gone, counted and audited as its
+	}
+	u, err := portsign.URL(s.opts.URLKey, scheme+"://"+r.Host, s.opts.Domain, st.ID, inst, req.Port, exp, by)
 	if err != nil {
 		writeError(w, err)
 		return

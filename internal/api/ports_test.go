@@ -82,7 +82,7 @@ func TestPortProxy(t *testing.T) {
 		t.Fatal(err)
 	}
 	sign := func(id string, port int, exp time.Duration) string {
-		return portsign.Sign(key, id, inst, port, time.Now().Add(exp))
+		return portsign.Sign(key, id, inst, port, time.Now().Add(exp), "")
 	}
 	signed := sign("web", port, time.Hour)
 	// The signed URL sets the cookie and sends the browser on without
@@ -120,8 +120,8 @@ func TestPortProxy(t *testing.T) {
 	for name, tc := range map[string]string{
 		"another port":               sign("web", port+1, time.Hour),
 		"another neuron":             sign("web2", port, time.Hour),
-		"another key":                portsign.Sign([]byte(strings.Repeat("x", portsign.KeySize)), "web", inst, port, time.Now().Add(time.Hour)),
-		"another instance of the id": portsign.Sign(key, "web", "other", port, time.Now().Add(time.Hour)),
+		"another key":                portsign.Sign([]byte(strings.Repeat("x", portsign.KeySize)), "web", inst, port, time.Now().Add(time.Hour), ""),
+		"another instance of the id": portsign.Sign(key, "web", "other", port, time.Now().Add(time.Hour), ""),
 		"expired":                    sign("web", port, -time.Second),
 	} {
 		if code, body, _ := get(t, d, base+"/?"+portsign.Param+"="+tc, nil); code != 401 {

@@ -231,6 +231,10 @@ func (s *Server) gated(r Route) http.HandlerFunc {
 		p := principalOf(req)
 		if req.Context().Value(portAuthKey{}) == bySignature {
 			p = gate.Principal{Kind: gate.APIClient, Name: "signed-url"} // not the token's holder: audited apart
+			if k := keyOf(req); k != nil {
+				p = k.Principal() // a key's URL acts as the key, and says how
+				p.Name += " via signed-url"
+			}
 		}
 		id := req.PathValue("id")
 		gr := &gate.Request{Principal: p, Neuron: id, Action: r.Action, Detail: req.Method + " " + r.Pattern}
@@ -238,9 +242,8 @@ func (s *Server) gated(r Route) http.HandlerFunc {
 			// A key that sees some neurons only: the gate matches its
 			// selector against the neuron's labels (none: it is hidden,
 			// as a neuron that does not exist is).
-			if _, st, err := s.opts.Set.FindExact(req.Context(), id); err == nil {
-				gr.Labels = st.Labels
-			}
+			// A wiped neuron's snapshots are seen by its labels, kept with them.
+			gr.Labels, _, _ = s.labelsOf(req.Context(), id)
 		}
 		if err := g.Allow(req.Context(), gr, nil); err != nil {
 			if gate.Hidden(err) {
@@ -286,7 +289,7 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 			k, err := s.lookupKey(r)
 			if err != nil {
 				s.log.Error("reading the API keys", "err", err)
-				writeError(w, cortex.APIError{Code: cortex.CodeInternal, Message: "the API keys cannot be read: " + err.Error()})
+				writeError(w, cortex.APIError{Code: cortex.CodeInternal, Message: "the daemon cannot read its API keys (its log says why)"})
 				return
 			}
 			if k != nil {
@@ -308,7 +311,21 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 				next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), portAuthKey{}, byToken)))
 				return
 			}
-			if _, _, err := s.signedPort(r); err == nil {
+			if _, _, by, err := s.signedPort(r); err == nil {
+				if by != "" {
+					// A key's URL: the key must still be there, and its use is
+					// the key's (its rate, its selector and scopes, its name).
+					k, err := s.keyNamed(by)
+					if err != nil || k == nil {
+						writeError(w, cortex.APIError{Code: cortex.CodeUnauthorized, Message: "the API key that made this signed URL was removed: the URL is void"})
+						return
+					}
+					if ok, wait := s.rateOK(k); !ok {
+						rateLimited(w, wait, fmt.Sprintf("key %s is over its request rate: retry after the time Retry-After gives", k.Name))
+						return
+					}
+					r = withKey(r, k)
+				}
 				next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), portAuthKey{}, bySignature)))
 				return
 			} else if r.Header.Get("Authorization") == "" && !errors.Is(err, errNoSignature) {

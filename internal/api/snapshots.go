@@ -112,6 +112,14 @@ func (s *Server) restoreSnapshot(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
+	if st.Status == sandbox.StatusStopped {
+		// The restore starts it: a key's neuron limit counts it.
+		release, ok := s.reserveNeurons(w, r, 1)
+		if !ok {
+			return
+		}
+		defer release()
+	}
 	// The restore stops the neuron (or replaces its VM): the cached channel
 	// dies with it. Forgotten after too, for a request that cached it
 	// meanwhile.

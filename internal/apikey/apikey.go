@@ -169,6 +169,13 @@ func (s *Store) Create(k Key) (string, *Key, error) {
 			if o.Name == k.Name {
 				return fmt.Errorf("key %s: %w (nsys-cortex token rm %s first)", k.Name, ErrExists, k.Name)
 			}
+			// Tenants are told apart by one set of label keys: with team=a
+			// beside env=prod, a neuron labelled both would be both
+			// tenants', and either could label its own into the other's.
+			if len(k.Selector) > 0 && len(o.Selector) > 0 && !slices.Equal(keysOf(k.Selector), keysOf(o.Selector)) {
+				return fmt.Errorf("key %s: its selector names the labels %s, and key %s's names %s: every tenant key's selector must name the same labels (one tenant label, e.g. team=...)",
+					k.Name, strings.Join(keysOf(k.Selector), ","), o.Name, strings.Join(keysOf(o.Selector), ","))
+			}
 		}
 		f.Keys = append(f.Keys, k)
 		return nil
@@ -231,6 +238,23 @@ func (s *Store) Lookup(token string) (*Key, error) {
 		s.flushLocked()
 	}
 	return k, nil
+}
+
+// Named returns key name as the file holds it now (nil: there is none),
+// noting the use: a signed URL a key made is that key's to use.
+func (s *Store) Named(name string) (*Key, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.reload(); err != nil {
+		return nil, err
+	}
+	for _, k := range s.byHash {
+		if k.Name == name {
+			s.lastUsed[k.Name] = time.Now().UTC().Truncate(time.Second)
+			return k, nil
+		}
+	}
+	return nil, nil
 }
 
 // Flush writes when each key was last used (a daemon stopping).
@@ -364,4 +388,13 @@ func (s *Store) change(fn func(*keysFile) error) error {
 		return err
 	}
 	return store.WriteJSON(s.path, f, 0o600)
+}
+
+func keysOf(l labels.Set) []string {
+	out := make([]string, 0, len(l))
+	for k := range l {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
 }

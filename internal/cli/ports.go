@@ -285,5 +285,5 @@ func (a *App) portURL(ctx context.Context, ref string, port int, expires time.Du
 	if err != nil {
 		return "", err
 	}
-	return portsign.URL(key, "http://"+host, domain, st.ID, inst, port, time.Now().Add(expires).Truncate(time.Second))
+	return portsign.URL(key, "http://"+host, domain, st.ID, inst, port, time.Now().Add(expires).Truncate(time.Second), "")
 }

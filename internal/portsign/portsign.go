@@ -38,9 +38,15 @@ const KeySize = 32
 
 // Sign returns the token for the port of neuron id (its instance: see
 // Instance) until exp: "EXP.MAC", EXP in Unix seconds, MAC base64url.
-func Sign(key []byte, id, instance string, port int, exp time.Time) string {
+// A URL made by an API key carries its name, under the MAC:
+// "EXP.MAC~NAME" (by; "" for the operator's), so the daemon can refuse
+// it once the key is gone, and count and audit its use as the key's.
+func Sign(key []byte, id, instance string, port int, exp time.Time, by string) string {
 	e := strconv.FormatInt(exp.Unix(), 10)
-	return e + "." + base64.RawURLEncoding.EncodeToString(mac(key, id, instance, port, e))
+	if by == "" {
+		return e + "." + base64.RawURLEncoding.EncodeToString(mac(key, id, instance, port, e))
+	}
+	return e + "." + base64.RawURLEncoding.EncodeToString(mac(key, id, instance+"\nby "+by, port, e)) + "~" + by
 }
 
 func mac(key []byte, id, instance string, port int, exp string) []byte {
@@ -71,27 +77,37 @@ var (
 	ErrWrong     = errors.New("the signed URL is not for this neuron and port, or was not made by this host")
 )
 
-// Verify checks token for neuron id's port at now.
-func Verify(key []byte, id, instance string, port int, token string, now time.Time) error {
+// Verify checks token for neuron id's port at now, and returns the name
+// of the API key that made it ("" for the operator's).
+func Verify(key []byte, id, instance string, port int, token string, now time.Time) (by string, err error) {
 	e, m, ok := strings.Cut(token, ".")
-	if !ok || len(e) == 0 || len(e) > 12 || len(m) > 64 {
-		return ErrMalformed
+	if !ok || len(e) == 0 || len(e) > 12 {
+		return "", ErrMalformed
+	}
+	if m, by, ok = strings.Cut(m, "~"); ok {
+		if by == "" || len(by) > 63 || strings.Trim(by, "abcdefghijklmnopqrstuvwxyz0123456789._-") != "" {
+			return "", ErrMalformed
+		}
+		instance += "\nby " + by
+	}
+	if len(m) > 64 {
+		return "", ErrMalformed
 	}
 	exp, err := strconv.ParseInt(e, 10, 64)
 	if err != nil {
-		return ErrMalformed
+		return "", ErrMalformed
 	}
 	got, err := base64.RawURLEncoding.DecodeString(m)
 	if err != nil {
-		return ErrMalformed
+		return "", ErrMalformed
 	}
 	if len(key) == 0 || !hmac.Equal(got, mac(key, id, instance, port, e)) {
-		return ErrWrong
+		return "", ErrWrong
 	}
 	if now.Unix() >= exp {
-		return ErrExpired
+		return "", ErrExpired
 	}
-	return nil
+	return by, nil
 }
 
 // LoadKey returns the key in file path, making it (KeySize random bytes,
@@ -139,12 +155,12 @@ func pathDir(p string) string {
 // URL is the signed URL of neuron id's port until exp, on the
 // daemon reached at base (scheme://host[:port]): under domain when there
 // is one (<port>-<id>.<domain>, on base's port), else under base's path.
-func URL(key []byte, base, domain, id, instance string, port int, exp time.Time) (string, error) {
+func URL(key []byte, base, domain, id, instance string, port int, exp time.Time, by string) (string, error) {
 	u, err := url.Parse(base)
 	if err != nil || u.Host == "" {
 		return "", fmt.Errorf("the daemon's address %q is no URL", base)
 	}
-	tok := Sign(key, id, instance, port, exp)
+	tok := Sign(key, id, instance, port, exp, by)
 	q := url.Values{Param: {tok}}.Encode()
 	if domain != "" {
 		host := fmt.Sprintf("%d-%s.%s", port, strings.ToLower(id), strings.Trim(domain, "."))

@@ -12,10 +12,16 @@ import (
 func TestSignVerify(t *testing.T) {
 	key := []byte(strings.Repeat("k", KeySize))
 	now := time.Unix(1_800_000_000, 0)
-	tok := Sign(key, "web", "i1", 8000, now.Add(time.Hour))
-	if err := Verify(key, "web", "i1", 8000, tok, now); err != nil {
-		t.Fatal(err)
+	tok := Sign(key, "web", "i1", 8000, now.Add(time.Hour), "")
+	if by, err := Verify(key, "web", "i1", 8000, tok, now); err != nil || by != "" {
+		t.Fatal(by, err)
 	}
+	// A key's URL names it, under the MAC: another name does not verify.
+	kt := Sign(key, "web", "i1", 8000, now.Add(time.Hour), "team-a")
+	if by, err := Verify(key, "web", "i1", 8000, kt, now); err != nil || by != "team-a" || !strings.HasSuffix(kt, "~team-a") {
+		t.Fatalf("a key's token %q: %q, %v", kt, by, err)
+	}
+	km, _, _ := strings.Cut(kt, "~")
 	other := []byte(strings.Repeat("o", KeySize))
 	e, m, _ := strings.Cut(tok, ".")
 	for _, tc := range []struct {
@@ -39,8 +45,12 @@ func TestSignVerify(t *testing.T) {
 		{"empty", key, "web", "i1", 8000, "", now, ErrMalformed},
 		{"not base64", key, "web", "i1", 8000, e + ".!!", now, ErrMalformed},
 		{"huge", key, "web", "i1", 8000, e + "." + strings.Repeat("A", 100), now, ErrMalformed},
+		{"a key's token under another key's name", key, "web", "i1", 8000, km + "~team-b", now, ErrWrong},
+		{"a key's token with its name taken off", key, "web", "i1", 8000, km, now, ErrWrong},
+		{"the operator's token with a name put on", key, "web", "i1", 8000, tok + "~team-a", now, ErrWrong},
+		{"a bad name", key, "web", "i1", 8000, km + "~Team A", now, ErrMalformed},
 	} {
-		if err := Verify(tc.key, tc.id, tc.inst, tc.port, tc.tok, tc.at); err != tc.want {
+		if _, err := Verify(tc.key, tc.id, tc.inst, tc.port, tc.tok, tc.at); err != tc.want {
 			t.Errorf("%s: %v, want %v", tc.name, err, tc.want)
 		}
 	}

@@ -325,24 +325,25 @@ func (s *Set) Close() error {
 // Import reads an export from r and makes its neuron, stopped, under id
 // ("": the archive's own id), in the mode the archive was made in
 // (Exporter). The id must have no data in any mode. relabel, when set,
-// gives the labels the neuron gets from those the archive holds.
-func (s *Set) Import(ctx context.Context, r io.Reader, id string, relabel func(labels.Set) (labels.Set, error)) (*State, error) {
+// gives the labels the neuron gets from those the archive holds (and may
+// refuse the id).
+func (s *Set) Import(ctx context.Context, r io.Reader, id string, relabel func(id string, l labels.Set) (labels.Set, error)) (*State, error) {
 	ar, err := archive.Open(r)
 	if err != nil {
 		return nil, &InvalidError{Reason: err.Error(), Err: err}
 	}
 	defer ar.Close()
+	if id == "" {
+		id = ar.Record().ID
+	}
 	if relabel != nil {
-		l, err := relabel(labels.Set(ar.Record().Labels))
+		l, err := relabel(id, labels.Set(ar.Record().Labels))
 		if err != nil {
 			return nil, err
 		}
 		ar.Relabel(l)
 	}
 	rec := ar.Record()
-	if id == "" {
-		id = rec.ID
-	}
 	if _, st, err := s.FindExact(ctx, id); err == nil {
 		return nil, errdefs.Errorf(errdefs.Exists, "neuron %s exists (mode %s): an import makes a new neuron; give another id (--id), or destroy it with --wipe", id, st.Mode)
 	} else if !errdefs.IsNotFound(err) {

@@ -238,6 +238,37 @@ func ListSnapshots(dir string) ([]Snapshot, error) {
 	return out, nil
 }
 
+// keptLabels names, in a neuron's snapshots directory, the labels the
+// neuron had when it was wiped: its snapshots outlive it, and whoever may
+// see them is decided by those labels (an API key's tenant), not by
+// whoever takes the id next.
+const keptLabels = ".labels.json"
+
+// KeepLabels records, in snapshots directory dir, the labels of the
+// neuron being wiped, when it leaves snapshots behind.
+func KeepLabels(dir string, l map[string]string) error {
+	if snaps, err := ListSnapshots(dir); err != nil || len(snaps) == 0 {
+		return err
+	}
+	if l == nil {
+		l = map[string]string{}
+	}
+	return WriteJSON(filepath.Join(dir, keptLabels), l, 0o600)
+}
+
+// KeptLabels returns the labels KeepLabels recorded in dir (ok false:
+// none were).
+func KeptLabels(dir string) (map[string]string, bool) {
+	var l map[string]string
+	if err := ReadJSON(filepath.Join(dir, keptLabels), &l); err != nil {
+		return nil, false
+	}
+	if l == nil {
+		l = map[string]string{}
+	}
+	return l, true
+}
+
 // RestoreSnapshot makes the overlay directory what it was when snapshot
 // name was taken. The neuron must be stopped. The copy is made beside the
 // overlay first; the overlay's entries are swapped only once it is

@@ -275,6 +275,10 @@ func (m *Manager) destroy(ctx context.Context, id string, opts sandbox.DestroyOp
 		// before its records go with the overlay.
 		m.rt.Released(m.lay, id)
 		uid := recordedUID(m.lay, id)
+		// Its snapshots stay: whose they are is recorded with them.
+		if err := store.KeepLabels(m.lay.SnapshotsDir(id), st.Labels); err != nil {
+			return fmt.Errorf("wiping %s: recording its snapshots' labels: %w", id, err)
+		}
 		if err := disk.Unmount(m.lay, id); err != nil {
 			return fmt.Errorf("wiping %s: %w", id, err)
 		}
