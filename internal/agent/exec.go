@@ -257,8 +257,40 @@ func (d *drainer) run(sink func([]byte)) (cut bool) {
 			}
 			sink(buf[:n])
 		}
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			// The deadline fired before this goroutine got to look at the
+			// pipe again (a busy machine: it ran late), so the read says
+			// "timeout" with data waiting: take what sits in the pipe now,
+			// without waiting, so output the process wrote before it
+			// exited is never lost.
+			return d.rest(buf, sink, after)
+		}
 		if err != nil {
 			return false // EOF, or nothing more within the grace period
 		}
+	}
+}
+
+// rest reads what the pipe holds now, without waiting, up to
+// postExitCap in all after the exit (after: what was read since).
+func (d *drainer) rest(buf []byte, sink func([]byte), after int) (cut bool) {
+	rc, err := d.f.SyscallConn()
+	if err != nil {
+		return false
+	}
+	d.f.SetReadDeadline(time.Time{}) // a passed deadline fails even a read that would not wait
+	for {
+		var n int
+		var rerr error
+		if err := rc.Read(func(fd uintptr) bool {
+			n, rerr = syscall.Read(int(fd), buf)
+			return true // one try: EAGAIN is "nothing now", not "wait"
+		}); err != nil || rerr != nil || n <= 0 {
+			return false
+		}
+		if after += n; after > postExitCap {
+			return true
+		}
+		sink(buf[:n])
 	}
 }
