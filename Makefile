@@ -29,8 +29,14 @@ lint:
 	$(GO) vet -tags cortex_light ./cmd/nsys-cortex ./internal/cli
 	$(GO) tool staticcheck ./...
 
+# The fuzzers of docs/security.md's table, one after another, FUZZTIME each
+# (the figures there are of FUZZTIME=10m).
 fuzz:
-	$(GO) test ./internal/protocol -run '^$$' -fuzz FuzzReader -fuzztime $${FUZZTIME:-2m}
+	$(GO) test ./internal/protocol -run '^$$' -fuzz '^FuzzReader$$' -fuzztime $${FUZZTIME:-2m}
+	$(GO) test ./internal/api -run '^$$' -fuzz '^FuzzDecodeJSON$$' -fuzztime $${FUZZTIME:-2m}
+	$(GO) test ./internal/policy -run '^$$' -fuzz '^FuzzCheck$$' -fuzztime $${FUZZTIME:-2m}
+	$(GO) test ./internal/tools/patch -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $${FUZZTIME:-2m}
+	$(GO) test ./internal/agent/egress -run '^$$' -fuzz '^FuzzProxyRequest$$' -fuzztime $${FUZZTIME:-2m}
 
 bench:
 	scripts/bench.sh

@@ -90,7 +90,7 @@ func FuzzProxyRequest(f *testing.F) {
 
 // socketPair is a connected pair of stream sockets (one end closes its
 // writing half, as a client that sent its request does).
-func socketPair(t *testing.T) (*net.UnixConn, net.Conn) {
+func socketPair(t testing.TB) (*net.UnixConn, net.Conn) {
 	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
 	if err != nil {
 		t.Fatal(err)

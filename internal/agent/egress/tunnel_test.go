@@ -9,10 +9,8 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
-	"os"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -296,20 +294,7 @@ func BenchmarkDownload(b *testing.B) {
 		}
 	})
 	b.Run("tunnel", func(b *testing.B) {
-		pair, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM, 0)
-		if err != nil {
-			b.Fatal(err)
-		}
-		conn := func(fd int) net.Conn {
-			f := os.NewFile(uintptr(fd), "pair")
-			defer f.Close()
-			c, err := net.FileConn(f)
-			if err != nil {
-				b.Fatal(err)
-			}
-			return c
-		}
-		guestSide, hostSide := conn(pair[0]), conn(pair[1])
+		guestSide, hostSide := socketPair(b)
 		go p.ServeTunnel(ctx, hostSide)
 		g := &GuestTunnel{}
 		g.Attach(guestSide)
