@@ -173,16 +173,17 @@ func testForkRefusals(t *testing.T, f *fixture) {
 	if got := f.shell(f.connect(m, "taken"), "cat keep.txt"); got != "precious" {
 		t.Fatalf("a refused fork touched the neuron in its way: %q", got)
 	}
-	if _, whole := m.(sandbox.Snapshotter); whole {
-		return // a microVM's fork is a restore, which runs under its own lock
-	}
-	// While a fork copies, no other create (another process) starts a
-	// neuron on its new id's partial data.
+	// While a fork copies (or, for a microVM, saves and restores), no
+	// other create (another process) starts a neuron on its new id: the
+	// id is claimed, and locked until the fork's own neuron holds it.
 	f.shell(f.connect(m, "src"), "mkdir many && cd many && i=0; while [ $i -lt 4000 ]; do echo $i > f$i; i=$((i+1)); done")
 	other := f.manager()
 	done := make(chan error, 1)
 	go func() { _, err := fk.Fork(f.ctx, "src", []string{"racer"}, sandbox.ForkOptions{}); done <- err }()
 	marker := filepath.Join(f.env.Layout.OverlayDir("racer"), ".forking")
+	if _, whole := m.(sandbox.Snapshotter); whole {
+		marker = filepath.Join(f.env.Layout.OverlayDir("racer"), ".mode") // its mark goes before the restore
+	}
 	waittest.For(t, 30*time.Second, "the fork to claim its id", func() bool {
 		_, err := os.Stat(marker)
 		select {

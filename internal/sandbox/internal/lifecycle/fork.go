@@ -313,12 +313,20 @@ func (m *Manager) ForkWhole(ctx context.Context, sn sandbox.Snapshotter, src str
 		return nil, &sandbox.NotRunningError{ID: src, Reason: "a microVM is forked from a whole-machine snapshot, and a " + string(st.Status) + " one has no machine to save",
 			Hint: "nsys-cortex create " + src + " --mode " + m.rt.Mode() + ", then fork it"}
 	}
+	// Each new id is claimed (made O_EXCL, locked, marked .forking) as a
+	// file fork's is, and its lock is handed to the restore's create
+	// (through ctx): no other process starts a neuron on it meanwhile, so
+	// what a failed fork removes is its own.
 	var claimed []string
+	locks := map[string]*store.Lock{}
 	release := func() {
 		for _, id := range claimed {
+			// A restore that got as far as starting stops what it started;
+			// whatever is left is this fork's (no one else could take the id).
 			m.Destroy(context.WithoutCancel(ctx), id, sandbox.DestroyOptions{Wipe: true})
 			m.discard(id)
 			os.Remove(m.lay.SnapshotsDir(id)) // the restore's copy went; its directory too, when empty
+			locks[id].Release()
 		}
 	}
 	labels := st.Labels
@@ -327,14 +335,12 @@ func (m *Manager) ForkWhole(ctx context.Context, sn sandbox.Snapshotter, src str
 	}
 	at := time.Now().UTC()
 	for _, id := range dsts {
-		if err := os.Mkdir(m.overlay(id), 0o700); err != nil {
+		lock, err := m.claim("a fork of "+src, id)
+		if err != nil {
 			release()
-			if errors.Is(err, fs.ErrExist) {
-				return nil, fmt.Errorf("a fork of %s as %s: %w", src, id, ErrIDTaken)
-			}
-			return nil, fmt.Errorf("fork %s of %s: %w", id, src, err)
+			return nil, err
 		}
-		claimed = append(claimed, id)
+		claimed, locks[id] = append(claimed, id), lock
 		sp := spec{Labels: labels.Clone(), ForkedFrom: src, ForkedAt: &at}
 		if err := errors.Join(os.WriteFile(m.overlay(id)+"/.mode", []byte(m.rt.Mode()+"\n"), 0o600),
 			store.WriteJSON(m.specFile(id), &sp, 0o600)); err != nil {
@@ -350,12 +356,15 @@ func (m *Manager) ForkWhole(ctx context.Context, sn sandbox.Snapshotter, src str
 	defer store.RemoveSnapshot(m.lay.SnapshotsDir(src), name)
 	var out []*sandbox.State
 	for _, id := range dsts {
-		fst, err := m.restoreFork(ctx, sn, src, id, name)
+		os.Remove(m.forkingFile(id)) // whole once restored; the lock keeps others off meanwhile
+		fst, err := m.restoreFork(withClaim(ctx, id, locks[id]), sn, src, id, name)
 		if err != nil {
+			// The restore stopped what it started (under this claim's lock,
+			// which the neuron held and gave back).
 			release()
 			return out, fmt.Errorf("fork %s of %s: %w", id, src, err)
 		}
-		claimed = claimed[1:]
+		claimed = claimed[1:] // a neuron now: its lock is its own
 		m.event(ctx, events.Created, fst, "fork of "+src+" (a whole-machine snapshot)")
 		out = append(out, fst)
 	}
@@ -374,4 +383,18 @@ func (m *Manager) restoreFork(ctx context.Context, sn sandbox.Snapshotter, src, 
 		return nil, err
 	}
 	return sn.Restore(ctx, id, name)
+}
+
+// claimKey carries, in a context, the lock of an id a whole-machine fork
+// claimed, to the create its restore runs.
+type claimKey struct{ id string }
+
+func withClaim(ctx context.Context, id string, l *store.Lock) context.Context {
+	return context.WithValue(ctx, claimKey{id}, l)
+}
+
+// claimedLock is the lock ctx carries for id (nil: none).
+func claimedLock(ctx context.Context, id string) *store.Lock {
+	l, _ := ctx.Value(claimKey{id}).(*store.Lock)
+	return l
 }

@@ -216,6 +216,10 @@ func (m *Manager) writeState(st *sandbox.State) error {
 
 // Create starts neuron id.
 func (m *Manager) Create(ctx context.Context, id string, opts sandbox.CreateOptions) (*sandbox.State, error) {
+	if l := claimedLock(ctx, id); l != nil {
+		// A whole-machine fork's restore, under the claim it holds.
+		return m.createHeld(ctx, id, opts, l)
+	}
 	return m.createHeld(ctx, id, opts, nil)
 }
 
