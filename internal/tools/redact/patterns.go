@@ -3,6 +3,7 @@ package redact
 import (
 	"regexp"
 	"strings"
+	"sync"
 )
 
 // A pattern is one kind of well-known credential. Every pattern starts with
@@ -15,7 +16,7 @@ type pattern struct {
 	kind    string
 	anchors []string // where a match may start, case-sensitively
 	fold    []string // or these, lower-case ASCII, ignoring case
-	re      *regexp.Regexp
+	re      *lazyRE
 	group   int    // submatch to mask; 0 masks the whole match
 	token   string // bytes a credential is made of; see left, right
 	left    bool   // the byte before the match must not be in token
@@ -40,17 +41,17 @@ var patterns = []*pattern{{
 }, {
 	kind:    "jwt",
 	anchors: []string{"eyJ"},
-	re:      regexp.MustCompile(`^eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*`),
+	re:      lazy(`^eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*`),
 	token:   base64url, left: true,
 }, {
 	kind:    "anthropic_api_key",
 	anchors: []string{"sk-ant-"},
-	re:      regexp.MustCompile(`^sk-ant-[A-Za-z0-9_-]{20,}`),
+	re:      lazy(`^sk-ant-[A-Za-z0-9_-]{20,}`),
 	token:   base64url, left: true,
 }, {
 	kind:    "openai_api_key",
 	anchors: []string{"sk-"},
-	re:      regexp.MustCompile(`^sk-[A-Za-z0-9_-]{20,}`),
+	re:      lazy(`^sk-[A-Za-z0-9_-]{20,}`),
 	token:   base64url, left: true,
 	// Random keys have letters and digits; "sk-some-long-hyphenated-name"
 	// does not.
@@ -58,56 +59,56 @@ var patterns = []*pattern{{
 }, {
 	kind:    "aws_access_key_id",
 	anchors: []string{"AKIA", "ASIA"},
-	re:      regexp.MustCompile(`^A(?:KIA|SIA)[A-Z0-9]{16}`),
+	re:      lazy(`^A(?:KIA|SIA)[A-Z0-9]{16}`),
 	token:   alnum, left: true, right: true,
 }, {
 	kind: "aws_secret_access_key",
 	fold: []string{"secret_access_key", "secretaccesskey"},
 	// aws_secret_access_key = …, AWS_SECRET_ACCESS_KEY=…, "SecretAccessKey": "…"
-	re:    regexp.MustCompile(`(?i)^(?:secret_access_key|secretaccesskey)[\\"']{0,2}\s*[:=]\s*[\\"']{0,2}([A-Za-z0-9/+]{40})`),
+	re:    lazy(`(?i)^(?:secret_access_key|secretaccesskey)[\\"']{0,2}\s*[:=]\s*[\\"']{0,2}([A-Za-z0-9/+]{40})`),
 	group: 1, token: alnum + "/+=", right: true,
 }, {
 	kind:  "session_token",
 	fold:  []string{"session_token", "sessiontoken"},
-	re:    regexp.MustCompile(`(?i)^(?:session_token|sessiontoken)[\\"']{0,2}\s*[:=]\s*[\\"']{0,2}([A-Za-z0-9/+=]{100,})`),
+	re:    lazy(`(?i)^(?:session_token|sessiontoken)[\\"']{0,2}\s*[:=]\s*[\\"']{0,2}([A-Za-z0-9/+=]{100,})`),
 	group: 1,
 }, {
 	kind:    "github_token",
 	anchors: []string{"ghp_", "gho_", "ghu_", "ghs_", "ghr_"},
-	re:      regexp.MustCompile(`^gh[pousr]_[A-Za-z0-9]{36,}`),
+	re:      lazy(`^gh[pousr]_[A-Za-z0-9]{36,}`),
 	token:   alnum + "_", left: true,
 }, {
 	kind:    "github_token",
 	anchors: []string{"github_pat_"},
-	re:      regexp.MustCompile(`^github_pat_[A-Za-z0-9_]{50,}`),
+	re:      lazy(`^github_pat_[A-Za-z0-9_]{50,}`),
 	token:   alnum + "_", left: true,
 }, {
 	kind:    "gitlab_token",
 	anchors: []string{"glpat-"},
-	re:      regexp.MustCompile(`^glpat-[A-Za-z0-9_.-]{20,}`),
+	re:      lazy(`^glpat-[A-Za-z0-9_.-]{20,}`),
 	token:   base64url, left: true,
 }, {
 	kind:    "slack_token",
 	anchors: []string{"xoxa-", "xoxb-", "xoxp-", "xoxr-", "xoxs-"},
-	re:      regexp.MustCompile(`^xox[abprs]-[A-Za-z0-9-]{10,}`),
+	re:      lazy(`^xox[abprs]-[A-Za-z0-9-]{10,}`),
 	token:   alnum + "-", left: true,
 	valid: func(m string) bool { return hasDigitAndLetter(m[5:]) || strings.Count(m, "-") >= 3 },
 }, {
 	kind:    "google_api_key",
 	anchors: []string{"AIza"},
-	re:      regexp.MustCompile(`^AIza[A-Za-z0-9_-]{35}`),
+	re:      lazy(`^AIza[A-Za-z0-9_-]{35}`),
 	token:   base64url, left: true, right: true,
 }, {
 	kind:    "stripe_key",
 	anchors: []string{"sk_live_", "rk_live_", "sk_test_", "rk_test_"},
-	re:      regexp.MustCompile(`^[rs]k_(?:live|test)_[A-Za-z0-9]{20,}`),
+	re:      lazy(`^[rs]k_(?:live|test)_[A-Za-z0-9]{20,}`),
 	token:   alnum + "_", left: true,
 }, {
 	kind: "authorization",
 	fold: []string{"authorization"},
 	// Authorization: Bearer …, "authorization": "Basic …", Authorization: token …
 	// Only the credential is masked; the scheme stays readable.
-	re:    regexp.MustCompile(`(?i)^authorization[\\"']{0,2}\s*[:=]\s*[\\"']{0,2}(?:bearer|basic|token)\s+([A-Za-z0-9._~+/=-]{8,})`),
+	re:    lazy(`(?i)^authorization[\\"']{0,2}\s*[:=]\s*[\\"']{0,2}(?:bearer|basic|token)\s+([A-Za-z0-9._~+/=-]{8,})`),
 	group: 1,
 }, {
 	kind:    "url_password",
@@ -128,7 +129,7 @@ func (p *pattern) tryAt(s string, start int, emit func(start, end int)) (end int
 		}
 		return me, ok
 	}
-	loc := p.re.FindStringSubmatchIndex(s[start:])
+	loc := p.re.get().FindStringSubmatchIndex(s[start:])
 	if loc == nil {
 		return 0, false
 	}
@@ -162,7 +163,7 @@ type trigger struct {
 
 // triggers is built once from patterns. A case-insensitive anchor pivots on
 // a letter and appears under both its cases.
-var triggers = buildTriggers()
+var triggers = sync.OnceValue(buildTriggers)
 
 // byteRarity orders bytes from rarest to most common in ordinary command
 // output; a pivot is the anchor byte that comes first here.
@@ -213,7 +214,7 @@ const maxPatterns = 32
 
 // findPatterns emits, with its pattern's index, every range to mask.
 func findPatterns(s string, emit func(pat, start, end int)) {
-	for _, tg := range triggers {
+	for _, tg := range triggers() {
 		// Within one trigger hits come in order. An anchor inside a match
 		// this trigger already found (a second "-----BEGIN " inside a key
 		// block, say) is not tried again, which keeps adversarial input
@@ -253,7 +254,7 @@ func findPatterns(s string, emit func(pat, start, end int)) {
 // block, or, when the output was cut before its END line, the header and
 // the base64 body that follows it.
 func privateKey(s string, start int) (int, int, bool) {
-	h := pemHeader.FindStringIndex(s[start:])
+	h := pemHeader.get().FindStringIndex(s[start:])
 	if h == nil {
 		return 0, 0, false
 	}
@@ -263,7 +264,7 @@ func privateKey(s string, start int) (int, int, bool) {
 		if j < 0 {
 			break
 		}
-		if f := pemFooter.FindStringIndex(s[i+j:]); f != nil {
+		if f := pemFooter.get().FindStringIndex(s[i+j:]); f != nil {
 			return start, i + j + f[1], true
 		}
 		i += j + 1
@@ -276,8 +277,8 @@ func privateKey(s string, start int) (int, int, bool) {
 }
 
 var (
-	pemHeader = regexp.MustCompile(`^-----BEGIN [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----`)
-	pemFooter = regexp.MustCompile(`^-----END [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----`)
+	pemHeader = lazy(`^-----BEGIN [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----`)
+	pemFooter = lazy(`^-----END [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----`)
 )
 
 // urlPassword reports the password of scheme://user:password@host, given
@@ -346,3 +347,17 @@ func hasDigitAndLetter(s string) bool {
 	}
 	return d && l
 }
+
+// lazyRE is a regular expression compiled when it is first used: a
+// program that links this package (the CLI, for its launch receipts) and
+// never masks anything pays nothing for it at start.
+type lazyRE struct {
+	src string
+	re  func() *regexp.Regexp
+}
+
+func lazy(src string) *lazyRE {
+	return &lazyRE{src: src, re: sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(src) })}
+}
+
+func (l *lazyRE) get() *regexp.Regexp { return l.re() }

@@ -226,8 +226,11 @@ func TestPatternTable(t *testing.T) {
 		if (p.re == nil) == (p.at == nil) {
 			t.Errorf("%s: exactly one of re and at must be set", p.kind)
 		}
-		if p.re != nil && !strings.HasPrefix(strings.TrimPrefix(p.re.String(), "(?i)"), "^") {
-			t.Errorf("%s: regexp %s is not anchored", p.kind, p.re)
+		if p.re != nil && !strings.HasPrefix(strings.TrimPrefix(p.re.src, "(?i)"), "^") {
+			t.Errorf("%s: regexp %s is not anchored", p.kind, p.re.src)
+		}
+		if p.re != nil {
+			p.re.get() // every one compiles
 		}
 	}
 	if a := pivot("AUTHORIZATION"); a != 7 {
