@@ -113,6 +113,16 @@ func (s *Server) rateOK(k *apikey.Key) (bool, time.Duration) {
 	return true, 0
 }
 
+// withinRate takes one request from key k's allowance, or answers 429
+// itself and reports false.
+func (s *Server) withinRate(w http.ResponseWriter, k *apikey.Key) bool {
+	ok, wait := s.rateOK(k)
+	if !ok {
+		rateLimited(w, wait, fmt.Sprintf("key %s is over its request rate: retry after the time Retry-After gives", k.Name))
+	}
+	return ok
+}
+
 // rateLimited answers 429 with a Retry-After of whole seconds.
 func rateLimited(w http.ResponseWriter, wait time.Duration, msg string) {
 	w.Header().Set("Retry-After", strconv.Itoa(max(1, int(math.Ceil(wait.Seconds())))))

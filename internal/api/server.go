@@ -293,8 +293,7 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 				return
 			}
 			if k != nil {
-				if ok, wait := s.rateOK(k); !ok {
-					rateLimited(w, wait, fmt.Sprintf("key %s is over its request rate: retry after the time Retry-After gives", k.Name))
+				if !s.withinRate(w, k) {
 					return
 				}
 				if r.URL.Path == "/metrics" && (len(k.Selector) > 0 || !k.Principal().Allows(gate.Read)) {
@@ -320,8 +319,7 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 						writeError(w, cortex.APIError{Code: cortex.CodeUnauthorized, Message: "the API key that made this signed URL was removed: the URL is void"})
 						return
 					}
-					if ok, wait := s.rateOK(k); !ok {
-						rateLimited(w, wait, fmt.Sprintf("key %s is over its request rate: retry after the time Retry-After gives", k.Name))
+					if !s.withinRate(w, k) {
 						return
 					}
 					r = withKey(r, k)

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/spf13/cobra"
+
 	"github.com/nsys-cortex/cortex/internal/config"
 )
 
@@ -26,9 +28,16 @@ func configEnv(t *testing.T) string {
 // runConfig runs `config ARGS...` and returns stdout, stderr and the error.
 func runConfig(t *testing.T, stdin string, args ...string) (string, string, error) {
 	t.Helper()
+	return runCommand(t, (*App).configCommand, stdin, args...)
+}
+
+// runCommand runs the command cmd of a fresh App with ARGS and stdin, and
+// returns stdout, stderr and the error.
+func runCommand(t *testing.T, cmdOf func(*App) *cobra.Command, stdin string, args ...string) (string, string, error) {
+	t.Helper()
 	var stdout, stderr bytes.Buffer
 	a := &App{Stdout: &stdout, Stderr: &stderr, Stdin: strings.NewReader(stdin)}
-	cmd := a.configCommand()
+	cmd := cmdOf(a)
 	cmd.SetArgs(args)
 	cmd.SetOut(&stdout)
 	cmd.SetErr(&stderr)

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"bytes"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -9,15 +8,7 @@ import (
 
 func runToken(t *testing.T, args ...string) (string, string, error) {
 	t.Helper()
-	var stdout, stderr bytes.Buffer
-	a := &App{Stdout: &stdout, Stderr: &stderr}
-	cmd := a.tokenCommand()
-	cmd.SetArgs(args)
-	cmd.SetOut(&stdout)
-	cmd.SetErr(&stderr)
-	cmd.SilenceUsage, cmd.SilenceErrors = true, true
-	err := cmd.Execute()
-	return stdout.String(), stderr.String(), err
+	return runCommand(t, (*App).tokenCommand, "", args...)
 }
 
 // token create prints the token once; list shows the key, never the
