@@ -274,21 +274,29 @@ func Import(ctx context.Context, root, tag, agentSum string, log io.Writer) erro
 		"--change", `CMD ["cortex-agent", "--version"]`,
 		"-", tag)
 	oldID, _ := exec.CommandContext(ctx, docker, "image", "inspect", "--format", "{{.Id}}", tag).Output()
-	pipe, err := tarCmd.StdoutPipe()
+	// tar writes into docker import through a pipe of which this process
+	// keeps no end: a docker that exits early (no daemon) gives tar EPIPE
+	// rather than leaving it blocked on a reader that never reads.
+	r, w, err := os.Pipe()
 	if err != nil {
 		return err
 	}
-	imp.Stdin = pipe
+	imp.Stdin, tarCmd.Stdout = r, w
 	var tarErr strings.Builder
 	tarCmd.Stderr = &tarErr
 	imp.Stdout, imp.Stderr = log, log
-	if err := imp.Start(); err != nil {
+	err = imp.Start()
+	r.Close()
+	if err != nil {
+		w.Close()
 		return fmt.Errorf("image: %s import: %w", docker, err)
 	}
-	if err := tarCmd.Run(); err != nil {
-		imp.Process.Kill()
-		imp.Wait()
-		return fmt.Errorf("image: tar of %s: %v %s", root, err, tarErr.String())
+	err = tarCmd.Run()
+	w.Close()
+	if err != nil {
+		imp.Process.Kill() // a truncated tar must not become an image
+		impErr := imp.Wait()
+		return fmt.Errorf("image: tar of %s: %v %s (docker import: %v)", root, err, tarErr.String(), impErr)
 	}
 	if err := imp.Wait(); err != nil {
 		return fmt.Errorf("image: docker import: %w (its output is above)", err)
