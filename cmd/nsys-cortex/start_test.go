@@ -16,10 +16,19 @@ import (
 	"github.com/nsys-cortex/cortex/internal/sandbox/sandboxtest"
 )
 
-// startBudget is how much more CPU the built nsys-cortex may use before
-// main than a Go program that does nothing (docs/decisions.md): the runtime's
-// start and the initialisation of every package it links.
-const startBudget = 2 * time.Millisecond
+// The light program's start budget (docs/decisions.md, "One file, two
+// programs"). Package initialisation is held by what it allocates, the
+// same on every machine: at most initAllocBudget allocations and
+// initByteBudget bytes in all (the full program makes ~100,000). The CPU
+// used before main is held only loosely against a Go program that does
+// nothing, measured interleaved with it: on the machines CI runs on that
+// floor alone costs 5-9 ms, most of it page faults, so a budget in
+// milliseconds holds on one machine and fails on the next.
+const (
+	initAllocBudget = 1500
+	initByteBudget  = 256 << 10
+	startCPURatio   = 4
+)
 
 // splitBinary returns the nsys-cortex users get: NSYS_CORTEX_SPLIT_DIR's
 // (scripts/test.sh builds it once), or one built here by scripts/build.sh.
@@ -47,44 +56,92 @@ func startFloor(t testing.TB) string {
 	return p
 }
 
-// cpuBeforeMain runs bin with args n times and returns the least CPU any
-// run used before main, as the program says with NSYS_CORTEX_DEBUG_START=1.
-// The least, because CPU time grows with what else the machine does (its
-// caches), never shrinks.
-func cpuBeforeMain(t testing.TB, n int, bin string, args ...string) time.Duration {
+// cpuBeforeMain runs each program n times, in turn, and returns the least
+// CPU any run of each used before main, as the program says with
+// NSYS_CORTEX_DEBUG_START=1. The least, because CPU time grows with what
+// else the machine does (its caches), never shrinks; in turn, so that a
+// change in that load weighs on both alike.
+func cpuBeforeMain(t testing.TB, n int, progs ...[]string) []time.Duration {
 	t.Helper()
-	least := time.Duration(-1)
+	least := make([]time.Duration, len(progs))
 	for range n {
-		cmd := exec.Command(bin, args...)
-		cmd.Env = append(os.Environ(), "NSYS_CORTEX_DEBUG_START=1")
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		if err := cmd.Run(); err != nil {
-			t.Fatalf("%s %v: %v\n%s", bin, args, err, stderr.String())
-		}
-		_, rest, ok := strings.Cut(stderr.String(), "cpu before main: ")
-		us, err := strconv.Atoi(strings.TrimSuffix(strings.Fields(rest + " x")[0], "us"))
-		if !ok || err != nil {
-			t.Fatalf("%s says no CPU before main: %q", bin, stderr.String())
-		}
-		if d := time.Duration(us) * time.Microsecond; least < 0 || d < least {
-			least = d
+		for i, argv := range progs {
+			stderr := runDebugStart(t, argv, "NSYS_CORTEX_DEBUG_START=1")
+			_, rest, ok := strings.Cut(stderr, "cpu before main: ")
+			us, err := strconv.Atoi(strings.TrimSuffix(strings.Fields(rest + " x")[0], "us"))
+			if !ok || err != nil {
+				t.Fatalf("%v says no CPU before main: %q", argv, stderr)
+			}
+			if d := time.Duration(us) * time.Microsecond; least[i] == 0 || d < least[i] {
+				least[i] = d
+			}
 		}
 	}
 	return least
 }
 
-// TestStartIsLight: `nsys-cortex version` as built for users uses at most
-// startBudget more CPU before main than a Go program that does nothing,
-// measured beside it; the commands the light program leaves to the full
-// one run it, with their own help and exit status.
+// runDebugStart runs argv with env added and returns its standard error.
+func runDebugStart(t testing.TB, argv []string, env ...string) string {
+	t.Helper()
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env = append(os.Environ(), env...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("%v: %v\n%s", argv, err, stderr.String())
+	}
+	return stderr.String()
+}
+
+// packageInit is one package's initialisation, as GODEBUG=inittrace=1
+// prints it.
+type packageInit struct {
+	pkg           string
+	bytes, allocs int
+}
+
+// initTrace runs argv with GODEBUG=inittrace=1 and returns what each
+// package's initialisation allocated.
+func initTrace(t testing.TB, argv ...string) []packageInit {
+	t.Helper()
+	var inits []packageInit
+	for line := range strings.Lines(runDebugStart(t, argv, "GODEBUG=inittrace=1")) {
+		// init PKG @0.5 ms, 0.01 ms clock, 64 bytes, 2 allocs
+		var in packageInit
+		var at, clock float64
+		if _, err := fmt.Sscanf(line, "init %s @%f ms, %f ms clock, %d bytes, %d allocs", &in.pkg, &at, &clock, &in.bytes, &in.allocs); err == nil {
+			inits = append(inits, in)
+		}
+	}
+	if len(inits) == 0 {
+		t.Fatalf("%v printed no init trace", argv)
+	}
+	return inits
+}
+
+// TestStartIsLight: `nsys-cortex version` as built for users initialises
+// its packages within initAllocBudget and initByteBudget, and uses at most
+// startCPURatio times the CPU before main of a Go program that does
+// nothing; the commands the light program leaves to the full one run it,
+// with their own help and exit status.
 func TestStartIsLight(t *testing.T) {
 	bin, floor := splitBinary(t), startFloor(t)
-	ours, base := cpuBeforeMain(t, 15, bin, "version"), cpuBeforeMain(t, 15, floor)
-	t.Logf("CPU before main: nsys-cortex version %s, a Go program that does nothing %s", ours, base)
-	if ours-base > startBudget {
-		t.Errorf("nsys-cortex uses %s of CPU before main, %s more than the floor (budget %s): a package it links initialises too much",
-			ours, ours-base, startBudget)
+	inits := initTrace(t, bin, "version")
+	var size, allocs int
+	for _, in := range inits {
+		size, allocs = size+in.bytes, allocs+in.allocs
+	}
+	slices.SortFunc(inits, func(a, b packageInit) int { return cmp.Compare(b.allocs, a.allocs) })
+	top := inits[:min(5, len(inits))]
+	t.Logf("package initialisation: %d packages, %d allocations, %d bytes; most: %v", len(inits), allocs, size, top)
+	if allocs > initAllocBudget || size > initByteBudget {
+		t.Errorf("nsys-cortex's packages allocate %d times, %d bytes, at initialisation (budget %d, %d): a package it links initialises too much; most: %v",
+			allocs, size, initAllocBudget, initByteBudget, top)
+	}
+	cpu := cpuBeforeMain(t, 15, []string{bin, "version"}, []string{floor})
+	t.Logf("CPU before main: nsys-cortex version %s, a Go program that does nothing %s (%.2fx)", cpu[0], cpu[1], float64(cpu[0])/float64(cpu[1]))
+	if cpu[0] > startCPURatio*cpu[1] {
+		t.Errorf("nsys-cortex uses %s of CPU before main, more than %d times a Go program that does nothing (%s)", cpu[0], startCPURatio, cpu[1])
 	}
 
 	home := t.TempDir()

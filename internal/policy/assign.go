@@ -1,7 +1,6 @@
 package policy
 
 import (
-	"regexp"
 	"strings"
 
 	"mvdan.cc/sh/v3/syntax"
@@ -41,8 +40,8 @@ var commandVars = map[string]bool{
 }
 
 var (
-	gitConfigValueRE = regexp.MustCompile(`^GIT_CONFIG_VALUE_[0-9]+$`)
-	gitParameterRE   = regexp.MustCompile(`'((?:[^']|'\\'')*)'='((?:[^']|'\\'')*)'`)
+	gitConfigValueRE = lazyRE(`^GIT_CONFIG_VALUE_[0-9]+$`)
+	gitParameterRE   = lazyRE(`'((?:[^']|'\\'')*)'='((?:[^']|'\\'')*)'`)
 )
 
 // assignment checks one assignment of value (nil when unknown or none)
@@ -67,11 +66,11 @@ func commandsIn(name, value string) []string {
 	switch {
 	case commandVars[name]:
 		return []string{strings.TrimLeft(value, "|-")}
-	case gitConfigValueRE.MatchString(name):
+	case gitConfigValueRE().MatchString(name):
 		return []string{gitConfigCommand(value)}
 	case name == "GIT_CONFIG_PARAMETERS":
 		var out []string
-		for _, m := range gitParameterRE.FindAllStringSubmatch(value, -1) {
+		for _, m := range gitParameterRE().FindAllStringSubmatch(value, -1) {
 			out = append(out, gitConfigCommand(strings.ReplaceAll(m[2], `'\''`, "'")))
 		}
 		return out

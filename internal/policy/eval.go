@@ -1,7 +1,6 @@
 package policy
 
 import (
-	"regexp"
 	"slices"
 	"strings"
 
@@ -25,7 +24,7 @@ const (
 	whyDecl      = "declare -i makes assignments arithmetic, -n makes a name refer to another variable"
 )
 
-var numberRE = regexp.MustCompile(`^([0-9]+|0[xX][0-9a-fA-F]+|[0-9]+#[0-9a-zA-Z@_]+)$`)
+var numberRE = lazyRE(`^([0-9]+|0[xX][0-9a-fA-F]+|[0-9]+#[0-9a-zA-Z@_]+)$`)
 
 // evalText records the runtimeEval effect.
 func (ck *checker) evalText(subject, why string) {
@@ -112,7 +111,7 @@ func arithLiteral(x syntax.ArithmExpr) bool {
 		}
 		switch p := x.Parts[0].(type) {
 		case *syntax.Lit:
-			return numberRE.MatchString(p.Value)
+			return numberRE().MatchString(p.Value)
 		case *syntax.ParamExp:
 			if p.Length {
 				return true // a length; its subscript is checked where it stands
@@ -132,7 +131,7 @@ func testClauseEvaluates(x syntax.TestExpr, src string) string {
 		switch x.Op {
 		case syntax.TsEql, syntax.TsNeq, syntax.TsLeq, syntax.TsGeq, syntax.TsLss, syntax.TsGtr:
 			for _, y := range []syntax.TestExpr{x.X, x.Y} {
-				if w, ok := y.(*syntax.Word); !ok || !numberRE.MatchString(w.Lit()) {
+				if w, ok := y.(*syntax.Word); !ok || !numberRE().MatchString(w.Lit()) {
 					return whyArith
 				}
 			}
@@ -252,7 +251,7 @@ func (ck *checker) evalCall(ws []word) {
 			}
 		}
 	case "let":
-		if slices.ContainsFunc(args, func(w word) bool { return w.runtime() || !numberRE.MatchString(w.val) }) {
+		if slices.ContainsFunc(args, func(w word) bool { return w.runtime() || !numberRE().MatchString(w.val) }) {
 			why = whyArith
 		}
 	default:

@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 
 	"mvdan.cc/sh/v3/syntax"
@@ -39,8 +40,8 @@ type ruleWord struct {
 }
 
 var (
-	clusterRE = regexp.MustCompile(`^-[A-Za-z0-9]+$`)
-	longRE    = regexp.MustCompile(`^--[A-Za-z0-9][-A-Za-z0-9]*\*?$`)
+	clusterRE = lazyRE(`^-[A-Za-z0-9]+$`)
+	longRE    = lazyRE(`^--[A-Za-z0-9][-A-Za-z0-9]*\*?$`)
 )
 
 func compileCommandRule(i int, r CommandRule) (*cmdRule, error) {
@@ -94,10 +95,10 @@ func (c *cmdRule) add(w word) {
 		rw.any = true
 		c.operands = append(c.operands, rw)
 	case len(w.val) > 1 && w.val[0] == '-':
-		if !w.quoted && clusterRE.MatchString(w.pat) {
+		if !w.quoted && clusterRE().MatchString(w.pat) {
 			rw.cluster = w.val[1:]
 		}
-		if !w.quoted && longRE.MatchString(w.pat) {
+		if !w.quoted && longRE().MatchString(w.pat) {
 			rw.long = strings.TrimSuffix(w.val, "*")
 		}
 		c.flags = append(c.flags, rw)
@@ -428,4 +429,10 @@ func checkCommandExamples(field string, c *cmdRule) error {
 		}
 	}
 	return nil
+}
+
+// lazyRE compiles expr on first use: compiled at init, the policy's
+// expressions cost every command's start, `nsys-cortex version` included.
+func lazyRE(expr string) func() *regexp.Regexp {
+	return sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(expr) })
 }

@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"regexp"
 	"sort"
 	"strings"
 	"time"
@@ -52,12 +51,28 @@ func (s *Snapshot) Kind() string {
 	return "files"
 }
 
-// snapshotName is what a snapshot may be called: it is a directory name.
-var snapshotName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
+// snapshotName reports whether name may name a snapshot: it is a directory
+// name, ^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$. Checked by hand: the expression
+// compiled at init cost every command 860 allocations (TestStartIsLight).
+func snapshotName(name string) bool {
+	if len(name) == 0 || len(name) > 64 || !isAlnum(name[0]) {
+		return false
+	}
+	for i := 1; i < len(name); i++ {
+		if c := name[i]; !isAlnum(c) && c != '.' && c != '_' && c != '-' {
+			return false
+		}
+	}
+	return true
+}
+
+func isAlnum(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9'
+}
 
 // CheckSnapshotName fails for a name that is not a safe directory name.
 func CheckSnapshotName(name string) error {
-	if !snapshotName.MatchString(name) {
+	if !snapshotName(name) {
 		return fmt.Errorf("snapshot name %q: use 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit", name)
 	}
 	return nil
