@@ -79,6 +79,10 @@ type Proxy struct {
 	Log func(Decision)
 	// MaxConns caps the connections open at once (0: 512).
 	MaxConns int
+	// Secrets, when set, are put into the HTTPS requests to their hosts
+	// (see Secrets); a plain HTTP request that carries a placeholder is
+	// refused.
+	Secrets *Secrets
 	// Linger is how long a tunnel stays once its client has closed its
 	// side and the server sends nothing (0: 2 minutes); the client gets a
 	// quarter of that once the server has closed.
@@ -233,6 +237,14 @@ func (p *Proxy) handle(ctx context.Context, c net.Conn) {
 		return
 	}
 	d := Decision{Method: method, Host: host, Port: port}
+	if method != "CONNECT" {
+		if name := p.Secrets.stray(target, header, "", 0); name != "" {
+			d.Reason = fmt.Sprintf("the request carries the placeholder of secret %s: secrets go only over HTTPS, to their own hosts", name)
+			p.log(d)
+			io.WriteString(c, response(403, "http_request_denied", d.Reason))
+			return
+		}
+	}
 	up, errType, err := p.connect(ctx, &d)
 	d.Err = err
 	if !d.Allowed {
@@ -258,6 +270,10 @@ func (p *Proxy) handle(ctx context.Context, c net.Conn) {
 	lim.n = 1 << 62 // the body is not the head
 	if method == "CONNECT" {
 		if _, err := io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
+			return
+		}
+		if p.Secrets.terminates(host, port) {
+			p.terminate(ctx, c, br, up, d)
 			return
 		}
 	} else if _, err := io.WriteString(up, originRequest(method, path, proto, host, port, header)); err != nil {

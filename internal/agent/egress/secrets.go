@@ -1,0 +1,379 @@
+package egress
+
+import (
+	"bufio"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/base64"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io"
+	"math/big"
+	"net"
+	"net/netip"
+	"net/textproto"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nsys-cortex/cortex/internal/protocol/allowlist"
+)
+
+// Secret is a value the neuron never holds. The neuron's environment has
+// Placeholder in its place; the proxy puts Value in place of Placeholder
+// in the headers of HTTPS requests to Hosts, and only there.
+type Secret struct {
+	Name        string
+	Placeholder string
+	Value       string
+	// Hosts are "host" or "host:port" (port 443 when none is given).
+	Hosts []string
+}
+
+// MinPlaceholder is the shortest placeholder accepted: long enough that
+// it never turns up in a request by chance.
+const MinPlaceholder = 24
+
+// Secrets terminates the HTTPS of the hosts its secrets are for, with a
+// certificate authority of its own that only the neuron trusts, and puts
+// the secrets into those requests' headers. Every other host stays an
+// opaque CONNECT tunnel.
+type Secrets struct {
+	list  []Secret
+	hosts map[string][]int // host:port -> indexes into list
+	roots *x509.CertPool   // what the real servers are checked against; nil: the system's
+	ca    *x509.Certificate
+	key   *ecdsa.PrivateKey // the authority's, and every leaf's
+	pem   []byte
+
+	mu     sync.Mutex
+	leaves map[string]*tls.Certificate
+}
+
+// NewSecrets checks list and makes the authority: a new key that never
+// leaves this process, constrained to the secrets' hosts. roots checks
+// the real servers (nil: the system's roots).
+func NewSecrets(list []Secret, roots *x509.CertPool) (*Secrets, error) {
+	s := &Secrets{list: list, hosts: map[string][]int{}, roots: roots, leaves: map[string]*tls.Certificate{}}
+	var names []string
+	var ips []*net.IPNet
+	for i, sec := range list {
+		if err := CheckSecretName(sec.Name); err != nil {
+			return nil, err
+		}
+		if len(sec.Placeholder) < MinPlaceholder || strings.ContainsAny(sec.Placeholder, "\x00\r\n ") {
+			return nil, fmt.Errorf("secret %s: a placeholder of at least %d bytes, without spaces or line ends", sec.Name, MinPlaceholder)
+		}
+		if sec.Value == "" || strings.ContainsAny(sec.Value, "\x00\r\n") {
+			return nil, fmt.Errorf("secret %s: the value is empty or holds a NUL or a line end (it goes into a header)", sec.Name)
+		}
+		if len(sec.Hosts) == 0 {
+			return nil, fmt.Errorf("secret %s: no host to send it to", sec.Name)
+		}
+		for j := range list[:i] {
+			if list[j].Name == sec.Name || strings.Contains(list[j].Placeholder, sec.Placeholder) || strings.Contains(sec.Placeholder, list[j].Placeholder) {
+				return nil, fmt.Errorf("secret %s: named twice, or its placeholder overlaps %s's", sec.Name, list[j].Name)
+			}
+		}
+		for _, h := range sec.Hosts {
+			host, port, err := allowlist.SecretHost(h)
+			if err != nil {
+				return nil, fmt.Errorf("secret %s: %w", sec.Name, err)
+			}
+			hp := net.JoinHostPort(host, strconv.Itoa(port))
+			s.hosts[hp] = append(s.hosts[hp], i)
+			if a, err := netip.ParseAddr(host); err == nil {
+				ips = append(ips, &net.IPNet{IP: a.AsSlice(), Mask: net.CIDRMask(a.BitLen(), a.BitLen())})
+			} else {
+				names = append(names, host)
+			}
+		}
+	}
+	// The authority may sign only for the secrets' hosts: a name
+	// constraint of each kind, and an unusable one where there are none
+	// of a kind.
+	if len(names) == 0 {
+		names = []string{"invalid"}
+	}
+	if len(ips) == 0 {
+		ips = []*net.IPNet{{IP: net.IPv4bcast.To4(), Mask: net.CIDRMask(32, 32)}}
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	tmpl := &x509.Certificate{
+		SerialNumber:                serial(),
+		Subject:                     pkix.Name{CommonName: "nsys-cortex egress (this neuron only)"},
+		NotBefore:                   now.Add(-time.Hour),
+		NotAfter:                    now.AddDate(2, 0, 0),
+		IsCA:                        true,
+		BasicConstraintsValid:       true,
+		MaxPathLenZero:              true,
+		KeyUsage:                    x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
+		PermittedDNSDomainsCritical: true,
+		PermittedDNSDomains:         names,
+		PermittedIPRanges:           ips,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return nil, err
+	}
+	if s.ca, err = x509.ParseCertificate(der); err != nil {
+		return nil, err
+	}
+	s.key, s.pem = key, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+	return s, nil
+}
+
+// CAPEM is the authority's certificate, for the neuron's trust store.
+func (s *Secrets) CAPEM() []byte { return s.pem }
+
+// CheckSecretName refuses a name that is not an environment variable's.
+func CheckSecretName(name string) error {
+	ok := name != "" && len(name) <= 128 && !('0' <= name[0] && name[0] <= '9')
+	for _, c := range []byte(name) {
+		ok = ok && (c == '_' || 'A' <= c && c <= 'Z' || 'a' <= c && c <= 'z' || '0' <= c && c <= '9')
+	}
+	if !ok {
+		return fmt.Errorf("secret name %q: letters, digits and '_', not starting with a digit", name)
+	}
+	return nil
+}
+
+// terminates reports whether the proxy terminates CONNECTs to host:port.
+func (s *Secrets) terminates(host string, port int) bool {
+	if s == nil {
+		return false
+	}
+	_, ok := s.hosts[s.key4(host, port)]
+	return ok
+}
+
+func (s *Secrets) key4(host string, port int) string {
+	if a, err := netip.ParseAddr(host); err == nil {
+		host = a.Unmap().String()
+	} else {
+		host = strings.ToLower(strings.TrimSuffix(host, "."))
+	}
+	return net.JoinHostPort(host, strconv.Itoa(port))
+}
+
+// stray names the first secret whose placeholder is in a request's
+// target or headers (Basic credentials decoded) and which is not for
+// host:port ("" if none; with host "", plain HTTP, no secret may go at
+// all).
+func (s *Secrets) stray(target string, h textproto.MIMEHeader, host string, port int) string {
+	if s == nil {
+		return ""
+	}
+	bound := s.hosts[s.key4(host, port)]
+	for i, sec := range s.list {
+		if host != "" && slices.Contains(bound, i) {
+			continue
+		}
+		if strings.Contains(target, sec.Placeholder) {
+			return sec.Name
+		}
+		for _, vs := range h {
+			for _, v := range vs {
+				if strings.Contains(v, sec.Placeholder) || strings.Contains(basic(v), sec.Placeholder) {
+					return sec.Name
+				}
+			}
+		}
+	}
+	return ""
+}
+
+// put replaces the placeholders of the secrets for host:port in h, Basic
+// credentials included, and returns the names it put.
+func (s *Secrets) put(h textproto.MIMEHeader, host string, port int) []string {
+	var put []string
+	for _, i := range s.hosts[s.key4(host, port)] {
+		sec := s.list[i]
+		used := false
+		for _, vs := range h {
+			for j, v := range vs {
+				if strings.Contains(v, sec.Placeholder) {
+					vs[j], used = strings.ReplaceAll(v, sec.Placeholder, sec.Value), true
+				} else if d := basic(v); strings.Contains(d, sec.Placeholder) {
+					d = strings.ReplaceAll(d, sec.Placeholder, sec.Value)
+					vs[j], used = v[:len("Basic ")]+base64.StdEncoding.EncodeToString([]byte(d)), true
+				}
+			}
+		}
+		if used {
+			put = append(put, sec.Name)
+		}
+	}
+	return put
+}
+
+// basic decodes a header value's Basic credentials ("" if it has none).
+func basic(v string) string {
+	if len(v) < 6 || !strings.EqualFold(v[:6], "Basic ") {
+		return ""
+	}
+	b, err := base64.StdEncoding.DecodeString(strings.TrimSpace(v[6:]))
+	if err != nil {
+		return ""
+	}
+	return string(b)
+}
+
+// leaf is the certificate the proxy shows the neuron for host, made on
+// first use and kept.
+func (s *Secrets) leaf(host string) (*tls.Certificate, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c, ok := s.leaves[host]; ok {
+		return c, nil
+	}
+	now := time.Now()
+	tmpl := &x509.Certificate{
+		// No common name: OpenSSL checks one that looks like a host name
+		// against the authority's name constraints, an address too.
+		SerialNumber: serial(),
+		NotBefore:    now.Add(-time.Hour),
+		NotAfter:     s.ca.NotAfter,
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	if a, err := netip.ParseAddr(host); err == nil {
+		tmpl.IPAddresses = []net.IP{a.AsSlice()}
+	} else {
+		tmpl.DNSNames = []string{host}
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, s.ca, &s.key.PublicKey, s.key)
+	if err != nil {
+		return nil, err
+	}
+	c := &tls.Certificate{Certificate: [][]byte{der}, PrivateKey: s.key}
+	s.leaves[host] = c
+	return c, nil
+}
+
+func serial() *big.Int {
+	n, _ := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
+	return n
+}
+
+// bufConn is a connection whose first bytes were already read into r.
+type bufConn struct {
+	net.Conn
+	r *bufio.Reader
+}
+
+func (c bufConn) Read(b []byte) (int, error) { return c.r.Read(b) }
+
+// idleRequest is how long a terminated connection waits for its next
+// request.
+const idleRequest = 2 * time.Minute
+
+// terminate serves a CONNECT to a secret's host: TLS with the neuron,
+// TLS with the real server (checked against s.roots), and between them
+// HTTP/1.1 requests, one at a time, with the secrets put in. A request
+// that carries another secret's placeholder is refused and ends the
+// connection.
+func (p *Proxy) terminate(ctx context.Context, c net.Conn, br *bufio.Reader, up net.Conn, d Decision) {
+	s := p.Secrets
+	cert, err := s.leaf(d.Host)
+	if err != nil {
+		p.log(Decision{Method: d.Method, Host: d.Host, Port: d.Port, Allowed: true, Reason: d.Reason, Addr: d.Addr, Err: err})
+		return
+	}
+	client := tls.Server(bufConn{c, br}, &tls.Config{Certificates: []tls.Certificate{*cert},
+		NextProtos: []string{"http/1.1"}, MinVersion: tls.VersionTLS12})
+	hctx, cancel := context.WithTimeout(ctx, headTimeout)
+	err = client.HandshakeContext(hctx)
+	cancel()
+	if err != nil {
+		return // the neuron's client gave up, or does not trust the authority
+	}
+	// A server named by address is checked against its certificate's
+	// addresses, as crypto/tls does for an address in ServerName.
+	server := tls.Client(up, &tls.Config{ServerName: d.Host, RootCAs: s.roots,
+		NextProtos: []string{"http/1.1"}, MinVersion: tls.VersionTLS12})
+	hctx, cancel = context.WithTimeout(ctx, dialTimeout)
+	err = server.HandshakeContext(hctx)
+	cancel()
+	if err != nil {
+		d.Err = fmt.Errorf("TLS with the server: %w", err)
+		p.log(d)
+		io.WriteString(client, response(502, "tls_certificate_error", d.Err.Error()))
+		return
+	}
+	// Heads are bounded both ways as the proxy's own are; bodies are not
+	// heads.
+	clim, slim := &headLimit{r: client}, &headLimit{r: server}
+	cr, sr := bufio.NewReader(clim), bufio.NewReader(slim)
+	cw, sw := bufio.NewWriter(client), bufio.NewWriter(server)
+	hostHeader := d.Host
+	if strings.Contains(hostHeader, ":") {
+		hostHeader = "[" + hostHeader + "]"
+	}
+	if d.Port != 443 {
+		hostHeader += ":" + strconv.Itoa(d.Port)
+	}
+	for {
+		client.SetReadDeadline(time.Now().Add(idleRequest))
+		clim.n = maxRequestHead
+		req, err := readRequest(cr)
+		client.SetReadDeadline(time.Time{})
+		clim.n = 1 << 62
+		if err != nil {
+			if !errors.Is(err, io.EOF) {
+				io.WriteString(client, response(400, "http_request_error", err.Error()))
+			}
+			return
+		}
+		rd := Decision{Method: req.method, Host: d.Host, Port: d.Port, Addr: d.Addr}
+		if name := s.stray(req.target, req.header, d.Host, d.Port); name != "" {
+			rd.Reason = fmt.Sprintf("the request carries the placeholder of secret %s, which is not for %s", name, s.key4(d.Host, d.Port))
+			p.log(rd)
+			io.WriteString(client, response(403, "http_request_denied", rd.Reason))
+			return
+		}
+		rd.Allowed, rd.Reason = true, d.Reason
+		if put := s.put(req.header, d.Host, d.Port); len(put) > 0 {
+			rd.Reason += "; secret " + strings.Join(put, ", ") + " put in"
+		}
+		p.log(rd)
+		if req.expect {
+			// The server's 100 would come only once it has the body; the
+			// client sends the body only once it has a 100.
+			if _, err := io.WriteString(client, "HTTP/1.1 100 Continue\r\n\r\n"); err != nil {
+				return
+			}
+		}
+		// The server is the one the CONNECT named, and so is the Host it
+		// is told: a request may not ask another site behind the same
+		// address (domain fronting) for what the secret opens.
+		req.header.Set("Host", hostHeader)
+		if err := req.writeTo(sw, cr, &p.counts.bytes); err != nil {
+			return
+		}
+		slim.n = maxRequestHead
+		more, upgraded, err := relayResponse(cw, sr, slim, req, &p.counts.bytes)
+		if err != nil {
+			return
+		}
+		if upgraded {
+			splice(client, cr, bufConn{server, sr}, defaultLinger, &p.counts.bytes)
+			return
+		}
+		if !more || req.close {
+			return
+		}
+	}
+}
