@@ -123,6 +123,14 @@ type Policy struct {
 	// CtxWritable (validated when the neuron started).
 	Ctx         string `json:"ctx,omitempty"`
 	CtxWritable bool   `json:"ctxWritable,omitempty"`
+	// Secrets are the neuron's secrets by name and hosts (never values).
+	Secrets []SecretPolicy `json:"secrets,omitempty"`
+}
+
+// SecretPolicy is what a Policy says of a secret.
+type SecretPolicy struct {
+	Name  string   `json:"name"`
+	Hosts []string `json:"hosts"`
 }
 
 // Network says what a neuron may reach: mode none, egress (with Allow) or full.
@@ -164,6 +172,20 @@ type CreateRequest struct {
 	OnTimeout string `json:"onTimeout,omitempty"`
 	// AutoPauseMs pauses the neuron once it has been idle this long.
 	AutoPauseMs int64 `json:"autoPauseMs,omitempty"`
+	// Secrets are values the neuron never holds (nsbox): its environment
+	// gets a placeholder under each Name, and the egress proxy puts the
+	// Value in its place in the headers of HTTPS requests to Hosts, and
+	// nowhere else. A secret's hosts are added to the allow-list (network
+	// egress). docs/secrets.md.
+	Secrets []Secret `json:"secrets,omitempty"`
+}
+
+// Secret is one secret of a CreateRequest.
+type Secret struct {
+	Name  string `json:"name"`
+	Value string `json:"value"`
+	// Hosts are "host" or "host:port" (443 when none is given).
+	Hosts []string `json:"hosts"`
 }
 
 // Created is the answer to a create: the neuron, whether it was started

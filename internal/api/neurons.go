@@ -32,6 +32,9 @@ func NeuronOf(st *sandbox.State) cortex.Neuron {
 	if p := st.Policy; p != nil {
 		n.Policy = &cortex.Policy{Network: cortex.Network{Mode: string(p.Network.Mode), Allow: p.Network.Allow},
 			Limits: cortex.Limits(p.Limits), Image: p.Image, NestedUserns: p.NestedUserns, Ctx: p.Ctx, CtxWritable: p.CtxWritable}
+		for _, s := range p.Secrets {
+			n.Policy.Secrets = append(n.Policy.Secrets, cortex.SecretPolicy{Name: s.Name, Hosts: s.Hosts})
+		}
 	}
 	n.Labels, n.Deadline, n.PausedAt = st.Labels.Clone(), st.Deadline, st.PausedAt
 	n.ForkedFrom, n.ForkedAt = st.ForkedFrom, st.ForkedAt
@@ -87,6 +90,13 @@ func (s *Server) createNeuron(w http.ResponseWriter, r *http.Request) {
 	}
 	if len(req.Network.Allow) > 0 && opts.Network.Mode == sandbox.NetworkDefault {
 		opts.Network.Mode = sandbox.NetworkEgress
+	}
+	for _, sec := range req.Secrets {
+		opts.Secrets = append(opts.Secrets, sandbox.Secret{Name: sec.Name, Value: sec.Value, Hosts: sec.Hosts})
+	}
+	if err := sandbox.AllowSecretHosts(&opts); err != nil {
+		writeError(w, err)
+		return
 	}
 	switch {
 	case req.BootTimeoutMs < 0:

@@ -161,6 +161,7 @@ func (a *App) sandboxes() (*sandbox.Set, error) {
 			env.DefaultDisk = a.cfg.Bytes("disk")
 			env.MaxSnapshots = a.cfg.Int("snapshots.max")
 			env.MaxSnapshotBytes = a.cfg.Bytes("snapshots.max_bytes")
+			env.EgressUpstreamCA = a.cfg.String("egress.upstream_ca")
 		}
 		a.env = env
 		a.set = sandbox.NewSet(env, a.Backends...)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -95,7 +96,7 @@ them; add your own as <home>/profiles/NAME.json).`,
 			if err != nil {
 				return err
 			}
-			if len(contract.Passed) == 0 && len(p.Secrets) > 0 {
+			if len(contract.Passed) == 0 && len(p.Secrets) > 0 && !slices.ContainsFunc(p.Secrets, func(s string) bool { return slices.Contains(contract.Proxied, s) }) {
 				fmt.Fprintf(a.Stderr, "nsys-cortex: no credentials passed; %s reads %s (pass one with --pass-env NAME)\n",
 					p.Name, strings.Join(p.Secrets, " or "))
 			}
@@ -115,7 +116,7 @@ them; add your own as <home>/profiles/NAME.json).`,
 			}
 			audit := launch.NewAudit(filepath.Join(lay.LogsDir(), "audit.log"))
 			facts := map[string]any{"neuron": st.ID, "mode": st.Mode, "receipt": receipt.ID, "profile": p.Name,
-				"program": receipt.Argv[0], "io": contract.IO, "passed": contract.Passed, "network": receipt.Network,
+				"program": receipt.Argv[0], "io": contract.IO, "passed": contract.Passed, "proxied": contract.Proxied, "network": receipt.Network,
 				"operator": receipt.Host.User, "hostPid": receipt.Host.PID}
 			if err := audit.Record("launch.start", facts); err != nil {
 				return fmt.Errorf("launch: the audit log: %w", err)

@@ -3,8 +3,10 @@ package cli
 import (
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -24,6 +26,7 @@ func (a *App) createCommand() *cobra.Command {
 	var lc lifecycleFlags
 	var boot time.Duration
 	var nested bool
+	var secrets, secretHosts []string
 	var pids int
 	var cpus float64
 	cmd := &cobra.Command{
@@ -69,11 +72,17 @@ enforces them.`,
 			if err := lc.apply(&opts); err != nil {
 				return err
 			}
+			if opts.Secrets, err = secretFlags(secrets, secretHosts); err != nil {
+				return err
+			}
 			if opts.Network.Mode, err = sandbox.ParseNetworkMode(network); err != nil {
 				return err
 			}
 			if len(allow) > 0 && opts.Network.Mode == sandbox.NetworkDefault {
 				opts.Network.Mode = sandbox.NetworkEgress // --allow says what egress reaches
+			}
+			if err := sandbox.AllowSecretHosts(&opts); err != nil {
+				return err
 			}
 			if memory != "" {
 				if opts.Limits.MemoryBytes, err = parseBytes(memory); err != nil {
@@ -132,6 +141,8 @@ enforces them.`,
 	cmd.Flags().StringArrayVarP(&env, "env", "e", nil, "set KEY=VALUE in the neuron's environment, for this run of it (repeatable)")
 	cmd.Flags().DurationVar(&boot, "boot-timeout", 0, "how long to wait for the neuron's agent (default 10s; docker 1m)")
 	cmd.Flags().StringVar(&network, "network", "", "none (loopback only; the default where enforceable), egress (with --allow), or full")
+	cmd.Flags().StringArrayVar(&secrets, "secret", nil, "give the neuron a placeholder for the secret in this variable of yours; the egress proxy puts the value into HTTPS requests to its --secret-host (repeatable; nsbox; docs/secrets.md)")
+	cmd.Flags().StringArrayVar(&secretHosts, "secret-host", nil, "NAME=HOST[:PORT]: where --secret NAME may be sent (repeatable; added to --allow)")
 	cmd.Flags().StringArrayVar(&allow, "allow", nil, "what --network egress may reach: host[:port], *.domain[:port], address or CIDR[:port] (repeatable; implies --network egress)")
 	cmd.Flags().StringVar(&memory, "memory", "", "memory ceiling, e.g. 512m or 2g (default 2g where enforceable)")
 	cmd.Flags().IntVar(&pids, "pids", 0, "process ceiling (default 1024 where enforceable)")
@@ -178,6 +189,15 @@ func policyChanges(cmd *cobra.Command, want sandbox.CreateOptions, have *sandbox
 	}
 	if changed("nested-userns") && want.NestedUserns != have.NestedUserns {
 		differ = append(differ, "nested user namespaces")
+	}
+	if changed("secret") || changed("secret-host") {
+		var names []string
+		for _, s := range want.Secrets {
+			names = append(names, s.Name)
+		}
+		if !sameSet(names, have.SecretNames()) {
+			differ = append(differ, "set of secrets")
+		}
 	}
 	return differ
 }
@@ -229,6 +249,9 @@ func policyText(p *sandbox.Policy) [][]string {
 	}
 	if p.NestedUserns {
 		rows = append(rows, []string{"userns", "nested user namespaces allowed (inner sandboxes)"})
+	}
+	for _, s := range p.Secrets {
+		rows = append(rows, []string{"secret", s.Name + " (a placeholder inside; put in by the proxy for " + strings.Join(s.Hosts, ", ") + ")"})
 	}
 	return rows
 }
@@ -537,4 +560,37 @@ its own; run it from operator scripts when needed.`,
 			return nil
 		},
 	}
+}
+
+// secretFlags reads --secret NAME (the value from this process's
+// environment, never the command line) and --secret-host NAME=HOST.
+func secretFlags(names, hosts []string) ([]sandbox.Secret, error) {
+	var out []sandbox.Secret
+	for _, name := range names {
+		if slices.ContainsFunc(out, func(s sandbox.Secret) bool { return s.Name == name }) {
+			return nil, fmt.Errorf("--secret %s: given twice", name)
+		}
+		v, ok := os.LookupEnv(name)
+		if !ok || v == "" {
+			return nil, fmt.Errorf("--secret %s: %s is not set in this environment (the value comes from there, never from the command line)", name, name)
+		}
+		out = append(out, sandbox.Secret{Name: name, Value: v})
+	}
+	for _, h := range hosts {
+		name, host, ok := strings.Cut(h, "=")
+		i := slices.IndexFunc(out, func(s sandbox.Secret) bool { return s.Name == name })
+		switch {
+		case !ok || host == "":
+			return nil, fmt.Errorf("--secret-host %q: want NAME=HOST[:PORT]", h)
+		case i < 0:
+			return nil, fmt.Errorf("--secret-host %s: no --secret %s", h, name)
+		}
+		out[i].Hosts = append(out[i].Hosts, host)
+	}
+	for _, s := range out {
+		if len(s.Hosts) == 0 {
+			return nil, fmt.Errorf("--secret %s: no --secret-host %s=HOST says where it may go", s.Name, s.Name)
+		}
+	}
+	return out, nil
 }

@@ -91,6 +91,9 @@ func stateOf(n *cortex.Neuron) *sandbox.State {
 	if p := n.Policy; p != nil {
 		st.Policy = &sandbox.Policy{Network: sandbox.Network{Mode: sandbox.NetworkMode(p.Network.Mode), Allow: p.Network.Allow},
 			Limits: sandbox.Limits(p.Limits), Image: p.Image, NestedUserns: p.NestedUserns}
+		for _, s := range p.Secrets {
+			st.Policy.Secrets = append(st.Policy.Secrets, sandbox.SecretPolicy{Name: s.Name, Hosts: s.Hosts})
+		}
 	}
 	st.Lifecycle = sandbox.Lifecycle{Labels: labels.Set(n.Labels).Clone(), Deadline: n.Deadline, PausedAt: n.PausedAt,
 		Timeout: time.Duration(n.TimeoutMs) * time.Millisecond, OnTimeout: sandbox.TimeoutAction(n.OnTimeout),
@@ -382,7 +385,8 @@ func (a *App) create(ctx context.Context, set *sandbox.Set, id, mode string, opt
 	cr, err := api.Create(ctx, &cortex.CreateRequest{ID: id, Mode: mode, Env: opts.Env, Image: opts.Image,
 		Network: cortex.Network{Mode: string(opts.Network.Mode), Allow: opts.Network.Allow}, Limits: cortex.Limits(opts.Limits),
 		BootTimeoutMs: opts.BootTimeout.Milliseconds(), NestedUserns: opts.NestedUserns,
-		Labels: opts.Labels, TimeoutMs: ceilMs(opts.Timeout), OnTimeout: string(opts.OnTimeout), AutoPauseMs: ceilMs(opts.AutoPause)})
+		Labels: opts.Labels, TimeoutMs: ceilMs(opts.Timeout), OnTimeout: string(opts.OnTimeout), AutoPauseMs: ceilMs(opts.AutoPause),
+		Secrets: secretsOf(opts.Secrets)})
 	if err != nil {
 		return &sandbox.State{ID: id}, "", err
 	}
@@ -490,4 +494,13 @@ func (a *App) destroy(ctx context.Context, id string, wipe bool) error {
 		return err
 	}
 	return m.Destroy(ctx, st.ID, sandbox.DestroyOptions{Wipe: wipe})
+}
+
+// secretsOf is opts' secrets as the API takes them.
+func secretsOf(list []sandbox.Secret) []cortex.Secret {
+	var out []cortex.Secret
+	for _, s := range list {
+		out = append(out, cortex.Secret{Name: s.Name, Value: s.Value, Hosts: s.Hosts})
+	}
+	return out
 }

@@ -129,6 +129,8 @@ var keys = []Key{
 		Description: "docker network of a neuron with network full (empty: the daemon's default)"},
 	{Name: "docker.transport", Env: "NSYS_CORTEX_DOCKER_TRANSPORT", Type: TypeEnum, Allowed: []string{"auto", "unix", "tcp"}, Default: "auto",
 		Description: "channel to docker-mode neurons: a shared unix socket or tcp with a token"},
+	{Name: "egress.upstream_ca", Env: "NSYS_CORTEX_EGRESS_UPSTREAM_CA", Type: TypeString, Default: "",
+		Description: "a PEM file of authorities the egress proxy trusts, besides the host's roots, for the servers of neurons' secrets (docs/secrets.md)"},
 	{Name: "llm.base_url", Env: "NSYS_CORTEX_LLM_BASE_URL", Type: TypeString, Default: "",
 		Description: "base URL of the chat provider's API (empty: the provider's default)"},
 	{Name: "llm.key_env", Env: "NSYS_CORTEX_LLM_KEY_ENV", Type: TypeString, Default: "",

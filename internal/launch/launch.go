@@ -174,6 +174,10 @@ type Contract struct {
 	Env []string
 	// Passed are the names given with --pass-env.
 	Passed []string
+	// Proxied are the neuron's secrets (create --secret): the program
+	// finds a placeholder under each name, and the egress proxy puts the
+	// value into its HTTPS requests to the secret's hosts.
+	Proxied []string
 }
 
 // Redactor masks, in what is recorded of the launch, the values passed
@@ -220,7 +224,14 @@ func Plan(req *Request, st *sandbox.State) (*Contract, error) {
 			c.Env = append(c.Env, "TERM="+t)
 		}
 	}
+	if st.Policy != nil {
+		c.Proxied = st.Policy.SecretNames()
+	}
 	for _, name := range req.PassEnv {
+		if slices.Contains(c.Proxied, name) {
+			return nil, &sandbox.InvalidError{Reason: fmt.Sprintf("--pass-env %s: %s is a secret of neuron %s (create --secret): its placeholder is already there, "+
+				"and the egress proxy puts the value in; passing it would put the value inside", name, name, st.ID)}
+		}
 		if !validName(name) {
 			return nil, &sandbox.InvalidError{Reason: fmt.Sprintf("--pass-env %q: give a variable name, not a value (the value is read from your environment)", name)}
 		}

@@ -40,9 +40,11 @@ type Receipt struct {
 	Argv []string `json:"argv"`
 	Cwd  string   `json:"cwd"`
 	// Env names what the launch set (values redacted); Passed the names
-	// the operator passed in from their own environment.
-	Env    []string `json:"env"`
-	Passed []string `json:"passed,omitempty"`
+	// the operator passed in from their own environment; Proxied the
+	// neuron's secrets, which the program held only as placeholders.
+	Env     []string `json:"env"`
+	Passed  []string `json:"passed,omitempty"`
+	Proxied []string `json:"proxied,omitempty"`
 
 	Identity *Identity       `json:"identity,omitempty"`
 	Mounts   []Mount         `json:"mounts,omitempty"`
@@ -77,7 +79,7 @@ func NewReceipt(c *Contract, p *Profile, st *sandbox.State) *Receipt {
 	rand.Read(rnd[:])
 	now := time.Now().UTC()
 	r := &Receipt{ID: now.Format("20060102T150405Z") + "-" + hex.EncodeToString(rnd[:]), Neuron: st.ID, Mode: st.Mode,
-		Profile: p.Name, IO: c.IO, Passed: c.Passed, InnerSandbox: p.InnerSandbox,
+		Profile: p.Name, IO: c.IO, Passed: c.Passed, Proxied: c.Proxied, InnerSandbox: p.InnerSandbox,
 		Started: now, Running: true, redact: c.Redactor()}
 	r.Argv = make([]string, len(c.Argv))
 	for i, a := range c.Argv {

@@ -2,6 +2,10 @@ package sandbox
 
 import (
 	"fmt"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/nsys-cortex/cortex/internal/protocol/allowlist"
 )
@@ -24,6 +28,92 @@ func CheckNetwork(n Network) error {
 		}
 	default:
 		return &InvalidError{Reason: fmt.Sprintf("network %q: choose none, egress or full", n.Mode)}
+	}
+	return nil
+}
+
+// CheckSecrets checks opts' secrets against its network: each is named as
+// an environment variable is, once, has a value that fits in a header,
+// and goes to hosts on the egress allow-list (which they need: the egress
+// proxy is what puts them in).
+func CheckSecrets(opts CreateOptions) error {
+	if len(opts.Secrets) == 0 {
+		return nil
+	}
+	if opts.Network.Mode != NetworkEgress {
+		return &InvalidError{Reason: "secrets go with network egress: the egress proxy puts them into requests (--allow HOST for each secret's host)"}
+	}
+	pol, err := allowlist.Parse(opts.Network.Allow)
+	if err != nil {
+		return &InvalidError{Reason: "network allow-list: " + err.Error()}
+	}
+	seen := map[string]bool{}
+	for _, s := range opts.Secrets {
+		if !envName(s.Name) {
+			return &InvalidError{Reason: fmt.Sprintf("secret name %q: letters, digits and '_', not starting with a digit", s.Name)}
+		}
+		if seen[s.Name] {
+			return &InvalidError{Reason: fmt.Sprintf("secret %s is named twice", s.Name)}
+		}
+		seen[s.Name] = true
+		if s.Value == "" || strings.ContainsAny(s.Value, "\x00\r\n") {
+			return &InvalidError{Reason: fmt.Sprintf("secret %s: its value is empty or holds a NUL or a line end (it goes into a header)", s.Name)}
+		}
+		if len(s.Hosts) == 0 {
+			return &InvalidError{Reason: fmt.Sprintf("secret %s has no host to go to (--secret-host %s=HOST)", s.Name, s.Name)}
+		}
+		for _, h := range s.Hosts {
+			host, port, err := allowlist.SecretHost(h)
+			if err != nil {
+				return &InvalidError{Reason: fmt.Sprintf("secret %s: %v", s.Name, err)}
+			}
+			if !pol.Allows(host, port) {
+				return &InvalidError{Reason: fmt.Sprintf("secret %s goes to %s port %d, which is not on the allow-list (--allow %s)", s.Name, host, port, h)}
+			}
+		}
+	}
+	return nil
+}
+
+// envName reports whether s may name an environment variable.
+func envName(s string) bool {
+	if s == "" || len(s) > 128 || '0' <= s[0] && s[0] <= '9' {
+		return false
+	}
+	for _, c := range []byte(s) {
+		if c != '_' && !('A' <= c && c <= 'Z' || 'a' <= c && c <= 'z' || '0' <= c && c <= '9') {
+			return false
+		}
+	}
+	return true
+}
+
+// AllowSecretHosts adds each secret's hosts to opts' allow-list (naming a
+// host to send a secret to is leave to reach it), and so makes the network
+// egress when none was asked for. A network of none or full is refused:
+// only egress has the proxy that puts secrets in.
+func AllowSecretHosts(opts *CreateOptions) error {
+	if len(opts.Secrets) == 0 {
+		return nil
+	}
+	switch opts.Network.Mode {
+	case NetworkDefault:
+		opts.Network.Mode = NetworkEgress
+	case NetworkEgress:
+	default:
+		return &InvalidError{Reason: fmt.Sprintf("secrets go with network egress, not %s: the egress proxy puts them into requests", opts.Network.Mode)}
+	}
+	for _, s := range opts.Secrets {
+		for _, h := range s.Hosts {
+			host, port, err := allowlist.SecretHost(h)
+			if err != nil {
+				return &InvalidError{Reason: fmt.Sprintf("secret %s: %v", s.Name, err)}
+			}
+			rule := net.JoinHostPort(host, strconv.Itoa(port))
+			if !slices.Contains(opts.Network.Allow, rule) {
+				opts.Network.Allow = append(opts.Network.Allow, rule)
+			}
+		}
 	}
 	return nil
 }

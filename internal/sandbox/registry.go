@@ -85,6 +85,10 @@ type Env struct {
 	// an idle rule: it makes sure a keeper runs for this home (the CLI
 	// starts `nsys-cortex keeper`; serve runs one itself).
 	EnsureKeeper func()
+	// EgressUpstreamCA is a PEM file of authorities the egress proxy
+	// trusts for the servers of neurons' secrets, besides the host's
+	// roots (config egress.upstream_ca; empty: none).
+	EgressUpstreamCA string
 }
 
 // Set holds the registered modes and the managers built from them; it routes

@@ -93,6 +93,24 @@ type Policy struct {
 	// says whether it was validated at start (seed 003 §6), else read-only.
 	Ctx         string `json:"ctx,omitempty"`
 	CtxWritable bool   `json:"ctxWritable,omitempty"`
+	// Secrets are the neuron's secrets, by name and hosts: never their
+	// values, which are nowhere but in the egress proxy's memory.
+	Secrets []SecretPolicy `json:"secrets,omitempty"`
+}
+
+// SecretPolicy is what a Policy says of a secret.
+type SecretPolicy struct {
+	Name  string   `json:"name"`
+	Hosts []string `json:"hosts"`
+}
+
+// SecretNames lists p's secrets' names.
+func (p *Policy) SecretNames() []string {
+	var out []string
+	for _, s := range p.Secrets {
+		out = append(out, s.Name)
+	}
+	return out
 }
 
 // DataRooter is implemented by managers whose neurons' data may live on a
@@ -159,6 +177,22 @@ type CreateOptions struct {
 	OnTimeout TimeoutAction
 	// AutoPause pauses the neuron once idle this long (0: never).
 	AutoPause time.Duration
+	// Secrets are values the neuron never holds (nsbox, with network
+	// egress): see Secret. They are not recorded anywhere: a neuron
+	// created again without them has none.
+	Secrets []Secret
+}
+
+// Secret is a value the neuron never holds: its environment gets a
+// placeholder under Name, and the egress proxy puts Value in the
+// placeholder's place in the headers of HTTPS requests to Hosts, and
+// nowhere else.
+type Secret struct {
+	Name  string
+	Value string
+	// Hosts are "host" or "host:port" (443 when none is given); each must
+	// be on the network allow-list.
+	Hosts []string
 }
 
 // NetworkMode names what a neuron can reach.

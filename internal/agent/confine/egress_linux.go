@@ -1,14 +1,18 @@
 package confine
 
 import (
+	"crypto/x509"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
+	"os"
 	"sync"
 	"time"
 
 	"github.com/nsys-cortex/cortex/internal/agent/egress"
 	"github.com/nsys-cortex/cortex/internal/protocol/allowlist"
+	"github.com/nsys-cortex/cortex/internal/protocol/boot"
 )
 
 // EgressPlan is what it takes to enforce a neuron's allow-list, made
@@ -19,6 +23,76 @@ import (
 type EgressPlan struct {
 	policy   *allowlist.List
 	resolver *egress.Resolver
+	secrets  *egress.Secrets
+	bundle   []byte // the host's roots and the secrets' authority, PEM
+}
+
+// hostBundles are where hosts keep their roots as one PEM file.
+var hostBundles = []string{"/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt",
+	"/etc/ssl/ca-bundle.pem", "/etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem", "/etc/ssl/cert.pem"}
+
+// maxBundle bounds a host's root bundle.
+const maxBundle = 8 << 20
+
+// WithSecrets adds secrets to the plan (egress.Secrets): the host's roots,
+// and upstreamCAs (PEM), check the secrets' servers; the host's bundle and
+// the new authority make the bundle the neuron trusts. Like the resolver
+// files, the host's roots are read now, while this process still sees the
+// host's /etc.
+func (plan *EgressPlan) WithSecrets(list []boot.EgressSecret, upstreamCAs string) error {
+	roots, err := x509.SystemCertPool()
+	if err != nil || roots == nil {
+		roots = x509.NewCertPool()
+	}
+	if upstreamCAs != "" && !roots.AppendCertsFromPEM([]byte(upstreamCAs)) {
+		return fmt.Errorf("secrets: the upstream authorities hold no PEM certificate")
+	}
+	var secrets []egress.Secret
+	for _, s := range list {
+		for _, h := range s.Hosts {
+			host, port, err := allowlist.SecretHost(h)
+			if err != nil {
+				return fmt.Errorf("secrets: %s: %w", s.Name, err)
+			}
+			if !plan.policy.Allows(host, port) {
+				return fmt.Errorf("secrets: %s: %s port %d is not on the allow-list", s.Name, host, port)
+			}
+		}
+		secrets = append(secrets, egress.Secret{Name: s.Name, Placeholder: s.Placeholder, Value: s.Value, Hosts: s.Hosts})
+	}
+	if plan.secrets, err = egress.NewSecrets(secrets, roots); err != nil {
+		return fmt.Errorf("secrets: %w", err)
+	}
+	for _, p := range hostBundles {
+		if b, err := readBounded(p, maxBundle); err == nil {
+			plan.bundle = append(b, '\n')
+			break
+		}
+	}
+	plan.bundle = append(plan.bundle, plan.secrets.CAPEM()...)
+	return nil
+}
+
+// CA returns the secrets' authority and the bundle the neuron trusts, PEM
+// (nil, nil without secrets).
+func (plan *EgressPlan) CA() (ca, bundle []byte) {
+	if plan.secrets == nil {
+		return nil, nil
+	}
+	return plan.secrets.CAPEM(), plan.bundle
+}
+
+func readBounded(path string, max int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, max+1))
+	if err == nil && int64(len(b)) > max {
+		err = fmt.Errorf("%s: larger than %d bytes", path, max)
+	}
+	return b, err
 }
 
 // PlanEgress parses allow and reads the host's resolver files.
@@ -39,7 +113,7 @@ func PlanEgress(allow []string) (*EgressPlan, error) {
 func (plan *EgressPlan) Proxy(logf func(string, ...any)) *egress.Proxy {
 	var d net.Dialer
 	log := &rateLog{logf: logf, rate: decisionLogRate, burst: decisionLogBurst}
-	return &egress.Proxy{Policy: plan.policy, Resolve: plan.resolver.Resolve, Dial: d.DialContext,
+	return &egress.Proxy{Policy: plan.policy, Resolve: plan.resolver.Resolve, Dial: d.DialContext, Secrets: plan.secrets,
 		HostAddrs: hostAddrs, Log: func(dec egress.Decision) { log.print(dec.String()) }}
 }
 

@@ -49,7 +49,7 @@ func Init() int {
 			return 1
 		}
 	}
-	if err := build(&cfg, logf); err != nil {
+	if err := build(&cfg, eg, logf); err != nil {
 		logf("%v", err)
 		return 1
 	}
@@ -153,7 +153,7 @@ func claim(cfg *boot.NsboxConfig, r *boot.Rebind) error {
 // build makes the neuron's root and moves into it. Every mount point
 // inside the root is reached by descriptor, without following a link
 // (mountPoint): the root is the neuron's overlay.
-func build(cfg *boot.NsboxConfig, logf func(string, ...any)) error {
+func build(cfg *boot.NsboxConfig, eg *confine.EgressPlan, logf func(string, ...any)) error {
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("mount: making / private: %w", err)
 	}
@@ -181,6 +181,13 @@ func build(cfg *boot.NsboxConfig, logf func(string, ...any)) error {
 	for _, b := range cfg.Binds {
 		if err := bind(b, root, logf); err != nil {
 			return err
+		}
+	}
+	if eg != nil {
+		if ca, bundle := eg.CA(); ca != nil {
+			if err := installCA(root, ca, bundle); err != nil {
+				return err
+			}
 		}
 	}
 	if err := unix.Sethostname([]byte(cfg.Hostname)); err != nil {

@@ -20,7 +20,17 @@ func planEgress(cfg *boot.NsboxConfig) (*confine.EgressPlan, error) {
 	if cfg.Egress == nil || cfg.Egress.Listen == "" {
 		return nil, fmt.Errorf("network: egress without an allow-list or a proxy address")
 	}
-	return confine.PlanEgress(cfg.Egress.Allow)
+	plan, err := confine.PlanEgress(cfg.Egress.Allow)
+	if err != nil || len(cfg.Egress.Secrets) == 0 {
+		return plan, err
+	}
+	if err := plan.WithSecrets(cfg.Egress.Secrets, cfg.Egress.UpstreamCAs); err != nil {
+		return nil, err
+	}
+	// The proxy holds the values now; the configuration, which lives as
+	// long as this process, keeps none.
+	cfg.Egress.Secrets = nil
+	return plan, nil
 }
 
 // netns is a network namespace with only a loopback, held by one locked

@@ -124,6 +124,40 @@ type NsboxEgress struct {
 	// StatsFD, when not 0, is NsboxEgressStatsFD: the host handed PID 1 a
 	// file for the proxy's EgressStats there.
 	StatsFD int `json:"statsFd,omitempty"`
+	// Secrets are values the neuron never holds: its environment has each
+	// one's Placeholder, and PID 1's proxy puts Value in its place in the
+	// headers of HTTPS requests to its Hosts, terminating their TLS with
+	// an authority of its own (EgressCAFile inside).
+	Secrets []EgressSecret `json:"secrets,omitempty"`
+	// UpstreamCAs are PEM certificates the proxy trusts for the servers
+	// of the secrets' hosts, besides the host's own roots.
+	UpstreamCAs string `json:"upstreamCAs,omitempty"`
+}
+
+// EgressSecret is one secret of NsboxEgress.
+type EgressSecret struct {
+	Name        string   `json:"name"`
+	Placeholder string   `json:"placeholder"`
+	Value       string   `json:"value"`
+	Hosts       []string `json:"hosts"`
+}
+
+// Where a neuron with secrets finds its proxy's authority, inside: a
+// tmpfs of PID 1's, new at every start. EgressCABundle is the host's
+// roots and the authority; it is also bound over the image's
+// /etc/ssl/certs/ca-certificates.crt when that is a regular file.
+const (
+	EgressCADir    = "/run/nsys-cortex-ca"
+	EgressCAFile   = EgressCADir + "/egress-ca.pem"
+	EgressCABundle = EgressCADir + "/ca-bundle.pem"
+)
+
+// EgressCAEnv points the usual clients at EgressCABundle (OpenSSL, curl,
+// Go, Python's requests, git) and Node at the authority it adds to its
+// own roots.
+func EgressCAEnv() []string {
+	return []string{"SSL_CERT_FILE=" + EgressCABundle, "CURL_CA_BUNDLE=" + EgressCABundle, "REQUESTS_CA_BUNDLE=" + EgressCABundle,
+		"GIT_SSL_CAINFO=" + EgressCABundle, "NODE_EXTRA_CA_CERTS=" + EgressCAFile}
 }
 
 // BindMount is a bind mount of a host path.

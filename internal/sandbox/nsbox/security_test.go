@@ -46,6 +46,12 @@ type neuron struct {
 
 func newNeuron(t *testing.T, id string, opts sandbox.CreateOptions) *neuron {
 	t.Helper()
+	return newNeuronWith(t, id, opts, nil)
+}
+
+// newNeuronWith is newNeuron, with change applied to the mode's Env.
+func newNeuronWith(t *testing.T, id string, opts sandbox.CreateOptions, change func(*sandbox.Env)) *neuron {
+	t.Helper()
 	requireNsbox(t)
 	e := env(t)
 	lay, err := layout.New(filepath.Join(sandboxtest.ShortTempDir(t), "h"), "")
@@ -53,6 +59,9 @@ func newNeuron(t *testing.T, id string, opts sandbox.CreateOptions) *neuron {
 		t.Fatal(err)
 	}
 	e.Layout = lay
+	if change != nil {
+		change(&e)
+	}
 	m := nsbox.New(e)
 	ctx := context.Background()
 	st, err := m.Create(ctx, id, opts)

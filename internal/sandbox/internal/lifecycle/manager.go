@@ -236,6 +236,15 @@ func (m *Manager) createHeld(ctx context.Context, id string, opts sandbox.Create
 	if err := checkCreate(opts); err != nil {
 		return nil, err
 	}
+	if len(opts.Secrets) > 0 {
+		if _, ok := m.rt.(SecretProxy); !ok {
+			return nil, &sandbox.UnenforceableError{Mode: m.rt.Mode(), Policy: "secrets",
+				Reason: "this mode has no egress proxy of its own to put them into requests (nsbox has)"}
+		}
+		if err := sandbox.CheckSecrets(opts); err != nil {
+			return nil, err
+		}
+	}
 	bin, err := m.env.AgentBinary()
 	if err != nil {
 		return nil, &sandbox.UnavailableError{Mode: m.rt.Mode(), Reason: err.Error()}

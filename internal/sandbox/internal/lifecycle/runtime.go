@@ -150,3 +150,10 @@ type Explainer interface {
 type BootTimeouter interface {
 	BootTimeout() time.Duration
 }
+
+// SecretProxy is implemented by a runtime whose egress proxy puts
+// sandbox.Secrets into requests, so that the neuron never holds them.
+// Creates with secrets fail on any other.
+type SecretProxy interface {
+	ProxiesSecrets()
+}
