@@ -74,8 +74,9 @@ func (l Layer) String() string { return layerNames[l] }
 // TestEveryPackageHasALayer: add it here and to docs/architecture.md.
 var layers = map[string]Layer{
 	"internal/protocol": Foundation, "internal/layout": Foundation, "internal/ids": Foundation,
-	"internal/portsign": Foundation,
-	"internal/waittest": Foundation, // test helpers, standard library only: any layer's tests use them
+	"internal/faultpoint": Foundation,
+	"internal/portsign":   Foundation,
+	"internal/waittest":   Foundation, // test helpers, standard library only: any layer's tests use them
 
 	"internal/agent": Neuron,
 

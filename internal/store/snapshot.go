@@ -2,17 +2,21 @@ package store
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/nsys-cortex/cortex/internal/faultpoint"
 	"github.com/nsys-cortex/cortex/internal/hostfs"
 	"github.com/nsys-cortex/cortex/internal/protocol/errdefs"
 )
@@ -219,6 +223,7 @@ func CreateSnapshotWithin(dir, name, neuron, overlay string, limit int64) (*Snap
 	if err := cp.copyEntries(overlay, filepath.Join(tmp, "data"), HostRecord); err != nil {
 		return nil, fmt.Errorf("snapshot of %s: %w", neuron, err)
 	}
+	faultpoint.Hit("snapshot.copied")
 	s := &Snapshot{Name: name, Neuron: neuron, Created: time.Now().UTC(), Files: cp.files, Bytes: cp.bytes}
 	if err := WriteJSON(filepath.Join(tmp, "snapshot.json"), s, 0o600); err != nil {
 		return nil, err
@@ -291,6 +296,9 @@ func KeptLabels(dir string) (map[string]string, bool) {
 // snapshot is refused (ErrSnapshotMismatch): its data is a disk image,
 // not the overlay's files.
 func RestoreSnapshot(dir, name, overlay string) (*Snapshot, error) {
+	if err := RecoverRestore(overlay); err != nil {
+		return nil, err
+	}
 	s, err := ReadSnapshot(dir, name)
 	if err != nil {
 		return nil, err
@@ -344,11 +352,28 @@ func restoreInto(from, to, name string) error {
 	// Swap: move the current entries aside, then the restored ones in. If
 	// any rename fails, everything moved is put back before returning, so
 	// the directory is as it was; only a complete swap removes the old
-	// entries.
+	// entries. A process killed during the swap leaves a journal
+	// (restoreJournal) from which RecoverRestore finishes it.
 	old, err := os.MkdirTemp(to, ".old-")
 	if err != nil {
 		return err
 	}
+	j := journal{Stage: filepath.Base(stage), Old: filepath.Base(old)}
+	for _, e := range current {
+		if !HostRecord(e.Name()) && !mounts[e.Name()] {
+			j.Aside = append(j.Aside, e.Name())
+		}
+	}
+	for _, e := range entries {
+		if !HostRecord(e.Name()) && !mounts[e.Name()] {
+			j.In = append(j.In, e.Name())
+		}
+	}
+	if err := WriteJSON(filepath.Join(to, restoreJournal), &j, 0o600); err != nil {
+		os.Remove(old)
+		return err
+	}
+	defer os.Remove(filepath.Join(to, restoreJournal))
 	var asideNames, inNames []string
 	undo := func(cause error) error {
 		var errs []error
@@ -372,6 +397,7 @@ func restoreInto(from, to, name string) error {
 			return undo(err)
 		}
 		asideNames = append(asideNames, e.Name())
+		faultpoint.Hit("restore.swapping")
 	}
 	for _, e := range entries {
 		if HostRecord(e.Name()) || mounts[e.Name()] {
@@ -709,4 +735,89 @@ func LockSnapshots(ctx context.Context, dir string) (unlock func(), err error) {
 		return nil, fmt.Errorf("waiting for another snapshot operation (%s): %w", dir, context.Cause(ctx))
 	}
 	return unlock, err
+}
+
+// restoreJournal, in an overlay, says that a restore was swapping its
+// entries: which were to go aside, and the staging and aside directories.
+const restoreJournal = ".restore-journal"
+
+type journal struct {
+	Stage string   `json:"stage"`
+	Old   string   `json:"old"`
+	Aside []string `json:"aside"`
+	In    []string `json:"in"`
+}
+
+func validEntry(n string) bool {
+	return n != "" && n != "." && n != ".." && !strings.ContainsRune(n, '/')
+}
+
+// RecoverRestore finishes in overlay what a restore killed during its swap
+// left (its journal says what), so that the overlay is the snapshot's, and
+// removes what a restore killed earlier left (a staging directory; the
+// overlay was not touched yet). A neuron's data is then never a mix of the
+// two. Called before a neuron starts and before a restore.
+func RecoverRestore(overlay string) error {
+	b, err := os.ReadFile(filepath.Join(overlay, restoreJournal))
+	if err == nil {
+		var j journal
+		if err := json.Unmarshal(b, &j); err != nil || !staging(j.Stage, ".restore-") || !staging(j.Old, ".old-") {
+			return fmt.Errorf("%s: a restore's journal that does not read: %v", overlay, err)
+		}
+		stage, old := filepath.Join(overlay, j.Stage), filepath.Join(overlay, j.Old)
+		staged := entryNames(stage)
+		// Entries go aside first, then in: what has the name of an entry to
+		// go aside is the old one, unless it is to come in and has (it is
+		// no longer staged).
+		for _, n := range j.Aside {
+			if !validEntry(n) {
+				return fmt.Errorf("%s: a restore's journal names %q", overlay, n)
+			}
+			if _, err := os.Lstat(filepath.Join(overlay, n)); err != nil {
+				continue
+			}
+			if slices.Contains(j.In, n) && !slices.Contains(staged, n) {
+				continue
+			}
+			if err := os.Rename(filepath.Join(overlay, n), filepath.Join(old, n)); err != nil {
+				return fmt.Errorf("%s: finishing a restore: %w", overlay, err)
+			}
+		}
+		for _, n := range entryNames(stage) {
+			if err := os.Rename(filepath.Join(stage, n), filepath.Join(overlay, n)); err != nil {
+				return fmt.Errorf("%s: finishing a restore: %w", overlay, err)
+			}
+		}
+		if err := os.Remove(filepath.Join(overlay, restoreJournal)); err != nil {
+			return err
+		}
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	entries, err := os.ReadDir(overlay)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if staging(e.Name(), ".restore-") || staging(e.Name(), ".old-") {
+			os.RemoveAll(filepath.Join(overlay, e.Name()))
+		}
+	}
+	return nil
+}
+
+// staging reports whether name is a restore's directory: prefix and the
+// random part os.MkdirTemp adds.
+func staging(name, prefix string) bool {
+	rest, ok := strings.CutPrefix(name, prefix)
+	return ok && rest != "" && !strings.ContainsAny(rest, "/.")
+}
+
+func entryNames(dir string) []string {
+	entries, _ := os.ReadDir(dir)
+	var out []string
+	for _, e := range entries {
+		out = append(out, e.Name())
+	}
+	return out
 }

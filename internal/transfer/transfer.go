@@ -20,6 +20,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/nsys-cortex/cortex/internal/faultpoint"
 	"github.com/nsys-cortex/cortex/internal/hostfs"
 	"github.com/nsys-cortex/cortex/internal/link"
 	"github.com/nsys-cortex/cortex/internal/protocol"
@@ -288,6 +289,7 @@ func receiveFile(ctx context.Context, src Location, dir *hostfs.Dir, name string
 	if cerr := tmp.Close(); err == nil {
 		err = cerr
 	}
+	faultpoint.Hit("cp.received")
 	if err == nil {
 		err = dir.Rename(tmpName, name)
 	}

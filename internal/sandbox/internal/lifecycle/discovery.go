@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/nsys-cortex/cortex/internal/events"
+	"github.com/nsys-cortex/cortex/internal/faultpoint"
 	"github.com/nsys-cortex/cortex/internal/ids"
 	"github.com/nsys-cortex/cortex/internal/link"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
@@ -259,6 +260,7 @@ func (m *Manager) destroy(ctx context.Context, id string, opts sandbox.DestroyOp
 		}
 		m.stop(id, old)
 	}
+	faultpoint.Hit("destroy.stopped")
 	for _, r := range m.running() {
 		if r.ID == id {
 			m.stopRunning(r)
@@ -282,6 +284,7 @@ func (m *Manager) destroy(ctx context.Context, id string, opts sandbox.DestroyOp
 		if err := disk.Unmount(m.lay, id); err != nil {
 			return fmt.Errorf("wiping %s: %w", id, err)
 		}
+		faultpoint.Hit("destroy.wiping")
 		if err := os.RemoveAll(m.overlay(id)); err != nil {
 			return fmt.Errorf("wiping the overlay of %s: %w", id, err)
 		}

@@ -33,6 +33,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nsys-cortex/cortex/internal/events"
+	"github.com/nsys-cortex/cortex/internal/faultpoint"
 	"github.com/nsys-cortex/cortex/internal/ids"
 	"github.com/nsys-cortex/cortex/internal/layout"
 	"github.com/nsys-cortex/cortex/internal/link"
@@ -414,6 +415,13 @@ func (m *Manager) create(ctx context.Context, id, bin string, lock *store.Lock, 
 	if err := os.MkdirAll(filepath.Dir(m.logFile(id)), 0o755); err != nil {
 		return nil, err
 	}
+	// A restore killed during its swap is finished before the mode prepares
+	// the data or anything runs on it (store.RecoverRestore).
+	if root, err := m.DataRoot(ctx, id); err == nil {
+		if err := store.RecoverRestore(root); err != nil {
+			return nil, err
+		}
+	}
 	policy, err := m.rt.Prepare(m.lay, id, opts)
 	if err != nil {
 		return nil, err
@@ -430,6 +438,7 @@ func (m *Manager) create(ctx context.Context, id, bin string, lock *store.Lock, 
 	if err := m.writeState(st); err != nil {
 		return nil, err
 	}
+	faultpoint.Hit("create.pending")
 	os.RemoveAll(st.SocketDir) // sockets of hosts that are gone
 	n := &neuron{id: id, lock: lock, state: st, exited: make(chan struct{}), refused: make(chan error, 1)}
 	if run != nil {
@@ -465,6 +474,7 @@ func (m *Manager) create(ctx context.Context, id, bin string, lock *store.Lock, 
 	} else {
 		n.exited = nil // detached: the tracker follows it (Runtime.Start)
 	}
+	faultpoint.Hit("create.spawned")
 	if err := m.writeState(st); err != nil {
 		m.abort(n)
 		return nil, err
@@ -481,6 +491,7 @@ func (m *Manager) create(ctx context.Context, id, bin string, lock *store.Lock, 
 		m.abort(n)
 		return nil, m.explain(id, err)
 	}
+	faultpoint.Hit("create.booted")
 	st.Pending, st.Status = false, sandbox.StatusRunning
 	st.AgentVersion = conn.Peer().Software
 	runLifecycle(st, opts, time.Now())
