@@ -126,3 +126,59 @@ func TestFaults(t *testing.T) {
 		c.noneLeft("fc")
 	})
 }
+
+// TestFullHome: the home's filesystem full during an upload and a
+// snapshot. Each fails with a clear error naming the lack of space, and
+// the neuron's data is as it was: no partial file or snapshot, and both
+// work again once there is room. (Process mode: its data is in the home;
+// a session write on a full disk is internal/session's
+// TestSessionWriteOnAFullDisk.)
+func TestFullHome(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("a small home of its own needs root (tmpfs); CI runs as root")
+	}
+	c := newCLI(t, "process")
+	if err := os.MkdirAll(c.home, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mount("tmpfs", c.home, "tmpfs", 0, "size=48m"); err != nil {
+		t.Skipf("tmpfs: %v", err)
+	}
+	t.Cleanup(func() { syscall.Unmount(c.home, syscall.MNT_DETACH) })
+	c.ok("create", "full")
+	c.ok("exec", "full", "sh", "-c", "echo kept > keep; head -c 8000000 /dev/zero > eight")
+	big := filepath.Join(t.TempDir(), "big")
+	if err := os.WriteFile(big, make([]byte, 64<<20), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, errs, code := c.run("", "cp", big, "full:big")
+	if code == 0 || !strings.Contains(strings.ToLower(errs), "no space") {
+		t.Errorf("an upload past the home's space: exit %d, %q; want a failure that says no space", code, errs)
+	}
+	if out := c.ok("exec", "full", "sh", "-c", "cat keep; ls -a | grep -c -e cortex- -e '^big$' || true"); out != "kept\n0\n" {
+		t.Errorf("after the failed upload: %q, want keep intact and no partial file", out)
+	}
+	// A snapshot that does not fit: the data is 8 MB, the room less.
+	filler := filepath.Join(c.home, "filler")
+	f, err := os.Create(filler)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st syscall.Statfs_t
+	syscall.Statfs(c.home, &st)
+	f.Write(make([]byte, int64(st.Bavail)*st.Bsize-4<<20)) // leave 4 MB
+	f.Close()
+	_, errs, code = c.run("", "snapshot", "create", "full", "s1")
+	if code == 0 || !strings.Contains(strings.ToLower(errs), "no space") {
+		t.Errorf("a snapshot past the home's space: exit %d, %q; want a failure that says no space", code, errs)
+	}
+	if out := c.ok("snapshot", "list", "full"); strings.Contains(out, "s1") {
+		t.Errorf("a snapshot that did not fit is listed: %q", out)
+	}
+	os.Remove(filler)
+	c.ok("snapshot", "create", "full", "s1")
+	c.ok("cp", "-", "full:small")
+	if out := c.ok("exec", "full", "cat", "keep"); out != "kept\n" {
+		t.Errorf("after room was made: keep holds %q", out)
+	}
+}
