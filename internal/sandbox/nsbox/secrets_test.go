@@ -23,10 +23,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nsys-cortex/cortex/internal/layout"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
 	"github.com/nsys-cortex/cortex/internal/sandbox/nsbox"
-	"github.com/nsys-cortex/cortex/internal/sandbox/sandboxtest"
 )
 
 // secretValue is split in two wherever a script inside needs it, so that
@@ -185,13 +183,7 @@ func TestSecretsRefusals(t *testing.T) {
 			Secrets: []sandbox.Secret{{Name: "1K", Value: "v", Hosts: []string{"api.example.com"}}}}, "secret name"},
 	} {
 		requireNsbox(t)
-		e := env(t)
-		lay, err := layout.New(filepath.Join(sandboxtest.ShortTempDir(t), "h"), "")
-		if err != nil {
-			t.Fatal(err)
-		}
-		e.Layout = lay
-		m := nsbox.New(e)
+		m := nsbox.New(envInNewHome(t))
 		defer m.Close()
 		if _, err := m.Create(t.Context(), "refused", c.opts); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: %v, want an error saying %q", name, err, c.want)

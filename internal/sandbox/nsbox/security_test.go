@@ -49,16 +49,23 @@ func newNeuron(t *testing.T, id string, opts sandbox.CreateOptions) *neuron {
 	return newNeuronWith(t, id, opts, nil)
 }
 
-// newNeuronWith is newNeuron, with change applied to the mode's Env.
-func newNeuronWith(t *testing.T, id string, opts sandbox.CreateOptions, change func(*sandbox.Env)) *neuron {
+// envInNewHome is env with a fresh short home.
+func envInNewHome(t *testing.T) sandbox.Env {
 	t.Helper()
-	requireNsbox(t)
 	e := env(t)
 	lay, err := layout.New(filepath.Join(sandboxtest.ShortTempDir(t), "h"), "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	e.Layout = lay
+	return e
+}
+
+// newNeuronWith is newNeuron, with change applied to the mode's Env.
+func newNeuronWith(t *testing.T, id string, opts sandbox.CreateOptions, change func(*sandbox.Env)) *neuron {
+	t.Helper()
+	requireNsbox(t)
+	e := envInNewHome(t)
 	if change != nil {
 		change(&e)
 	}
