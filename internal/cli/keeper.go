@@ -8,6 +8,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -80,7 +82,7 @@ func (a *App) startKeeper() error {
 	// Not CommandContext: the keeper is meant to outlive this command.
 	// It is no orphan: it exits by itself once nothing is left to watch.
 	cmd := exec.Command(exe, "keeper")
-	cmd.Env = append(os.Environ(), layout.EnvHome+"="+a.lay.Home)
+	cmd.Env = append(keeperEnv(os.Environ()), layout.EnvHome+"="+a.lay.Home)
 	cmd.Dir = "/" // hold no directory of the caller's
 	cmd.Stderr = logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
@@ -161,4 +163,21 @@ func (a *App) giveWayToDaemon(ctx context.Context, cancel func(), log *slog.Logg
 			return
 		}
 	}
+}
+
+// keeperEnv is what of this command's environment the keeper, which
+// outlives it, gets: nsys-cortex's own settings and what finding programs
+// and the docker daemon takes, never the rest (a key exported for
+// create --secret would otherwise sit in a long-lived process's environ).
+func keeperEnv(environ []string) []string {
+	var out []string
+	for _, kv := range environ {
+		k, _, _ := strings.Cut(kv, "=")
+		switch {
+		case strings.HasPrefix(k, "NSYS_CORTEX_"), strings.HasPrefix(k, "DOCKER_"), strings.HasPrefix(k, "LC_"),
+			slices.Contains([]string{"PATH", "HOME", "USER", "LOGNAME", "LANG", "TZ", "TMPDIR", "XDG_RUNTIME_DIR"}, k):
+			out = append(out, kv)
+		}
+	}
+	return out
 }

@@ -38,3 +38,13 @@ func TestSecretFlags(t *testing.T) {
 		t.Errorf("--secret with --network none: %v %q", err, stderr)
 	}
 }
+
+// TestKeeperEnv: the keeper, which outlives the command that starts it,
+// gets nsys-cortex's settings and none of the operator's keys.
+func TestKeeperEnv(t *testing.T) {
+	got := strings.Join(keeperEnv([]string{"PATH=/bin", "NSYS_CORTEX_HOME=/h", "OPENAI_API_KEY=sk-x", "AWS_SECRET_ACCESS_KEY=y",
+		"DOCKER_HOST=unix:///d", "LC_ALL=C", "GITHUB_TOKEN=z"}), " ")
+	if got != "PATH=/bin NSYS_CORTEX_HOME=/h DOCKER_HOST=unix:///d LC_ALL=C" {
+		t.Errorf("keeperEnv: %q", got)
+	}
+}

@@ -170,18 +170,29 @@ func (r *request) writeTo(w *bufio.Writer, body *bufio.Reader, n *atomic.Int64) 
 		extra = append(extra, "Connection: close")
 	}
 	writeHead(w, r.method+" "+r.target+" HTTP/1.1", r.header, extra...)
-	if err := copyBody(w, body, r.chunked, r.length, n); err != nil {
+	if err := copyBody(w, flushing{w}, body, r.chunked, r.length, n); err != nil {
 		return err
 	}
 	return w.Flush()
 }
 
+// bodyWriter takes a body's bytes; Flush passes on what it holds.
+type bodyWriter interface {
+	io.Writer
+	Flush() error
+}
+
 // copyBody copies one body: length bytes, or chunks, which are framed
-// again as they are read (trailers are dropped).
-func copyBody(w *bufio.Writer, r *bufio.Reader, chunked bool, length int64, n *atomic.Int64) error {
+// again as they are read (trailers are dropped). The framing goes to w,
+// the bytes of the body through data, which is flushed at the end of
+// each chunk and of the body.
+func copyBody(w *bufio.Writer, data bodyWriter, r *bufio.Reader, chunked bool, length int64, n *atomic.Int64) error {
 	if !chunked {
-		k, err := io.CopyN(flushing{w}, r, length)
+		k, err := io.CopyN(data, r, length)
 		n.Add(k)
+		if err == nil {
+			err = data.Flush()
+		}
 		return err
 	}
 	for {
@@ -208,8 +219,11 @@ func copyBody(w *bufio.Writer, r *bufio.Reader, chunked bool, length int64, n *a
 			return err
 		}
 		fmt.Fprintf(w, "%x\r\n", size)
-		k, err := io.CopyN(w, r, size)
+		k, err := io.CopyN(data, r, size)
 		n.Add(k)
+		if err == nil {
+			err = data.Flush()
+		}
 		if err != nil {
 			return err
 		}
@@ -251,7 +265,9 @@ func readChunkLine(r *bufio.Reader) (string, error) {
 // client, framed again: informational answers first, then the final one.
 // more says whether the connection may carry another request; upgraded,
 // that the server switched protocols (the two are then spliced).
-func relayResponse(w *bufio.Writer, r *bufio.Reader, lim *headLimit, req *request, n *atomic.Int64) (more, upgraded bool, err error) {
+// The server's words pass through sc, which masks the secrets' values
+// in them (a server that quotes the request would show them).
+func relayResponse(w *bufio.Writer, r *bufio.Reader, lim *headLimit, req *request, sc *scrubber, n *atomic.Int64) (more, upgraded bool, err error) {
 	for {
 		lim.n = maxRequestHead
 		tp := textproto.NewReader(r)
@@ -263,6 +279,12 @@ func relayResponse(w *bufio.Writer, r *bufio.Reader, lim *headLimit, req *reques
 		lim.n = 1 << 62
 		if err != nil {
 			return false, false, errors.New("a malformed response head")
+		}
+		line = sc.maskString(line)
+		for _, vs := range h {
+			for i, v := range vs {
+				vs[i] = sc.maskString(v)
+			}
 		}
 		proto, rest, _ := strings.Cut(line, " ")
 		codeText, _, _ := strings.Cut(rest, " ")
@@ -307,13 +329,16 @@ func relayResponse(w *bufio.Writer, r *bufio.Reader, lim *headLimit, req *reques
 		switch {
 		case noBody:
 		case !chunked && length < 0:
-			k, err := io.Copy(flushing{w}, r)
+			k, err := io.Copy(sc, r)
 			n.Add(k)
+			if err == nil {
+				err = sc.Flush()
+			}
 			if err != nil {
 				return false, false, err
 			}
 		default:
-			if err := copyBody(w, r, chunked, length, n); err != nil {
+			if err := copyBody(w, sc, r, chunked, length, n); err != nil {
 				return false, false, err
 			}
 		}
@@ -323,6 +348,8 @@ func relayResponse(w *bufio.Writer, r *bufio.Reader, lim *headLimit, req *reques
 
 // flushing passes each write on at once: a body streams as it comes.
 type flushing struct{ w *bufio.Writer }
+
+func (f flushing) Flush() error { return f.w.Flush() }
 
 func (f flushing) Write(b []byte) (int, error) {
 	k, err := f.w.Write(b)

@@ -304,7 +304,10 @@ func (p *Proxy) badHead(err error, lim *headLimit, fail func(int, string, string
 // checkHost refuses a destination that is neither an address nor a host
 // name, before it is logged or looked up.
 func checkHost(host string) error {
-	if _, err := netip.ParseAddr(host); err == nil {
+	if a, err := netip.ParseAddr(host); err == nil {
+		if a.Zone() != "" {
+			return fmt.Errorf("%.64q: an address with a zone is not a destination", host)
+		}
 		return nil
 	}
 	if allowlist.CheckHostName(host) != nil {

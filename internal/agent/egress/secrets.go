@@ -2,6 +2,7 @@ package egress
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -160,12 +161,17 @@ func (s *Secrets) terminates(host string, port int) bool {
 }
 
 func (s *Secrets) key4(host string, port int) string {
+	return net.JoinHostPort(canonical(host), strconv.Itoa(port))
+}
+
+// canonical is host as the secrets name it: an address unmapped, a name
+// in lower case without a final dot. Every spelling of a host gets the
+// same certificate (one per host, not one per spelling).
+func canonical(host string) string {
 	if a, err := netip.ParseAddr(host); err == nil {
-		host = a.Unmap().String()
-	} else {
-		host = strings.ToLower(strings.TrimSuffix(host, "."))
+		return a.Unmap().String()
 	}
-	return net.JoinHostPort(host, strconv.Itoa(port))
+	return strings.ToLower(strings.TrimSuffix(host, "."))
 }
 
 // stray names the first secret whose placeholder is in a request's
@@ -195,28 +201,136 @@ func (s *Secrets) stray(target string, h textproto.MIMEHeader, host string, port
 	return ""
 }
 
-// put replaces the placeholders of the secrets for host:port in h, Basic
-// credentials included, and returns the names it put.
-func (s *Secrets) put(h textproto.MIMEHeader, host string, port int) []string {
-	var put []string
+// credentialHeaders are the headers a secret's value may be put into:
+// where APIs take a key (Authorization; Anthropic's x-api-key, Azure's
+// api-key, Google's x-goog-api-key, GitLab's private-token). Any other
+// header, echoed back by a server (an error that quotes it, a debug
+// endpoint), would hand the value to the neuron.
+var credentialHeaders = []string{"Authorization", "X-Api-Key", "Api-Key", "X-Goog-Api-Key", "Private-Token"}
+
+// credential returns v with the placeholder p replaced by value when p is
+// the whole credential v holds: v itself, "SCHEME p" (Bearer, token), or
+// a part of Basic credentials ("Basic base64(user:p)"). ok is false when
+// p is in v in any other way.
+func credential(v, p, value string) (string, bool) {
+	switch {
+	case v == p:
+		return value, true
+	case strings.HasPrefix(strings.ToLower(v), "basic "):
+		user, pass, found := strings.Cut(basic(v), ":")
+		switch {
+		case found && pass == p && !strings.Contains(user, p):
+			return v[:6] + base64.StdEncoding.EncodeToString([]byte(user+":"+value)), true
+		case found && user == p && !strings.Contains(pass, p):
+			return v[:6] + base64.StdEncoding.EncodeToString([]byte(value+":"+pass)), true
+		}
+		return v, false
+	}
+	scheme, rest, found := strings.Cut(v, " ")
+	if found && rest == p && validToken(scheme) {
+		return scheme + " " + value, true
+	}
+	return v, false
+}
+
+// put puts the values of the secrets for host:port in place of their
+// placeholders in h and returns the names it put, or names a secret whose
+// placeholder is somewhere it may not go: another header than a
+// credential one, or a part of a credential rather than the whole.
+func (s *Secrets) put(target string, h textproto.MIMEHeader, host string, port int) (put []string, misplaced string) {
 	for _, i := range s.hosts[s.key4(host, port)] {
 		sec := s.list[i]
+		if strings.Contains(target, sec.Placeholder) {
+			return nil, sec.Name + " (in the target, not a credential header)"
+		}
 		used := false
-		for _, vs := range h {
+		for name, vs := range h {
 			for j, v := range vs {
-				if strings.Contains(v, sec.Placeholder) {
-					vs[j], used = strings.ReplaceAll(v, sec.Placeholder, sec.Value), true
-				} else if d := basic(v); strings.Contains(d, sec.Placeholder) {
-					d = strings.ReplaceAll(d, sec.Placeholder, sec.Value)
-					vs[j], used = v[:len("Basic ")]+base64.StdEncoding.EncodeToString([]byte(d)), true
+				if !strings.Contains(v, sec.Placeholder) && !strings.Contains(basic(v), sec.Placeholder) {
+					continue
 				}
+				if !slices.Contains(credentialHeaders, name) {
+					return nil, sec.Name + " (in " + name + ", not a credential header)"
+				}
+				nv, ok := credential(v, sec.Placeholder, sec.Value)
+				if !ok {
+					return nil, sec.Name + " (in " + name + ", not the whole credential)"
+				}
+				vs[j], used = nv, true
 			}
 		}
 		if used {
 			put = append(put, sec.Name)
 		}
 	}
-	return put
+	return put, ""
+}
+
+// mask is what a secret's value becomes where a server sends it back: as
+// long as the value, so that the answer's framing holds.
+func mask(value string) string {
+	m := "[value of a cortex secret]"
+	if len(m) >= len(value) {
+		return strings.Repeat("*", len(value))
+	}
+	return m + strings.Repeat("*", len(value)-len(m))
+}
+
+// scrubber masks the secrets' values in what passes through it (a
+// server's answer, which may quote the request). A value split across
+// writes is caught: the last len(value)-1 bytes wait for the next write
+// or for Flush. Compressed answers are not looked into.
+type scrubber struct {
+	w      flushing
+	values []string
+	hold   []byte
+	keep   int
+}
+
+func (s *Secrets) scrubber(w *bufio.Writer, host string, port int) *scrubber {
+	sc := &scrubber{w: flushing{w}}
+	for _, i := range s.hosts[s.key4(host, port)] {
+		v := s.list[i].Value
+		sc.values = append(sc.values, v)
+		sc.keep = max(sc.keep, len(v)-1)
+	}
+	return sc
+}
+
+func (sc *scrubber) Write(b []byte) (int, error) {
+	sc.hold = append(sc.hold, b...)
+	sc.maskAll()
+	if n := len(sc.hold) - sc.keep; n > 0 {
+		if _, err := sc.w.Write(sc.hold[:n]); err != nil {
+			return 0, err
+		}
+		sc.hold = append(sc.hold[:0], sc.hold[n:]...)
+	}
+	return len(b), nil
+}
+
+// Flush writes what is held: the end of a chunk or a body.
+func (sc *scrubber) Flush() error {
+	sc.maskAll()
+	_, err := sc.w.Write(sc.hold)
+	sc.hold = sc.hold[:0]
+	return err
+}
+
+// maskString masks the values in s.
+func (sc *scrubber) maskString(s string) string {
+	for _, v := range sc.values {
+		s = strings.ReplaceAll(s, v, mask(v))
+	}
+	return s
+}
+
+func (sc *scrubber) maskAll() {
+	for _, v := range sc.values {
+		for i := bytes.Index(sc.hold, []byte(v)); i >= 0; i = bytes.Index(sc.hold, []byte(v)) {
+			copy(sc.hold[i:], mask(v))
+		}
+	}
 }
 
 // basic decodes a header value's Basic credentials ("" if it has none).
@@ -287,7 +401,7 @@ const idleRequest = 2 * time.Minute
 // connection.
 func (p *Proxy) terminate(ctx context.Context, c net.Conn, br *bufio.Reader, up net.Conn, d Decision) {
 	s := p.Secrets
-	cert, err := s.leaf(d.Host)
+	cert, err := s.leaf(canonical(d.Host))
 	if err != nil {
 		p.log(Decision{Method: d.Method, Host: d.Host, Port: d.Port, Allowed: true, Reason: d.Reason, Addr: d.Addr, Err: err})
 		return
@@ -318,7 +432,7 @@ func (p *Proxy) terminate(ctx context.Context, c net.Conn, br *bufio.Reader, up 
 	clim, slim := &headLimit{r: client}, &headLimit{r: server}
 	cr, sr := bufio.NewReader(clim), bufio.NewReader(slim)
 	cw, sw := bufio.NewWriter(client), bufio.NewWriter(server)
-	hostHeader := d.Host
+	hostHeader := canonical(d.Host)
 	if strings.Contains(hostHeader, ":") {
 		hostHeader = "[" + hostHeader + "]"
 	}
@@ -344,8 +458,15 @@ func (p *Proxy) terminate(ctx context.Context, c net.Conn, br *bufio.Reader, up 
 			io.WriteString(client, response(403, "http_request_denied", rd.Reason))
 			return
 		}
+		put, misplaced := s.put(req.target, req.header, d.Host, d.Port)
+		if misplaced != "" {
+			rd.Reason = "the request carries the placeholder of secret " + misplaced + ": a value goes only into a credential header, whole"
+			p.log(rd)
+			io.WriteString(client, response(403, "http_request_denied", rd.Reason))
+			return
+		}
 		rd.Allowed, rd.Reason = true, d.Reason
-		if put := s.put(req.header, d.Host, d.Port); len(put) > 0 {
+		if len(put) > 0 {
 			rd.Reason += "; secret " + strings.Join(put, ", ") + " put in"
 		}
 		p.log(rd)
@@ -364,7 +485,7 @@ func (p *Proxy) terminate(ctx context.Context, c net.Conn, br *bufio.Reader, up 
 			return
 		}
 		slim.n = maxRequestHead
-		more, upgraded, err := relayResponse(cw, sr, slim, req, &p.counts.bytes)
+		more, upgraded, err := relayResponse(cw, sr, slim, req, s.scrubber(cw, d.Host, d.Port), &p.counts.bytes)
 		if err != nil {
 			return
 		}

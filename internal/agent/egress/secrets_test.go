@@ -2,6 +2,7 @@ package egress
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -18,6 +19,7 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -58,7 +60,16 @@ func newSecretRig(t *testing.T) *secretRig {
 		}
 		rig.mu.Unlock()
 		body, _ := io.ReadAll(r.Body)
-		fmt.Fprintf(w, "auth=%s body=%s", r.Header.Get("Authorization"), body)
+		auth := r.Header.Get("Authorization")
+		if r.URL.Path == "/echo" { // a server that quotes the request
+			w.Header().Set("X-Echo", auth)
+			fmt.Fprintf(w, "you sent %s", auth)
+			return
+		}
+		// What the server got, in words the proxy's mask does not match.
+		auth = strings.NewReplacer(base64.StdEncoding.EncodeToString([]byte("x-access-token:"+valueA)), "BASIC-A",
+			valueA, "VALUE-A", valueB, "VALUE-B").Replace(auth)
+		fmt.Fprintf(w, "auth=%s body=%s", auth, body)
 	}
 	// Three HTTPS servers on three loopback addresses, so that each is a
 	// host of its own.
@@ -186,13 +197,13 @@ func TestSecretsPutOnlyForTheirHosts(t *testing.T) {
 	c := rig.client(t)
 	for i := range 2 { // the second on the same kept-alive connection
 		code, body, err := rig.do(t, c, "POST", rig.sa.URL+"/v1/models", "Bearer "+placeholderA, "hello")
-		if err != nil || code != 200 || body != "auth=Bearer "+valueA+" body=hello" {
+		if err != nil || code != 200 || body != "auth=Bearer VALUE-A body=hello" {
 			t.Fatalf("request %d to A's host: %d %q %v", i, code, body, err)
 		}
 	}
 	userPass := base64.StdEncoding.EncodeToString([]byte("x-access-token:" + placeholderA))
 	code, body, err := rig.do(t, c, "GET", rig.sa.URL+"/", "Basic "+userPass, "")
-	want := "auth=Basic " + base64.StdEncoding.EncodeToString([]byte("x-access-token:"+valueA)) + " body="
+	want := "auth=Basic BASIC-A body="
 	if err != nil || code != 200 || body != want {
 		t.Fatalf("Basic credentials to A's host: %d %q %v", code, body, err)
 	}
@@ -216,7 +227,7 @@ func TestSecretsPutOnlyForTheirHosts(t *testing.T) {
 		t.Errorf("a server got %q", s)
 	}
 	// B's own secret does go to B's host.
-	if code, body, err := rig.do(t, c, "GET", rig.sb.URL+"/", "token "+placeholderB, ""); err != nil || body != "auth=token "+valueB+" body=" {
+	if code, body, err := rig.do(t, c, "GET", rig.sb.URL+"/", "token "+placeholderB, ""); err != nil || body != "auth=token VALUE-B body=" {
 		t.Errorf("B's placeholder to B's host: %d %q %v", code, body, err)
 	}
 	rig.mu.Lock()
@@ -376,7 +387,7 @@ func TestSecretsFraming(t *testing.T) {
 	// one write.
 	out = send("GET /first HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + placeholderA + "\r\n\r\n" +
 		"GET /second HTTP/1.1\r\nHost: x\r\nX-Key: " + placeholderB + "\r\n\r\n")
-	if !strings.Contains(out, "auth=Bearer "+valueA) || !strings.Contains(out, " 403 ") || !strings.Contains(out, "placeholder of secret B") {
+	if !strings.Contains(out, "auth=Bearer VALUE-A") || !strings.Contains(out, " 403 ") || !strings.Contains(out, "placeholder of secret B") {
 		t.Errorf("pipelined requests: %q", out)
 	}
 	// A chunked upload, its answer whole.
@@ -393,5 +404,105 @@ func TestSecretsFraming(t *testing.T) {
 	}
 	if sawFront || sawSecond {
 		t.Errorf("the server got a fronted Host (%v) or the smuggled request (%v): %q", sawFront, sawSecond, rig.seen)
+	}
+}
+
+// TestSecretsGoOnlyIntoCredentials: a value goes only into a credential
+// header, as the whole credential; a placeholder anywhere else in a
+// request to its own host is refused (a server that quotes the header
+// would hand the value back). And what a server sends back is masked: a
+// server that echoes the credential shows the neuron a mask, not the
+// value.
+func TestSecretsGoOnlyIntoCredentials(t *testing.T) {
+	rig := newSecretRig(t)
+	c := rig.client(t)
+	for name, h := range map[string][2]string{
+		"another header":       {"OpenAI-Organization", placeholderA},
+		"part of a credential": {"Authorization", "Bearer x" + placeholderA},
+		"two in Basic":         {"Authorization", "Basic " + base64.StdEncoding.EncodeToString([]byte(placeholderA+":"+placeholderA))},
+		"in the target":        {"X-Nothing", "x"},
+	} {
+		req, _ := http.NewRequest("GET", rig.sa.URL+"/?key="+placeholderA, nil)
+		if name != "in the target" {
+			req, _ = http.NewRequest("GET", rig.sa.URL+"/", nil)
+		}
+		req.Header.Set(h[0], h[1])
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 403 || !strings.Contains(string(body), "placeholder of secret A") {
+			t.Errorf("%s: %d %q, want 403", name, resp.StatusCode, body)
+		}
+	}
+	for _, hdr := range []string{"X-Api-Key", "Api-Key"} {
+		req, _ := http.NewRequest("GET", rig.sa.URL+"/", nil)
+		req.Header.Set(hdr, placeholderA)
+		if resp, err := c.Do(req); err != nil || resp.StatusCode != 200 {
+			t.Errorf("%s: %v %v", hdr, resp, err)
+		} else {
+			resp.Body.Close()
+		}
+	}
+	req, _ := http.NewRequest("GET", rig.sa.URL+"/echo", nil)
+	req.Header.Set("Authorization", "Bearer "+placeholderA)
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if strings.Contains(string(body), valueA) || strings.Contains(resp.Header.Get("X-Echo"), valueA) ||
+		!strings.Contains(string(body), mask(valueA)) {
+		t.Errorf("an echo of the credential: header %q, body %q", resp.Header.Get("X-Echo"), body)
+	}
+	if s := rig.sawAny(placeholderA + ":"); s != "" {
+		t.Errorf("a server got %q", s)
+	}
+}
+
+// TestScrubberAcrossWrites: a value split across writes is masked whole,
+// and the bytes that pass keep their number.
+func TestScrubberAcrossWrites(t *testing.T) {
+	var out bytes.Buffer
+	bw := bufio.NewWriter(&out)
+	sc := &scrubber{w: flushing{bw}, values: []string{"sk-0123456789"}, keep: len("sk-0123456789") - 1}
+	in := "abc sk-0123456789 def sk-01234"
+	for i := 0; i < len(in); i += 3 {
+		sc.Write([]byte(in[i:min(i+3, len(in))]))
+	}
+	sc.Write([]byte("56789!"))
+	sc.Flush()
+	got := out.String()
+	if strings.Contains(got, "sk-0123456789") || len(got) != len(in)+len("56789!") {
+		t.Errorf("scrubbed: %q", got)
+	}
+}
+
+// TestSecretsOneCertificateAHost: every spelling of a secret's host gets
+// the one certificate (a neuron cannot grow PID 1's memory by spelling
+// a host many ways), and an address with a zone is no destination.
+func TestSecretsOneCertificateAHost(t *testing.T) {
+	rig := newSecretRig(t)
+	port := rig.sa.Listener.Addr().(*net.TCPAddr).Port
+	for _, h := range []string{"127.0.0.1", "::ffff:127.0.0.1", "::ffff:7f00:1"} {
+		rig.rawTLS(t, net.JoinHostPort(h, strconv.Itoa(port)))
+	}
+	rig.s.mu.Lock()
+	n := len(rig.s.leaves)
+	rig.s.mu.Unlock()
+	if n != 1 {
+		t.Errorf("%d certificates for one host", n)
+	}
+	c, err := net.Dial("tcp", rig.proxy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintf(c, "CONNECT [::ffff:127.0.0.1%%zone1]:%d HTTP/1.1\r\n\r\n", port)
+	if line, _ := bufio.NewReader(c).ReadString('\n'); !strings.Contains(line, " 400 ") {
+		t.Errorf("a zoned address: %q", line)
 	}
 }

@@ -143,6 +143,21 @@ func TestSecretsNeverEnterTheNeuron(t *testing.T) {
 		t.Errorf("the secret's value is inside the neuron:\n%s", out)
 	}
 
+	// In a header a server may quote back, or with another Host: refused,
+	// or told its own name.
+	if out := run("env -u no_proxy -u NO_PROXY curl -sS --max-time 20 -o /dev/null -w '%{http_code}' -H \"OpenAI-Organization: $OPENAI_API_KEY\" https://" + apiHost + "/org"); out != "403" {
+		t.Errorf("the placeholder in a header not a credential's: %q, want 403", out)
+	}
+	if out := run(curl + "-H 'Host: evil.example' https://" + apiHost + "/front"); out != "authenticated" {
+		t.Errorf("another Host: %q", out)
+	}
+	mu.Lock()
+	for _, s := range seen {
+		if strings.Contains(s, "evil.example") || strings.Contains(s, "/org") {
+			t.Errorf("the server got %q", s)
+		}
+	}
+	mu.Unlock()
 	// The placeholder to another allowed host, over plain HTTP: refused,
 	// and that server never sees it.
 	if out := run(curl + "-o /dev/null -w '%{http_code}' http://" + otherHost + "/plain"); out != "403" {

@@ -87,6 +87,8 @@ func (m *Manager) WarmFor(opts sandbox.CreateOptions) string {
 		return "a /ctx mount"
 	case opts.BootTimeout != 0:
 		return "a boot timeout"
+	case len(opts.Secrets) > 0:
+		return "secrets"
 	}
 	size := 0
 	for _, kv := range opts.Env {
