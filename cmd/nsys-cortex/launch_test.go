@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nsys-cortex/cortex/internal/sandbox/sandboxtest"
 	"github.com/nsys-cortex/cortex/internal/waittest"
 )
 
@@ -314,4 +316,56 @@ func TestLaunchSecretsStayOutOfRecords(t *testing.T) {
 			t.Fatalf("only %d records checked under %s", checked, c.home)
 		}
 	})
+}
+
+// TestLaunchWithASecret: a hosted CLI launched in a neuron created with
+// --secret authenticates to its API with the key it never holds: it finds
+// the placeholder where it reads its key, the egress proxy puts the value
+// in; the receipt names the secret as proxied and holds no value, and
+// --pass-env of that name is refused. (nsbox: the mode with the proxy.)
+func TestLaunchWithASecret(t *testing.T) {
+	if !slices.Contains(modes(t), "nsbox") {
+		t.Skip("secrets need nsbox's egress proxy, and nsbox does not run here")
+	}
+	if _, err := exec.LookPath("curl"); err != nil {
+		t.Skip("the stand-in CLI is curl, from the host's /usr")
+	}
+	const value = "sk-ant-launch-0123456789abcdef"
+	api, ca := sandboxtest.TLSServer(t, "127.0.0.1", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("X-Api-Key") != value {
+			http.Error(w, "wrong key", http.StatusUnauthorized)
+			return
+		}
+		fmt.Fprint(w, "authenticated")
+	}))
+	caFile := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(caFile, ca, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c := newCLI(t, "nsbox")
+	host := api.Listener.Addr().String()
+	c.env = append(c.env, "ANTHROPIC_API_KEY="+value, "NSYS_CORTEX_EGRESS_UPSTREAM_CA="+caFile)
+	c.ok("create", "--secret", "ANTHROPIC_API_KEY", "--secret-host", "ANTHROPIC_API_KEY="+host, "keyless")
+	if out := c.ok("status", "keyless"); !strings.Contains(out, "ANTHROPIC_API_KEY") || strings.Contains(out, value) {
+		t.Errorf("status: %q", out)
+	}
+	script := `curl -sS --max-time 20 --noproxy '' -H "x-api-key: $ANTHROPIC_API_KEY" https://` + host + `/v1/messages`
+	out, errs, code := c.run("", "launch", "--stdio", "keyless", "--", "sh", "-c", script)
+	if code != 0 || out != "authenticated" {
+		t.Fatalf("the launched program: exit %d, %q, %q", code, out, errs)
+	}
+	if strings.Contains(errs, "no credentials passed") {
+		t.Errorf("launch warned that no key was passed: %q", errs)
+	}
+	raw := c.ok("receipts", "keyless", "-o", "json")
+	if strings.Contains(raw, value) || !strings.Contains(raw, `"proxied"`) || !strings.Contains(raw, "ANTHROPIC_API_KEY") {
+		t.Errorf("the receipt: %s", raw)
+	}
+	if audit, _ := os.ReadFile(filepath.Join(c.home, "logs", "audit.log")); strings.Contains(string(audit), value) {
+		t.Error("the audit log holds the key")
+	}
+	_, errs, code = c.run("", "launch", "--stdio", "--pass-env", "ANTHROPIC_API_KEY", "keyless", "--", "true")
+	if code == 0 || !strings.Contains(errs, "is a secret of neuron keyless") {
+		t.Errorf("--pass-env of the secret: exit %d, %q", code, errs)
+	}
 }

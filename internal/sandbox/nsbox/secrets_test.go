@@ -1,17 +1,7 @@
 package nsbox_test
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
-	"io"
-	"log"
-	"math/big"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -21,45 +11,15 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/nsys-cortex/cortex/internal/sandbox"
 	"github.com/nsys-cortex/cortex/internal/sandbox/nsbox"
+	"github.com/nsys-cortex/cortex/internal/sandbox/sandboxtest"
 )
 
 // secretValue is split in two wherever a script inside needs it, so that
 // no command line in the neuron holds it whole.
 const secretA, secretB = "sk-live-0123456789", "abcdef-the-real-one"
-
-// tlsServer is an HTTPS server on ip with an authority of its own, whose
-// PEM it returns: the host's proxy is told to trust it
-// (egress.upstream_ca), the neuron never is.
-func tlsServer(t *testing.T, ip string, h http.Handler) (*httptest.Server, []byte) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(7), Subject: pkix.Name{CommonName: ip},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IPAddresses: []net.IP{net.ParseIP(ip)},
-		KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		BasicConstraintsValid: true, IsCA: true}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", ip+":0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := httptest.NewUnstartedServer(h)
-	s.Listener = ln
-	s.Config.ErrorLog = log.New(io.Discard, "", 0)
-	s.TLS = &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}}
-	s.StartTLS()
-	t.Cleanup(s.Close)
-	return s, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
-}
 
 // nodeFetch makes one HTTPS request through the proxy from Node, by hand
 // (CONNECT, then TLS on that socket: Node's own fetch does not use
@@ -92,7 +52,7 @@ func TestSecretsNeverEnterTheNeuron(t *testing.T) {
 		}
 		fmt.Fprint(w, "authenticated")
 	}
-	api, apiCA := tlsServer(t, "127.0.0.1", http.HandlerFunc(record))
+	api, apiCA := sandboxtest.TLSServer(t, "127.0.0.1", http.HandlerFunc(record))
 	other := httptest.NewServer(http.HandlerFunc(record)) // allowed, plain HTTP
 	t.Cleanup(other.Close)
 	caFile := filepath.Join(t.TempDir(), "upstream.pem")
