@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -180,5 +181,37 @@ func TestFullHome(t *testing.T) {
 	c.ok("cp", "-", "full:small")
 	if out := c.ok("exec", "full", "cat", "keep"); out != "kept\n" {
 		t.Errorf("after room was made: keep holds %q", out)
+	}
+}
+
+// TestDaemonKilled: serve killed (kill -9) at each phase of a create made
+// through it. The client gets an error, not a hang; a new daemon on the
+// same home lists the neuron consistently, creates it, runs commands in
+// it; a destroy leaves no process or mount.
+func TestDaemonKilled(t *testing.T) {
+	mode := "process"
+	if ms := modes(t); slices.Contains(ms, "nsbox") {
+		mode = "nsbox"
+	}
+	c := newCLI(t, mode)
+	for _, point := range []string{"create.pending", "create.spawned", "create.booted"} {
+		id := "d-" + strings.ReplaceAll(point, ".", "-")
+		url, stop := c.serve(t, faultpoint.Env+"="+point)
+		api := func(url string, args ...string) []string { return append([]string{"--api", url}, args...) }
+		if out, errs, code := c.run("", api(url, "create", id)...); code == 0 {
+			t.Fatalf("a create through a daemon killed at %s succeeded: %q %q", point, out, errs)
+		}
+		if _, code := stop(); code == 0 {
+			t.Fatalf("the daemon was not killed at %s", point)
+		}
+		url, stop = c.serve(t)
+		c.ok(api(url, "list")...)
+		c.ok(api(url, "create", id)...)
+		if out := c.ok(api(url, "exec", id, "--", "echo", "works")...); out != "works\n" {
+			t.Errorf("after a daemon killed at %s: exec says %q", point, out)
+		}
+		c.ok(api(url, "destroy", "--wipe", id)...)
+		stop()
+		c.noneLeft(id)
 	}
 }
