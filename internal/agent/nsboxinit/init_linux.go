@@ -49,6 +49,7 @@ func Init() int {
 			return 1
 		}
 	}
+	oom := openOOMWatch(cfg.OOMWatch, logf)
 	if err := build(&cfg, eg, logf); err != nil {
 		logf("%v", err)
 		return 1
@@ -60,6 +61,9 @@ func Init() int {
 	if err := dec.Decode(&goAhead); err != nil || goAhead != boot.NsboxGoAhead {
 		logf("waiting for the host's go-ahead: %q %v", goAhead, err)
 		return 1
+	}
+	if oom != nil {
+		go oom.run(logf) // as long as this process: the sandbox's life
 	}
 	spawn := startAgent
 	if eg != nil {

@@ -62,6 +62,10 @@ type NsboxConfig struct {
 	Workdir string `json:"workdir"`
 	// Chown lists inside paths made the agent's own when they are created.
 	Chown []string `json:"chown,omitempty"`
+	// OOMWatch, when set, is where PID 1 finds how many processes the
+	// kernel killed at the neuron's memory ceiling, to say so in the
+	// neuron's log.
+	OOMWatch *OOMWatch `json:"oomWatch,omitempty"`
 	// Secret is the neuron's per-start secret. PID 1 hands it to every
 	// agent it starts on a descriptor (--secret-fd), never on the neuron's
 	// disk or in its environment.
@@ -171,4 +175,15 @@ type BindMount struct {
 type Rlimit struct {
 	Resource int    `json:"resource"`
 	Value    uint64 `json:"value"`
+}
+
+// OOMWatch names the memory cgroup's file that counts OOM kills: Dir is
+// a host directory PID 1 opens before it builds the root (the memory
+// controller's mount), Rel the file beneath it, which the host makes
+// before its go-ahead, and Key the counter in it (oom_kill).
+type OOMWatch struct {
+	Dir   string `json:"dir"`
+	Rel   string `json:"rel"`
+	Key   string `json:"key"`
+	Limit int64  `json:"limit"` // the ceiling, bytes, for the log line
 }

@@ -471,6 +471,18 @@ func (r *runtime) plan(req *lifecycle.StartRequest, who identity, ceil *ceilings
 	if opts.NestedUserns {
 		cfg.AgentArgs = append(cfg.AgentArgs, boot.NestedUsernsFlag)
 	}
+	if cg := ceil.cgroup; cg != nil && cg.limits.MemoryBytes > 0 {
+		// The counter of OOM kills, in the cgroup the host makes before
+		// its go-ahead (cgroupPlan.create).
+		w := &boot.OOMWatch{Dir: cg.support.dirs["memory"], Rel: filepath.Join("nsys-cortex", cgroupName(lay, id), "memory.oom_control"),
+			Key: "oom_kill", Limit: cg.limits.MemoryBytes}
+		if cg.support.version == 2 {
+			w.Dir, w.Rel = cg.support.dirs[""], filepath.Join("nsys-cortex", cgroupName(lay, id), "memory.events")
+		}
+		if w.Dir != "" {
+			cfg.OOMWatch = w
+		}
+	}
 	if opts.Ctx != "" {
 		// The per-start condition (seed 003 §6): writable only if the
 		// mount is, right now, the CortexFS its record names.

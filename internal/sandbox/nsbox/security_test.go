@@ -472,6 +472,23 @@ func TestCeilings(t *testing.T) {
 			t.Fatalf("a 512 MiB allocation under a 128 MiB ceiling succeeded: %+v %q", hog.ExecResult, hog.Stdout)
 		}
 		t.Logf("memory hog ended with %d %s", hog.ExitCode, hog.Signal)
+		// The neuron's log says so (its PID 1 watches the cgroup's OOM
+		// counter), and a neuron beside it never noticed.
+		logFile := filepath.Join(n.env.Layout.LogsDir(), "neurons", "bomb.log")
+		waittest.For(t, 30*time.Second, "the neuron's log to say the kernel killed at the ceiling", func() bool {
+			b, _ := os.ReadFile(logFile)
+			return strings.Contains(string(b), "killed") && strings.Contains(string(b), "at its memory ceiling (128 MiB)")
+		})
+		b, _ := os.ReadFile(logFile)
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.Contains(l, "memory ceiling") {
+				t.Logf("the neuron's log: %s", l)
+			}
+		}
+		by := newNeuron(t, "bystander", sandbox.CreateOptions{})
+		if res := by.sh("echo fine"); string(res.Stdout) != "fine\n" {
+			t.Errorf("a neuron beside the hog: %q", res.Stdout)
+		}
 	}
 	// The neuron still works, and so does the host. (Without cgroups the
 	// process ceiling is the uid's, which every rootless neuron of this
