@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nsys-cortex/cortex/internal/faultpoint"
 	"github.com/nsys-cortex/cortex/internal/llm"
 )
 
@@ -262,6 +263,7 @@ func (s *Session) write(e *Entry, moveLeaf bool) (*Entry, error) {
 		_ = s.f.Truncate(s.end)
 		return nil, fmt.Errorf("appending to session %s: %w", s.path, err)
 	}
+	faultpoint.Hit("session.written")
 	if s.opts.sync {
 		if err := s.f.Sync(); err != nil {
 			return nil, fmt.Errorf("syncing session %s: %w", s.path, err)
