@@ -153,3 +153,73 @@ func cgroupsOf(t *testing.T, home, id string) []string {
 	})
 	return out
 }
+
+// TestSecretsStayOutOfCtx: a secret handed to a neuron every way (passed
+// with --pass-env, in an argv, on an exec's stdin, in a file copied in)
+// shows nowhere in /ctx: the neuron's status and state, its receipts
+// (masked), the audit log. /ctx is the control plane: the neuron's own
+// files, where the secret belongs, are not in it.
+func TestSecretsStayOutOfCtx(t *testing.T) {
+	if _, err := os.Stat("/dev/fuse"); err != nil || os.Geteuid() != 0 {
+		t.Skip("needs /dev/fuse and root (to mount with allow_other)")
+	}
+	if !slices.Contains(modes(t), "nsbox") {
+		t.Skip("nsbox cannot run here")
+	}
+	c := newCLI(t, "nsbox")
+	dir := filepath.Join(t.TempDir(), "ctx")
+	mount := c.command("mount", dir)
+	stderr, _ := mount.StderrPipe()
+	if err := mount.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		mount.Process.Signal(syscall.SIGTERM)
+		mount.Wait()
+	}()
+	if line, err := bufio.NewReader(stderr).ReadString('\n'); err != nil || !strings.Contains(line, "validated") {
+		t.Fatalf("mount said %q, %v", line, err)
+	}
+	const secret = "sk-proj-Ctx81xVv0YkT3BlbkFJq7r2sWm4nLp9aXeDcR"
+	c.ok("create", "ctxkeeps")
+	c.env = append(c.env, "OPENAI_API_KEY="+secret)
+	if _, errs, code := c.run("", "launch", "--stdio", "--pass-env", "OPENAI_API_KEY", "ctxkeeps", "--",
+		"sh", "-c", `echo "$1" > via-argv`, "sh", secret); code != 0 {
+		t.Fatalf("launch: %d %s", code, errs)
+	}
+	if _, errs, code := c.run(secret+"\n", "exec", "ctxkeeps", "--", "sh", "-c", "cat > via-stdin"); code != 0 {
+		t.Fatal(errs)
+	}
+	host := filepath.Join(t.TempDir(), "key.txt")
+	os.WriteFile(host, []byte(secret+"\n"), 0o600)
+	c.ok("cp", host, "ctxkeeps:via-file")
+	root := filepath.Join(dir, "neurons", "ctxkeeps")
+	waittest.For(t, 20*time.Second, "the neuron in /ctx", func() bool {
+		_, err := os.Stat(filepath.Join(root, "status"))
+		return err == nil
+	})
+	read, receipts := 0, 0
+	filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || strings.HasSuffix(path, "ctl") || strings.HasSuffix(path, "input") {
+			return nil
+		}
+		if !strings.HasPrefix(path, root) && !strings.HasPrefix(path, filepath.Join(dir, "audit")) {
+			return nil // other neurons' and sessions: none here
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return nil
+		}
+		read++
+		if strings.Contains(path, "receipts") {
+			receipts++
+		}
+		if strings.Contains(string(b), secret) || strings.Contains(string(b), secret[8:24]) {
+			t.Errorf("the secret is in /ctx: %s", strings.TrimPrefix(path, dir))
+		}
+		return nil
+	})
+	if read < 5 || receipts == 0 {
+		t.Fatalf("only %d files of /ctx read (%d receipts)", read, receipts)
+	}
+}
