@@ -5,9 +5,11 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
+	"os"
 	"path"
 	"sync"
 	"time"
@@ -63,9 +65,52 @@ func (c *Client) WriteFileStat(ctx context.Context, p string, data []byte, o *Wr
 
 // WriteFileFrom streams r into the file at p (as WriteFile) and returns the
 // number of bytes written.
+//
+// A source that blocks (a pipe, a terminal, a request body) does not hold
+// the call when the agent goes or ctx ends: it fails at once, NOT_RUNNING
+// or the context's error, and the read it was waiting in ends when the
+// source's owner closes the source.
 func (c *Client) WriteFileFrom(ctx context.Context, p string, r io.Reader, o *WriteOptions) (int64, error) {
-	return c.writeFile(ctx, p, chunkSource{r: r}, o)
+	src := chunkSource{r: r}
+	var conn *Conn
+	switch l := c.c.(type) {
+	case *Link:
+		var err error
+		if conn, err = l.Conn(); err != nil {
+			return 0, err
+		}
+	case *Conn:
+		conn = l
+	}
+	if f, ok := r.(*os.File); !ok || !regularFile(f) {
+		src.ctx = ctx
+		if conn != nil {
+			src.gone = conn.Done()
+		}
+	}
+	n, err := c.writeFile(ctx, p, src, o)
+	if errors.Is(err, errSourceAborted) {
+		if ctx.Err() != nil {
+			return n, ctxError(protocol.CmdFileWrite, ctx)
+		}
+		return n, conn.notRunning()
+	}
+	return n, err
 }
+
+func regularFile(f *os.File) bool {
+	st, err := f.Stat()
+	return err == nil && st.Mode().IsRegular()
+}
+
+// sourceReader reads a chunkSource's reader as chunkSource.read does.
+type sourceReader struct{ s *chunkSource }
+
+func (r sourceReader) Read(p []byte) (int, error) { return r.s.read(p) }
+
+// errSourceAborted: a read of the source was left because the agent went
+// or the call's context ended.
+var errSourceAborted = errors.New("the source's read was left")
 
 // chunkSource yields a file's content in chunks: slices of data without a
 // copy, or reads from r into pooled buffers.
@@ -73,7 +118,42 @@ type chunkSource struct {
 	data []byte
 	r    io.Reader
 	off  int
+	// ctx and gone, when set, end a read of r that waits: a source that
+	// may block (not a regular file). gone is the connection's end.
+	ctx  context.Context
+	gone <-chan struct{}
 }
+
+// read reads r into p, or leaves the read (errSourceAborted) when the
+// context ends or the connection does. The read is made into a buffer of
+// its own, so that one left behind, which ends when r's owner closes r,
+// writes into nothing the caller uses again.
+func (s *chunkSource) read(p []byte) (int, error) {
+	if s.ctx == nil {
+		return s.r.Read(p)
+	}
+	type result struct {
+		b   []byte
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		b := make([]byte, min(len(p), maxSourceRead))
+		n, err := s.r.Read(b)
+		ch <- result{b[:n], err}
+	}()
+	select {
+	case r := <-ch:
+		return copy(p, r.b), r.err
+	case <-s.ctx.Done():
+	case <-s.gone:
+	}
+	return 0, errSourceAborted
+}
+
+// maxSourceRead bounds one read of a source that may block (a pipe gives
+// at most 64 KiB a read anyway).
+const maxSourceRead = 256 << 10
 
 // next returns the next chunk (empty at the end) and a release func.
 func (s *chunkSource) next() ([]byte, func(), error) {
@@ -90,7 +170,7 @@ func (s *chunkSource) next() ([]byte, func(), error) {
 	n, err := 0, error(nil)
 	for n < len(*buf) && err == nil {
 		var k int
-		k, err = s.r.Read((*buf)[n:])
+		k, err = s.read((*buf)[n:])
 		n += k
 	}
 	if err == io.EOF {
@@ -589,13 +669,19 @@ func (c *Client) writeViaView(ctx context.Context, tmp string, args *protocol.Fi
 	if err != nil {
 		return 0, errFallback
 	}
-	rest := src.r
-	if rest == nil {
+	var rest io.Reader = src.r // a regular file: copied by the kernel
+	switch {
+	case src.r == nil:
 		rest = bytes.NewReader(src.data[src.off:])
+	case src.ctx != nil:
+		rest = sourceReader{&src}
 	}
 	n, err := copyInto(ctx, f, first, rest)
 	if cerr := f.Close(); err == nil {
 		err = cerr
+	}
+	if errors.Is(err, errSourceAborted) {
+		return n, err
 	}
 	if err != nil {
 		return n, hostError("write", tmp, err)

@@ -3,6 +3,7 @@ package sandboxtest
 import (
 	"context"
 	"errors"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -93,7 +94,9 @@ func testDeath(t *testing.T, f *fixture) {
 	if err := c.WriteFile(ctx, "data", []byte("kept"), nil); err != nil {
 		t.Fatal(err)
 	}
-	// A long command is pending when the agent dies.
+	// A long command is pending when the agent dies, and a call of every
+	// other kind that waits: a background process's output followed, a
+	// terminal's, an upload whose source never ends.
 	sleeper := uniqueSleep()
 	done := make(chan error, 1)
 	go func() {
@@ -101,6 +104,34 @@ func testDeath(t *testing.T, f *fixture) {
 		done <- err
 	}()
 	waittest.For(t, 5*time.Second, "the sleeper to start", func() bool { return len(f.processes(c, sleeper)) > 0 })
+	others := map[string]chan error{"attach": make(chan error, 1), "terminal": make(chan error, 1), "upload": make(chan error, 1)}
+	bgSleep, termSleep := uniqueSleep(), uniqueSleep()
+	bg, err := c.ProcStart(ctx, &protocol.ProcStartArgs{Command: sh("exec " + strings.Join(bgSleep, " "))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		_, err := c.ProcAttach(context.Background(), &protocol.ProcAttachArgs{PID: bg.PID, Follow: true}, func(string, int64, []byte) error { return nil })
+		others["attach"] <- err
+	}()
+	term, err := c.PtySpawn(ctx, &protocol.PtySpawnArgs{Command: sh("exec " + strings.Join(termSleep, " "))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		_, err := c.PtyFollow(context.Background(), term.PID, 0, false, func(string, int64, []byte) error { return nil })
+		others["terminal"] <- err
+	}()
+	endless, endlessW := io.Pipe()
+	defer endlessW.Close()
+	go endlessW.Write([]byte("the first bytes of an upload that never ends\n"))
+	go func() {
+		_, err := c.WriteFileFrom(context.Background(), "endless", endless, nil)
+		others["upload"] <- err
+	}()
+	waittest.For(t, 5*time.Second, "the background process and the terminal to run", func() bool {
+		return len(f.processes(c, bgSleep)) > 0 && len(f.processes(c, termSleep)) > 0
+	})
 	killed := time.Now()
 	f.kill(st)
 	select {
@@ -114,6 +145,17 @@ func testDeath(t *testing.T, f *fixture) {
 		t.Logf("pending exec failed %s after the kill", time.Since(killed))
 	case <-time.After(10 * time.Second):
 		t.Fatal("pending exec hangs after the agent died")
+	}
+	for name, ch := range others {
+		select {
+		case err := <-ch:
+			if !errdefs.IsNotRunning(err) {
+				t.Errorf("pending %s: %v, want NOT_RUNNING", name, err)
+			}
+			t.Logf("pending %s failed %s after the kill", name, time.Since(killed))
+		case <-time.After(10 * time.Second):
+			t.Errorf("pending %s hangs after the agent died", name)
+		}
 	}
 	if _, err := c.Health(ctx); !errdefs.IsNotRunning(err) {
 		t.Fatalf("later call: %v, want NOT_RUNNING", err)
