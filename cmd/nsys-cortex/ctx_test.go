@@ -19,27 +19,7 @@ import (
 // neuron (create --ctx): validated, so writable; the neuron sees only its
 // own subtree; a directory that is not CortexFS is refused.
 func TestCtxInsideANeuron(t *testing.T) {
-	if _, err := os.Stat("/dev/fuse"); err != nil || os.Geteuid() != 0 {
-		t.Skip("needs /dev/fuse and root (to mount with allow_other)")
-	}
-	if !slices.Contains(modes(t), "nsbox") {
-		t.Skip("nsbox cannot run here")
-	}
-	c := newCLI(t, "nsbox")
-	dir := filepath.Join(t.TempDir(), "ctx")
-	mount := c.command("mount", dir)
-	stderr, _ := mount.StderrPipe()
-	if err := mount.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		mount.Process.Signal(syscall.SIGTERM)
-		mount.Wait()
-	}()
-	line, err := bufio.NewReader(stderr).ReadString('\n')
-	if err != nil || !strings.Contains(line, "validated") {
-		t.Fatalf("mount said %q, %v", line, err)
-	}
+	c, dir := ctxMounted(t)
 	c.ok("create", "--ctx", dir, "cx1")
 	c.ok("create", "cx2")
 	// The model sees a new neuron within a second.
@@ -160,39 +140,10 @@ func cgroupsOf(t *testing.T, home, id string) []string {
 // (masked), the audit log. /ctx is the control plane: the neuron's own
 // files, where the secret belongs, are not in it.
 func TestSecretsStayOutOfCtx(t *testing.T) {
-	if _, err := os.Stat("/dev/fuse"); err != nil || os.Geteuid() != 0 {
-		t.Skip("needs /dev/fuse and root (to mount with allow_other)")
-	}
-	if !slices.Contains(modes(t), "nsbox") {
-		t.Skip("nsbox cannot run here")
-	}
-	c := newCLI(t, "nsbox")
-	dir := filepath.Join(t.TempDir(), "ctx")
-	mount := c.command("mount", dir)
-	stderr, _ := mount.StderrPipe()
-	if err := mount.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		mount.Process.Signal(syscall.SIGTERM)
-		mount.Wait()
-	}()
-	if line, err := bufio.NewReader(stderr).ReadString('\n'); err != nil || !strings.Contains(line, "validated") {
-		t.Fatalf("mount said %q, %v", line, err)
-	}
+	c, dir := ctxMounted(t)
 	const secret = "sk-proj-Ctx81xVv0YkT3BlbkFJq7r2sWm4nLp9aXeDcR"
 	c.ok("create", "ctxkeeps")
-	c.env = append(c.env, "OPENAI_API_KEY="+secret)
-	if _, errs, code := c.run("", "launch", "--stdio", "--pass-env", "OPENAI_API_KEY", "ctxkeeps", "--",
-		"sh", "-c", `echo "$1" > via-argv`, "sh", secret); code != 0 {
-		t.Fatalf("launch: %d %s", code, errs)
-	}
-	if _, errs, code := c.run(secret+"\n", "exec", "ctxkeeps", "--", "sh", "-c", "cat > via-stdin"); code != 0 {
-		t.Fatal(errs)
-	}
-	host := filepath.Join(t.TempDir(), "key.txt")
-	os.WriteFile(host, []byte(secret+"\n"), 0o600)
-	c.ok("cp", host, "ctxkeeps:via-file")
+	c.handSecret("ctxkeeps", secret)
 	root := filepath.Join(dir, "neurons", "ctxkeeps")
 	waittest.For(t, 20*time.Second, "the neuron in /ctx", func() bool {
 		_, err := os.Stat(filepath.Join(root, "status"))
@@ -222,4 +173,49 @@ func TestSecretsStayOutOfCtx(t *testing.T) {
 	if read < 5 || receipts == 0 {
 		t.Fatalf("only %d files of /ctx read (%d receipts)", read, receipts)
 	}
+}
+
+// ctxMounted mounts /ctx with the CLI (nsbox, as root, with FUSE) for the
+// test's whole life, and returns the CLI and the mount's directory.
+func ctxMounted(t *testing.T) (*cli, string) {
+	t.Helper()
+	if _, err := os.Stat("/dev/fuse"); err != nil || os.Geteuid() != 0 {
+		t.Skip("needs /dev/fuse and root (to mount with allow_other)")
+	}
+	if !slices.Contains(modes(t), "nsbox") {
+		t.Skip("nsbox cannot run here")
+	}
+	c := newCLI(t, "nsbox")
+	dir := filepath.Join(t.TempDir(), "ctx")
+	mount := c.command("mount", dir)
+	stderr, _ := mount.StderrPipe()
+	if err := mount.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		mount.Process.Signal(syscall.SIGTERM)
+		mount.Wait()
+	})
+	if line, err := bufio.NewReader(stderr).ReadString('\n'); err != nil || !strings.Contains(line, "validated") {
+		t.Fatalf("mount said %q, %v", line, err)
+	}
+	return c, dir
+}
+
+// handSecret hands neuron id secret every way: passed with --pass-env
+// (as OPENAI_API_KEY) to a launch that writes its argv's copy to
+// via-argv, on an exec's stdin into via-stdin, and copied in as via-file.
+func (c *cli) handSecret(id, secret string) {
+	c.t.Helper()
+	c.env = append(c.env, "OPENAI_API_KEY="+secret)
+	if _, errs, code := c.run("", "launch", "--stdio", "--pass-env", "OPENAI_API_KEY", id, "--",
+		"sh", "-c", `test "$OPENAI_API_KEY" = "$1" && echo "$1" > via-argv`, "sh", secret); code != 0 {
+		c.t.Fatalf("launch: %d %s", code, errs)
+	}
+	if _, errs, code := c.run(secret+"\n", "exec", id, "--", "sh", "-c", "cat > via-stdin"); code != 0 {
+		c.t.Fatal(errs)
+	}
+	host := filepath.Join(c.t.TempDir(), "key.txt")
+	os.WriteFile(host, []byte(secret+"\n"), 0o600)
+	c.ok("cp", host, id+":via-file")
 }

@@ -263,17 +263,7 @@ func TestLaunchSecretsStayOutOfRecords(t *testing.T) {
 	eachMode(t, func(t *testing.T, c *cli) {
 		const secret = "sk-proj-Zq81xVv0YkT3BlbkFJq7r2sWm4nLp9aXeDcR"
 		c.ok("create", "keeps")
-		c.env = append(c.env, "OPENAI_API_KEY="+secret)
-		if _, errs, code := c.run("", "launch", "--stdio", "--pass-env", "OPENAI_API_KEY", "keeps", "--",
-			"sh", "-c", `test "$OPENAI_API_KEY" = "$1" && echo "$1" > via-argv`, "sh", secret); code != 0 {
-			t.Fatalf("launch: %d %s", code, errs)
-		}
-		if _, errs, code := c.run(secret+"\n", "exec", "keeps", "--", "sh", "-c", "cat > via-stdin"); code != 0 {
-			t.Fatal(errs)
-		}
-		host := filepath.Join(t.TempDir(), "key.txt")
-		os.WriteFile(host, []byte(secret+"\n"), 0o600)
-		c.ok("cp", host, "keeps:via-file")
+		c.handSecret("keeps", secret)
 		if got := c.ok("exec", "keeps", "--", "cat", "via-argv", "via-stdin", "via-file"); strings.Count(got, secret) != 3 {
 			t.Fatalf("the neuron's own files: %q", got)
 		}
