@@ -18,6 +18,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/nsys-cortex/cortex/internal/protocol"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
 	"github.com/nsys-cortex/cortex/internal/tools/redact"
 )
@@ -115,7 +116,7 @@ func parseProfile(b []byte) (*Profile, error) {
 		return nil, fmt.Errorf("innerSandbox %q: give off, none or nested", p.InnerSandbox)
 	}
 	for k := range p.Env {
-		if !validName(k) {
+		if !protocol.ValidEnvName(k) {
 			return nil, fmt.Errorf("env name %q is not a valid variable name", k)
 		}
 	}
@@ -137,18 +138,6 @@ func Find(dir, name string) (*Profile, error) {
 	}
 	return nil, &sandbox.InvalidError{Reason: fmt.Sprintf("no launch profile %q (there are: %s; add your own as %s)",
 		name, strings.Join(names, ", "), filepath.Join(dir, name+".json"))}
-}
-
-func validName(k string) bool {
-	if k == "" || (k[0] >= '0' && k[0] <= '9') {
-		return false
-	}
-	for _, r := range k {
-		if !(r == '_' || r >= 'A' && r <= 'Z' || r >= 'a' && r <= 'z' || r >= '0' && r <= '9') {
-			return false
-		}
-	}
-	return true
 }
 
 // Request is what the operator asked for.
@@ -232,7 +221,7 @@ func Plan(req *Request, st *sandbox.State) (*Contract, error) {
 			return nil, &sandbox.InvalidError{Reason: fmt.Sprintf("--pass-env %s: %s is a secret of neuron %s (create --secret): its placeholder is already there, "+
 				"and the egress proxy puts the value in; passing it would put the value inside", name, name, st.ID)}
 		}
-		if !validName(name) {
+		if !protocol.ValidEnvName(name) {
 			return nil, &sandbox.InvalidError{Reason: fmt.Sprintf("--pass-env %q: give a variable name, not a value (the value is read from your environment)", name)}
 		}
 		v, ok := req.Lookup(name)

@@ -23,3 +23,17 @@ func MergeEnv(base, add []string) []string {
 	}
 	return out
 }
+
+// ValidEnvName reports whether s may name an environment variable: ASCII
+// letters, digits and '_', not starting with a digit.
+func ValidEnvName(s string) bool {
+	if s == "" || '0' <= s[0] && s[0] <= '9' {
+		return false
+	}
+	for _, c := range []byte(s) {
+		if c != '_' && !('A' <= c && c <= 'Z' || 'a' <= c && c <= 'z' || '0' <= c && c <= '9') {
+			return false
+		}
+	}
+	return true
+}

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/nsys-cortex/cortex/internal/protocol"
 	"github.com/nsys-cortex/cortex/internal/protocol/allowlist"
 )
 
@@ -49,7 +50,7 @@ func CheckSecrets(opts CreateOptions) error {
 	}
 	seen := map[string]bool{}
 	for _, s := range opts.Secrets {
-		if !envName(s.Name) {
+		if len(s.Name) > 128 || !protocol.ValidEnvName(s.Name) {
 			return &InvalidError{Reason: fmt.Sprintf("secret name %q: letters, digits and '_', not starting with a digit", s.Name)}
 		}
 		if seen[s.Name] {
@@ -73,19 +74,6 @@ func CheckSecrets(opts CreateOptions) error {
 		}
 	}
 	return nil
-}
-
-// envName reports whether s may name an environment variable.
-func envName(s string) bool {
-	if s == "" || len(s) > 128 || '0' <= s[0] && s[0] <= '9' {
-		return false
-	}
-	for _, c := range []byte(s) {
-		if c != '_' && !('A' <= c && c <= 'Z' || 'a' <= c && c <= 'z' || '0' <= c && c <= '9') {
-			return false
-		}
-	}
-	return true
 }
 
 // AllowSecretHosts adds each secret's hosts to opts' allow-list (naming a

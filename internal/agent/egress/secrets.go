@@ -25,6 +25,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nsys-cortex/cortex/internal/protocol"
 	"github.com/nsys-cortex/cortex/internal/protocol/allowlist"
 )
 
@@ -141,11 +142,7 @@ func (s *Secrets) CAPEM() []byte { return s.pem }
 
 // CheckSecretName refuses a name that is not an environment variable's.
 func CheckSecretName(name string) error {
-	ok := name != "" && len(name) <= 128 && !('0' <= name[0] && name[0] <= '9')
-	for _, c := range []byte(name) {
-		ok = ok && (c == '_' || 'A' <= c && c <= 'Z' || 'a' <= c && c <= 'z' || '0' <= c && c <= '9')
-	}
-	if !ok {
+	if len(name) > 128 || !protocol.ValidEnvName(name) {
 		return fmt.Errorf("secret name %q: letters, digits and '_', not starting with a digit", name)
 	}
 	return nil
