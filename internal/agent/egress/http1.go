@@ -36,9 +36,9 @@ type request struct {
 	upgrade        string
 }
 
-// hopByHopHeaders belong to one connection, not to the message.
-var hopByHopHeaders = []string{"Connection", "Keep-Alive", "Proxy-Connection", "Proxy-Authorization", "Proxy-Authenticate",
-	"Te", "Trailer", "Transfer-Encoding", "Content-Length", "Upgrade", "Expect"}
+// hopByHopHeaders are the proxy's hop-by-hop headers and those of a
+// message's framing, which writeHead writes again from its own reading.
+var hopByHopHeaders = append(slices.Clone(hopByHop), "Transfer-Encoding", "Content-Length", "Expect")
 
 // readRequest reads a request's head. Only origin-form targets are taken
 // (the server is the CONNECT's), and the body's framing must be one that

@@ -373,10 +373,8 @@ var hopByHop = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-A
 // alone on the request line, the Host the URL names, no hop-by-hop
 // headers, and one request per connection.
 func originRequest(method, path, proto, host string, port int, h textproto.MIMEHeader) string {
-	for _, name := range h.Values("Connection") {
-		for _, f := range strings.Split(name, ",") {
-			h.Del(strings.TrimSpace(f))
-		}
+	for _, name := range connectionTokens(h) {
+		h.Del(name)
 	}
 	for _, name := range hopByHop {
 		h.Del(name)

@@ -158,17 +158,7 @@ func (s *Secrets) terminates(host string, port int) bool {
 }
 
 func (s *Secrets) key4(host string, port int) string {
-	return net.JoinHostPort(canonical(host), strconv.Itoa(port))
-}
-
-// canonical is host as the secrets name it: an address unmapped, a name
-// in lower case without a final dot. Every spelling of a host gets the
-// same certificate (one per host, not one per spelling).
-func canonical(host string) string {
-	if a, err := netip.ParseAddr(host); err == nil {
-		return a.Unmap().String()
-	}
-	return strings.ToLower(strings.TrimSuffix(host, "."))
+	return net.JoinHostPort(allowlist.CanonicalHost(host), strconv.Itoa(port))
 }
 
 // stray names the first secret whose placeholder is in a request's
@@ -398,7 +388,8 @@ const idleRequest = 2 * time.Minute
 // connection.
 func (p *Proxy) terminate(ctx context.Context, c net.Conn, br *bufio.Reader, up net.Conn, d Decision) {
 	s := p.Secrets
-	cert, err := s.leaf(canonical(d.Host))
+	// Every spelling of a host gets the one certificate.
+	cert, err := s.leaf(allowlist.CanonicalHost(d.Host))
 	if err != nil {
 		p.log(Decision{Method: d.Method, Host: d.Host, Port: d.Port, Allowed: true, Reason: d.Reason, Addr: d.Addr, Err: err})
 		return
@@ -429,7 +420,7 @@ func (p *Proxy) terminate(ctx context.Context, c net.Conn, br *bufio.Reader, up 
 	clim, slim := &headLimit{r: client}, &headLimit{r: server}
 	cr, sr := bufio.NewReader(clim), bufio.NewReader(slim)
 	cw, sw := bufio.NewWriter(client), bufio.NewWriter(server)
-	hostHeader := canonical(d.Host)
+	hostHeader := allowlist.CanonicalHost(d.Host)
 	if strings.Contains(hostHeader, ":") {
 		hostHeader = "[" + hostHeader + "]"
 	}

@@ -22,10 +22,10 @@ func SecretHost(s string) (host string, port int, err error) {
 		host, port = h, n
 	}
 	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
-	if a, err := netip.ParseAddr(host); err == nil {
-		return a.Unmap().String(), port, nil
+	if _, err := netip.ParseAddr(host); err == nil {
+		return CanonicalHost(host), port, nil
 	}
-	host = strings.ToLower(strings.TrimSuffix(host, "."))
+	host = CanonicalHost(host)
 	if strings.Contains(host, "*") || CheckHostName(host) != nil {
 		return "", 0, fmt.Errorf("secret host %q: want a host name or address, and a port if not 443 (no wildcards)", s)
 	}
@@ -41,4 +41,13 @@ func (p *List) Allows(host string, port int) bool {
 	}
 	_, ok := p.NameAllowed(host, port)
 	return ok
+}
+
+// CanonicalHost is host as secrets name it: an address unmapped, a name in
+// lower case without a final dot. Every spelling of a host is one host.
+func CanonicalHost(host string) string {
+	if a, err := netip.ParseAddr(host); err == nil {
+		return a.Unmap().String()
+	}
+	return strings.ToLower(strings.TrimSuffix(host, "."))
 }
