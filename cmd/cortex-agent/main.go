@@ -80,6 +80,7 @@ func main() {
 	flag.StringVar(&cfg.Listen, "listen", "", "a TCP address to listen on for hosts with the token (instead of -channel-dir)")
 	secretFD := flag.Int(strings.TrimPrefix(boot.SecretFDFlag, "--"), -1, "read the neuron's per-start secret from this descriptor (then closed)")
 	rebindFD := flag.Int(strings.TrimPrefix(boot.RebindFDFlag, "--"), -1, "take new identities from the PID 1 on this socket (a microVM's fork)")
+	oomFD := flag.Int(strings.TrimPrefix(boot.OOMFDFlag, "--"), -1, "take this agent's own oom_score_adj from the PID 1 on this socket (then closed)")
 	flag.StringVar(&cfg.Root, "root", "/", "confine file operations to this directory")
 	flag.StringVar(&cfg.Workdir, "workdir", "", "default working directory (default: the root)")
 	flag.BoolVar(&cfg.Subreaper, "subreaper", false, "adopt orphaned descendants so shutdown ends them")
@@ -121,6 +122,13 @@ func main() {
 	}
 	if cfg.Listen != "" {
 		cfg.Token = secret
+	}
+	if *oomFD >= 0 {
+		cfg.OOMScoreAdj = recvOOMScoreAdj(*oomFD)
+	} else if f, err := agent.OpenOOMScoreAdj(); err == nil {
+		// Opened while the file is still this process's own (the agent
+		// is made non-dumpable next, which gives it to root).
+		cfg.OOMScoreAdj = f
 	}
 	if *confined {
 		if err := confine.Apply(confine.Options{NestedUserns: *nested}); err != nil {
@@ -164,4 +172,28 @@ func readSecret(fd int) (string, error) {
 		return "", fmt.Errorf("reading the secret from descriptor %d: %w", fd, err)
 	}
 	return strings.TrimSpace(string(b)), nil
+}
+
+// recvOOMScoreAdj takes this agent's own oom_score_adj from its PID 1 on
+// socket fd (boot.OOMFDFlag), and closes the socket; nil when PID 1 sent
+// none.
+func recvOOMScoreAdj(fd int) *os.File {
+	defer syscall.Close(fd)
+	buf, oob := make([]byte, 1), make([]byte, syscall.CmsgSpace(4))
+	_, oobn, _, _, err := syscall.Recvmsg(fd, buf, oob, syscall.MSG_CMSG_CLOEXEC)
+	if err != nil || oobn == 0 {
+		return nil
+	}
+	msgs, err := syscall.ParseSocketControlMessage(oob[:oobn])
+	if err != nil || len(msgs) != 1 {
+		return nil
+	}
+	fds, err := syscall.ParseUnixRights(&msgs[0])
+	if err != nil || len(fds) != 1 {
+		for _, f := range fds {
+			syscall.Close(f)
+		}
+		return nil
+	}
+	return os.NewFile(uintptr(fds[0]), "oom_score_adj")
 }

@@ -55,6 +55,10 @@ type Config struct {
 	// Subreaper makes the agent adopt orphaned descendants so that shutdown
 	// ends them too.
 	Subreaper bool
+	// OOMScoreAdj is the agent's /proc/self/oom_score_adj, opened read and
+	// write before the agent made itself non-dumpable (which gives the
+	// file to root); nil opens it in New. See oomBias.
+	OOMScoreAdj *os.File
 	// Logger receives diagnostics; nil means the standard logger.
 	Logger *log.Logger
 }
@@ -97,7 +101,7 @@ func New(cfg Config) (*Agent, error) {
 	a := &Agent{cfg: cfg, fs: fs, pid: os.Getpid(), started: time.Now(),
 		stopped: make(chan struct{}), grace: 2 * time.Second}
 	a.ident.Store(&ident{id: cfg.ID, secret: cfg.Secret})
-	a.reaper = newReaper(cfg.Subreaper)
+	a.reaper = newReaper(cfg.Subreaper, newOOMBias(cfg.OOMScoreAdj, a.logf))
 	a.workers = newWorkers()
 	a.procs = newProcTable(a)
 	a.terms = newTermStore(filepath.Join(filepath.Dir(fs.workdir), ".cortex", "terminals"), a.logf)

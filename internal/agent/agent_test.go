@@ -384,3 +384,32 @@ func opened(path string) bool {
 	}
 	return false
 }
+
+// What the agent starts goes first when a memory ceiling is reached: the
+// kernel kills one of its processes, not the agent (TestCeilings in nsbox
+// shows the moment this matters), and the agent keeps its own value.
+func TestChildrenAreOOMVictimsFirst(t *testing.T) {
+	h := newRawHost(t)
+	h.hello()
+	h.send(&protocol.Header{Kind: protocol.KindRequest, ID: 1, Cmd: protocol.CmdProcStart}, protocol.ProcStartArgs{Command: protocol.Command{Argv: []string{"sleep", "60"}}}, nil)
+	f := h.read()
+	var info protocol.ProcInfo
+	if f.Err != nil || json.Unmarshal(f.Data, &info) != nil || info.PID == 0 {
+		t.Fatalf("%+v", f.Header)
+	}
+	defer syscall.Kill(info.PID, syscall.SIGKILL)
+	got, err := os.ReadFile(fmt.Sprintf("/proc/%d/oom_score_adj", info.PID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.TrimSpace(string(got)) != string(oomFirst) {
+		t.Fatalf("a command's oom_score_adj is %q, want %s", got, oomFirst)
+	}
+	mine, err := os.ReadFile("/proc/self/oom_score_adj")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.TrimSpace(string(mine)) == string(oomFirst) {
+		t.Fatalf("the agent's own oom_score_adj is %s too: the test cannot tell", mine)
+	}
+}

@@ -24,10 +24,11 @@ type reaper struct {
 	spawn   sync.RWMutex // held shared while a child starts, exclusive while reaping
 	mu      sync.Mutex
 	tracked map[int]bool
+	oom     *oomBias
 }
 
-func newReaper(subreaper bool) *reaper {
-	return &reaper{enabled: subreaper || os.Getpid() == 1, tracked: map[int]bool{}}
+func newReaper(subreaper bool, oom *oomBias) *reaper {
+	return &reaper{enabled: subreaper || os.Getpid() == 1, tracked: map[int]bool{}, oom: oom}
 }
 
 // start makes the agent a subreaper and reaps orphans on SIGCHLD until stop.
@@ -65,12 +66,84 @@ func (r *reaper) start() (stop func()) {
 	}
 }
 
+// oomFirst is the OOM score adjustment of every process the agent starts:
+// the most a process may be preferred. Inside a memory ceiling the kernel
+// then kills one of them, not the agent, which would otherwise be the
+// largest process left when the kernel chooses again before its first
+// victim's memory is uncharged (seen under load). A process may lower its
+// own value back to the agent's, and no further.
+var oomFirst = []byte("1000")
+
+// oomBias gives the processes the agent starts oomFirst from their first
+// instruction: a child copies its parent's value when it forks, so the
+// agent holds oomFirst itself while any start is under way, and its own
+// value again when none is. (Written after the start instead, a shell's
+// children forked before the write would keep the agent's value.)
+type oomBias struct {
+	mu     sync.Mutex
+	file   *os.File // /proc/self/oom_score_adj, or nil
+	own    []byte   // the agent's value
+	starts int
+}
+
+// OpenOOMScoreAdj opens this process's OOM score adjustment for oomBias;
+// call it while the process is still dumpable.
+func OpenOOMScoreAdj() (*os.File, error) {
+	return os.OpenFile("/proc/self/oom_score_adj", os.O_RDWR|syscall.O_CLOEXEC, 0)
+}
+
+// newOOMBias biases what the agent starts through f (opened here when nil).
+func newOOMBias(f *os.File, logf func(string, ...any)) *oomBias {
+	b := &oomBias{}
+	if f == nil {
+		var err error
+		if f, err = OpenOOMScoreAdj(); err != nil {
+			logf("memory ceiling: the agent's commands are not its first victims (%v)", err)
+			return b
+		}
+	}
+	buf := make([]byte, 16)
+	n, _ := f.ReadAt(buf, 0)
+	if n == 0 {
+		f.Close()
+		return b
+	}
+	b.file, b.own = f, []byte(strings.TrimSpace(string(buf[:n])))
+	return b
+}
+
+func (b *oomBias) begin() {
+	if b.file == nil {
+		return
+	}
+	b.mu.Lock()
+	if b.starts == 0 {
+		b.file.WriteAt(oomFirst, 0)
+	}
+	b.starts++
+	b.mu.Unlock()
+}
+
+func (b *oomBias) end() {
+	if b.file == nil {
+		return
+	}
+	b.mu.Lock()
+	if b.starts--; b.starts == 0 {
+		b.file.WriteAt(b.own, 0)
+	}
+	b.mu.Unlock()
+}
+
 // startChild runs start (which forks) and records the child's pid before any
 // reaping can look at it.
 func (r *reaper) startChild(start func() error, pid func() int) error {
 	r.spawn.RLock()
 	defer r.spawn.RUnlock()
-	if err := start(); err != nil {
+	r.oom.begin()
+	err := start()
+	r.oom.end()
+	if err != nil {
 		return err
 	}
 	r.mu.Lock()

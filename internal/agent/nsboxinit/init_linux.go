@@ -386,6 +386,17 @@ func startAgent(cfg *boot.NsboxConfig) (*os.Process, error) {
 	defer theirs.Close()
 	args = append(args, boot.RebindFDFlag, fmt.Sprint(3+len(extra)))
 	extra = append(extra, theirs)
+	// A socket on which the agent gets its own OOM score adjustment.
+	ofds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		mine.Close()
+		return nil, fmt.Errorf("the agent's oom socket: %w", err)
+	}
+	oomMine, oomTheirs := os.NewFile(uintptr(ofds[0]), "oom"), os.NewFile(uintptr(ofds[1]), "oom")
+	defer oomMine.Close()
+	defer oomTheirs.Close()
+	args = append(args, boot.OOMFDFlag, fmt.Sprint(3+len(extra)))
+	extra = append(extra, oomTheirs)
 	cmd := &exec.Cmd{
 		Path: "/proc/self/exe", Args: args, ExtraFiles: extra,
 		Env: cfg.Env, Dir: cfg.Workdir, Stdout: os.Stderr, Stderr: os.Stderr,
@@ -402,6 +413,7 @@ func startAgent(cfg *boot.NsboxConfig) (*os.Process, error) {
 		mine.Close()
 		return nil, err
 	}
+	sendOOMScoreAdj(oomMine, cmd.Process.Pid)
 	if running.rebind != nil {
 		running.rebind.Close() // the agent that had it is gone
 	}
@@ -499,4 +511,17 @@ func killTheRest() int {
 		}
 		n++
 	}
+}
+
+// sendOOMScoreAdj gives the agent pid its own /proc/PID/oom_score_adj,
+// which this process (root, where the neuron has a memory ceiling) can
+// open and the agent cannot (boot.OOMFDFlag); the byte alone where it
+// cannot be opened, so the agent goes on without.
+func sendOOMScoreAdj(sock *os.File, pid int) {
+	var rights []byte
+	if fd, err := unix.Open(fmt.Sprintf("/proc/%d/oom_score_adj", pid), unix.O_RDWR|unix.O_CLOEXEC, 0); err == nil {
+		defer unix.Close(fd)
+		rights = unix.UnixRights(fd)
+	}
+	unix.Sendmsg(int(sock.Fd()), []byte{1}, rights, nil, 0)
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -48,9 +49,16 @@ func (o *oomWatch) run(logf func(string, ...any)) {
 		unix.Close(fd)
 		return
 	}
-	last := o.count(fd)
+	buf := make([]byte, 4096)
+	last := o.count(fd, buf)
 	for wait() == nil {
-		n := o.count(fd)
+		// The kernel wakes this at the OOM, before its victim's memory
+		// is uncharged. A page this process touched now would be charged
+		// to a full cgroup and make the kernel choose again, and after
+		// the agent's commands its next choice is the agent (seen under
+		// load). So the count is read, and said, once the kill is done.
+		time.Sleep(oomSettle)
+		n := o.count(fd, buf)
 		if n > last {
 			logf("memory: the kernel killed %d process(es) of this neuron at its memory ceiling (%d MiB); the neuron goes on (%s %d)",
 				n-last, o.w.Limit>>20, o.w.Key, n)
@@ -92,9 +100,12 @@ func (o *oomWatch) waiter(fd int) (func() error, error) {
 	}, nil
 }
 
-// count reads the counter (0 when it cannot).
-func (o *oomWatch) count(fd int) int64 {
-	buf := make([]byte, 4096)
+// oomSettle is how long after an OOM the count is read: long enough for
+// the victim's exit, short enough for the log to follow the kill.
+const oomSettle = 250 * time.Millisecond
+
+// count reads the counter into buf (0 when it cannot).
+func (o *oomWatch) count(fd int, buf []byte) int64 {
 	n, err := unix.Pread(fd, buf, 0)
 	if err != nil {
 		return 0

@@ -29,6 +29,13 @@ const (
 	// another neuron's snapshot (a fork) serves its new id with a fresh
 	// secret. The agent keeps it from every command it starts.
 	RebindFDFlag = "--rebind-fd"
+	// OOMFDFlag N: descriptor N is a stream socket on which the agent's
+	// PID 1 sends one byte, with the agent's own /proc/PID/oom_score_adj
+	// (SCM_RIGHTS) where it could open it: the agent, non-dumpable from
+	// its first instruction, cannot open that file itself, and needs it to
+	// start every command as the kernel's first victim at the memory
+	// ceiling (agent.Config.OOMScoreAdj).
+	OOMFDFlag = "--oom-fd"
 	// RebindOK is the agent's answer to a rebind it took.
 	RebindOK = "ok"
 )

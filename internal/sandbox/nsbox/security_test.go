@@ -467,7 +467,22 @@ func TestCeilings(t *testing.T) {
 		}
 	}
 	if withCgroups {
-		hog := n.sh("./escape -hog 536870912")
+		// The agent's commands are the kernel's first choice at the
+		// ceiling, so the agent outlives the hog.
+		// (A fork may still be refused for a moment after the bomb.)
+		var adj *link.ExecResult
+		waittest.For(t, time.Minute, "a command to read its OOM score adjustment", func() bool {
+			adj = n.sh("cat /proc/self/oom_score_adj")
+			return adj.ExitCode == 0
+		})
+		if strings.TrimSpace(string(adj.Stdout)) != "1000" {
+			t.Fatalf("a command's oom_score_adj: %q, want 1000", adj.Stdout)
+		}
+		var hog *link.ExecResult
+		waittest.For(t, time.Minute, "the memory hog to start (not refused at the process ceiling)", func() bool {
+			hog = n.sh("./escape -hog 536870912")
+			return hog.ExitCode != 126 // the shell could not exec it
+		})
 		if hog.ExitCode == 0 || strings.Contains(string(hog.Stdout), "allocated") {
 			t.Fatalf("a 512 MiB allocation under a 128 MiB ceiling succeeded: %+v %q", hog.ExecResult, hog.Stdout)
 		}
