@@ -90,6 +90,7 @@ var layers = map[string]Layer{
 
 	"client": Edge, "internal/cli": Edge, "internal/api": Edge, "internal/mcp": Edge, "internal/ctxsource": Edge,
 	"internal/chatrun": Edge, "internal/loop": Edge, "internal/llm": Edge, "internal/session": Edge, "internal/prompt": Edge,
+	"internal/e2b": Edge,
 
 	"cmd": Cmd,
 }
@@ -221,8 +222,8 @@ func TestLightProgramLinksNothingHeavy(t *testing.T) {
 var heavyPackages = []string{
 	"github.com/charmbracelet/glamour", "github.com/alecthomas/chroma", "github.com/microcosm-cc/bluemonday",
 	"github.com/anthropics", "github.com/openai", "google.golang.org/genai", "google.golang.org/grpc",
-	"google.golang.org/protobuf", "github.com/modelcontextprotocol", "github.com/hanwen/go-fuse",
+	"google.golang.org/protobuf", "connectrpc.com", "github.com/modelcontextprotocol", "github.com/hanwen/go-fuse",
 	"github.com/prometheus", "modernc.org/sqlite", "go.yaml.in/yaml",
 	mod + "/internal/api", mod + "/internal/chatrun", mod + "/internal/loop", mod + "/internal/mcp",
-	mod + "/internal/tools", mod + "/internal/ctxsource",
+	mod + "/internal/tools", mod + "/internal/ctxsource", mod + "/internal/e2b",
 }
