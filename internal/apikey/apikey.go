@@ -40,6 +40,11 @@ import (
 // repository is recognizable as one of these.
 const Prefix = "cxk_"
 
+// E2BPrefix starts the tokens of keys made for E2B's SDKs (token create
+// --e2b), which refuse a key that does not have that form: "e2b_" and
+// hex. The key is the same kind of key; only its printed form differs.
+const E2BPrefix = "e2b_"
+
 // Key is one API key as kept: never its secret.
 type Key struct {
 	Name string `json:"name"`
@@ -55,6 +60,8 @@ type Key struct {
 	// api.key_neurons).
 	Rate       float64 `json:"rate,omitempty"`
 	MaxNeurons int     `json:"maxNeurons,omitempty"`
+	// E2B makes the token in E2B's form (E2BPrefix and 64 hex digits).
+	E2B bool `json:"e2b,omitempty"`
 }
 
 // Principal is who the key acts as, for the gate.
@@ -147,6 +154,14 @@ func NewToken() string {
 	return Prefix + base64.RawURLEncoding.EncodeToString(raw[:])
 }
 
+// NewE2BToken makes a token in E2B's form: E2BPrefix and 32 random bytes,
+// hex.
+func NewE2BToken() string {
+	var raw [32]byte
+	rand.Read(raw[:])
+	return E2BPrefix + hex.EncodeToString(raw[:])
+}
+
 // HashOf is what a key keeps of token.
 func HashOf(token string) string {
 	sum := sha256.Sum256([]byte(token))
@@ -175,6 +190,9 @@ func (s *Store) Create(k Key) (string, *Key, error) {
 		return "", nil, fmt.Errorf("key %s: a limit cannot be negative", k.Name)
 	}
 	token := NewToken()
+	if k.E2B {
+		token = NewE2BToken()
+	}
 	k.Hash, k.Created = HashOf(token), time.Now().UTC().Truncate(time.Second)
 	err := s.change(func(f *keysFile) error {
 		for _, o := range f.Keys {
@@ -232,7 +250,7 @@ func (s *Store) List() ([]Listed, error) {
 // Lookup finds the key whose token this is, rereading the keys when the
 // file changed; it notes the use. A token of no key gives nil.
 func (s *Store) Lookup(token string) (*Key, error) {
-	if !strings.HasPrefix(token, Prefix) {
+	if !strings.HasPrefix(token, Prefix) && !strings.HasPrefix(token, E2BPrefix) {
 		return nil, nil
 	}
 	s.mu.Lock()

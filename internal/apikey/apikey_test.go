@@ -75,6 +75,28 @@ func TestStore(t *testing.T) {
 	}
 }
 
+// A key made for E2B's SDKs has their form (e2b_ and 64 hex digits) and
+// is found by it like any other; the form is no way around a key.
+func TestE2BForm(t *testing.T) {
+	s, _ := newStore(t)
+	tok, k, err := s.Create(apikey.Key{Name: "sdk", Scopes: []gate.Scope{gate.ScopeAdmin}, E2B: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hexPart, ok := strings.CutPrefix(tok, apikey.E2BPrefix)
+	if !ok || len(hexPart) != 64 || strings.Trim(hexPart, "0123456789abcdef") != "" || k.Hash != apikey.HashOf(tok) {
+		t.Fatalf("token %q, key %+v", tok, k)
+	}
+	if got, err := s.Lookup(tok); err != nil || got == nil || got.Name != "sdk" {
+		t.Fatalf("lookup: %+v, %v", got, err)
+	}
+	for _, wrong := range []string{apikey.E2BPrefix, apikey.E2BPrefix + strings.Repeat("0", 64), apikey.Prefix + hexPart} {
+		if k, err := s.Lookup(wrong); k != nil || err != nil {
+			t.Errorf("lookup of %q: %+v, %v", wrong, k, err)
+		}
+	}
+}
+
 // The daemon records when each key was last used, and list shows it; a
 // keys file others could write is refused rather than trusted.
 func TestLastUsedAndFileMode(t *testing.T) {

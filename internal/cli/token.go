@@ -34,6 +34,7 @@ func (a *App) tokenCreateCommand() *cobra.Command {
 	var scopes, selector string
 	var rate float64
 	var maxNeurons int
+	var e2b bool
 	cmd := &cobra.Command{
 		Use:   "create NAME",
 		Short: "Make an API key and print its token (once)",
@@ -51,11 +52,19 @@ shown again (it is kept only hashed). Scopes (--scope, comma-separated):
 neurons with those labels, and the neurons it creates, forks or imports get
 them. --rate and --max-neurons set the key's own limits (requests a second;
 neurons running or paused); left out, the daemon's api.key_rate and
-api.key_neurons apply.`,
+api.key_neurons apply.
+
+--e2b prints the token in the form E2B's SDKs insist on (e2b_ and hex), for
+E2B_API_KEY against serve --e2b (docs/e2b.md); it is a key like the others,
+with scope admin unless --scope says otherwise.
+The token is alone on the last line of the output.`,
 		Example: "  nsys-cortex token create ci --scope exec,files\n" +
 			"  nsys-cortex token create team-a --scope admin --selector team=a --max-neurons 20",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if e2b && !cmd.Flags().Changed("scope") {
+				scopes = "admin" // an E2B key creates and drives sandboxes, as E2B's own keys do
+			}
 			sc, err := gate.ParseScopes(scopes)
 			if err != nil {
 				return fmt.Errorf("--scope: %w", err)
@@ -71,7 +80,7 @@ api.key_neurons apply.`,
 			if err != nil {
 				return err
 			}
-			token, _, err := apikey.Open(lay).Create(apikey.Key{Name: args[0], Scopes: sc, Selector: sel, Rate: rate, MaxNeurons: maxNeurons})
+			token, _, err := apikey.Open(lay).Create(apikey.Key{Name: args[0], Scopes: sc, Selector: sel, Rate: rate, MaxNeurons: maxNeurons, E2B: e2b})
 			if err != nil {
 				return err
 			}
@@ -83,6 +92,7 @@ api.key_neurons apply.`,
 	cmd.Flags().StringVar(&scopes, "scope", "read", "what the key may do: read, exec, files, terminals, admin (comma-separated)")
 	cmd.Flags().StringVar(&selector, "selector", "", "the labels of the neurons the key sees, and gives those it makes: KEY=VALUE[,KEY=VALUE]")
 	cmd.Flags().Float64Var(&rate, "rate", 0, "requests a second the key may send (0: the daemon's api.key_rate)")
+	cmd.Flags().BoolVar(&e2b, "e2b", false, "print the token in E2B's form (e2b_...) for E2B's SDKs; scope admin unless --scope says otherwise")
 	cmd.Flags().IntVar(&maxNeurons, "max-neurons", 0, "neurons, running or paused, the key may hold (0: the daemon's api.key_neurons)")
 	return cmd
 }
