@@ -194,6 +194,15 @@ func (w *statusWriter) Write(p []byte) (int, error) {
 
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
+// Flush sends what was written: streaming handlers that ask for an
+// http.Flusher itself (Connect's) find one, and the stream is unbuffered.
+func (w *statusWriter) Flush() {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	http.NewResponseController(w.ResponseWriter).Flush()
+}
+
 // observe counts and times every request, and logs it (method, route,
 // status, duration: never headers, so never the token).
 func (s *Server) observe(next http.Handler) http.Handler {

@@ -78,6 +78,10 @@ type Options struct {
 	Keys *apikey.Store
 	// KeyLimits are the limits of a key that sets none of its own.
 	KeyLimits KeyLimits
+	// E2B serves E2B's API besides (serve --e2b; docs/e2b.md): its control
+	// plane under /e2b, its sandboxes' envd under /e2b/sandbox. It needs
+	// URLKey, which signs the sandboxes' envd tokens.
+	E2B bool
 }
 
 // Server serves the API.
@@ -87,6 +91,7 @@ type Server struct {
 	started time.Time
 	metrics *metrics
 	handler http.Handler
+	mux     *http.ServeMux // the routes, which E2B's translate into
 	// ports reaches the neurons' ports (the port proxy), keeping
 	// connections alive between requests.
 	ports *http.Transport
@@ -143,11 +148,21 @@ func New(opts Options) *Server {
 		mux.HandleFunc(r.Method+" "+r.Pattern, s.gated(r))
 	}
 	mux.Handle("GET /metrics", s.metrics.handler())
+	var envdMux *http.ServeMux
+	if opts.E2B {
+		s.e2bRoutes(mux)
+		envdMux = http.NewServeMux() // envd's routes only: an envd token reaches nothing else
+		s.envdRoutes(envdMux)
+	}
+	s.mux = mux
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, cortex.APIError{Code: cortex.CodeNotFound,
 			Message: fmt.Sprintf("no route %s %s (the routes are in api/openapi.yaml)", r.Method, r.URL.Path)})
 	})
 	s.handler = s.observe(s.routeByHost(s.authenticate(mux))) // refusals are counted too
+	if opts.E2B {
+		s.handler = s.observe(s.e2bAuthenticate(mux, envdMux, s.routeByHost(s.authenticate(mux))))
+	}
 	return s
 }
 
@@ -237,15 +252,7 @@ func (s *Server) gated(r Route) http.HandlerFunc {
 			}
 		}
 		id := req.PathValue("id")
-		gr := &gate.Request{Principal: p, Neuron: id, Action: r.Action, Detail: req.Method + " " + r.Pattern}
-		if id != "" && !p.Selector.Empty() {
-			// A key that sees some neurons only: the gate matches its
-			// selector against the neuron's labels (none: it is hidden,
-			// as a neuron that does not exist is).
-			// A wiped neuron's snapshots are seen by its labels, kept with them.
-			gr.Labels, _, _ = s.labelsOf(req.Context(), id)
-		}
-		if err := g.Allow(req.Context(), gr, nil); err != nil {
+		if err := s.check(req.Context(), g, p, id, r.Action, req.Method+" "+r.Pattern); err != nil {
 			if gate.Hidden(err) {
 				hiddenNeuron(w, id)
 				return
@@ -256,6 +263,40 @@ func (s *Server) gated(r Route) http.HandlerFunc {
 		// What the request does to neurons is recorded as the API's.
 		r.handler(w, req.WithContext(events.WithPrincipal(req.Context(), p.String())))
 	}
+}
+
+// check asks g whether p may do action on neuron id (none: "").
+func (s *Server) check(ctx context.Context, g *gate.Gate, p gate.Principal, id string, action gate.Action, detail string) error {
+	gr := &gate.Request{Principal: p, Neuron: id, Action: action, Detail: detail}
+	if id != "" && !p.Selector.Empty() {
+		// A key that sees some neurons only: the gate matches its
+		// selector against the neuron's labels (none: it is hidden,
+		// as a neuron that does not exist is).
+		// A wiped neuron's snapshots are seen by its labels, kept with them.
+		gr.Labels, _, _ = s.labelsOf(ctx, id)
+	}
+	return g.Allow(ctx, gr, nil)
+}
+
+// allow asks the gate whether the principal of ctx may do action on
+// neuron id: the entry points that are no native route (E2B's envd
+// plane) ask it through here.
+func (s *Server) allow(ctx context.Context, id string, action gate.Action, detail string) error {
+	g := s.opts.Gate
+	if g == nil {
+		g = &gate.Gate{}
+	}
+	p, ok := ctx.Value(principalKey{}).(gate.Principal)
+	if !ok {
+		p = gate.Principal{Kind: gate.APIClient}
+	}
+	if err := s.check(ctx, g, p, id, action, detail); err != nil {
+		if gate.Hidden(err) {
+			return errdefs.New(errdefs.NotFound, fmt.Sprintf("no sandbox %s", id))
+		}
+		return errdefs.New(errdefs.PolicyDenied, err.Error())
+	}
+	return nil
 }
 
 // Handler returns the server's HTTP handler.

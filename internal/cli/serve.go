@@ -33,6 +33,7 @@ import (
 func (a *App) serveCommand() *cobra.Command {
 	var listen, domain string
 	var pools []string
+	var e2b bool
 	cmd := &cobra.Command{
 		Use:   "serve [--listen ADDR] [--pool MODE=N]",
 		Short: shortServe,
@@ -56,7 +57,12 @@ Its log is <home>/logs/cortex.log (nsys-cortex logs [-f]).
 unnamed: a create of a new id with options they can give claims one in a
 millisecond or two, and the pool refills behind it. Warm neurons never
 appear in list, and serve removes those left unclaimed when it stops
-(docs/pool.md).`,
+(docs/pool.md).
+
+--e2b also answers E2B's API, so that code written against E2B's SDKs runs
+on Cortex's neurons unchanged: E2B_API_URL=http://HOST/e2b,
+E2B_SANDBOX_URL=http://HOST/e2b/sandbox and E2B_API_KEY from nsys-cortex
+token create --e2b NAME (docs/e2b.md).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cfg, err := a.loadConfig()
@@ -142,7 +148,7 @@ appear in list, and serve removes those left unclaimed when it stops
 			srv := api.New(api.Options{Set: set, Version: a.Version, Token: token, Pools: warm,
 				MaxUpload: cfg.Bytes("api.max_upload"), Log: logger.For("api"), TermLocks: lay.TerminalLocksDir(),
 				Chat: chat, Images: splitList(cfg.String("api.images")), Domain: cfg.String("api.domain"), URLKey: urlKey,
-				Keys: keys, KeyLimits: api.KeyLimits{Rate: float64(cfg.Int("api.key_rate")), Neurons: cfg.Int("api.key_neurons")},
+				E2B: e2b, Keys: keys, KeyLimits: api.KeyLimits{Rate: float64(cfg.Int("api.key_rate")), Neurons: cfg.Int("api.key_neurons")},
 				Gate: &gate.Gate{Audit: launch.NewAudit(filepath.Join(lay.LogsDir(), "audit.log")), Layout: lay}})
 			defer keys.Flush()
 			log := logger.For("serve")
@@ -174,6 +180,7 @@ appear in list, and serve removes those left unclaimed when it stops
 	}
 	cmd.Flags().StringVar(&listen, "listen", api.DefaultListen, "address to listen on (api.listen)")
 	cmd.Flags().StringVar(&domain, "domain", "", "route <port>-<id>.DOMAIN to port of neuron id (api.domain; docs/ports.md)")
+	cmd.Flags().BoolVar(&e2b, "e2b", false, "also answer E2B's API: its control plane under /e2b, its sandboxes under /e2b/sandbox (docs/e2b.md)")
 	cmd.Flags().StringArrayVar(&pools, "pool", nil, "keep N warm neurons of MODE booted ahead, e.g. nsbox=8 (pool; docs/pool.md)")
 	return cmd
 }

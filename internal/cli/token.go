@@ -85,7 +85,11 @@ The token is alone on the last line of the output.`,
 				return err
 			}
 			fmt.Fprintln(a.Stdout, token)
-			fmt.Fprintf(a.Stderr, "nsys-cortex: key %s made; its token is above and is not shown again (send it as Authorization: Bearer ...)\n", args[0])
+			how := "send it as Authorization: Bearer ..."
+			if e2b {
+				how = "E2B's SDKs take it as E2B_API_KEY; docs/e2b.md"
+			}
+			fmt.Fprintf(a.Stderr, "nsys-cortex: key %s made; its token is above and is not shown again (%s)\n", args[0], how)
 			return nil
 		},
 	}

@@ -1,0 +1,528 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	cortex "github.com/nsys-cortex/cortex/client"
+	"github.com/nsys-cortex/cortex/internal/apikey"
+	"github.com/nsys-cortex/cortex/internal/events"
+	"github.com/nsys-cortex/cortex/internal/gate"
+)
+
+// The E2B-compatible API (serve --e2b; docs/e2b.md). Its control plane
+// under /e2b is a translation: each E2B call becomes a call of the native
+// route that does the same, served in this process through the same mux,
+// so the gate, the tenants' selectors, the keys' limits and the events are
+// those of the native API, and nothing is decided twice. Its answers are
+// translated back into E2B's shapes; its errors into E2B's {code, message}.
+
+const (
+	// E2BPrefix is where the control plane is mounted (E2B_API_URL).
+	E2BPrefix = "/e2b"
+	// E2BSandboxPrefix is where the in-sandbox plane (envd's routes) is
+	// mounted (E2B_SANDBOX_URL).
+	E2BSandboxPrefix = "/e2b/sandbox"
+	// e2bEnvdPort is the port envd answers on in an E2B sandbox; the SDKs
+	// address it by that number.
+	e2bEnvdPort = 49983
+	// e2bEnvdVersion is the envd version this server speaks for: what the
+	// SDKs compare before they use a feature (0.5.2 closeStdin, 0.5.7
+	// octet-stream and gzip uploads; 0.6.2's file metadata is not served).
+	e2bEnvdVersion = "0.5.7"
+	// e2bDefaultTimeout is E2B's timeout of a sandbox created without one.
+	e2bDefaultTimeout = 300 * time.Second
+	// e2bMaxTimeout bounds a timeout (E2B's is a day on its Pro tier).
+	e2bMaxTimeout = 24 * time.Hour
+)
+
+// e2bSandbox is E2B's sandbox as its control plane answers it.
+type e2bSandbox struct {
+	SandboxID          string            `json:"sandboxID"`
+	TemplateID         string            `json:"templateID"`
+	Alias              string            `json:"alias,omitempty"`
+	ClientID           string            `json:"clientID"`
+	EnvdVersion        string            `json:"envdVersion"`
+	EnvdAccessToken    string            `json:"envdAccessToken,omitempty"`
+	TrafficAccessToken string            `json:"trafficAccessToken,omitempty"`
+	Domain             *string           `json:"domain"`
+	StartedAt          *time.Time        `json:"startedAt,omitempty"`
+	EndAt              *time.Time        `json:"endAt,omitempty"`
+	State              string            `json:"state,omitempty"`
+	Metadata           map[string]string `json:"metadata,omitempty"`
+	CPUCount           int               `json:"cpuCount"`
+	MemoryMB           int               `json:"memoryMB"`
+	DiskSizeMB         int               `json:"diskSizeMB"`
+}
+
+// e2bError is E2B's error body.
+type e2bError struct {
+	Code    int    `json:"code"`
+	Message string `json:"message"`
+}
+
+func writeE2BError(w http.ResponseWriter, status int, format string, args ...any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(e2bError{Code: status, Message: fmt.Sprintf(format, args...)})
+}
+
+// recorder keeps a native route's answer for translation.
+type recorder struct {
+	header http.Header
+	status int
+	body   bytes.Buffer
+}
+
+func (r *recorder) Header() http.Header         { return r.header }
+func (r *recorder) Write(p []byte) (int, error) { return r.body.Write(p) }
+func (r *recorder) WriteHeader(code int) {
+	if r.status == 0 {
+		r.status = code
+	}
+}
+
+// native serves method path (with a JSON body, when body is not nil) as
+// r's principal through the native routes, and decodes a 2xx answer into
+// out. Any other answer is written to w in E2B's shape, and native
+// reports false.
+func (s *Server) native(w http.ResponseWriter, r *http.Request, method, path string, body, out any) bool {
+	var rd *bytes.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			writeE2BError(w, http.StatusInternalServerError, "%v", err)
+			return false
+		}
+		rd = bytes.NewReader(b)
+	} else {
+		rd = bytes.NewReader(nil)
+	}
+	req, err := http.NewRequestWithContext(r.Context(), method, path, rd)
+	if err != nil {
+		writeE2BError(w, http.StatusBadRequest, "%v", err)
+		return false
+	}
+	req.Host = r.Host
+	req.RemoteAddr = r.RemoteAddr
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	rec := &recorder{header: http.Header{}}
+	s.mux.ServeHTTP(rec, req)
+	if rec.status == 0 {
+		rec.status = http.StatusOK
+	}
+	if rec.status >= 300 {
+		var eb cortex.ErrorBody
+		msg := strings.TrimSpace(rec.body.String())
+		if json.Unmarshal(rec.body.Bytes(), &eb) == nil && eb.Error.Message != "" {
+			msg = eb.Error.Message
+		}
+		if ra := rec.header.Get("Retry-After"); ra != "" {
+			w.Header().Set("Retry-After", ra)
+		}
+		status := rec.status
+		if status == http.StatusForbidden && eb.Error.Code == cortex.CodePolicyDenied {
+			status = http.StatusForbidden
+		}
+		writeE2BError(w, status, "%s", msg)
+		return false
+	}
+	if out != nil {
+		if err := json.Unmarshal(rec.body.Bytes(), out); err != nil {
+			writeE2BError(w, http.StatusInternalServerError, "reading the daemon's own answer: %v", err)
+			return false
+		}
+	}
+	return true
+}
+
+// envdToken is the access token of sandbox id's envd routes: an HMAC of
+// the id under the daemon's URL key, so it survives the daemon's restart
+// and is kept nowhere.
+func (s *Server) envdToken(id string) string {
+	m := hmac.New(sha256.New, append([]byte("e2b-envd\x00"), s.opts.URLKey...))
+	m.Write([]byte(id))
+	return hex.EncodeToString(m.Sum(nil))
+}
+
+// envdTokenOK reports whether tok is sandbox id's envd token.
+func (s *Server) envdTokenOK(id, tok string) bool {
+	return len(s.opts.URLKey) > 0 && tok != "" && subtle.ConstantTimeCompare([]byte(tok), []byte(s.envdToken(id))) == 1
+}
+
+// e2bAuthenticate lets E2B's requests in by E2B's credentials, and hands
+// every other request to rest: the control plane takes X-API-Key (the
+// daemon's token, or a key of token create), the envd plane a sandbox's
+// envd token (X-Access-Token) for the sandbox E2b-Sandbox-Id names.
+func (s *Server) e2bAuthenticate(mux, envdMux *http.ServeMux, rest http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case r.URL.Path == E2BSandboxPrefix || strings.HasPrefix(r.URL.Path, E2BSandboxPrefix+"/"):
+			id := r.Header.Get("E2b-Sandbox-Id")
+			if id == "" {
+				writeE2BError(w, http.StatusBadRequest, "no sandbox: send the E2b-Sandbox-Id header (E2B_SANDBOX_URL mode)")
+				return
+			}
+			if port := r.Header.Get("E2b-Sandbox-Port"); port != "" && port != strconv.Itoa(e2bEnvdPort) {
+				writeE2BError(w, http.StatusNotFound, "port %s of sandbox %s: this Cortex routes E2B's headers to envd (%d) only; reach other ports through /v1/neurons/%s/ports/%s (docs/e2b.md)",
+					port, id, e2bEnvdPort, id, port)
+				return
+			}
+			if !s.envdTokenOK(id, r.Header.Get("X-Access-Token")) {
+				writeE2BError(w, http.StatusUnauthorized, "the envd access token (X-Access-Token) is missing or is not sandbox %s's", id)
+				return
+			}
+			p := gate.Principal{Kind: gate.APIClient, Name: "e2b-envd:" + id, Scopes: []gate.Scope{gate.ScopeRead, gate.ScopeExec, gate.ScopeFiles, gate.ScopeTerminals}}
+			ctx := context.WithValue(r.Context(), principalKey{}, p)
+			ctx = context.WithValue(ctx, envdSandboxKey{}, id)
+			envdMux.ServeHTTP(w, r.WithContext(events.WithPrincipal(ctx, p.String())))
+		case r.URL.Path == E2BPrefix || strings.HasPrefix(r.URL.Path, E2BPrefix+"/"):
+			key := r.Header.Get("X-API-Key")
+			if s.opts.Token != "" && subtle.ConstantTimeCompare([]byte(key), []byte(s.opts.Token)) == 1 {
+				mux.ServeHTTP(w, r)
+				return
+			}
+			var k *apikey.Key
+			var err error
+			if key != "" && s.opts.Keys != nil {
+				k, err = s.opts.Keys.Lookup(key)
+			}
+			if err != nil {
+				s.log.Error("reading the API keys", "err", err)
+				writeE2BError(w, http.StatusInternalServerError, "the daemon cannot read its API keys (its log says why)")
+				return
+			}
+			if k == nil {
+				writeE2BError(w, http.StatusUnauthorized, "invalid API key: send X-API-Key with a key of nsys-cortex token create --e2b")
+				return
+			}
+			if ok, wait := s.rateOK(k); !ok {
+				w.Header().Set("Retry-After", strconv.Itoa(int(wait.Seconds()+0.999)))
+				writeE2BError(w, http.StatusTooManyRequests, "key %s is over its request rate", k.Name)
+				return
+			}
+			mux.ServeHTTP(w, withKey(r, k))
+		default:
+			rest.ServeHTTP(w, r)
+		}
+	})
+}
+
+// e2bOf is neuron n as an E2B sandbox.
+func (s *Server) e2bOf(n cortex.Neuron, withToken bool) e2bSandbox {
+	sb := e2bSandbox{SandboxID: n.ID, TemplateID: "base", ClientID: "cortex", EnvdVersion: e2bEnvdVersion,
+		Metadata: n.Labels, CPUCount: 1, MemoryMB: 512}
+	if s.opts.Domain != "" {
+		d := s.opts.Domain
+		sb.Domain = &d
+	}
+	if withToken {
+		sb.EnvdAccessToken = s.envdToken(n.ID)
+	}
+	if !n.CreatedAt.IsZero() {
+		t := n.CreatedAt
+		sb.StartedAt = &t
+	}
+	if n.Deadline != nil {
+		t := *n.Deadline
+		sb.EndAt = &t
+	} else if sb.StartedAt != nil {
+		t := sb.StartedAt.Add(e2bMaxTimeout)
+		sb.EndAt = &t
+	}
+	switch n.Status {
+	case "paused":
+		sb.State = "paused"
+	default:
+		sb.State = "running"
+	}
+	return sb
+}
+
+// e2bCreate is E2B's create body (POST /sandboxes, /v2/sandboxes).
+type e2bCreate struct {
+	TemplateID          string            `json:"templateID"`
+	Timeout             *int64            `json:"timeout"`
+	Metadata            map[string]string `json:"metadata"`
+	EnvVars             map[string]string `json:"envVars"`
+	AutoPause           *bool             `json:"autoPause"`
+	Secure              *bool             `json:"secure"`
+	AllowInternetAccess *bool             `json:"allow_internet_access"`
+	Network             json.RawMessage   `json:"network"`
+	MCP                 json.RawMessage   `json:"mcp"`
+	AutoPauseMemory     *bool             `json:"autoPauseMemory"`
+	AutoResume          json.RawMessage   `json:"autoResume"`
+	VolumeMounts        json.RawMessage   `json:"volumeMounts"`
+}
+
+// e2bTimeout is a timeout in seconds as E2B sends it, checked.
+func e2bTimeout(sec *int64) (time.Duration, error) {
+	if sec == nil {
+		return e2bDefaultTimeout, nil
+	}
+	d := time.Duration(*sec) * time.Second
+	if *sec <= 0 || d > e2bMaxTimeout {
+		return 0, fmt.Errorf("timeout %d s: must be between 1 s and %d s", *sec, int64(e2bMaxTimeout/time.Second))
+	}
+	return d, nil
+}
+
+func (s *Server) e2bCreateSandbox(w http.ResponseWriter, r *http.Request) {
+	var in e2bCreate
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxJSONBody)).Decode(&in); err != nil {
+		writeE2BError(w, http.StatusBadRequest, "the body is not E2B's create: %v", err)
+		return
+	}
+	if in.TemplateID != "" && in.TemplateID != "base" {
+		writeE2BError(w, http.StatusNotFound, "template '%s' not found: this Cortex serves the template base (the default neuron); docs/e2b.md", in.TemplateID)
+		return
+	}
+	if len(in.MCP) > 0 && string(in.MCP) != "null" || len(in.VolumeMounts) > 0 && string(in.VolumeMounts) != "null" {
+		writeE2BError(w, http.StatusBadRequest, "mcp and volumeMounts are not supported by this Cortex (docs/e2b.md)")
+		return
+	}
+	timeout, err := e2bTimeout(in.Timeout)
+	if err != nil {
+		writeE2BError(w, http.StatusBadRequest, "%v", err)
+		return
+	}
+	req := cortex.CreateRequest{Labels: in.Metadata, TimeoutMs: timeout.Milliseconds(), OnTimeout: "wipe"}
+	if in.AutoPause != nil && *in.AutoPause {
+		req.OnTimeout = "pause"
+	}
+	for k, v := range in.EnvVars {
+		req.Env = append(req.Env, k+"="+v)
+	}
+	slices.Sort(req.Env)
+	// E2B's sandboxes reach the internet unless told not to; Cortex's
+	// default is no network, and an operator opens it by policy, not a
+	// client. So allow_internet_access true asks for what the operator's
+	// default gives; false asks for none, which every mode can give.
+	if in.AllowInternetAccess != nil && !*in.AllowInternetAccess {
+		req.Network.Mode = "none"
+	}
+	var created cortex.Created
+	if !s.native(w, r, "POST", "/v1/neurons", req, &created) {
+		return
+	}
+	writeJSON(w, http.StatusCreated, s.e2bOf(created.Neuron, true))
+}
+
+// e2bNeuron fetches the neuron the path's sandboxID names, as r's
+// principal (another tenant's is a 404, as one that does not exist).
+func (s *Server) e2bNeuron(w http.ResponseWriter, r *http.Request) (cortex.Neuron, bool) {
+	var n cortex.Neuron
+	ok := s.native(w, r, "GET", "/v1/neurons/"+url.PathEscape(r.PathValue("sandboxID")), nil, &n)
+	return n, ok
+}
+
+func (s *Server) e2bGetSandbox(w http.ResponseWriter, r *http.Request) {
+	if n, ok := s.e2bNeuron(w, r); ok {
+		writeJSON(w, http.StatusOK, s.e2bOf(n, false))
+	}
+}
+
+func (s *Server) e2bKill(w http.ResponseWriter, r *http.Request) {
+	// E2B's kill ends the sandbox for good: Cortex wipes the neuron.
+	if s.native(w, r, "DELETE", "/v1/neurons/"+url.PathEscape(r.PathValue("sandboxID"))+"?wipe=true", nil, nil) {
+		w.WriteHeader(http.StatusNoContent)
+	}
+}
+
+func (s *Server) e2bSetTimeout(w http.ResponseWriter, r *http.Request) {
+	var in struct {
+		Timeout *int64 `json:"timeout"`
+	}
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxJSONBody)).Decode(&in); err != nil || in.Timeout == nil {
+		writeE2BError(w, http.StatusBadRequest, "the body must be {\"timeout\": seconds}")
+		return
+	}
+	d, err := e2bTimeout(in.Timeout)
+	if err != nil {
+		writeE2BError(w, http.StatusBadRequest, "%v", err)
+		return
+	}
+	n, ok := s.e2bNeuron(w, r)
+	if !ok {
+		return
+	}
+	onTimeout := n.OnTimeout
+	if onTimeout == "" {
+		onTimeout = "wipe"
+	}
+	if s.native(w, r, "POST", "/v1/neurons/"+url.PathEscape(n.ID)+"/timeout", cortex.TimeoutRequest{TimeoutMs: d.Milliseconds(), OnTimeout: onTimeout}, nil) {
+		w.WriteHeader(http.StatusNoContent)
+	}
+}
+
+func (s *Server) e2bPause(w http.ResponseWriter, r *http.Request) {
+	n, ok := s.e2bNeuron(w, r)
+	if !ok {
+		return
+	}
+	if n.Status == "paused" {
+		writeE2BError(w, http.StatusConflict, "sandbox %s is already paused", n.ID)
+		return
+	}
+	if s.native(w, r, "POST", "/v1/neurons/"+url.PathEscape(n.ID)+"/pause", cortex.PauseRequest{}, nil) {
+		w.WriteHeader(http.StatusNoContent)
+	}
+}
+
+// e2bConnect resumes a paused sandbox (and sets its timeout when the body
+// gives one): POST /v2/sandboxes/{id}/connect, and the older resume.
+func (s *Server) e2bConnect(w http.ResponseWriter, r *http.Request) {
+	var in struct {
+		Timeout *int64 `json:"timeout"`
+	}
+	if r.ContentLength != 0 {
+		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxJSONBody)).Decode(&in); err != nil {
+			writeE2BError(w, http.StatusBadRequest, "the body is not JSON: %v", err)
+			return
+		}
+	}
+	n, ok := s.e2bNeuron(w, r)
+	if !ok {
+		return
+	}
+	status := http.StatusOK
+	if n.Status == "paused" {
+		if !s.native(w, r, "POST", "/v1/neurons/"+url.PathEscape(n.ID)+"/resume", struct{}{}, nil) {
+			return
+		}
+		status = http.StatusCreated
+	}
+	if in.Timeout != nil {
+		d, err := e2bTimeout(in.Timeout)
+		if err != nil {
+			writeE2BError(w, http.StatusBadRequest, "%v", err)
+			return
+		}
+		onTimeout := n.OnTimeout
+		if onTimeout == "" {
+			onTimeout = "wipe"
+		}
+		if !s.native(w, r, "POST", "/v1/neurons/"+url.PathEscape(n.ID)+"/timeout", cortex.TimeoutRequest{TimeoutMs: d.Milliseconds(), OnTimeout: onTimeout}, nil) {
+			return
+		}
+	}
+	if n, ok = s.e2bNeuron(w, r); ok {
+		writeJSON(w, status, s.e2bOf(n, true))
+	}
+}
+
+// e2bList lists sandboxes: the metadata filter (a query string of
+// key=value pairs, as the SDKs encode it), state, and pages by nextToken
+// (the last id of the page before) with limit.
+func (s *Server) e2bList(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	var sel []string
+	if md := q.Get("metadata"); md != "" {
+		pairs, err := url.ParseQuery(md)
+		if err != nil {
+			writeE2BError(w, http.StatusBadRequest, "metadata: %v", err)
+			return
+		}
+		for k, vs := range pairs {
+			for _, v := range vs {
+				sel = append(sel, k+"="+v)
+			}
+		}
+		slices.Sort(sel)
+	}
+	path := "/v1/neurons"
+	if len(sel) > 0 {
+		path += "?labelSelector=" + url.QueryEscape(strings.Join(sel, ","))
+	}
+	var list struct {
+		Neurons []cortex.Neuron `json:"neurons"`
+	}
+	if !s.native(w, r, "GET", path, nil, &list) {
+		return
+	}
+	states := map[string]bool{}
+	for _, st := range q["state"] {
+		for _, one := range strings.Split(st, ",") {
+			states[one] = true
+		}
+	}
+	limit := 100
+	if l := q.Get("limit"); l != "" {
+		n, err := strconv.Atoi(l)
+		if err != nil || n < 1 || n > 1000 {
+			writeE2BError(w, http.StatusBadRequest, "limit %q: must be 1 to 1000", l)
+			return
+		}
+		limit = n
+	}
+	slices.SortFunc(list.Neurons, func(a, b cortex.Neuron) int { return strings.Compare(a.ID, b.ID) })
+	after := q.Get("nextToken")
+	out := []e2bSandbox{}
+	for _, n := range list.Neurons {
+		if after != "" && n.ID <= after {
+			continue
+		}
+		sb := s.e2bOf(n, false)
+		if len(states) > 0 && !states[sb.State] {
+			continue
+		}
+		if len(out) == limit {
+			w.Header().Set("X-Next-Token", out[len(out)-1].SandboxID)
+			break
+		}
+		out = append(out, sb)
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) e2bMetrics(w http.ResponseWriter, r *http.Request) {
+	var m cortex.Metrics
+	if !s.native(w, r, "GET", "/v1/neurons/"+url.PathEscape(r.PathValue("sandboxID"))+"/metrics", nil, &m) {
+		return
+	}
+	type metric struct {
+		Timestamp     time.Time `json:"timestamp"`
+		TimestampUnix int64     `json:"timestampUnix"`
+		CPUCount      int       `json:"cpuCount"`
+		CPUUsedPct    float64   `json:"cpuUsedPct"`
+		MemUsed       int64     `json:"memUsed"`
+		MemTotal      int64     `json:"memTotal"`
+		DiskUsed      int64     `json:"diskUsed"`
+		DiskTotal     int64     `json:"diskTotal"`
+	}
+	writeJSON(w, http.StatusOK, []metric{{Timestamp: m.At, TimestampUnix: m.At.Unix(), CPUCount: 1,
+		MemUsed: m.MemoryBytes, MemTotal: m.MemoryLimitBytes, DiskUsed: m.DiskBytes}})
+}
+
+// e2bRoutes are the control plane's routes, under E2BPrefix.
+func (s *Server) e2bRoutes(mux *http.ServeMux) {
+	const sb = E2BPrefix + "/sandboxes/{sandboxID}"
+	mux.HandleFunc("POST "+E2BPrefix+"/sandboxes", s.e2bCreateSandbox)
+	mux.HandleFunc("POST "+E2BPrefix+"/v2/sandboxes", s.e2bCreateSandbox)
+	mux.HandleFunc("GET "+E2BPrefix+"/sandboxes", s.e2bList)
+	mux.HandleFunc("GET "+E2BPrefix+"/v2/sandboxes", s.e2bList)
+	mux.HandleFunc("GET "+sb, s.e2bGetSandbox)
+	mux.HandleFunc("DELETE "+sb, s.e2bKill)
+	mux.HandleFunc("POST "+sb+"/timeout", s.e2bSetTimeout)
+	mux.HandleFunc("POST "+sb+"/pause", s.e2bPause)
+	mux.HandleFunc("POST "+sb+"/resume", s.e2bConnect)
+	mux.HandleFunc("POST "+E2BPrefix+"/v2/sandboxes/{sandboxID}/connect", s.e2bConnect)
+	mux.HandleFunc("GET "+sb+"/metrics", s.e2bMetrics)
+	mux.HandleFunc(E2BPrefix+"/", func(w http.ResponseWriter, r *http.Request) {
+		writeE2BError(w, http.StatusNotFound, "no E2B route %s %s on this Cortex (docs/e2b.md lists what is served)", r.Method, r.URL.Path)
+	})
+}
