@@ -21,7 +21,13 @@ import (
 // URL; the daemon is stopped (SIGTERM) when the test ends, or by stop.
 func (c *cli) serve(t *testing.T, extraEnv ...string) (url string, stop func() (string, int)) {
 	t.Helper()
-	cmd := c.command("serve", "--listen", "127.0.0.1:0")
+	return c.serveWith(t, nil, extraEnv...)
+}
+
+// serveWith is serve with more flags.
+func (c *cli) serveWith(t *testing.T, flags []string, extraEnv ...string) (url string, stop func() (string, int)) {
+	t.Helper()
+	cmd := c.command(append([]string{"serve", "--listen", "127.0.0.1:0"}, flags...)...)
 	cmd.Env = append(cmd.Env, extraEnv...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
