@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/nsys-cortex/cortex/internal/archive"
 	"github.com/nsys-cortex/cortex/internal/ids"
@@ -99,7 +100,23 @@ type Set struct {
 
 	mu       sync.Mutex
 	managers map[string]Manager
+	auto     autoChoice // the last automatic choice, reused for autoFor
 }
+
+// autoChoice is a mode the self-checks chose, and when.
+type autoChoice struct {
+	m        Manager
+	reason   string
+	insecure bool // AllowInsecure() when it was made
+	at       time.Time
+}
+
+// autoFor is how long an automatic choice stands: every mode's self-check
+// costs tens of milliseconds (docker's asks its daemon), which a daemon
+// would otherwise pay on every create that names no mode. A mode that
+// fails meanwhile fails that create with its own error; the choice after
+// autoFor sees it.
+const autoFor = 10 * time.Second
 
 // NewSet returns a set of the given backends.
 func NewSet(env Env, backends ...Backend) *Set {
@@ -190,6 +207,12 @@ func (s *Set) Resolve(ctx context.Context, mode string) (Manager, string, error)
 		m, err := s.Manager(mode)
 		return m, "requested", err
 	}
+	s.mu.Lock()
+	cached := s.auto
+	s.mu.Unlock()
+	if cached.m != nil && cached.insecure == AllowInsecure() && time.Since(cached.at) < autoFor {
+		return cached.m, cached.reason, nil
+	}
 	var skipped, why []string
 	for _, b := range s.backends {
 		c := b.SelfCheck(ctx, s.env)
@@ -214,6 +237,9 @@ func (s *Set) Resolve(ctx context.Context, mode string) (Manager, string, error)
 		if len(skipped) > 0 {
 			reason += "; skipped " + strings.Join(skipped, ", ")
 		}
+		s.mu.Lock()
+		s.auto = autoChoice{m: m, reason: reason, insecure: AllowInsecure(), at: time.Now()}
+		s.mu.Unlock()
 		return m, reason, nil
 	}
 	// Refusing, the reasons are the answer: say each mode's.

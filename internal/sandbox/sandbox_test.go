@@ -104,6 +104,34 @@ func TestResolveAuto(t *testing.T) {
 	}
 }
 
+// An automatic choice is reused for a while: a daemon's creates that name
+// no mode do not run every mode's self-check each.
+func TestResolveAutoIsReused(t *testing.T) {
+	ctx := context.Background()
+	t.Setenv(EnvMode, "")
+	t.Setenv(EnvAllowInsecure, "")
+	checks := 0
+	iso := &fakeManager{mode: "iso", neurons: map[string]*State{}}
+	b := backend("iso", 10, true, true, iso)
+	check := b.SelfCheck
+	b.SelfCheck = func(ctx context.Context, e Env) Check { checks++; return check(ctx, e) }
+	set := NewSet(Env{}, b)
+	for range 3 {
+		if m, _, err := set.Resolve(ctx, ""); err != nil || m.Mode() != "iso" {
+			t.Fatalf("%v %v", m, err)
+		}
+	}
+	if checks != 1 {
+		t.Fatalf("3 automatic choices ran the self-check %d times, want 1", checks)
+	}
+	// A change of what is allowed is a new choice.
+	t.Setenv(EnvAllowInsecure, "1")
+	set.Resolve(ctx, "")
+	if checks != 2 {
+		t.Fatalf("after %s changed: %d self-checks, want 2", EnvAllowInsecure, checks)
+	}
+}
+
 func TestFindByIDAndPrefix(t *testing.T) {
 	ctx := context.Background()
 	a := &fakeManager{mode: "a", neurons: map[string]*State{
