@@ -134,11 +134,7 @@ func (s *Server) native(w http.ResponseWriter, r *http.Request, method, path str
 		if ra := rec.header.Get("Retry-After"); ra != "" {
 			w.Header().Set("Retry-After", ra)
 		}
-		status := rec.status
-		if status == http.StatusForbidden && eb.Error.Code == cortex.CodePolicyDenied {
-			status = http.StatusForbidden
-		}
-		writeE2BError(w, status, "%s", msg)
+		writeE2BError(w, rec.status, "%s", msg)
 		return false
 	}
 	if out != nil {
@@ -360,13 +356,19 @@ func (s *Server) e2bSetTimeout(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	if s.e2bDeadline(w, r, n, d) {
+		w.WriteHeader(http.StatusNoContent)
+	}
+}
+
+// e2bDeadline sets n's timeout to d from now, keeping what happens then
+// (E2B's kill, a wipe, unless it was created to pause).
+func (s *Server) e2bDeadline(w http.ResponseWriter, r *http.Request, n cortex.Neuron, d time.Duration) bool {
 	onTimeout := n.OnTimeout
 	if onTimeout == "" {
 		onTimeout = "wipe"
 	}
-	if s.native(w, r, "POST", "/v1/neurons/"+url.PathEscape(n.ID)+"/timeout", cortex.TimeoutRequest{TimeoutMs: d.Milliseconds(), OnTimeout: onTimeout}, nil) {
-		w.WriteHeader(http.StatusNoContent)
-	}
+	return s.native(w, r, "POST", "/v1/neurons/"+url.PathEscape(n.ID)+"/timeout", cortex.TimeoutRequest{TimeoutMs: d.Milliseconds(), OnTimeout: onTimeout}, nil)
 }
 
 func (s *Server) e2bPause(w http.ResponseWriter, r *http.Request) {
@@ -412,11 +414,7 @@ func (s *Server) e2bConnect(w http.ResponseWriter, r *http.Request) {
 			writeE2BError(w, http.StatusBadRequest, "%v", err)
 			return
 		}
-		onTimeout := n.OnTimeout
-		if onTimeout == "" {
-			onTimeout = "wipe"
-		}
-		if !s.native(w, r, "POST", "/v1/neurons/"+url.PathEscape(n.ID)+"/timeout", cortex.TimeoutRequest{TimeoutMs: d.Milliseconds(), OnTimeout: onTimeout}, nil) {
+		if !s.e2bDeadline(w, r, n, d) {
 			return
 		}
 	}
