@@ -146,18 +146,28 @@ func (s *Server) native(w http.ResponseWriter, r *http.Request, method, path str
 	return true
 }
 
-// envdToken is the access token of sandbox id's envd routes: an HMAC of
-// the id under the daemon's URL key, so it survives the daemon's restart
-// and is kept nowhere.
-func (s *Server) envdToken(id string) string {
+// envdToken is the access token of sandbox id's envd routes, for the
+// neuron created at created: an HMAC of both under the daemon's URL key,
+// so it survives the daemon's restart and is kept nowhere, and it opens
+// no later neuron of the same id (another tenant may create one after a
+// kill).
+func (s *Server) envdToken(id string, created time.Time) string {
 	m := hmac.New(sha256.New, append([]byte("e2b-envd\x00"), s.opts.URLKey...))
-	m.Write([]byte(id))
+	m.Write([]byte(id + "\x00" + strconv.FormatInt(created.UnixNano(), 10)))
 	return hex.EncodeToString(m.Sum(nil))
 }
 
-// envdTokenOK reports whether tok is sandbox id's envd token.
-func (s *Server) envdTokenOK(id, tok string) bool {
-	return len(s.opts.URLKey) > 0 && tok != "" && subtle.ConstantTimeCompare([]byte(tok), []byte(s.envdToken(id))) == 1
+// envdTokenOK reports whether tok is the envd token of the neuron id is
+// now.
+func (s *Server) envdTokenOK(ctx context.Context, id, tok string) bool {
+	if len(s.opts.URLKey) == 0 || tok == "" {
+		return false
+	}
+	_, st, err := s.opts.Set.FindExact(ctx, id)
+	if err != nil || st.CreatedAt.IsZero() {
+		return false
+	}
+	return subtle.ConstantTimeCompare([]byte(tok), []byte(s.envdToken(id, st.CreatedAt))) == 1
 }
 
 // e2bAuthenticate lets E2B's requests in by E2B's credentials, and hands
@@ -178,7 +188,7 @@ func (s *Server) e2bAuthenticate(mux, envdMux *http.ServeMux, rest http.Handler)
 					port, id, e2bEnvdPort, id, port)
 				return
 			}
-			if !s.envdTokenOK(id, r.Header.Get("X-Access-Token")) {
+			if !s.envdTokenOK(r.Context(), id, r.Header.Get("X-Access-Token")) {
 				writeE2BError(w, http.StatusUnauthorized, "the envd access token (X-Access-Token) is missing or is not sandbox %s's", id)
 				return
 			}
@@ -226,8 +236,8 @@ func (s *Server) e2bOf(n cortex.Neuron, withToken bool) e2bSandbox {
 		d := s.opts.Domain
 		sb.Domain = &d
 	}
-	if withToken {
-		sb.EnvdAccessToken = s.envdToken(n.ID)
+	if withToken && !n.CreatedAt.IsZero() {
+		sb.EnvdAccessToken = s.envdToken(n.ID, n.CreatedAt)
 	}
 	if !n.CreatedAt.IsZero() {
 		t := n.CreatedAt

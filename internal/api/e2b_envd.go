@@ -33,6 +33,14 @@ import (
 // through /files, not here).
 const maxConnectMessage = 4 << 20
 
+// Tags: at most maxTags remembered (beyond, a tag is not kept: a Connect
+// by it finds nothing), each at most maxTagLen bytes. A tag is forgotten
+// when its command's end has been sent.
+const (
+	maxTags   = 10000
+	maxTagLen = 256
+)
+
 // envdSandboxKey carries the sandbox an envd request was let in for.
 type envdSandboxKey struct{}
 
@@ -200,6 +208,9 @@ func (e *envd) Start(ctx context.Context, req *connect.Request[process.StartRequ
 	if err != nil {
 		return connectError(err)
 	}
+	if len(req.Msg.GetTag()) > maxTagLen {
+		return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("a tag of %d bytes: at most %d", len(req.Msg.GetTag()), maxTagLen))
+	}
 	var info *protocol.ProcInfo
 	pty := req.Msg.Pty != nil
 	if pty {
@@ -213,14 +224,26 @@ func (e *envd) Start(ctx context.Context, req *connect.Request[process.StartRequ
 	}
 	if tag := req.Msg.GetTag(); tag != "" {
 		e.mu.Lock()
-		e.tags[e.tagKey(id, tag)] = info.PID
+		if len(e.tags) < maxTags {
+			e.tags[e.tagKey(id, tag)] = info.PID
+		}
 		e.mu.Unlock()
 	}
 	send := func(ev *process.ProcessEvent) error { return stream.Send(&process.StartResponse{Event: ev}) }
 	if err := send(&process.ProcessEvent{Event: &process.ProcessEvent_Start{Start: &process.ProcessEvent_StartEvent{Pid: uint32(info.PID)}}}); err != nil {
 		return err
 	}
-	return e.follow(ctx, c, info.PID, pty, send)
+	err = e.follow(ctx, c, info.PID, pty, send)
+	if err == nil && req.Msg.GetTag() != "" {
+		// It ended: its tag names nothing any more (and the map does not
+		// grow with every tagged command a sandbox ever ran).
+		e.mu.Lock()
+		if e.tags[e.tagKey(id, req.Msg.GetTag())] == info.PID {
+			delete(e.tags, e.tagKey(id, req.Msg.GetTag()))
+		}
+		e.mu.Unlock()
+	}
+	return err
 }
 
 func (e *envd) Connect(ctx context.Context, req *connect.Request[process.ConnectRequest], stream *connect.ServerStream[process.ConnectResponse]) error {
