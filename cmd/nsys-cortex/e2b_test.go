@@ -29,7 +29,8 @@ func TestE2BSDK(t *testing.T) {
 		mode = "nsbox"
 	}
 	c := newCLI(t, mode)
-	url, _ := c.serveWith(t, []string{"--e2b"})
+	const domain = "cortex.localhost"
+	url, _ := c.serveWith(t, []string{"--e2b", "--domain", domain})
 	out := strings.Split(strings.TrimSpace(c.ok("token", "create", "--e2b", "sdk")), "\n")
 	key := out[len(out)-1]
 	if !strings.HasPrefix(key, "e2b_") {
@@ -39,7 +40,7 @@ func TestE2BSDK(t *testing.T) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, node, "testdata/e2b/sdk.cjs")
 	cmd.Env = append(os.Environ(), "NODE_PATH="+sdk, "E2B_API_KEY="+key,
-		"E2B_API_URL="+url+"/e2b", "E2B_SANDBOX_URL="+url+"/e2b/sandbox")
+		"E2B_API_URL="+url+"/e2b", "E2B_SANDBOX_URL="+url+"/e2b/sandbox", "E2B_TEST_DOMAIN="+domain)
 	got, err := cmd.CombinedOutput()
 	t.Logf("the SDK's program (mode %s):\n%s", mode, got)
 	if err != nil {

@@ -2,13 +2,12 @@ package api
 
 import (
 	"bytes"
-	"context"
 	"crypto/hmac"
 	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/url"
 	"slices"
@@ -17,9 +16,7 @@ import (
 	"time"
 
 	cortex "github.com/nsys-cortex/cortex/client"
-	"github.com/nsys-cortex/cortex/internal/apikey"
-	"github.com/nsys-cortex/cortex/internal/events"
-	"github.com/nsys-cortex/cortex/internal/gate"
+	"github.com/nsys-cortex/cortex/internal/ids"
 )
 
 // The E2B-compatible API (serve --e2b; docs/e2b.md). Its control plane
@@ -46,6 +43,16 @@ const (
 	e2bDefaultTimeout = 300 * time.Second
 	// e2bMaxTimeout bounds a timeout (E2B's is a day on its Pro tier).
 	e2bMaxTimeout = 24 * time.Hour
+	// e2bTraffic is the label a sandbox created through E2B's API carries:
+	// "public", its host-routed ports (<port>-<id>.<domain>) are reached
+	// by whoever reaches the listener, as E2B's are; "private" (created
+	// with network.allowPublicTraffic false), they need its traffic access
+	// token. A neuron without it (made on the native API) keeps the
+	// native rule: the API's token or a signed URL. It is not shown as
+	// metadata, and metadata may not set it.
+	e2bTraffic = "e2b.nsys-cortex/traffic"
+	// e2bTrafficHeader carries a traffic access token.
+	e2bTrafficHeader = "E2b-Traffic-Access-Token"
 )
 
 // e2bSandbox is E2B's sandbox as its control plane answers it.
@@ -146,98 +153,47 @@ func (s *Server) native(w http.ResponseWriter, r *http.Request, method, path str
 	return true
 }
 
-// envdToken is the access token of sandbox id's envd routes, for the
-// neuron created at created: an HMAC of both under the daemon's URL key,
-// so it survives the daemon's restart and is kept nowhere, and it opens
-// no later neuron of the same id (another tenant may create one after a
-// kill).
-func (s *Server) envdToken(id string, created time.Time) string {
-	m := hmac.New(sha256.New, append([]byte("e2b-envd\x00"), s.opts.URLKey...))
+// e2bTrafficToken is the traffic access token of the neuron id created
+// at created: what its host-routed ports take when it was created with
+// public traffic off.
+func (s *Server) e2bTrafficToken(id string, created time.Time) string {
+	m := hmac.New(sha256.New, append([]byte("e2b-traffic\x00"), s.opts.URLKey...))
 	m.Write([]byte(id + "\x00" + strconv.FormatInt(created.UnixNano(), 10)))
 	return hex.EncodeToString(m.Sum(nil))
 }
 
-// envdTokenOK reports whether tok is the envd token of the neuron id is
-// now.
-func (s *Server) envdTokenOK(ctx context.Context, id, tok string) bool {
-	if len(s.opts.URLKey) == 0 || tok == "" {
-		return false
+// e2bState is E2B's state of a neuron: running or paused; a neuron that
+// is neither (stopped, its data kept; failed) is no E2B sandbox.
+func e2bState(n cortex.Neuron) (string, bool) {
+	switch n.Status {
+	case "running", "pending":
+		return "running", true
+	case "paused":
+		return "paused", true
 	}
-	_, st, err := s.opts.Set.FindExact(ctx, id)
-	if err != nil || st.CreatedAt.IsZero() {
-		return false
-	}
-	return subtle.ConstantTimeCompare([]byte(tok), []byte(s.envdToken(id, st.CreatedAt))) == 1
+	return "", false
 }
 
-// e2bAuthenticate lets E2B's requests in by E2B's credentials, and hands
-// every other request to rest: the control plane takes X-API-Key (the
-// daemon's token, or a key of token create), the envd plane a sandbox's
-// envd token (X-Access-Token) for the sandbox E2b-Sandbox-Id names.
-func (s *Server) e2bAuthenticate(mux, envdMux *http.ServeMux, rest http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		switch {
-		case r.URL.Path == E2BSandboxPrefix || strings.HasPrefix(r.URL.Path, E2BSandboxPrefix+"/"):
-			id := r.Header.Get("E2b-Sandbox-Id")
-			if id == "" {
-				writeE2BError(w, http.StatusBadRequest, "no sandbox: send the E2b-Sandbox-Id header (E2B_SANDBOX_URL mode)")
-				return
-			}
-			if port := r.Header.Get("E2b-Sandbox-Port"); port != "" && port != strconv.Itoa(e2bEnvdPort) {
-				writeE2BError(w, http.StatusNotFound, "port %s of sandbox %s: this Cortex routes E2B's headers to envd (%d) only; reach other ports through /v1/neurons/%s/ports/%s (docs/e2b.md)",
-					port, id, e2bEnvdPort, id, port)
-				return
-			}
-			if !s.envdTokenOK(r.Context(), id, r.Header.Get("X-Access-Token")) {
-				writeE2BError(w, http.StatusUnauthorized, "the envd access token (X-Access-Token) is missing or is not sandbox %s's", id)
-				return
-			}
-			p := gate.Principal{Kind: gate.APIClient, Name: "e2b-envd:" + id, Scopes: []gate.Scope{gate.ScopeRead, gate.ScopeExec, gate.ScopeFiles, gate.ScopeTerminals}}
-			ctx := context.WithValue(r.Context(), principalKey{}, p)
-			ctx = context.WithValue(ctx, envdSandboxKey{}, id)
-			envdMux.ServeHTTP(w, r.WithContext(events.WithPrincipal(ctx, p.String())))
-		case r.URL.Path == E2BPrefix || strings.HasPrefix(r.URL.Path, E2BPrefix+"/"):
-			key := r.Header.Get("X-API-Key")
-			if s.opts.Token != "" && subtle.ConstantTimeCompare([]byte(key), []byte(s.opts.Token)) == 1 {
-				mux.ServeHTTP(w, r)
-				return
-			}
-			var k *apikey.Key
-			var err error
-			if key != "" && s.opts.Keys != nil {
-				k, err = s.opts.Keys.Lookup(key)
-			}
-			if err != nil {
-				s.log.Error("reading the API keys", "err", err)
-				writeE2BError(w, http.StatusInternalServerError, "the daemon cannot read its API keys (its log says why)")
-				return
-			}
-			if k == nil {
-				writeE2BError(w, http.StatusUnauthorized, "invalid API key: send X-API-Key with a key of nsys-cortex token create --e2b")
-				return
-			}
-			if ok, wait := s.rateOK(k); !ok {
-				w.Header().Set("Retry-After", strconv.Itoa(int(wait.Seconds()+0.999)))
-				writeE2BError(w, http.StatusTooManyRequests, "key %s is over its request rate", k.Name)
-				return
-			}
-			mux.ServeHTTP(w, withKey(r, k))
-		default:
-			rest.ServeHTTP(w, r)
+// e2bOf is neuron n as an E2B sandbox; with r, it carries the envd token
+// r's credential gets (a create's, a connect's answer).
+func (s *Server) e2bOf(n cortex.Neuron, r *http.Request) e2bSandbox {
+	md := map[string]string{}
+	for k, v := range n.Labels {
+		if k != e2bTraffic {
+			md[k] = v
 		}
-	})
-}
-
-// e2bOf is neuron n as an E2B sandbox.
-func (s *Server) e2bOf(n cortex.Neuron, withToken bool) e2bSandbox {
+	}
 	sb := e2bSandbox{SandboxID: n.ID, TemplateID: "base", ClientID: "cortex", EnvdVersion: e2bEnvdVersion,
-		Metadata: n.Labels, CPUCount: 1, MemoryMB: 512}
+		Metadata: md, CPUCount: 1, MemoryMB: 512}
 	if s.opts.Domain != "" {
 		d := s.opts.Domain
 		sb.Domain = &d
 	}
-	if withToken && !n.CreatedAt.IsZero() {
-		sb.EnvdAccessToken = s.envdToken(n.ID, n.CreatedAt)
+	if r != nil && !n.CreatedAt.IsZero() {
+		sb.EnvdAccessToken = s.envdTokenOf(r, n.ID, n.CreatedAt)
+		if n.Labels[e2bTraffic] == "private" {
+			sb.TrafficAccessToken = s.e2bTrafficToken(n.ID, n.CreatedAt)
+		}
 	}
 	if !n.CreatedAt.IsZero() {
 		t := n.CreatedAt
@@ -250,12 +206,7 @@ func (s *Server) e2bOf(n cortex.Neuron, withToken bool) e2bSandbox {
 		t := sb.StartedAt.Add(e2bMaxTimeout)
 		sb.EndAt = &t
 	}
-	switch n.Status {
-	case "paused":
-		sb.State = "paused"
-	default:
-		sb.State = "running"
-	}
+	sb.State, _ = e2bState(n)
 	return sb
 }
 
@@ -280,11 +231,10 @@ func e2bTimeout(sec *int64) (time.Duration, error) {
 	if sec == nil {
 		return e2bDefaultTimeout, nil
 	}
-	d := time.Duration(*sec) * time.Second
-	if *sec <= 0 || d > e2bMaxTimeout {
+	if *sec <= 0 || *sec > int64(e2bMaxTimeout/time.Second) { // before a product that could overflow
 		return 0, fmt.Errorf("timeout %d s: must be between 1 s and %d s", *sec, int64(e2bMaxTimeout/time.Second))
 	}
-	return d, nil
+	return time.Duration(*sec) * time.Second, nil
 }
 
 func (s *Server) e2bCreateSandbox(w http.ResponseWriter, r *http.Request) {
@@ -306,7 +256,36 @@ func (s *Server) e2bCreateSandbox(w http.ResponseWriter, r *http.Request) {
 		writeE2BError(w, http.StatusBadRequest, "%v", err)
 		return
 	}
-	req := cortex.CreateRequest{Labels: in.Metadata, TimeoutMs: timeout.Milliseconds(), OnTimeout: "wipe"}
+	var network struct {
+		AllowPublicTraffic *bool           `json:"allowPublicTraffic"`
+		AllowOut           []string        `json:"allowOut"`
+		DenyOut            []string        `json:"denyOut"`
+		MaskRequestHost    json.RawMessage `json:"maskRequestHost"`
+	}
+	if len(in.Network) > 0 && string(in.Network) != "null" {
+		if err := json.Unmarshal(in.Network, &network); err != nil {
+			writeE2BError(w, http.StatusBadRequest, "network: %v", err)
+			return
+		}
+	}
+	if len(network.AllowOut) > 0 || len(network.DenyOut) > 0 || len(network.MaskRequestHost) > 0 && string(network.MaskRequestHost) != "null" {
+		// Refused, not ignored: a sandbox must not run open that its
+		// client asked to be closed.
+		writeE2BError(w, http.StatusBadRequest, "network.allowOut, denyOut and maskRequestHost are not taken by this Cortex: its egress is the operator's policy (network allow; docs/e2b.md)")
+		return
+	}
+	if _, ok := in.Metadata[e2bTraffic]; ok {
+		writeE2BError(w, http.StatusBadRequest, "metadata %s is Cortex's own: set network.allowPublicTraffic instead", e2bTraffic)
+		return
+	}
+	req := cortex.CreateRequest{Labels: maps.Clone(in.Metadata), TimeoutMs: timeout.Milliseconds(), OnTimeout: "wipe"}
+	if req.Labels == nil {
+		req.Labels = map[string]string{}
+	}
+	req.Labels[e2bTraffic] = "public"
+	if network.AllowPublicTraffic != nil && !*network.AllowPublicTraffic {
+		req.Labels[e2bTraffic] = "private"
+	}
 	if in.AutoPause != nil && *in.AutoPause {
 		req.OnTimeout = "pause"
 	}
@@ -325,26 +304,45 @@ func (s *Server) e2bCreateSandbox(w http.ResponseWriter, r *http.Request) {
 	if !s.native(w, r, "POST", "/v1/neurons", req, &created) {
 		return
 	}
-	writeJSON(w, http.StatusCreated, s.e2bOf(created.Neuron, true))
+	writeJSON(w, http.StatusCreated, s.e2bOf(created.Neuron, r))
 }
 
 // e2bNeuron fetches the neuron the path's sandboxID names, as r's
 // principal (another tenant's is a 404, as one that does not exist).
 func (s *Server) e2bNeuron(w http.ResponseWriter, r *http.Request) (cortex.Neuron, bool) {
 	var n cortex.Neuron
-	ok := s.native(w, r, "GET", "/v1/neurons/"+url.PathEscape(r.PathValue("sandboxID")), nil, &n)
-	return n, ok
+	id, ok := e2bID(w, r)
+	if !ok || !s.native(w, r, "GET", "/v1/neurons/"+id, nil, &n) {
+		return n, false
+	}
+	if _, ok := e2bState(n); !ok {
+		writeE2BError(w, http.StatusNotFound, "sandbox %s is %s, not running or paused (its data is kept: nsys-cortex create %s starts it again)", id, n.Status, id)
+		return n, false
+	}
+	return n, true
+}
+
+// e2bID is the path's sandboxID, checked before it is used in a native
+// path (an id is a name, never a path of its own).
+func e2bID(w http.ResponseWriter, r *http.Request) (string, bool) {
+	id := r.PathValue("sandboxID")
+	if err := ids.Validate(id); err != nil {
+		writeE2BError(w, http.StatusNotFound, "sandbox %q not found: %v", id, err)
+		return "", false
+	}
+	return id, true
 }
 
 func (s *Server) e2bGetSandbox(w http.ResponseWriter, r *http.Request) {
 	if n, ok := s.e2bNeuron(w, r); ok {
-		writeJSON(w, http.StatusOK, s.e2bOf(n, false))
+		writeJSON(w, http.StatusOK, s.e2bOf(n, nil))
 	}
 }
 
 func (s *Server) e2bKill(w http.ResponseWriter, r *http.Request) {
 	// E2B's kill ends the sandbox for good: Cortex wipes the neuron.
-	if s.native(w, r, "DELETE", "/v1/neurons/"+url.PathEscape(r.PathValue("sandboxID"))+"?wipe=true", nil, nil) {
+	id, ok := e2bID(w, r)
+	if ok && s.native(w, r, "DELETE", "/v1/neurons/"+id+"?wipe=true", nil, nil) {
 		w.WriteHeader(http.StatusNoContent)
 	}
 }
@@ -429,7 +427,7 @@ func (s *Server) e2bConnect(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if n, ok = s.e2bNeuron(w, r); ok {
-		writeJSON(w, status, s.e2bOf(n, true))
+		writeJSON(w, status, s.e2bOf(n, r))
 	}
 }
 
@@ -484,7 +482,10 @@ func (s *Server) e2bList(w http.ResponseWriter, r *http.Request) {
 		if after != "" && n.ID <= after {
 			continue
 		}
-		sb := s.e2bOf(n, false)
+		if _, ok := e2bState(n); !ok {
+			continue
+		}
+		sb := s.e2bOf(n, nil)
 		if len(states) > 0 && !states[sb.State] {
 			continue
 		}
@@ -499,7 +500,8 @@ func (s *Server) e2bList(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) e2bMetrics(w http.ResponseWriter, r *http.Request) {
 	var m cortex.Metrics
-	if !s.native(w, r, "GET", "/v1/neurons/"+url.PathEscape(r.PathValue("sandboxID"))+"/metrics", nil, &m) {
+	id, ok := e2bID(w, r)
+	if !ok || !s.native(w, r, "GET", "/v1/neurons/"+id+"/metrics", nil, &m) {
 		return
 	}
 	type metric struct {

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -44,34 +45,49 @@ const (
 // envdSandboxKey carries the sandbox an envd request was let in for.
 type envdSandboxKey struct{}
 
-func envdSandbox(ctx context.Context) string {
-	id, _ := ctx.Value(envdSandboxKey{}).(string)
-	return id
+// envdTarget is a sandbox: a neuron's id, and when that neuron was
+// created (a later neuron of the id is another sandbox).
+type envdTarget struct {
+	id      string
+	created time.Time
+}
+
+func envdSandbox(ctx context.Context) string { return envdTargetOf(ctx).id }
+
+func envdTargetOf(ctx context.Context) envdTarget {
+	t, _ := ctx.Value(envdSandboxKey{}).(envdTarget)
+	return t
 }
 
 // envd serves one sandbox's envd calls.
 type envd struct {
 	s *Server
 
-	mu   sync.Mutex
-	tags map[string]int // sandbox "\x00" tag -> pid
+	mu    sync.Mutex
+	tags  map[envdTarget]map[string]int // tag -> pid, by sandbox
+	ntags int
 }
 
 // client is the channel to the request's sandbox, once the gate allows
 // action on it.
-func (e *envd) client(ctx context.Context, action gate.Action, detail string) (*link.Client, string, error) {
-	id := envdSandbox(ctx)
-	if id == "" {
-		return nil, "", connect.NewError(connect.CodeUnauthenticated, errors.New("no sandbox: send E2b-Sandbox-Id and X-Access-Token"))
+func (e *envd) client(ctx context.Context, action gate.Action, detail string) (*link.Client, envdTarget, error) {
+	t := envdTargetOf(ctx)
+	if t.id == "" {
+		return nil, t, connect.NewError(connect.CodeUnauthenticated, errors.New("no sandbox: send E2b-Sandbox-Id and X-Access-Token"))
 	}
-	if err := e.s.allow(ctx, id, action, detail); err != nil {
-		return nil, id, connectError(err)
+	if err := e.allow(ctx, action, detail); err != nil {
+		return nil, t, err
 	}
-	c, err := e.s.client(ctx, id)
+	c, err := e.s.client(ctx, t.id)
 	if err != nil {
-		return nil, id, connectError(err)
+		return nil, t, connectError(err)
 	}
-	return c, id, nil
+	return c, t, nil
+}
+
+// allow asks the gate about one more action of the request.
+func (e *envd) allow(ctx context.Context, action gate.Action, detail string) error {
+	return connectError(e.s.allow(ctx, envdSandbox(ctx), action, detail))
 }
 
 // connectError maps Cortex's error classes to Connect's codes, which the
@@ -108,16 +124,93 @@ func connectError(err error) error {
 	return connect.NewError(code, err)
 }
 
-func (e *envd) tagKey(id, tag string) string { return id + "\x00" + tag }
+// tag remembers that tag names pid in sandbox t. At maxTags, the tags of
+// commands that have ended and of sandboxes that are gone are dropped
+// first (a stream the client dropped never forgets its tag itself); a
+// tag beyond that is not kept.
+func (e *envd) tag(ctx context.Context, c *link.Client, t envdTarget, tag string, pid int) {
+	e.mu.Lock()
+	full := e.ntags >= maxTags
+	e.mu.Unlock()
+	if full {
+		e.sweepTags(ctx, c, t)
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.ntags >= maxTags {
+		return
+	}
+	m := e.tags[t]
+	if m == nil {
+		m = map[string]int{}
+		e.tags[t] = m
+	}
+	if _, ok := m[tag]; !ok {
+		e.ntags++
+	}
+	m[tag] = pid
+}
+
+// untag forgets tag, if it still names pid.
+func (e *envd) untag(t envdTarget, tag string, pid int) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if m := e.tags[t]; m != nil && m[tag] == pid {
+		delete(m, tag)
+		e.ntags--
+		if len(m) == 0 {
+			delete(e.tags, t)
+		}
+	}
+}
+
+// sweepTags drops the tags of t's commands that have ended, and those of
+// every other sandbox that is no longer the neuron it was.
+func (e *envd) sweepTags(ctx context.Context, c *link.Client, t envdTarget) {
+	e.mu.Lock()
+	others := make([]envdTarget, 0, len(e.tags))
+	for o := range e.tags {
+		if o != t {
+			others = append(others, o)
+		}
+	}
+	e.mu.Unlock()
+	var gone []envdTarget
+	for _, o := range others {
+		if !e.s.envdCreated(ctx, o.id).Equal(o.created) {
+			gone = append(gone, o)
+		}
+	}
+	running := map[int]bool{}
+	procs, err := c.ProcList(ctx)
+	for _, p := range procs {
+		running[p.PID] = p.Running
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, o := range gone {
+		e.ntags -= len(e.tags[o])
+		delete(e.tags, o)
+	}
+	if err != nil {
+		return
+	}
+	for tag, pid := range e.tags[t] {
+		if !running[pid] {
+			delete(e.tags[t], tag)
+			e.ntags--
+		}
+	}
+}
 
 // pidOf resolves a selector to a pid.
-func (e *envd) pidOf(id string, sel *process.ProcessSelector) (int, error) {
+func (e *envd) pidOf(t envdTarget, sel *process.ProcessSelector) (int, error) {
 	switch {
 	case sel == nil:
 		return 0, connect.NewError(connect.CodeInvalidArgument, errors.New("no process selector"))
 	case sel.GetTag() != "":
 		e.mu.Lock()
-		pid, ok := e.tags[e.tagKey(id, sel.GetTag())]
+		pid, ok := e.tags[t][sel.GetTag()]
 		e.mu.Unlock()
 		if !ok {
 			return 0, connect.NewError(connect.CodeNotFound, fmt.Errorf("no process tagged %q", sel.GetTag()))
@@ -200,7 +293,13 @@ func (e *envd) follow(ctx context.Context, c *link.Client, pid int, pty bool, se
 }
 
 func (e *envd) Start(ctx context.Context, req *connect.Request[process.StartRequest], stream *connect.ServerStream[process.StartResponse]) error {
-	c, id, err := e.client(ctx, gate.ProcessStart, "envd Process.Start")
+	// A PTY is a terminal, as the native API's: its scope is terminals.
+	pty := req.Msg.Pty != nil
+	action := gate.ProcessStart
+	if pty {
+		action = gate.TerminalOpen
+	}
+	c, t, err := e.client(ctx, action, "envd Process.Start")
 	if err != nil {
 		return err
 	}
@@ -212,7 +311,6 @@ func (e *envd) Start(ctx context.Context, req *connect.Request[process.StartRequ
 		return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("a tag of %d bytes: at most %d", len(req.Msg.GetTag()), maxTagLen))
 	}
 	var info *protocol.ProcInfo
-	pty := req.Msg.Pty != nil
 	if pty {
 		size := req.Msg.GetPty().GetSize()
 		info, err = c.PtySpawn(ctx, &protocol.PtySpawnArgs{Command: cmd, Cols: int(size.GetCols()), Rows: int(size.GetRows())})
@@ -223,11 +321,7 @@ func (e *envd) Start(ctx context.Context, req *connect.Request[process.StartRequ
 		return connectError(err)
 	}
 	if tag := req.Msg.GetTag(); tag != "" {
-		e.mu.Lock()
-		if len(e.tags) < maxTags {
-			e.tags[e.tagKey(id, tag)] = info.PID
-		}
-		e.mu.Unlock()
+		e.tag(ctx, c, t, tag, info.PID)
 	}
 	send := func(ev *process.ProcessEvent) error { return stream.Send(&process.StartResponse{Event: ev}) }
 	if err := send(&process.ProcessEvent{Event: &process.ProcessEvent_Start{Start: &process.ProcessEvent_StartEvent{Pid: uint32(info.PID)}}}); err != nil {
@@ -237,21 +331,17 @@ func (e *envd) Start(ctx context.Context, req *connect.Request[process.StartRequ
 	if err == nil && req.Msg.GetTag() != "" {
 		// It ended: its tag names nothing any more (and the map does not
 		// grow with every tagged command a sandbox ever ran).
-		e.mu.Lock()
-		if e.tags[e.tagKey(id, req.Msg.GetTag())] == info.PID {
-			delete(e.tags, e.tagKey(id, req.Msg.GetTag()))
-		}
-		e.mu.Unlock()
+		e.untag(t, req.Msg.GetTag(), info.PID)
 	}
 	return err
 }
 
 func (e *envd) Connect(ctx context.Context, req *connect.Request[process.ConnectRequest], stream *connect.ServerStream[process.ConnectResponse]) error {
-	c, id, err := e.client(ctx, gate.ProcessRead, "envd Process.Connect")
+	c, t, err := e.client(ctx, gate.ProcessRead, "envd Process.Connect")
 	if err != nil {
 		return err
 	}
-	pid, err := e.pidOf(id, req.Msg.GetProcess())
+	pid, err := e.pidOf(t, req.Msg.GetProcess())
 	if err != nil {
 		return err
 	}
@@ -264,6 +354,11 @@ func (e *envd) Connect(ctx context.Context, req *connect.Request[process.Connect
 		return connect.NewError(connect.CodeNotFound, fmt.Errorf("no process %d", pid))
 	}
 	info := &procs[i]
+	if info.Pty {
+		if err := e.allow(ctx, gate.TerminalOpen, "envd Process.Connect to a PTY"); err != nil {
+			return err
+		}
+	}
 	send := func(ev *process.ProcessEvent) error { return stream.Send(&process.ConnectResponse{Event: ev}) }
 	if err := send(&process.ProcessEvent{Event: &process.ProcessEvent_Start{Start: &process.ProcessEvent_StartEvent{Pid: uint32(pid)}}}); err != nil {
 		return err
@@ -272,7 +367,7 @@ func (e *envd) Connect(ctx context.Context, req *connect.Request[process.Connect
 }
 
 func (e *envd) List(ctx context.Context, _ *connect.Request[process.ListRequest]) (*connect.Response[process.ListResponse], error) {
-	c, id, err := e.client(ctx, gate.ProcessRead, "envd Process.List")
+	c, t, err := e.client(ctx, gate.ProcessRead, "envd Process.List")
 	if err != nil {
 		return nil, err
 	}
@@ -282,10 +377,8 @@ func (e *envd) List(ctx context.Context, _ *connect.Request[process.ListRequest]
 	}
 	tags := map[int]string{}
 	e.mu.Lock()
-	for k, pid := range e.tags {
-		if sid, tag, _ := strings.Cut(k, "\x00"); sid == id {
-			tags[pid] = tag
-		}
+	for tag, pid := range e.tags[t] {
+		tags[pid] = tag
 	}
 	e.mu.Unlock()
 	out := &process.ListResponse{}
@@ -309,7 +402,17 @@ func (e *envd) List(ctx context.Context, _ *connect.Request[process.ListRequest]
 	return connect.NewResponse(out), nil
 }
 
-// input writes in to pid (its PTY, or its stdin).
+// inputAction is what the gate is asked for input: a terminal's, or a
+// process's stdin.
+func inputAction(in *process.ProcessInput) gate.Action {
+	if in.GetPty() != nil {
+		return gate.TerminalInput
+	}
+	return gate.ProcessInput
+}
+
+// input writes in to pid (its PTY, or its stdin), once the gate allows
+// inputAction(in).
 func (e *envd) input(ctx context.Context, c *link.Client, pid int, in *process.ProcessInput) error {
 	var err error
 	switch {
@@ -324,11 +427,11 @@ func (e *envd) input(ctx context.Context, c *link.Client, pid int, in *process.P
 }
 
 func (e *envd) SendInput(ctx context.Context, req *connect.Request[process.SendInputRequest]) (*connect.Response[process.SendInputResponse], error) {
-	c, id, err := e.client(ctx, gate.ProcessInput, "envd Process.SendInput")
+	c, t, err := e.client(ctx, inputAction(req.Msg.GetInput()), "envd Process.SendInput")
 	if err != nil {
 		return nil, err
 	}
-	pid, err := e.pidOf(id, req.Msg.GetProcess())
+	pid, err := e.pidOf(t, req.Msg.GetProcess())
 	if err != nil {
 		return nil, err
 	}
@@ -339,20 +442,27 @@ func (e *envd) SendInput(ctx context.Context, req *connect.Request[process.SendI
 }
 
 func (e *envd) StreamInput(ctx context.Context, stream *connect.ClientStream[process.StreamInputRequest]) (*connect.Response[process.StreamInputResponse], error) {
-	c, id, err := e.client(ctx, gate.ProcessInput, "envd Process.StreamInput")
+	c, t, err := e.client(ctx, gate.Read, "envd Process.StreamInput")
 	if err != nil {
 		return nil, err
 	}
 	pid := 0
+	allowed := map[gate.Action]bool{}
 	for stream.Receive() {
 		switch ev := stream.Msg().GetEvent().(type) {
 		case *process.StreamInputRequest_Start:
-			if pid, err = e.pidOf(id, ev.Start.GetProcess()); err != nil {
+			if pid, err = e.pidOf(t, ev.Start.GetProcess()); err != nil {
 				return nil, err
 			}
 		case *process.StreamInputRequest_Data:
 			if pid == 0 {
 				return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("input before the start event"))
+			}
+			if a := inputAction(ev.Data.GetInput()); !allowed[a] {
+				if err := e.allow(ctx, a, "envd Process.StreamInput"); err != nil {
+					return nil, err
+				}
+				allowed[a] = true
 			}
 			if err := e.input(ctx, c, pid, ev.Data.GetInput()); err != nil {
 				return nil, err
@@ -366,11 +476,11 @@ func (e *envd) StreamInput(ctx context.Context, stream *connect.ClientStream[pro
 }
 
 func (e *envd) CloseStdin(ctx context.Context, req *connect.Request[process.CloseStdinRequest]) (*connect.Response[process.CloseStdinResponse], error) {
-	c, id, err := e.client(ctx, gate.ProcessInput, "envd Process.CloseStdin")
+	c, t, err := e.client(ctx, gate.ProcessInput, "envd Process.CloseStdin")
 	if err != nil {
 		return nil, err
 	}
-	pid, err := e.pidOf(id, req.Msg.GetProcess())
+	pid, err := e.pidOf(t, req.Msg.GetProcess())
 	if err != nil {
 		return nil, err
 	}
@@ -381,11 +491,11 @@ func (e *envd) CloseStdin(ctx context.Context, req *connect.Request[process.Clos
 }
 
 func (e *envd) SendSignal(ctx context.Context, req *connect.Request[process.SendSignalRequest]) (*connect.Response[process.SendSignalResponse], error) {
-	c, id, err := e.client(ctx, gate.ProcessSignal, "envd Process.SendSignal")
+	c, t, err := e.client(ctx, gate.ProcessSignal, "envd Process.SendSignal")
 	if err != nil {
 		return nil, err
 	}
-	pid, err := e.pidOf(id, req.Msg.GetProcess())
+	pid, err := e.pidOf(t, req.Msg.GetProcess())
 	if err != nil {
 		return nil, err
 	}
@@ -404,11 +514,11 @@ func (e *envd) SendSignal(ctx context.Context, req *connect.Request[process.Send
 }
 
 func (e *envd) Update(ctx context.Context, req *connect.Request[process.UpdateRequest]) (*connect.Response[process.UpdateResponse], error) {
-	c, id, err := e.client(ctx, gate.TerminalOpen, "envd Process.Update")
+	c, t, err := e.client(ctx, gate.TerminalControl, "envd Process.Update")
 	if err != nil {
 		return nil, err
 	}
-	pid, err := e.pidOf(id, req.Msg.GetProcess())
+	pid, err := e.pidOf(t, req.Msg.GetProcess())
 	if err != nil {
 		return nil, err
 	}
@@ -590,14 +700,20 @@ func (f envdFS) RemoveWatcher(context.Context, *connect.Request[filesystem.Remov
 
 // envdRoutes mounts the envd plane under E2BSandboxPrefix.
 func (s *Server) envdRoutes(mux *http.ServeMux) {
-	e := &envd{s: s, tags: map[string]int{}}
+	e := &envd{s: s, tags: map[envdTarget]map[string]int{}}
 	opts := []connect.HandlerOption{connect.WithReadMaxBytes(maxConnectMessage)}
 	for _, h := range []func() (string, http.Handler){
 		func() (string, http.Handler) { return processconnect.NewProcessHandler(e, opts...) },
 		func() (string, http.Handler) { return filesystemconnect.NewFilesystemHandler(envdFS{e}, opts...) },
 	} {
 		p, handler := h()
-		mux.Handle(E2BSandboxPrefix+p, http.StripPrefix(E2BSandboxPrefix, handler))
+		handler = http.StripPrefix(E2BSandboxPrefix, handler)
+		mux.HandleFunc(E2BSandboxPrefix+p, func(w http.ResponseWriter, r *http.Request) {
+			// Its streams end when the daemon stops, as the native API's.
+			ctx, done := s.streamContext(r)
+			defer done()
+			handler.ServeHTTP(w, r.WithContext(ctx))
+		})
 	}
 	mux.HandleFunc("GET "+E2BSandboxPrefix+"/health", s.envdHealth)
 	mux.HandleFunc("GET "+E2BSandboxPrefix+"/files", s.envdDownload)

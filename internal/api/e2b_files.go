@@ -9,7 +9,6 @@ import (
 	"mime/multipart"
 	"net/http"
 	"path"
-	"strconv"
 
 	"github.com/nsys-cortex/cortex/internal/gate"
 	"github.com/nsys-cortex/cortex/internal/link"
@@ -67,21 +66,15 @@ func (s *Server) envdDownload(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	fi, err := c.Stat(r.Context(), p)
+	if err == nil {
+		// The native download's: regular files only (a FIFO could hold
+		// the read forever), ranges, its length from the stat.
+		w.Header().Set("Content-Disposition", mime.FormatMediaType("attachment", map[string]string{"filename": path.Base(p)}))
+		err = s.download(w, r, c, p, fi)
+	}
 	if err != nil {
+		w.Header().Del("Content-Disposition")
 		writeE2BFailure(w, err)
-		return
-	}
-	if fi.Type == "dir" {
-		writeE2BError(w, http.StatusBadRequest, "%s is a directory", p)
-		return
-	}
-	w.Header().Set("Content-Type", "application/octet-stream")
-	w.Header().Set("Content-Disposition", mime.FormatMediaType("attachment", map[string]string{"filename": path.Base(p)}))
-	w.Header().Set("Content-Length", strconv.FormatInt(fi.Size, 10))
-	n, err := c.ReadFileTo(r.Context(), p, w)
-	s.metrics.bytes.WithLabelValues("download").Add(float64(n))
-	if err != nil {
-		s.log.Warn("e2b download", "path", p, "err", err)
 	}
 }
 
@@ -110,6 +103,7 @@ func (s *Server) envdUpload(w http.ResponseWriter, r *http.Request) {
 		return nil
 	}
 	mt, params, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	var src io.Reader = body
 	switch enc := r.Header.Get("Content-Encoding"); enc {
 	case "", "identity":
 	case "gzip":
@@ -125,13 +119,7 @@ func (s *Server) envdUpload(w http.ResponseWriter, r *http.Request) {
 		defer zr.Close()
 		// The file written is bounded as an upload is, not by its
 		// compressed size.
-		if err := put(target, &capReader{r: zr, left: s.opts.MaxUpload}); err != nil {
-			writeE2BFailure(w, err)
-			return
-		}
-		w.Header().Set("Content-Type", "application/json")
-		json.NewEncoder(w).Encode(out)
-		return
+		src, mt = &capReader{r: zr, left: s.opts.MaxUpload}, ""
 	default:
 		writeE2BError(w, http.StatusUnsupportedMediaType, "Content-Encoding %q: send gzip or none", enc)
 		return
@@ -160,7 +148,7 @@ func (s *Server) envdUpload(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 		}
-	} else if err := put(target, body); err != nil {
+	} else if err := put(target, src); err != nil {
 		writeE2BFailure(w, err)
 		return
 	}

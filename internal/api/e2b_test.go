@@ -2,12 +2,18 @@ package api_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
+	"net/url"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -18,10 +24,11 @@ import (
 	"github.com/nsys-cortex/cortex/internal/gate"
 	"github.com/nsys-cortex/cortex/internal/labels"
 	"github.com/nsys-cortex/cortex/internal/layout"
+	"github.com/nsys-cortex/cortex/internal/sandbox/sandboxtest"
 )
 
 // e2bDaemon is a daemon answering E2B's API, with an E2B key per tenant.
-func e2bDaemon(t *testing.T) (*daemon, map[string]string) {
+func e2bDaemon(t *testing.T) (*daemon, map[string]string, *apikey.Store) {
 	t.Helper()
 	lay, err := layout.New(filepath.Join(t.TempDir(), "keys"), "")
 	if err != nil {
@@ -37,7 +44,7 @@ func e2bDaemon(t *testing.T) (*daemon, map[string]string) {
 		tokens[team] = tok
 	}
 	d := newDaemon(t, api.Options{Token: adminToken, Keys: keys, E2B: true, URLKey: []byte(strings.Repeat("k", 32))})
-	return d, tokens
+	return d, tokens, keys
 }
 
 // refused sends a request and wants status want in E2B's error shape.
@@ -95,7 +102,7 @@ func envdRun(t *testing.T, c processconnect.ProcessClient, argv ...string) (stri
 // sandbox and no other, and bad envelopes change nothing. Each refusal
 // is in E2B's shape, so the SDKs raise their own typed errors.
 func TestE2BBoundaries(t *testing.T) {
-	d, key := e2bDaemon(t)
+	d, key, _ := e2bDaemon(t)
 	status, body := raw(t, d, "POST", "/e2b/v2/sandboxes", `{"templateID":"base","metadata":{"team":"a","app":"x"},"envVars":{"FOO":"bar"}}`, "X-API-Key", key["a"])
 	var sb struct {
 		SandboxID       string            `json:"sandboxID"`
@@ -188,5 +195,239 @@ func TestE2BBoundaries(t *testing.T) {
 	}
 	if _, _, err := envdRun(t, good, "touch", "/tmp/ran"); err == nil || connect.CodeOf(err) != connect.CodeUnauthenticated {
 		t.Fatalf("the killed sandbox's token on a new neuron of its id: %v", err)
+	}
+}
+
+// e2bSandboxOf creates or connects (as key) and reads the answer.
+func e2bSandboxOf(t *testing.T, d *daemon, key, method, path, body string) (id, envdToken string) {
+	t.Helper()
+	status, got := raw(t, d, method, path, body, "X-API-Key", key)
+	var sb struct {
+		SandboxID       string `json:"sandboxID"`
+		EnvdAccessToken string `json:"envdAccessToken"`
+	}
+	if status >= 300 || json.Unmarshal([]byte(got), &sb) != nil || sb.EnvdAccessToken == "" {
+		t.Fatalf("%s %s: %d %s", method, path, status, got)
+	}
+	return sb.SandboxID, sb.EnvdAccessToken
+}
+
+// e2bSign is a file URL's signature as E2B's SDKs make it.
+func e2bSign(path, op, user, token, expiration string) string {
+	raw := path + ":" + op + ":" + user + ":" + token
+	if expiration != "" {
+		raw += ":" + expiration
+	}
+	sum := sha256.Sum256([]byte(raw))
+	return "v1_" + strings.TrimRight(base64.StdEncoding.EncodeToString(sum[:]), "=")
+}
+
+// An envd token is worth what the key that got it may do, now: a key
+// that may only read gets a token that may only read; a key without the
+// terminals scope opens no PTY; a removed (or remade) key's tokens are
+// void; the key's rate counts envd's requests too. Signed file URLs are
+// checked the same way, and expire.
+func TestE2BTokensAreTheKeys(t *testing.T) {
+	d, key, keys := e2bDaemon(t)
+	mk := func(name string, rate float64, scopes ...gate.Scope) string {
+		tok, _, err := keys.Create(apikey.Key{Name: name, Scopes: scopes, Selector: labels.Set{"team": "a"}, E2B: true, Rate: rate})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tok
+	}
+	ro, execOnly, slow := mk("reader", 0, gate.ScopeRead), mk("runner", 0, gate.ScopeExec), mk("slow", 1, gate.ScopeAdmin)
+	id, adminTok := e2bSandboxOf(t, d, key["a"], "POST", "/e2b/v2/sandboxes", `{"metadata":{"team":"a"}}`)
+	if _, _, err := envdRun(t, envdClient(d, id, adminTok), "sh", "-c", "echo hi > f && mkfifo fifo"); err != nil {
+		t.Fatal(err)
+	}
+
+	// The reader's connect gives a token that reads, and does nothing more.
+	_, roTok := e2bSandboxOf(t, d, ro, "POST", "/e2b/v2/sandboxes/"+id+"/connect", `{}`)
+	if _, err := envdClient(d, id, roTok).List(context.Background(), connect.NewRequest(&process.ListRequest{})); err == nil {
+		t.Error("a read-only key's envd token listed processes (exec's scope)")
+	}
+	if _, _, err := envdRun(t, envdClient(d, id, roTok), "touch", "/tmp/by-reader"); connect.CodeOf(err) != connect.CodePermissionDenied {
+		t.Errorf("a read-only key's envd token ran a command: %v", err)
+	}
+	hdr := func(tok string) []string { return []string{"E2b-Sandbox-Id", id, "X-Access-Token", tok} }
+	refused(t, d, http.StatusForbidden, "GET", "/e2b/sandbox/files?path=f", "", hdr(roTok)...)
+	if s, b := raw(t, d, "GET", "/e2b/sandbox/health", "", hdr(roTok)...); s != http.StatusNoContent {
+		t.Errorf("health with the reader's token: %d %s", s, b)
+	}
+
+	// The runner runs commands, but opens no terminal.
+	_, runTok := e2bSandboxOf(t, d, execOnly, "POST", "/e2b/v2/sandboxes/"+id+"/connect", `{}`)
+	if out, _, err := envdRun(t, envdClient(d, id, runTok), "echo", "ran"); err != nil || out != "ran\n" {
+		t.Fatalf("the runner's command: %q %v", out, err)
+	}
+	st, err := envdClient(d, id, runTok).Start(context.Background(), connect.NewRequest(&process.StartRequest{
+		Process: &process.ProcessConfig{Cmd: "sh"}, Pty: &process.PTY{Size: &process.PTY_Size{Cols: 80, Rows: 24}}}))
+	if err == nil {
+		for st.Receive() {
+		}
+		err = st.Err()
+		st.Close()
+	}
+	if connect.CodeOf(err) != connect.CodePermissionDenied {
+		t.Errorf("a PTY with a key without the terminals scope: %v", err)
+	}
+
+	// A signed URL: the SDK's signature over the token, with or without
+	// an expiry; a wrong operation, a past expiry, another token: refused.
+	get := func(q string) (int, string) {
+		return raw(t, d, "GET", "/e2b/sandbox/files?"+q, "", "E2b-Sandbox-Id", id)
+	}
+	future := strconv.FormatInt(time.Now().Add(time.Hour).Unix(), 10)
+	past := strconv.FormatInt(time.Now().Add(-time.Minute).Unix(), 10)
+	if s, b := get("path=f&signature=" + url.QueryEscape(e2bSign("f", "read", "", adminTok, ""))); s != http.StatusOK || b != "hi\n" {
+		t.Errorf("a signed download: %d %q", s, b)
+	}
+	if s, b := get("path=f&username=user&signature_expiration=" + future + "&signature=" + url.QueryEscape(e2bSign("f", "read", "user", adminTok, future))); s != http.StatusOK || b != "hi\n" {
+		t.Errorf("a signed download with an expiry: %d %q", s, b)
+	}
+	for name, q := range map[string]string{
+		"expired":             "path=f&signature_expiration=" + past + "&signature=" + url.QueryEscape(e2bSign("f", "read", "", adminTok, past)),
+		"signed for writing":  "path=f&signature=" + url.QueryEscape(e2bSign("f", "write", "", adminTok, "")),
+		"another path":        "path=/etc/passwd&signature=" + url.QueryEscape(e2bSign("f", "read", "", adminTok, "")),
+		"the reader's token":  "path=f&signature=" + url.QueryEscape(e2bSign("f", "read", "", roTok, "")),
+		"an unsigned request": "path=f&signature=v1_",
+	} {
+		s, b := get(q)
+		if name == "the reader's token" {
+			// Signed with the reader's token: it acts as the reader.
+			if s != http.StatusForbidden {
+				t.Errorf("%s: %d %s, want 403", name, s, b)
+			}
+			continue
+		}
+		if s != http.StatusUnauthorized {
+			t.Errorf("%s: %d %s, want 401", name, s, b)
+		}
+	}
+	// A FIFO is not read (it could hold the request forever).
+	refused(t, d, http.StatusBadRequest, "GET", "/e2b/sandbox/files?path=fifo", "", hdr(adminTok)...)
+
+	// A key's rate counts its envd requests.
+	_, slowTok := e2bSandboxOf(t, d, slow, "POST", "/e2b/v2/sandboxes/"+id+"/connect", `{}`)
+	limited := false
+	for range 40 {
+		if s, _ := raw(t, d, "GET", "/e2b/sandbox/health", "", hdr(slowTok)...); s == http.StatusTooManyRequests {
+			limited = true
+			break
+		}
+	}
+	if !limited {
+		t.Error("a key of 1 request a second sent 40 envd requests unlimited")
+	}
+
+	// The reader is removed: its token is void at once. Made again under
+	// its name, it is another key, and the old token is still void.
+	if err := keys.Remove("reader"); err != nil {
+		t.Fatal(err)
+	}
+	refused(t, d, http.StatusUnauthorized, "GET", "/e2b/sandbox/health", "", hdr(roTok)...)
+	mk("reader", 0, gate.ScopeAdmin)
+	refused(t, d, http.StatusUnauthorized, "GET", "/e2b/sandbox/health", "", hdr(roTok)...)
+}
+
+// Bad input on the control plane: E2B's shape, nothing changed.
+func TestE2BBadInput(t *testing.T) {
+	d, key, _ := e2bDaemon(t)
+	for _, c := range []struct {
+		status       int
+		method, path string
+		body         string
+	}{
+		{http.StatusBadRequest, "POST", "/e2b/v2/sandboxes", `{"timeout":9223372036854775807}`},
+		{http.StatusBadRequest, "POST", "/e2b/v2/sandboxes", `{"timeout":-1}`},
+		{http.StatusBadRequest, "POST", "/e2b/v2/sandboxes", `{"network":{"allowOut":["1.1.1.1"]}}`},
+		{http.StatusBadRequest, "POST", "/e2b/v2/sandboxes", `{"metadata":{"e2b.nsys-cortex/traffic":"public"}}`},
+		{http.StatusNotFound, "GET", "/e2b/sandboxes/%2e%2e", ""},
+		{http.StatusNotFound, "DELETE", "/e2b/sandboxes/..%2fv1", ""},
+		{http.StatusNotFound, "GET", "/e2b/sandboxes/a%2Fb/metrics", ""},
+	} {
+		refused(t, d, c.status, c.method, c.path, c.body, "X-API-Key", key["a"])
+	}
+	if s, b := raw(t, d, "GET", "/v1/neurons", "", "Authorization", "Bearer "+adminToken); s != http.StatusOK || strings.Contains(b, `"id"`) {
+		t.Fatalf("neurons after bad input: %d %s", s, b)
+	}
+}
+
+// Host routing, E2B's rule: a port of a sandbox made through E2B's API
+// is reached at <port>-<id>.<domain> by anyone when it is public, with
+// its traffic access token when it is private; a native neuron's port
+// keeps the native rule; 49983-<id>.<domain> is the sandbox's envd.
+func TestE2BHostRouting(t *testing.T) {
+	lay, err := layout.New(filepath.Join(t.TempDir(), "keys"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := apikey.Open(lay)
+	tok, _, err := keys.Create(apikey.Key{Name: "team-a", Scopes: []gate.Scope{gate.ScopeAdmin}, E2B: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := newDaemon(t, api.Options{Token: adminToken, Keys: keys, E2B: true, URLKey: []byte(strings.Repeat("k", 32)), Domain: "cortex.test"})
+	create := func(body string) (id, envdTok, trafficTok string) {
+		status, got := raw(t, d, "POST", "/e2b/v2/sandboxes", body, "X-API-Key", tok)
+		var sb struct {
+			SandboxID          string `json:"sandboxID"`
+			EnvdAccessToken    string `json:"envdAccessToken"`
+			TrafficAccessToken string `json:"trafficAccessToken"`
+			Domain             string `json:"domain"`
+		}
+		if status != http.StatusCreated || json.Unmarshal([]byte(got), &sb) != nil || sb.Domain != "cortex.test" {
+			t.Fatalf("create %s: %d %s", body, status, got)
+		}
+		return sb.SandboxID, sb.EnvdAccessToken, sb.TrafficAccessToken
+	}
+	serve := func(id string) int {
+		m, st, err := d.set.FindExact(context.Background(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := m.Connect(context.Background(), st.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := sandboxtest.FreePort(t)
+		sandboxtest.StartPortServer(t, context.Background(), c, port)
+		return port
+	}
+	pub, pubEnvd, pubTraffic := create(`{}`)
+	if pubTraffic != "" {
+		t.Fatalf("a public sandbox got a traffic token")
+	}
+	priv, _, privTraffic := create(`{"network":{"allowPublicTraffic":false}}`)
+	if privTraffic == "" {
+		t.Fatal("a private sandbox got no traffic token")
+	}
+	pubPort, privPort := serve(pub), serve(priv)
+	host := func(port int, id string) string { return fmt.Sprintf("%d-%s.cortex.test", port, id) }
+
+	if code, body, _ := get(t, d, "/hi", map[string]string{"Host": host(pubPort, pub)}); code != 200 || !strings.HasPrefix(body, "hello from the neuron: GET /hi") {
+		t.Errorf("a public sandbox's port: %d %q", code, body)
+	}
+	if code, _, _ := get(t, d, "/hi", map[string]string{"Host": host(privPort, priv)}); code != http.StatusUnauthorized {
+		t.Errorf("a private sandbox's port without its traffic token: %d", code)
+	}
+	if code, _, _ := get(t, d, "/hi", map[string]string{"Host": host(privPort, priv), "E2b-Traffic-Access-Token": pubEnvd}); code != http.StatusForbidden {
+		t.Errorf("a private sandbox's port with another token: %d", code)
+	}
+	if code, body, _ := get(t, d, "/hi", map[string]string{"Host": host(privPort, priv), "E2b-Traffic-Access-Token": privTraffic}); code != 200 || !strings.HasPrefix(body, "hello from the neuron") {
+		t.Errorf("a private sandbox's port with its traffic token: %d %q", code, body)
+	}
+	// A native neuron's port: the native rule (the API's token).
+	d.create(t, "web")
+	if code, _, _ := get(t, d, "/", map[string]string{"Host": host(serve("web"), "web")}); code != http.StatusUnauthorized {
+		t.Errorf("a native neuron's port without the token: %d", code)
+	}
+	// envd by its host.
+	if code, body, _ := get(t, d, "/health", map[string]string{"Host": host(49983, pub), "X-Access-Token": pubEnvd}); code != http.StatusNoContent {
+		t.Errorf("envd's health at its host: %d %s", code, body)
+	}
+	if code, _, _ := get(t, d, "/health", map[string]string{"Host": host(49983, priv), "X-Access-Token": pubEnvd}); code != http.StatusUnauthorized {
+		t.Errorf("envd of another sandbox with this one's token: %d", code)
 	}
 }

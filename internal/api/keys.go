@@ -62,12 +62,28 @@ func bearer(r *http.Request) string {
 	return strings.TrimSpace(cred)
 }
 
-// lookupKey finds the API key r's bearer token is; nil when it is none.
-func (s *Server) lookupKey(r *http.Request) (*apikey.Key, error) {
+// admitKey finds an API key, by its secret (or, when name is given, by
+// its name: a signed URL's or an envd token's key), and takes one
+// request from its rate. No such key: nil, 0, nil. Over its rate: the
+// key and how long to wait.
+func (s *Server) admitKey(secret, name string) (*apikey.Key, time.Duration, error) {
 	if s.opts.Keys == nil {
-		return nil, nil
+		return nil, 0, nil
 	}
-	return s.opts.Keys.Lookup(bearer(r))
+	var k *apikey.Key
+	var err error
+	if name != "" {
+		k, err = s.opts.Keys.Named(name)
+	} else {
+		k, err = s.opts.Keys.Lookup(secret)
+	}
+	if err != nil || k == nil {
+		return nil, 0, err
+	}
+	if ok, wait := s.rateOK(k); !ok {
+		return k, max(wait, time.Nanosecond), nil
+	}
+	return k, 0, nil
 }
 
 // withKey is r acting as key k.
@@ -113,20 +129,20 @@ func (s *Server) rateOK(k *apikey.Key) (bool, time.Duration) {
 	return true, 0
 }
 
-// withinRate takes one request from key k's allowance, or answers 429
-// itself and reports false.
-func (s *Server) withinRate(w http.ResponseWriter, k *apikey.Key) bool {
-	ok, wait := s.rateOK(k)
-	if !ok {
-		rateLimited(w, wait, fmt.Sprintf("key %s is over its request rate: retry after the time Retry-After gives", k.Name))
-	}
-	return ok
+// overRate answers 429 for key k, over its rate for wait.
+func overRate(w http.ResponseWriter, k *apikey.Key, wait time.Duration) {
+	rateLimited(w, wait, fmt.Sprintf("key %s is over its request rate: retry after the time Retry-After gives", k.Name))
 }
 
 // rateLimited answers 429 with a Retry-After of whole seconds.
 func rateLimited(w http.ResponseWriter, wait time.Duration, msg string) {
-	w.Header().Set("Retry-After", strconv.Itoa(max(1, int(math.Ceil(wait.Seconds())))))
+	setRetryAfter(w, wait)
 	writeError(w, cortex.APIError{Code: cortex.CodeRateLimited, Message: msg})
+}
+
+// setRetryAfter says to retry after wait, in whole seconds (at least 1).
+func setRetryAfter(w http.ResponseWriter, wait time.Duration) {
+	w.Header().Set("Retry-After", strconv.Itoa(max(1, int(math.Ceil(wait.Seconds())))))
 }
 
 // reserveNeurons counts n new neurons against the neuron limit of the
@@ -302,12 +318,4 @@ func tenantChange(r *http.Request, c labels.Change) error {
 		}
 	}
 	return nil
-}
-
-// keyNamed is API key name as the keys file holds it now (nil: gone).
-func (s *Server) keyNamed(name string) (*apikey.Key, error) {
-	if s.opts.Keys == nil {
-		return nil, nil
-	}
-	return s.opts.Keys.Named(name)
 }

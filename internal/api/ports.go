@@ -41,6 +41,7 @@ type portAuth int
 const (
 	byToken portAuth = iota + 1
 	bySignature
+	byE2BTraffic // E2B's rule for a sandbox made through its API (e2bPorts)
 )
 
 type portAuthKey struct{}
@@ -99,6 +100,40 @@ func (s *Server) signedPort(r *http.Request) (token string, fromQuery bool, by s
 // errNoSignature: the request carries no signed URL at all.
 var errNoSignature = errors.New("no signed URL")
 
+// hostTarget reads a host of the form <port>-<id>.<domain>: under is
+// whether the host is under the domain at all; err says what is wrong
+// with one that is and is not of that form.
+func (s *Server) hostTarget(hostport string) (port int, id string, under bool, err error) {
+	if s.opts.Domain == "" {
+		return 0, "", false, nil
+	}
+	suffix := "." + strings.ToLower(strings.Trim(s.opts.Domain, "."))
+	host := strings.ToLower(hostport)
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	label, ok := strings.CutSuffix(host, suffix)
+	if !ok {
+		return 0, "", false, nil // the API's own name
+	}
+	if strings.Contains(label, ".") {
+		// Under the domain is only ever a port: never the API.
+		return 0, "", true, cortex.APIError{Code: cortex.CodeNotFound, Message: fmt.Sprintf(
+			"host %q: a neuron's port is reached at <port>-<id>%s", hostport, suffix)}
+	}
+	p, id, ok := strings.Cut(label, "-")
+	if !ok || ids.Validate(id) != nil {
+		return 0, "", true, cortex.APIError{Code: cortex.CodeNotFound, Message: fmt.Sprintf(
+			"host %q: a neuron's port is reached at <port>-<id>%s (an id of lower-case letters, digits and '-')", hostport, suffix)}
+	}
+	if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+		return 0, "", true, cortex.APIError{Code: cortex.CodeBadRequest, Message: fmt.Sprintf("host %q: %q is no port (1-65535)", hostport, p)}
+	} else {
+		port = n
+	}
+	return port, id, true, nil
+}
+
 // routeByHost sends a request to <port>-<id>.<domain> to the port proxy:
 // its path becomes the proxy's path for that neuron and port. Requests
 // to any other host pass on unchanged.
@@ -106,35 +141,18 @@ func (s *Server) routeByHost(next http.Handler) http.Handler {
 	if s.opts.Domain == "" {
 		return next
 	}
-	suffix := "." + strings.ToLower(strings.Trim(s.opts.Domain, "."))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		host := strings.ToLower(r.Host)
-		if h, _, err := net.SplitHostPort(host); err == nil {
-			host = h
-		}
-		label, ok := strings.CutSuffix(host, suffix)
-		if !ok {
-			next.ServeHTTP(w, r) // the API's own name
+		port, id, under, err := s.hostTarget(r.Host)
+		switch {
+		case err != nil:
+			writeError(w, err)
 			return
-		}
-		if strings.Contains(label, ".") {
-			// Under the domain is only ever a port: never the API.
-			writeError(w, cortex.APIError{Code: cortex.CodeNotFound, Message: fmt.Sprintf(
-				"host %q: a neuron's port is reached at <port>-<id>%s", r.Host, suffix)})
-			return
-		}
-		p, id, ok := strings.Cut(label, "-")
-		if !ok || ids.Validate(id) != nil {
-			writeError(w, cortex.APIError{Code: cortex.CodeNotFound, Message: fmt.Sprintf(
-				"host %q: a neuron's port is reached at <port>-<id>%s (an id of lower-case letters, digits and '-')", r.Host, suffix)})
-			return
-		}
-		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
-			writeError(w, cortex.APIError{Code: cortex.CodeBadRequest, Message: fmt.Sprintf("host %q: %q is no port (1-65535)", r.Host, p)})
+		case !under:
+			next.ServeHTTP(w, r)
 			return
 		}
 		r2 := r.Clone(context.WithValue(r.Context(), hostRoutedKey{}, true))
-		r2.URL.Path = "/v1/neurons/" + id + "/ports/" + p + r.URL.Path
+		r2.URL.Path = "/v1/neurons/" + id + "/ports/" + strconv.Itoa(port) + r.URL.Path
 		r2.URL.RawPath = ""
 		next.ServeHTTP(w, r2)
 	})

@@ -6,6 +6,7 @@ package api
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/subtle"
 	"errors"
 	"fmt"
@@ -135,6 +136,12 @@ func New(opts Options) *Server {
 	if opts.MaxUpload <= 0 {
 		opts.MaxUpload = DefaultMaxUpload
 	}
+	if opts.E2B && len(opts.URLKey) == 0 {
+		// The envd and traffic tokens are signed with it: without one of
+		// the home's, they last as long as this process.
+		opts.URLKey = make([]byte, 32)
+		rand.Read(opts.URLKey)
+	}
 	s := &Server{opts: opts, log: opts.Log, started: time.Now(), clients: map[string]*link.Client{}}
 	s.streams, s.endStreams = context.WithCancel(context.Background())
 	if s.log == nil {
@@ -161,7 +168,7 @@ func New(opts Options) *Server {
 	})
 	s.handler = s.observe(s.routeByHost(s.authenticate(mux))) // refusals are counted too
 	if opts.E2B {
-		s.handler = s.observe(s.e2bAuthenticate(mux, envdMux, s.routeByHost(s.authenticate(mux))))
+		s.handler = s.observe(s.e2bAuthenticate(mux, envdMux, s.routeByHost(s.e2bPorts(mux, s.authenticate(mux)))))
 	}
 	return s
 }
@@ -244,6 +251,11 @@ func (s *Server) gated(r Route) http.HandlerFunc {
 			g = &gate.Gate{}
 		}
 		p := principalOf(req)
+		if req.Context().Value(portAuthKey{}) == byE2BTraffic && r.Action != gate.Port {
+			// E2B's public ports are ports, never the API behind them.
+			writeError(w, cortex.APIError{Code: cortex.CodePolicyDenied, Message: "a sandbox's public port reaches that port only"})
+			return
+		}
 		if req.Context().Value(portAuthKey{}) == bySignature {
 			p = gate.Principal{Kind: gate.APIClient, Name: "signed-url"} // not the token's holder: audited apart
 			if k := keyOf(req); k != nil {
@@ -327,14 +339,15 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 		tokenOK := s.tokenOK(r)
 		if !tokenOK && bearer(r) != "" {
 			// An API key: it is let in as itself, within its rate.
-			k, err := s.lookupKey(r)
+			k, wait, err := s.admitKey(bearer(r), "")
 			if err != nil {
 				s.log.Error("reading the API keys", "err", err)
 				writeError(w, cortex.APIError{Code: cortex.CodeInternal, Message: "the daemon cannot read its API keys (its log says why)"})
 				return
 			}
 			if k != nil {
-				if !s.withinRate(w, k) {
+				if wait > 0 {
+					overRate(w, k, wait)
 					return
 				}
 				if r.URL.Path == "/metrics" && (len(k.Selector) > 0 || !k.Principal().Allows(gate.Read)) {
@@ -355,12 +368,13 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 				if by != "" {
 					// A key's URL: the key must still be there, and its use is
 					// the key's (its rate, its selector and scopes, its name).
-					k, err := s.keyNamed(by)
+					k, wait, err := s.admitKey("", by)
 					if err != nil || k == nil {
 						writeError(w, cortex.APIError{Code: cortex.CodeUnauthorized, Message: "the API key that made this signed URL was removed: the URL is void"})
 						return
 					}
-					if !s.withinRate(w, k) {
+					if wait > 0 {
+						overRate(w, k, wait)
 						return
 					}
 					r = withKey(r, k)

@@ -54,7 +54,7 @@ them. --rate and --max-neurons set the key's own limits (requests a second;
 neurons running or paused); left out, the daemon's api.key_rate and
 api.key_neurons apply.
 
---e2b prints the token in the form E2B's SDKs insist on (e2b_ and hex), for
+--e2b prints the token in E2B's form (e2b_ and 64 hex digits), for
 E2B_API_KEY against serve --e2b (docs/e2b.md); it is a key like the others,
 with scope admin unless --scope says otherwise.
 The token is alone on the last line of the output.`,

@@ -2,6 +2,7 @@
 // every call a program makes, each checked. Run by TestE2BSDK with
 // E2B_API_KEY, E2B_API_URL and E2B_SANDBOX_URL set, and the SDK on
 // NODE_PATH. A failure prints the SDK's own error and exits 1.
+const http = require('node:http')
 const { Sandbox, CommandExitError } = require('e2b')
 
 let failed = 0
@@ -88,6 +89,67 @@ async function main() {
   await step('info', () => s.files.getInfo('made/one.txt'), (i) => i.type === 'file' && i.size === 1)
   await step('remove', () => s.files.remove('many'))
   await step('removed', () => s.files.exists('many'), (x) => x === false)
+
+  // Signed URLs: the SDK signs with the envd token. In E2B_SANDBOX_URL
+  // mode its URL does not name the sandbox, so the header comes along.
+  const viaSandboxHeader = { 'E2b-Sandbox-Id': s.sandboxId }
+  await step('downloadUrl (signed, expiring)', async () => {
+    const u = await s.downloadUrl('notes/a.txt', { useSignatureExpiration: 60 })
+    const r = await fetch(u, { headers: viaSandboxHeader })
+    return [r.status, await r.text(), new URL(u).searchParams.has('signature_expiration')]
+  }, (x) => x[0] === 200 && x[1] === 'some text' && x[2])
+  await step('uploadUrl (signed)', async () => {
+    const form = new FormData()
+    form.append('file', new Blob(['by url']), 'up.txt')
+    const r = await fetch(await s.uploadUrl('up.txt'), { method: 'POST', body: form, headers: viaSandboxHeader })
+    return [r.status, await s.files.read('up.txt')]
+  }, (x) => x[0] === 200 && x[1] === 'by url')
+  await step('a download URL does not upload', async () => {
+    const u = new URL(await s.downloadUrl('up.txt'))
+    const r = await fetch(u, { method: 'POST', body: 'x', headers: viaSandboxHeader })
+    return r.status
+  }, (x) => x === 401)
+
+  // getHost: an HTTP server in the sandbox, reached by its host name.
+  const api = new URL(process.env.E2B_API_URL)
+  const byHost = (host, headers = {}) => new Promise((resolve, reject) => {
+    const req = http.request({ host: api.hostname, port: api.port, path: '/hello.txt', headers: { ...headers, Host: host } }, (res) => {
+      let body = ''
+      res.on('data', (d) => { body += d })
+      res.on('end', () => resolve([res.statusCode, body]))
+    })
+    req.on('error', reject)
+    req.end()
+  })
+  const web = 8000 + (process.pid % 1000)
+  await step('an HTTP server in the sandbox', async () => {
+    await s.files.write('site/hello.txt', 'served')
+    await s.commands.run(`python3 -m http.server ${web} --bind 127.0.0.1 --directory site`, { background: true })
+    return s.getHost(web)
+  }, (h) => h === `${web}-${s.sandboxId}.${process.env.E2B_TEST_DOMAIN}`)
+  await step('reached through getHost', async () => {
+    let got
+    for (let i = 0; i < 100; i++) {
+      got = await byHost(s.getHost(web))
+      if (got[0] === 200) break
+      await new Promise((r) => setTimeout(r, 100))
+    }
+    return got
+  }, (x) => x[0] === 200 && x[1] === 'served')
+  const closed = await step('create with public traffic off', () => Sandbox.create({ metadata: { suite: label + 'p' }, network: { allowPublicTraffic: false } }), (x) => !!x.trafficAccessToken)
+  if (closed) {
+    await closed.commands.run(`mkdir -p site && echo private > site/hello.txt && (python3 -m http.server ${web} --bind 127.0.0.1 --directory site >/dev/null 2>&1 &)`)
+    await step('its port needs the traffic token', async () => {
+      let got
+      for (let i = 0; i < 100; i++) {
+        got = await byHost(closed.getHost(web), { 'e2b-traffic-access-token': closed.trafficAccessToken })
+        if (got[0] === 200) break
+        await new Promise((r) => setTimeout(r, 100))
+      }
+      return [got[0], got[1], (await byHost(closed.getHost(web)))[0]]
+    }, (x) => x[0] === 200 && x[1] === 'private\n' && x[2] === 401)
+    await closed.kill()
+  }
 
   await step('list with a metadata filter', () => Sandbox.list({ query: { metadata: { suite: label } } }).nextItems(),
     (l) => l.length === 1 && l[0].sandboxId === s.sandboxId && l[0].metadata.suite === label)
