@@ -16,6 +16,7 @@ import (
 	"time"
 
 	cortex "github.com/nsys-cortex/cortex/client"
+	"github.com/nsys-cortex/cortex/internal/events"
 	"github.com/nsys-cortex/cortex/internal/ids"
 )
 
@@ -518,6 +519,135 @@ func (s *Server) e2bMetrics(w http.ResponseWriter, r *http.Request) {
 		MemUsed: m.MemoryBytes, MemTotal: m.MemoryLimitBytes, DiskUsed: m.DiskBytes}})
 }
 
+// e2bFork forks a sandbox (POST /sandboxes/{id}/fork: {timeout, count}),
+// answering one result per fork, as E2B does: the native fork, under new
+// ids (<id>-1..<id>-N for several), each with its own timeout.
+func (s *Server) e2bFork(w http.ResponseWriter, r *http.Request) {
+	var in struct {
+		Timeout *int64 `json:"timeout"`
+		Count   int    `json:"count"`
+	}
+	if r.ContentLength != 0 {
+		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxJSONBody)).Decode(&in); err != nil {
+			writeE2BError(w, http.StatusBadRequest, "the body is not E2B's fork: %v", err)
+			return
+		}
+	}
+	d, err := e2bTimeout(in.Timeout)
+	if err != nil {
+		writeE2BError(w, http.StatusBadRequest, "%v", err)
+		return
+	}
+	src, ok := s.e2bNeuron(w, r)
+	if !ok {
+		return
+	}
+	var forks cortex.NeuronForks
+	if !s.native(w, r, "POST", "/v1/neurons/"+src.ID+"/fork", cortex.NeuronForkRequest{ID: ids.New(), Count: in.Count}, &forks) {
+		return
+	}
+	type result struct {
+		Sandbox *e2bSandbox `json:"sandbox,omitempty"`
+		Error   *e2bError   `json:"error,omitempty"`
+	}
+	out := make([]result, 0, len(forks.Neurons))
+	for _, n := range forks.Neurons {
+		rec := &recorder{header: http.Header{}}
+		if !s.e2bDeadline(rec, r, n, d) {
+			var e e2bError
+			json.Unmarshal(rec.body.Bytes(), &e)
+			out = append(out, result{Error: &e})
+			continue
+		}
+		sb := s.e2bOf(n, r)
+		out = append(out, result{Sandbox: &sb})
+	}
+	writeJSON(w, http.StatusCreated, out)
+}
+
+// e2bRefresh extends a sandbox's life (POST /sandboxes/{id}/refreshes:
+// {duration} seconds from now; none: E2B's default timeout).
+func (s *Server) e2bRefresh(w http.ResponseWriter, r *http.Request) {
+	var in struct {
+		Duration *int64 `json:"duration"`
+	}
+	if r.ContentLength != 0 {
+		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxJSONBody)).Decode(&in); err != nil {
+			writeE2BError(w, http.StatusBadRequest, "the body must be {\"duration\": seconds}: %v", err)
+			return
+		}
+	}
+	d, err := e2bTimeout(in.Duration)
+	if err != nil {
+		writeE2BError(w, http.StatusBadRequest, "%v", err)
+		return
+	}
+	if n, ok := s.e2bNeuron(w, r); ok && s.e2bDeadline(w, r, n, d) {
+		w.WriteHeader(http.StatusNoContent)
+	}
+}
+
+// e2bLogs are a sandbox's logs (GET /sandboxes/{id}/logs, and v2): what
+// the host recorded of it (its lifecycle events: created, paused, timed
+// out...), oldest first, from start (Unix ms) and at most limit of them.
+// A command's output is not kept by Cortex: it went to its caller.
+func (s *Server) e2bLogs(w http.ResponseWriter, r *http.Request) {
+	n, ok := s.e2bNeuron(w, r)
+	if !ok {
+		return
+	}
+	q := r.URL.Query()
+	f := events.Filter{Neurons: []string{n.ID}, Since: n.CreatedAt}
+	if v := q.Get("start"); v != "" {
+		ms, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || ms < 0 {
+			writeE2BError(w, http.StatusBadRequest, "start %q: Unix milliseconds", v)
+			return
+		}
+		if t := time.UnixMilli(ms); t.After(f.Since) {
+			f.Since = t
+		}
+	}
+	limit := 1000
+	if v := q.Get("limit"); v != "" {
+		l, err := strconv.Atoi(v)
+		if err != nil || l < 0 || l > 10000 {
+			writeE2BError(w, http.StatusBadRequest, "limit %q: 0 to 10000", v)
+			return
+		}
+		limit = l
+	}
+	evs, err := events.Open(s.opts.Set.Layout()).Read(f)
+	if err != nil {
+		writeE2BFailure(w, err)
+		return
+	}
+	type line struct {
+		Timestamp time.Time `json:"timestamp"`
+		Line      string    `json:"line"`
+	}
+	type entry struct {
+		Timestamp time.Time         `json:"timestamp"`
+		Message   string            `json:"message"`
+		Level     string            `json:"level"`
+		Fields    map[string]string `json:"fields"`
+	}
+	out := struct {
+		Logs       []line  `json:"logs"`
+		LogEntries []entry `json:"logEntries"`
+	}{Logs: []line{}, LogEntries: []entry{}}
+	for _, ev := range evs[:min(len(evs), limit)] {
+		msg := string(ev.Type)
+		if ev.Reason != "" {
+			msg += ": " + ev.Reason
+		}
+		out.Logs = append(out.Logs, line{Timestamp: ev.Time, Line: msg})
+		out.LogEntries = append(out.LogEntries, entry{Timestamp: ev.Time, Message: msg, Level: "info",
+			Fields: map[string]string{"event": string(ev.Type), "principal": ev.Principal}})
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
 // e2bRoutes are the control plane's routes, under E2BPrefix.
 func (s *Server) e2bRoutes(mux *http.ServeMux) {
 	const sb = E2BPrefix + "/sandboxes/{sandboxID}"
@@ -532,6 +662,10 @@ func (s *Server) e2bRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("POST "+sb+"/resume", s.e2bConnect)
 	mux.HandleFunc("POST "+E2BPrefix+"/v2/sandboxes/{sandboxID}/connect", s.e2bConnect)
 	mux.HandleFunc("GET "+sb+"/metrics", s.e2bMetrics)
+	mux.HandleFunc("POST "+sb+"/fork", s.e2bFork)
+	mux.HandleFunc("POST "+sb+"/refreshes", s.e2bRefresh)
+	mux.HandleFunc("GET "+sb+"/logs", s.e2bLogs)
+	mux.HandleFunc("GET "+E2BPrefix+"/v2/sandboxes/{sandboxID}/logs", s.e2bLogs)
 	mux.HandleFunc(E2BPrefix+"/", func(w http.ResponseWriter, r *http.Request) {
 		writeE2BError(w, http.StatusNotFound, "no E2B route %s %s on this Cortex (docs/e2b.md lists what is served)", r.Method, r.URL.Path)
 	})

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -716,6 +717,7 @@ func (s *Server) envdRoutes(mux *http.ServeMux) {
 		})
 	}
 	mux.HandleFunc("GET "+E2BSandboxPrefix+"/health", s.envdHealth)
+	mux.HandleFunc("GET "+E2BSandboxPrefix+"/envs", s.envdEnvs)
 	mux.HandleFunc("GET "+E2BSandboxPrefix+"/files", s.envdDownload)
 	mux.HandleFunc("POST "+E2BSandboxPrefix+"/files", s.envdUpload)
 }
@@ -739,4 +741,39 @@ func (s *Server) envdHealth(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// maxEnvs bounds what /envs reads of the environment (the neuron answers).
+const maxEnvs = 1 << 20
+
+// envdEnvs answers the environment a sandbox's commands start with (GET
+// /envs): what env prints in it, run as any command is (so the gate asks
+// for exec). The neuron's answer is untrusted: bounded, and each
+// name checked.
+func (s *Server) envdEnvs(w http.ResponseWriter, r *http.Request) {
+	id := envdSandbox(r.Context())
+	if err := s.allow(r.Context(), id, gate.Exec, "envd /envs"); err != nil {
+		writeE2BFailure(w, err)
+		return
+	}
+	c, err := s.client(r.Context(), id)
+	var res *link.ExecResult
+	if err == nil {
+		res, err = c.Exec(r.Context(), &link.ExecRequest{Command: protocol.Command{Argv: []string{"env", "-0"}}, MaxOutput: maxEnvs, Timeout: 10 * time.Second})
+	}
+	if err == nil && res.ExitCode != 0 {
+		err = fmt.Errorf("env -0 in the sandbox: exit status %d: %s", res.ExitCode, bytes.TrimSpace(res.Stderr))
+	}
+	if err != nil {
+		writeE2BFailure(w, err)
+		return
+	}
+	envs := map[string]string{}
+	for _, kv := range bytes.Split(res.Stdout, []byte{0}) {
+		k, v, ok := strings.Cut(string(kv), "=")
+		if ok && protocol.ValidEnvName(k) {
+			envs[k] = v
+		}
+	}
+	writeJSON(w, http.StatusOK, envs)
 }

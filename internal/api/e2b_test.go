@@ -431,3 +431,73 @@ func TestE2BHostRouting(t *testing.T) {
 		t.Errorf("envd of another sandbox with this one's token: %d", code)
 	}
 }
+
+// Refreshes, logs, /envs and fork, as E2B's REST spec and envd answer
+// them.
+func TestE2BMoreRoutes(t *testing.T) {
+	d, key, _ := e2bDaemon(t)
+	id, tok := e2bSandboxOf(t, d, key["a"], "POST", "/e2b/v2/sandboxes", `{"metadata":{"team":"a"},"envVars":{"FOO":"bar"},"timeout":30}`)
+	sbx := func(k string) (int, e2bInfo) {
+		status, got := raw(t, d, "GET", "/e2b/sandboxes/"+id, "", "X-API-Key", k)
+		var info e2bInfo
+		json.Unmarshal([]byte(got), &info)
+		return status, info
+	}
+	_, before := sbx(key["a"])
+	if s, b := raw(t, d, "POST", "/e2b/sandboxes/"+id+"/refreshes", `{"duration":600}`, "X-API-Key", key["a"]); s != http.StatusNoContent {
+		t.Fatalf("refresh: %d %s", s, b)
+	}
+	if _, after := sbx(key["a"]); !after.EndAt.After(before.EndAt.Add(500 * time.Second)) {
+		t.Errorf("refresh by 600 s: end %v, before %v", after.EndAt, before.EndAt)
+	}
+	refused(t, d, http.StatusNotFound, "POST", "/e2b/sandboxes/"+id+"/refreshes", `{"duration":60}`, "X-API-Key", key["b"])
+
+	status, body := raw(t, d, "GET", "/e2b/sandboxes/"+id+"/logs", "", "X-API-Key", key["a"])
+	var logs struct {
+		Logs []struct {
+			Line string `json:"line"`
+		} `json:"logs"`
+	}
+	if status != 200 || json.Unmarshal([]byte(body), &logs) != nil || len(logs.Logs) == 0 || !strings.HasPrefix(logs.Logs[0].Line, "created") {
+		t.Errorf("logs: %d %s", status, body)
+	}
+	refused(t, d, http.StatusNotFound, "GET", "/e2b/sandboxes/"+id+"/logs", "", "X-API-Key", key["b"])
+
+	status, body = raw(t, d, "GET", "/e2b/sandbox/envs", "", "E2b-Sandbox-Id", id, "X-Access-Token", tok)
+	var envs map[string]string
+	if status != 200 || json.Unmarshal([]byte(body), &envs) != nil || envs["FOO"] != "bar" {
+		t.Errorf("/envs: %d %.300s", status, body)
+	}
+
+	if _, _, err := envdRun(t, envdClient(d, id, tok), "sh", "-c", "echo forked > mark"); err != nil {
+		t.Fatal(err)
+	}
+	refused(t, d, http.StatusNotFound, "POST", "/e2b/sandboxes/"+id+"/fork", `{"count":2}`, "X-API-Key", key["b"])
+	status, body = raw(t, d, "POST", "/e2b/sandboxes/"+id+"/fork", `{"count":2,"timeout":60}`, "X-API-Key", key["a"])
+	var forks []struct {
+		Sandbox *struct {
+			SandboxID       string            `json:"sandboxID"`
+			EnvdAccessToken string            `json:"envdAccessToken"`
+			Metadata        map[string]string `json:"metadata"`
+		} `json:"sandbox"`
+	}
+	if status != http.StatusCreated || json.Unmarshal([]byte(body), &forks) != nil || len(forks) != 2 {
+		t.Fatalf("fork: %d %s", status, body)
+	}
+	for _, f := range forks {
+		if f.Sandbox == nil || f.Sandbox.SandboxID == id || f.Sandbox.Metadata["team"] != "a" {
+			t.Fatalf("a fork: %s", body)
+		}
+		out, _, err := envdRun(t, envdClient(d, f.Sandbox.SandboxID, f.Sandbox.EnvdAccessToken), "cat", "mark")
+		if err != nil || out != "forked\n" {
+			t.Errorf("the fork %s's data: %q %v", f.Sandbox.SandboxID, out, err)
+		}
+		if _, _, err := envdRun(t, envdClient(d, f.Sandbox.SandboxID, tok), "true"); connect.CodeOf(err) != connect.CodeUnauthenticated {
+			t.Errorf("the source's token on its fork: %v", err)
+		}
+	}
+}
+
+type e2bInfo struct {
+	EndAt time.Time `json:"endAt"`
+}

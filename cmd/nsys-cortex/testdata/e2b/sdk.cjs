@@ -151,6 +151,14 @@ async function main() {
     await closed.kill()
   }
 
+  await step('fork', async () => {
+    const [f] = await s.fork({ timeoutMs: 60000 })
+    if (f instanceof Error) throw f
+    const got = [f.sandboxId !== s.sandboxId, await f.files.read('notes/a.txt')]
+    await f.kill()
+    return got
+  }, (x) => x[0] && x[1] === 'some text')
+
   await step('list with a metadata filter', () => Sandbox.list({ query: { metadata: { suite: label } } }).nextItems(),
     (l) => l.length === 1 && l[0].sandboxId === s.sandboxId && l[0].metadata.suite === label)
   await step('set timeout', () => s.setTimeout(60000))
