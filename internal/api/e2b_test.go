@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/url"
 	"path/filepath"
@@ -501,3 +502,44 @@ func TestE2BMoreRoutes(t *testing.T) {
 type e2bInfo struct {
 	EndAt time.Time `json:"endAt"`
 }
+
+// envd over h2c (HTTP/2 without TLS) in both of Connect's codecs, as
+// Serve answers it.
+func TestE2BOverH2C(t *testing.T) {
+	d, key, keys := e2bDaemon(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := api.New(api.Options{Set: d.set, Token: adminToken, Keys: keys, E2B: true, URLKey: []byte(strings.Repeat("k", 32))})
+	ctx, stop := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ctx, ln, 5*time.Second) }()
+	defer func() { stop(); <-served }()
+	id, tok := e2bSandboxOf(t, d, key["a"], "POST", "/e2b/v2/sandboxes", `{"metadata":{"team":"a"}}`)
+	tr := &http.Transport{Protocols: new(http.Protocols)}
+	tr.Protocols.SetUnencryptedHTTP2(true)
+	defer tr.CloseIdleConnections()
+	var proto string
+	hc := &http.Client{Transport: roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		r = r.Clone(r.Context())
+		r.Header.Set("E2b-Sandbox-Id", id)
+		r.Header.Set("X-Access-Token", tok)
+		resp, err := tr.RoundTrip(r)
+		if err == nil {
+			proto = resp.Proto
+		}
+		return resp, err
+	})}
+	for name, opts := range map[string][]connect.ClientOption{"binary": nil, "json": {connect.WithProtoJSON()}} {
+		c := processconnect.NewProcessClient(hc, "http://"+ln.Addr().String()+api.E2BSandboxPrefix, opts...)
+		out, code, err := envdRun(t, c, "echo", name)
+		if err != nil || code != 0 || out != name+"\n" || proto != "HTTP/2.0" {
+			t.Errorf("%s over h2c: %q %d %v (%s)", name, out, code, err, proto)
+		}
+	}
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }

@@ -410,7 +410,12 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, grace time.Duration
 		Handler:           s.handler,
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+		Protocols:         new(http.Protocols),
 	}
+	// HTTP/1.1, and HTTP/2 without TLS (h2c, prior knowledge): Connect
+	// and gRPC clients speak it, E2B's envd plane among them.
+	hs.Protocols.SetHTTP1(true)
+	hs.Protocols.SetUnencryptedHTTP2(true)
 	done := make(chan error, 1)
 	go func() { done <- hs.Serve(ln) }()
 	select {
