@@ -223,7 +223,7 @@ var heavyPackages = []string{
 	"github.com/charmbracelet/glamour", "github.com/alecthomas/chroma", "github.com/microcosm-cc/bluemonday",
 	"github.com/anthropics", "github.com/openai", "google.golang.org/genai", "google.golang.org/grpc",
 	"google.golang.org/protobuf", "connectrpc.com", "github.com/modelcontextprotocol", "github.com/hanwen/go-fuse",
-	"github.com/prometheus", "modernc.org/sqlite", "go.yaml.in/yaml",
+	"github.com/prometheus", "modernc.org/sqlite", "go.yaml.in/yaml", "k8s.io", "sigs.k8s.io",
 	mod + "/internal/api", mod + "/internal/chatrun", mod + "/internal/loop", mod + "/internal/mcp",
 	mod + "/internal/tools", mod + "/internal/ctxsource", mod + "/internal/e2b",
 }

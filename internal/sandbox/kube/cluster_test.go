@@ -1,0 +1,154 @@
+package kube
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	sbv1 "sigs.k8s.io/agent-sandbox/api/v1beta1"
+	agentsfake "sigs.k8s.io/agent-sandbox/clients/k8s/clientset/versioned/fake"
+
+	"github.com/nsys-cortex/cortex/internal/protocol/errdefs"
+)
+
+var ctx = context.Background()
+
+// refuse makes the fake API server refuse verb on resource with err.
+func refuse(f *k8stesting.Fake, verb, resource string, err error) {
+	f.PrependReactor(verb, resource, func(k8stesting.Action) (bool, runtime.Object, error) { return true, nil, err })
+}
+
+// The Sandbox path: create, stop (suspend, home kept), create again
+// (running, the same home), wipe (nothing left).
+func TestSandboxLifecycle(t *testing.T) {
+	core, ag := fake.NewClientset(), agentsfake.NewSimpleClientset()
+	c := &Cluster{Core: core, Agents: ag, Config: testConfig}
+	n := Neuron{ID: "web-1", Labels: testNeuron.Labels}
+	if err := c.Create(ctx, n); err != nil {
+		t.Fatal(err)
+	}
+	sbs := ag.AgentsV1beta1().Sandboxes("nsys-cortex")
+	sb, err := sbs.Get(ctx, "n-web-1", metav1.GetOptions{})
+	if err != nil || sb.Spec.OperatingMode != sbv1.SandboxOperatingModeRunning || sb.Labels[LabelID] != "web-1" {
+		t.Fatalf("the Sandbox: %+v %v", sb, err)
+	}
+	if err := c.Create(ctx, n); !errdefs.Of(err).Is(errdefs.Exists) {
+		t.Errorf("a second create of a running neuron: %v", err)
+	}
+	if err := c.Stop(ctx, "web-1"); err != nil {
+		t.Fatal(err)
+	}
+	if sb, _ := sbs.Get(ctx, "n-web-1", metav1.GetOptions{}); sb.Spec.OperatingMode != sbv1.SandboxOperatingModeSuspended || len(sb.Spec.VolumeClaimTemplates) != 1 {
+		t.Fatalf("stopped: %+v", sb.Spec)
+	}
+	n.Labels = map[string]string{"team": "b"}
+	if err := c.Create(ctx, n); err != nil {
+		t.Fatal(err)
+	}
+	if sb, _ := sbs.Get(ctx, "n-web-1", metav1.GetOptions{}); sb.Spec.OperatingMode != sbv1.SandboxOperatingModeRunning || sb.Labels["team"] != "b" {
+		t.Fatalf("created again: %+v %v", sb.Spec.OperatingMode, sb.Labels)
+	}
+	// The controller's claim for the home, as it would make it.
+	core.CoreV1().PersistentVolumeClaims("nsys-cortex").Create(ctx, &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: HomeClaimName("web-1"), Namespace: "nsys-cortex"}}, metav1.CreateOptions{})
+	if err := c.Wipe(ctx, "web-1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sbs.Get(ctx, "n-web-1", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the Sandbox after a wipe: %v", err)
+	}
+	if l, _ := core.CoreV1().PersistentVolumeClaims("nsys-cortex").List(ctx, metav1.ListOptions{}); len(l.Items) != 0 {
+		t.Errorf("claims after a wipe: %v", l.Items)
+	}
+	if err := c.Stop(ctx, "web-1"); !errdefs.Of(err).Is(errdefs.NotFound) {
+		t.Errorf("stop of a wiped neuron: %v", err)
+	}
+}
+
+// Each refusal of the API server is an error that names it and says what
+// to do, and a create that fails leaves nothing behind.
+func TestRefusals(t *testing.T) {
+	gr := schema.GroupResource{Group: "agents.x-k8s.io", Resource: "sandboxes"}
+	for _, c := range []struct {
+		name     string
+		fallback bool
+		verb     string
+		resource string
+		err      error
+		class    errdefs.Class
+		says     string
+	}{
+		{"RBAC forbids creating Sandboxes", false, "create", "sandboxes", apierrors.NewForbidden(gr, "n-a", nil), errdefs.Permission, "forbids create on sandboxes.agents.x-k8s.io"},
+		{"the CRDs are missing", false, "create", "sandboxes", apierrors.NewNotFound(gr, ""), errdefs.Unsupported, "CRDs are not installed"},
+		{"a quota exceeded (Sandbox)", false, "create", "sandboxes", apierrors.NewForbidden(gr, "n-a", errString("exceeded quota: q, requested: pods=1")), errdefs.Capacity, "quota"},
+		{"a name taken", false, "create", "sandboxes", apierrors.NewAlreadyExists(gr, "n-a"), errdefs.Exists, "n-a"},
+		{"the API server unreachable", false, "get", "sandboxes", errString("dial tcp 10.0.0.1:6443: connect: connection refused"), errdefs.Unavailable, "cannot be reached"},
+		{"a quota exceeded (pod): the claim goes too", true, "create", "pods", apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, "n-a", errString("exceeded quota: q")), errdefs.Capacity, "quota"},
+		{"RBAC forbids claims", true, "create", "persistentvolumeclaims", apierrors.NewForbidden(schema.GroupResource{Resource: "persistentvolumeclaims"}, "home-n-a", nil), errdefs.Permission, "persistentvolumeclaims"},
+	} {
+		core, ag := fake.NewClientset(), agentsfake.NewSimpleClientset()
+		cl := &Cluster{Core: core, Agents: ag, Config: testConfig}
+		f := &ag.Fake
+		if c.fallback {
+			cl.Agents, f = nil, &core.Fake
+		}
+		refuse(f, c.verb, c.resource, c.err)
+		err := cl.Create(ctx, Neuron{ID: "a"})
+		if err == nil || !errdefs.Of(err).Is(c.class) || !strings.Contains(err.Error(), c.says) {
+			t.Errorf("%s: %v (class %v), want %v saying %q", c.name, err, errdefs.Of(err), c.class, c.says)
+		}
+		if l, _ := core.CoreV1().PersistentVolumeClaims("nsys-cortex").List(ctx, metav1.ListOptions{}); len(l.Items) != 0 {
+			t.Errorf("%s: a claim is left: %v", c.name, l.Items[0].Name)
+		}
+		if l, _ := core.CoreV1().Pods("nsys-cortex").List(ctx, metav1.ListOptions{}); len(l.Items) != 0 {
+			t.Errorf("%s: a pod is left", c.name)
+		}
+		if l, _ := ag.AgentsV1beta1().Sandboxes("nsys-cortex").List(ctx, metav1.ListOptions{}); len(l.Items) != 0 {
+			t.Errorf("%s: a Sandbox is left", c.name)
+		}
+	}
+}
+
+// The fallback path: a claim and a pod; stop keeps the claim, and the
+// next create uses it; wipe removes both.
+func TestFallbackLifecycle(t *testing.T) {
+	core := fake.NewClientset()
+	c := &Cluster{Core: core, Config: testConfig}
+	if err := c.Create(ctx, Neuron{ID: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	pods, claims := core.CoreV1().Pods("nsys-cortex"), core.CoreV1().PersistentVolumeClaims("nsys-cortex")
+	if _, err := claims.Get(ctx, "home-n-a", metav1.GetOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Stop(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pods.Get(ctx, "n-a", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the pod after stop: %v", err)
+	}
+	// Created again on its home; a pod that then cannot be made keeps it.
+	refuse(&core.Fake, "create", "pods", apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, "n-a", nil))
+	if err := c.Create(ctx, Neuron{ID: "a"}); !errdefs.Of(err).Is(errdefs.Permission) {
+		t.Fatalf("a refused pod: %v", err)
+	}
+	if _, err := claims.Get(ctx, "home-n-a", metav1.GetOptions{}); err != nil {
+		t.Fatalf("a stopped neuron's home after a refused create: %v", err)
+	}
+	if err := c.Wipe(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := claims.Get(ctx, "home-n-a", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the home after a wipe: %v", err)
+	}
+}
+
+type errString string
+
+func (e errString) Error() string { return string(e) }

@@ -1,0 +1,357 @@
+// Package kube is the Kubernetes mode's object plane (docs/kube.md): the
+// objects one neuron is made of, how their state reads as a neuron's, and
+// their creation and removal through the API server, leaving nothing
+// behind when a step fails. A neuron is an agent-sandbox Sandbox
+// (agents.x-k8s.io/v1beta1), or, on clusters without its CRDs, a Pod and a
+// PersistentVolumeClaim built from the same PodSpec.
+//
+// client-go's packages take ~15,000 allocations to initialise, so this
+// package is linked into the full program only (internal/cli/split.go),
+// never the light one.
+package kube
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/utils/ptr"
+	sbv1 "sigs.k8s.io/agent-sandbox/api/v1beta1"
+
+	"github.com/nsys-cortex/cortex/internal/ids"
+	"github.com/nsys-cortex/cortex/internal/labels"
+	"github.com/nsys-cortex/cortex/internal/sandbox"
+)
+
+// The labels and names the mode gives its objects.
+const (
+	// LabelID carries the neuron's id on every object of it.
+	LabelID = "neuron.nsys-cortex/id"
+	// LabelRole marks the neuron pods, which the namespace's
+	// NetworkPolicies select ("neuron").
+	LabelRole = "neuron.nsys-cortex/role"
+	// LabelManaged marks every object the mode made, for its informer.
+	LabelManaged = "app.kubernetes.io/managed-by"
+	managedBy    = "nsys-cortex"
+	// AgentContainer is the neuron's one container.
+	AgentContainer = "agent"
+	// homeVolume is the volume claim template of the neuron's home (the
+	// persistent part of the neuron, as the overlay is locally).
+	homeVolume = "home"
+	// trustVolume holds the public key that verifies the host's tokens.
+	trustVolume = "trust"
+)
+
+// The fixed, non-root uid and gid the agent and every command run as.
+const (
+	NeuronUID = 65532
+	NeuronGID = 65532
+)
+
+// Config is the mode's settings (config keys kube.*; docs/kube.md).
+type Config struct {
+	// Namespace holds the neurons (kube.namespace).
+	Namespace string
+	// Image is the neuron image: a root filesystem with the agent at
+	// AgentPath (kube.image; nsys-cortex image build makes one).
+	Image string
+	// ImagePullPolicy is the image's pull policy ("" lets Kubernetes
+	// choose).
+	ImagePullPolicy corev1.PullPolicy
+	// RuntimeClass runs the pods under a RuntimeClass (gVisor, Kata;
+	// kube.runtime_class); "" is the cluster's default runtime.
+	RuntimeClass string
+	// AgentPort is the TCP port the agent listens on in the pod.
+	AgentPort int32
+	// HomeSize is the size of each neuron's home volume (kube.home_size).
+	HomeSize resource.Quantity
+	// StorageClass is the home volumes' class ("" the cluster's default).
+	StorageClass string
+	// TrustConfigMap holds the public key (key TrustKey) that the agent
+	// verifies the host's tokens with (kube.trust_configmap).
+	TrustConfigMap string
+	// TmpSize bounds the writable /tmp (an emptyDir; the root filesystem
+	// is read-only).
+	TmpSize resource.Quantity
+}
+
+// TrustKey is the key of the trust ConfigMap that holds the public key.
+const TrustKey = "token.pub"
+
+// AgentPath is where the image carries the agent.
+const AgentPath = "/usr/local/bin/cortex-agent"
+
+// Defaults fills the settings left empty.
+func (c Config) Defaults() Config {
+	if c.Namespace == "" {
+		c.Namespace = "nsys-cortex"
+	}
+	if c.AgentPort == 0 {
+		c.AgentPort = 7070
+	}
+	if c.HomeSize.IsZero() {
+		c.HomeSize = resource.MustParse("10Gi")
+	}
+	if c.TmpSize.IsZero() {
+		c.TmpSize = resource.MustParse("1Gi")
+	}
+	if c.TrustConfigMap == "" {
+		c.TrustConfigMap = "nsys-cortex-trust"
+	}
+	return c
+}
+
+// Neuron is what one neuron's objects are made from.
+type Neuron struct {
+	ID     string
+	Labels labels.Set
+	// Env is the neuron's environment (KEY=VALUE), checked already.
+	Env    []string
+	Limits sandbox.Limits
+	// Deadline, when set, is when the cluster ends the neuron (the
+	// Sandbox's shutdownTime).
+	Deadline *time.Time
+}
+
+// CheckID refuses an id Kubernetes cannot name objects by: kube mode's
+// ids are DNS labels (lower-case letters, digits and '-', at most 61
+// characters, so that "n-" and the id is one too).
+func CheckID(id string) error {
+	if err := ids.Validate(id); err != nil {
+		return err
+	}
+	if errs := validation.IsDNS1123Label(ObjectName(id)); len(errs) > 0 {
+		return &sandbox.InvalidError{Reason: fmt.Sprintf("neuron id %q: in kube mode an id is a DNS label (lower-case letters, digits and '-', at most 61 characters), since Kubernetes names the neuron's objects by it", id)}
+	}
+	return nil
+}
+
+// ObjectName is the name of neuron id's Sandbox (and of its Pod on the
+// fallback path): "n-" and the id, a DNS label since ids are.
+func ObjectName(id string) string { return "n-" + id }
+
+// HomeClaimName is the name of neuron id's home volume claim: what the
+// agent-sandbox controller names a claim template's claim
+// (<template>-<sandbox>), and the fallback path names it the same.
+func HomeClaimName(id string) string { return homeVolume + "-" + ObjectName(id) }
+
+// objectLabels are the labels of every object of neuron n: its own
+// labels (those that are Kubernetes label keys too), then the mode's,
+// which a neuron's labels cannot override.
+func objectLabels(n Neuron) map[string]string {
+	out := map[string]string{}
+	for k, v := range n.Labels {
+		if !strings.Contains(k, "nsys-cortex") && k != LabelManaged {
+			out[k] = v
+		}
+	}
+	out[LabelID] = n.ID
+	out[LabelManaged] = managedBy
+	return out
+}
+
+// PodSpec is the pod of neuron n: the agent alone, hardened (non-root,
+// no capabilities, no privilege escalation, read-only root, the
+// runtime's default seccomp profile, no service-account token, no service
+// links), its home on the claim homeClaim, its resources from n's limits.
+// One pure function for both paths, golden-tested.
+func PodSpec(cfg Config, n Neuron, homeClaim string) corev1.PodSpec {
+	cfg = cfg.Defaults()
+	port := strconv.Itoa(int(cfg.AgentPort))
+	env := []corev1.EnvVar{}
+	for _, kv := range slices.Sorted(slices.Values(n.Env)) {
+		k, v, _ := strings.Cut(kv, "=")
+		env = append(env, corev1.EnvVar{Name: k, Value: v})
+	}
+	spec := corev1.PodSpec{
+		AutomountServiceAccountToken:  ptr.To(false),
+		EnableServiceLinks:            ptr.To(false),
+		RestartPolicy:                 corev1.RestartPolicyNever, // the agent's exit is the neuron's death
+		TerminationGracePeriodSeconds: ptr.To[int64](10),
+		SecurityContext: &corev1.PodSecurityContext{
+			RunAsNonRoot:        ptr.To(true),
+			RunAsUser:           ptr.To[int64](NeuronUID),
+			RunAsGroup:          ptr.To[int64](NeuronGID),
+			FSGroup:             ptr.To[int64](NeuronGID),
+			FSGroupChangePolicy: ptr.To(corev1.FSGroupChangeOnRootMismatch),
+			SeccompProfile:      &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+		},
+		Containers: []corev1.Container{{
+			Name:            AgentContainer,
+			Image:           cfg.Image,
+			ImagePullPolicy: cfg.ImagePullPolicy,
+			Command:         []string{AgentPath},
+			Args: []string{
+				"--listen=tcp::" + port,
+				"--trust-key=/run/nsys-cortex/trust/" + TrustKey,
+				"--pod-info=/run/nsys-cortex/pod",
+				"--id=" + n.ID,
+			},
+			Env:        env,
+			WorkingDir: "/home/agent/workspace",
+			Ports:      []corev1.ContainerPort{{Name: "agent", ContainerPort: cfg.AgentPort, Protocol: corev1.ProtocolTCP}},
+			ReadinessProbe: &corev1.Probe{
+				ProbeHandler:  corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(cfg.AgentPort)}},
+				PeriodSeconds: 1,
+			},
+			Resources: resources(n.Limits),
+			SecurityContext: &corev1.SecurityContext{
+				AllowPrivilegeEscalation: ptr.To(false),
+				ReadOnlyRootFilesystem:   ptr.To(true),
+				RunAsNonRoot:             ptr.To(true),
+				Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+				SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+			},
+			VolumeMounts: []corev1.VolumeMount{
+				{Name: homeVolume, MountPath: "/home/agent"},
+				{Name: "tmp", MountPath: "/tmp"},
+				{Name: trustVolume, MountPath: "/run/nsys-cortex/trust", ReadOnly: true},
+				{Name: "pod", MountPath: "/run/nsys-cortex/pod", ReadOnly: true},
+			},
+		}},
+		Volumes: []corev1.Volume{
+			{Name: homeVolume, VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: homeClaim}}},
+			{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: ptr.To(cfg.TmpSize)}}},
+			{Name: trustVolume, VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+				LocalObjectReference: corev1.LocalObjectReference{Name: cfg.TrustConfigMap},
+				Items:                []corev1.KeyToPath{{Key: TrustKey, Path: TrustKey}},
+				DefaultMode:          ptr.To[int32](0o444),
+			}}},
+			// What the agent checks a token's claims against: its own pod.
+			{Name: "pod", VolumeSource: corev1.VolumeSource{DownwardAPI: &corev1.DownwardAPIVolumeSource{
+				DefaultMode: ptr.To[int32](0o444),
+				Items: []corev1.DownwardAPIVolumeFile{
+					{Path: "namespace", FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}},
+					{Path: "name", FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}},
+					{Path: "uid", FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.uid"}},
+				},
+			}}},
+		},
+	}
+	if cfg.RuntimeClass != "" {
+		spec.RuntimeClassName = ptr.To(cfg.RuntimeClass)
+	}
+	return spec
+}
+
+// resources are a neuron's limits as a container's: requests equal to
+// limits, so the pod's quality of service is Guaranteed where all are set.
+func resources(l sandbox.Limits) corev1.ResourceRequirements {
+	r := corev1.ResourceList{}
+	if l.CPUs > 0 {
+		r[corev1.ResourceCPU] = *resource.NewMilliQuantity(int64(l.CPUs*1000+0.5), resource.DecimalSI)
+	}
+	if l.MemoryBytes > 0 {
+		r[corev1.ResourceMemory] = *resource.NewQuantity(l.MemoryBytes, resource.BinarySI)
+	}
+	if l.DiskBytes > 0 {
+		r[corev1.ResourceEphemeralStorage] = *resource.NewQuantity(l.DiskBytes, resource.BinarySI)
+	}
+	if len(r) == 0 {
+		return corev1.ResourceRequirements{}
+	}
+	return corev1.ResourceRequirements{Limits: r, Requests: maps.Clone(r)}
+}
+
+// homeClaimSpec is the home volume's claim.
+func homeClaimSpec(cfg Config) corev1.PersistentVolumeClaimSpec {
+	s := corev1.PersistentVolumeClaimSpec{
+		AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+		Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: cfg.HomeSize}},
+	}
+	if cfg.StorageClass != "" {
+		s.StorageClassName = ptr.To(cfg.StorageClass)
+	}
+	return s
+}
+
+// Sandbox is neuron n's agent-sandbox Sandbox: the pod, its home as a
+// volume claim template (the controller makes the claim and keeps it
+// while the Sandbox lives), running.
+func Sandbox(cfg Config, n Neuron) (*sbv1.Sandbox, error) {
+	if err := CheckID(n.ID); err != nil {
+		return nil, err
+	}
+	cfg = cfg.Defaults()
+	l := objectLabels(n)
+	sb := &sbv1.Sandbox{
+		TypeMeta:   metav1.TypeMeta{APIVersion: sbv1.GroupVersion.String(), Kind: "Sandbox"},
+		ObjectMeta: metav1.ObjectMeta{Name: ObjectName(n.ID), Namespace: cfg.Namespace, Labels: l},
+		Spec: sbv1.SandboxSpec{
+			SandboxBlueprint: sbv1.SandboxBlueprint{
+				PodTemplate: sbv1.PodTemplate{
+					ObjectMeta: sbv1.PodMetadata{Labels: podLabels(l)},
+					Spec:       PodSpec(cfg, n, HomeClaimName(n.ID)),
+				},
+				VolumeClaimTemplates: []sbv1.PersistentVolumeClaimTemplate{{
+					EmbeddedObjectMetadata: sbv1.EmbeddedObjectMetadata{Name: homeVolume, Labels: map[string]string{LabelID: n.ID, LabelManaged: managedBy}},
+					Spec:                   homeClaimSpec(cfg),
+				}},
+				Service: ptr.To(false), // the host dials the pod's IP
+			},
+			OperatingMode: sbv1.SandboxOperatingModeRunning,
+		},
+	}
+	if n.Deadline != nil {
+		sb.Spec.ShutdownTime = &metav1.Time{Time: n.Deadline.UTC().Truncate(time.Second)}
+		sb.Spec.ShutdownPolicy = ptr.To(sbv1.ShutdownPolicyRetain) // the deadline's action is Cortex's
+	}
+	return sb, nil
+}
+
+// podLabels are a neuron pod's labels: the object's, and the role its
+// NetworkPolicies select.
+func podLabels(l map[string]string) map[string]string {
+	p := maps.Clone(l)
+	p[LabelRole] = "neuron"
+	return p
+}
+
+// Fallback is neuron n as a plain Pod and its home's claim, for clusters
+// without agent-sandbox's CRDs: the same PodSpec.
+func Fallback(cfg Config, n Neuron) (*corev1.Pod, *corev1.PersistentVolumeClaim, error) {
+	if err := CheckID(n.ID); err != nil {
+		return nil, nil, err
+	}
+	cfg = cfg.Defaults()
+	l := objectLabels(n)
+	pvc := &corev1.PersistentVolumeClaim{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "PersistentVolumeClaim"},
+		ObjectMeta: metav1.ObjectMeta{Name: HomeClaimName(n.ID), Namespace: cfg.Namespace, Labels: map[string]string{LabelID: n.ID, LabelManaged: managedBy}},
+		Spec:       homeClaimSpec(cfg),
+	}
+	pod := &corev1.Pod{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
+		ObjectMeta: metav1.ObjectMeta{Name: ObjectName(n.ID), Namespace: cfg.Namespace, Labels: podLabels(l)},
+		Spec:       PodSpec(cfg, n, pvc.Name),
+	}
+	if n.Deadline != nil {
+		// A plain pod has no shutdown time: the host's keeper ends it, and
+		// the deadline is kept where every host sees it.
+		pod.Annotations = map[string]string{AnnotationDeadline: n.Deadline.UTC().Format(time.RFC3339)}
+	}
+	return pod, pvc, nil
+}
+
+// AnnotationDeadline carries a fallback neuron's deadline.
+const AnnotationDeadline = "neuron.nsys-cortex/deadline"
+
+// Check refuses a configuration the mode cannot run with.
+func (c Config) Check() error {
+	c = c.Defaults()
+	switch {
+	case c.Image == "":
+		return fmt.Errorf("kube.image is not set: the neuron image (nsys-cortex image build; docs/kube.md says how it reaches the cluster's registry)")
+	case c.AgentPort < 1 || c.AgentPort > 65535:
+		return fmt.Errorf("kube.agent_port %d: 1-65535", c.AgentPort)
+	}
+	return nil
+}

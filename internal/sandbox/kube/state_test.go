@@ -1,0 +1,98 @@
+package kube
+
+import (
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	sbv1 "sigs.k8s.io/agent-sandbox/api/v1beta1"
+
+	"github.com/nsys-cortex/cortex/internal/sandbox"
+)
+
+// podWith is a neuron pod in phase p, changed by each f.
+func podWith(p corev1.PodPhase, f ...func(*corev1.Pod)) *corev1.Pod {
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "n-a"}, Status: corev1.PodStatus{Phase: p}}
+	for _, f := range f {
+		f(pod)
+	}
+	return pod
+}
+
+func onNode(p *corev1.Pod) {
+	p.Spec.NodeName = "node-1"
+	p.Status.Conditions = append(p.Status.Conditions, corev1.PodCondition{Type: corev1.PodScheduled, Status: corev1.ConditionTrue})
+}
+
+func ready(p *corev1.Pod) {
+	p.Status.PodIP = "10.0.0.7"
+	p.Status.Conditions = append(p.Status.Conditions, corev1.PodCondition{Type: corev1.PodReady, Status: corev1.ConditionTrue})
+}
+
+func notReady(p *corev1.Pod) {
+	p.Status.PodIP = "10.0.0.7"
+	p.Status.Conditions = append(p.Status.Conditions, corev1.PodCondition{Type: corev1.PodReady, Status: corev1.ConditionFalse})
+}
+
+func waiting(reason string) func(*corev1.Pod) {
+	return func(p *corev1.Pod) {
+		p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: AgentContainer, State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: reason, Message: "m"}}}}
+	}
+}
+
+func exited(code int32) func(*corev1.Pod) {
+	return func(p *corev1.Pod) {
+		p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: AgentContainer, State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: code, Reason: "Error"}}}}
+	}
+}
+
+func deleting(p *corev1.Pod) { p.DeletionTimestamp = &metav1.Time{} }
+
+func sandboxIn(mode sbv1.SandboxOperatingMode, conds ...metav1.Condition) *sbv1.Sandbox {
+	return &sbv1.Sandbox{Spec: sbv1.SandboxSpec{OperatingMode: mode}, Status: sbv1.SandboxStatus{Conditions: conds}}
+}
+
+// Every row of docs/kube.md's state table, driven by a synthetic update
+// of the objects.
+func TestPhases(t *testing.T) {
+	running := sandboxIn(sbv1.SandboxOperatingModeRunning)
+	suspended := sandboxIn(sbv1.SandboxOperatingModeSuspended)
+	finished := sandboxIn(sbv1.SandboxOperatingModeRunning, metav1.Condition{Type: "Finished", Status: metav1.ConditionTrue, Reason: "SandboxExpired", Message: "shutdown time passed"})
+	for _, c := range []struct {
+		name      string
+		sb        *sbv1.Sandbox
+		pod       *corev1.Pod
+		known     bool
+		wasReady  bool
+		want      Phase
+		status    sandbox.Status
+		exit      int
+		ip        string
+		reasonHas string
+	}{
+		{name: "the Sandbox, no pod yet", sb: running, want: Scheduling, status: sandbox.StatusPending},
+		{name: "pending, unschedulable", sb: running, pod: podWith(corev1.PodPending, func(p *corev1.Pod) {
+			p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: "Unschedulable", Message: "0/3 nodes"}}
+		}), want: Scheduling, status: sandbox.StatusPending, reasonHas: "0/3 nodes"},
+		{name: "placed, container creating", pod: podWith(corev1.PodPending, onNode, waiting("ContainerCreating")), want: Starting, status: sandbox.StatusPending, reasonHas: "ContainerCreating"},
+		{name: "running, not ready yet", pod: podWith(corev1.PodRunning, onNode, notReady), want: Starting, status: sandbox.StatusPending},
+		{name: "running and ready", sb: running, pod: podWith(corev1.PodRunning, onNode, ready), want: Running, status: sandbox.StatusRunning, ip: "10.0.0.7"},
+		{name: "ready once, not now", pod: podWith(corev1.PodRunning, onNode, notReady), wasReady: true, want: Unhealthy, status: sandbox.StatusRunning, ip: "10.0.0.7"},
+		{name: "an image that cannot be pulled", pod: podWith(corev1.PodPending, onNode, waiting("ImagePullBackOff")), want: Failed, status: sandbox.StatusStopped, reasonHas: "ImagePullBackOff"},
+		{name: "a container it cannot make", pod: podWith(corev1.PodPending, onNode, waiting("CreateContainerConfigError")), want: Failed, status: sandbox.StatusStopped},
+		{name: "the agent exited", pod: podWith(corev1.PodFailed, onNode, exited(137)), want: Dead, status: sandbox.StatusStopped, exit: 137, reasonHas: "exit code 137"},
+		{name: "evicted", pod: podWith(corev1.PodFailed, onNode, func(p *corev1.Pod) { p.Status.Reason, p.Status.Message = "Evicted", "node low on memory" }), want: Dead, status: sandbox.StatusStopped, reasonHas: "Evicted"},
+		{name: "the Sandbox finished, its pod gone", sb: finished, want: Dead, status: sandbox.StatusStopped, reasonHas: "SandboxExpired"},
+		{name: "the pod being deleted", sb: running, pod: podWith(corev1.PodRunning, onNode, ready, deleting), want: Stopping, status: sandbox.StatusStopped},
+		{name: "suspended, the pod going", sb: suspended, pod: podWith(corev1.PodRunning, onNode, ready, deleting), want: Stopping, status: sandbox.StatusStopped},
+		{name: "suspended, the pod gone", sb: suspended, want: Stopped, status: sandbox.StatusStopped},
+		{name: "deleted outside Cortex", known: true, want: Lost, status: sandbox.StatusUnknown},
+		{name: "never made", want: Absent, status: sandbox.StatusUnknown},
+	} {
+		got := Observe(c.sb, c.pod, c.known, c.wasReady)
+		if got.Phase != c.want || got.Status() != c.status || got.ExitCode != c.exit || got.PodIP != c.ip || c.reasonHas != "" && !strings.Contains(got.Reason, c.reasonHas) {
+			t.Errorf("%s: %+v (status %s), want %s, %s, exit %d, ip %q, reason with %q", c.name, got, got.Status(), c.want, c.status, c.exit, c.ip, c.reasonHas)
+		}
+	}
+}
