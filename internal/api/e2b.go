@@ -2,9 +2,6 @@ package api
 
 import (
 	"bytes"
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -17,6 +14,7 @@ import (
 
 	cortex "github.com/nsys-cortex/cortex/client"
 	"github.com/nsys-cortex/cortex/internal/events"
+	"github.com/nsys-cortex/cortex/internal/gate"
 	"github.com/nsys-cortex/cortex/internal/ids"
 )
 
@@ -154,15 +152,6 @@ func (s *Server) native(w http.ResponseWriter, r *http.Request, method, path str
 	return true
 }
 
-// e2bTrafficToken is the traffic access token of the neuron id created
-// at created: what its host-routed ports take when it was created with
-// public traffic off.
-func (s *Server) e2bTrafficToken(id string, created time.Time) string {
-	m := hmac.New(sha256.New, append([]byte("e2b-traffic\x00"), s.opts.URLKey...))
-	m.Write([]byte(id + "\x00" + strconv.FormatInt(created.UnixNano(), 10)))
-	return hex.EncodeToString(m.Sum(nil))
-}
-
 // e2bState is E2B's state of a neuron: running or paused; a neuron that
 // is neither (stopped, its data kept; failed) is no E2B sandbox.
 func e2bState(n cortex.Neuron) (string, bool) {
@@ -192,8 +181,10 @@ func (s *Server) e2bOf(n cortex.Neuron, r *http.Request) e2bSandbox {
 	}
 	if r != nil && !n.CreatedAt.IsZero() {
 		sb.EnvdAccessToken = s.envdTokenOf(r, n.ID, n.CreatedAt)
-		if n.Labels[e2bTraffic] == "private" {
-			sb.TrafficAccessToken = s.e2bTrafficToken(n.ID, n.CreatedAt)
+		// The traffic token of a private sandbox, to a credential that may
+		// reach its ports (bound to it, as the envd token is).
+		if n.Labels[e2bTraffic] == "private" && s.allow(r.Context(), n.ID, gate.Port, "E2B trafficAccessToken") == nil {
+			sb.TrafficAccessToken = s.credToken(trafficPurpose, n.ID, n.CreatedAt, keyOf(r))
 		}
 	}
 	if !n.CreatedAt.IsZero() {

@@ -36,10 +36,22 @@ import (
 // survives a restart of the daemon. A key's token carries the key's name
 // after a '.', so that the request can name whom to look up.
 
+// The purposes of the tokens a credential gets for a sandbox.
+const (
+	envdPurpose    = "e2b-envd"    // its envd plane (envdAccessToken)
+	trafficPurpose = "e2b-traffic" // its private ports (trafficAccessToken)
+)
+
 // envdTokenFor is the envd token of the neuron id created at created, for
 // key k (nil: the daemon's own token).
 func (s *Server) envdTokenFor(id string, created time.Time, k *apikey.Key) string {
-	m := hmac.New(sha256.New, append([]byte("e2b-envd\x00"), s.opts.URLKey...))
+	return s.credToken(envdPurpose, id, created, k)
+}
+
+// credToken is the token for purpose of the neuron id created at created,
+// for key k (nil: the daemon's own token).
+func (s *Server) credToken(purpose, id string, created time.Time, k *apikey.Key) string {
+	m := hmac.New(sha256.New, append([]byte(purpose+"\x00"), s.opts.URLKey...))
 	m.Write([]byte(id + "\x00" + strconv.FormatInt(created.UnixNano(), 10) + "\x00"))
 	if k == nil {
 		t := sha256.Sum256([]byte(s.opts.Token))
@@ -92,13 +104,20 @@ func (s *Server) envdCreated(ctx context.Context, id string) time.Time {
 // envdByToken checks tok, an envd token, for the neuron id created at
 // created, and finds whom it acts for.
 func (s *Server) envdByToken(id string, created time.Time, tok string) (envdCredential, *envdAuthError) {
-	bad := &envdAuthError{status: http.StatusUnauthorized, msg: "the envd access token (X-Access-Token) is missing or is not sandbox " + id + "'s"}
+	return s.byCredToken(envdPurpose, id, created, tok)
+}
+
+// byCredToken checks tok, a token for purpose, for the neuron id created
+// at created, and finds whom it acts for: its key, admitted now (there,
+// the same key, within its rate), or the daemon's token.
+func (s *Server) byCredToken(purpose, id string, created time.Time, tok string) (envdCredential, *envdAuthError) {
+	bad := &envdAuthError{status: http.StatusUnauthorized, msg: "the " + purpose + " access token is missing or is not sandbox " + id + "'s"}
 	if tok == "" || created.IsZero() || len(s.opts.URLKey) == 0 {
 		return envdCredential{}, bad
 	}
 	mac, name, byKey := strings.Cut(tok, ".")
 	if !byKey {
-		if s.opts.Token == "" || !hmac.Equal([]byte(tok), []byte(s.envdTokenFor(id, created, nil))) {
+		if s.opts.Token == "" || !hmac.Equal([]byte(tok), []byte(s.credToken(purpose, id, created, nil))) {
 			return envdCredential{}, bad
 		}
 		return envdCredential{}, nil
@@ -112,8 +131,8 @@ func (s *Server) envdByToken(id string, created time.Time, tok string) (envdCred
 		s.log.Error("reading the API keys", "err", err)
 		return envdCredential{}, &envdAuthError{status: http.StatusInternalServerError, msg: "the daemon cannot read its API keys (its log says why)"}
 	case k == nil:
-		return envdCredential{}, &envdAuthError{status: http.StatusUnauthorized, msg: "the API key this envd token was given to is removed: the token is void"}
-	case !hmac.Equal([]byte(tok), []byte(s.envdTokenFor(id, created, k))):
+		return envdCredential{}, &envdAuthError{status: http.StatusUnauthorized, msg: "the API key this " + purpose + " token was given to is removed: the token is void"}
+	case !hmac.Equal([]byte(tok), []byte(s.credToken(purpose, id, created, k))):
 		return envdCredential{}, bad
 	case wait > 0:
 		return envdCredential{}, &envdAuthError{status: http.StatusTooManyRequests, msg: "key " + k.Name + " is over its request rate", wait: wait}
@@ -160,13 +179,20 @@ func (s *Server) envdBySignature(r *http.Request, id string, created time.Time) 
 	if s.opts.Keys == nil {
 		return envdCredential{}, bad
 	}
-	keys, err := s.opts.Keys.List()
+	keys, err := s.opts.Keys.Keys()
 	if err != nil {
 		s.log.Error("reading the API keys", "err", err)
 		return envdCredential{}, &envdAuthError{status: http.StatusInternalServerError, msg: "the daemon cannot read its API keys (its log says why)"}
 	}
-	for i := range keys {
-		if k := &keys[i].Key; matches(s.envdTokenFor(id, created, k)) {
+	// Only the keys that could use the URL are tried: those that see the
+	// neuron and may touch files.
+	l, _, _ := s.labelsOf(r.Context(), id)
+	for _, k := range keys {
+		p := k.Principal()
+		if !p.Sees(l) || !p.Allows(gate.FileRead) {
+			continue
+		}
+		if matches(s.envdTokenFor(id, created, k)) {
 			// The key, as it is now, and within its rate.
 			return s.envdByToken(id, created, s.envdTokenFor(id, created, k))
 		}
@@ -212,10 +238,12 @@ func (s *Server) e2bAuthenticate(mux, envdMux *http.ServeMux, rest http.Handler)
 			created := s.envdCreated(r.Context(), id)
 			var cred envdCredential
 			var aerr *envdAuthError
+			signed := false
 			if tok := r.Header.Get("X-Access-Token"); tok != "" || r.URL.Query().Get("signature") == "" {
 				cred, aerr = s.envdByToken(id, created, tok)
 			} else {
 				cred, aerr = s.envdBySignature(r, id, created)
+				signed = true
 			}
 			if aerr != nil {
 				if aerr.wait > 0 {
@@ -229,6 +257,11 @@ func (s *Server) e2bAuthenticate(mux, envdMux *http.ServeMux, rest http.Handler)
 			ctx = context.WithValue(ctx, envdSandboxKey{}, envdTarget{id: id, created: created})
 			if cred.key != nil {
 				ctx = context.WithValue(ctx, keyCtx{}, cred.key)
+			}
+			if signed {
+				// A signed URL is for its one path: an upload writes that
+				// file only.
+				ctx = context.WithValue(ctx, signedPathKey{}, r.URL.Query().Get("path"))
 			}
 			envdMux.ServeHTTP(w, r.WithContext(events.WithPrincipal(ctx, p.String())))
 		case r.URL.Path == E2BPrefix || strings.HasPrefix(r.URL.Path, E2BPrefix+"/"):
@@ -281,30 +314,45 @@ func (s *Server) e2bPorts(mux, next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
+		p := gate.Principal{Kind: gate.APIClient, Name: "e2b-traffic", Scopes: []gate.Scope{gate.ScopeExec}}
+		ctx := r.Context()
 		switch st.Labels[e2bTraffic] {
 		case "public":
 		case "private":
+			// Its traffic token acts as the credential that got it, as an
+			// envd token does: a removed key's is void, and the gate asks
+			// the key's scopes and selector about the port. Anything else
+			// goes on to the native rule, which answers as it does for a
+			// neuron that is not there.
 			tok := r.Header.Get(e2bTrafficHeader)
 			if tok == "" {
-				if _, _, _, err := s.signedPort(r); err == nil {
-					next.ServeHTTP(w, r) // a signed URL: the native rule
+				next.ServeHTTP(w, r)
+				return
+			}
+			cred, aerr := s.byCredToken(trafficPurpose, id, st.CreatedAt, tok)
+			if aerr != nil {
+				if aerr.wait > 0 {
+					setRetryAfter(w, aerr.wait)
+					writeE2BError(w, aerr.status, "%s", aerr.msg)
 					return
 				}
-				writeE2BError(w, http.StatusUnauthorized, "sandbox %s was created with public traffic off: send its traffic access token (%s)", id, e2bTrafficHeader)
+				next.ServeHTTP(w, r)
 				return
 			}
-			if !hmac.Equal([]byte(tok), []byte(s.e2bTrafficToken(id, st.CreatedAt))) {
-				writeE2BError(w, http.StatusForbidden, "the traffic access token is not sandbox %s's", id)
-				return
+			p = cred.principal()
+			p.Name = strings.Replace(p.Name, "via e2b-envd", "via e2b-traffic", 1)
+			if cred.key != nil {
+				ctx = context.WithValue(ctx, keyCtx{}, cred.key)
 			}
-			r.Header.Del(e2bTrafficHeader) // it does not reach the sandbox
 		default:
 			next.ServeHTTP(w, r)
 			return
 		}
-		p := gate.Principal{Kind: gate.APIClient, Name: "e2b-traffic", Scopes: []gate.Scope{gate.ScopeExec}}
-		ctx := context.WithValue(r.Context(), principalKey{}, p)
+		ctx = context.WithValue(ctx, principalKey{}, p)
 		ctx = context.WithValue(ctx, portAuthKey{}, byE2BTraffic)
 		mux.ServeHTTP(w, r.WithContext(events.WithPrincipal(ctx, p.String())))
 	})
 }
+
+// signedPathKey carries the path a signed file URL was signed for.
+type signedPathKey struct{}

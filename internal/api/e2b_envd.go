@@ -15,6 +15,7 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/nsys-cortex/cortex/internal/apikey"
 	"github.com/nsys-cortex/cortex/internal/e2b/proto/filesystem"
 	"github.com/nsys-cortex/cortex/internal/e2b/proto/filesystem/filesystemconnect"
 	"github.com/nsys-cortex/cortex/internal/e2b/proto/process"
@@ -39,8 +40,9 @@ const maxConnectMessage = 4 << 20
 // by it finds nothing), each at most maxTagLen bytes. A tag is forgotten
 // when its command's end has been sent.
 const (
-	maxTags   = 10000
-	maxTagLen = 256
+	maxTags           = 10000
+	maxTagsPerSandbox = 1000
+	maxTagLen         = 256
 )
 
 // envdSandboxKey carries the sandbox an envd request was let in for.
@@ -129,16 +131,16 @@ func connectError(err error) error {
 // commands that have ended and of sandboxes that are gone are dropped
 // first (a stream the client dropped never forgets its tag itself); a
 // tag beyond that is not kept.
-func (e *envd) tag(ctx context.Context, c *link.Client, t envdTarget, tag string, pid int) {
+func (e *envd) tag(ctx context.Context, t envdTarget, tag string, pid int) {
 	e.mu.Lock()
-	full := e.ntags >= maxTags
+	full := e.ntags >= maxTags || len(e.tags[t]) >= maxTagsPerSandbox
 	e.mu.Unlock()
 	if full {
-		e.sweepTags(ctx, c, t)
+		e.sweepTags(ctx)
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.ntags >= maxTags {
+	if e.ntags >= maxTags || len(e.tags[t]) >= maxTagsPerSandbox {
 		return
 	}
 	m := e.tags[t]
@@ -165,42 +167,43 @@ func (e *envd) untag(t envdTarget, tag string, pid int) {
 	}
 }
 
-// sweepTags drops the tags of t's commands that have ended, and those of
-// every other sandbox that is no longer the neuron it was.
-func (e *envd) sweepTags(ctx context.Context, c *link.Client, t envdTarget) {
+// sweepTags drops the tags of commands that have ended, and of sandboxes
+// that are no longer the neuron they were.
+func (e *envd) sweepTags(ctx context.Context) {
 	e.mu.Lock()
-	others := make([]envdTarget, 0, len(e.tags))
-	for o := range e.tags {
-		if o != t {
-			others = append(others, o)
-		}
+	targets := make([]envdTarget, 0, len(e.tags))
+	for t := range e.tags {
+		targets = append(targets, t)
 	}
 	e.mu.Unlock()
-	var gone []envdTarget
-	for _, o := range others {
-		if !e.s.envdCreated(ctx, o.id).Equal(o.created) {
-			gone = append(gone, o)
+	ctx = link.Quiet(ctx) // housekeeping: it wakes no paused sandbox
+	for _, t := range targets {
+		running := map[int]bool{}
+		gone := !e.s.envdCreated(ctx, t.id).Equal(t.created)
+		if !gone {
+			c, err := e.s.client(ctx, t.id)
+			if err != nil {
+				continue // it may be paused: its tags wait
+			}
+			procs, err := c.ProcList(ctx)
+			if err != nil {
+				continue
+			}
+			for _, p := range procs {
+				running[p.PID] = p.Running
+			}
 		}
-	}
-	running := map[int]bool{}
-	procs, err := c.ProcList(ctx)
-	for _, p := range procs {
-		running[p.PID] = p.Running
-	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	for _, o := range gone {
-		e.ntags -= len(e.tags[o])
-		delete(e.tags, o)
-	}
-	if err != nil {
-		return
-	}
-	for tag, pid := range e.tags[t] {
-		if !running[pid] {
-			delete(e.tags[t], tag)
-			e.ntags--
+		e.mu.Lock()
+		for tag, pid := range e.tags[t] {
+			if gone || !running[pid] {
+				delete(e.tags[t], tag)
+				e.ntags--
+			}
 		}
+		if len(e.tags[t]) == 0 {
+			delete(e.tags, t)
+		}
+		e.mu.Unlock()
 	}
 }
 
@@ -261,10 +264,22 @@ func dataEvent(stream string, p []byte) *process.ProcessEvent {
 	return &process.ProcessEvent{Event: &process.ProcessEvent_Data{Data: d}}
 }
 
-// follow streams pid's output and its end to send, from the start.
-func (e *envd) follow(ctx context.Context, c *link.Client, pid int, pty bool, send func(*process.ProcessEvent) error) error {
+// follow streams pid's output and its end to send, from the start. The
+// key the request acts as is looked at again every readmitEvery: a stream
+// ends with its key.
+func (e *envd) follow(ctx context.Context, c *link.Client, pid int, pty bool, sendEvent func(*process.ProcessEvent) error) error {
 	var info *protocol.ProcInfo
 	var err error
+	checked := time.Now()
+	send := func(ev *process.ProcessEvent) error {
+		if time.Since(checked) >= readmitEvery {
+			if err := e.stillAdmitted(ctx); err != nil {
+				return err
+			}
+			checked = time.Now()
+		}
+		return sendEvent(ev)
+	}
 	if pty {
 		var res *protocol.PtyReadResult
 		res, err = c.PtyFollow(ctx, pid, 0, false, func(stream string, _ int64, p []byte) error {
@@ -291,6 +306,37 @@ func (e *envd) follow(ctx context.Context, c *link.Client, pid int, pty bool, se
 		return connect.NewError(connect.CodeInternal, errors.New("the process ended without a status"))
 	}
 	return send(endEvent(info))
+}
+
+// readmitEvery is how often an open output stream looks at its key again.
+const readmitEvery = 5 * time.Second
+
+// stillAdmitted reports an error when the key an envd request acts as has
+// been removed (or made again) since the request began.
+func (e *envd) stillAdmitted(ctx context.Context) error {
+	k, _ := ctx.Value(keyCtx{}).(*apikey.Key)
+	if k == nil || e.s.opts.Keys == nil {
+		return nil
+	}
+	now, err := e.s.opts.Keys.Named(k.Name)
+	if err != nil || now == nil || now.Hash != k.Hash {
+		return connect.NewError(connect.CodeUnauthenticated, fmt.Errorf("key %s was removed: its envd token is void", k.Name))
+	}
+	return nil
+}
+
+// onProcess finds process pid and asks the gate for action on it, or for
+// terminal when it is a PTY: what a request may do to a process depends
+// on what the process is, not on how the request calls it.
+func (e *envd) onProcess(ctx context.Context, c *link.Client, t envdTarget, pid int, action, terminal gate.Action, detail string) (*protocol.ProcInfo, error) {
+	p, err := findProcess(ctx, c, t.id, pid)
+	if err != nil {
+		return nil, connectError(err)
+	}
+	if p.Pty {
+		action = terminal
+	}
+	return p, e.allow(ctx, action, detail)
 }
 
 func (e *envd) Start(ctx context.Context, req *connect.Request[process.StartRequest], stream *connect.ServerStream[process.StartResponse]) error {
@@ -322,17 +368,27 @@ func (e *envd) Start(ctx context.Context, req *connect.Request[process.StartRequ
 		return connectError(err)
 	}
 	if tag := req.Msg.GetTag(); tag != "" {
-		e.tag(ctx, c, t, tag, info.PID)
+		e.tag(ctx, t, tag, info.PID)
 	}
 	send := func(ev *process.ProcessEvent) error { return stream.Send(&process.StartResponse{Event: ev}) }
 	if err := send(&process.ProcessEvent{Event: &process.ProcessEvent_Start{Start: &process.ProcessEvent_StartEvent{Pid: uint32(info.PID)}}}); err != nil {
 		return err
 	}
 	err = e.follow(ctx, c, info.PID, pty, send)
-	if err == nil && req.Msg.GetTag() != "" {
-		// It ended: its tag names nothing any more (and the map does not
-		// grow with every tagged command a sandbox ever ran).
-		e.untag(t, req.Msg.GetTag(), info.PID)
+	if tag := req.Msg.GetTag(); tag != "" {
+		// Ended, its tag names nothing any more (and the map does not grow
+		// with every tagged command a sandbox ever ran). A stream the
+		// client dropped leaves a command that runs on, and its tag.
+		ended := err == nil
+		if !ended {
+			qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+			p, ferr := findProcess(qctx, c, t.id, info.PID)
+			cancel()
+			ended = ferr == nil && !p.Running
+		}
+		if ended {
+			e.untag(t, tag, info.PID)
+		}
 	}
 	return err
 }
@@ -346,19 +402,9 @@ func (e *envd) Connect(ctx context.Context, req *connect.Request[process.Connect
 	if err != nil {
 		return err
 	}
-	procs, err := c.ProcList(ctx)
+	info, err := e.onProcess(ctx, c, t, pid, gate.ProcessRead, gate.TerminalOpen, "envd Process.Connect")
 	if err != nil {
-		return connectError(err)
-	}
-	i := slices.IndexFunc(procs, func(p protocol.ProcInfo) bool { return p.PID == pid })
-	if i < 0 {
-		return connect.NewError(connect.CodeNotFound, fmt.Errorf("no process %d", pid))
-	}
-	info := &procs[i]
-	if info.Pty {
-		if err := e.allow(ctx, gate.TerminalOpen, "envd Process.Connect to a PTY"); err != nil {
-			return err
-		}
+		return err
 	}
 	send := func(ev *process.ProcessEvent) error { return stream.Send(&process.ConnectResponse{Event: ev}) }
 	if err := send(&process.ProcessEvent{Event: &process.ProcessEvent_Start{Start: &process.ProcessEvent_StartEvent{Pid: uint32(pid)}}}); err != nil {
@@ -403,17 +449,8 @@ func (e *envd) List(ctx context.Context, _ *connect.Request[process.ListRequest]
 	return connect.NewResponse(out), nil
 }
 
-// inputAction is what the gate is asked for input: a terminal's, or a
-// process's stdin.
-func inputAction(in *process.ProcessInput) gate.Action {
-	if in.GetPty() != nil {
-		return gate.TerminalInput
-	}
-	return gate.ProcessInput
-}
-
 // input writes in to pid (its PTY, or its stdin), once the gate allows
-// inputAction(in).
+// it (onProcess).
 func (e *envd) input(ctx context.Context, c *link.Client, pid int, in *process.ProcessInput) error {
 	var err error
 	switch {
@@ -428,12 +465,15 @@ func (e *envd) input(ctx context.Context, c *link.Client, pid int, in *process.P
 }
 
 func (e *envd) SendInput(ctx context.Context, req *connect.Request[process.SendInputRequest]) (*connect.Response[process.SendInputResponse], error) {
-	c, t, err := e.client(ctx, inputAction(req.Msg.GetInput()), "envd Process.SendInput")
+	c, t, err := e.client(ctx, gate.Read, "envd Process.SendInput")
 	if err != nil {
 		return nil, err
 	}
 	pid, err := e.pidOf(t, req.Msg.GetProcess())
 	if err != nil {
+		return nil, err
+	}
+	if _, err := e.onProcess(ctx, c, t, pid, gate.ProcessInput, gate.TerminalInput, "envd Process.SendInput"); err != nil {
 		return nil, err
 	}
 	if err := e.input(ctx, c, pid, req.Msg.GetInput()); err != nil {
@@ -448,22 +488,21 @@ func (e *envd) StreamInput(ctx context.Context, stream *connect.ClientStream[pro
 		return nil, err
 	}
 	pid := 0
-	allowed := map[gate.Action]bool{}
 	for stream.Receive() {
 		switch ev := stream.Msg().GetEvent().(type) {
 		case *process.StreamInputRequest_Start:
 			if pid, err = e.pidOf(t, ev.Start.GetProcess()); err != nil {
 				return nil, err
 			}
+			if _, err := e.onProcess(ctx, c, t, pid, gate.ProcessInput, gate.TerminalInput, "envd Process.StreamInput"); err != nil {
+				return nil, err
+			}
 		case *process.StreamInputRequest_Data:
 			if pid == 0 {
 				return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("input before the start event"))
 			}
-			if a := inputAction(ev.Data.GetInput()); !allowed[a] {
-				if err := e.allow(ctx, a, "envd Process.StreamInput"); err != nil {
-					return nil, err
-				}
-				allowed[a] = true
+			if err := e.stillAdmitted(ctx); err != nil {
+				return nil, err
 			}
 			if err := e.input(ctx, c, pid, ev.Data.GetInput()); err != nil {
 				return nil, err
@@ -477,12 +516,15 @@ func (e *envd) StreamInput(ctx context.Context, stream *connect.ClientStream[pro
 }
 
 func (e *envd) CloseStdin(ctx context.Context, req *connect.Request[process.CloseStdinRequest]) (*connect.Response[process.CloseStdinResponse], error) {
-	c, t, err := e.client(ctx, gate.ProcessInput, "envd Process.CloseStdin")
+	c, t, err := e.client(ctx, gate.Read, "envd Process.CloseStdin")
 	if err != nil {
 		return nil, err
 	}
 	pid, err := e.pidOf(t, req.Msg.GetProcess())
 	if err != nil {
+		return nil, err
+	}
+	if _, err := e.onProcess(ctx, c, t, pid, gate.ProcessInput, gate.TerminalInput, "envd Process.CloseStdin"); err != nil {
 		return nil, err
 	}
 	if err := c.ProcInput(ctx, pid, nil, true); err != nil {
@@ -492,12 +534,15 @@ func (e *envd) CloseStdin(ctx context.Context, req *connect.Request[process.Clos
 }
 
 func (e *envd) SendSignal(ctx context.Context, req *connect.Request[process.SendSignalRequest]) (*connect.Response[process.SendSignalResponse], error) {
-	c, t, err := e.client(ctx, gate.ProcessSignal, "envd Process.SendSignal")
+	c, t, err := e.client(ctx, gate.Read, "envd Process.SendSignal")
 	if err != nil {
 		return nil, err
 	}
 	pid, err := e.pidOf(t, req.Msg.GetProcess())
 	if err != nil {
+		return nil, err
+	}
+	if _, err := e.onProcess(ctx, c, t, pid, gate.ProcessSignal, gate.TerminalControl, "envd Process.SendSignal"); err != nil {
 		return nil, err
 	}
 	sig := "TERM"

@@ -89,10 +89,18 @@ func (s *Server) envdUpload(w http.ResponseWriter, r *http.Request) {
 	}
 	body := http.MaxBytesReader(w, r.Body, s.opts.MaxUpload)
 	target := r.URL.Query().Get("path")
+	signedPath, signed := r.Context().Value(signedPathKey{}).(string)
+	if signed && signedPath == "" {
+		writeE2BError(w, http.StatusBadRequest, "a signed upload URL writes the one file its path names, and this one names none")
+		return
+	}
 	var out []e2bEntry
 	put := func(p string, src io.Reader) error {
 		if p == "" {
-			return fmt.Errorf("no path: give ?path= or the part's filename")
+			return badRequest("no path: give ?path= or the part's filename")
+		}
+		if signed && (p != signedPath || len(out) > 0) {
+			return badRequest("a signed upload URL writes the one file its path names (%s), not %s", signedPath, p)
 		}
 		n, err := c.WriteFileFrom(r.Context(), p, src, &link.WriteOptions{Parents: true})
 		s.metrics.bytes.WithLabelValues("upload").Add(float64(n))

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"mime/multipart"
 	"net"
 	"net/http"
 	"net/url"
@@ -295,13 +296,8 @@ func TestE2BTokensAreTheKeys(t *testing.T) {
 		"an unsigned request": "path=f&signature=v1_",
 	} {
 		s, b := get(q)
-		if name == "the reader's token" {
-			// Signed with the reader's token: it acts as the reader.
-			if s != http.StatusForbidden {
-				t.Errorf("%s: %d %s, want 403", name, s, b)
-			}
-			continue
-		}
+		// The reader's token is not even tried: a key that may not touch
+		// files signs no file URL.
 		if s != http.StatusUnauthorized {
 			t.Errorf("%s: %d %s, want 401", name, s, b)
 		}
@@ -413,7 +409,7 @@ func TestE2BHostRouting(t *testing.T) {
 	if code, _, _ := get(t, d, "/hi", map[string]string{"Host": host(privPort, priv)}); code != http.StatusUnauthorized {
 		t.Errorf("a private sandbox's port without its traffic token: %d", code)
 	}
-	if code, _, _ := get(t, d, "/hi", map[string]string{"Host": host(privPort, priv), "E2b-Traffic-Access-Token": pubEnvd}); code != http.StatusForbidden {
+	if code, _, _ := get(t, d, "/hi", map[string]string{"Host": host(privPort, priv), "E2b-Traffic-Access-Token": pubEnvd}); code != http.StatusUnauthorized {
 		t.Errorf("a private sandbox's port with another token: %d", code)
 	}
 	if code, body, _ := get(t, d, "/hi", map[string]string{"Host": host(privPort, priv), "E2b-Traffic-Access-Token": privTraffic}); code != 200 || !strings.HasPrefix(body, "hello from the neuron") {
@@ -543,3 +539,135 @@ func TestE2BOverH2C(t *testing.T) {
 type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// startPTY opens a terminal running sh through envd with tok, and returns
+// its pid; the stream is read until the test ends.
+func startPTY(t *testing.T, d *daemon, id, tok string) uint32 {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	st, err := envdClient(d, id, tok).Start(ctx, connect.NewRequest(&process.StartRequest{
+		Process: &process.ProcessConfig{Cmd: "sh"}, Pty: &process.PTY{Size: &process.PTY_Size{Cols: 80, Rows: 24}}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !st.Receive() {
+		t.Fatalf("the PTY's start: %v", st.Err())
+	}
+	pid := st.Msg().GetEvent().GetStart().GetPid()
+	go func() {
+		for st.Receive() {
+		}
+	}()
+	return pid
+}
+
+// The attacks an adversarial review of the E2B API found, each tried: a
+// key's credential does not reach a neuron through the port proxy; a
+// terminal is a terminal by what it is, not by how a request names its
+// input; a signed upload writes its one file; a removed key's open
+// input stream ends; a private sandbox's traffic token is the key's.
+func TestE2BReviewedAttacks(t *testing.T) {
+	d, key, keys := e2bDaemon(t)
+	runTok, _, err := keys.Create(apikey.Key{Name: "runner", Scopes: []gate.Scope{gate.ScopeExec}, Selector: labels.Set{"team": "a"}, E2B: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	roKey, _, err := keys.Create(apikey.Key{Name: "reader", Scopes: []gate.Scope{gate.ScopeRead}, Selector: labels.Set{"team": "a"}, E2B: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, adminTok := e2bSandboxOf(t, d, key["a"], "POST", "/e2b/v2/sandboxes", `{"metadata":{"team":"a"},"network":{"allowPublicTraffic":false}}`)
+	_, runner := e2bSandboxOf(t, d, runTok, "POST", "/e2b/v2/sandboxes/"+id+"/connect", `{}`)
+
+	// A terminal, opened by the admin; the runner (exec, no terminals)
+	// may not type into it as "stdin", signal it, or read it natively.
+	pid := startPTY(t, d, id, adminTok)
+	rc := envdClient(d, id, runner)
+	sel := &process.ProcessSelector{Selector: &process.ProcessSelector_Pid{Pid: pid}}
+	if _, err := rc.SendInput(context.Background(), connect.NewRequest(&process.SendInputRequest{Process: sel,
+		Input: &process.ProcessInput{Input: &process.ProcessInput_Stdin{Stdin: []byte("touch pwned\n")}}})); connect.CodeOf(err) != connect.CodePermissionDenied {
+		t.Errorf("stdin into a PTY without the terminals scope: %v", err)
+	}
+	if _, err := rc.SendSignal(context.Background(), connect.NewRequest(&process.SendSignalRequest{Process: sel, Signal: process.Signal_SIGNAL_SIGKILL})); connect.CodeOf(err) != connect.CodePermissionDenied {
+		t.Errorf("a signal to a PTY without the terminals scope: %v", err)
+	}
+	bearer := []string{"Authorization", "Bearer " + runTok, "Content-Type", "application/octet-stream"}
+	if s, b := raw(t, d, "POST", fmt.Sprintf("/v1/neurons/%s/processes/%d/input", id, pid), "touch pwned\n", bearer...); s != http.StatusForbidden {
+		t.Errorf("the native process input into a PTY without the terminals scope: %d %s", s, b)
+	}
+	if s, b := raw(t, d, "GET", fmt.Sprintf("/v1/neurons/%s/processes/%d/output?follow=false", id, pid), "", bearer[:2]...); s != http.StatusForbidden {
+		t.Errorf("the native process output of a PTY without the terminals scope: %d %.200s", s, b)
+	}
+	if out, _, _ := envdRun(t, envdClient(d, id, adminTok), "sh", "-c", "test -e pwned && echo yes || echo no"); out != "no\n" {
+		t.Errorf("the runner typed into the terminal: %q", out)
+	}
+
+	// A signed upload URL writes its one path, not a second part's.
+	var body strings.Builder
+	mw := multipart.NewWriter(&body)
+	for _, name := range []string{"ignored", "evil.sh"} {
+		fw, _ := mw.CreateFormFile("file", name)
+		fw.Write([]byte("echo " + name))
+	}
+	mw.Close()
+	q := "path=allowed.txt&signature=" + url.QueryEscape(e2bSign("allowed.txt", "write", "", adminTok, ""))
+	if s, b := raw(t, d, "POST", "/e2b/sandbox/files?"+q, body.String(), "E2b-Sandbox-Id", id, "Content-Type", mw.FormDataContentType()); s != http.StatusBadRequest {
+		t.Errorf("a signed upload of two parts: %d %s", s, b)
+	}
+	if out, _, _ := envdRun(t, envdClient(d, id, adminTok), "sh", "-c", "test -e evil.sh && echo yes || echo no"); out != "no\n" {
+		t.Errorf("a signed upload wrote a path it was not signed for: %q", out)
+	}
+
+	// A removed key's open input stream ends.
+	st := rc.StreamInput(context.Background())
+	cat, err := rc.Start(context.Background(), connect.NewRequest(&process.StartRequest{Process: &process.ProcessConfig{Cmd: "cat"}}))
+	if err != nil || !cat.Receive() {
+		t.Fatalf("cat: %v", err)
+	}
+	catSel := &process.ProcessSelector{Selector: &process.ProcessSelector_Pid{Pid: cat.Msg().GetEvent().GetStart().GetPid()}}
+	data := func(s string) *process.StreamInputRequest {
+		return &process.StreamInputRequest{Event: &process.StreamInputRequest_Data{Data: &process.StreamInputRequest_DataEvent{Input: &process.ProcessInput{Input: &process.ProcessInput_Stdin{Stdin: []byte(s)}}}}}
+	}
+	st.Send(&process.StreamInputRequest{Event: &process.StreamInputRequest_Start{Start: &process.StreamInputRequest_StartEvent{Process: catSel}}})
+	st.Send(data("before\n"))
+	if !cat.Receive() || string(cat.Msg().GetEvent().GetData().GetStdout()) != "before\n" {
+		t.Fatalf("cat's echo before: %v", cat.Err())
+	}
+	if err := keys.Remove("runner"); err != nil {
+		t.Fatal(err)
+	}
+	st.Send(data("after\n"))
+	if _, err := st.CloseAndReceive(); connect.CodeOf(err) != connect.CodeUnauthenticated {
+		t.Errorf("a removed key's input stream: %v", err)
+	}
+	cat.Close()
+
+	// The traffic token: not for a key that may not reach ports; the
+	// admin's is void once its key is gone.
+	status, got := raw(t, d, "POST", "/e2b/v2/sandboxes/"+id+"/connect", "{}", "X-API-Key", roKey)
+	if status != 200 || strings.Contains(got, "trafficAccessToken") {
+		t.Errorf("a read-only key's connect: %d %s", status, got)
+	}
+}
+
+// No credential of the daemon reaches a neuron through its ports, in any
+// header or form, E2B's included.
+func TestE2BCredentialsStayOut(t *testing.T) {
+	d, key, _ := e2bDaemon(t)
+	id, envdTok := e2bSandboxOf(t, d, key["a"], "POST", "/e2b/v2/sandboxes", `{"metadata":{"team":"a"}}`)
+	m, st, err := d.set.FindExact(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := m.Connect(context.Background(), st.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := sandboxtest.FreePort(t)
+	sandboxtest.StartPortServer(t, context.Background(), c, port)
+	code, body, _ := get(t, d, fmt.Sprintf("/v1/neurons/%s/ports/%d/hi", id, port), map[string]string{"Authorization": "Bearer " + key["a"], "X-Access-Token": envdTok})
+	if code != 200 || !strings.Contains(body, `auth=""`) {
+		t.Errorf("an E2B key as the bearer of a port request: %d %s", code, body)
+	}
+}

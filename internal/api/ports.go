@@ -236,12 +236,22 @@ func (s *Server) portProxy(w http.ResponseWriter, r *http.Request) {
 // Authorization value that holds the API's token or an API key's
 // (however the request was let in); an app's own Authorization passes.
 func (s *Server) scrubPortRequest(out *http.Request) {
-	if vals := out.Header.Values("Authorization"); len(vals) > 0 {
-		out.Header.Del("Authorization")
-		for _, v := range vals {
-			if (s.opts.Token == "" || !strings.Contains(v, s.opts.Token)) && !strings.Contains(v, apikey.Prefix) {
-				out.Header.Add("Authorization", v)
+	// A credential of the daemon (its token, a key of either form) never
+	// reaches a neuron, in whichever header a client sent it; E2B's
+	// headers are the daemon's own.
+	for _, h := range []string{"Authorization", "X-Api-Key", "X-Access-Token"} {
+		if vals := out.Header.Values(h); len(vals) > 0 {
+			out.Header.Del(h)
+			for _, v := range vals {
+				if !s.isCredential(v) {
+					out.Header.Add(h, v)
+				}
 			}
+		}
+	}
+	if s.opts.E2B {
+		for _, h := range []string{e2bTrafficHeader, "E2b-Sandbox-Id", "E2b-Sandbox-Port", "X-Access-Token"} {
+			out.Header.Del(h) // an envd token does not say what it is
 		}
 	}
 	q := out.URL.Query()
@@ -256,6 +266,12 @@ func (s *Server) scrubPortRequest(out *http.Request) {
 			out.AddCookie(c)
 		}
 	}
+}
+
+// isCredential reports whether a header's value holds one of the
+// daemon's credentials: its token, or anything of an API key's form.
+func (s *Server) isCredential(v string) bool {
+	return s.opts.Token != "" && strings.Contains(v, s.opts.Token) || strings.Contains(v, apikey.Prefix) || strings.Contains(v, apikey.E2BPrefix)
 }
 
 // scrubPortResponse keeps a neuron's answer to what concerns its port:

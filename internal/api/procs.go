@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	cortex "github.com/nsys-cortex/cortex/client"
+	"github.com/nsys-cortex/cortex/internal/gate"
 	"github.com/nsys-cortex/cortex/internal/link"
 	"github.com/nsys-cortex/cortex/internal/protocol"
 )
@@ -48,7 +49,7 @@ func (s *Server) getProcess(w http.ResponseWriter, r *http.Request) (neuronCall,
 		return nil, err
 	}
 	return func(c *link.Client) (int, any, error) {
-		p, err := findProcess(r, c, pid)
+		p, err := findProcess(r.Context(), c, r.PathValue("id"), pid)
 		return http.StatusOK, p, err
 	}, nil
 }
@@ -74,7 +75,7 @@ func (s *Server) processOutput(w http.ResponseWriter, r *http.Request) (neuronCa
 	return func(c *link.Client) (int, any, error) {
 		// An unknown process is a plain error answer; after this check the
 		// stream starts at once (a quiet process may say nothing for long).
-		if _, err := findProcess(r, c, pid); err != nil {
+		if err := s.asTerminal(r.Context(), c, r.PathValue("id"), pid, gate.TerminalOpen, "GET process output"); err != nil {
 			return 0, nil, err
 		}
 		s.streamOutput(w, r, c, args)
@@ -107,9 +108,9 @@ func (s *Server) streamOutput(w http.ResponseWriter, r *http.Request, c *link.Cl
 	sse.event("end", info)
 }
 
-// findProcess returns the state of process pid.
-func findProcess(r *http.Request, c *link.Client, pid int) (*protocol.ProcInfo, error) {
-	list, err := c.ProcList(r.Context())
+// findProcess returns the state of process pid of neuron id.
+func findProcess(ctx context.Context, c *link.Client, id string, pid int) (*protocol.ProcInfo, error) {
+	list, err := c.ProcList(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -118,7 +119,18 @@ func findProcess(r *http.Request, c *link.Client, pid int) (*protocol.ProcInfo, 
 			return &list[i], nil
 		}
 	}
-	return nil, cortex.APIError{Code: cortex.CodeNotFound, Message: fmt.Sprintf("no process %d in neuron %s (GET .../processes lists them)", pid, r.PathValue("id"))}
+	return nil, cortex.APIError{Code: cortex.CodeNotFound, Message: fmt.Sprintf("no process %d in neuron %s (GET .../processes lists them)", pid, id)}
+}
+
+// asTerminal asks the gate for action as well when process pid is a
+// terminal: the process routes must not give a terminal's output, input
+// or signals to a key without the terminals scope.
+func (s *Server) asTerminal(ctx context.Context, c *link.Client, id string, pid int, action gate.Action, detail string) error {
+	p, err := findProcess(ctx, c, id, pid)
+	if err != nil || !p.Pty {
+		return err
+	}
+	return s.allow(ctx, id, action, detail+" (a terminal)")
 }
 
 func (s *Server) processInput(w http.ResponseWriter, r *http.Request) (neuronCall, error) {
@@ -140,6 +152,9 @@ func (s *Server) processInput(w http.ResponseWriter, r *http.Request) (neuronCal
 		return nil, err
 	}
 	return func(c *link.Client) (int, any, error) {
+		if err := s.asTerminal(r.Context(), c, r.PathValue("id"), pid, gate.TerminalInput, "POST process input"); err != nil {
+			return 0, nil, err
+		}
 		return http.StatusNoContent, nil, c.ProcInput(r.Context(), pid, data, eof)
 	}, nil
 }
@@ -157,6 +172,9 @@ func (s *Server) signalProcess(w http.ResponseWriter, r *http.Request) (neuronCa
 		return nil, badRequest("signal: name one, e.g. TERM, KILL, INT or HUP")
 	}
 	return func(c *link.Client) (int, any, error) {
+		if err := s.asTerminal(r.Context(), c, r.PathValue("id"), pid, gate.TerminalControl, "POST process signal"); err != nil {
+			return 0, nil, err
+		}
 		return http.StatusNoContent, nil, c.ProcSignal(r.Context(), pid, req.Signal)
 	}, nil
 }

@@ -111,7 +111,7 @@ func (s *Server) terminal(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	} else {
-		if info, err = findProcess(r, c, int(pid)); err == nil && !info.Pty {
+		if info, err = findProcess(r.Context(), c, r.PathValue("id"), int(pid)); err == nil && !info.Pty {
 			err = badRequest("process %d is not a terminal (its output: GET .../processes/%d/output)", pid, pid)
 		}
 		if err != nil {

@@ -270,6 +270,21 @@ func (s *Store) Lookup(token string) (*Key, error) {
 	return k, nil
 }
 
+// Keys are the keys as the file holds them now (reread only when it
+// changed), in no order; they are the store's: read them, change none.
+func (s *Store) Keys() ([]*Key, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.reload(); err != nil {
+		return nil, err
+	}
+	out := make([]*Key, 0, len(s.byHash))
+	for _, k := range s.byHash {
+		out = append(out, k)
+	}
+	return out, nil
+}
+
 // Named returns key name as the file holds it now (nil: there is none),
 // noting the use: a signed URL a key made is that key's to use.
 func (s *Store) Named(name string) (*Key, error) {
