@@ -76,6 +76,7 @@ var layers = map[string]Layer{
 	"internal/protocol": Foundation, "internal/layout": Foundation, "internal/ids": Foundation,
 	"internal/faultpoint": Foundation,
 	"internal/portsign":   Foundation,
+	"internal/podtoken":   Foundation,
 	"internal/waittest":   Foundation, // test helpers, standard library only: any layer's tests use them
 
 	"internal/agent": Neuron,
