@@ -19,6 +19,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -81,6 +82,12 @@ type Config struct {
 	// TmpSize bounds the writable /tmp (an emptyDir; the root filesystem
 	// is read-only).
 	TmpSize resource.Quantity
+	// EgressProxy are the labels of the namespace's egress proxy pods,
+	// the only place a neuron's connections out may go (the allow-list
+	// proxy the other modes use); none: neurons reach nothing.
+	EgressProxy map[string]string
+	// EgressProxyPort is the proxy's port (default 3128).
+	EgressProxyPort int32
 }
 
 // TrustKey is the key of the trust ConfigMap that holds the public key.
@@ -102,6 +109,9 @@ func (c Config) Defaults() Config {
 	}
 	if c.TmpSize.IsZero() {
 		c.TmpSize = resource.MustParse("1Gi")
+	}
+	if c.EgressProxyPort == 0 {
+		c.EgressProxyPort = 3128
 	}
 	if c.TrustConfigMap == "" {
 		c.TrustConfigMap = "nsys-cortex-trust"
@@ -149,7 +159,9 @@ func HomeClaimName(id string) string { return homeVolume + "-" + ObjectName(id) 
 func objectLabels(n Neuron) map[string]string {
 	out := map[string]string{}
 	for k, v := range n.Labels {
-		if !strings.Contains(k, "nsys-cortex") && k != LabelManaged {
+		// The mode's own keys, and app.kubernetes.io's (what Cortex's host
+		// pods are selected by), are not a neuron's to set.
+		if !strings.Contains(k, "nsys-cortex") && !strings.HasPrefix(k, "app.kubernetes.io/") {
 			out[k] = v
 		}
 	}
@@ -354,4 +366,68 @@ func (c Config) Check() error {
 		return fmt.Errorf("kube.agent_port %d: 1-65535", c.AgentPort)
 	}
 	return nil
+}
+
+// LabelHost marks Cortex's own pods (the host Deployment's), the only
+// ones a neuron pod takes connections from.
+const LabelHost = "app.kubernetes.io/name"
+
+// hostName is LabelHost's value on Cortex's pods.
+const hostName = "nsys-cortex"
+
+// NetworkPolicies are the namespace's policies for neuron pods: every
+// connection in and out denied, then connections in from Cortex's pods
+// on the agent port, then out to the egress proxy (when there is one:
+// Config's EgressProxy labels) and the cluster's DNS, and nothing else.
+// Policies add up (any policy that allows a connection allows it), so
+// these are the only ones that may select neuron pods.
+func NetworkPolicies(cfg Config) []*networkingv1.NetworkPolicy {
+	cfg = cfg.Defaults()
+	neurons := metav1.LabelSelector{MatchLabels: map[string]string{LabelRole: "neuron"}}
+	meta := func(name string) metav1.ObjectMeta {
+		return metav1.ObjectMeta{Name: name, Namespace: cfg.Namespace, Labels: map[string]string{LabelManaged: managedBy}}
+	}
+	tm := metav1.TypeMeta{APIVersion: "networking.k8s.io/v1", Kind: "NetworkPolicy"}
+	tcp := corev1.ProtocolTCP
+	udp := corev1.ProtocolUDP
+	agentPort := intstr.FromInt32(cfg.AgentPort)
+	deny := &networkingv1.NetworkPolicy{TypeMeta: tm, ObjectMeta: meta("neurons-deny-all"), Spec: networkingv1.NetworkPolicySpec{
+		PodSelector: neurons,
+		PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress},
+	}}
+	fromHost := &networkingv1.NetworkPolicy{TypeMeta: tm, ObjectMeta: meta("neurons-from-cortex"), Spec: networkingv1.NetworkPolicySpec{
+		PodSelector: neurons,
+		PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
+		Ingress: []networkingv1.NetworkPolicyIngressRule{{
+			// Cortex's pods, and never a neuron's, whatever its labels.
+			From: []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{
+				MatchLabels:      map[string]string{LabelHost: hostName},
+				MatchExpressions: []metav1.LabelSelectorRequirement{{Key: LabelRole, Operator: metav1.LabelSelectorOpDoesNotExist}},
+			}}},
+			Ports: []networkingv1.NetworkPolicyPort{{Protocol: &tcp, Port: &agentPort}},
+		}},
+	}}
+	out := []*networkingv1.NetworkPolicy{deny, fromHost}
+	if len(cfg.EgressProxy) > 0 {
+		dns := intstr.FromInt32(53)
+		proxyPort := intstr.FromInt32(cfg.EgressProxyPort)
+		out = append(out, &networkingv1.NetworkPolicy{TypeMeta: tm, ObjectMeta: meta("neurons-to-egress-proxy"), Spec: networkingv1.NetworkPolicySpec{
+			PodSelector: neurons,
+			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeEgress},
+			Egress: []networkingv1.NetworkPolicyEgressRule{
+				{
+					To:    []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{MatchLabels: maps.Clone(cfg.EgressProxy)}}},
+					Ports: []networkingv1.NetworkPolicyPort{{Protocol: &tcp, Port: &proxyPort}},
+				},
+				{
+					To: []networkingv1.NetworkPolicyPeer{{
+						NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": "kube-system"}},
+						PodSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{"k8s-app": "kube-dns"}},
+					}},
+					Ports: []networkingv1.NetworkPolicyPort{{Protocol: &udp, Port: &dns}, {Protocol: &tcp, Port: &dns}},
+				},
+			},
+		}})
+	}
+	return out
 }

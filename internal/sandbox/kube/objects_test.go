@@ -45,7 +45,7 @@ var testConfig = Config{Image: "registry.example/nsys-cortex-neuron:1", RuntimeC
 
 var testNeuron = Neuron{
 	ID:       "web-1",
-	Labels:   labels.Set{"team": "a", "neuron.nsys-cortex/id": "forged", "app.kubernetes.io/managed-by": "someone"},
+	Labels:   labels.Set{"team": "a", "neuron.nsys-cortex/id": "forged", "app.kubernetes.io/managed-by": "someone", "app.kubernetes.io/name": "nsys-cortex"},
 	Env:      []string{"LANG=C.UTF-8", "FOO=bar"},
 	Limits:   sandbox.Limits{CPUs: 1.5, MemoryBytes: 512 << 20, DiskBytes: 4 << 30},
 	Deadline: ptrTime(time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)),
@@ -72,6 +72,33 @@ func TestObjectsGolden(t *testing.T) {
 		t.Fatal(err)
 	}
 	golden(t, "sandbox-minimal.yaml", minimal)
+	withProxy := testConfig
+	withProxy.EgressProxy = map[string]string{"app.kubernetes.io/name": "nsys-cortex-egress"}
+	golden(t, "networkpolicies.yaml", NetworkPolicies(withProxy))
+}
+
+// The policies deny everything but the host's connections in on the
+// agent port, and, with a proxy, connections out to it and to DNS.
+func TestNetworkPolicies(t *testing.T) {
+	ps := NetworkPolicies(testConfig)
+	if len(ps) != 2 || len(ps[0].Spec.Ingress)+len(ps[0].Spec.Egress) != 0 || len(ps[0].Spec.PolicyTypes) != 2 {
+		t.Fatalf("without a proxy: %+v", ps)
+	}
+	for _, p := range ps {
+		if p.Spec.PodSelector.MatchLabels[LabelRole] != "neuron" {
+			t.Errorf("%s selects %v", p.Name, p.Spec.PodSelector)
+		}
+		for _, r := range p.Spec.Ingress {
+			for _, from := range r.From {
+				if from.IPBlock != nil || from.PodSelector == nil || from.PodSelector.MatchLabels[LabelHost] != hostName || len(from.PodSelector.MatchExpressions) != 1 {
+					t.Errorf("%s lets in %+v", p.Name, from)
+				}
+			}
+		}
+		if len(p.Spec.Egress) != 0 {
+			t.Errorf("%s lets out %+v without a proxy", p.Name, p.Spec.Egress)
+		}
+	}
 }
 
 // What the golden files hold, said as rules, so that a change of the
@@ -108,7 +135,7 @@ func TestPodIsHardened(t *testing.T) {
 	if got := mustFallback(t).Spec.Containers[0].Resources.Limits; got.Cpu().MilliValue() != 1500 || got.Memory().Value() != 512<<20 {
 		t.Errorf("limits: %v", got)
 	}
-	if l := mustSandbox(t).Labels; l[LabelID] != "web-1" || l[LabelManaged] != managedBy || l["team"] != "a" {
+	if l := mustSandbox(t).Labels; l[LabelID] != "web-1" || l[LabelManaged] != managedBy || l["team"] != "a" || l[LabelHost] != "" {
 		t.Errorf("a neuron's labels override the mode's: %v", l)
 	}
 }
