@@ -270,6 +270,8 @@ func (a *Agent) dispatch(req *request) (any, []byte, error) {
 		return a.searchCmd(req)
 	case protocol.CmdPortDial:
 		return a.portDial(req)
+	case protocol.CmdFsWatch:
+		return a.fsWatch(req)
 	case protocol.CmdHealth:
 		var args protocol.HealthArgs
 		if err := req.decode(&args); err != nil {

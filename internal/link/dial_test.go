@@ -52,7 +52,14 @@ func (s *syncBuffer) String() string {
 // listeningAgent runs an agent that listens on addr for hosts with token.
 func listeningAgent(t *testing.T, addr, token string, logs io.Writer) func() {
 	t.Helper()
-	root := t.TempDir()
+	stop, _ := startListeningAgent(t, addr, token, logs)
+	return stop
+}
+
+// startListeningAgent is listeningAgent, which also says the agent's root.
+func startListeningAgent(t *testing.T, addr, token string, logs io.Writer) (stop func(), root string) {
+	t.Helper()
+	root = t.TempDir()
 	a, err := agent.New(agent.Config{ID: "t1", Root: root, Listen: addr, Token: token, Version: "test", Logger: log.New(logs, "", 0)})
 	if err != nil {
 		t.Fatal(err)
@@ -61,9 +68,9 @@ func listeningAgent(t *testing.T, addr, token string, logs io.Writer) func() {
 	done := make(chan struct{})
 	go func() { defer close(done); a.Run(ctx) }()
 	var once sync.Once
-	stop := func() { once.Do(func() { cancel(); <-done }) }
+	stop = func() { once.Do(func() { cancel(); <-done }) }
 	t.Cleanup(stop)
-	return stop
+	return stop, root
 }
 
 // A dialling link reaches an agent that starts listening after it began

@@ -37,6 +37,7 @@ var releases = []release{
 	{dir: "testdata/v1.0", commands: commands10, frames: sampleFrames},
 	{dir: "testdata/v1.1", commands: []Cmd{CmdSearch}, frames: sampleFrames11},
 	{dir: "testdata/v1.2", commands: []Cmd{CmdPortDial}, frames: sampleFrames12},
+	{dir: "testdata/v1.3", commands: []Cmd{CmdFsWatch}, frames: sampleFrames13},
 }
 
 func recordedFrames(dir string) map[string][]byte {
@@ -151,6 +152,23 @@ func sampleFrames12() map[string][]byte {
 	return frames
 }
 
+// sampleFrames13 is what release 1.3 added: fs_watch (its request, its
+// ready and change events, its end).
+func sampleFrames13() map[string][]byte {
+	frames := map[string][]byte{}
+	caps := []string{}
+	for _, c := range append(slices.Clone(commands10), CmdSearch, CmdPortDial, CmdFsWatch) {
+		caps = append(caps, string(c))
+	}
+	addFrame(frames, "hello-agent", Header{Kind: KindHello}, Hello{Protocol: "1.3", Role: RoleAgent, Software: "cortex-agent 1.3.0", Caps: caps,
+		Neuron: "demo", PID: 42, Proof: "3q2+7w==", MaxBody: MaxBody, Window: DefaultWindow}, nil)
+	addFrame(frames, "req-fs_watch", Header{Kind: KindRequest, ID: 40, Cmd: CmdFsWatch}, FsWatchArgs{Path: "src", Recursive: true}, nil)
+	addFrame(frames, "event-ready", Header{Kind: KindEvent, ID: 40, Stream: StreamReady}, struct{}{}, nil)
+	addFrame(frames, "event-fs", Header{Kind: KindEvent, ID: 40, Stream: StreamFs}, FsEvent{Name: "pkg/a.go", Op: FsWrite}, nil)
+	addFrame(frames, "res-fs_watch", Header{Kind: KindResponse, ID: 40}, struct{}{}, nil)
+	return frames
+}
+
 // argsFor returns a pointer to the typed arguments of cmd.
 func argsFor(c Cmd) any {
 	switch c {
@@ -194,6 +212,8 @@ func argsFor(c Cmd) any {
 		return &SearchArgs{}
 	case CmdPortDial:
 		return &PortDialArgs{}
+	case CmdFsWatch:
+		return &FsWatchArgs{}
 	}
 	return &PathArgs{}
 }

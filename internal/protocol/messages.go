@@ -11,7 +11,7 @@ import (
 // minor never sends a command or field the older side did not announce.
 const (
 	Major = 1
-	Minor = 2
+	Minor = 3
 )
 
 // Version returns "Major.Minor".
@@ -65,6 +65,7 @@ const (
 	CmdSymlink     Cmd = "file_symlink"
 	CmdSearch      Cmd = "search"
 	CmdPortDial    Cmd = "port_dial"
+	CmdFsWatch     Cmd = "fs_watch"
 )
 
 // Commands returns every command this version defines.
@@ -72,7 +73,7 @@ func Commands() []Cmd {
 	return []Cmd{CmdExec, CmdFileWrite, CmdFileRead, CmdFileList, CmdStat, CmdFileExists, CmdMkdir,
 		CmdResolvePath, CmdHealth, CmdShutdown, CmdPtySpawn, CmdPtyWrite, CmdPtyRead, CmdPtyResize,
 		CmdPtyClose, CmdProcStart, CmdProcInput, CmdProcSignal, CmdProcList, CmdProcAttach,
-		CmdFileRemove, CmdFileMove, CmdSymlink, CmdSearch, CmdPortDial}
+		CmdFileRemove, CmdFileMove, CmdSymlink, CmdSearch, CmdPortDial, CmdFsWatch}
 }
 
 // Roles in a hello.
@@ -115,6 +116,10 @@ const (
 	StreamGap    = "gap"    // bytes a replay could not return (overwritten in the ring)
 	// StreamConnected is port_dial's first event: the connection is made.
 	StreamConnected = "connected"
+	// StreamReady is fs_watch's first event: changes from now on are seen.
+	StreamReady = "ready"
+	// StreamFs carries one change of a watched directory (FsEvent).
+	StreamFs = "fs"
 )
 
 // PortDialArgs: connect to Port on the neuron's own loopback (127.0.0.1,
@@ -126,6 +131,62 @@ const (
 // listening answers NOT_FOUND.
 type PortDialArgs struct {
 	Port int `json:"port"`
+}
+
+// FsWatchArgs asks for the changes of the directory Path (fs_watch,
+// protocol 1.3), and of every directory under it with Recursive. The
+// agent answers a StreamReady event once it watches, then one StreamFs
+// event (FsEvent) per change, until the host cancels the request. A
+// watch ends with an error when the directory goes, when a recursive
+// watch would take more than MaxWatchDirs directories, or when changes
+// come faster than the host reads them (the kernel's queue overflowed:
+// changes would be lost, so the watch says so rather than go on).
+type FsWatchArgs struct {
+	Path      string `json:"path"`
+	Recursive bool   `json:"recursive,omitempty"`
+}
+
+// MaxWatchDirs bounds the directories one recursive watch takes.
+const MaxWatchDirs = 4096
+
+// FsEvent is one change: Name is the path that changed, relative to the
+// watched directory ('/'-separated), Op what happened to it.
+type FsEvent struct {
+	Name string `json:"name"`
+	Op   string `json:"op"`
+}
+
+// The ops of an FsEvent. A move out of a watched directory is FsRename
+// (of the old name), a move in is FsCreate (of the new one).
+const (
+	FsCreate = "create"
+	FsWrite  = "write"
+	FsRemove = "remove"
+	FsRename = "rename"
+	FsChmod  = "chmod"
+)
+
+// MaxFsEventName bounds an FsEvent's name.
+const MaxFsEventName = 4096
+
+// CheckFsEvent refuses an event no agent sends: an unknown op, or a name
+// that is empty, too long, absolute, or leaves the watched directory.
+// The host checks every event it is told (the neuron is not trusted).
+func CheckFsEvent(ev FsEvent) error {
+	switch ev.Op {
+	case FsCreate, FsWrite, FsRemove, FsRename, FsChmod:
+	default:
+		return Errorf(CodeInternal, "fs_watch: the agent sent op %.40q", ev.Op)
+	}
+	if ev.Name == "" || len(ev.Name) > MaxFsEventName || strings.ContainsRune(ev.Name, 0) || strings.HasPrefix(ev.Name, "/") {
+		return Errorf(CodeInternal, "fs_watch: the agent sent name %.80q", ev.Name)
+	}
+	for _, el := range strings.Split(ev.Name, "/") {
+		if el == ".." || el == "." || el == "" {
+			return Errorf(CodeInternal, "fs_watch: the agent sent name %.80q", ev.Name)
+		}
+	}
+	return nil
 }
 
 // PortDialResult is what a port_dial carried.

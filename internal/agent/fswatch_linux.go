@@ -1,0 +1,191 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/nsys-cortex/cortex/internal/protocol"
+)
+
+// fsWatchMask is what a watch asks the kernel for, per directory.
+const fsWatchMask = unix.IN_CREATE | unix.IN_DELETE | unix.IN_MODIFY | unix.IN_ATTRIB |
+	unix.IN_MOVED_FROM | unix.IN_MOVED_TO | unix.IN_DELETE_SELF | unix.IN_MOVE_SELF | unix.IN_ONLYDIR
+
+// fsWatch serves fs_watch (protocol.FsWatchArgs): the changes of a
+// directory, from inotify, as StreamFs data (each FsEvent's JSON on a
+// line of its own), under the request's flow control: a host that does not read
+// holds the agent back, the kernel's queue overflows, and the watch ends
+// saying so. Each directory is opened through the neuron's root (no
+// symlink is followed) and watched through its descriptor, so the watch
+// is on what was opened, whatever a name points at later.
+func (a *Agent) fsWatch(req *request) (any, []byte, error) {
+	var args protocol.FsWatchArgs
+	if err := req.decode(&args); err != nil {
+		return nil, nil, err
+	}
+	ifd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
+	if err != nil {
+		return nil, nil, protocol.Errorf(protocol.CodeInternal, "fs_watch: inotify: %v", err)
+	}
+	f := os.NewFile(uintptr(ifd), "inotify")
+	defer f.Close()
+	w := &fsWatcher{a: a, f: f, fd: ifd, root: args.Path, recursive: args.Recursive, dirs: map[int32]string{}}
+	if err := w.add(""); err != nil {
+		return nil, nil, err
+	}
+	if err := req.event(protocol.StreamReady, struct{}{}); err != nil {
+		return nil, nil, err
+	}
+	// A host that cancels (or a session that ends) ends a read that waits.
+	stop := context.AfterFunc(req.ctx, func() { f.Close() })
+	defer stop()
+	var off int64
+	buf := make([]byte, 64<<10)
+	for {
+		n, rerr := f.Read(buf)
+		if rerr != nil {
+			if req.ctx.Err() != nil {
+				return struct{}{}, nil, nil
+			}
+			return nil, nil, protocol.Errorf(protocol.CodeInternal, "fs_watch %s: reading inotify: %v", args.Path, rerr)
+		}
+		evs, done, err := w.parse(buf[:n])
+		for _, ev := range evs {
+			b, _ := json.Marshal(ev)
+			b = append(b, '\n') // a piece of the stream may split an event: lines say where each ends
+			if serr := req.send(protocol.StreamFs, off, b); serr != nil {
+				return nil, nil, serr
+			}
+			off += int64(len(b))
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+		if done {
+			return struct{}{}, nil, nil
+		}
+	}
+}
+
+// fsWatcher is one fs_watch's inotify instance and its directories.
+type fsWatcher struct {
+	a         *Agent
+	f         *os.File
+	fd        int
+	root      string
+	recursive bool
+	dirs      map[int32]string // watch descriptor -> directory, relative to root ("" is root)
+}
+
+// add watches directory rel (under root), and with recursive every
+// directory under it.
+func (w *fsWatcher) add(rel string) error {
+	p := w.root
+	if rel != "" {
+		p = path.Join(w.root, rel)
+	}
+	d, abs, err := w.a.fs.openFile(p, os.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		if rel != "" && errors.Is(err, os.ErrNotExist) {
+			return nil // gone already: its removal comes as an event
+		}
+		return pathError("watch", p, err)
+	}
+	defer d.Close()
+	if len(w.dirs) >= protocol.MaxWatchDirs {
+		return protocol.Errorf(protocol.CodeTooLarge, "fs_watch %s: more than %d directories to watch: watch a smaller tree, or not recursively", w.root, protocol.MaxWatchDirs)
+	}
+	wd, err := unix.InotifyAddWatch(w.fd, fmt.Sprintf("/proc/self/fd/%d", d.Fd()), fsWatchMask)
+	if err != nil {
+		if errors.Is(err, unix.ENOSPC) {
+			return protocol.Errorf(protocol.CodeTooLarge, "fs_watch %s: the kernel's inotify watches are used up (fs.inotify.max_user_watches)", abs)
+		}
+		return pathError("watch", abs, err)
+	}
+	w.dirs[int32(wd)] = rel
+	if !w.recursive {
+		return nil
+	}
+	ents, err := d.ReadDir(-1)
+	if err != nil {
+		return pathError("watch", abs, err)
+	}
+	for _, e := range ents {
+		if e.IsDir() { // a symlink to a directory is not one: not followed
+			if err := w.add(path.Join(rel, e.Name())); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// parse reads the kernel's events in b; done when the watched directory
+// itself went.
+func (w *fsWatcher) parse(b []byte) (evs []protocol.FsEvent, done bool, err error) {
+	for len(b) >= unix.SizeofInotifyEvent {
+		raw := (*unix.InotifyEvent)(unsafe.Pointer(&b[0]))
+		size := unix.SizeofInotifyEvent + int(raw.Len)
+		if size > len(b) {
+			break
+		}
+		name := string(bytes.TrimRight(b[unix.SizeofInotifyEvent:size], "\x00"))
+		b = b[size:]
+		mask := raw.Mask
+		if mask&unix.IN_Q_OVERFLOW != 0 {
+			return evs, false, protocol.Errorf(protocol.CodeTooLarge, "fs_watch %s: changes came faster than they were read, and some were lost: watch again", w.root)
+		}
+		dir, ok := w.dirs[raw.Wd]
+		if !ok {
+			continue
+		}
+		if mask&unix.IN_IGNORED != 0 {
+			delete(w.dirs, raw.Wd)
+			if dir == "" {
+				return evs, true, nil
+			}
+			continue
+		}
+		if mask&(unix.IN_DELETE_SELF|unix.IN_MOVE_SELF) != 0 {
+			if dir == "" {
+				return evs, true, nil // the watched directory went
+			}
+			continue // a subdirectory's removal came as its parent's event
+		}
+		if name == "" {
+			continue
+		}
+		rel := path.Join(dir, name)
+		var op string
+		switch {
+		case mask&(unix.IN_CREATE|unix.IN_MOVED_TO) != 0:
+			op = protocol.FsCreate
+			if w.recursive && mask&unix.IN_ISDIR != 0 {
+				if err := w.add(rel); err != nil {
+					return evs, false, err
+				}
+			}
+		case mask&unix.IN_DELETE != 0:
+			op = protocol.FsRemove
+		case mask&unix.IN_MOVED_FROM != 0:
+			op = protocol.FsRename
+		case mask&unix.IN_MODIFY != 0:
+			op = protocol.FsWrite
+		case mask&unix.IN_ATTRIB != 0:
+			op = protocol.FsChmod
+		default:
+			continue
+		}
+		evs = append(evs, protocol.FsEvent{Name: rel, Op: op})
+	}
+	return evs, false, nil
+}

@@ -1,0 +1,193 @@
+package link_test
+
+import (
+	"context"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nsys-cortex/cortex/internal/link"
+	"github.com/nsys-cortex/cortex/internal/protocol"
+	"github.com/nsys-cortex/cortex/internal/waittest"
+)
+
+// watchedAgent is a real agent over TCP, and its root on the host.
+func watchedAgent(t *testing.T) (*link.Client, string) {
+	t.Helper()
+	addr := freeAddr(t)
+	const token = "0123456789abcdef0123456789abcdef"
+	_, root := startListeningAgent(t, addr, token, io.Discard)
+	l := link.Dial(func(context.Context) (string, error) { return addr, nil }, link.Options{Neuron: "t1", Token: token, Software: "test"})
+	t.Cleanup(func() { l.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := l.WaitConnected(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return l.Client(), root
+}
+
+// recorder collects a watch's events.
+type recorder struct {
+	mu  sync.Mutex
+	got []protocol.FsEvent
+}
+
+func (r *recorder) add(ev protocol.FsEvent) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.got = append(r.got, ev)
+	return nil
+}
+
+func (r *recorder) has(name, op string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, ev := range r.got {
+		if ev.Name == name && ev.Op == op {
+			return true
+		}
+	}
+	return false
+}
+
+// watch starts a watch of dir and returns once it is ready; its end
+// (the error Watch returned) comes on the channel.
+func watch(t *testing.T, c *link.Client, args *protocol.FsWatchArgs) (*recorder, context.CancelFunc, <-chan error) {
+	t.Helper()
+	rec := &recorder{}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	ready, done := make(chan struct{}), make(chan error, 1)
+	go func() { done <- c.Watch(ctx, args, func() { close(ready) }, rec.add) }()
+	select {
+	case <-ready:
+	case err := <-done:
+		t.Fatalf("the watch of %s ended before it was ready: %v", args.Path, err)
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the watch of %s is not ready", args.Path)
+	}
+	return rec, cancel, done
+}
+
+// A real agent's watch: creates, writes, renames and removes under the
+// directory, a new subdirectory's files when recursive; the watch ends
+// when the host cancels it, and when the directory goes.
+func TestWatch(t *testing.T) {
+	c, root := watchedAgent(t)
+	ws := filepath.Join(root, "w")
+	os.MkdirAll(filepath.Join(ws, "old"), 0o755)
+	rec, cancel, done := watch(t, c, &protocol.FsWatchArgs{Path: ws, Recursive: true})
+	os.WriteFile(filepath.Join(ws, "a.txt"), []byte("1"), 0o644)
+	os.Rename(filepath.Join(ws, "a.txt"), filepath.Join(ws, "b.txt"))
+	os.Chmod(filepath.Join(ws, "b.txt"), 0o600)
+	os.Remove(filepath.Join(ws, "b.txt"))
+	os.WriteFile(filepath.Join(ws, "old", "x"), []byte("1"), 0o644)
+	os.Mkdir(filepath.Join(ws, "new"), 0o755)
+	waittest.For(t, 10*time.Second, "the new directory's create", func() bool { return rec.has("new", protocol.FsCreate) })
+	os.WriteFile(filepath.Join(ws, "new", "y"), []byte("1"), 0o644)
+	for _, want := range []protocol.FsEvent{
+		{Name: "a.txt", Op: protocol.FsCreate}, {Name: "a.txt", Op: protocol.FsWrite}, {Name: "a.txt", Op: protocol.FsRename},
+		{Name: "b.txt", Op: protocol.FsCreate}, {Name: "b.txt", Op: protocol.FsChmod}, {Name: "b.txt", Op: protocol.FsRemove},
+		{Name: "old/x", Op: protocol.FsCreate}, {Name: "new/y", Op: protocol.FsCreate},
+	} {
+		waittest.For(t, 10*time.Second, "event "+want.Op+" "+want.Name, func() bool { return rec.has(want.Name, want.Op) })
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("a cancelled watch: %v", err)
+	}
+
+	// Not recursive: a subdirectory's changes are not told.
+	flat, _, _ := watch(t, c, &protocol.FsWatchArgs{Path: ws})
+	os.WriteFile(filepath.Join(ws, "old", "deep"), []byte("1"), 0o644)
+	os.WriteFile(filepath.Join(ws, "top"), []byte("1"), 0o644)
+	waittest.For(t, 10*time.Second, "the top file", func() bool { return flat.has("top", protocol.FsCreate) })
+	if flat.has("old/deep", protocol.FsCreate) {
+		t.Error("a flat watch told a subdirectory's change")
+	}
+
+	// The directory goes: the watch ends.
+	gone := filepath.Join(root, "gone")
+	os.Mkdir(gone, 0o755)
+	_, _, ended := watch(t, c, &protocol.FsWatchArgs{Path: gone})
+	os.Remove(gone)
+	select {
+	case err := <-ended:
+		if err != nil {
+			t.Errorf("the watch of a removed directory: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("the watch of a removed directory did not end")
+	}
+
+	// A file, a missing path, a symlink to a directory: refused.
+	os.WriteFile(filepath.Join(root, "file"), nil, 0o644)
+	os.Symlink(ws, filepath.Join(root, "link"))
+	for _, p := range []string{filepath.Join(root, "file"), filepath.Join(root, "missing"), filepath.Join(root, "link")} {
+		err := c.Watch(context.Background(), &protocol.FsWatchArgs{Path: p}, nil, func(protocol.FsEvent) error { return nil })
+		if err == nil {
+			t.Errorf("a watch of %s started", p)
+		}
+	}
+}
+
+// A recursive watch of a tree with more directories than a watch takes
+// fails, naming the bound.
+func TestWatchBound(t *testing.T) {
+	c, root := watchedAgent(t)
+	big := filepath.Join(root, "big")
+	for i := range protocol.MaxWatchDirs + 1 {
+		os.MkdirAll(filepath.Join(big, "d", "d"+strconv.Itoa(i)), 0o755)
+	}
+	err := c.Watch(context.Background(), &protocol.FsWatchArgs{Path: big, Recursive: true}, nil, func(protocol.FsEvent) error { return nil })
+	if err == nil || !strings.Contains(err.Error(), "directories") {
+		t.Fatalf("a watch of %d directories: %v", protocol.MaxWatchDirs+2, err)
+	}
+}
+
+// A hostile agent's events end the watch with an error: an unknown op,
+// a name that leaves the directory or is absolute, a line that never
+// ends, a stream that is not the watch's.
+func TestWatchRefusesHostileEvents(t *testing.T) {
+	for name, body := range map[string]string{
+		"unknown op":     `{"name":"a","op":"explode"}` + "\n",
+		"dotdot":         `{"name":"../../etc/passwd","op":"write"}` + "\n",
+		"absolute":       `{"name":"/etc/passwd","op":"write"}` + "\n",
+		"empty name":     `{"name":"","op":"write"}` + "\n",
+		"not json":       "hello\n",
+		"endless line":   `{"name":"` + strings.Repeat("a", 40000),
+		"inner dot elem": `{"name":"a/./b","op":"create"}` + "\n",
+	} {
+		t.Run(name, func(t *testing.T) {
+			l, _ := newListener(t)
+			fa := dialFake(t, l, agentHello())
+			c := connected(t, l)
+			done := make(chan error, 1)
+			var got []protocol.FsEvent
+			go func() {
+				done <- link.NewClient(c).Watch(context.Background(), &protocol.FsWatchArgs{Path: "w"}, nil, func(ev protocol.FsEvent) error { got = append(got, ev); return nil })
+			}()
+			f := fa.read()
+			fa.write(&protocol.Header{Kind: protocol.KindEvent, ID: f.ID, Stream: protocol.StreamReady}, nil)
+			for rest := []byte(body); len(rest) > 0; {
+				n := min(len(rest), 16<<10)
+				fa.write(&protocol.Header{Kind: protocol.KindEvent, ID: f.ID, Stream: protocol.StreamFs}, rest[:n])
+				rest = rest[n:]
+			}
+			select {
+			case err := <-done:
+				if err == nil || len(got) != 0 {
+					t.Fatalf("%v, events %v", err, got)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("the watch went on")
+			}
+		})
+	}
+}
