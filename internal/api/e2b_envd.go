@@ -69,6 +69,8 @@ type envd struct {
 	mu    sync.Mutex
 	tags  map[envdTarget]map[string]int // tag -> pid, by sandbox
 	ntags int
+
+	watchers watchers // the polling trio's
 }
 
 // client is the channel to the request's sandbox, once the gate allows
@@ -724,24 +726,6 @@ func (f envdFS) Remove(ctx context.Context, req *connect.Request[filesystem.Remo
 		return nil, connectError(err)
 	}
 	return connect.NewResponse(&filesystem.RemoveResponse{}), nil
-}
-
-var errNoWatch = connect.NewError(connect.CodeUnimplemented, errors.New("watching a directory is not served by this Cortex yet (docs/e2b.md)"))
-
-func (f envdFS) WatchDir(context.Context, *connect.Request[filesystem.WatchDirRequest], *connect.ServerStream[filesystem.WatchDirResponse]) error {
-	return errNoWatch
-}
-
-func (f envdFS) CreateWatcher(context.Context, *connect.Request[filesystem.CreateWatcherRequest]) (*connect.Response[filesystem.CreateWatcherResponse], error) {
-	return nil, errNoWatch
-}
-
-func (f envdFS) GetWatcherEvents(context.Context, *connect.Request[filesystem.GetWatcherEventsRequest]) (*connect.Response[filesystem.GetWatcherEventsResponse], error) {
-	return nil, errNoWatch
-}
-
-func (f envdFS) RemoveWatcher(context.Context, *connect.Request[filesystem.RemoveWatcherRequest]) (*connect.Response[filesystem.RemoveWatcherResponse], error) {
-	return nil, errNoWatch
 }
 
 // envdRoutes mounts the envd plane under E2BSandboxPrefix.

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/url"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -21,12 +22,15 @@ import (
 
 	"github.com/nsys-cortex/cortex/internal/api"
 	"github.com/nsys-cortex/cortex/internal/apikey"
+	"github.com/nsys-cortex/cortex/internal/e2b/proto/filesystem"
+	"github.com/nsys-cortex/cortex/internal/e2b/proto/filesystem/filesystemconnect"
 	"github.com/nsys-cortex/cortex/internal/e2b/proto/process"
 	"github.com/nsys-cortex/cortex/internal/e2b/proto/process/processconnect"
 	"github.com/nsys-cortex/cortex/internal/gate"
 	"github.com/nsys-cortex/cortex/internal/labels"
 	"github.com/nsys-cortex/cortex/internal/layout"
 	"github.com/nsys-cortex/cortex/internal/sandbox/sandboxtest"
+	"github.com/nsys-cortex/cortex/internal/waittest"
 )
 
 // e2bDaemon is a daemon answering E2B's API, with an E2B key per tenant.
@@ -669,5 +673,79 @@ func TestE2BCredentialsStayOut(t *testing.T) {
 	code, body, _ := get(t, d, fmt.Sprintf("/v1/neurons/%s/ports/%d/hi", id, port), map[string]string{"Authorization": "Bearer " + key["a"], "X-Access-Token": envdTok})
 	if code != 200 || !strings.Contains(body, `auth=""`) {
 		t.Errorf("an E2B key as the bearer of a port request: %d %s", code, body)
+	}
+}
+
+// envdFS is the official Connect client of a sandbox's filesystem.
+func envdFS(d *daemon, id, token string) filesystemconnect.FilesystemClient {
+	hc := &http.Client{Transport: headerTransport{"E2b-Sandbox-Id": id, "X-Access-Token": token}}
+	return filesystemconnect.NewFilesystemClient(hc, d.ts.URL+api.E2BSandboxPrefix)
+}
+
+// WatchDir streams a directory's changes; the polling watchers keep them
+// for their sandbox alone, and end when removed.
+func TestE2BWatch(t *testing.T) {
+	d, key, _ := e2bDaemon(t)
+	id, tok := e2bSandboxOf(t, d, key["a"], "POST", "/e2b/v2/sandboxes", `{"metadata":{"team":"a"}}`)
+	other, otherTok := e2bSandboxOf(t, d, key["b"], "POST", "/e2b/v2/sandboxes", `{"metadata":{"team":"b"}}`)
+	run := func(script string) {
+		t.Helper()
+		if _, code, err := envdRun(t, envdClient(d, id, tok), "sh", "-c", script); err != nil || code != 0 {
+			t.Fatalf("%s: %d %v", script, code, err)
+		}
+	}
+	run("mkdir -p w/sub")
+	fs := envdFS(d, id, tok)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	st, err := fs.WatchDir(ctx, connect.NewRequest(&filesystem.WatchDirRequest{Path: "w", Recursive: true}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !st.Receive() || st.Msg().GetStart() == nil {
+		t.Fatalf("the watch's start: %v", st.Err())
+	}
+	run("echo 1 > w/sub/a.txt")
+	got := map[string]bool{}
+	for !got["sub/a.txt "+filesystem.EventType_EVENT_TYPE_CREATE.String()] && st.Receive() {
+		if ev := st.Msg().GetFilesystem(); ev != nil {
+			got[ev.GetName()+" "+ev.GetType().String()] = true
+		}
+	}
+	if !got["sub/a.txt EVENT_TYPE_CREATE"] {
+		t.Fatalf("events: %v (%v)", got, st.Err())
+	}
+	cancel()
+	st.Close()
+
+	wr, err := fs.CreateWatcher(context.Background(), connect.NewRequest(&filesystem.CreateWatcherRequest{Path: "w"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wid := wr.Msg.GetWatcherId()
+	run("echo 2 > w/b.txt")
+	var names []string
+	waittest.For(t, 10*time.Second, "the watcher's events", func() bool {
+		r, err := fs.GetWatcherEvents(context.Background(), connect.NewRequest(&filesystem.GetWatcherEventsRequest{WatcherId: wid}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ev := range r.Msg.GetEvents() {
+			names = append(names, ev.GetName())
+		}
+		return slices.Contains(names, "b.txt")
+	})
+	// Another sandbox's token knows no such watcher.
+	if _, err := envdFS(d, other, otherTok).GetWatcherEvents(context.Background(), connect.NewRequest(&filesystem.GetWatcherEventsRequest{WatcherId: wid})); connect.CodeOf(err) != connect.CodeNotFound {
+		t.Errorf("another sandbox's poll of the watcher: %v", err)
+	}
+	if _, err := fs.RemoveWatcher(context.Background(), connect.NewRequest(&filesystem.RemoveWatcherRequest{WatcherId: wid})); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fs.GetWatcherEvents(context.Background(), connect.NewRequest(&filesystem.GetWatcherEventsRequest{WatcherId: wid})); connect.CodeOf(err) != connect.CodeNotFound {
+		t.Errorf("a removed watcher: %v", err)
+	}
+	if _, err := fs.CreateWatcher(context.Background(), connect.NewRequest(&filesystem.CreateWatcherRequest{Path: "no-such-dir"})); connect.CodeOf(err) != connect.CodeNotFound {
+		t.Errorf("a watcher of a missing directory: %v", err)
 	}
 }

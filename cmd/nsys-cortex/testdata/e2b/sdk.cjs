@@ -87,6 +87,15 @@ async function main() {
   await step('make a directory', () => s.files.makeDir('made'), (x) => x === true)
   await step('rename', () => s.files.rename('many/one.txt', 'made/one.txt'), (e) => e.path.endsWith('made/one.txt'))
   await step('info', () => s.files.getInfo('made/one.txt'), (i) => i.type === 'file' && i.size === 1)
+  const seen = []
+  await s.files.makeDir('watched/deep')
+  const watcher = await step('watchDir (recursive)', () => s.files.watchDir('watched', (e) => seen.push(e), { recursive: true }), (h) => !!h)
+  await s.files.write('watched/deep/x.txt', 'x')
+  await step('its events', async () => {
+    for (let i = 0; i < 100 && !seen.some((e) => e.name === 'deep/x.txt' && e.type === 'create'); i++) await new Promise((r) => setTimeout(r, 50))
+    return seen.map((e) => `${e.type} ${e.name}`)
+  }, (x) => x.includes('create deep/x.txt'))
+  if (watcher) await step('stop the watch', () => watcher.stop())
   await step('remove', () => s.files.remove('many'))
   await step('removed', () => s.files.exists('many'), (x) => x === false)
 
