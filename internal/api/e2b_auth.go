@@ -7,6 +7,7 @@ import (
 	"crypto/subtle"
 	"encoding/base64"
 	"encoding/hex"
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -235,6 +236,19 @@ func (s *Server) e2bAuthenticate(mux, envdMux *http.ServeMux, rest http.Handler)
 					port, id, e2bEnvdPort)
 				return
 			}
+			// E2B's SDKs name the user a call runs as in a Basic header
+			// (the files routes in ?username=, checked there). A Cortex
+			// sandbox has one user: any other is refused, not ignored.
+			var badUser error
+			if u, _, ok := r.BasicAuth(); ok && u != "" && u != "user" {
+				badUser = fmt.Errorf("user %q: a Cortex sandbox runs everything as its one user, \"user\" (the neuron's agent user); there is no root in a neuron (docs/e2b.md)", u)
+				if !strings.HasPrefix(r.URL.Path, E2BSandboxPrefix+"/process.") && !strings.HasPrefix(r.URL.Path, E2BSandboxPrefix+"/filesystem.") {
+					writeE2BError(w, http.StatusForbidden, "%v", badUser)
+					return
+				}
+				// An RPC says it in Connect's terms (envd.client), so that
+				// the SDK shows the message.
+			}
 			created := s.envdCreated(r.Context(), id)
 			var cred envdCredential
 			var aerr *envdAuthError
@@ -257,6 +271,9 @@ func (s *Server) e2bAuthenticate(mux, envdMux *http.ServeMux, rest http.Handler)
 			ctx = context.WithValue(ctx, envdSandboxKey{}, envdTarget{id: id, created: created})
 			if cred.key != nil {
 				ctx = context.WithValue(ctx, keyCtx{}, cred.key)
+			}
+			if badUser != nil {
+				ctx = context.WithValue(ctx, envdBadUserKey{}, badUser)
 			}
 			if signed {
 				// A signed URL is for its one path: an upload writes that
@@ -356,3 +373,6 @@ func (s *Server) e2bPorts(mux, next http.Handler) http.Handler {
 
 // signedPathKey carries the path a signed file URL was signed for.
 type signedPathKey struct{}
+
+// envdBadUserKey carries why the user an RPC asked to run as is refused.
+type envdBadUserKey struct{}

@@ -80,6 +80,9 @@ func (e *envd) client(ctx context.Context, action gate.Action, detail string) (*
 	if t.id == "" {
 		return nil, t, connect.NewError(connect.CodeUnauthenticated, errors.New("no sandbox: send E2b-Sandbox-Id and X-Access-Token"))
 	}
+	if bad, _ := ctx.Value(envdBadUserKey{}).(error); bad != nil {
+		return nil, t, connect.NewError(connect.CodePermissionDenied, bad)
+	}
 	if err := e.allow(ctx, action, detail); err != nil {
 		return nil, t, err
 	}

@@ -749,3 +749,20 @@ func TestE2BWatch(t *testing.T) {
 		t.Errorf("a watcher of a missing directory: %v", err)
 	}
 }
+
+// A call as root (E2B's SDKs say the user in a Basic header) is refused,
+// not run as the neuron's user.
+func TestE2BNoRoot(t *testing.T) {
+	d, key, _ := e2bDaemon(t)
+	id, tok := e2bSandboxOf(t, d, key["a"], "POST", "/e2b/v2/sandboxes", `{"metadata":{"team":"a"}}`)
+	hc := &http.Client{Transport: headerTransport{"E2b-Sandbox-Id": id, "X-Access-Token": tok, "Authorization": "Basic cm9vdDo="}}
+	c := processconnect.NewProcessClient(hc, d.ts.URL+api.E2BSandboxPrefix)
+	if _, _, err := envdRun(t, c, "id", "-u"); err == nil {
+		t.Fatal("a command as root ran")
+	}
+	hc.Transport = headerTransport{"E2b-Sandbox-Id": id, "X-Access-Token": tok, "Authorization": "Basic dXNlcjo="} // user:
+	if out, _, err := envdRun(t, processconnect.NewProcessClient(hc, d.ts.URL+api.E2BSandboxPrefix), "echo", "ok"); err != nil || out != "ok\n" {
+		t.Fatalf("a command as user: %q %v", out, err)
+	}
+	refused(t, d, http.StatusBadRequest, "GET", "/e2b/sandbox/files?path=x&username=root", "", "E2b-Sandbox-Id", id, "X-Access-Token", tok)
+}

@@ -49,6 +49,10 @@ async function main() {
     try { await s.commands.run('exit 3') } catch (e) { return [e instanceof CommandExitError, e.exitCode] }
   }, (x) => x && x[0] === true && x[1] === 3)
 
+  await step('a command as root is refused, not run as user', async () => {
+    try { await s.commands.run('id -u', { user: 'root' }); return 'ran' } catch (e) { return `${e.constructor.name}: ${e.message}` }
+  }, (x) => x !== 'ran' && x.includes('no root'))
+
   let echoed = ''
   const wc = await step('a command reading stdin', () => s.commands.run('wc -c', { background: true, stdin: true, onStdout: (d) => { echoed += d } }), (h) => h.pid > 0)
   await step('send stdin, close stdin', async () => { await s.commands.sendStdin(wc.pid, '12345'); await s.commands.closeStdin(wc.pid); return (await wc.wait()).stdout.trim() }, (x) => x === '5')
