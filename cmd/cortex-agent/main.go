@@ -14,6 +14,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -22,6 +23,7 @@ import (
 	"github.com/nsys-cortex/cortex/internal/agent/logline"
 	"github.com/nsys-cortex/cortex/internal/agent/nsboxinit"
 	"github.com/nsys-cortex/cortex/internal/agent/vminit"
+	"github.com/nsys-cortex/cortex/internal/podtoken"
 	"github.com/nsys-cortex/cortex/internal/protocol"
 	"github.com/nsys-cortex/cortex/internal/protocol/boot"
 )
@@ -78,6 +80,8 @@ func main() {
 	flag.StringVar(&cfg.ChannelDir, "channel-dir", "", "directory to watch for host sockets")
 	flag.StringVar(&cfg.Connect, "connect", "", "a single host socket to dial (instead of -channel-dir)")
 	flag.StringVar(&cfg.Listen, "listen", "", "a TCP address to listen on for hosts with the token (instead of -channel-dir)")
+	trustKey := flag.String("trust-key", "", "with -listen: take hosts whose pod token (kube mode) this public key verifies, instead of the secret")
+	podInfo := flag.String("pod-info", "", "with -trust-key: the directory of this pod's namespace, name and uid (the downward API)")
 	secretFD := flag.Int(strings.TrimPrefix(boot.SecretFDFlag, "--"), -1, "read the neuron's per-start secret from this descriptor (then closed)")
 	rebindFD := flag.Int(strings.TrimPrefix(boot.RebindFDFlag, "--"), -1, "take new identities from the PID 1 on this socket (a microVM's fork)")
 	oomFD := flag.Int(strings.TrimPrefix(boot.OOMFDFlag, "--"), -1, "take this agent's own oom_score_adj from the PID 1 on this socket (then closed)")
@@ -122,6 +126,14 @@ func main() {
 	}
 	if cfg.Listen != "" {
 		cfg.Token = secret
+	}
+	if *trustKey != "" {
+		check, err := podTokenCheck(*trustKey, *podInfo)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "cortex-agent: %v\n", err)
+			os.Exit(1)
+		}
+		cfg.TokenCheck = check
 	}
 	if *oomFD >= 0 {
 		cfg.OOMScoreAdj = recvOOMScoreAdj(*oomFD)
@@ -196,4 +208,29 @@ func recvOOMScoreAdj(fd int) *os.File {
 		return nil
 	}
 	return os.NewFile(uintptr(fds[0]), "oom_score_adj")
+}
+
+// podTokenCheck is how a kube pod's agent checks a host (-trust-key): the
+// host's token must be a pod token (internal/podtoken) that the key in
+// keyFile verifies, for this pod as podInfo (the downward API) names it.
+func podTokenCheck(keyFile, podInfo string) (func(string) error, error) {
+	if podInfo == "" {
+		return nil, fmt.Errorf("-trust-key needs -pod-info: a token is checked against the pod it is for")
+	}
+	b, err := os.ReadFile(keyFile)
+	if err != nil {
+		return nil, fmt.Errorf("the trust key: %w", err)
+	}
+	pub, err := podtoken.ParsePublic(string(b))
+	if err != nil {
+		return nil, fmt.Errorf("the trust key %s: %w", keyFile, err)
+	}
+	self, err := podtoken.ReadIdentity(podInfo)
+	if err != nil {
+		return nil, err
+	}
+	return func(tok string) error {
+		_, err := podtoken.Verify(pub, tok, self, time.Now())
+		return err
+	}, nil
 }

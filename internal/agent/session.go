@@ -128,8 +128,14 @@ func (s *session) handshake() error {
 	// anything).
 	var err error
 	s.peer, err = protocol.AnswerHello(s.w, s.r, hello, protocol.RoleHost, func(peer protocol.Hello, me *protocol.Hello) error {
-		if s.a.cfg.Listen != "" && subtle.ConstantTimeCompare([]byte(peer.Token), []byte(s.a.cfg.Token)) != 1 {
-			return errors.New("a host with a wrong token")
+		if s.a.cfg.Listen != "" {
+			if check := s.a.cfg.TokenCheck; check != nil {
+				if err := check(peer.Token); err != nil {
+					return fmt.Errorf("a host with a wrong token: %w", err)
+				}
+			} else if subtle.ConstantTimeCompare([]byte(peer.Token), []byte(s.a.cfg.Token)) != 1 {
+				return errors.New("a host with a wrong token")
+			}
 		}
 		if who.secret != "" && peer.Nonce != "" {
 			me.Proof = protocol.AgentProof(who.secret, who.id, peer.Nonce)

@@ -56,6 +56,10 @@ type Options struct {
 	// Token, when set, must be presented by the agent (a listening link)
 	// or is presented to it (a dialling one).
 	Token string
+	// TokenFunc, when set, gives a dialling link the token to present,
+	// asked before every dial: a token that expires (kube mode's pod
+	// tokens, internal/podtoken). It takes Token's place.
+	TokenFunc func() (string, error)
 	// Secret, when set, is the neuron's per-start secret: every agent
 	// connection must prove it holds it (see HandshakeOptions.Secret).
 	Secret string
@@ -437,7 +441,15 @@ func (l *Link) dialLoop(ctx context.Context, addr func(ctx context.Context) (str
 			continue
 		}
 		o := l.options()
-		c, err := Handshake(nc, HandshakeOptions{Neuron: o.Neuron, Token: o.Token, Secret: o.Secret, Present: true,
+		token := o.Token
+		if o.TokenFunc != nil {
+			if token, err = o.TokenFunc(); err != nil {
+				nc.Close()
+				failed(fmt.Errorf("making the token for %s: %w", a, err))
+				continue
+			}
+		}
+		c, err := Handshake(nc, HandshakeOptions{Neuron: o.Neuron, Token: token, Secret: o.Secret, Present: true,
 			Software: o.Software, Timeout: 5 * time.Second})
 		if err != nil {
 			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) {

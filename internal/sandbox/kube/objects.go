@@ -202,7 +202,7 @@ func PodSpec(cfg Config, n Neuron, homeClaim string) corev1.PodSpec {
 			ImagePullPolicy: cfg.ImagePullPolicy,
 			Command:         []string{AgentPath},
 			Args: []string{
-				"--listen=tcp::" + port,
+				"--listen=:" + port,
 				"--trust-key=/run/nsys-cortex/trust/" + TrustKey,
 				"--pod-info=/run/nsys-cortex/pod",
 				"--id=" + n.ID,
