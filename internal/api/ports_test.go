@@ -288,3 +288,20 @@ func TestTunnel(t *testing.T) {
 		t.Fatalf("a tunnel without Upgrade: %d", resp.StatusCode)
 	}
 }
+
+// /healthz answers a supervisor's probe without a token, and says
+// nothing but that the daemon serves; a neuron's port by its host name
+// keeps its own /healthz.
+func TestHealthzProbe(t *testing.T) {
+	d, _, port := portDaemon(t)
+	code, body, resp := get(t, d, "/healthz", nil)
+	if code != 200 || body != "ok\n" || resp.Header.Get("Content-Type") != "text/plain; charset=utf-8" {
+		t.Fatalf("/healthz: %d %q", code, body)
+	}
+	if code, _, _ := get(t, d, "/v1/health", nil); code != 401 {
+		t.Errorf("/v1/health without the token: %d", code)
+	}
+	if code, _, _ := get(t, d, "/healthz", map[string]string{"Host": fmt.Sprintf("%d-web.cortex.test", port)}); code != 401 {
+		t.Errorf("a neuron's /healthz by its host, without the token: %d (the daemon's probe answered it)", code)
+	}
+}

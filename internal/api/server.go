@@ -10,6 +10,7 @@ import (
 	"crypto/subtle"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -166,11 +167,37 @@ func New(opts Options) *Server {
 		writeError(w, cortex.APIError{Code: cortex.CodeNotFound,
 			Message: fmt.Sprintf("no route %s %s (the routes are in api/openapi.yaml)", r.Method, r.URL.Path)})
 	})
-	s.handler = s.observe(s.routeByHost(s.authenticate(mux))) // refusals are counted too
+	s.handler = s.observe(s.probes(s.routeByHost(s.authenticate(mux)))) // refusals are counted too
 	if opts.E2B {
-		s.handler = s.observe(s.e2bAuthenticate(mux, envdMux, s.routeByHost(s.e2bPorts(mux, s.authenticate(mux)))))
+		s.handler = s.observe(s.probes(s.e2bAuthenticate(mux, envdMux, s.routeByHost(s.e2bPorts(mux, s.authenticate(mux))))))
 	}
 	return s
+}
+
+// probes answers GET /healthz without a token, for a supervisor's
+// liveness and readiness probes (a Kubernetes Deployment's): "ok" while
+// the daemon serves, 503 once it is stopping, and nothing else about it
+// (/v1/health, behind the token, says the version and modes). A request
+// to a neuron's port by its host name is the neuron's, /healthz too.
+func (s *Server) probes(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/healthz" || r.Method != http.MethodGet && r.Method != http.MethodHead {
+			next.ServeHTTP(w, r)
+			return
+		}
+		if _, _, under, _ := s.hostTarget(r.Host); under {
+			next.ServeHTTP(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.Header().Set("Cache-Control", "no-store")
+		if s.streams.Err() != nil {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			io.WriteString(w, "stopping\n")
+			return
+		}
+		io.WriteString(w, "ok\n")
+	})
 }
 
 // Routes lists the /v1 routes (GET /metrics is served besides).
