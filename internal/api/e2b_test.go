@@ -29,7 +29,6 @@ import (
 	"github.com/nsys-cortex/cortex/internal/gate"
 	"github.com/nsys-cortex/cortex/internal/labels"
 	"github.com/nsys-cortex/cortex/internal/layout"
-	"github.com/nsys-cortex/cortex/internal/sandbox/sandboxtest"
 	"github.com/nsys-cortex/cortex/internal/waittest"
 )
 
@@ -383,19 +382,7 @@ func TestE2BHostRouting(t *testing.T) {
 		}
 		return sb.SandboxID, sb.EnvdAccessToken, sb.TrafficAccessToken
 	}
-	serve := func(id string) int {
-		m, st, err := d.set.FindExact(context.Background(), id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		c, err := m.Connect(context.Background(), st.ID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		port := sandboxtest.FreePort(t)
-		sandboxtest.StartPortServer(t, context.Background(), c, port)
-		return port
-	}
+	serve := func(id string) int { return startPortServer(t, d, id) }
 	pub, pubEnvd, pubTraffic := create(`{}`)
 	if pubTraffic != "" {
 		t.Fatalf("a public sandbox got a traffic token")
@@ -660,16 +647,7 @@ func TestE2BReviewedAttacks(t *testing.T) {
 func TestE2BCredentialsStayOut(t *testing.T) {
 	d, key, _ := e2bDaemon(t)
 	id, envdTok := e2bSandboxOf(t, d, key["a"], "POST", "/e2b/v2/sandboxes", `{"metadata":{"team":"a"}}`)
-	m, st, err := d.set.FindExact(context.Background(), id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := m.Connect(context.Background(), st.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := sandboxtest.FreePort(t)
-	sandboxtest.StartPortServer(t, context.Background(), c, port)
+	port := startPortServer(t, d, id)
 	code, body, _ := get(t, d, fmt.Sprintf("/v1/neurons/%s/ports/%d/hi", id, port), map[string]string{"Authorization": "Bearer " + key["a"], "X-Access-Token": envdTok})
 	if code != 200 || !strings.Contains(body, `auth=""`) {
 		t.Errorf("an E2B key as the bearer of a port request: %d %s", code, body)

@@ -26,7 +26,13 @@ func portDaemon(t *testing.T) (d *daemon, key []byte, port int) {
 	key = []byte(strings.Repeat("k", portsign.KeySize))
 	d = newDaemon(t, api.Options{Token: "tok", URLKey: key, Domain: "cortex.test"})
 	d.create(t, "web")
-	m, st, err := d.set.FindExact(context.Background(), "web")
+	return d, key, startPortServer(t, d, "web")
+}
+
+// startPortServer starts the port server in neuron id, on a free port.
+func startPortServer(t *testing.T, d *daemon, id string) int {
+	t.Helper()
+	m, st, err := d.set.FindExact(context.Background(), id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,9 +40,9 @@ func portDaemon(t *testing.T) (d *daemon, key []byte, port int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	port = sandboxtest.FreePort(t)
+	port := sandboxtest.FreePort(t)
 	sandboxtest.StartPortServer(t, context.Background(), c, port)
-	return d, key, port
+	return port
 }
 
 // noRedirects is a client that shows redirects instead of following them.
