@@ -174,7 +174,18 @@ func (c *Cluster) Observe(ctx context.Context, id string, known, wasReady bool) 
 	case !apierrors.IsNotFound(err):
 		return Observed{}, explain(err, "get", "pods", cfg.Namespace)
 	}
-	return Observe(sb, pod, known, wasReady), nil
+	o := Observe(sb, pod, known, wasReady)
+	if o.Phase == Absent && c.Agents == nil {
+		// A plain pod's neuron is stopped when its home is all there is.
+		_, err := c.Core.CoreV1().PersistentVolumeClaims(cfg.Namespace).Get(ctx, HomeClaimName(id), metav1.GetOptions{})
+		switch {
+		case err == nil:
+			o = Observed{Phase: Stopped, Reason: "its pod is gone; its home is kept"}
+		case !apierrors.IsNotFound(err):
+			return Observed{}, explain(err, "get", "persistentvolumeclaims", cfg.Namespace)
+		}
+	}
+	return o, nil
 }
 
 // explain turns the API server's refusal of verb on resource into an

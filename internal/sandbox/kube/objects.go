@@ -161,7 +161,7 @@ func objectLabels(n Neuron) map[string]string {
 	for k, v := range n.Labels {
 		// The mode's own keys, and app.kubernetes.io's (what Cortex's host
 		// pods are selected by), are not a neuron's to set.
-		if !strings.Contains(k, "nsys-cortex") && !strings.HasPrefix(k, "app.kubernetes.io/") {
+		if !strings.HasPrefix(k, "neuron.nsys-cortex/") && !strings.HasPrefix(k, "app.kubernetes.io/") {
 			out[k] = v
 		}
 	}

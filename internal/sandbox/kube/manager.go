@@ -1,0 +1,375 @@
+package kube
+
+import (
+	"context"
+	"crypto/ed25519"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/nsys-cortex/cortex/internal/labels"
+	"github.com/nsys-cortex/cortex/internal/link"
+	"github.com/nsys-cortex/cortex/internal/podtoken"
+	"github.com/nsys-cortex/cortex/internal/protocol/errdefs"
+	"github.com/nsys-cortex/cortex/internal/sandbox"
+)
+
+// Mode is kube mode's name.
+const Mode = "kube"
+
+// tokenLife is how long a pod token the manager signs lives: one dial.
+const tokenLife = 2 * time.Minute
+
+// Manager runs neurons as Kubernetes objects (sandbox.Manager): what it
+// knows of them is what the cluster holds (their objects, labels and
+// state), so another host with the same configuration sees and drives
+// the same neurons. It keeps only the links to their agents.
+type Manager struct {
+	Cluster *Cluster
+	// Key signs the pod tokens its links present (the trust ConfigMap
+	// holds its public half).
+	Key ed25519.PrivateKey
+	// Address is where a pod's agent listens (default: the pod's IP and
+	// the agent port); a simulated kubelet's tests set their own.
+	Address func(pod *corev1.Pod) (string, error)
+
+	mu    sync.Mutex
+	links map[string]*link.Link
+}
+
+var _ sandbox.Manager = (*Manager)(nil)
+
+// Mode names the isolation.
+func (m *Manager) Mode() string { return Mode }
+
+// unenforceable returns an UnenforceableError for what a create asks that this
+// mode cannot give (yet, or ever).
+func unenforceable(opts sandbox.CreateOptions) error {
+	u := func(policy, why string) error {
+		return &sandbox.UnenforceableError{Mode: Mode, Policy: policy, Reason: why}
+	}
+	switch {
+	case opts.Network.Mode == sandbox.NetworkEgress || opts.Network.Mode == sandbox.NetworkFull:
+		return u("network "+string(opts.Network.Mode), "a kube neuron reaches nothing (the namespace's NetworkPolicies deny it); egress through the allow-list proxy is not built yet (docs/kube.md)")
+	case len(opts.Secrets) > 0:
+		return u("secrets", "the egress proxy that puts secrets in requests is not built for kube mode yet")
+	case opts.Ctx != "":
+		return u("a /ctx mount", "a pod has no host mount of /ctx")
+	case opts.NestedUserns:
+		return u("nested user namespaces", "the pod's seccomp profile and dropped capabilities forbid them")
+	case opts.Image != "":
+		return u("image "+opts.Image, "a kube neuron runs kube.image; build and push another image and set it there")
+	}
+	return nil
+}
+
+// Create makes neuron id's objects (or starts a stopped one on its home),
+// waits until its agent is ready, and connects. A create that fails
+// leaves nothing it made: a new neuron is wiped, a stopped one stopped
+// again.
+func (m *Manager) Create(ctx context.Context, id string, opts sandbox.CreateOptions) (*sandbox.State, error) {
+	if err := CheckID(id); err != nil {
+		return nil, err
+	}
+	if err := unenforceable(opts); err != nil {
+		return nil, err
+	}
+	boot := opts.BootTimeout
+	if boot <= 0 {
+		boot = 2 * time.Minute // an image pull and a volume attach, on a cluster
+	}
+	before, err := m.Cluster.Observe(ctx, id, false, false)
+	if err != nil {
+		return nil, err
+	}
+	n := Neuron{ID: id, Labels: opts.Labels, Env: opts.Env, Limits: opts.Limits}
+	if opts.Timeout > 0 {
+		d := time.Now().Add(opts.Timeout)
+		n.Deadline = &d
+	}
+	if err := m.Cluster.Create(ctx, n); err != nil {
+		return nil, err
+	}
+	st, err := m.await(ctx, id, boot)
+	if err != nil {
+		undo := m.Cluster.Wipe
+		if before.Phase == Stopped {
+			undo = m.Cluster.Stop
+		}
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 60*time.Second)
+		defer cancel()
+		uerr := undo(uctx, id)
+		if uerr == nil {
+			uerr = m.awaitGone(uctx, id)
+		}
+		if uerr != nil {
+			err = errors.Join(err, fmt.Errorf("and undoing the create: %w", uerr))
+		}
+		return nil, err
+	}
+	return st, nil
+}
+
+// await waits until neuron id's pod is running, or cannot run, within
+// boot, and connects to its agent.
+func (m *Manager) await(ctx context.Context, id string, boot time.Duration) (*sandbox.State, error) {
+	ctx, cancel := context.WithTimeout(ctx, boot)
+	defer cancel()
+	cfg := m.Cluster.Config.Defaults()
+	pods := m.Cluster.Core.CoreV1().Pods(cfg.Namespace)
+	w, err := pods.Watch(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", ObjectName(id)).String()})
+	if err != nil {
+		return nil, explain(err, "watch", "pods", cfg.Namespace)
+	}
+	defer w.Stop()
+	last := Observed{Phase: Scheduling}
+	check := func(pod *corev1.Pod) (*sandbox.State, error, bool) {
+		if pod.Name != ObjectName(id) {
+			return nil, nil, false
+		}
+		last = Observe(nil, pod, true, false)
+		switch last.Phase {
+		case Running:
+			st, err := m.connect(ctx, id, pod)
+			return st, err, true
+		case Failed, Dead:
+			return nil, errdefs.New(errdefs.NotRunning, fmt.Sprintf("neuron %s did not start: %s", id, last.Reason)), true
+		}
+		return nil, nil, false
+	}
+	if pod, err := pods.Get(ctx, ObjectName(id), metav1.GetOptions{}); err == nil {
+		if st, err, done := check(pod); done {
+			return st, err
+		}
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, errdefs.New(errdefs.Timeout, fmt.Sprintf("neuron %s was not ready within %v: it is %s (%s)", id, boot, last.Phase, last.Reason))
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				return nil, errdefs.New(errdefs.Unavailable, fmt.Sprintf("the watch of neuron %s's pod ended while it was %s", id, last.Phase))
+			}
+			pod, isPod := ev.Object.(*corev1.Pod)
+			if !isPod || ev.Type == watch.Deleted {
+				continue
+			}
+			if st, err, done := check(pod); done {
+				return st, err
+			}
+		}
+	}
+}
+
+// connect links to the agent of neuron id in pod, signing a token for
+// that pod before each dial.
+func (m *Manager) connect(ctx context.Context, id string, pod *corev1.Pod) (*sandbox.State, error) {
+	self := podtoken.Identity{Namespace: pod.Namespace, Pod: pod.Name, UID: string(pod.UID)}
+	addr := m.Address
+	if addr == nil {
+		port := m.Cluster.Config.Defaults().AgentPort
+		addr = func(p *corev1.Pod) (string, error) {
+			if p.Status.PodIP == "" {
+				return "", fmt.Errorf("pod %s has no IP yet", p.Name)
+			}
+			return net.JoinHostPort(p.Status.PodIP, strconv.Itoa(int(port))), nil
+		}
+	}
+	l := link.Dial(func(context.Context) (string, error) { return addr(pod) }, link.Options{
+		Neuron: id, Software: "nsys-cortex",
+		TokenFunc: func() (string, error) { return podtoken.Sign(m.Key, self, tokenLife, time.Now()) },
+	})
+	if _, err := l.WaitConnected(ctx); err != nil {
+		l.Close()
+		return nil, errdefs.New(errdefs.Unavailable, fmt.Sprintf("neuron %s's agent at pod %s/%s: %v", id, pod.Namespace, pod.Name, errors.Join(err, l.DialError())))
+	}
+	m.mu.Lock()
+	if m.links == nil {
+		m.links = map[string]*link.Link{}
+	}
+	if old := m.links[id]; old != nil {
+		old.Close()
+	}
+	m.links[id] = l
+	m.mu.Unlock()
+	return stateOf(id, pod, Observed{Phase: Running, PodIP: pod.Status.PodIP}), nil
+}
+
+// stateOf is neuron id's state as its pod shows it.
+func stateOf(id string, pod *corev1.Pod, o Observed) *sandbox.State {
+	st := &sandbox.State{ID: id, Mode: Mode, Status: o.Status(), Workdir: "/home/agent/workspace", Pending: o.Phase == Scheduling || o.Phase == Starting}
+	if pod != nil {
+		st.CreatedAt = pod.CreationTimestamp.Time
+		l := labels.Set{}
+		for k, v := range pod.Labels {
+			if k != LabelID && k != LabelRole && k != LabelManaged {
+				l[k] = v
+			}
+		}
+		st.Labels = l
+	}
+	return st
+}
+
+// Get is neuron id's state, as the cluster shows it.
+func (m *Manager) Get(ctx context.Context, id string) (*sandbox.State, error) {
+	if err := CheckID(id); err != nil {
+		return nil, err
+	}
+	o, err := m.Cluster.Observe(ctx, id, false, false)
+	if err != nil {
+		return nil, err
+	}
+	if o.Phase == Absent {
+		return nil, &sandbox.NotFoundError{ID: id}
+	}
+	cfg := m.Cluster.Config.Defaults()
+	pod, err := m.Cluster.Core.CoreV1().Pods(cfg.Namespace).Get(ctx, ObjectName(id), metav1.GetOptions{})
+	if err != nil {
+		pod = nil
+	}
+	return stateOf(id, pod, o), nil
+}
+
+// List is every neuron of the namespace this mode made.
+func (m *Manager) List(ctx context.Context) ([]*sandbox.State, error) {
+	cfg := m.Cluster.Config.Defaults()
+	sel := metav1.ListOptions{LabelSelector: LabelManaged + "=" + managedBy}
+	pods, err := m.Cluster.Core.CoreV1().Pods(cfg.Namespace).List(ctx, sel)
+	if err != nil {
+		return nil, explain(err, "list", "pods", cfg.Namespace)
+	}
+	seen := map[string]bool{}
+	var out []*sandbox.State
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		id := p.Labels[LabelID]
+		if id == "" || seen[id] {
+			continue
+		}
+		seen[id] = true
+		out = append(out, stateOf(id, p, Observe(nil, p, true, false)))
+	}
+	if m.Cluster.Agents != nil {
+		sbs, err := m.Cluster.Agents.AgentsV1beta1().Sandboxes(cfg.Namespace).List(ctx, sel)
+		if err != nil {
+			return nil, explain(err, "list", "sandboxes.agents.x-k8s.io", cfg.Namespace)
+		}
+		for i := range sbs.Items {
+			sb := &sbs.Items[i]
+			id := sb.Labels[LabelID]
+			if id == "" || seen[id] {
+				continue // its pod is listed
+			}
+			seen[id] = true
+			st := stateOf(id, nil, Observe(sb, nil, true, false))
+			st.CreatedAt = sb.CreationTimestamp.Time
+			out = append(out, st)
+		}
+	}
+	return out, nil
+}
+
+// Destroy stops neuron id (its home kept), or wipes it.
+func (m *Manager) Destroy(ctx context.Context, id string, opts sandbox.DestroyOptions) error {
+	if err := CheckID(id); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	if l := m.links[id]; l != nil {
+		l.Close()
+		delete(m.links, id)
+	}
+	m.mu.Unlock()
+	var err error
+	if opts.Wipe {
+		err = m.Cluster.Wipe(ctx, id)
+	} else {
+		err = m.Cluster.Stop(ctx, id)
+	}
+	if errdefs.Of(err).Is(errdefs.NotFound) || apierrors.IsNotFound(err) {
+		return &sandbox.NotFoundError{ID: id}
+	}
+	if err != nil {
+		return err
+	}
+	// Done when its pod is: a destroy that returns has stopped the neuron.
+	wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	return m.awaitGone(wctx, id)
+}
+
+// awaitGone waits until neuron id has no pod.
+func (m *Manager) awaitGone(ctx context.Context, id string) error {
+	cfg := m.Cluster.Config.Defaults()
+	pods := m.Cluster.Core.CoreV1().Pods(cfg.Namespace)
+	w, err := pods.Watch(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", ObjectName(id)).String()})
+	if err != nil {
+		return explain(err, "watch", "pods", cfg.Namespace)
+	}
+	defer w.Stop()
+	if _, err := pods.Get(ctx, ObjectName(id), metav1.GetOptions{}); apierrors.IsNotFound(err) {
+		return nil
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return errdefs.New(errdefs.Timeout, fmt.Sprintf("neuron %s's pod %s/%s is still there", id, cfg.Namespace, ObjectName(id)))
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				return errdefs.New(errdefs.Unavailable, fmt.Sprintf("the watch of neuron %s's pod ended before it went", id))
+			}
+			if pod, isPod := ev.Object.(*corev1.Pod); isPod && pod.Name == ObjectName(id) && ev.Type == watch.Deleted {
+				return nil
+			}
+		}
+	}
+}
+
+// Connect returns a client on neuron id's agent, linking to it first when
+// this host has no link yet (another host created it).
+func (m *Manager) Connect(ctx context.Context, id string) (*link.Client, error) {
+	m.mu.Lock()
+	l := m.links[id]
+	m.mu.Unlock()
+	if l != nil {
+		return l.Client(), nil
+	}
+	cfg := m.Cluster.Config.Defaults()
+	pod, err := m.Cluster.Core.CoreV1().Pods(cfg.Namespace).Get(ctx, ObjectName(id), metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, errdefs.New(errdefs.NotRunning, fmt.Sprintf("neuron %s is not running (no pod)", id))
+	}
+	if err != nil {
+		return nil, explain(err, "get", "pods", cfg.Namespace)
+	}
+	if o := Observe(nil, pod, true, false); o.Phase != Running {
+		return nil, errdefs.New(errdefs.NotRunning, fmt.Sprintf("neuron %s is %s: %s", id, o.Phase, o.Reason))
+	}
+	if _, err := m.connect(ctx, id, pod); err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.links[id].Client(), nil
+}
+
+// Close ends this host's links; the neurons run on.
+func (m *Manager) Close() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for id, l := range m.links {
+		l.Close()
+		delete(m.links, id)
+	}
+	return nil
+}
