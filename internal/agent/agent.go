@@ -69,14 +69,16 @@ type Config struct {
 
 // Agent serves the protocol for one neuron.
 type Agent struct {
-	cfg     Config
-	fs      *fsys
-	procs   *procTable
-	terms   *termStore
-	reaper  *reaper
-	workers *workers
-	pid     int
-	started time.Time
+	cfg Config
+	// fsWatches counts the fs_watch requests open (maxFsWatches).
+	fsWatches atomic.Int32
+	fs        *fsys
+	procs     *procTable
+	terms     *termStore
+	reaper    *reaper
+	workers   *workers
+	pid       int
+	started   time.Time
 
 	// ident is the neuron served and the secret proved: cfg's, until a
 	// rebind (rebind.go).

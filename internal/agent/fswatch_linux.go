@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path"
+	"strings"
 	"syscall"
 	"unsafe"
 
@@ -15,6 +16,9 @@ import (
 
 	"github.com/nsys-cortex/cortex/internal/protocol"
 )
+
+// maxFsWatches bounds the watches open in one agent at once.
+const maxFsWatches = 32
 
 // fsWatchMask is what a watch asks the kernel for, per directory.
 const fsWatchMask = unix.IN_CREATE | unix.IN_DELETE | unix.IN_MODIFY | unix.IN_ATTRIB |
@@ -32,6 +36,13 @@ func (a *Agent) fsWatch(req *request) (any, []byte, error) {
 	if err := req.decode(&args); err != nil {
 		return nil, nil, err
 	}
+	// Each watch is an inotify instance of this uid's few (128 by
+	// default): a neuron's hosts get a share, not all of them.
+	if n := a.fsWatches.Add(1); n > maxFsWatches {
+		a.fsWatches.Add(-1)
+		return nil, nil, protocol.Errorf(protocol.CodeTooLarge, "fs_watch %s: %d watches are open in this neuron already: end one", args.Path, maxFsWatches)
+	}
+	defer a.fsWatches.Add(-1)
 	ifd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
 	if err != nil {
 		return nil, nil, protocol.Errorf(protocol.CodeInternal, "fs_watch: inotify: %v", err)
@@ -129,6 +140,16 @@ func (w *fsWatcher) add(rel string) error {
 	return nil
 }
 
+// forget stops watching directory rel and every directory under it.
+func (w *fsWatcher) forget(rel string) {
+	for wd, d := range w.dirs {
+		if d == rel || strings.HasPrefix(d, rel+"/") {
+			unix.InotifyRmWatch(w.fd, uint32(wd))
+			delete(w.dirs, wd)
+		}
+	}
+}
+
 // parse reads the kernel's events in b; done when the watched directory
 // itself went.
 func (w *fsWatcher) parse(b []byte) (evs []protocol.FsEvent, done bool, err error) {
@@ -159,7 +180,10 @@ func (w *fsWatcher) parse(b []byte) (evs []protocol.FsEvent, done bool, err erro
 			if dir == "" {
 				return evs, true, nil // the watched directory went
 			}
-			continue // a subdirectory's removal came as its parent's event
+			if mask&unix.IN_MOVE_SELF != 0 {
+				w.forget(dir) // moved away: what happens there is not the watch's
+			}
+			continue // its removal or move came as its parent's event
 		}
 		if name == "" {
 			continue
@@ -178,6 +202,9 @@ func (w *fsWatcher) parse(b []byte) (evs []protocol.FsEvent, done bool, err erro
 			op = protocol.FsRemove
 		case mask&unix.IN_MOVED_FROM != 0:
 			op = protocol.FsRename
+			if mask&unix.IN_ISDIR != 0 {
+				w.forget(rel)
+			}
 		case mask&unix.IN_MODIFY != 0:
 			op = protocol.FsWrite
 		case mask&unix.IN_ATTRIB != 0:

@@ -276,9 +276,13 @@ func (e *envd) follow(ctx context.Context, c *link.Client, pid int, pty bool, se
 	var info *protocol.ProcInfo
 	var err error
 	checked := time.Now()
+	readAction := gate.ProcessRead
+	if pty {
+		readAction = gate.TerminalOpen
+	}
 	send := func(ev *process.ProcessEvent) error {
 		if time.Since(checked) >= readmitEvery {
-			if err := e.stillAdmitted(ctx); err != nil {
+			if err := e.stillAdmitted(ctx, readAction); err != nil {
 				return err
 			}
 			checked = time.Now()
@@ -317,8 +321,10 @@ func (e *envd) follow(ctx context.Context, c *link.Client, pid int, pty bool, se
 const readmitEvery = 5 * time.Second
 
 // stillAdmitted reports an error when the key an envd request acts as has
-// been removed (or made again) since the request began.
-func (e *envd) stillAdmitted(ctx context.Context) error {
+// been removed (or made again) since the request began, or may no longer
+// do action on the sandbox (its scopes, or its selector against the
+// sandbox's labels now).
+func (e *envd) stillAdmitted(ctx context.Context, action gate.Action) error {
 	k, _ := ctx.Value(keyCtx{}).(*apikey.Key)
 	if k == nil || e.s.opts.Keys == nil {
 		return nil
@@ -327,7 +333,9 @@ func (e *envd) stillAdmitted(ctx context.Context) error {
 	if err != nil || now == nil || now.Hash != k.Hash {
 		return connect.NewError(connect.CodeUnauthenticated, fmt.Errorf("key %s was removed: its envd token is void", k.Name))
 	}
-	return nil
+	p := now.Principal()
+	p.Name += " via e2b-envd"
+	return connectError(e.s.allow(context.WithValue(ctx, principalKey{}, p), envdSandbox(ctx), action, "an open envd stream, looked at again"))
 }
 
 // onProcess finds process pid and asks the gate for action on it, or for
@@ -493,20 +501,25 @@ func (e *envd) StreamInput(ctx context.Context, stream *connect.ClientStream[pro
 		return nil, err
 	}
 	pid := 0
+	inAction := gate.ProcessInput
 	for stream.Receive() {
 		switch ev := stream.Msg().GetEvent().(type) {
 		case *process.StreamInputRequest_Start:
 			if pid, err = e.pidOf(t, ev.Start.GetProcess()); err != nil {
 				return nil, err
 			}
-			if _, err := e.onProcess(ctx, c, t, pid, gate.ProcessInput, gate.TerminalInput, "envd Process.StreamInput"); err != nil {
+			p, err := e.onProcess(ctx, c, t, pid, gate.ProcessInput, gate.TerminalInput, "envd Process.StreamInput")
+			if err != nil {
 				return nil, err
+			}
+			if p.Pty {
+				inAction = gate.TerminalInput
 			}
 		case *process.StreamInputRequest_Data:
 			if pid == 0 {
 				return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("input before the start event"))
 			}
-			if err := e.stillAdmitted(ctx); err != nil {
+			if err := e.stillAdmitted(ctx, inAction); err != nil {
 				return nil, err
 			}
 			if err := e.input(ctx, c, pid, ev.Data.GetInput()); err != nil {

@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -725,6 +726,36 @@ func TestE2BWatch(t *testing.T) {
 	}
 	if _, err := fs.CreateWatcher(context.Background(), connect.NewRequest(&filesystem.CreateWatcherRequest{Path: "no-such-dir"})); connect.CodeOf(err) != connect.CodeNotFound {
 		t.Errorf("a watcher of a missing directory: %v", err)
+	}
+
+	// Many watchers at once pass no bound together, and a WatchDir
+	// stream counts against the same bound.
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	made := 0
+	for range 24 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := fs.CreateWatcher(context.Background(), connect.NewRequest(&filesystem.CreateWatcherRequest{Path: "w"})); err == nil {
+				mu.Lock()
+				made++
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if made != 16 {
+		t.Errorf("%d watchers made at once in one sandbox, want the bound, 16", made)
+	}
+	st2, err := fs.WatchDir(context.Background(), connect.NewRequest(&filesystem.WatchDirRequest{Path: "w"}))
+	if err == nil {
+		st2.Receive()
+		err = st2.Err()
+		st2.Close()
+	}
+	if connect.CodeOf(err) != connect.CodeResourceExhausted {
+		t.Errorf("a WatchDir beyond the bound: %v", err)
 	}
 }
 

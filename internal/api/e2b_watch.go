@@ -21,13 +21,15 @@ import (
 // watch in the daemon and hands out what it saw. Both are the agent's
 // fs_watch (link.Client.Watch), whose events the link checks.
 
-// The polling watchers' bounds: how many a sandbox and the daemon keep,
-// how many unread events one holds (more: it ends, saying so), and how
-// long one lives unpolled.
+// The watches' bounds: how many a sandbox and the daemon keep open
+// (WatchDir streams and polling watchers together: each is an inotify
+// instance in the neuron), how much unread a polling watcher holds (more:
+// it ends, saying so), and how long one lives unpolled.
 const (
 	maxWatchersPerSandbox = 16
 	maxWatchers           = 256
 	maxWatcherEvents      = 10000
+	maxWatcherBytes       = 1 << 20
 	watcherIdle           = 5 * time.Minute
 	// watchKeepAlive is how often a quiet WatchDir stream says it lives
 	// (E2B's SDKs ask every 50 s).
@@ -47,10 +49,15 @@ func fsEvent(ev protocol.FsEvent) *filesystem.FilesystemEvent {
 }
 
 func (f envdFS) WatchDir(ctx context.Context, req *connect.Request[filesystem.WatchDirRequest], stream *connect.ServerStream[filesystem.WatchDirResponse]) error {
-	c, _, err := f.e.client(ctx, gate.FileRead, "envd Filesystem.WatchDir")
+	c, t, err := f.e.client(ctx, gate.FileRead, "envd Filesystem.WatchDir")
 	if err != nil {
 		return err
 	}
+	ws := &f.e.watchers
+	if err := ws.reserve(t); err != nil {
+		return err
+	}
+	defer ws.release(t)
 	var mu sync.Mutex // Send is not for two goroutines at once
 	send := func(r *filesystem.WatchDirResponse) error {
 		mu.Lock()
@@ -67,7 +74,7 @@ func (f envdFS) WatchDir(ctx context.Context, req *connect.Request[filesystem.Wa
 			case <-wctx.Done():
 				return
 			case <-tick.C:
-				if err := f.e.stillAdmitted(wctx); err != nil {
+				if err := f.e.stillAdmitted(wctx, gate.FileRead); err != nil {
 					cancel(err)
 					return
 				}
@@ -103,18 +110,54 @@ type pollWatcher struct {
 
 	mu       sync.Mutex
 	events   []*filesystem.FilesystemEvent
+	bytes    int   // what events hold, roughly
 	err      error // why it ended (nil: it runs, or ended because the directory went)
 	ended    bool
 	lastPoll time.Time
 }
 
-// watchers are the polling trio's watches, by id.
+// watchers are the open watches: the polling trio's by id, and how many
+// of every kind each sandbox has.
 type watchers struct {
-	mu sync.Mutex
-	by map[string]*pollWatcher
+	mu      sync.Mutex
+	by      map[string]*pollWatcher
+	open    map[envdTarget]int
+	total   int
+	janitor bool // a goroutine sweeps while polling watchers exist
 }
 
-// sweep ends the watchers nobody has polled for watcherIdle.
+// reserve takes a slot for one more watch of sandbox t, or says why not.
+// Taken before the watch starts, so that requests at once cannot pass the
+// bound together.
+func (ws *watchers) reserve(t envdTarget) error {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	if ws.total >= maxWatchers || ws.open[t] >= maxWatchersPerSandbox {
+		return connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("this sandbox has %d watches open (at most %d) and the daemon %d (at most %d): end one", ws.open[t], maxWatchersPerSandbox, ws.total, maxWatchers))
+	}
+	if ws.open == nil {
+		ws.open = map[envdTarget]int{}
+	}
+	ws.open[t]++
+	ws.total++
+	return nil
+}
+
+// release gives back a slot of sandbox t.
+func (ws *watchers) release(t envdTarget) {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	ws.releaseLocked(t)
+}
+
+func (ws *watchers) releaseLocked(t envdTarget) {
+	ws.total--
+	if ws.open[t]--; ws.open[t] <= 0 {
+		delete(ws.open, t)
+	}
+}
+
+// sweep ends the polling watchers nobody has polled for watcherIdle.
 func (ws *watchers) sweep(now time.Time) {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
@@ -123,9 +166,38 @@ func (ws *watchers) sweep(now time.Time) {
 		idle := now.Sub(w.lastPoll) > watcherIdle
 		w.mu.Unlock()
 		if idle {
-			w.cancel()
-			delete(ws.by, id)
+			ws.removeLocked(id)
 		}
+	}
+}
+
+// sweepWhileAny sweeps every minute while there are polling watchers, or
+// until done; started with the first watcher, it ends with the last.
+func (ws *watchers) sweepWhileAny(done <-chan struct{}) {
+	tick := time.NewTicker(time.Minute)
+	defer tick.Stop()
+	for {
+		select {
+		case <-done:
+		case now := <-tick.C:
+			ws.sweep(now)
+		}
+		ws.mu.Lock()
+		if len(ws.by) == 0 || isDone(done) {
+			ws.janitor = false
+			ws.mu.Unlock()
+			return
+		}
+		ws.mu.Unlock()
+	}
+}
+
+func isDone(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
 	}
 }
 
@@ -147,17 +219,8 @@ func (f envdFS) CreateWatcher(ctx context.Context, req *connect.Request[filesyst
 	}
 	ws := &f.e.watchers
 	ws.sweep(time.Now())
-	ws.mu.Lock()
-	mine := 0
-	for _, w := range ws.by {
-		if w.t == t {
-			mine++
-		}
-	}
-	full := len(ws.by) >= maxWatchers || mine >= maxWatchersPerSandbox
-	ws.mu.Unlock()
-	if full {
-		return nil, connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("this sandbox has %d watchers (at most %d) and the daemon %d (at most %d): remove one", mine, maxWatchersPerSandbox, len(ws.by), maxWatchers))
+	if err := ws.reserve(t); err != nil {
+		return nil, err
 	}
 	var b [16]byte
 	rand.Read(b[:])
@@ -168,15 +231,17 @@ func (f envdFS) CreateWatcher(ctx context.Context, req *connect.Request[filesyst
 	stop := context.AfterFunc(f.e.s.streams, cancel)
 	w := &pollWatcher{t: t, cancel: cancel, lastPoll: time.Now()}
 	ready, started := make(chan struct{}), make(chan error, 1)
+	var once sync.Once
 	go func() {
 		defer stop()
-		err := c.Watch(wctx, &protocol.FsWatchArgs{Path: req.Msg.GetPath(), Recursive: req.Msg.GetRecursive()}, func() { close(ready) }, func(ev protocol.FsEvent) error {
+		err := c.Watch(wctx, &protocol.FsWatchArgs{Path: req.Msg.GetPath(), Recursive: req.Msg.GetRecursive()}, func() { once.Do(func() { close(ready) }) }, func(ev protocol.FsEvent) error {
 			w.mu.Lock()
 			defer w.mu.Unlock()
-			if len(w.events) >= maxWatcherEvents {
-				return protocol.Errorf(protocol.CodeTooLarge, "watcher %s: more than %d changes unread: poll more often, or watch less", id, maxWatcherEvents)
+			if len(w.events) >= maxWatcherEvents || w.bytes+len(ev.Name)+16 > maxWatcherBytes {
+				return protocol.Errorf(protocol.CodeTooLarge, "watcher %s: more than %d changes (or %d bytes of names) unread: poll more often, or watch less", id, maxWatcherEvents, maxWatcherBytes)
 			}
 			w.events = append(w.events, fsEvent(ev))
+			w.bytes += len(ev.Name) + 16
 			return nil
 		})
 		w.mu.Lock()
@@ -188,12 +253,14 @@ func (f envdFS) CreateWatcher(ctx context.Context, req *connect.Request[filesyst
 	case <-ready:
 	case err := <-started:
 		cancel()
+		ws.release(t)
 		if err == nil {
 			err = errors.New("the watch ended before it began")
 		}
 		return nil, connectError(err)
 	case <-ctx.Done():
 		cancel()
+		ws.release(t)
 		return nil, connectError(ctx.Err())
 	}
 	ws.mu.Lock()
@@ -201,6 +268,10 @@ func (f envdFS) CreateWatcher(ctx context.Context, req *connect.Request[filesyst
 		ws.by = map[string]*pollWatcher{}
 	}
 	ws.by[id] = w
+	if !ws.janitor {
+		ws.janitor = true
+		go ws.sweepWhileAny(f.e.s.streams.Done())
+	}
 	ws.mu.Unlock()
 	return connect.NewResponse(&filesystem.CreateWatcherResponse{WatcherId: id}), nil
 }
@@ -214,9 +285,10 @@ func (f envdFS) GetWatcherEvents(ctx context.Context, req *connect.Request[files
 	if err != nil {
 		return nil, err
 	}
+	f.e.watchers.sweep(time.Now())
 	w.mu.Lock()
 	evs, werr, ended := w.events, w.err, w.ended
-	w.events, w.lastPoll = nil, time.Now()
+	w.events, w.bytes, w.lastPoll = nil, 0, time.Now()
 	w.mu.Unlock()
 	if len(evs) == 0 && ended && werr != nil {
 		f.e.watchers.remove(req.Msg.GetWatcherId())
@@ -241,8 +313,13 @@ func (f envdFS) RemoveWatcher(ctx context.Context, req *connect.Request[filesyst
 func (ws *watchers) remove(id string) {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
+	ws.removeLocked(id)
+}
+
+func (ws *watchers) removeLocked(id string) {
 	if w := ws.by[id]; w != nil {
 		w.cancel()
 		delete(ws.by, id)
+		ws.releaseLocked(w.t)
 	}
 }

@@ -25,6 +25,7 @@ func (c *Client) Watch(ctx context.Context, args *protocol.FsWatchArgs, ready fu
 	}
 	defer s.Close()
 	var pending []byte
+	readied := false
 	for {
 		ev, err := s.Recv()
 		if err == io.EOF {
@@ -38,10 +39,17 @@ func (c *Client) Watch(ctx context.Context, args *protocol.FsWatchArgs, ready fu
 		}
 		switch ev.Stream {
 		case protocol.StreamReady:
+			if readied {
+				return protocol.Errorf(protocol.CodeInternal, "fs_watch: the agent said it was ready twice")
+			}
+			readied = true
 			if ready != nil {
 				ready()
 			}
 		case protocol.StreamFs:
+			if !readied {
+				return protocol.Errorf(protocol.CodeInternal, "fs_watch: the agent sent a change before it said it watched")
+			}
 			// Lines of JSON, one event each; a piece may end inside one.
 			pending = append(pending, ev.Body...)
 			for {

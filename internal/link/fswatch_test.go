@@ -98,6 +98,17 @@ func TestWatch(t *testing.T) {
 	} {
 		waittest.For(t, 10*time.Second, "event "+want.Op+" "+want.Name, func() bool { return rec.has(want.Name, want.Op) })
 	}
+	// A directory moved out of the tree is no longer watched.
+	os.Mkdir(filepath.Join(ws, "leaving"), 0o755)
+	waittest.For(t, 10*time.Second, "the leaving directory's create", func() bool { return rec.has("leaving", protocol.FsCreate) })
+	os.Rename(filepath.Join(ws, "leaving"), filepath.Join(root, "elsewhere"))
+	waittest.For(t, 10*time.Second, "the move out", func() bool { return rec.has("leaving", protocol.FsRename) })
+	os.WriteFile(filepath.Join(root, "elsewhere", "secret"), []byte("1"), 0o644)
+	os.WriteFile(filepath.Join(ws, "after"), []byte("1"), 0o644)
+	waittest.For(t, 10*time.Second, "a change after the move", func() bool { return rec.has("after", protocol.FsCreate) })
+	if rec.has("leaving/secret", protocol.FsCreate) {
+		t.Error("a change in a directory moved out of the tree was told")
+	}
 	cancel()
 	if err := <-done; err != nil {
 		t.Errorf("a cancelled watch: %v", err)
@@ -163,6 +174,7 @@ func TestWatchRefusesHostileEvents(t *testing.T) {
 		"not json":       "hello\n",
 		"endless line":   `{"name":"` + strings.Repeat("a", 40000),
 		"inner dot elem": `{"name":"a/./b","op":"create"}` + "\n",
+		"ready twice":    "ready",
 	} {
 		t.Run(name, func(t *testing.T) {
 			l, _ := newListener(t)
@@ -175,6 +187,10 @@ func TestWatchRefusesHostileEvents(t *testing.T) {
 			}()
 			f := fa.read()
 			fa.write(&protocol.Header{Kind: protocol.KindEvent, ID: f.ID, Stream: protocol.StreamReady}, nil)
+			if body == "ready" {
+				fa.write(&protocol.Header{Kind: protocol.KindEvent, ID: f.ID, Stream: protocol.StreamReady}, nil)
+				body = ""
+			}
 			for rest := []byte(body); len(rest) > 0; {
 				n := min(len(rest), 16<<10)
 				fa.write(&protocol.Header{Kind: protocol.KindEvent, ID: f.ID, Stream: protocol.StreamFs}, rest[:n])
