@@ -5,9 +5,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"os"
 	"path"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"unsafe"
@@ -28,9 +29,11 @@ const fsWatchMask = unix.IN_CREATE | unix.IN_DELETE | unix.IN_MODIFY | unix.IN_A
 // directory, from inotify, as StreamFs data (each FsEvent's JSON on a
 // line of its own), under the request's flow control: a host that does not read
 // holds the agent back, the kernel's queue overflows, and the watch ends
-// saying so. Each directory is opened through the neuron's root (no
-// symlink is followed) and watched through its descriptor, so the watch
-// is on what was opened, whatever a name points at later.
+// saying so. No symlink is followed: the watched directory's parent is
+// found beneath the neuron's root as for every fs command, and it and each
+// directory under it are opened with O_NOFOLLOW from their parent and
+// watched through the descriptor, so the watch is on what was opened,
+// whatever a name points at later.
 func (a *Agent) fsWatch(req *request) (any, []byte, error) {
 	var args protocol.FsWatchArgs
 	if err := req.decode(&args); err != nil {
@@ -49,8 +52,8 @@ func (a *Agent) fsWatch(req *request) (any, []byte, error) {
 	}
 	f := os.NewFile(uintptr(ifd), "inotify")
 	defer f.Close()
-	w := &fsWatcher{a: a, f: f, fd: ifd, root: args.Path, recursive: args.Recursive, dirs: map[int32]string{}}
-	if err := w.add(""); err != nil {
+	w := &fsWatcher{a: a, fd: ifd, root: args.Path, recursive: args.Recursive, dirs: map[int32]string{}}
+	if err := w.start(); err != nil {
 		return nil, nil, err
 	}
 	if err := req.event(protocol.StreamReady, struct{}{}); err != nil {
@@ -90,37 +93,122 @@ func (a *Agent) fsWatch(req *request) (any, []byte, error) {
 // fsWatcher is one fs_watch's inotify instance and its directories.
 type fsWatcher struct {
 	a         *Agent
-	f         *os.File
-	fd        int
-	root      string
+	fd        int    // the inotify instance
+	root      string // the watched directory as the host named it
+	dev, ino  uint64 // and what it is
 	recursive bool
 	dirs      map[int32]string // watch descriptor -> directory, relative to root ("" is root)
 }
 
-// add watches directory rel (under root), and with recursive every
-// directory under it.
-func (w *fsWatcher) add(rel string) error {
-	p := w.root
-	if rel != "" {
-		p = path.Join(w.root, rel)
-	}
-	d, abs, err := w.a.fs.openFile(p, os.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NOFOLLOW, 0)
+// start watches the directory, and with recursive every one under it.
+// It does not hold it open: an open descriptor would keep a removed
+// directory's inode, and so its IN_DELETE_SELF, from the watch.
+func (w *fsWatcher) start() error {
+	top, err := w.a.openWatched(w.root)
 	if err != nil {
-		if rel != "" && errors.Is(err, os.ErrNotExist) {
-			return nil // gone already: its removal comes as an event
+		return err
+	}
+	defer top.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(int(top.Fd()), &st); err != nil {
+		return pathError("fs_watch", w.root, err)
+	}
+	w.dev, w.ino = st.Dev, st.Ino
+	return w.watch(top, "")
+}
+
+// openWatched opens the directory p names: its parent is found as every
+// fs command finds a path (beneath the neuron's root), its last component
+// opened from there without following a symlink.
+func (a *Agent) openWatched(p string) (*os.File, error) {
+	abs, err := a.fs.abs(p)
+	if err != nil {
+		return nil, err
+	}
+	if b := filepath.Base(p); abs == a.fs.root || b == "." || b == ".." || b == "/" {
+		d, _, err := a.fs.openFile(p, os.O_RDONLY|syscall.O_DIRECTORY, 0) // none is a symlink
+		return d, err
+	}
+	parent, base, err := a.fs.openParent(p)
+	if err != nil {
+		return nil, err
+	}
+	defer parent.Close()
+	d, err := openDirAt(parent, base)
+	if err == nil {
+		return d, nil
+	}
+	var st unix.Stat_t
+	if errors.Is(err, unix.ENOTDIR) && unix.Fstatat(int(parent.Fd()), base, &st, unix.AT_SYMLINK_NOFOLLOW) == nil {
+		if st.Mode&unix.S_IFMT == unix.S_IFLNK {
+			return nil, protocol.Errorf(protocol.CodeBadRequest, "fs_watch %s: is a symlink, which a watch does not follow: watch the directory it points at", abs)
 		}
-		return pathError("watch", p, err)
+		return nil, protocol.Errorf(protocol.CodeBadRequest, "fs_watch %s: not a directory", abs)
+	}
+	return nil, pathError("fs_watch", abs, err)
+}
+
+// openDirAt opens the directory name in dir, not following a symlink
+// (ENOTDIR for one, as for a file).
+func openDirAt(dir *os.File, name string) (*os.File, error) {
+	for {
+		fd, err := unix.Openat(int(dir.Fd()), name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		return os.NewFile(uintptr(fd), path.Join(dir.Name(), name)), nil
+	}
+}
+
+// add watches directory rel, newly come under the watched one (and with
+// recursive every directory under it). It is opened one component at a
+// time from the watched directory, following no symlink and no "..", so
+// what is watched is what is under it, whatever names point at.
+func (w *fsWatcher) add(rel string) error {
+	// The watched directory is found by its name again, and must still be
+	// the one watched. When it is not, it was removed or moved, and its
+	// own event ends the watch (had an ancestor moved instead, directories
+	// that appear from then on go unwatched: the watch has no name for them).
+	d, err := w.a.openWatched(w.root)
+	if err != nil {
+		return nil
+	}
+	var st unix.Stat_t
+	if unix.Fstat(int(d.Fd()), &st) != nil || st.Dev != w.dev || st.Ino != w.ino {
+		d.Close()
+		return nil
+	}
+	for _, name := range strings.Split(rel, "/") {
+		next, err := openDirAt(d, name)
+		d.Close()
+		if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) {
+			return nil // gone, or no longer a directory: that comes as an event of its own
+		}
+		if err != nil {
+			return pathError("fs_watch", path.Join(w.root, rel), err)
+		}
+		d = next
 	}
 	defer d.Close()
+	return w.watch(d, rel)
+}
+
+// watch watches the open directory d, rel under the watched one, and with
+// recursive every directory under it.
+func (w *fsWatcher) watch(d *os.File, rel string) error {
 	if len(w.dirs) >= protocol.MaxWatchDirs {
 		return protocol.Errorf(protocol.CodeTooLarge, "fs_watch %s: more than %d directories to watch: watch a smaller tree, or not recursively", w.root, protocol.MaxWatchDirs)
 	}
-	wd, err := unix.InotifyAddWatch(w.fd, fmt.Sprintf("/proc/self/fd/%d", d.Fd()), fsWatchMask)
+	// inotify takes a name, not a descriptor: /proc/self/fd names what was opened.
+	wd, err := unix.InotifyAddWatch(w.fd, "/proc/self/fd/"+strconv.Itoa(int(d.Fd())), fsWatchMask)
 	if err != nil {
 		if errors.Is(err, unix.ENOSPC) {
-			return protocol.Errorf(protocol.CodeTooLarge, "fs_watch %s: the kernel's inotify watches are used up (fs.inotify.max_user_watches)", abs)
+			return protocol.Errorf(protocol.CodeTooLarge, "fs_watch %s: the kernel's inotify watches are used up (fs.inotify.max_user_watches)", w.root)
 		}
-		return pathError("watch", abs, err)
+		return pathError("fs_watch", path.Join(w.root, rel), err)
 	}
 	w.dirs[int32(wd)] = rel
 	if !w.recursive {
@@ -128,13 +216,23 @@ func (w *fsWatcher) add(rel string) error {
 	}
 	ents, err := d.ReadDir(-1)
 	if err != nil {
-		return pathError("watch", abs, err)
+		return pathError("fs_watch", path.Join(w.root, rel), err)
 	}
 	for _, e := range ents {
-		if e.IsDir() { // a symlink to a directory is not one: not followed
-			if err := w.add(path.Join(rel, e.Name())); err != nil {
-				return err
-			}
+		if !e.IsDir() { // a symlink to a directory is not one: not followed
+			continue
+		}
+		sub, err := openDirAt(d, e.Name())
+		if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) {
+			continue // gone since the listing: its removal comes as an event
+		}
+		if err != nil {
+			return pathError("fs_watch", path.Join(w.root, rel, e.Name()), err)
+		}
+		err = w.watch(sub, path.Join(rel, e.Name()))
+		sub.Close()
+		if err != nil {
+			return err
 		}
 	}
 	return nil

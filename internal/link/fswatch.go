@@ -15,7 +15,8 @@ const maxFsEventLine = protocol.MaxFsEventName*6 + 64 // JSON may escape each by
 // Watch streams the changes of the directory args.Path in the neuron
 // (fs_watch): ready runs once the agent watches (changes from then on are
 // seen), out once per change, until ctx ends (nil), out returns an error,
-// or the agent ends the watch (the directory went: nil; its error). Every
+// or the agent ends the watch (the directory went: nil; its error; an
+// end before ready is an error: no agent ends a watch so). Every
 // event is checked (protocol.CheckFsEvent): one that no agent sends ends
 // the watch with an error. An agent without fs_watch answers UNSUPPORTED.
 func (c *Client) Watch(ctx context.Context, args *protocol.FsWatchArgs, ready func(), out func(protocol.FsEvent) error) error {
@@ -76,8 +77,14 @@ func (c *Client) Watch(ctx context.Context, args *protocol.FsWatchArgs, ready fu
 			return protocol.Errorf(protocol.CodeInternal, "fs_watch: the agent sent a %.40q event", ev.Stream)
 		}
 	}
-	if _, err := s.Result(); err != nil && ctx.Err() == nil {
+	_, err = s.Result()
+	switch {
+	case ctx.Err() != nil:
+		return nil
+	case err != nil:
 		return err
+	case !readied:
+		return protocol.Errorf(protocol.CodeInternal, "fs_watch: the agent ended the watch before it said it watched")
 	}
 	return nil
 }

@@ -136,8 +136,11 @@ type PortDialArgs struct {
 // FsWatchArgs asks for the changes of the directory Path (fs_watch,
 // protocol 1.3), and of every directory under it with Recursive. The
 // agent answers a StreamReady event once it watches, then one StreamFs
-// event (FsEvent) per change, until the host cancels the request. A
-// watch ends with an error when the directory goes, when a recursive
+// event (FsEvent) per change, until the host cancels the request. No
+// symlink is followed: a Path that is one is refused (BAD_REQUEST, as is
+// one that is not a directory; NOT_FOUND when there is none), and a
+// symlink under it is a name, not a directory to watch. A watch ends
+// without an error when the directory goes, and with one when a recursive
 // watch would take more than MaxWatchDirs directories, or when changes
 // come faster than the host reads them (the kernel's queue overflowed:
 // changes would be lost, so the watch says so rather than go on).
