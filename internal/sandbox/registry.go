@@ -98,9 +98,14 @@ type Set struct {
 	env      Env
 	backends []Backend
 
-	mu       sync.Mutex
-	managers map[string]Manager
-	auto     autoChoice // the last automatic choice, reused for autoFor
+	mu         sync.Mutex
+	managers   map[string]Manager
+	auto       autoChoice // the last automatic choice, reused for autoFor
+	refreshing bool       // a choice is being made again in the background
+
+	bg     context.Context // ends at Close: the background choices' context
+	stopBg context.CancelFunc
+	wg     sync.WaitGroup
 }
 
 // autoChoice is a mode the self-checks chose, and when.
@@ -112,17 +117,24 @@ type autoChoice struct {
 }
 
 // autoFor is how long an automatic choice stands: every mode's self-check
-// costs tens of milliseconds (docker's asks its daemon), which a daemon
-// would otherwise pay on every create that names no mode. A mode that
-// fails meanwhile fails that create with its own error; the choice after
-// autoFor sees it.
+// costs tens of milliseconds (docker's asks its daemon; all of them ran
+// 75-100 ms on the development machine), which a daemon would otherwise
+// pay on every create that names no mode. Once it is older, the next
+// create still takes it and the choice is made again in the background,
+// so that no create waits for the self-checks but the first. A mode that
+// fails meanwhile fails that create with its own error; the choices after
+// the next refresh see it.
 const autoFor = 10 * time.Second
+
+// autoCheckFor bounds a background choice's self-checks.
+const autoCheckFor = time.Minute
 
 // NewSet returns a set of the given backends.
 func NewSet(env Env, backends ...Backend) *Set {
 	bs := slices.Clone(backends)
 	sort.SliceStable(bs, func(i, j int) bool { return bs[i].Rank > bs[j].Rank })
-	return &Set{env: env, backends: bs, managers: map[string]Manager{}}
+	bg, stop := context.WithCancel(context.Background())
+	return &Set{env: env, backends: bs, managers: map[string]Manager{}, bg: bg, stopBg: stop}
 }
 
 // PlannedModes are the modes of the design (DESIGN.md), built or not.
@@ -209,10 +221,37 @@ func (s *Set) Resolve(ctx context.Context, mode string) (Manager, string, error)
 	}
 	s.mu.Lock()
 	cached := s.auto
-	s.mu.Unlock()
-	if cached.m != nil && cached.insecure == AllowInsecure() && time.Since(cached.at) < autoFor {
+	if cached.m != nil && cached.insecure == AllowInsecure() {
+		if time.Since(cached.at) >= autoFor && !s.refreshing && s.bg.Err() == nil {
+			s.refreshing = true
+			s.wg.Add(1)
+			go s.refreshAuto()
+		}
+		s.mu.Unlock()
 		return cached.m, cached.reason, nil
 	}
+	s.mu.Unlock()
+	return s.chooseAuto(ctx)
+}
+
+// refreshAuto makes the automatic choice again, for the creates after
+// the one that found it old. When no mode passes now, it forgets the
+// choice: the next create makes it itself, and fails saying why.
+func (s *Set) refreshAuto() {
+	defer s.wg.Done()
+	ctx, cancel := context.WithTimeout(s.bg, autoCheckFor)
+	defer cancel()
+	_, _, err := s.chooseAuto(ctx)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.refreshing = false
+	if err != nil {
+		s.auto = autoChoice{}
+	}
+}
+
+// chooseAuto runs the self-checks and keeps the choice they make.
+func (s *Set) chooseAuto(ctx context.Context) (Manager, string, error) {
 	var skipped, why []string
 	for _, b := range s.backends {
 		c := b.SelfCheck(ctx, s.env)
@@ -340,8 +379,13 @@ func (s *Set) AgentUID(st *State) int {
 	return -1
 }
 
-// Close closes every manager built.
+// Close closes every manager built, once a choice being made in the
+// background is over (its self-checks are cancelled).
 func (s *Set) Close() error {
+	s.mu.Lock() // no refresh starts after this (Resolve starts them under mu)
+	s.stopBg()
+	s.mu.Unlock()
+	s.wg.Wait()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var errs []error

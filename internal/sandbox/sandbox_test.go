@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/nsys-cortex/cortex/internal/link"
 	"github.com/nsys-cortex/cortex/internal/protocol/errdefs"
+	"github.com/nsys-cortex/cortex/internal/waittest"
 )
 
 func TestAgentEnvScrubsSecrets(t *testing.T) {
@@ -166,5 +169,83 @@ func TestFindByIDAndPrefix(t *testing.T) {
 	}
 	if missing := set.Missing(); len(missing) != len(PlannedModes) {
 		t.Fatalf("%v", missing)
+	}
+}
+
+// An automatic choice that has stood autoFor is still taken, at once, by
+// the create that finds it old, and made again in the background: no
+// create but the first waits for the self-checks. A mode that fails its
+// self-check then is no longer chosen; when none passes, the next create
+// fails saying why.
+func TestResolveAutoRefreshes(t *testing.T) {
+	ctx := context.Background()
+	t.Setenv(EnvMode, "")
+	t.Setenv(EnvAllowInsecure, "")
+	var mu sync.Mutex
+	checks, ok := 0, true
+	release := make(chan struct{})
+	iso := &fakeManager{mode: "iso", neurons: map[string]*State{}}
+	b := backend("iso", 10, true, true, iso)
+	b.SelfCheck = func(ctx context.Context, e Env) Check {
+		mu.Lock()
+		checks++
+		n := checks
+		mu.Unlock()
+		if n > 1 {
+			<-release // the refresh's self-check takes its time
+		}
+		mu.Lock()
+		pass := ok
+		mu.Unlock()
+		if !pass {
+			return Check{Summary: "gone"}
+		}
+		return Check{OK: true, Summary: "ready"}
+	}
+	set := NewSet(Env{}, b)
+	defer set.Close()
+	if m, _, err := set.Resolve(ctx, ""); err != nil || m.Mode() != "iso" {
+		t.Fatalf("%v %v", m, err)
+	}
+	age := func() { set.mu.Lock(); set.auto.at = time.Now().Add(-autoFor); set.mu.Unlock() }
+	count := func() int { mu.Lock(); defer mu.Unlock(); return checks }
+	age()
+	for range 3 { // answered while the refresh's self-check is held: one refresh
+		if m, _, err := set.Resolve(ctx, ""); err != nil || m.Mode() != "iso" {
+			t.Fatalf("an old choice: %v %v", m, err)
+		}
+	}
+	waittest.For(t, 10*time.Second, "the refresh's self-check", func() bool { return count() == 2 })
+	mu.Lock()
+	ok = false // from the refresh's answer on, the mode fails its check
+	mu.Unlock()
+	close(release)
+	waittest.For(t, 10*time.Second, "the refresh to forget the choice", func() bool {
+		set.mu.Lock()
+		defer set.mu.Unlock()
+		return set.auto.m == nil && !set.refreshing
+	})
+	var ue *UnavailableError
+	if _, _, err := set.Resolve(ctx, ""); !errors.As(err, &ue) || !strings.Contains(err.Error(), "iso: gone") {
+		t.Fatalf("after the mode failed its check: %v", err)
+	}
+	// Close waits for a refresh in flight, which it cancels.
+	mu.Lock()
+	ok = true
+	mu.Unlock()
+	if _, _, err := set.Resolve(ctx, ""); err != nil {
+		t.Fatal(err)
+	}
+	age()
+	blocked := make(chan struct{})
+	b2 := set.backends[0].SelfCheck
+	set.backends[0].SelfCheck = func(ctx context.Context, e Env) Check { close(blocked); <-ctx.Done(); return b2(ctx, e) }
+	set.Resolve(ctx, "")
+	waittest.Recv(t, 10*time.Second, "a refresh in flight", blocked)
+	set.Close()
+	set.mu.Lock()
+	defer set.mu.Unlock()
+	if set.refreshing {
+		t.Fatal("Close returned with a refresh in flight")
 	}
 }
