@@ -204,7 +204,11 @@ func (c *Config) Int(name string) int {
 
 // Bytes returns the value of a size key, in bytes.
 func (c *Config) Bytes(name string) int64 {
-	n, err := ParseBytes(c.value(name, TypeBytes))
+	v := c.value(name, TypeBytes)
+	if isZero(v) {
+		return 0 // only a key that takes 0 for none holds it (parse)
+	}
+	n, err := ParseBytes(v)
 	if err != nil {
 		panic(fmt.Sprintf("config: %s holds a value that was not checked: %v", name, err))
 	}

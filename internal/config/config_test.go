@@ -400,3 +400,37 @@ func TestParseBytes(t *testing.T) {
 		}
 	}
 }
+
+// A size key whose description says "0: none" (disk) takes 0, from the
+// environment and from the file, and reads back as 0 bytes; every other
+// size key still refuses it.
+func TestZeroSizeIsNone(t *testing.T) {
+	for _, zero := range []string{"0", "0g", "0.0m"} {
+		t.Setenv("NSYS_CORTEX_DISK", zero)
+		c, err := Load(filepath.Join(t.TempDir(), "missing.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Validate(); err != nil {
+			t.Fatalf("disk=%s: %v", zero, err)
+		}
+		if n := c.Bytes("disk"); n != 0 {
+			t.Fatalf("disk=%s reads as %d bytes", zero, n)
+		}
+	}
+	t.Setenv("NSYS_CORTEX_DISK", "")
+	c, err := Load(writeConfig(t, `{"disk": 0}`))
+	if err != nil || c.Bytes("disk") != 0 {
+		t.Fatalf("disk 0 in the file: %v", err)
+	}
+	for _, bad := range []string{"-0", "0x0", "00e1"} {
+		t.Setenv("NSYS_CORTEX_DISK", bad)
+		if err := c.Validate(); err == nil {
+			t.Errorf("disk=%s is accepted", bad)
+		}
+	}
+	t.Setenv("NSYS_CORTEX_DISK", "")
+	if _, err := Load(writeConfig(t, `{"api.max_upload": 0}`)); err == nil || !strings.Contains(err.Error(), "api.max_upload") {
+		t.Fatalf("api.max_upload 0: %v", err)
+	}
+}

@@ -68,6 +68,8 @@ type Key struct {
 	form string
 	// check refines the type's own parsing.
 	check func(string) error
+	// zeroNone lets a size be 0, which means none.
+	zeroNone bool
 }
 
 // Form describes the values k accepts, for error messages and help:
@@ -121,7 +123,7 @@ var keys = []Key{
 		Description: "model calls per chat turn before it stops"},
 	{Name: "chat.suggestions", Env: "NSYS_CORTEX_CHAT_SUGGESTIONS", Type: TypeBool, Default: "true",
 		Description: "suggest the next request as ghost text in interactive chats"},
-	{Name: "disk", Env: "NSYS_CORTEX_DISK", Type: TypeBytes, Default: "10g",
+	{Name: "disk", Env: "NSYS_CORTEX_DISK", Type: TypeBytes, Default: "10g", zeroNone: true, form: "a size like 512m or 10g, or 0 for none",
 		Description: "disk ceiling of a new neuron that names none (a filesystem of its own; where the mode cannot enforce one, e.g. not as root, it is left out); 0: none"},
 	{Name: "docker.image", Env: "NSYS_CORTEX_DOCKER_IMAGE", Type: TypeString, Default: "nsys-cortex-neuron:latest",
 		Description: "image docker-mode neurons run", check: nonEmpty},

@@ -31,7 +31,9 @@ func (k Key) parse(s string) (string, error) {
 		}
 	case TypeBytes:
 		s = strings.TrimSpace(s)
-		_, err = ParseBytes(s)
+		if !(k.zeroNone && isZero(s)) {
+			_, err = ParseBytes(s)
+		}
 	case TypeDuration:
 		s = strings.TrimSpace(s)
 		var d time.Duration
@@ -85,6 +87,14 @@ func parseBool(s string) (bool, error) {
 		return false, nil
 	}
 	return false, fmt.Errorf("%q is not true or false", s)
+}
+
+// isZero reports whether s is a size of zero (0, 0g, 0.0m...), which a
+// key that takes 0 for none keeps as "0".
+func isZero(s string) bool {
+	t := strings.TrimRight(strings.ToLower(strings.TrimSpace(s)), "kmgtib")
+	n, err := strconv.ParseFloat(t, 64)
+	return err == nil && n == 0 && t != "" && !strings.ContainsAny(t, "eEnNxX+-")
 }
 
 // ParseBytes parses a size: a number of bytes with an optional binary

@@ -121,10 +121,12 @@ type autoChoice struct {
 // 75-100 ms on the development machine), which a daemon would otherwise
 // pay on every create that names no mode. Once it is older, the next
 // create still takes it and the choice is made again in the background,
-// so that no create waits for the self-checks but the first. A mode that
-// fails meanwhile fails that create with its own error; the choices after
+// so that no create waits for the self-checks but the first. The
+// refresh still takes the CPU from the creates beside it (its probes
+// make namespaces and start QEMU), so a minute: a mode that fails
+// meanwhile fails that create with its own error, and the choices after
 // the next refresh see it.
-const autoFor = 10 * time.Second
+const autoFor = time.Minute
 
 // autoCheckFor bounds a background choice's self-checks.
 const autoCheckFor = time.Minute
