@@ -49,7 +49,7 @@ func main() {
 	app := &cli.App{
 		Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr,
 		Version:       version,
-		Backends:      []sandbox.Backend{firecracker.Backend(), qemu.Backend(), docker.Backend(), nsbox.Backend(), process.Backend()},
+		Backends:      append([]sandbox.Backend{firecracker.Backend(), qemu.Backend(), docker.Backend(), nsbox.Backend(), process.Backend()}, fullModes()...),
 		AgentEmbedded: agentbin.Embedded(),
 		FullProgram: func() (*os.File, error) {
 			lay, err := layout.FromEnv()

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"sync"
 
 	"github.com/spf13/cobra"
@@ -164,7 +165,7 @@ func (a *App) sandboxes() (*sandbox.Set, error) {
 			env.EgressUpstreamCA = a.cfg.String("egress.upstream_ca")
 		}
 		a.env = env
-		a.set = sandbox.NewSet(env, a.Backends...)
+		a.set = sandbox.NewSet(env, append(slices.Clone(a.Backends), a.standIns()...)...)
 	})
 	return a.set, a.setErr
 }

@@ -29,3 +29,11 @@ const (
 // requests that need its command tree before cobra sees them (help and
 // completion of its commands); it returns only when it does not.
 var passThrough func(a *App, ctx context.Context, args []string) error
+
+// What the light program's stand-in for kube mode needs to know of it
+// without linking it (split_light.go): kube.EnvImage, the variable that
+// turns the mode on, and kube.NotConfigured (a test holds them equal).
+const (
+	kubeImageEnv      = "NSYS_CORTEX_KUBE_IMAGE"
+	kubeNotConfigured = "not configured: set kube.image to the neuron image the cluster pulls, and kube.namespace (docs/kube.md)"
+)

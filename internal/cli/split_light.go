@@ -10,6 +10,8 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+
+	"github.com/nsys-cortex/cortex/internal/sandbox"
 )
 
 // The light program's stand-ins for the full program's commands (see
@@ -78,4 +80,29 @@ func (a *App) runFull(ctx context.Context, args []string) error {
 	// The descriptor, not the name: what runs is the file that was checked.
 	path := "/proc/self/fd/" + strconv.Itoa(int(f.Fd()))
 	return fmt.Errorf("running the full program %s: %w", f.Name(), syscall.Exec(path, argv, os.Environ()))
+}
+
+// standIns are the light program's stand-ins for the modes only the full
+// program links (kube mode: client-go takes ~15,000 allocations to
+// initialise). A stand-in that is not configured can run nothing and
+// says why, as the mode would; one that is hands the command, as it was
+// given, to the full program the moment the mode is used (its self-check,
+// its manager), before anything of the command is done.
+func (a *App) standIns() []sandbox.Backend {
+	full := func() error { return a.runFull(context.Background(), a.args) }
+	return []sandbox.Backend{{
+		Name: "kube", Rank: 5, Isolating: true,
+		New: func(sandbox.Env) (sandbox.Manager, error) {
+			if os.Getenv(kubeImageEnv) == "" {
+				return nil, &sandbox.UnavailableError{Mode: "kube", Reason: kubeNotConfigured}
+			}
+			return nil, full()
+		},
+		SelfCheck: func(context.Context, sandbox.Env) sandbox.Check {
+			if os.Getenv(kubeImageEnv) == "" {
+				return sandbox.Check{Mode: "kube", Summary: kubeNotConfigured}
+			}
+			return sandbox.Check{Mode: "kube", Summary: full().Error()}
+		},
+	}}
 }

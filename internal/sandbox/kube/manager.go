@@ -373,3 +373,18 @@ func (m *Manager) Close() error {
 	}
 	return nil
 }
+
+var _ sandbox.Pauser = (*Manager)(nil)
+
+// noPause is why a kube neuron cannot be paused.
+const noPause = "a pod's memory cannot be kept: destroy the neuron (its home stays) and create it again under its id"
+
+// Pause refuses: UNSUPPORTED, saying what to do instead.
+func (m *Manager) Pause(context.Context, string, sandbox.PauseOptions) (*sandbox.State, error) {
+	return nil, &sandbox.UnsupportedError{Mode: Mode, Op: "pause", Reason: noPause}
+}
+
+// Resume refuses as Pause does: no kube neuron is ever paused.
+func (m *Manager) Resume(context.Context, string) (*sandbox.State, error) {
+	return nil, &sandbox.UnsupportedError{Mode: Mode, Op: "resume", Reason: noPause}
+}

@@ -1,0 +1,15 @@
+package cli
+
+import (
+	"testing"
+
+	"github.com/nsys-cortex/cortex/internal/sandbox/kube"
+)
+
+// The light program's stand-in for kube mode turns on and explains
+// itself as the mode does.
+func TestKubeStandInMatches(t *testing.T) {
+	if kubeImageEnv != kube.EnvImage || kubeNotConfigured != kube.NotConfigured {
+		t.Fatalf("the stand-in has %q, %q; kube mode %q, %q", kubeImageEnv, kubeNotConfigured, kube.EnvImage, kube.NotConfigured)
+	}
+}

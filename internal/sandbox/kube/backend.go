@@ -1,0 +1,372 @@
+package kube
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	sbv1 "sigs.k8s.io/agent-sandbox/api/v1beta1"
+	agents "sigs.k8s.io/agent-sandbox/clients/k8s/clientset/versioned"
+
+	"github.com/nsys-cortex/cortex/internal/config"
+	"github.com/nsys-cortex/cortex/internal/podtoken"
+	"github.com/nsys-cortex/cortex/internal/sandbox"
+)
+
+// The settings of kube mode, from the environment (the config keys kube.*,
+// which the CLI exports): kube mode is configured when EnvImage is set.
+const (
+	EnvImage        = "NSYS_CORTEX_KUBE_IMAGE"
+	EnvNamespace    = "NSYS_CORTEX_KUBE_NAMESPACE"
+	EnvRuntimeClass = "NSYS_CORTEX_KUBE_RUNTIME_CLASS"
+	EnvStorageClass = "NSYS_CORTEX_KUBE_STORAGE_CLASS"
+	EnvHomeSize     = "NSYS_CORTEX_KUBE_HOME_SIZE"
+	EnvKubeconfig   = "NSYS_CORTEX_KUBE_KUBECONFIG"
+	EnvSigningKey   = "NSYS_CORTEX_KUBE_SIGNING_KEY"
+)
+
+// NotConfigured is why kube mode cannot run when EnvImage is not set.
+const NotConfigured = "not configured: set kube.image to the neuron image the cluster pulls, and kube.namespace (docs/kube.md)"
+
+// Settings are what kube mode is built from.
+type Settings struct {
+	Config Config
+	// Kubeconfig is the file that says how to reach the cluster ("": the
+	// KUBECONFIG variable, ~/.kube/config, or the pod's own service
+	// account when running in a cluster).
+	Kubeconfig string
+	// SigningKey is the file of the Ed25519 key that signs pod tokens
+	// (PKCS#8 PEM); made, mode 0600, when missing. Every host that drives
+	// the same namespace must use the same key.
+	SigningKey string
+}
+
+// SettingsFromEnv reads kube mode's settings (see the Env constants);
+// home is where a missing signing key is made.
+func SettingsFromEnv(home string) (Settings, error) {
+	s := Settings{
+		Config: Config{
+			Namespace:    os.Getenv(EnvNamespace),
+			Image:        os.Getenv(EnvImage),
+			RuntimeClass: os.Getenv(EnvRuntimeClass),
+			StorageClass: os.Getenv(EnvStorageClass),
+		},
+		Kubeconfig: os.Getenv(EnvKubeconfig),
+		SigningKey: os.Getenv(EnvSigningKey),
+	}
+	if s.Config.Image == "" {
+		return s, &sandbox.UnavailableError{Mode: Mode, Reason: NotConfigured}
+	}
+	if v := os.Getenv(EnvHomeSize); v != "" {
+		n, err := config.ParseBytes(v)
+		if err != nil {
+			return s, &sandbox.InvalidError{Reason: fmt.Sprintf("%s (kube.home_size): %v", EnvHomeSize, err)}
+		}
+		s.Config.HomeSize = *resource.NewQuantity(n, resource.BinarySI)
+	}
+	if s.SigningKey == "" {
+		s.SigningKey = filepath.Join(home, "kube", "signing.key")
+	}
+	s.Config = s.Config.Defaults()
+	if err := CheckConfig(s.Config); err != nil {
+		return s, err
+	}
+	return s, nil
+}
+
+// CheckConfig refuses settings no cluster would take, naming them.
+func CheckConfig(c Config) error {
+	if err := CheckName(c.Namespace); err != nil {
+		return &sandbox.InvalidError{Reason: fmt.Sprintf("kube.namespace %q: %v", c.Namespace, err)}
+	}
+	if c.RuntimeClass != "" {
+		if err := CheckName(c.RuntimeClass); err != nil {
+			return &sandbox.InvalidError{Reason: fmt.Sprintf("kube.runtime_class %q: %v", c.RuntimeClass, err)}
+		}
+	}
+	return nil
+}
+
+// CheckName checks a namespace or class name: a DNS label (lower-case
+// letters, digits and '-', at most 63, starting and ending alphanumeric).
+func CheckName(s string) error {
+	if s == "" || len(s) > 63 {
+		return errors.New("want 1 to 63 characters")
+	}
+	for i, c := range []byte(s) {
+		alnum := c >= 'a' && c <= 'z' || c >= '0' && c <= '9'
+		if !alnum && (c != '-' || i == 0 || i == len(s)-1) {
+			return errors.New("want lower-case letters, digits and '-', starting and ending with a letter or digit")
+		}
+	}
+	return nil
+}
+
+// RESTConfig is how to reach the cluster: the kubeconfig named, or
+// KUBECONFIG and ~/.kube/config as kubectl reads them, or the service
+// account of the pod this runs in.
+func RESTConfig(kubeconfig string) (*rest.Config, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	if kubeconfig != "" {
+		rules.ExplicitPath = kubeconfig
+	}
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
+	if err == nil {
+		return cfg, nil
+	}
+	if kubeconfig == "" {
+		if in, ierr := rest.InClusterConfig(); ierr == nil {
+			return in, nil
+		}
+	}
+	return nil, &sandbox.UnavailableError{Mode: Mode, Reason: fmt.Sprintf("no way to the cluster: %v (set kube.kubeconfig or KUBECONFIG, or run in a pod with a service account)", err)}
+}
+
+// LoadSigningKey reads the Ed25519 key at path, or makes one there (0600)
+// when there is none.
+func LoadSigningKey(path string) (ed25519.PrivateKey, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return makeSigningKey(path)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("kube.signing_key: %w", err)
+	}
+	blk, _ := pem.Decode(b)
+	if blk == nil || blk.Type != "PRIVATE KEY" {
+		return nil, fmt.Errorf("kube.signing_key %s: not a PEM PRIVATE KEY", path)
+	}
+	k, err := x509.ParsePKCS8PrivateKey(blk.Bytes)
+	if err != nil {
+		return nil, fmt.Errorf("kube.signing_key %s: %w", path, err)
+	}
+	ek, ok := k.(ed25519.PrivateKey)
+	if !ok {
+		return nil, fmt.Errorf("kube.signing_key %s: a %T, not an Ed25519 key", path, k)
+	}
+	return ek, nil
+}
+
+// makeSigningKey writes a new key at path; a key another process wrote
+// first is the one read.
+func makeSigningKey(path string) (ed25519.PrivateKey, error) {
+	_, k, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	der, err := x509.MarshalPKCS8PrivateKey(k)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("kube.signing_key: %w", err)
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if errors.Is(err, fs.ErrExist) {
+		return LoadSigningKey(path)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("kube.signing_key: %w", err)
+	}
+	_, err = f.Write(pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}))
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(path)
+		return nil, fmt.Errorf("kube.signing_key: %w", err)
+	}
+	return k, nil
+}
+
+// EnsureTrust makes the namespace's trust ConfigMap hold key's public
+// half: it makes the ConfigMap when there is none, and refuses one that
+// holds another key (hosts that drive one namespace share one key; to
+// change it, delete the ConfigMap, and the pods that trust the old key
+// go with their next start).
+func EnsureTrust(ctx context.Context, core kubernetes.Interface, cfg Config, key ed25519.PrivateKey) error {
+	cfg = cfg.Defaults()
+	pub := key.Public().(ed25519.PublicKey)
+	cms := core.CoreV1().ConfigMaps(cfg.Namespace)
+	cm, err := cms.Get(ctx, cfg.TrustConfigMap, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		cm = &corev1.ConfigMap{
+			ObjectMeta: metav1.ObjectMeta{Name: cfg.TrustConfigMap, Namespace: cfg.Namespace, Labels: map[string]string{LabelManaged: managedBy}},
+			Data:       map[string]string{TrustKey: podtoken.PublicText(pub)},
+		}
+		if _, err = cms.Create(ctx, cm, metav1.CreateOptions{}); err == nil || !apierrors.IsAlreadyExists(err) {
+			return explainIf(err, "create", "configmaps", cfg.Namespace)
+		}
+		cm, err = cms.Get(ctx, cfg.TrustConfigMap, metav1.GetOptions{}) // another host made it first
+	}
+	if err != nil {
+		return explain(err, "get", "configmaps", cfg.Namespace)
+	}
+	if have, err := podtoken.ParsePublic(cm.Data[TrustKey]); err != nil || !have.Equal(pub) {
+		return &sandbox.InvalidError{Reason: fmt.Sprintf("the ConfigMap %s/%s trusts another key than kube.signing_key's: every host of a namespace must use the same key (mount one Secret as kube.signing_key), or delete the ConfigMap to trust this one", cfg.Namespace, cfg.TrustConfigMap)}
+	}
+	return nil
+}
+
+func explainIf(err error, verb, resource, ns string) error {
+	if err == nil {
+		return nil
+	}
+	return explain(err, verb, resource, ns)
+}
+
+// Backend registers kube mode: ranked below the modes that run on this
+// machine, so that auto picks it only where none of them can run (a host
+// that itself runs in a pod).
+func Backend() sandbox.Backend {
+	return sandbox.Backend{
+		Name: Mode, Rank: 5, Isolating: true,
+		New: func(env sandbox.Env) (sandbox.Manager, error) {
+			// Every command that looks for a neuron builds this mode's
+			// manager when the modes before it have no such neuron: a
+			// cluster that does not answer costs it at most this.
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			return NewFromSettings(ctx, env.Layout.Home)
+		},
+		SelfCheck: SelfCheck,
+	}
+}
+
+// NewFromSettings builds the Manager from the environment's settings:
+// the cluster's clients (agent-sandbox's when its CRDs are served), the
+// signing key, and the trust ConfigMap.
+func NewFromSettings(ctx context.Context, home string) (*Manager, error) {
+	s, err := SettingsFromEnv(home)
+	if err != nil {
+		return nil, err
+	}
+	rc, err := RESTConfig(s.Kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	cl, err := NewCluster(ctx, rc, s.Config)
+	if err != nil {
+		return nil, err
+	}
+	key, err := LoadSigningKey(s.SigningKey)
+	if err != nil {
+		return nil, err
+	}
+	if err := EnsureTrust(ctx, cl.Core, s.Config, key); err != nil {
+		return nil, err
+	}
+	return &Manager{Cluster: cl, Key: key}, nil
+}
+
+// NewCluster makes the clients of the cluster rc reaches, and finds
+// whether it serves agent-sandbox's Sandboxes (else neurons are pods).
+func NewCluster(ctx context.Context, rc *rest.Config, cfg Config) (*Cluster, error) {
+	rc = rest.CopyConfig(rc)
+	rc.UserAgent = "nsys-cortex"
+	if rc.Timeout == 0 {
+		rc.Timeout = 30 * time.Second
+	}
+	core, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, &sandbox.UnavailableError{Mode: Mode, Reason: err.Error()}
+	}
+	cl := &Cluster{Core: core, Config: cfg}
+	served, err := servesSandboxes(core)
+	if err != nil {
+		return nil, &sandbox.UnavailableError{Mode: Mode, Reason: fmt.Sprintf("the API server at %s: %v", rc.Host, err)}
+	}
+	if served {
+		if cl.Agents, err = agents.NewForConfig(rc); err != nil {
+			return nil, &sandbox.UnavailableError{Mode: Mode, Reason: err.Error()}
+		}
+	}
+	return cl, nil
+}
+
+// servesSandboxes asks the API server whether it serves agent-sandbox's
+// Sandboxes.
+func servesSandboxes(core kubernetes.Interface) (bool, error) {
+	list, err := core.Discovery().ServerResourcesForGroupVersion(sbv1.GroupVersion.String())
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	for _, r := range list.APIResources {
+		if r.Name == "sandboxes" {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// SelfCheck reports whether kube mode can run: configured, the cluster
+// reachable, the namespace there, and which objects neurons are made of.
+func SelfCheck(ctx context.Context, env sandbox.Env) sandbox.Check {
+	c := sandbox.Check{Mode: Mode}
+	conf := sandbox.CheckItem{Name: "configured (kube.image)"}
+	c.Items = append(c.Items, conf)
+	s, err := SettingsFromEnv(env.Layout.Home)
+	if err != nil {
+		c.Items[0].Detail = err.Error()
+		c.Summary = err.Error()
+		return c
+	}
+	c.Items[0].OK, c.Items[0].Detail = true, s.Config.Image
+	api := sandbox.CheckItem{Name: "the API server"}
+	rc, err := RESTConfig(s.Kubeconfig)
+	if err != nil {
+		api.Detail = err.Error()
+		c.Items = append(c.Items, api)
+		c.Summary = "no way to the cluster"
+		return c
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	rc = rest.CopyConfig(rc)
+	rc.Timeout = 10 * time.Second
+	cl, err := NewCluster(ctx, rc, s.Config)
+	if err != nil {
+		api.Detail = err.Error()
+		c.Items = append(c.Items, api)
+		c.Summary = "the cluster cannot be reached"
+		return c
+	}
+	api.OK, api.Detail = true, rc.Host
+	c.Items = append(c.Items, api)
+	ns := sandbox.CheckItem{Name: "namespace " + s.Config.Namespace}
+	if _, err := cl.Core.CoreV1().Namespaces().Get(ctx, s.Config.Namespace, metav1.GetOptions{}); err != nil {
+		ns.Detail = explain(err, "get", "namespaces", "").Error()
+	} else {
+		ns.OK, ns.Detail = true, "there"
+	}
+	c.Items = append(c.Items, ns)
+	objs := sandbox.CheckItem{Name: "agent-sandbox's Sandboxes", OK: true, Detail: "served: a neuron is a Sandbox"}
+	if cl.Agents == nil {
+		objs.Detail = "not served: a neuron is a Pod and a PersistentVolumeClaim (install agent-sandbox for suspend and warm pools)"
+	}
+	c.Items = append(c.Items, objs)
+	if !ns.OK {
+		c.Summary = "namespace " + s.Config.Namespace + ": " + ns.Detail
+		return c
+	}
+	c.OK, c.Summary = true, "ready ("+rc.Host+")"
+	return c
+}

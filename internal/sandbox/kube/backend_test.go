@@ -1,0 +1,229 @@
+package kube
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/ed25519"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/nsys-cortex/cortex/internal/layout"
+	"github.com/nsys-cortex/cortex/internal/podtoken"
+	"github.com/nsys-cortex/cortex/internal/protocol/errdefs"
+	"github.com/nsys-cortex/cortex/internal/sandbox"
+)
+
+// clearKubeEnv unsets every kube setting for the test.
+func clearKubeEnv(t *testing.T) {
+	for _, e := range []string{EnvImage, EnvNamespace, EnvRuntimeClass, EnvStorageClass, EnvHomeSize, EnvKubeconfig, EnvSigningKey} {
+		t.Setenv(e, "")
+	}
+}
+
+// Settings come from the environment: without an image the mode is off
+// and says how to turn it on; bad names and sizes are refused by key.
+func TestSettingsFromEnv(t *testing.T) {
+	clearKubeEnv(t)
+	home := t.TempDir()
+	_, err := SettingsFromEnv(home)
+	var ue *sandbox.UnavailableError
+	if !errors.As(err, &ue) || !strings.Contains(err.Error(), "set kube.image") {
+		t.Fatalf("no image: %v", err)
+	}
+	t.Setenv(EnvImage, "registry.example/neuron:1")
+	s, err := SettingsFromEnv(home)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Config.Namespace != "nsys-cortex" || s.Config.HomeSize.String() != "10Gi" || s.SigningKey != filepath.Join(home, "kube", "signing.key") {
+		t.Fatalf("defaults: %+v", s)
+	}
+	t.Setenv(EnvHomeSize, "20g")
+	t.Setenv(EnvNamespace, "agents")
+	t.Setenv(EnvRuntimeClass, "gvisor")
+	if s, err = SettingsFromEnv(home); err != nil || s.Config.HomeSize.String() != "20Gi" || s.Config.Namespace != "agents" || s.Config.RuntimeClass != "gvisor" {
+		t.Fatalf("%+v %v", s, err)
+	}
+	for env, bad := range map[string]string{EnvNamespace: "Agents_1", EnvRuntimeClass: "-x", EnvHomeSize: "lots"} {
+		t.Run(env, func(t *testing.T) {
+			t.Setenv(env, bad)
+			if _, err := SettingsFromEnv(home); !errdefs.IsInvalid(err) || !strings.Contains(err.Error(), bad) {
+				t.Fatalf("%s=%s: %v", env, bad, err)
+			}
+		})
+	}
+}
+
+// The signing key is made once (0600) and read back the same; a file
+// that is not an Ed25519 key is refused, naming it.
+func TestSigningKey(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "kube", "signing.key")
+	k1, err := LoadSigningKey(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(p); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("%v %v", fi.Mode(), err)
+	}
+	k2, err := LoadSigningKey(p)
+	if err != nil || !k1.Equal(k2) {
+		t.Fatalf("read back: %v", err)
+	}
+	ec, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	der, _ := x509.MarshalPKCS8PrivateKey(ec)
+	for name, body := range map[string][]byte{
+		"garbage": []byte("hello"),
+		"ecdsa":   pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}),
+	} {
+		bad := filepath.Join(t.TempDir(), name)
+		os.WriteFile(bad, body, 0o600)
+		if _, err := LoadSigningKey(bad); err == nil || !strings.Contains(err.Error(), bad) {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+}
+
+// The trust ConfigMap is made with the key's public half when missing,
+// taken when it holds the same key (another host made it first, even
+// between this host's get and create), and refused when it holds another.
+func TestEnsureTrust(t *testing.T) {
+	ctx := context.Background()
+	cfg := Config{Namespace: "n"}.Defaults()
+	key, _ := podtoken.NewKey()
+	core := fake.NewClientset()
+	if err := EnsureTrust(ctx, core, cfg, key); err != nil {
+		t.Fatal(err)
+	}
+	cm, err := core.CoreV1().ConfigMaps("n").Get(ctx, cfg.TrustConfigMap, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pub, err := podtoken.ParsePublic(cm.Data[TrustKey]); err != nil || !pub.Equal(key.Public()) {
+		t.Fatalf("the ConfigMap holds %q: %v", cm.Data[TrustKey], err)
+	}
+	if err := EnsureTrust(ctx, core, cfg, key); err != nil {
+		t.Fatalf("again: %v", err)
+	}
+	other, _ := podtoken.NewKey()
+	if err := EnsureTrust(ctx, core, cfg, other); !errdefs.IsInvalid(err) || !strings.Contains(err.Error(), "another key") {
+		t.Fatalf("another key: %v", err)
+	}
+
+	// A race: the get finds none, the create finds one.
+	raced := fake.NewClientset()
+	var gets atomic.Int32
+	raced.PrependReactor("get", "configmaps", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if gets.Add(1) == 1 {
+			return true, nil, apierrors.NewNotFound(schema.GroupResource{Resource: "configmaps"}, cfg.TrustConfigMap)
+		}
+		return true, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: cfg.TrustConfigMap}, Data: map[string]string{TrustKey: podtoken.PublicText(key.Public().(ed25519.PublicKey))}}, nil
+	})
+	raced.PrependReactor("create", "configmaps", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewAlreadyExists(schema.GroupResource{Resource: "configmaps"}, cfg.TrustConfigMap)
+	})
+	if err := EnsureTrust(ctx, raced, cfg, key); err != nil || gets.Load() != 2 {
+		t.Fatalf("a ConfigMap made meanwhile: %v (%d gets)", err, gets.Load())
+	}
+	// Forbidden: the error says what to grant.
+	denied := fake.NewClientset()
+	denied.PrependReactor("*", "configmaps", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: "configmaps"}, cfg.TrustConfigMap, errors.New("RBAC"))
+	})
+	if err := EnsureTrust(ctx, denied, cfg, key); err == nil || !strings.Contains(err.Error(), "configmaps") {
+		t.Fatalf("forbidden: %v", err)
+	}
+}
+
+// fakeAPIServer answers what the self-check asks: discovery of
+// agent-sandbox's group (served or not) and the namespace.
+func fakeAPIServer(t *testing.T, sandboxes bool, namespace string) string {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		switch {
+		case r.URL.Path == "/apis/agents.x-k8s.io/v1beta1" && sandboxes:
+			json.NewEncoder(w).Encode(&metav1.APIResourceList{TypeMeta: metav1.TypeMeta{Kind: "APIResourceList", APIVersion: "v1"},
+				GroupVersion: "agents.x-k8s.io/v1beta1", APIResources: []metav1.APIResource{{Name: "sandboxes", Kind: "Sandbox", Namespaced: true}}})
+		case r.URL.Path == "/api/v1/namespaces/"+namespace:
+			json.NewEncoder(w).Encode(&corev1.Namespace{TypeMeta: metav1.TypeMeta{Kind: "Namespace", APIVersion: "v1"}, ObjectMeta: metav1.ObjectMeta{Name: namespace}})
+		default:
+			w.WriteHeader(http.StatusNotFound)
+			json.NewEncoder(w).Encode(&metav1.Status{TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"}, Status: "Failure", Reason: metav1.StatusReasonNotFound, Code: 404, Message: r.URL.Path + " not found"})
+		}
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+// kubeconfigFor writes a kubeconfig that reaches server.
+func kubeconfigFor(t *testing.T, server string) string {
+	p := filepath.Join(t.TempDir(), "kubeconfig")
+	body := fmt.Sprintf("apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: %s\ncontexts:\n- name: c\n  context:\n    cluster: c\n    user: u\ncurrent-context: c\nusers:\n- name: u\n  user:\n    token: t\n", server)
+	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// The self-check says, item by item, what kube mode lacks: a setting,
+// the cluster, the namespace; and which objects neurons are made of.
+func TestSelfCheck(t *testing.T) {
+	clearKubeEnv(t)
+	lay, err := layout.New(t.TempDir(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := sandbox.Env{Layout: lay}
+	ctx := context.Background()
+	if c := SelfCheck(ctx, env); c.OK || !strings.Contains(c.Summary, "kube.image") {
+		t.Fatalf("not configured: %+v", c)
+	}
+	t.Setenv(EnvImage, "neuron:1")
+	t.Setenv(EnvKubeconfig, kubeconfigFor(t, "http://127.0.0.1:1"))
+	if c := SelfCheck(ctx, env); c.OK || !strings.Contains(c.Summary, "cannot be reached") || !strings.Contains(fmt.Sprint(c.Items), "127.0.0.1:1") {
+		t.Fatalf("unreachable: %+v", c)
+	}
+	t.Setenv(EnvKubeconfig, kubeconfigFor(t, fakeAPIServer(t, true, "elsewhere")))
+	if c := SelfCheck(ctx, env); c.OK || !strings.Contains(c.Summary, "namespace nsys-cortex") {
+		t.Fatalf("no namespace: %+v", c)
+	}
+	for _, sandboxes := range []bool{true, false} {
+		t.Setenv(EnvKubeconfig, kubeconfigFor(t, fakeAPIServer(t, sandboxes, "nsys-cortex")))
+		c := SelfCheck(ctx, env)
+		want := map[bool]string{true: "a neuron is a Sandbox", false: "a neuron is a Pod"}[sandboxes]
+		if !c.OK || !strings.Contains(fmt.Sprint(c.Items), want) {
+			t.Fatalf("sandboxes served %v: %+v", sandboxes, c)
+		}
+	}
+}
+
+// Pause and resume are refused as UNSUPPORTED, saying what to do instead.
+func TestPauseUnsupported(t *testing.T) {
+	var m Manager
+	_, perr := m.Pause(context.Background(), "n1", sandbox.PauseOptions{})
+	_, rerr := m.Resume(context.Background(), "n1")
+	for _, err := range []error{perr, rerr} {
+		if !errdefs.IsUnsupported(err) || !strings.Contains(err.Error(), "destroy the neuron") {
+			t.Errorf("%v", err)
+		}
+	}
+}
