@@ -160,6 +160,12 @@ func fakeAPIServer(t *testing.T, sandboxes bool, namespace string) string {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		switch {
+		case r.URL.Path == "/api/v1/namespaces/"+namespace && strings.HasPrefix(namespace, "forbidden-"):
+			w.WriteHeader(http.StatusForbidden)
+			json.NewEncoder(w).Encode(&metav1.Status{TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"}, Status: "Failure", Reason: metav1.StatusReasonForbidden, Code: 403,
+				Message: "namespaces is forbidden: cannot get resource namespaces at the cluster scope"})
+		case r.URL.Path == "/api/v1/namespaces/"+namespace+"/pods":
+			json.NewEncoder(w).Encode(&corev1.PodList{TypeMeta: metav1.TypeMeta{Kind: "PodList", APIVersion: "v1"}})
 		case r.URL.Path == "/apis/agents.x-k8s.io/v1beta1" && sandboxes:
 			json.NewEncoder(w).Encode(&metav1.APIResourceList{TypeMeta: metav1.TypeMeta{Kind: "APIResourceList", APIVersion: "v1"},
 				GroupVersion: "agents.x-k8s.io/v1beta1", APIResources: []metav1.APIResource{{Name: "sandboxes", Kind: "Sandbox", Namespaced: true}}})
@@ -206,6 +212,14 @@ func TestSelfCheck(t *testing.T) {
 	if c := SelfCheck(ctx, env); c.OK || !strings.Contains(c.Summary, "namespace nsys-cortex") {
 		t.Fatalf("no namespace: %+v", c)
 	}
+	// Without a cluster-wide grant (deploy/kubernetes gives none), the
+	// namespace's pods are what is checked.
+	t.Setenv(EnvNamespace, "forbidden-ns")
+	t.Setenv(EnvKubeconfig, kubeconfigFor(t, fakeAPIServer(t, true, "forbidden-ns")))
+	if c := SelfCheck(ctx, env); !c.OK || !strings.Contains(fmt.Sprint(c.Items), "its pods can be listed") {
+		t.Fatalf("no grant to read namespaces: %+v", c)
+	}
+	t.Setenv(EnvNamespace, "")
 	for _, sandboxes := range []bool{true, false} {
 		t.Setenv(EnvKubeconfig, kubeconfigFor(t, fakeAPIServer(t, sandboxes, "nsys-cortex")))
 		c := SelfCheck(ctx, env)

@@ -1,0 +1,232 @@
+package kube
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	kjson "k8s.io/apimachinery/pkg/runtime/serializer/json"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/yaml"
+)
+
+// deployDir is the kustomize base that installs kube mode.
+const deployDir = "../../../deploy/kubernetes"
+
+// deployObjects decodes every object of every file the kustomization
+// lists, as the API server would (an unknown kind or field fails).
+func deployObjects(t *testing.T) map[string][]runtime.Object {
+	t.Helper()
+	var kust struct {
+		Namespace string   `json:"namespace"`
+		Resources []string `json:"resources"`
+	}
+	b, err := os.ReadFile(filepath.Join(deployDir, "kustomization.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(b, &kust); err != nil {
+		t.Fatal(err)
+	}
+	if kust.Namespace != (Config{}).Defaults().Namespace {
+		t.Errorf("the kustomization's namespace is %q", kust.Namespace)
+	}
+	files, _ := filepath.Glob(filepath.Join(deployDir, "*.yaml"))
+	var want []string
+	for _, f := range files {
+		if filepath.Base(f) != "kustomization.yaml" {
+			want = append(want, filepath.Base(f))
+		}
+	}
+	if got := slices.Sorted(slices.Values(kust.Resources)); !slices.Equal(got, want) {
+		t.Errorf("the kustomization lists %v; the directory has %v", got, want)
+	}
+	// Strict: a field the API does not know is an error, as kubectl's
+	// server-side validation makes it.
+	decode := kjson.NewSerializerWithOptions(kjson.DefaultMetaFactory, scheme.Scheme, scheme.Scheme, kjson.SerializerOptions{Yaml: true, Strict: true})
+	out := map[string][]runtime.Object{}
+	for _, f := range kust.Resources {
+		b, err := os.ReadFile(filepath.Join(deployDir, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(b)))
+		for {
+			doc, err := r.Read()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				t.Fatalf("%s: %v", f, err)
+			}
+			if onlyComments(doc) {
+				continue
+			}
+			obj, _, err := decode.Decode(doc, nil, nil)
+			if err != nil {
+				t.Fatalf("%s: %v", f, err)
+			}
+			out[f] = append(out[f], obj)
+		}
+	}
+	return out
+}
+
+// onlyComments reports whether a YAML document holds nothing but
+// comments and blank lines.
+func onlyComments(doc []byte) bool {
+	for _, l := range strings.Split(string(doc), "\n") {
+		if l = strings.TrimSpace(l); l != "" && !strings.HasPrefix(l, "#") {
+			return false
+		}
+	}
+	return true
+}
+
+// The NetworkPolicies installed are the builder's (go test -update
+// writes them).
+func TestDeployNetworkPolicies(t *testing.T) {
+	var buf bytes.Buffer
+	buf.WriteString("# Made by kube.NetworkPolicies (go test ./internal/sandbox/kube -run TestDeployNetworkPolicies -update).\n")
+	buf.WriteString("# Every connection of a neuron pod is denied but those in from Cortex's pods on the agent port.\n")
+	for i, np := range NetworkPolicies(Config{}) {
+		b, err := yaml.Marshal(np)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i > 0 {
+			buf.WriteString("---\n")
+		}
+		buf.Write(b)
+	}
+	path := filepath.Join(deployDir, "networkpolicies.yaml")
+	if *update {
+		if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	have, err := os.ReadFile(path)
+	if err != nil || !bytes.Equal(have, buf.Bytes()) {
+		t.Fatalf("%s is not what kube.NetworkPolicies makes (go test -run %s -update): %v\n%s", path, t.Name(), err, buf.Bytes())
+	}
+}
+
+// What deploy/kubernetes installs holds to kube mode's rules: permissions
+// in the namespace only and exactly the verbs the code calls; the host's
+// pods hardened, probed on /healthz, labelled as the policies expect,
+// and given the signing key from a Secret.
+func TestDeployManifests(t *testing.T) {
+	objs := deployObjects(t)
+	ns := Config{}.Defaults().Namespace
+	var role *rbacv1.Role
+	var dep *appsv1.Deployment
+	for f, list := range objs {
+		for _, o := range list {
+			switch o := o.(type) {
+			case *rbacv1.ClusterRole, *rbacv1.ClusterRoleBinding:
+				t.Errorf("%s: a cluster-wide grant", f)
+			case *rbacv1.Role:
+				role = o
+			case *appsv1.Deployment:
+				dep = o
+			case *corev1.Namespace:
+				continue
+			}
+			if m, ok := o.(interface{ GetNamespace() string }); ok {
+				if _, isNS := o.(*corev1.Namespace); !isNS && m.GetNamespace() != ns {
+					t.Errorf("%s: an object in namespace %q", f, m.GetNamespace())
+				}
+			}
+		}
+	}
+	if role == nil || dep == nil {
+		t.Fatalf("no Role or Deployment in %s", deployDir)
+	}
+	want := map[string][]string{
+		"agents.x-k8s.io/sandboxes": {"create", "delete", "get", "list", "patch"},
+		"/pods":                     {"create", "delete", "get", "list", "watch"},
+		"/persistentvolumeclaims":   {"create", "delete", "get"},
+		"/configmaps":               {"create", "get"},
+	}
+	got := map[string][]string{}
+	for _, r := range role.Rules {
+		for _, g := range r.APIGroups {
+			for _, res := range r.Resources {
+				got[g+"/"+res] = append(got[g+"/"+res], r.Verbs...)
+			}
+		}
+		if len(r.ResourceNames) > 0 || len(r.NonResourceURLs) > 0 {
+			t.Errorf("an unexpected rule %+v", r)
+		}
+	}
+	for k := range got {
+		slices.Sort(got[k])
+	}
+	if len(got) != len(want) {
+		t.Errorf("the Role grants %v, want %v", got, want)
+	}
+	for k, v := range want {
+		if !slices.Equal(got[k], v) {
+			t.Errorf("the Role grants %s %v, want %v", k, got[k], v)
+		}
+	}
+
+	pod := dep.Spec.Template
+	if pod.Labels[LabelHost] != hostName || pod.Labels[LabelRole] != "" {
+		t.Errorf("the host's pods are labelled %v: the neurons' policies take connections from %s=%s without %s", pod.Labels, LabelHost, hostName, LabelRole)
+	}
+	sc := pod.Spec.SecurityContext
+	if sc == nil || sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot || sc.SeccompProfile == nil || sc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+		t.Errorf("the host's pod security context: %+v", sc)
+	}
+	if pod.Spec.EnableServiceLinks == nil || *pod.Spec.EnableServiceLinks {
+		t.Error("service links are on")
+	}
+	if len(pod.Spec.Containers) != 1 {
+		t.Fatalf("%d containers", len(pod.Spec.Containers))
+	}
+	c := pod.Spec.Containers[0]
+	csc := c.SecurityContext
+	if csc == nil || csc.AllowPrivilegeEscalation == nil || *csc.AllowPrivilegeEscalation || csc.ReadOnlyRootFilesystem == nil || !*csc.ReadOnlyRootFilesystem ||
+		csc.Capabilities == nil || !slices.Equal(csc.Capabilities.Drop, []corev1.Capability{"ALL"}) || csc.Privileged != nil && *csc.Privileged {
+		t.Errorf("the host's container security context: %+v", csc)
+	}
+	for name, p := range map[string]*corev1.Probe{"liveness": c.LivenessProbe, "readiness": c.ReadinessProbe} {
+		if p == nil || p.HTTPGet == nil || p.HTTPGet.Path != "/healthz" {
+			t.Errorf("the %s probe: %+v (GET /healthz answers without a token)", name, p)
+		}
+	}
+	env := map[string]corev1.EnvVar{}
+	for _, e := range c.Env {
+		env[e.Name] = e
+	}
+	if env["NSYS_CORTEX_MODE"].Value != Mode || env[EnvImage].Value == "" {
+		t.Errorf("the host is not in kube mode: %+v", c.Env)
+	}
+	if tok := env["NSYS_CORTEX_API_TOKEN"]; tok.Value != "" || tok.ValueFrom == nil || tok.ValueFrom.SecretKeyRef == nil {
+		t.Errorf("the API token is not from a Secret: %+v", tok)
+	}
+	key := env[EnvSigningKey].Value
+	mounted := false
+	for _, m := range c.VolumeMounts {
+		if strings.HasPrefix(key, m.MountPath+"/") && m.ReadOnly {
+			for _, v := range pod.Spec.Volumes {
+				mounted = mounted || v.Name == m.Name && v.Secret != nil
+			}
+		}
+	}
+	if !mounted {
+		t.Errorf("the signing key %s is not on a read-only Secret volume", key)
+	}
+}
