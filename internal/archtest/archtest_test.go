@@ -102,6 +102,7 @@ var testOnly = map[string]bool{mod + "/internal/archtest": true}
 // exempt are imports across the rules that are allowed, each with why.
 var exempt = map[[2]string]string{
 	{mod + "/internal/sandbox/firecracker/internal/fakefc", mod + "/internal/agent"}: "the fake Firecracker the backend's tests run is a guest: it runs the real agent in its own process",
+	{mod + "/internal/sandbox/kube/kubesim", mod + "/internal/agent"}:                "the simulated kubelet kube mode's tests run is a node: it runs the real agent for each pod",
 }
 
 // layerOf returns the layer of package p.

@@ -1,0 +1,282 @@
+// Package kubesim is the cluster's nodes for kube mode's tests: a
+// simulated kubelet (and agent-sandbox's controller, as far as a neuron
+// needs it) over any API server, client-go's fake clientset or a real
+// kube-apiserver (test/kube), and the scenario every such test runs
+// through kube.Manager.
+package kubesim
+
+import (
+	"context"
+	"crypto/ed25519"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"math/rand/v2"
+	"net"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	sbv1 "sigs.k8s.io/agent-sandbox/api/v1beta1"
+	agents "sigs.k8s.io/agent-sandbox/clients/k8s/clientset/versioned"
+
+	"github.com/nsys-cortex/cortex/internal/agent"
+	"github.com/nsys-cortex/cortex/internal/podtoken"
+	"github.com/nsys-cortex/cortex/internal/sandbox/kube"
+)
+
+// Kubelet simulates the cluster's nodes (and, given agent-sandbox's
+// client, its controller) in namespace: a pod made is bound to a node
+// and the real agent runs for it in this process, on a loopback address
+// of its own (its pod IP, 127.x.y.z) and the agent port, checking pod
+// tokens against the key the trust ConfigMap holds when the pod starts,
+// as a pod that mounts it does; its home is a directory kept per claim,
+// as a volume is; a pod deleted (or marked for deletion, which a real
+// API server holds for its kubelet) has its agent ended and is gone. A
+// pod of a neuron named in fail never starts: its image cannot be
+// pulled.
+type Kubelet struct {
+	t    testing.TB
+	core kubernetes.Interface
+	ag   agents.Interface // nil: no controller
+	cfg  kube.Config
+	fail map[string]bool
+	net  [2]byte // the second and third bytes of the pod IPs, 127.x.y.z
+
+	mu    sync.Mutex
+	stops map[string]func()
+	homes map[string]string
+	n     int
+}
+
+// Start starts a Kubelet for the neurons of cfg's namespace until the
+// test ends.
+func Start(t testing.TB, core kubernetes.Interface, ag agents.Interface, cfg kube.Config, fail ...string) *Kubelet {
+	cfg = cfg.Defaults()
+	namespace := cfg.Namespace
+	k := &Kubelet{t: t, core: core, ag: ag, cfg: cfg, fail: map[string]bool{}, stops: map[string]func(){}, homes: map[string]string{}}
+	// Pod IPs of their own for this kubelet: tests in other processes
+	// run kubelets of their own beside it.
+	k.net = [2]byte{byte(1 + rand.IntN(254)), byte(rand.IntN(256))}
+	for _, id := range fail {
+		k.fail[id] = true
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	t.Cleanup(func() {
+		cancel()
+		wg.Wait()
+		k.mu.Lock()
+		defer k.mu.Unlock()
+		for _, stop := range k.stops {
+			stop()
+		}
+	})
+	pw, err := core.CoreV1().Pods(namespace).Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		defer pw.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case ev, ok := <-pw.ResultChan():
+				if !ok {
+					return
+				}
+				pod, isPod := ev.Object.(*corev1.Pod)
+				switch {
+				case !isPod:
+				case ev.Type == watch.Added:
+					k.run(ctx, pod)
+				case ev.Type == watch.Deleted:
+					k.stop(pod.Name)
+				case ev.Type == watch.Modified && pod.DeletionTimestamp != nil:
+					k.stop(pod.Name)
+					zero := int64(0)
+					core.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
+				}
+			}
+		}
+	}()
+	if ag != nil {
+		sw, err := ag.AgentsV1beta1().Sandboxes(namespace).Watch(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer sw.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case ev, ok := <-sw.ResultChan():
+					if !ok {
+						return
+					}
+					if sb, isSB := ev.Object.(*sbv1.Sandbox); isSB {
+						k.reconcile(ctx, sb, ev.Type)
+					}
+				}
+			}
+		}()
+	}
+	return k
+}
+
+// reconcile is agent-sandbox's controller, as far as a neuron needs it:
+// a running Sandbox has its pod; a suspended or deleted one has none.
+func (k *Kubelet) reconcile(ctx context.Context, sb *sbv1.Sandbox, et watch.EventType) {
+	pods := k.core.CoreV1().Pods(sb.Namespace)
+	if et == watch.Deleted || sb.DeletionTimestamp != nil || sb.Spec.OperatingMode == sbv1.SandboxOperatingModeSuspended {
+		pods.Delete(ctx, sb.Name, metav1.DeleteOptions{})
+		return
+	}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: sb.Name, Namespace: sb.Namespace, Labels: sb.Spec.PodTemplate.ObjectMeta.Labels},
+		Spec: *sb.Spec.PodTemplate.Spec.DeepCopy()}
+	// The controller makes the claims of the Sandbox's templates; the pod
+	// mounts them by the name it gives them.
+	for i, v := range pod.Spec.Volumes {
+		if v.PersistentVolumeClaim == nil && v.Name == "home" {
+			pod.Spec.Volumes[i].VolumeSource = corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "home-" + sb.Name}}
+		}
+	}
+	pods.Create(ctx, pod, metav1.CreateOptions{}) // an existing pod stays
+}
+
+// run binds pod to a node and starts its agent, or, for a neuron in
+// fail, says its image cannot be pulled.
+func (k *Kubelet) run(ctx context.Context, pod *corev1.Pod) {
+	pods := k.core.CoreV1().Pods(pod.Namespace)
+	if pod.Spec.NodeName == "" {
+		// A real API server takes a node only through the binding; the
+		// fake clientset records the binding and changes nothing.
+		pods.Bind(ctx, &corev1.Binding{ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace}, Target: corev1.ObjectReference{Kind: "Node", Name: "node-1"}}, metav1.CreateOptions{})
+		if got, err := pods.Get(ctx, pod.Name, metav1.GetOptions{}); err == nil {
+			pod = got
+		}
+		if pod.Spec.NodeName == "" {
+			pod = pod.DeepCopy()
+			pod.Spec.NodeName = "node-1"
+			if got, err := pods.Update(ctx, pod, metav1.UpdateOptions{}); err == nil {
+				pod = got
+			}
+		}
+	}
+	pod = pod.DeepCopy()
+	if pod.UID == "" {
+		k.mu.Lock()
+		k.n++
+		pod.UID = types.UID(fmt.Sprintf("uid-%s-%d", pod.Name, k.n)) // the fake clientset gives none
+		k.mu.Unlock()
+		if got, err := pods.Update(ctx, pod, metav1.UpdateOptions{}); err == nil {
+			pod = got.DeepCopy()
+		}
+	}
+	id := pod.Labels[kube.LabelID]
+	pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionTrue}}
+	if k.fail[id] {
+		pod.Status.Phase = corev1.PodPending
+		pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: kube.AgentContainer, Image: pod.Spec.Containers[0].Image,
+			State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ImagePullBackOff", Message: "pull access denied"}}}}
+		pods.UpdateStatus(ctx, pod, metav1.UpdateOptions{})
+		return
+	}
+	claim := ""
+	for _, v := range pod.Spec.Volumes {
+		if v.PersistentVolumeClaim != nil {
+			claim = v.PersistentVolumeClaim.ClaimName
+		}
+	}
+	k.mu.Lock()
+	home := k.homes[claim]
+	if home == "" {
+		home = k.t.TempDir()
+		k.homes[claim] = home
+	}
+	k.mu.Unlock()
+	pub, err := k.trustKey(ctx)
+	if err != nil {
+		k.t.Errorf("pod %s: %v", pod.Name, err)
+		return
+	}
+	ip, addr, err := k.podAddress()
+	if err != nil {
+		k.t.Errorf("pod %s: %v", pod.Name, err)
+		return
+	}
+	self := podtoken.Identity{Namespace: pod.Namespace, Pod: pod.Name, UID: string(pod.UID)}
+	a, err := agent.New(agent.Config{ID: id, Root: home, Listen: addr, Version: "test", Logger: log.New(io.Discard, "", 0),
+		TokenCheck: func(tok string) error { _, err := podtoken.Verify(pub, tok, self, time.Now()); return err }})
+	if err != nil {
+		k.t.Error(err)
+		return
+	}
+	actx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); a.Run(actx) }()
+	k.mu.Lock()
+	k.stops[pod.Name] = func() { cancel(); <-done }
+	k.mu.Unlock()
+	pod.Status.Phase, pod.Status.PodIP = corev1.PodRunning, ip
+	pod.Status.PodIPs = []corev1.PodIP{{IP: ip}}
+	pod.Status.Conditions = append(pod.Status.Conditions, corev1.PodCondition{Type: corev1.PodReady, Status: corev1.ConditionTrue})
+	pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: kube.AgentContainer, Image: pod.Spec.Containers[0].Image, Ready: true,
+		State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.Now()}}}}
+	if _, err := pods.UpdateStatus(ctx, pod, metav1.UpdateOptions{}); err != nil && ctx.Err() == nil {
+		k.t.Errorf("the status of pod %s: %v", pod.Name, err)
+	}
+}
+
+// trustKey reads the public key of the namespace's trust ConfigMap, as
+// a pod that mounts it sees it.
+func (k *Kubelet) trustKey(ctx context.Context) (ed25519.PublicKey, error) {
+	cm, err := k.core.CoreV1().ConfigMaps(k.cfg.Namespace).Get(ctx, k.cfg.TrustConfigMap, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("the trust ConfigMap: %w", err)
+	}
+	return podtoken.ParsePublic(cm.Data[kube.TrustKey])
+}
+
+// podAddress finds a pod IP of this kubelet's whose agent port is free,
+// and returns it and the agent's address.
+func (k *Kubelet) podAddress() (string, string, error) {
+	for range 64 {
+		k.mu.Lock()
+		k.n++
+		n := k.n
+		k.mu.Unlock()
+		ip := fmt.Sprintf("127.%d.%d.%d", k.net[0], k.net[1], 1+n%254)
+		addr := net.JoinHostPort(ip, strconv.Itoa(int(k.cfg.AgentPort)))
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			continue // taken: by a pod of another kubelet's, or an agent on its way out
+		}
+		ln.Close()
+		return ip, addr, nil
+	}
+	return "", "", errors.New("no free pod address")
+}
+
+func (k *Kubelet) stop(name string) {
+	k.mu.Lock()
+	stop := k.stops[name]
+	delete(k.stops, name)
+	k.mu.Unlock()
+	if stop != nil {
+		stop()
+	}
+}

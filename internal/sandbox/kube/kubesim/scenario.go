@@ -1,0 +1,126 @@
+package kubesim
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	agents "sigs.k8s.io/agent-sandbox/clients/k8s/clientset/versioned"
+
+	"github.com/nsys-cortex/cortex/internal/link"
+	"github.com/nsys-cortex/cortex/internal/podtoken"
+	"github.com/nsys-cortex/cortex/internal/protocol"
+	"github.com/nsys-cortex/cortex/internal/protocol/errdefs"
+	"github.com/nsys-cortex/cortex/internal/sandbox"
+	"github.com/nsys-cortex/cortex/internal/sandbox/kube"
+)
+
+// RunManager drives a kube neuron through kube.Manager on the cluster
+// core (and ag: nil is the pods path) reach, with a Kubelet: created (its
+// agent reached with a pod token), commands run, stopped with its home
+// kept, created again on it, driven by a second host that shares nothing
+// with the first but the cluster, and wiped. A create the cluster cannot
+// run fails naming why, and leaves nothing; what the mode cannot give is
+// refused by name.
+func RunManager(t *testing.T, core kubernetes.Interface, ag agents.Interface, cfg kube.Config) {
+	cfg = cfg.Defaults()
+	cl := &kube.Cluster{Core: core, Config: cfg}
+	if ag != nil {
+		cl.Agents = ag
+	}
+	ctx := context.Background()
+	priv, _ := podtoken.NewKey()
+	if err := kube.EnsureTrust(ctx, core, cfg, priv); err != nil {
+		t.Fatal(err)
+	}
+	Start(t, core, ag, cfg, "bad")
+	// The default address: the pod's IP and the agent port.
+	m := &kube.Manager{Cluster: cl, Key: priv}
+	t.Cleanup(func() { m.Close() })
+	st, err := m.Create(ctx, "a", sandbox.CreateOptions{Labels: map[string]string{"team": "a"}, Env: []string{"FOO=bar"}, BootTimeout: 20 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Status != sandbox.StatusRunning || st.Labels["team"] != "a" || st.Mode != kube.Mode {
+		t.Fatalf("created: %+v", st)
+	}
+	c, err := m.Connect(ctx, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out := run(t, c, "echo kept > home-file; echo ran"); out != "ran\n" {
+		t.Fatalf("exec: %q", out)
+	}
+	// The environment is the container's (the simulated kubelet runs
+	// the agent in this process, so it is read off the pod).
+	if pod, err := core.CoreV1().Pods(cfg.Namespace).Get(ctx, kube.ObjectName("a"), metav1.GetOptions{}); err != nil || len(pod.Spec.Containers[0].Env) != 1 || pod.Spec.Containers[0].Env[0].Value != "bar" {
+		t.Errorf("the pod's environment: %v", err)
+	}
+	if err := m.Destroy(ctx, "a", sandbox.DestroyOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := m.Get(ctx, "a"); err != nil || st.Status != sandbox.StatusStopped {
+		t.Errorf("stopped: %+v %v", st, err)
+	}
+	if _, err := m.Create(ctx, "a", sandbox.CreateOptions{BootTimeout: 20 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	// Another host: nothing in common with the first but the cluster.
+	m2 := &kube.Manager{Cluster: &kube.Cluster{Core: core, Agents: cl.Agents, Config: cfg}, Key: priv}
+	t.Cleanup(func() { m2.Close() })
+	c2, err := m2.Connect(ctx, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out := run(t, c2, "cat home-file"); out != "kept\n" {
+		t.Fatalf("the home after a stop and a create, from another host: %q", out)
+	}
+	if list, err := m2.List(ctx); err != nil || len(list) != 1 || list[0].ID != "a" {
+		t.Errorf("another host's list: %+v %v", list, err)
+	}
+	if err := m2.Destroy(ctx, "a", sandbox.DestroyOptions{Wipe: true}); err != nil {
+		t.Fatal(err)
+	}
+	var nf *sandbox.NotFoundError
+	if _, err := m.Get(ctx, "a"); !errors.As(err, &nf) {
+		t.Errorf("a wiped neuron: %v", err)
+	}
+
+	_, err = m.Create(ctx, "bad", sandbox.CreateOptions{BootTimeout: 20 * time.Second})
+	if err == nil || !strings.Contains(err.Error(), "ImagePullBackOff") {
+		t.Fatalf("a pod whose image cannot be pulled: %v", err)
+	}
+	if pods, _ := core.CoreV1().Pods(cfg.Namespace).List(ctx, metav1.ListOptions{}); len(pods.Items) != 0 {
+		t.Errorf("a failed create left pod %s", pods.Items[0].Name)
+	}
+	if claims, _ := core.CoreV1().PersistentVolumeClaims(cfg.Namespace).List(ctx, metav1.ListOptions{}); ag == nil && len(claims.Items) != 0 {
+		t.Errorf("a failed create left claim %s", claims.Items[0].Name)
+	}
+	if ag != nil {
+		if sbs, _ := ag.AgentsV1beta1().Sandboxes(cfg.Namespace).List(ctx, metav1.ListOptions{}); len(sbs.Items) != 0 {
+			t.Errorf("a failed create left Sandbox %s", sbs.Items[0].Name)
+		}
+	}
+	_, err = m.Create(ctx, "open", sandbox.CreateOptions{Network: sandbox.Network{Mode: sandbox.NetworkFull}})
+	var unenforceable *sandbox.UnenforceableError
+	if !errors.As(err, &unenforceable) {
+		t.Errorf("a neuron with the host's network: %v", err)
+	}
+	if _, err := m.Create(ctx, "Upper_Case", sandbox.CreateOptions{}); !errdefs.Of(err).Is(errdefs.Invalid) {
+		t.Errorf("an id that is no DNS label: %v", err)
+	}
+}
+
+// run runs script in the neuron c reaches and returns its output.
+func run(t *testing.T, c *link.Client, script string) string {
+	t.Helper()
+	res, err := c.Exec(context.Background(), &link.ExecRequest{Command: protocol.Command{Shell: script}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(res.Stdout)
+}
