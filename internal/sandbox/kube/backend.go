@@ -8,10 +8,13 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -24,6 +27,7 @@ import (
 	agents "sigs.k8s.io/agent-sandbox/clients/k8s/clientset/versioned"
 
 	"github.com/nsys-cortex/cortex/internal/config"
+	"github.com/nsys-cortex/cortex/internal/hostfs"
 	"github.com/nsys-cortex/cortex/internal/podtoken"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
 )
@@ -137,33 +141,72 @@ func RESTConfig(kubeconfig string) (*rest.Config, error) {
 	return nil, &sandbox.UnavailableError{Mode: Mode, Reason: fmt.Sprintf("no way to the cluster: %v (set kube.kubeconfig or KUBECONFIG, or run in a pod with a service account)", err)}
 }
 
+// maxKeyFile bounds a signing key's file (a PEM of an Ed25519 key is
+// about 120 bytes).
+const maxKeyFile = 4 << 10
+
 // LoadSigningKey reads the Ed25519 key at path, or makes one there (0600)
-// when there is none.
+// when there is nothing at path. The file must be one only this user and
+// root can change, in a directory only they can change (hostfs), and no
+// one else may read (a Secret's volume may let the pod's group read it);
+// a link may lead to it (a Secret's volume is links), but a link that
+// leads nowhere is refused, not followed to a key made there.
 func LoadSigningKey(path string) (ed25519.PrivateKey, error) {
-	b, err := os.ReadFile(path)
-	if errors.Is(err, fs.ErrNotExist) {
+	var lst unix.Stat_t
+	if err := unix.Lstat(path, &lst); errors.Is(err, unix.ENOENT) {
 		return makeSigningKey(path)
 	}
+	return readSigningKey(path)
+}
+
+// readSigningKey reads and checks the key file at path.
+func readSigningKey(path string) (ed25519.PrivateKey, error) {
+	bad := func(format string, a ...any) error {
+		return fmt.Errorf("kube.signing_key %s: %s", path, fmt.Sprintf(format, a...))
+	}
+	if err := hostfs.TrustedDir(filepath.Dir(path)); err != nil {
+		return nil, bad("%v", err)
+	}
+	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return nil, fmt.Errorf("kube.signing_key: %w", err)
+		return nil, bad("%v", err)
+	}
+	defer f.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		return nil, bad("%v", err)
+	}
+	if err := hostfs.TrustedFile(&st); err != nil {
+		return nil, bad("%v", err)
+	}
+	if st.Mode&0o004 != 0 {
+		return nil, bad("anyone may read it (mode %o): chmod o-r", st.Mode&0o777)
+	}
+	if st.Size > maxKeyFile {
+		return nil, bad("%d bytes: not a key", st.Size)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, maxKeyFile+1))
+	if err != nil {
+		return nil, bad("%v", err)
 	}
 	blk, _ := pem.Decode(b)
 	if blk == nil || blk.Type != "PRIVATE KEY" {
-		return nil, fmt.Errorf("kube.signing_key %s: not a PEM PRIVATE KEY", path)
+		return nil, bad("not a PEM PRIVATE KEY")
 	}
 	k, err := x509.ParsePKCS8PrivateKey(blk.Bytes)
 	if err != nil {
-		return nil, fmt.Errorf("kube.signing_key %s: %w", path, err)
+		return nil, bad("%v", err)
 	}
 	ek, ok := k.(ed25519.PrivateKey)
 	if !ok {
-		return nil, fmt.Errorf("kube.signing_key %s: a %T, not an Ed25519 key", path, k)
+		return nil, bad("a %T, not an Ed25519 key", k)
 	}
 	return ek, nil
 }
 
-// makeSigningKey writes a new key at path; a key another process wrote
-// first is the one read.
+// makeSigningKey makes a new key at path: written whole to a file of its
+// own, then linked at path, so that no reader sees half a key; a key
+// another process linked there first is the one read.
 func makeSigningKey(path string) (ed25519.PrivateKey, error) {
 	_, k, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
@@ -173,22 +216,32 @@ func makeSigningKey(path string) (ed25519.PrivateKey, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("kube.signing_key: %w", err)
 	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if errors.Is(err, fs.ErrExist) {
-		return LoadSigningKey(path)
+	if err := hostfs.TrustedDir(dir); err != nil {
+		return nil, fmt.Errorf("kube.signing_key %s: %w", path, err)
 	}
+	tmp, err := os.CreateTemp(dir, ".signing-*.key")
 	if err != nil {
 		return nil, fmt.Errorf("kube.signing_key: %w", err)
 	}
-	_, err = f.Write(pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}))
-	if cerr := f.Close(); err == nil {
+	defer os.Remove(tmp.Name())
+	_, err = tmp.Write(pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}))
+	if serr := tmp.Sync(); err == nil {
+		err = serr
+	}
+	if cerr := tmp.Close(); err == nil {
 		err = cerr
 	}
+	if err == nil {
+		err = os.Link(tmp.Name(), path)
+	}
+	if errors.Is(err, fs.ErrExist) {
+		return readSigningKey(path)
+	}
 	if err != nil {
-		os.Remove(path)
 		return nil, fmt.Errorf("kube.signing_key: %w", err)
 	}
 	return k, nil
@@ -203,11 +256,13 @@ func EnsureTrust(ctx context.Context, core kubernetes.Interface, cfg Config, key
 	cfg = cfg.Defaults()
 	pub := key.Public().(ed25519.PublicKey)
 	cms := core.CoreV1().ConfigMaps(cfg.Namespace)
+	immutable := true // no update can change the key pods trust; a new key means a new ConfigMap
 	cm, err := cms.Get(ctx, cfg.TrustConfigMap, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		cm = &corev1.ConfigMap{
 			ObjectMeta: metav1.ObjectMeta{Name: cfg.TrustConfigMap, Namespace: cfg.Namespace, Labels: map[string]string{LabelManaged: managedBy}},
 			Data:       map[string]string{TrustKey: podtoken.PublicText(pub)},
+			Immutable:  &immutable,
 		}
 		if _, err = cms.Create(ctx, cm, metav1.CreateOptions{}); err == nil || !apierrors.IsAlreadyExists(err) {
 			return explainIf(err, "create", "configmaps", cfg.Namespace)
@@ -292,7 +347,11 @@ func NewCluster(ctx context.Context, rc *rest.Config, cfg Config) (*Cluster, err
 		return nil, &sandbox.UnavailableError{Mode: Mode, Reason: fmt.Sprintf("the API server at %s: %v", rc.Host, err)}
 	}
 	if served {
-		if cl.Agents, err = agents.NewForConfig(rc); err != nil {
+		// Custom resources have no protobuf form: JSON, whatever the
+		// configuration asks for the built-in kinds.
+		arc := rest.CopyConfig(rc)
+		arc.ContentType, arc.AcceptContentTypes = "application/json", "application/json"
+		if cl.Agents, err = agents.NewForConfig(arc); err != nil {
 			return nil, &sandbox.UnavailableError{Mode: Mode, Reason: err.Error()}
 		}
 	}

@@ -19,11 +19,13 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
@@ -120,6 +122,9 @@ func TestEnsureTrust(t *testing.T) {
 	}
 	if pub, err := podtoken.ParsePublic(cm.Data[TrustKey]); err != nil || !pub.Equal(key.Public()) {
 		t.Fatalf("the ConfigMap holds %q: %v", cm.Data[TrustKey], err)
+	}
+	if cm.Immutable == nil || !*cm.Immutable {
+		t.Fatal("the trust ConfigMap can be updated: another key could be put in it")
 	}
 	if err := EnsureTrust(ctx, core, cfg, key); err != nil {
 		t.Fatalf("again: %v", err)
@@ -238,6 +243,114 @@ func TestPauseUnsupported(t *testing.T) {
 	for _, err := range []error{perr, rerr} {
 		if !errdefs.IsUnsupported(err) || !strings.Contains(err.Error(), "destroy the neuron") {
 			t.Errorf("%v", err)
+		}
+	}
+}
+
+// A hostile or careless key path: a link that leads nowhere is refused,
+// not followed to a key made there (nor looped on); a key in a directory
+// others may write, one others may read or write, a FIFO, a huge file:
+// each refused, naming the path. A link to a good key (a Secret's volume
+// is links) is read.
+func TestSigningKeyRefuses(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good.key")
+	want, err := LoadSigningKey(good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "link.key")
+	os.Symlink(good, link)
+	if k, err := LoadSigningKey(link); err != nil || !k.Equal(want) {
+		t.Fatalf("a link to a good key: %v", err)
+	}
+	dangling := filepath.Join(dir, "dangling.key")
+	os.Symlink(filepath.Join(dir, "nowhere", "x.key"), dangling)
+	if _, err := LoadSigningKey(dangling); err == nil || !strings.Contains(err.Error(), dangling) {
+		t.Fatalf("a dangling link: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "nowhere")); err == nil {
+		t.Fatal("a dangling link was followed to make a key")
+	}
+	open := filepath.Join(dir, "open")
+	os.Mkdir(open, 0o777)
+	os.Chmod(open, 0o777) // past the umask
+	other, _ := LoadSigningKey(filepath.Join(t.TempDir(), "k"))
+	der, _ := x509.MarshalPKCS8PrivateKey(other)
+	os.WriteFile(filepath.Join(open, "k"), pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), 0o600)
+	readable := filepath.Join(dir, "readable.key")
+	os.WriteFile(readable, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), 0o644)
+	os.Chmod(readable, 0o644)
+	writable := filepath.Join(dir, "writable.key")
+	os.WriteFile(writable, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), 0o620)
+	os.Chmod(writable, 0o620)
+	fifo := filepath.Join(dir, "fifo.key")
+	unix.Mkfifo(fifo, 0o600)
+	huge := filepath.Join(dir, "huge.key")
+	os.WriteFile(huge, make([]byte, 1<<20), 0o600)
+	for name, p := range map[string]string{"a directory others may write": filepath.Join(open, "k"), "world-readable": readable,
+		"group-writable": writable, "a FIFO": fifo, "a huge file": huge} {
+		if _, err := LoadSigningKey(p); err == nil || !strings.Contains(err.Error(), p) {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	// Made whole: no file but the key is left beside it.
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), ".signing-") {
+			t.Errorf("a temporary file was left: %s", e.Name())
+		}
+	}
+}
+
+// A link dials the pod it was made for, as that pod is now: once the pod
+// is replaced (another uid), gone or not running, it dials no one, rather
+// than whatever answers at the old address; an IP no agent can listen on
+// is refused.
+func TestDialerFollowsThePod(t *testing.T) {
+	ctx := context.Background()
+	core := fake.NewClientset()
+	cfg := Config{Namespace: "n"}.Defaults()
+	running := func(uid, ip string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "n-a", Namespace: "n", UID: types.UID(uid)},
+			Spec:   corev1.PodSpec{NodeName: "node"},
+			Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip, Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}}
+	}
+	pod, _ := core.CoreV1().Pods("n").Create(ctx, running("u1", "10.0.0.7"), metav1.CreateOptions{})
+	m := &Manager{Cluster: &Cluster{Core: core, Config: cfg}}
+	dial := m.dialer("a", pod)
+	for range 2 { // the first dial, and a redial to the same pod
+		if addr, err := dial(ctx); err != nil || addr != "10.0.0.7:7070" {
+			t.Fatalf("%q %v", addr, err)
+		}
+	}
+	for name, change := range map[string]func(){
+		"replaced": func() {
+			core.CoreV1().Pods("n").Delete(ctx, "n-a", metav1.DeleteOptions{})
+			core.CoreV1().Pods("n").Create(ctx, running("u2", "10.0.0.8"), metav1.CreateOptions{})
+		},
+		"gone": func() { core.CoreV1().Pods("n").Delete(ctx, "n-a", metav1.DeleteOptions{}) },
+		"not running": func() {
+			p := running("u1", "10.0.0.7")
+			p.Status.Phase = corev1.PodFailed
+			core.CoreV1().Pods("n").Delete(ctx, "n-a", metav1.DeleteOptions{})
+			core.CoreV1().Pods("n").Create(ctx, p, metav1.CreateOptions{})
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			core.CoreV1().Pods("n").Delete(ctx, "n-a", metav1.DeleteOptions{})
+			core.CoreV1().Pods("n").Create(ctx, running("u1", "10.0.0.7"), metav1.CreateOptions{})
+			dial := m.dialer("a", pod)
+			dial(ctx)
+			change()
+			if addr, err := dial(ctx); err == nil {
+				t.Fatalf("a redial after the pod was %s went to %s", name, addr)
+			}
+		})
+	}
+	for _, ip := range []string{"", "0.0.0.0", "::", "224.0.0.1", "example.com", "10.0.0.7:80"} {
+		if addr, err := m.dialer("a", running("u1", ip))(ctx); err == nil {
+			t.Errorf("pod IP %q: dialled %s", ip, addr)
 		}
 	}
 }

@@ -86,7 +86,11 @@ func (c *Cluster) createPod(ctx context.Context, cfg Config, n Neuron) error {
 	}
 	claims := c.Core.CoreV1().PersistentVolumeClaims(cfg.Namespace)
 	made := false
-	if _, err := claims.Get(ctx, pvc.Name, metav1.GetOptions{}); apierrors.IsNotFound(err) {
+	if old, err := claims.Get(ctx, pvc.Name, metav1.GetOptions{}); err == nil && old.DeletionTimestamp != nil {
+		// A wipe's: the claim goes once nothing uses it (the cluster's
+		// pvc-protection), and a pod on it now would get no home.
+		return errdefs.New(errdefs.Busy, fmt.Sprintf("the home of neuron %s (%s/%s) is being deleted by a wipe: create it again once it is gone", n.ID, cfg.Namespace, pvc.Name))
+	} else if apierrors.IsNotFound(err) {
 		if _, err := claims.Create(ctx, pvc, metav1.CreateOptions{}); err != nil {
 			return explain(err, "create", "persistentvolumeclaims", cfg.Namespace)
 		}
@@ -177,8 +181,10 @@ func (c *Cluster) Observe(ctx context.Context, id string, known, wasReady bool) 
 	o := Observe(sb, pod, known, wasReady)
 	if o.Phase == Absent && c.Agents == nil {
 		// A plain pod's neuron is stopped when its home is all there is.
-		_, err := c.Core.CoreV1().PersistentVolumeClaims(cfg.Namespace).Get(ctx, HomeClaimName(id), metav1.GetOptions{})
+		pvc, err := c.Core.CoreV1().PersistentVolumeClaims(cfg.Namespace).Get(ctx, HomeClaimName(id), metav1.GetOptions{})
 		switch {
+		case err == nil && pvc.DeletionTimestamp != nil:
+			// Wiped: the claim waits for the cluster to let it go.
 		case err == nil:
 			o = Observed{Phase: Stopped, Reason: "its pod is gone; its home is kept"}
 		case !apierrors.IsNotFound(err):

@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/watch"
+	sbv1 "sigs.k8s.io/agent-sandbox/api/v1beta1"
 
 	"github.com/nsys-cortex/cortex/internal/labels"
 	"github.com/nsys-cortex/cortex/internal/link"
@@ -101,15 +102,16 @@ func (m *Manager) Create(ctx context.Context, id string, opts sandbox.CreateOpti
 	}
 	st, err := m.await(ctx, id, boot)
 	if err != nil {
+		wipe := before.Phase != Stopped
 		undo := m.Cluster.Wipe
-		if before.Phase == Stopped {
+		if !wipe {
 			undo = m.Cluster.Stop
 		}
 		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 60*time.Second)
 		defer cancel()
 		uerr := undo(uctx, id)
 		if uerr == nil {
-			uerr = m.awaitGone(uctx, id)
+			uerr = m.awaitEnded(uctx, id, wipe)
 		}
 		if uerr != nil {
 			err = errors.Join(err, fmt.Errorf("and undoing the create: %w", uerr))
@@ -170,21 +172,52 @@ func (m *Manager) await(ctx context.Context, id string, boot time.Duration) (*sa
 	}
 }
 
-// connect links to the agent of neuron id in pod, signing a token for
-// that pod before each dial.
-func (m *Manager) connect(ctx context.Context, id string, pod *corev1.Pod) (*sandbox.State, error) {
-	self := podtoken.Identity{Namespace: pod.Namespace, Pod: pod.Name, UID: string(pod.UID)}
+// dialer returns where the link to neuron id's agent in pod dials. Every
+// dial but the first (the first and each one after the connection drops)
+// reads the pod again, and dials it only as long as it is the pod the link
+// was made for and runs: gone, replaced (another uid) or not running, and
+// the link dials no one, rather than whatever now answers at its old
+// address (the host does not authenticate the agent: a pod token proves
+// the host to the pod).
+func (m *Manager) dialer(id string, pod *corev1.Pod) func(context.Context) (string, error) {
 	addr := m.Address
 	if addr == nil {
 		port := m.Cluster.Config.Defaults().AgentPort
 		addr = func(p *corev1.Pod) (string, error) {
-			if p.Status.PodIP == "" {
-				return "", fmt.Errorf("pod %s has no IP yet", p.Name)
+			ip := net.ParseIP(p.Status.PodIP)
+			if ip == nil || ip.IsUnspecified() || ip.IsMulticast() {
+				return "", fmt.Errorf("pod %s has no IP an agent can listen on (%.64q)", p.Name, p.Status.PodIP)
 			}
-			return net.JoinHostPort(p.Status.PodIP, strconv.Itoa(int(port))), nil
+			return net.JoinHostPort(ip.String(), strconv.Itoa(int(port))), nil
 		}
 	}
-	l := link.Dial(func(context.Context) (string, error) { return addr(pod) }, link.Options{
+	redial := false
+	return func(ctx context.Context) (string, error) {
+		p := pod
+		if redial {
+			cur, err := m.Cluster.Core.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+			if err != nil {
+				return "", fmt.Errorf("neuron %s's pod: %w", id, err)
+			}
+			if cur.UID != pod.UID {
+				return "", fmt.Errorf("neuron %s's pod %s was replaced (uid %s, was %s)", id, pod.Name, cur.UID, pod.UID)
+			}
+			if o := Observe(nil, cur, true, true); o.Phase != Running {
+				return "", fmt.Errorf("neuron %s is %s: %s", id, o.Phase, o.Reason)
+			}
+			p = cur
+		}
+		redial = true
+		return addr(p)
+	}
+}
+
+// connect links to the agent of neuron id in pod, signing a token for
+// that pod before each dial.
+func (m *Manager) connect(ctx context.Context, id string, pod *corev1.Pod) (*sandbox.State, error) {
+	self := podtoken.Identity{Namespace: pod.Namespace, Pod: pod.Name, UID: string(pod.UID)}
+	dial := m.dialer(id, pod)
+	l := link.Dial(dial, link.Options{
 		Neuron: id, Software: "nsys-cortex",
 		TokenFunc: func() (string, error) { return podtoken.Sign(m.Key, self, tokenLife, time.Now()) },
 	})
@@ -303,9 +336,47 @@ func (m *Manager) Destroy(ctx context.Context, id string, opts sandbox.DestroyOp
 		return err
 	}
 	// Done when its pod is: a destroy that returns has stopped the neuron.
+	// A wipe is done when the Sandbox is gone too (its claim goes when
+	// the cluster lets it: a home being deleted is no neuron's).
 	wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	return m.awaitGone(wctx, id)
+	return m.awaitEnded(wctx, id, opts.Wipe)
+}
+
+// awaitEnded waits until neuron id has no pod, and, wiped, no Sandbox.
+func (m *Manager) awaitEnded(ctx context.Context, id string, wiped bool) error {
+	if err := m.awaitGone(ctx, id); err != nil || !wiped || m.Cluster.Agents == nil {
+		return err
+	}
+	return m.awaitSandboxGone(ctx, id)
+}
+
+// awaitSandboxGone waits until neuron id has no Sandbox (the cluster's
+// garbage collector ends a foreground deletion once its dependents go).
+func (m *Manager) awaitSandboxGone(ctx context.Context, id string) error {
+	cfg := m.Cluster.Config.Defaults()
+	sbs := m.Cluster.Agents.AgentsV1beta1().Sandboxes(cfg.Namespace)
+	w, err := sbs.Watch(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", ObjectName(id)).String()})
+	if err != nil {
+		return explain(err, "watch", "sandboxes.agents.x-k8s.io", cfg.Namespace)
+	}
+	defer w.Stop()
+	if _, err := sbs.Get(ctx, ObjectName(id), metav1.GetOptions{}); apierrors.IsNotFound(err) {
+		return nil
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return errdefs.New(errdefs.Timeout, fmt.Sprintf("neuron %s's Sandbox %s/%s is still there: its deletion waits for the cluster's garbage collector", id, cfg.Namespace, ObjectName(id)))
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				return errdefs.New(errdefs.Unavailable, fmt.Sprintf("the watch of neuron %s's Sandbox ended before it went", id))
+			}
+			if sb, isSB := ev.Object.(*sbv1.Sandbox); isSB && sb.Name == ObjectName(id) && ev.Type == watch.Deleted {
+				return nil
+			}
+		}
+	}
 }
 
 // awaitGone waits until neuron id has no pod.
@@ -360,7 +431,11 @@ func (m *Manager) Connect(ctx context.Context, id string) (*link.Client, error) 
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.links[id].Client(), nil
+	l = m.links[id]
+	if l == nil { // destroyed meanwhile
+		return nil, errdefs.New(errdefs.NotRunning, fmt.Sprintf("neuron %s was destroyed while this host connected to it", id))
+	}
+	return l.Client(), nil
 }
 
 // Close ends this host's links; the neurons run on.

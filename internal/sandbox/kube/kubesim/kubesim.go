@@ -20,6 +20,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
@@ -110,6 +111,30 @@ func Start(t testing.TB, core kubernetes.Interface, ag agents.Interface, cfg kub
 			}
 		}
 	}()
+	// The cluster's pvc-protection: a claim marked for deletion goes once
+	// no pod uses it.
+	cw, err := core.CoreV1().PersistentVolumeClaims(namespace).Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		defer cw.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case ev, ok := <-cw.ResultChan():
+				if !ok {
+					return
+				}
+				if pvc, isPVC := ev.Object.(*corev1.PersistentVolumeClaim); isPVC && pvc.DeletionTimestamp != nil && len(pvc.Finalizers) > 0 {
+					k.release(ctx, pvc)
+				}
+			}
+		}
+	}()
 	if ag != nil {
 		sw, err := ag.AgentsV1beta1().Sandboxes(namespace).Watch(ctx, metav1.ListOptions{})
 		if err != nil {
@@ -137,12 +162,46 @@ func Start(t testing.TB, core kubernetes.Interface, ag agents.Interface, cfg kub
 	return k
 }
 
+// release lets a claim marked for deletion go once no pod mounts it,
+// waiting for the pods that do.
+func (k *Kubelet) release(ctx context.Context, pvc *corev1.PersistentVolumeClaim) {
+	for ctx.Err() == nil {
+		pods, err := k.core.CoreV1().Pods(pvc.Namespace).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return
+		}
+		used := false
+		for _, p := range pods.Items {
+			for _, v := range p.Spec.Volumes {
+				used = used || v.PersistentVolumeClaim != nil && v.PersistentVolumeClaim.ClaimName == pvc.Name
+			}
+		}
+		if !used {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(50 * time.Millisecond): // a poll of the pods, as the controller's resync
+		}
+	}
+	cur, err := k.core.CoreV1().PersistentVolumeClaims(pvc.Namespace).Get(ctx, pvc.Name, metav1.GetOptions{})
+	if err != nil || cur.UID != pvc.UID {
+		return
+	}
+	cur.Finalizers = nil
+	k.core.CoreV1().PersistentVolumeClaims(pvc.Namespace).Update(ctx, cur, metav1.UpdateOptions{})
+}
+
 // reconcile is agent-sandbox's controller, as far as a neuron needs it:
 // a running Sandbox has its pod; a suspended or deleted one has none.
 func (k *Kubelet) reconcile(ctx context.Context, sb *sbv1.Sandbox, et watch.EventType) {
 	pods := k.core.CoreV1().Pods(sb.Namespace)
 	if et == watch.Deleted || sb.DeletionTimestamp != nil || sb.Spec.OperatingMode == sbv1.SandboxOperatingModeSuspended {
 		pods.Delete(ctx, sb.Name, metav1.DeleteOptions{})
+		if et != watch.Deleted && sb.DeletionTimestamp != nil && len(sb.Finalizers) > 0 {
+			k.collect(ctx, sb)
+		}
 		return
 	}
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: sb.Name, Namespace: sb.Namespace, Labels: sb.Spec.PodTemplate.ObjectMeta.Labels},
@@ -155,6 +214,30 @@ func (k *Kubelet) reconcile(ctx context.Context, sb *sbv1.Sandbox, et watch.Even
 		}
 	}
 	pods.Create(ctx, pod, metav1.CreateOptions{}) // an existing pod stays
+}
+
+// collect is the cluster's garbage collector for a Sandbox deleted in
+// the foreground: once its pod is gone, its finalizers are cleared and
+// it goes.
+func (k *Kubelet) collect(ctx context.Context, sb *sbv1.Sandbox) {
+	deadline := time.Now().Add(10 * time.Second)
+	for ctx.Err() == nil && time.Now().Before(deadline) {
+		if _, err := k.core.CoreV1().Pods(sb.Namespace).Get(ctx, sb.Name, metav1.GetOptions{}); apierrors.IsNotFound(err) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(50 * time.Millisecond): // a poll, as the collector's resync
+		}
+	}
+	sbs := k.ag.AgentsV1beta1().Sandboxes(sb.Namespace)
+	cur, err := sbs.Get(ctx, sb.Name, metav1.GetOptions{})
+	if err != nil || cur.UID != sb.UID {
+		return
+	}
+	cur.Finalizers = nil
+	sbs.Update(ctx, cur, metav1.UpdateOptions{})
 }
 
 // run binds pod to a node and starts its agent, or, for a neuron in

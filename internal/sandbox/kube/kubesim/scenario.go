@@ -17,6 +17,7 @@ import (
 	"github.com/nsys-cortex/cortex/internal/protocol/errdefs"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
 	"github.com/nsys-cortex/cortex/internal/sandbox/kube"
+	"github.com/nsys-cortex/cortex/internal/waittest"
 )
 
 // RunManager drives a kube neuron through kube.Manager on the cluster
@@ -97,9 +98,19 @@ func RunManager(t *testing.T, core kubernetes.Interface, ag agents.Interface, cf
 	if pods, _ := core.CoreV1().Pods(cfg.Namespace).List(ctx, metav1.ListOptions{}); len(pods.Items) != 0 {
 		t.Errorf("a failed create left pod %s", pods.Items[0].Name)
 	}
-	if claims, _ := core.CoreV1().PersistentVolumeClaims(cfg.Namespace).List(ctx, metav1.ListOptions{}); ag == nil && len(claims.Items) != 0 {
-		t.Errorf("a failed create left claim %s", claims.Items[0].Name)
+	// Claims go once the cluster lets them (pvc-protection, after their
+	// pods): none may be left that is not on its way out.
+	if claims, _ := core.CoreV1().PersistentVolumeClaims(cfg.Namespace).List(ctx, metav1.ListOptions{}); ag == nil {
+		for _, c := range claims.Items {
+			if c.DeletionTimestamp == nil {
+				t.Errorf("a failed create left claim %s", c.Name)
+			}
+		}
 	}
+	waittest.For(t, 20*time.Second, "the claims deleted to go", func() bool {
+		claims, err := core.CoreV1().PersistentVolumeClaims(cfg.Namespace).List(ctx, metav1.ListOptions{})
+		return err == nil && len(claims.Items) == 0
+	})
 	if ag != nil {
 		if sbs, _ := ag.AgentsV1beta1().Sandboxes(cfg.Namespace).List(ctx, metav1.ListOptions{}); len(sbs.Items) != 0 {
 			t.Errorf("a failed create left Sandbox %s", sbs.Items[0].Name)
