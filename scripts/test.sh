@@ -36,6 +36,13 @@ step "go test -race"
 if [ "${NSYS_CORTEX_REQUIRE_NSBOX:-}" = 1 ]; then export NSYS_CORTEX_REQUIRE_NSBOX; fi
 go test -race -count=1 -timeout 15m ./...
 
+# kube mode against a real kube-apiserver and etcd, in process, with the
+# simulated kubelet (docs/kube.md, "Tests"): a module of its own, so that
+# k8s.io/kubernetes stays out of the main module. Its first build takes
+# several minutes; later ones reuse Go's build cache.
+step "kube mode against a real API server (test/kube)"
+(cd test/kube && go vet ./... && go test -count=1 -timeout 10m ./...)
+
 # nsbox also runs for users who are not root (rootless: one host uid, no
 # cgroups). As root, run its tests again as an unprivileged user.
 if [ "$(id -u)" = 0 ] && command -v runuser >/dev/null; then

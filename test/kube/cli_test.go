@@ -1,0 +1,85 @@
+package kube_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/nsys-cortex/cortex/internal/sandbox/kube"
+	"github.com/nsys-cortex/cortex/internal/sandbox/kube/kubesim"
+)
+
+// buildCLI builds nsys-cortex (the full program: kube mode is its).
+func buildCLI(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "nsys-cortex")
+	cmd := exec.Command("go", "build", "-o", bin, "./cmd/nsys-cortex")
+	cmd.Dir = "../.." // the main module: the program as users build it
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("building nsys-cortex: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// nsys-cortex, as a user runs it, against a real API server: kube.image
+// and a kubeconfig set, create --mode kube, exec, list, destroy and
+// create again on the kept home, destroy --wipe. The CLI makes its
+// signing key and the trust ConfigMap itself; the simulated kubelet's
+// pods trust what the ConfigMap holds, as real pods do.
+func TestCLI(t *testing.T) {
+	rc := startAPIServer(t, true)
+	core := kubernetes.NewForConfigOrDie(rc)
+	ag := agentsClient(rc)
+	cfg := kube.Config{Image: "registry.example/nsys-cortex-neuron:1"}.Defaults()
+	prepare(t, core, cfg)
+	kubesim.Start(t, core, ag, cfg)
+	bin := buildCLI(t)
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "NSYS_CORTEX_") && !strings.HasPrefix(kv, "KUBECONFIG=") {
+			env = append(env, kv)
+		}
+	}
+	env = append(env, "NSYS_CORTEX_HOME="+filepath.Join(t.TempDir(), "h"), "NSYS_CORTEX_KUBE_IMAGE="+cfg.Image,
+		"NSYS_CORTEX_KUBE_KUBECONFIG="+writeKubeconfig(t, rc))
+	run := func(args ...string) string {
+		t.Helper()
+		cmd := exec.Command(bin, args...)
+		cmd.Env = env
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("nsys-cortex %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return string(out)
+	}
+	run("create", "--mode", "kube", "job1")
+	if out := run("exec", "job1", "--", "sh", "-c", "echo kept > f; echo hi"); out != "hi\n" {
+		t.Fatalf("exec: %q", out)
+	}
+	if out := run("list"); !strings.Contains(out, "job1") || !strings.Contains(out, "kube") || !strings.Contains(out, "running") {
+		t.Fatalf("list:\n%s", out)
+	}
+	run("destroy", "job1")
+	if out := run("list"); !strings.Contains(out, "stopped") {
+		t.Fatalf("list after destroy:\n%s", out)
+	}
+	run("create", "--mode", "kube", "job1")
+	if out := run("exec", "job1", "--", "cat", "f"); out != "kept\n" {
+		t.Fatalf("the home after destroy and create: %q", out)
+	}
+	run("destroy", "--wipe", "job1")
+	ctx := context.Background()
+	if sbs, err := ag.AgentsV1beta1().Sandboxes(cfg.Namespace).List(ctx, metav1.ListOptions{}); err != nil || len(sbs.Items) != 0 {
+		t.Fatalf("after destroy --wipe: %v %v", sbs, err)
+	}
+	if pods, err := core.CoreV1().Pods(cfg.Namespace).List(ctx, metav1.ListOptions{}); err != nil || len(pods.Items) != 0 {
+		t.Fatalf("after destroy --wipe: pods %v %v", pods, err)
+	}
+}
