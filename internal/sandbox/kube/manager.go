@@ -15,7 +15,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/watch"
-	sbv1 "sigs.k8s.io/agent-sandbox/api/v1beta1"
 
 	"github.com/nsys-cortex/cortex/internal/labels"
 	"github.com/nsys-cortex/cortex/internal/link"
@@ -360,23 +359,9 @@ func (m *Manager) awaitSandboxGone(ctx context.Context, id string) error {
 	if err != nil {
 		return explain(err, "watch", "sandboxes.agents.x-k8s.io", cfg.Namespace)
 	}
-	defer w.Stop()
-	if _, err := sbs.Get(ctx, ObjectName(id), metav1.GetOptions{}); apierrors.IsNotFound(err) {
-		return nil
-	}
-	for {
-		select {
-		case <-ctx.Done():
-			return errdefs.New(errdefs.Timeout, fmt.Sprintf("neuron %s's Sandbox %s/%s is still there: its deletion waits for the cluster's garbage collector", id, cfg.Namespace, ObjectName(id)))
-		case ev, ok := <-w.ResultChan():
-			if !ok {
-				return errdefs.New(errdefs.Unavailable, fmt.Sprintf("the watch of neuron %s's Sandbox ended before it went", id))
-			}
-			if sb, isSB := ev.Object.(*sbv1.Sandbox); isSB && sb.Name == ObjectName(id) && ev.Type == watch.Deleted {
-				return nil
-			}
-		}
-	}
+	_, gerr := sbs.Get(ctx, ObjectName(id), metav1.GetOptions{})
+	return awaitDeleted(ctx, w, apierrors.IsNotFound(gerr), ObjectName(id),
+		fmt.Sprintf("neuron %s's Sandbox %s/%s", id, cfg.Namespace, ObjectName(id)), ": its deletion waits for the cluster's garbage collector")
 }
 
 // awaitGone waits until neuron id has no pod.
@@ -387,19 +372,27 @@ func (m *Manager) awaitGone(ctx context.Context, id string) error {
 	if err != nil {
 		return explain(err, "watch", "pods", cfg.Namespace)
 	}
+	_, gerr := pods.Get(ctx, ObjectName(id), metav1.GetOptions{})
+	return awaitDeleted(ctx, w, apierrors.IsNotFound(gerr), ObjectName(id), fmt.Sprintf("neuron %s's pod %s/%s", id, cfg.Namespace, ObjectName(id)), "")
+}
+
+// awaitDeleted waits on w, a watch of the one object name opened before
+// the read that looked for it (gone: that read found none), until the
+// object is deleted; what and hint say what it is in errors.
+func awaitDeleted(ctx context.Context, w watch.Interface, gone bool, name, what, hint string) error {
 	defer w.Stop()
-	if _, err := pods.Get(ctx, ObjectName(id), metav1.GetOptions{}); apierrors.IsNotFound(err) {
+	if gone {
 		return nil
 	}
 	for {
 		select {
 		case <-ctx.Done():
-			return errdefs.New(errdefs.Timeout, fmt.Sprintf("neuron %s's pod %s/%s is still there", id, cfg.Namespace, ObjectName(id)))
+			return errdefs.New(errdefs.Timeout, what+" is still there"+hint)
 		case ev, ok := <-w.ResultChan():
 			if !ok {
-				return errdefs.New(errdefs.Unavailable, fmt.Sprintf("the watch of neuron %s's pod ended before it went", id))
+				return errdefs.New(errdefs.Unavailable, "the watch of "+what+" ended before it went")
 			}
-			if pod, isPod := ev.Object.(*corev1.Pod); isPod && pod.Name == ObjectName(id) && ev.Type == watch.Deleted {
+			if o, isObj := ev.Object.(metav1.Object); isObj && o.GetName() == name && ev.Type == watch.Deleted {
 				return nil
 			}
 		}

@@ -80,84 +80,58 @@ func Start(t testing.TB, core kubernetes.Interface, ag agents.Interface, cfg kub
 			stop()
 		}
 	})
-	pw, err := core.CoreV1().Pods(namespace).Watch(ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		defer pw.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case ev, ok := <-pw.ResultChan():
-				if !ok {
-					return
-				}
-				pod, isPod := ev.Object.(*corev1.Pod)
-				switch {
-				case !isPod:
-				case ev.Type == watch.Added:
-					k.run(ctx, pod)
-				case ev.Type == watch.Deleted:
-					k.stop(pod.Name)
-				case ev.Type == watch.Modified && pod.DeletionTimestamp != nil:
-					k.stop(pod.Name)
-					zero := int64(0)
-					core.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
-				}
-			}
-		}
-	}()
-	// The cluster's pvc-protection: a claim marked for deletion goes once
-	// no pod uses it.
-	cw, err := core.CoreV1().PersistentVolumeClaims(namespace).Watch(ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		defer cw.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case ev, ok := <-cw.ResultChan():
-				if !ok {
-					return
-				}
-				if pvc, isPVC := ev.Object.(*corev1.PersistentVolumeClaim); isPVC && pvc.DeletionTimestamp != nil && len(pvc.Finalizers) > 0 {
-					k.release(ctx, pvc)
-				}
-			}
-		}
-	}()
-	if ag != nil {
-		sw, err := ag.AgentsV1beta1().Sandboxes(namespace).Watch(ctx, metav1.ListOptions{})
+	// follow runs f for each event of w until the test ends.
+	follow := func(w watch.Interface, err error, f func(watch.Event)) {
 		if err != nil {
 			t.Fatal(err)
 		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			defer sw.Stop()
+			defer w.Stop()
 			for {
 				select {
 				case <-ctx.Done():
 					return
-				case ev, ok := <-sw.ResultChan():
+				case ev, ok := <-w.ResultChan():
 					if !ok {
 						return
 					}
-					if sb, isSB := ev.Object.(*sbv1.Sandbox); isSB {
-						k.reconcile(ctx, sb, ev.Type)
-					}
+					f(ev)
 				}
 			}
 		}()
+	}
+	pw, err := core.CoreV1().Pods(namespace).Watch(ctx, metav1.ListOptions{})
+	follow(pw, err, func(ev watch.Event) {
+		pod, isPod := ev.Object.(*corev1.Pod)
+		switch {
+		case !isPod:
+		case ev.Type == watch.Added:
+			k.run(ctx, pod)
+		case ev.Type == watch.Deleted:
+			k.stop(pod.Name)
+		case ev.Type == watch.Modified && pod.DeletionTimestamp != nil:
+			k.stop(pod.Name)
+			zero := int64(0)
+			core.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
+		}
+	})
+	// The cluster's pvc-protection: a claim marked for deletion goes once
+	// no pod uses it.
+	cw, err := core.CoreV1().PersistentVolumeClaims(namespace).Watch(ctx, metav1.ListOptions{})
+	follow(cw, err, func(ev watch.Event) {
+		if pvc, isPVC := ev.Object.(*corev1.PersistentVolumeClaim); isPVC && pvc.DeletionTimestamp != nil && len(pvc.Finalizers) > 0 {
+			k.release(ctx, pvc)
+		}
+	})
+	if ag != nil {
+		sw, err := ag.AgentsV1beta1().Sandboxes(namespace).Watch(ctx, metav1.ListOptions{})
+		follow(sw, err, func(ev watch.Event) {
+			if sb, isSB := ev.Object.(*sbv1.Sandbox); isSB {
+				k.reconcile(ctx, sb, ev.Type)
+			}
+		})
 	}
 	return k
 }
