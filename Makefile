@@ -4,7 +4,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X main.version=$(VERSION)
 GO ?= go
 
-.PHONY: all build agent test race fuzz bench lint clean demo
+.PHONY: all build agent test race fuzz bench lint clean demo devcluster
 
 all: build
 
@@ -46,3 +46,8 @@ demo: build
 
 clean:
 	rm -rf bin internal/agentbin/cortex-agent.bin internal/fullbin/nsys-cortex-full.gz
+
+# A control plane for trying kube mode on this machine (docs/kube.md,
+# "Trying it"): make devcluster FILE=/tmp/cortex-dev.kubeconfig
+devcluster:
+	$(GO) -C test/kube run ./devcluster --kubeconfig $(abspath $(or $(FILE),cortex-dev.kubeconfig))

@@ -13,6 +13,7 @@ import (
 
 	"github.com/nsys-cortex/cortex/internal/sandbox/kube"
 	"github.com/nsys-cortex/cortex/internal/sandbox/kube/kubesim"
+	"github.com/nsys-cortex/cortex/test/kube/cluster"
 )
 
 // buildCLI builds nsys-cortex (the full program: kube mode is its).
@@ -34,11 +35,11 @@ func buildCLI(t *testing.T) string {
 // signing key and the trust ConfigMap itself; the simulated kubelet's
 // pods trust what the ConfigMap holds, as real pods do.
 func TestCLI(t *testing.T) {
-	rc := startAPIServer(t, true)
+	rc := cluster.Start(t, cluster.Options{Sandboxes: true})
 	core := kubernetes.NewForConfigOrDie(rc)
-	ag := agentsClient(rc)
+	ag := cluster.Agents(rc)
 	cfg := kube.Config{Image: "registry.example/nsys-cortex-neuron:1"}.Defaults()
-	prepare(t, core, cfg)
+	cluster.Prepare(t, core, cfg)
 	kubesim.Start(t, core, ag, cfg)
 	bin := buildCLI(t)
 	var env []string

@@ -16,7 +16,6 @@ import (
 	"net"
 	"strconv"
 	"sync"
-	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -44,7 +43,7 @@ import (
 // pod of a neuron named in fail never starts: its image cannot be
 // pulled.
 type Kubelet struct {
-	t    testing.TB
+	t    T
 	core kubernetes.Interface
 	ag   agents.Interface // nil: no controller
 	cfg  kube.Config
@@ -57,9 +56,20 @@ type Kubelet struct {
 	n     int
 }
 
+// T is what a Kubelet needs of its owner: a test's testing.T, or
+// test/kube/devcluster's stand-in for one. Its cleanups end the pods'
+// agents.
+type T interface {
+	Cleanup(func())
+	Error(args ...any)
+	Errorf(format string, args ...any)
+	Fatal(args ...any)
+	TempDir() string
+}
+
 // Start starts a Kubelet for the neurons of cfg's namespace until the
 // test ends.
-func Start(t testing.TB, core kubernetes.Interface, ag agents.Interface, cfg kube.Config, fail ...string) *Kubelet {
+func Start(t T, core kubernetes.Interface, ag agents.Interface, cfg kube.Config, fail ...string) *Kubelet {
 	cfg = cfg.Defaults()
 	namespace := cfg.Namespace
 	k := &Kubelet{t: t, core: core, ag: ag, cfg: cfg, fail: map[string]bool{}, stops: map[string]func(){}, homes: map[string]string{}}

@@ -1,0 +1,164 @@
+// Command devcluster runs a Kubernetes control plane for kube mode on a
+// laptop: etcd and a real kube-apiserver in this process, agent-sandbox's
+// CRDs, and kubesim's simulated kubelet and controller, whose pods run
+// the real Cortex agent in this process on loopback addresses. It writes
+// a kubeconfig to --kubeconfig once the cluster is ready and runs until
+// it is interrupted, then removes everything it made.
+//
+//	cd test/kube && go run ./devcluster --kubeconfig /tmp/cortex-dev.kubeconfig
+//	KUBECONFIG=/tmp/cortex-dev.kubeconfig NSYS_CORTEX_KUBE_IMAGE=dev nsys-cortex create --mode kube n1
+//
+// It is no boundary: a neuron's commands run as the user who runs
+// devcluster, on this machine, in a directory of their own. It is for
+// trying kube mode's API, not for running code you do not trust
+// (docs/kube.md, "Trying it").
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sync"
+	"syscall"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
+
+	"github.com/nsys-cortex/cortex/internal/sandbox/kube"
+	"github.com/nsys-cortex/cortex/internal/sandbox/kube/kubesim"
+	"github.com/nsys-cortex/cortex/test/kube/cluster"
+)
+
+func main() {
+	kubeconfig := flag.String("kubeconfig", "", "where to write the cluster's kubeconfig once it is ready (required)")
+	namespace := flag.String("namespace", "nsys-cortex", "the namespace made for neurons (kube.namespace)")
+	pods := flag.Bool("pods", false, "leave agent-sandbox's CRDs out, so that kube mode makes plain pods and claims")
+	verbose := flag.Bool("verbose", false, "log what the API server and etcd log")
+	flag.Parse()
+	if *kubeconfig == "" || flag.NArg() > 0 {
+		fmt.Fprintln(os.Stderr, "usage: devcluster --kubeconfig FILE [--namespace NS] [--pods] [--verbose]")
+		os.Exit(2)
+	}
+	path, err := filepath.Abs(*kubeconfig)
+	if err != nil {
+		log.Fatal(err)
+	}
+	if !*verbose {
+		klog.LogToStderr(false)
+		klog.SetOutput(io.Discard)
+	}
+	r := newRunner()
+	defer r.end()
+	go func() {
+		sig := make(chan os.Signal, 1)
+		signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+		<-sig
+		log.Print("devcluster: stopping")
+		r.end()
+		os.Exit(0)
+	}()
+
+	rc := cluster.Start(r, cluster.Options{Sandboxes: !*pods, Quiet: !*verbose})
+	core := kubernetes.NewForConfigOrDie(rc)
+	cfg := kube.Config{Namespace: *namespace}.Defaults()
+	cluster.Prepare(r, core, cfg)
+	if *pods {
+		kubesim.Start(r, core, nil, cfg)
+	} else {
+		kubesim.Start(r, core, cluster.Agents(rc), cfg)
+	}
+	// Written whole, then renamed: whoever waits for the file reads a
+	// complete one.
+	tmp := path + ".tmp"
+	if err := cluster.WriteKubeconfig(rc, tmp); err != nil {
+		r.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		r.Fatal(err)
+	}
+	r.Cleanup(func() { os.Remove(path) })
+	objects := "agent-sandbox Sandboxes"
+	if *pods {
+		objects = "plain pods and claims (no agent-sandbox CRDs)"
+	}
+	fmt.Printf(`devcluster: ready; %s in namespace %s.
+Neurons here are no boundary: their commands run as you, on this machine.
+Try:
+  export KUBECONFIG=%s NSYS_CORTEX_KUBE_IMAGE=devcluster NSYS_CORTEX_KUBE_NAMESPACE=%s
+  nsys-cortex create --mode kube n1 && nsys-cortex exec n1 -- uname -a
+Interrupt to stop (everything it made goes with it).
+`, objects, cfg.Namespace, path, cfg.Namespace)
+	select {}
+}
+
+// runner stands in for a test's testing.T for the control plane and the
+// kubelet: it logs, keeps a temporary directory, and runs the cleanups,
+// newest first, once, at the end or on a fatal error.
+type runner struct {
+	dir  string
+	mu   sync.Mutex
+	fns  []func()
+	once sync.Once
+}
+
+func newRunner() *runner {
+	dir, err := os.MkdirTemp("", "cortex-devcluster-")
+	if err != nil {
+		log.Fatal(err)
+	}
+	return &runner{dir: dir}
+}
+
+// end runs the cleanups and removes the temporary directory.
+func (r *runner) end() {
+	r.once.Do(func() {
+		r.mu.Lock()
+		fns := r.fns
+		r.fns = nil
+		r.mu.Unlock()
+		for i := len(fns) - 1; i >= 0; i-- {
+			fns[i]()
+		}
+		os.RemoveAll(r.dir)
+	})
+}
+
+func (r *runner) Cleanup(f func()) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.fns = append(r.fns, f)
+}
+
+func (r *runner) TempDir() string {
+	d, err := os.MkdirTemp(r.dir, "")
+	if err != nil {
+		r.Fatal(err)
+	}
+	return d
+}
+
+func (r *runner) Fatal(args ...any) { r.Error(args...); r.FailNow() }
+func (r *runner) Fatalf(format string, args ...any) {
+	r.Errorf(format, args...)
+	r.FailNow()
+}
+func (r *runner) FailNow()                          { r.end(); os.Exit(1) }
+func (r *runner) Fail()                             {}
+func (r *runner) Failed() bool                      { return false }
+func (r *runner) Error(args ...any)                 { log.Print(append([]any{"devcluster: "}, args...)...) }
+func (r *runner) Errorf(format string, args ...any) { log.Printf("devcluster: "+format, args...) }
+func (r *runner) Log(args ...any)                   {}
+func (r *runner) Logf(format string, args ...any)   {}
+func (r *runner) Skip(args ...any)                  { r.Fatal(args...) }
+func (r *runner) Skipf(format string, args ...any)  { r.Fatalf(format, args...) }
+func (r *runner) SkipNow()                          { r.FailNow() }
+func (r *runner) Skipped() bool                     { return false }
+func (r *runner) Helper()                           {}
+func (r *runner) Name() string                      { return "devcluster" }
+func (r *runner) Attr(key, value string)            {}
+func (r *runner) Chdir(dir string)                  { r.Fatal("devcluster: Chdir is not supported") }
+func (r *runner) Setenv(key, value string)          { os.Setenv(key, value) }
