@@ -74,6 +74,13 @@ type Options struct {
 	// HostView, when set, is a directory of the neuron this host sees too:
 	// clients copy large files there directly (see HostView).
 	HostView *HostView
+	// DeadAfter, when set, is how long a dialling link's connection may
+	// go without a word from the agent's side (TCP's acknowledgements and
+	// keepalive probes, which the peer's kernel answers) before it is
+	// taken for dead and what is pending on it fails NOT_RUNNING: the
+	// channel's heartbeat, for a peer that vanishes without closing (a
+	// node lost). See DeadDialer.
+	DeadAfter time.Duration
 	// Activity, when set, is told of every request before it is sent and
 	// when it ends (a stream: when it finishes or is closed); a request it
 	// fails is not sent. The lifecycle uses it to resume a paused neuron
@@ -432,15 +439,14 @@ func (l *Link) dialLoop(ctx context.Context, addr func(ctx context.Context) (str
 			failed(fmt.Errorf("finding the agent's address: %w", err))
 			continue
 		}
-		var d net.Dialer
+		o := l.options()
 		dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		nc, err := d.DialContext(dctx, "tcp", a)
+		nc, err := DeadDialer(o.DeadAfter).DialContext(dctx, "tcp", a)
 		cancel()
 		if err != nil {
 			failed(err)
 			continue
 		}
-		o := l.options()
 		token := o.Token
 		if o.TokenFunc != nil {
 			if token, err = o.TokenFunc(); err != nil {
@@ -467,6 +473,28 @@ func (l *Link) dialLoop(ctx context.Context, addr func(ctx context.Context) (str
 		case <-c.Done():
 		case <-ctx.Done():
 		}
+	}
+}
+
+// DeadDialer returns a dialer whose TCP connections end once the peer
+// has not answered for about d: keepalive probes from a second of
+// silence on, and (on Linux) TCP_USER_TIMEOUT d, which ends the
+// connection when probes or data go unacknowledged that long. d <= 0:
+// the system's defaults (minutes).
+func DeadDialer(d time.Duration) *net.Dialer {
+	if d <= 0 {
+		return &net.Dialer{}
+	}
+	ms := int(d.Milliseconds())
+	return &net.Dialer{
+		KeepAliveConfig: net.KeepAliveConfig{Enable: true, Idle: time.Second, Interval: time.Second, Count: max(1, int(d/time.Second))},
+		Control: func(_, _ string, rc syscall.RawConn) error {
+			var serr error
+			err := rc.Control(func(fd uintptr) {
+				serr = setUserTimeout(int(fd), ms)
+			})
+			return errors.Join(err, serr)
+		},
 	}
 }
 
