@@ -14,7 +14,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/nsys-cortex/cortex/internal/labels"
 	"github.com/nsys-cortex/cortex/internal/link"
@@ -28,6 +31,11 @@ const Mode = "kube"
 
 // tokenLife is how long a pod token the manager signs lives: one dial.
 const tokenLife = 2 * time.Minute
+
+// deadAfter is how long a link's connection may go unanswered before
+// what is pending on it fails NOT_RUNNING (link.Options.DeadAfter): a
+// node lost closes nothing.
+const deadAfter = 2 * time.Second
 
 // Manager runs neurons as Kubernetes objects (sandbox.Manager): what it
 // knows of them is what the cluster holds (their objects, labels and
@@ -43,7 +51,17 @@ type Manager struct {
 	Address func(pod *corev1.Pod) (string, error)
 
 	mu    sync.Mutex
-	links map[string]*link.Link
+	links map[string]podLink
+	// watch is the informer over the namespace's neuron pods, started
+	// with the first link (see watchPods); stopWatch ends it.
+	watch     sync.Once
+	stopWatch func()
+}
+
+// podLink is the link to a neuron's agent and the pod it was made for.
+type podLink struct {
+	*link.Link
+	uid types.UID
 }
 
 var _ sandbox.Manager = (*Manager)(nil)
@@ -217,7 +235,7 @@ func (m *Manager) connect(ctx context.Context, id string, pod *corev1.Pod) (*san
 	self := podtoken.Identity{Namespace: pod.Namespace, Pod: pod.Name, UID: string(pod.UID)}
 	dial := m.dialer(id, pod)
 	l := link.Dial(dial, link.Options{
-		Neuron: id, Software: "nsys-cortex",
+		Neuron: id, Software: "nsys-cortex", DeadAfter: deadAfter,
 		TokenFunc: func() (string, error) { return podtoken.Sign(m.Key, self, tokenLife, time.Now()) },
 	})
 	if _, err := l.WaitConnected(ctx); err != nil {
@@ -226,13 +244,14 @@ func (m *Manager) connect(ctx context.Context, id string, pod *corev1.Pod) (*san
 	}
 	m.mu.Lock()
 	if m.links == nil {
-		m.links = map[string]*link.Link{}
+		m.links = map[string]podLink{}
 	}
-	if old := m.links[id]; old != nil {
+	if old := m.links[id]; old.Link != nil {
 		old.Close()
 	}
-	m.links[id] = l
+	m.links[id] = podLink{l, pod.UID}
 	m.mu.Unlock()
+	m.watchPods()
 	return stateOf(id, pod, Observed{Phase: Running, PodIP: pod.Status.PodIP}), nil
 }
 
@@ -317,7 +336,7 @@ func (m *Manager) Destroy(ctx context.Context, id string, opts sandbox.DestroyOp
 		return err
 	}
 	m.mu.Lock()
-	if l := m.links[id]; l != nil {
+	if l := m.links[id]; l.Link != nil {
 		l.Close()
 		delete(m.links, id)
 	}
@@ -405,19 +424,28 @@ func (m *Manager) Connect(ctx context.Context, id string) (*link.Client, error) 
 	m.mu.Lock()
 	l := m.links[id]
 	m.mu.Unlock()
-	if l != nil {
-		return l.Client(), nil
+	if l.Link != nil {
+		if _, err := l.Conn(); err == nil {
+			return l.Client(), nil
+		}
+		// Not connected: its pod may have died before the informer said
+		// so. Ask the cluster.
 	}
 	cfg := m.Cluster.Config.Defaults()
 	pod, err := m.Cluster.Core.CoreV1().Pods(cfg.Namespace).Get(ctx, ObjectName(id), metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return nil, errdefs.New(errdefs.NotRunning, fmt.Sprintf("neuron %s is not running (no pod)", id))
-	}
-	if err != nil {
+	if err != nil && !apierrors.IsNotFound(err) {
 		return nil, explain(err, "get", "pods", cfg.Namespace)
 	}
+	if pod == nil || err != nil {
+		m.unlink(id, l)
+		return nil, errdefs.New(errdefs.NotRunning, fmt.Sprintf("neuron %s is not running (no pod)", id))
+	}
 	if o := Observe(nil, pod, true, false); o.Phase != Running {
+		m.unlink(id, l)
 		return nil, errdefs.New(errdefs.NotRunning, fmt.Sprintf("neuron %s is %s: %s", id, o.Phase, o.Reason))
+	}
+	if l.Link != nil && l.uid == pod.UID {
+		return l.Client(), nil // its pod runs: the link dials it again
 	}
 	if _, err := m.connect(ctx, id, pod); err != nil {
 		return nil, err
@@ -425,21 +453,111 @@ func (m *Manager) Connect(ctx context.Context, id string) (*link.Client, error) 
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	l = m.links[id]
-	if l == nil { // destroyed meanwhile
+	if l.Link == nil { // destroyed meanwhile
 		return nil, errdefs.New(errdefs.NotRunning, fmt.Sprintf("neuron %s was destroyed while this host connected to it", id))
 	}
 	return l.Client(), nil
 }
 
-// Close ends this host's links; the neurons run on.
+// Close ends this host's links and its informer; the neurons run on.
 func (m *Manager) Close() error {
+	m.watch.Do(func() {}) // none starts after this
 	m.mu.Lock()
-	defer m.mu.Unlock()
+	stop := m.stopWatch
+	m.stopWatch = nil
 	for id, l := range m.links {
 		l.Close()
 		delete(m.links, id)
 	}
+	m.mu.Unlock()
+	if stop != nil {
+		stop()
+	}
 	return nil
+}
+
+// watchPods starts, once, one shared informer over the namespace's
+// neuron pods (those labelled managed-by nsys-cortex). A pod that a link
+// was made for and that stops running (failed, dead, being deleted,
+// deleted, replaced by another of the same name) ends that link at once,
+// so that what is pending on it fails NOT_RUNNING even while its
+// connection has not ended: a node lost, or a pod the kubelet declared
+// dead. The channel's keepalive is the first signal (link.Options
+// .DeadAfter); this is the second.
+func (m *Manager) watchPods() {
+	m.watch.Do(func() {
+		pods := m.Cluster.Core.CoreV1().Pods(m.Cluster.Config.Defaults().Namespace)
+		sel := LabelManaged + "=" + managedBy
+		lw := &cache.ListWatch{
+			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+				o.LabelSelector = sel
+				return pods.List(ctx, o)
+			},
+			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+				o.LabelSelector = sel
+				return pods.Watch(ctx, o)
+			},
+		}
+		inf := cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(lw, m.Cluster.Core), &corev1.Pod{}, 0, cache.Indexers{})
+		_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(obj any) { m.podChanged(obj, false) },
+			UpdateFunc: func(_, obj any) { m.podChanged(obj, false) },
+			DeleteFunc: func(obj any) { m.podChanged(obj, true) },
+		})
+		if err != nil {
+			return // the links keep their keepalive
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { defer close(done); inf.RunWithContext(ctx) }()
+		m.mu.Lock()
+		m.stopWatch = func() { cancel(); <-done }
+		m.mu.Unlock()
+	})
+}
+
+// podChanged ends the link of the pod's neuron when the pod is no longer
+// the running pod that link was made for.
+func (m *Manager) podChanged(obj any, deleted bool) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj, deleted = d.Obj, true
+	}
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return
+	}
+	id := pod.Labels[LabelID]
+	m.mu.Lock()
+	l := m.links[id]
+	if l.Link == nil || l.uid != pod.UID {
+		// Not linked; or another pod of that name than the linked one
+		// (the linked pod's own deletion ends the link).
+		m.mu.Unlock()
+		return
+	}
+	if !deleted {
+		if o := Observe(nil, pod, true, true); o.Phase == Running || o.Phase == Unhealthy {
+			m.mu.Unlock()
+			return
+		}
+	}
+	delete(m.links, id)
+	m.mu.Unlock()
+	l.Close()
+}
+
+// unlink ends neuron id's link l, when it is still the neuron's.
+func (m *Manager) unlink(id string, l podLink) {
+	if l.Link == nil {
+		return
+	}
+	m.mu.Lock()
+	cur := m.links[id]
+	if cur.Link == l.Link {
+		delete(m.links, id)
+	}
+	m.mu.Unlock()
+	l.Close()
 }
 
 var _ sandbox.Pauser = (*Manager)(nil)

@@ -338,6 +338,46 @@ func (k *Kubelet) podAddress() (string, string, error) {
 	return "", "", errors.New("no free pod address")
 }
 
+// Kill ends the agent of pod name, as its process's death would (its
+// connections close), and reports the pod Failed with the container's
+// exit code, as a kubelet does.
+func (k *Kubelet) Kill(ctx context.Context, namespace, name string, code int32) error {
+	k.stop(name)
+	return k.failPod(ctx, namespace, name, "Error", func(pod *corev1.Pod) {
+		pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: kube.AgentContainer, Image: pod.Spec.Containers[0].Image,
+			State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: code, Reason: "Error", FinishedAt: metav1.Now()}}}}
+	})
+}
+
+// Lose reports pod name Failed, its node lost, while its agent runs on
+// and its connections stay open: a host learns of it only from the
+// cluster (or from its channel's keepalive, when the network is gone
+// too).
+func (k *Kubelet) Lose(ctx context.Context, namespace, name string) error {
+	return k.failPod(ctx, namespace, name, "NodeLost", func(pod *corev1.Pod) {
+		pod.Status.Message = "the node " + pod.Spec.NodeName + " which was running the pod is unresponsive"
+	})
+}
+
+// failPod writes pod name's status Failed, with reason and what edit adds.
+func (k *Kubelet) failPod(ctx context.Context, namespace, name, reason string, edit func(*corev1.Pod)) error {
+	pods := k.core.CoreV1().Pods(namespace)
+	pod, err := pods.Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	pod = pod.DeepCopy()
+	pod.Status.Phase, pod.Status.Reason = corev1.PodFailed, reason
+	for i, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			pod.Status.Conditions[i].Status = corev1.ConditionFalse
+		}
+	}
+	edit(pod)
+	_, err = pods.UpdateStatus(ctx, pod, metav1.UpdateOptions{})
+	return err
+}
+
 func (k *Kubelet) stop(name string) {
 	k.mu.Lock()
 	stop := k.stops[name]

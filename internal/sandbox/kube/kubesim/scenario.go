@@ -38,7 +38,7 @@ func RunManager(t *testing.T, core kubernetes.Interface, ag agents.Interface, cf
 	if err := kube.EnsureTrust(ctx, core, cfg, priv); err != nil {
 		t.Fatal(err)
 	}
-	Start(t, core, ag, cfg, "bad")
+	kl := Start(t, core, ag, cfg, "bad")
 	// The default address: the pod's IP and the agent port.
 	m := &kube.Manager{Cluster: cl, Key: priv}
 	t.Cleanup(func() { m.Close() })
@@ -116,6 +116,8 @@ func RunManager(t *testing.T, core kubernetes.Interface, ag agents.Interface, cf
 			t.Errorf("a failed create left Sandbox %s", sbs.Items[0].Name)
 		}
 	}
+	death(t, m, kl, cfg)
+
 	_, err = m.Create(ctx, "open", sandbox.CreateOptions{Network: sandbox.Network{Mode: sandbox.NetworkFull}})
 	var unenforceable *sandbox.UnenforceableError
 	if !errors.As(err, &unenforceable) {
@@ -123,6 +125,72 @@ func RunManager(t *testing.T, core kubernetes.Interface, ag agents.Interface, cf
 	}
 	if _, err := m.Create(ctx, "Upper_Case", sandbox.CreateOptions{}); !errdefs.Of(err).Is(errdefs.Invalid) {
 		t.Errorf("an id that is no DNS label: %v", err)
+	}
+}
+
+// death kills a neuron's agent, and loses another's node, each with a
+// command pending: the command fails NOT_RUNNING within 2 s (the closed
+// connection tells the first; the informer, the pod Failed, the second,
+// whose connection stays open), and the neuron is dead, with its exit
+// code.
+func death(t *testing.T, m *kube.Manager, kl *Kubelet, cfg kube.Config) {
+	ctx := context.Background()
+	for _, how := range []string{"killed", "lost"} {
+		id := "death-" + how
+		if _, err := m.Create(ctx, id, sandbox.CreateOptions{BootTimeout: 20 * time.Second}); err != nil {
+			t.Fatal(err)
+		}
+		c, err := m.Connect(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pending := make(chan error, 1)
+		go func() {
+			_, err := c.Exec(context.Background(), &link.ExecRequest{Command: protocol.Command{Shell: "echo started > started; exec sleep 30"}, Timeout: link.NoTimeout})
+			pending <- err
+		}()
+		waittest.For(t, 10*time.Second, "the command to start", func() bool {
+			ok, err := c.Exists(ctx, "started")
+			return err == nil && ok
+		})
+		died := time.Now()
+		if how == "killed" {
+			err = kl.Kill(ctx, cfg.Namespace, kube.ObjectName(id), 137)
+		} else {
+			err = kl.Lose(ctx, cfg.Namespace, kube.ObjectName(id))
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-pending:
+			if !errdefs.IsNotRunning(err) {
+				t.Errorf("%s: the pending command: %v, want NOT_RUNNING", how, err)
+			}
+			if d := time.Since(died); d > 2*time.Second {
+				t.Errorf("%s: the pending command failed %v after, want within 2 s", how, d)
+			} else {
+				t.Logf("%s: the pending command failed NOT_RUNNING %v after", how, d.Round(time.Millisecond))
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%s: the pending command hangs", how)
+		}
+		if _, err := c.Exec(ctx, &link.ExecRequest{Command: protocol.Command{Shell: "true"}}); !errdefs.IsNotRunning(err) {
+			t.Errorf("%s: a command after: %v, want NOT_RUNNING", how, err)
+		}
+		if _, err := m.Connect(ctx, id); !errdefs.IsNotRunning(err) {
+			t.Errorf("%s: connect after: %v, want NOT_RUNNING", how, err)
+		}
+		if st, err := m.Get(ctx, id); err != nil || st.Status != sandbox.StatusStopped {
+			t.Errorf("%s: get after: %+v %v", how, st, err)
+		}
+		o, err := m.Cluster.Observe(ctx, id, true, true)
+		if err != nil || o.Phase != kube.Dead || how == "killed" && o.ExitCode != 137 {
+			t.Errorf("%s: observed %+v %v, want dead (exit code 137 when killed)", how, o, err)
+		}
+		if err := m.Destroy(ctx, id, sandbox.DestroyOptions{Wipe: true}); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
