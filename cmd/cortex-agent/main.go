@@ -81,6 +81,7 @@ func main() {
 	flag.StringVar(&cfg.Connect, "connect", "", "a single host socket to dial (instead of -channel-dir)")
 	flag.StringVar(&cfg.Listen, "listen", "", "a TCP address to listen on for hosts with the token (instead of -channel-dir)")
 	trustKey := flag.String("trust-key", "", "with -listen: take hosts whose pod token (kube mode) this public key verifies, instead of the secret")
+	trustPin := flag.String("trust-key-sha256", "", "with -trust-key: refuse to start unless the key's SHA-256 (hex) is this, the one the pod was made for")
 	podInfo := flag.String("pod-info", "", "with -trust-key: the directory of this pod's namespace, name and uid (the downward API)")
 	secretFD := flag.Int(strings.TrimPrefix(boot.SecretFDFlag, "--"), -1, "read the neuron's per-start secret from this descriptor (then closed)")
 	rebindFD := flag.Int(strings.TrimPrefix(boot.RebindFDFlag, "--"), -1, "take new identities from the PID 1 on this socket (a microVM's fork)")
@@ -128,7 +129,7 @@ func main() {
 		cfg.Token = secret
 	}
 	if *trustKey != "" {
-		check, err := podTokenCheck(*trustKey, *podInfo)
+		check, err := podTokenCheck(*trustKey, *trustPin, *podInfo)
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "cortex-agent: %v\n", err)
 			os.Exit(1)
@@ -213,7 +214,8 @@ func recvOOMScoreAdj(fd int) *os.File {
 // podTokenCheck is how a kube pod's agent checks a host (-trust-key): the
 // host's token must be a pod token (internal/podtoken) that the key in
 // keyFile verifies, for this pod as podInfo (the downward API) names it.
-func podTokenCheck(keyFile, podInfo string) (func(string) error, error) {
+// pin, when set, is the key's SHA-256: another key is refused.
+func podTokenCheck(keyFile, pin, podInfo string) (func(string) error, error) {
 	if podInfo == "" {
 		return nil, fmt.Errorf("-trust-key needs -pod-info: a token is checked against the pod it is for")
 	}
@@ -224,6 +226,11 @@ func podTokenCheck(keyFile, podInfo string) (func(string) error, error) {
 	pub, err := podtoken.ParsePublic(string(b))
 	if err != nil {
 		return nil, fmt.Errorf("the trust key %s: %w", keyFile, err)
+	}
+	if pin != "" {
+		if err := podtoken.CheckFingerprint(pub, pin); err != nil {
+			return nil, err
+		}
 	}
 	self, err := podtoken.ReadIdentity(podInfo)
 	if err != nil {

@@ -23,7 +23,8 @@ func TestPodTokenCheck(t *testing.T) {
 	for f, v := range map[string]string{"namespace": self.Namespace, "name": self.Pod, "uid": self.UID} {
 		os.WriteFile(filepath.Join(info, f), []byte(v), 0o444)
 	}
-	check, err := podTokenCheck(key, info)
+	pub := priv.Public().(ed25519.PublicKey)
+	check, err := podTokenCheck(key, podtoken.Fingerprint(pub), info)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,13 +34,19 @@ func TestPodTokenCheck(t *testing.T) {
 		t.Error("the check takes the wrong tokens")
 	}
 	os.WriteFile(filepath.Join(dir, "bad.pub"), []byte("ssh-ed25519 AAAA"), 0o444)
-	for name, args := range map[string][2]string{
-		"no pod info":  {key, ""},
-		"no key file":  {filepath.Join(dir, "none"), info},
-		"a bad key":    {filepath.Join(dir, "bad.pub"), info},
-		"no such info": {key, filepath.Join(dir, "none")},
+	// The trust ConfigMap made again with another key (an attacker's,
+	// who could then sign tokens pods take): a pod pinned to the host's
+	// key does not start.
+	other2, _ := podtoken.NewKey()
+	for name, args := range map[string][3]string{
+		"no pod info":          {key, "", ""},
+		"no key file":          {filepath.Join(dir, "none"), "", info},
+		"a bad key":            {filepath.Join(dir, "bad.pub"), "", info},
+		"no such info":         {key, "", filepath.Join(dir, "none")},
+		"another key's pin":    {key, podtoken.Fingerprint(other2.Public().(ed25519.PublicKey)), info},
+		"a pin that is no pin": {key, "x", info},
 	} {
-		if _, err := podTokenCheck(args[0], args[1]); err == nil {
+		if _, err := podTokenCheck(args[0], args[1], args[2]); err == nil {
 			t.Errorf("%s: taken", name)
 		}
 	}

@@ -13,7 +13,10 @@ package podtoken
 import (
 	"crypto/ed25519"
 	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -108,6 +111,23 @@ func NewKey() (ed25519.PrivateKey, error) {
 // PublicText is pub in its text form, for the trust ConfigMap.
 func PublicText(pub ed25519.PublicKey) string {
 	return keyPrefix + base64.StdEncoding.EncodeToString(pub) + "\n"
+}
+
+// Fingerprint is pub's SHA-256, in hex: what a pod's spec pins the
+// trust key to (the agent's -trust-key-sha256).
+func Fingerprint(pub ed25519.PublicKey) string {
+	sum := sha256.Sum256(pub)
+	return hex.EncodeToString(sum[:])
+}
+
+// CheckFingerprint refuses pub unless its Fingerprint is want: a trust
+// ConfigMap made again with another key than the one the pod was made
+// for.
+func CheckFingerprint(pub ed25519.PublicKey, want string) error {
+	if have := Fingerprint(pub); subtle.ConstantTimeCompare([]byte(have), []byte(strings.ToLower(want))) != 1 {
+		return fmt.Errorf("the trust key's SHA-256 is %s, not %.64q, the one this pod was made for: the trust ConfigMap was changed since", have, want)
+	}
+	return nil
 }
 
 // ParsePublic reads a public key's text form.

@@ -109,7 +109,8 @@ func (m *Manager) Create(ctx context.Context, id string, opts sandbox.CreateOpti
 	if err != nil {
 		return nil, err
 	}
-	n := Neuron{ID: id, Labels: opts.Labels, Env: opts.Env, Limits: opts.Limits}
+	n := Neuron{ID: id, Labels: opts.Labels, Env: opts.Env, Limits: opts.Limits,
+		TrustKeySHA256: podtoken.Fingerprint(m.Key.Public().(ed25519.PublicKey))}
 	if opts.Timeout > 0 {
 		d := time.Now().Add(opts.Timeout)
 		n.Deadline = &d

@@ -129,6 +129,10 @@ type Neuron struct {
 	// Deadline, when set, is when the cluster ends the neuron (the
 	// Sandbox's shutdownTime).
 	Deadline *time.Time
+	// TrustKeySHA256, when set, pins the trust key the pod's agent takes
+	// (podtoken.Fingerprint of the host's key): a trust ConfigMap made
+	// again with another key is refused by the pods made after.
+	TrustKeySHA256 string
 }
 
 // CheckID refuses an id Kubernetes cannot name objects by: kube mode's
@@ -209,7 +213,10 @@ func PodSpec(cfg Config, n Neuron, homeClaim string) corev1.PodSpec {
 			},
 			Env:        env,
 			WorkingDir: "/home/agent/workspace",
-			Ports:      []corev1.ContainerPort{{Name: "agent", ContainerPort: cfg.AgentPort, Protocol: corev1.ProtocolTCP}},
+			// The agent's refusal to start (a trust key it is not
+			// pinned to) is its log's last lines.
+			TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+			Ports:                    []corev1.ContainerPort{{Name: "agent", ContainerPort: cfg.AgentPort, Protocol: corev1.ProtocolTCP}},
 			ReadinessProbe: &corev1.Probe{
 				ProbeHandler:  corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(cfg.AgentPort)}},
 				PeriodSeconds: 1,
@@ -250,6 +257,10 @@ func PodSpec(cfg Config, n Neuron, homeClaim string) corev1.PodSpec {
 	}
 	if cfg.RuntimeClass != "" {
 		spec.RuntimeClassName = ptr.To(cfg.RuntimeClass)
+	}
+	if n.TrustKeySHA256 != "" {
+		c := &spec.Containers[0]
+		c.Args = append(c.Args, "--trust-key-sha256="+n.TrustKeySHA256)
 	}
 	return spec
 }

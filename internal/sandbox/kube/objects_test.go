@@ -4,6 +4,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -49,6 +50,8 @@ var testNeuron = Neuron{
 	Env:      []string{"LANG=C.UTF-8", "FOO=bar"},
 	Limits:   sandbox.Limits{CPUs: 1.5, MemoryBytes: 512 << 20, DiskBytes: 4 << 30},
 	Deadline: ptrTime(time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)),
+	// A pin: a SHA-256 in hex, as podtoken.Fingerprint writes one.
+	TrustKeySHA256: "8b1a8b3b0ca29e01db3a2a2bbb5d9c1b0e3d6f6a6b11b6e9e2a5e19e5d6a2c4f",
 }
 
 func ptrTime(t time.Time) *time.Time { return &t }
@@ -130,6 +133,9 @@ func TestPodIsHardened(t *testing.T) {
 			if v.HostPath != nil || v.Secret != nil {
 				t.Errorf("%s: volume %s is a host path or a secret", name, v.Name)
 			}
+		}
+		if name != "minimal" && !slices.Contains(c.Args, "--trust-key-sha256="+testNeuron.TrustKeySHA256) {
+			t.Errorf("%s: the agent's trust key is not pinned: %q", name, c.Args)
 		}
 	}
 	if got := mustFallback(t).Spec.Containers[0].Resources.Limits; got.Cpu().MilliValue() != 1500 || got.Memory().Value() != 512<<20 {

@@ -2,6 +2,7 @@ package kube
 
 import (
 	"fmt"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -109,6 +110,11 @@ func Observe(sb *sbv1.Sandbox, pod *corev1.Pod, known, wasReady bool) Observed {
 			t := agent.State.Terminated
 			o.ExitCode = int(t.ExitCode)
 			o.Reason = fmt.Sprintf("the agent's container ended: %s, exit code %d", t.Reason, t.ExitCode)
+			if m := strings.TrimSpace(t.Message); m != "" {
+				// The container's own words (its termination message, or
+				// its log's tail): the neuron's, so quoted and bounded.
+				o.Reason += fmt.Sprintf(", saying %.300q", m)
+			}
 		} else if pod.Status.Reason != "" {
 			o.Reason = fmt.Sprintf("%s: %s", pod.Status.Reason, pod.Status.Message) // Evicted, with the kubelet's words
 		}

@@ -82,6 +82,12 @@ func TestPhases(t *testing.T) {
 		{name: "an image that cannot be pulled", pod: podWith(corev1.PodPending, onNode, waiting("ImagePullBackOff")), want: Failed, status: sandbox.StatusStopped, reasonHas: "ImagePullBackOff"},
 		{name: "a container it cannot make", pod: podWith(corev1.PodPending, onNode, waiting("CreateContainerConfigError")), want: Failed, status: sandbox.StatusStopped},
 		{name: "the agent exited", pod: podWith(corev1.PodFailed, onNode, exited(137)), want: Dead, status: sandbox.StatusStopped, exit: 137, reasonHas: "exit code 137"},
+		{name: "the agent exited, saying why", pod: podWith(corev1.PodFailed, onNode, exited(1), func(p *corev1.Pod) {
+			p.Status.ContainerStatuses[0].State.Terminated.Message = "cortex-agent: the trust key's SHA-256 is ...\n"
+		}), want: Dead, status: sandbox.StatusStopped, exit: 1, reasonHas: `saying "cortex-agent: the trust key's SHA-256 is ..."`},
+		{name: "the agent exited, its words hostile", pod: podWith(corev1.PodFailed, onNode, exited(1), func(p *corev1.Pod) {
+			p.Status.ContainerStatuses[0].State.Terminated.Message = "\x1b]0;owned\x07" + strings.Repeat("x", 4000)
+		}), want: Dead, status: sandbox.StatusStopped, exit: 1, reasonHas: `saying "\x1b]0;owned\a` + strings.Repeat("x", 290) + `"`},
 		{name: "evicted", pod: podWith(corev1.PodFailed, onNode, func(p *corev1.Pod) { p.Status.Reason, p.Status.Message = "Evicted", "node low on memory" }), want: Dead, status: sandbox.StatusStopped, reasonHas: "Evicted"},
 		{name: "the Sandbox finished, its pod gone", sb: finished, want: Dead, status: sandbox.StatusStopped, reasonHas: "SandboxExpired"},
 		{name: "the pod being deleted", sb: running, pod: podWith(corev1.PodRunning, onNode, ready, deleting), want: Stopping, status: sandbox.StatusStopped},

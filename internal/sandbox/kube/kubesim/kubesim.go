@@ -15,6 +15,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -279,6 +280,19 @@ func (k *Kubelet) run(ctx context.Context, pod *corev1.Pod) {
 	if err != nil {
 		k.t.Errorf("pod %s: %v", pod.Name, err)
 		return
+	}
+	// The agent's -trust-key-sha256: another key than the pod was made
+	// for, and the agent exits at once.
+	for _, a := range pod.Spec.Containers[0].Args {
+		if pin, ok := strings.CutPrefix(a, "--trust-key-sha256="); ok {
+			if err := podtoken.CheckFingerprint(pub, pin); err != nil {
+				pod.Status.Phase = corev1.PodFailed
+				pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: kube.AgentContainer, Image: pod.Spec.Containers[0].Image,
+					State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1, Reason: "Error", Message: "cortex-agent: " + err.Error()}}}}
+				pods.UpdateStatus(ctx, pod, metav1.UpdateOptions{})
+				return
+			}
+		}
 	}
 	ip, addr, err := k.podAddress()
 	if err != nil {

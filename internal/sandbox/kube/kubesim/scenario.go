@@ -2,6 +2,7 @@ package kubesim
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"strings"
 	"testing"
@@ -117,6 +118,7 @@ func RunManager(t *testing.T, core kubernetes.Interface, ag agents.Interface, cf
 		}
 	}
 	death(t, m, kl, cfg)
+	swappedTrust(t, m, priv, cfg)
 
 	_, err = m.Create(ctx, "open", sandbox.CreateOptions{Network: sandbox.Network{Mode: sandbox.NetworkFull}})
 	var unenforceable *sandbox.UnenforceableError
@@ -191,6 +193,37 @@ func death(t *testing.T, m *kube.Manager, kl *Kubelet, cfg kube.Config) {
 		if err := m.Destroy(ctx, id, sandbox.DestroyOptions{Wipe: true}); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// swappedTrust makes the trust ConfigMap again with another key (what
+// one who may write ConfigMaps in the namespace would do, to sign tokens
+// the pods take): a neuron created after does not start, its agent
+// pinned to the host's key, and the create says why and leaves nothing.
+// The ConfigMap is put back after.
+func swappedTrust(t *testing.T, m *kube.Manager, priv ed25519.PrivateKey, cfg kube.Config) {
+	ctx := context.Background()
+	cms := m.Cluster.Core.CoreV1().ConfigMaps(cfg.Namespace)
+	if err := cms.Delete(ctx, cfg.TrustConfigMap, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	theirs, _ := podtoken.NewKey()
+	if err := kube.EnsureTrust(ctx, m.Cluster.Core, cfg, theirs); err != nil {
+		t.Fatal(err)
+	}
+	_, err := m.Create(ctx, "pinned", sandbox.CreateOptions{BootTimeout: 20 * time.Second})
+	if err == nil || !strings.Contains(err.Error(), "trust key's SHA-256") {
+		t.Errorf("a create under another trust key: %v, want the agent's refusal", err)
+	}
+	waittest.For(t, 20*time.Second, "the refused neuron's objects gone", func() bool {
+		pods, err := m.Cluster.Core.CoreV1().Pods(cfg.Namespace).List(ctx, metav1.ListOptions{})
+		return err == nil && len(pods.Items) == 0
+	})
+	if err := cms.Delete(ctx, cfg.TrustConfigMap, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := kube.EnsureTrust(ctx, m.Cluster.Core, cfg, priv); err != nil {
+		t.Fatal(err)
 	}
 }
 
