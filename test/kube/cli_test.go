@@ -60,6 +60,20 @@ func TestCLI(t *testing.T) {
 		}
 		return string(out)
 	}
+	// doctor, against the real admission chain: a neuron's pod is taken
+	// as a dry run; a RuntimeClass the cluster lacks is named.
+	doctor := func(extra ...string) string {
+		cmd := exec.Command(bin, "doctor")
+		cmd.Env = append(append([]string{}, env...), extra...)
+		out, _ := cmd.CombinedOutput() // other modes may fail here
+		return string(out)
+	}
+	if out := doctor(); !strings.Contains(out, "admission takes it") {
+		t.Fatalf("doctor:\n%s", out)
+	}
+	if out := doctor("NSYS_CORTEX_KUBE_RUNTIME_CLASS=kata"); !strings.Contains(out, `RuntimeClass "kata" not found`) {
+		t.Fatalf("doctor with a RuntimeClass the cluster lacks:\n%s", out)
+	}
 	run("create", "--mode", "kube", "job1")
 	if out := run("exec", "job1", "--", "sh", "-c", "echo kept > f; echo hi"); out != "hi\n" {
 		t.Fatalf("exec: %q", out)

@@ -12,11 +12,14 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	corev1 "k8s.io/api/core/v1"
+	nodev1 "k8s.io/api/node/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -436,6 +439,67 @@ func SelfCheck(ctx context.Context, env sandbox.Env) sandbox.Check {
 		c.Summary = "namespace " + s.Config.Namespace + ": " + ns.Detail
 		return c
 	}
+	rcs := runtimeClasses(ctx, cl, s.Config.RuntimeClass)
+	adm := admitted(ctx, cl, s.Config)
+	c.Items = append(c.Items, rcs, adm)
+	if !adm.OK {
+		c.Summary = adm.Detail
+		return c
+	}
+	if !rcs.OK {
+		c.Summary = rcs.Detail
+		return c
+	}
 	c.OK, c.Summary = true, "ready ("+rc.Host+")"
 	return c
+}
+
+// runtimeClasses says which RuntimeClasses the cluster offers and whether
+// kube.runtime_class (want) is one. Reading them takes a cluster-wide
+// grant deploy/kubernetes does not give; without it, the admission dry
+// run is what checks want.
+func runtimeClasses(ctx context.Context, cl *Cluster, want string) sandbox.CheckItem {
+	it := sandbox.CheckItem{Name: "RuntimeClass (kube.runtime_class)", OK: true}
+	list, err := cl.Core.NodeV1().RuntimeClasses().List(ctx, metav1.ListOptions{})
+	offered := "not readable here (no cluster-wide grant to list RuntimeClasses)"
+	var names []string
+	if err == nil {
+		for _, rc := range list.Items {
+			names = append(names, rc.Name+" ("+rc.Handler+")")
+		}
+		offered = "the cluster offers " + strings.Join(names, ", ")
+		if len(names) == 0 {
+			offered = "the cluster offers none"
+		}
+	}
+	switch {
+	case want == "":
+		it.Detail = "none set: the pods run under the nodes' default runtime, on the node's kernel; " + offered
+	case err != nil:
+		it.Detail = want + ": " + offered + "; the dry run below checks it"
+	case !slices.ContainsFunc(list.Items, func(rc nodev1.RuntimeClass) bool { return rc.Name == want }):
+		it.OK, it.Detail = false, want+" is not in the cluster: "+offered
+	default:
+		it.Detail = want + ": " + offered
+	}
+	return it
+}
+
+// admitted creates a neuron's pod as a dry run: whatever the namespace's
+// admission refuses (the RuntimeClass, Pod Security, a quota, a policy
+// engine's rules) a real create would be refused too.
+func admitted(ctx context.Context, cl *Cluster, cfg Config) sandbox.CheckItem {
+	it := sandbox.CheckItem{Name: "a neuron's pod admitted (dry run)"}
+	pod, _, err := Fallback(cfg, Neuron{ID: "doctor-dry-run"})
+	if err != nil {
+		it.Detail = err.Error()
+		return it
+	}
+	_, err = cl.Core.CoreV1().Pods(cfg.Defaults().Namespace).Create(ctx, pod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		it.Detail = explain(err, "create", "pods", cfg.Defaults().Namespace).Error()
+		return it
+	}
+	it.OK, it.Detail = true, "the namespace's admission takes it"
+	return it
 }

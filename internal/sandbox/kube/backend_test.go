@@ -11,6 +11,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -21,12 +22,14 @@ import (
 
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
+	nodev1 "k8s.io/api/node/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/kubernetes/scheme"
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/nsys-cortex/cortex/internal/layout"
@@ -169,6 +172,35 @@ func fakeAPIServer(t *testing.T, sandboxes bool, namespace string) string {
 			w.WriteHeader(http.StatusForbidden)
 			json.NewEncoder(w).Encode(&metav1.Status{TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"}, Status: "Failure", Reason: metav1.StatusReasonForbidden, Code: 403,
 				Message: "namespaces is forbidden: cannot get resource namespaces at the cluster scope"})
+		case r.URL.Path == "/api/v1/namespaces/"+namespace+"/pods" && r.Method == http.MethodPost:
+			// The dry run: admission as a cluster with one RuntimeClass,
+			// gvisor, and Pod Security that refuses pods of namespaces
+			// named "restricted-*".
+			var pod corev1.Pod
+			body, _ := io.ReadAll(r.Body)
+			if _, _, err := scheme.Codecs.UniversalDeserializer().Decode(body, nil, &pod); err != nil {
+				t.Errorf("the dry run's pod: %v", err)
+			}
+			rc := pod.Spec.RuntimeClassName
+			switch {
+			case r.URL.Query().Get("dryRun") != "All":
+				w.WriteHeader(http.StatusBadRequest)
+			case rc != nil && *rc != "gvisor":
+				w.WriteHeader(http.StatusForbidden)
+				json.NewEncoder(w).Encode(&metav1.Status{TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"}, Status: "Failure", Reason: metav1.StatusReasonForbidden, Code: 403,
+					Message: fmt.Sprintf("pods %q is forbidden: pod rejected: RuntimeClass %q not found", pod.Name, *rc)})
+			case strings.HasPrefix(namespace, "restricted-"):
+				w.WriteHeader(http.StatusForbidden)
+				json.NewEncoder(w).Encode(&metav1.Status{TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"}, Status: "Failure", Reason: metav1.StatusReasonForbidden, Code: 403,
+					Message: fmt.Sprintf(`pods %q is forbidden: violates PodSecurity "restricted:latest": seLinuxOptions`, pod.Name)})
+			default:
+				w.WriteHeader(http.StatusCreated)
+				pod.TypeMeta = metav1.TypeMeta{Kind: "Pod", APIVersion: "v1"}
+				json.NewEncoder(w).Encode(&pod)
+			}
+		case r.URL.Path == "/apis/node.k8s.io/v1/runtimeclasses":
+			json.NewEncoder(w).Encode(&nodev1.RuntimeClassList{TypeMeta: metav1.TypeMeta{Kind: "RuntimeClassList", APIVersion: "node.k8s.io/v1"},
+				Items: []nodev1.RuntimeClass{{ObjectMeta: metav1.ObjectMeta{Name: "gvisor"}, Handler: "runsc"}}})
 		case r.URL.Path == "/api/v1/namespaces/"+namespace+"/pods":
 			json.NewEncoder(w).Encode(&corev1.PodList{TypeMeta: metav1.TypeMeta{Kind: "PodList", APIVersion: "v1"}})
 		case r.URL.Path == "/apis/agents.x-k8s.io/v1beta1" && sandboxes:
@@ -223,6 +255,28 @@ func TestSelfCheck(t *testing.T) {
 	t.Setenv(EnvKubeconfig, kubeconfigFor(t, fakeAPIServer(t, true, "forbidden-ns")))
 	if c := SelfCheck(ctx, env); !c.OK || !strings.Contains(fmt.Sprint(c.Items), "its pods can be listed") {
 		t.Fatalf("no grant to read namespaces: %+v", c)
+	}
+	t.Setenv(EnvNamespace, "")
+	// The RuntimeClass: listed with what the cluster offers; one it does
+	// not have fails the check, naming it.
+	t.Setenv(EnvKubeconfig, kubeconfigFor(t, fakeAPIServer(t, true, "nsys-cortex")))
+	if c := SelfCheck(ctx, env); !c.OK || !strings.Contains(fmt.Sprint(c.Items), "none set") || !strings.Contains(fmt.Sprint(c.Items), "gvisor (runsc)") {
+		t.Fatalf("no RuntimeClass set: %+v", c)
+	}
+	t.Setenv(EnvRuntimeClass, "gvisor")
+	if c := SelfCheck(ctx, env); !c.OK || !strings.Contains(fmt.Sprint(c.Items), "admission takes it") {
+		t.Fatalf("RuntimeClass gvisor: %+v", c)
+	}
+	t.Setenv(EnvRuntimeClass, "kata")
+	if c := SelfCheck(ctx, env); c.OK || !strings.Contains(fmt.Sprint(c.Items), "kata is not in the cluster") || !strings.Contains(c.Summary, `RuntimeClass "kata" not found`) {
+		t.Fatalf("RuntimeClass kata, which the cluster lacks: %+v", c)
+	}
+	t.Setenv(EnvRuntimeClass, "")
+	// The namespace's admission refusing the pod.
+	t.Setenv(EnvNamespace, "restricted-ns")
+	t.Setenv(EnvKubeconfig, kubeconfigFor(t, fakeAPIServer(t, true, "restricted-ns")))
+	if c := SelfCheck(ctx, env); c.OK || !strings.Contains(c.Summary, "Pod Security admission refuses") {
+		t.Fatalf("Pod Security refusing the pod: %+v", c)
 	}
 	t.Setenv(EnvNamespace, "")
 	for _, sandboxes := range []bool{true, false} {

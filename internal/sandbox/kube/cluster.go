@@ -205,6 +205,10 @@ func explain(err error, verb, resource, ns string) error {
 	switch {
 	case apierrors.IsForbidden(err) && strings.Contains(msg, "exceeded quota"):
 		return errdefs.New(errdefs.Capacity, fmt.Sprintf("namespace %s's resource quota refuses the neuron: %s (raise the quota, or ask for smaller limits)", ns, msg))
+	case apierrors.IsForbidden(err) && strings.Contains(msg, "RuntimeClass") && strings.Contains(msg, "not found"):
+		return errdefs.New(errdefs.Invalid, fmt.Sprintf("the cluster has no such RuntimeClass: %s (set kube.runtime_class to one it has, which nsys-cortex doctor lists, or install it)", msg))
+	case apierrors.IsForbidden(err) && strings.Contains(msg, "violates PodSecurity"):
+		return errdefs.New(errdefs.Permission, fmt.Sprintf("namespace %s's Pod Security admission refuses the neuron's pod: %s (the pod meets \"restricted\" but for what the message names; docs/kube.md)", ns, msg))
 	case apierrors.IsForbidden(err):
 		return errdefs.New(errdefs.Permission, fmt.Sprintf("the cluster's RBAC forbids %s on %s in namespace %s: %s (grant it to Cortex's ServiceAccount: deploy/kubernetes/rbac.yaml; docs/kube.md)", verb, resource, ns, msg))
 	case apierrors.IsNotFound(err) && strings.HasSuffix(resource, ".agents.x-k8s.io") && verb == "create":

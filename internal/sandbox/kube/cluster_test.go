@@ -90,6 +90,8 @@ func TestRefusals(t *testing.T) {
 		{"a name taken", false, "create", "sandboxes", apierrors.NewAlreadyExists(gr, "n-a"), errdefs.Exists, "n-a"},
 		{"the API server unreachable", false, "get", "sandboxes", errString("dial tcp 10.0.0.1:6443: connect: connection refused"), errdefs.Unavailable, "cannot be reached"},
 		{"a quota exceeded (pod): the claim goes too", true, "create", "pods", apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, "n-a", errString("exceeded quota: q")), errdefs.Capacity, "quota"},
+		{"no such RuntimeClass: the claim goes too", true, "create", "pods", apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, "n-a", errString(`pod rejected: RuntimeClass "gvisor" not found`)), errdefs.Invalid, "no such RuntimeClass"},
+		{"Pod Security refuses the pod", true, "create", "pods", apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, "n-a", errString(`violates PodSecurity "restricted:latest": seLinuxOptions`)), errdefs.Permission, "Pod Security admission"},
 		{"RBAC forbids claims", true, "create", "persistentvolumeclaims", apierrors.NewForbidden(schema.GroupResource{Resource: "persistentvolumeclaims"}, "home-n-a", nil), errdefs.Permission, "persistentvolumeclaims"},
 	} {
 		core, ag := fake.NewClientset(), agentsfake.NewSimpleClientset()
