@@ -63,6 +63,10 @@ type Config struct {
 	// write before the agent made itself non-dumpable (which gives the
 	// file to root); nil opens it in New. See oomBias.
 	OOMScoreAdj *os.File
+	// Env is the environment commands start from (each request's
+	// variables over it); nil: the agent's own. A simulated kubelet that
+	// runs agents in its process gives each its pod's (kubesim).
+	Env []string
 	// Logger receives diagnostics; nil means the standard logger.
 	Logger *log.Logger
 }

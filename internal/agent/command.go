@@ -61,7 +61,11 @@ func (a *Agent) prepare(c *protocol.Command) (*exec.Cmd, error) {
 		}
 		dir = p
 	}
-	env := protocol.MergeEnv(os.Environ(), c.Env)
+	base := a.cfg.Env
+	if base == nil {
+		base = os.Environ()
+	}
+	env := protocol.MergeEnv(base, c.Env)
 	env = protocol.MergeEnv(env, []string{"PWD=" + dir})
 	path, err := lookPath(argv[0], envValue(env, "PATH"), dir)
 	if err != nil {

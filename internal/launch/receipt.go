@@ -132,7 +132,8 @@ func (r *Receipt) Finish(code int, signal string, err error) {
 // so its receipts are kept apart, in the home's receipts/<id>/, out of
 // the tree its commands work in.
 func ReceiptsDir(lay layout.Layout, st *sandbox.State) string {
-	if st.Mode == "process" {
+	if st.Mode == "process" || st.OverlayPath == "" {
+		// Or a neuron whose files are not on this host (kube).
 		return filepath.Join(lay.Home, "receipts", st.ID)
 	}
 	return filepath.Join(st.OverlayPath, "receipts")

@@ -300,7 +300,12 @@ func Backend() sandbox.Backend {
 			// cluster that does not answer costs it at most this.
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			return NewFromSettings(ctx, env.Layout.Home)
+			m, err := NewFromSettings(ctx, env.Layout.Home)
+			if err != nil {
+				return nil, err
+			}
+			m.Layout = env.Layout
+			return m, nil
 		},
 		SelfCheck: SelfCheck,
 	}

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"time"
@@ -20,6 +22,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/nsys-cortex/cortex/internal/labels"
+	"github.com/nsys-cortex/cortex/internal/layout"
 	"github.com/nsys-cortex/cortex/internal/link"
 	"github.com/nsys-cortex/cortex/internal/podtoken"
 	"github.com/nsys-cortex/cortex/internal/protocol/errdefs"
@@ -49,6 +52,9 @@ type Manager struct {
 	// Address is where a pod's agent listens (default: the pod's IP and
 	// the agent port); a simulated kubelet's tests set their own.
 	Address func(pod *corev1.Pod) (string, error)
+	// Layout is the host's home: a wipe removes what this host keeps of
+	// the neuron there (its terminals' writer locks). Empty: nothing.
+	Layout layout.Layout
 
 	mu    sync.Mutex
 	links map[string]podLink
@@ -108,6 +114,27 @@ func (m *Manager) Create(ctx context.Context, id string, opts sandbox.CreateOpti
 	before, err := m.Cluster.Observe(ctx, id, false, false)
 	if err != nil {
 		return nil, err
+	}
+	if before.Phase == Running || before.Phase == Unhealthy {
+		st, err := m.Get(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		return nil, &sandbox.AlreadyRunningError{State: st}
+	}
+	if before.Phase == Dead || before.Phase == Failed {
+		// Its agent died (or its pod never started): stopped first, its
+		// home kept, then started again as a stopped neuron is.
+		if err := m.Cluster.Stop(ctx, id); err != nil {
+			return nil, err
+		}
+		sctx, cancel := context.WithTimeout(ctx, boot)
+		err := m.awaitEnded(sctx, id, false)
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("neuron %s was %s (%s); stopping it to start it again: %w", id, before.Phase, before.Reason, err)
+		}
+		before = Observed{Phase: Stopped}
 	}
 	n := Neuron{ID: id, Labels: opts.Labels, Env: opts.Env, Limits: opts.Limits,
 		TrustKeySHA256: podtoken.Fingerprint(m.Key.Public().(ed25519.PublicKey))}
@@ -327,6 +354,24 @@ func (m *Manager) List(ctx context.Context) ([]*sandbox.State, error) {
 			st.CreatedAt = sb.CreationTimestamp.Time
 			out = append(out, st)
 		}
+		return out, nil
+	}
+	// The pod path: a home without a pod is a stopped neuron (a home
+	// being deleted is a wipe's, no neuron's).
+	claims, err := m.Cluster.Core.CoreV1().PersistentVolumeClaims(cfg.Namespace).List(ctx, sel)
+	if err != nil {
+		return nil, explain(err, "list", "persistentvolumeclaims", cfg.Namespace)
+	}
+	for i := range claims.Items {
+		c := &claims.Items[i]
+		id := c.Labels[LabelID]
+		if id == "" || seen[id] || c.DeletionTimestamp != nil || CheckID(id) != nil {
+			continue
+		}
+		seen[id] = true
+		st := stateOf(id, nil, Observed{Phase: Stopped, Reason: "its home is kept"})
+		st.CreatedAt = c.CreationTimestamp.Time
+		out = append(out, st)
 	}
 	return out, nil
 }
@@ -335,6 +380,11 @@ func (m *Manager) List(ctx context.Context) ([]*sandbox.State, error) {
 func (m *Manager) Destroy(ctx context.Context, id string, opts sandbox.DestroyOptions) error {
 	if err := CheckID(id); err != nil {
 		return err
+	}
+	if o, err := m.Cluster.Observe(ctx, id, false, false); err != nil {
+		return err
+	} else if o.Phase == Absent {
+		return &sandbox.NotFoundError{ID: id}
 	}
 	m.mu.Lock()
 	if l := m.links[id]; l.Link != nil {
@@ -353,6 +403,11 @@ func (m *Manager) Destroy(ctx context.Context, id string, opts sandbox.DestroyOp
 	}
 	if err != nil {
 		return err
+	}
+	if opts.Wipe && m.Layout.Home != "" {
+		// This host's writer locks of the neuron's terminals (CheckID
+		// made id a DNS label: one path component).
+		os.RemoveAll(filepath.Join(m.Layout.TerminalLocksDir(), id))
 	}
 	// Done when its pod is: a destroy that returns has stopped the neuron.
 	// A wipe is done when the Sandbox is gone too (its claim goes when
@@ -439,6 +494,9 @@ func (m *Manager) Connect(ctx context.Context, id string) (*link.Client, error) 
 	}
 	if pod == nil || err != nil {
 		m.unlink(id, l)
+		if o, oerr := m.Cluster.Observe(ctx, id, false, false); oerr == nil && o.Phase == Absent {
+			return nil, &sandbox.NotFoundError{ID: id}
+		}
 		return nil, errdefs.New(errdefs.NotRunning, fmt.Sprintf("neuron %s is not running (no pod)", id))
 	}
 	if o := Observe(nil, pod, true, false); o.Phase != Running {
@@ -559,6 +617,15 @@ func (m *Manager) unlink(id string, l podLink) {
 	}
 	m.mu.Unlock()
 	l.Close()
+}
+
+var _ sandbox.DataRooter = (*Manager)(nil)
+
+// DataRoot refuses: a kube neuron's files are on a volume in the
+// cluster, not on this host, so nothing of the host's (a snapshot's copy
+// of files) may read them from a path.
+func (m *Manager) DataRoot(ctx context.Context, id string) (string, error) {
+	return "", errdefs.New(errdefs.Unsupported, fmt.Sprintf("neuron %s is a kube neuron: its files are on a volume in the cluster, not on this host, so file snapshots of it are not built; destroy keeps its home", id))
 }
 
 var _ sandbox.Pauser = (*Manager)(nil)

@@ -140,7 +140,7 @@ type Neuron struct {
 // characters, so that "n-" and the id is one too).
 func CheckID(id string) error {
 	if err := ids.Validate(id); err != nil {
-		return err
+		return &sandbox.InvalidError{Reason: err.Error()}
 	}
 	if errs := validation.IsDNS1123Label(ObjectName(id)); len(errs) > 0 {
 		return &sandbox.InvalidError{Reason: fmt.Sprintf("neuron id %q: in kube mode an id is a DNS label (lower-case letters, digits and '-', at most 61 characters), since Kubernetes names the neuron's objects by it", id)}
@@ -183,7 +183,13 @@ func PodSpec(cfg Config, n Neuron, homeClaim string) corev1.PodSpec {
 	cfg = cfg.Defaults()
 	port := strconv.Itoa(int(cfg.AgentPort))
 	env := []corev1.EnvVar{}
-	for _, kv := range slices.Sorted(slices.Values(n.Env)) {
+	vars := n.Env
+	if !slices.ContainsFunc(vars, func(kv string) bool { return strings.HasPrefix(kv, "HOME=") }) {
+		// The home volume: what a neuron keeps across destroy and create
+		// ($HOME/.cache, dotfiles) is there, not on the read-only root.
+		vars = append(slices.Clip(vars), "HOME=/home/agent")
+	}
+	for _, kv := range slices.Sorted(slices.Values(vars)) {
 		k, v, _ := strings.Cut(kv, "=")
 		env = append(env, corev1.EnvVar{Name: k, Value: v})
 	}

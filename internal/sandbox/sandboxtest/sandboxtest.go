@@ -26,6 +26,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nsys-cortex/cortex/internal/ids"
 	"github.com/nsys-cortex/cortex/internal/layout"
 	"github.com/nsys-cortex/cortex/internal/link"
 	"github.com/nsys-cortex/cortex/internal/protocol"
@@ -79,6 +80,17 @@ type Config struct {
 	// ("pause", "pause --to-disk"), each with why: RunLifecycle checks it
 	// refuses them as unsupported, and that it lacks nothing it does.
 	Lacks map[string]string
+	// RemoteFiles is true when the neurons' files are not on this host (a
+	// cluster's volume): State.OverlayPath is empty.
+	RemoteFiles bool
+	// IDLimit is the longest id the mode takes, when it is shorter than
+	// ids.MaxLen (Kubernetes names objects by DNS labels); 0: ids.MaxLen.
+	IDLimit int
+	// Skip names the tests of Run the mode cannot take, each with why (a
+	// limit of the mode or of its test fixture, said in the mode's docs);
+	// Run skips them saying so. Empty for every mode that runs on the
+	// host.
+	Skip map[string]string
 	// Bench is what RunBenchmarks needs beyond the above.
 	Bench Bench
 }
@@ -186,26 +198,34 @@ func Run(t *testing.T, cfg Config) {
 	if cfg.New == nil || cfg.Env == nil {
 		t.Fatal("sandboxtest: Config needs New and Env")
 	}
-	t.Run("Lifecycle", func(t *testing.T) { testLifecycle(t, newFixture(t, cfg)) })
-	t.Run("InvalidIDs", func(t *testing.T) { testInvalidIDs(t, newFixture(t, cfg)) })
-	t.Run("Exec", func(t *testing.T) { testExec(t, newFixture(t, cfg)) })
-	t.Run("Files", func(t *testing.T) { testFiles(t, newFixture(t, cfg)) })
-	t.Run("Processes", func(t *testing.T) { testProcesses(t, newFixture(t, cfg)) })
-	t.Run("Pty", func(t *testing.T) { testPty(t, newFixture(t, cfg)) })
-	t.Run("Persistence", func(t *testing.T) { testPersistence(t, newFixture(t, cfg)) })
-	t.Run("Death", func(t *testing.T) { testDeath(t, newFixture(t, cfg)) })
-	t.Run("Discovery", func(t *testing.T) { testDiscovery(t, newFixture(t, cfg)) })
-	t.Run("Ownership", func(t *testing.T) { testOwnership(t, newFixture(t, cfg)) })
-	t.Run("Boundary", func(t *testing.T) { testBoundary(t, newFixture(t, cfg)) })
-	t.Run("Escapes", func(t *testing.T) { testEscapes(t, newFixture(t, cfg)) })
-	t.Run("DiskCeiling", func(t *testing.T) { testDiskCeiling(t, newFixture(t, cfg)) })
-	t.Run("NoLeaks", func(t *testing.T) { testNoLeaks(t, cfg) })
+	run := func(name string, f func(t *testing.T)) {
+		t.Run(name, func(t *testing.T) {
+			if why, ok := cfg.Skip[name]; ok {
+				t.Skip(why)
+			}
+			f(t)
+		})
+	}
+	run("Lifecycle", func(t *testing.T) { testLifecycle(t, newFixture(t, cfg)) })
+	run("InvalidIDs", func(t *testing.T) { testInvalidIDs(t, newFixture(t, cfg)) })
+	run("Exec", func(t *testing.T) { testExec(t, newFixture(t, cfg)) })
+	run("Files", func(t *testing.T) { testFiles(t, newFixture(t, cfg)) })
+	run("Processes", func(t *testing.T) { testProcesses(t, newFixture(t, cfg)) })
+	run("Pty", func(t *testing.T) { testPty(t, newFixture(t, cfg)) })
+	run("Persistence", func(t *testing.T) { testPersistence(t, newFixture(t, cfg)) })
+	run("Death", func(t *testing.T) { testDeath(t, newFixture(t, cfg)) })
+	run("Discovery", func(t *testing.T) { testDiscovery(t, newFixture(t, cfg)) })
+	run("Ownership", func(t *testing.T) { testOwnership(t, newFixture(t, cfg)) })
+	run("Boundary", func(t *testing.T) { testBoundary(t, newFixture(t, cfg)) })
+	run("Escapes", func(t *testing.T) { testEscapes(t, newFixture(t, cfg)) })
+	run("DiskCeiling", func(t *testing.T) { testDiskCeiling(t, newFixture(t, cfg)) })
+	run("NoLeaks", func(t *testing.T) { testNoLeaks(t, cfg) })
 }
 
 func testLifecycle(t *testing.T, f *fixture) {
 	m := f.manager()
 	st := f.create(m, "life")
-	if st.Status != sandbox.StatusRunning || (st.PID <= 0) != f.cfg.Detached || st.Pending || st.Mode != m.Mode() || st.Workdir == "" || st.OverlayPath == "" {
+	if st.Status != sandbox.StatusRunning || (st.PID <= 0) != f.cfg.Detached || st.Pending || st.Mode != m.Mode() || st.Workdir == "" || (st.OverlayPath == "") != f.cfg.RemoteFiles {
 		t.Fatalf("state after create: %+v", st)
 	}
 	got, err := m.Get(f.ctx, "life")
@@ -258,7 +278,11 @@ func testLifecycle(t *testing.T, f *fixture) {
 
 func testInvalidIDs(t *testing.T, f *fixture) {
 	m := f.manager()
-	for _, id := range []string{"", "a/b", "..", ".hidden", "-flag", "a b", "x\x00y", "é", strings.Repeat("a", 65)} {
+	limit := ids.MaxLen
+	if f.cfg.IDLimit > 0 {
+		limit = f.cfg.IDLimit
+	}
+	for _, id := range []string{"", "a/b", "..", ".hidden", "-flag", "a b", "x\x00y", "é", strings.Repeat("a", limit+1)} {
 		if _, err := m.Create(f.ctx, id, f.cfg.Options); !errdefs.IsInvalid(err) {
 			t.Errorf("create %q: %v, want InvalidError", id, err)
 		}
@@ -266,8 +290,8 @@ func testInvalidIDs(t *testing.T, f *fixture) {
 			t.Errorf("get %q: %v, want InvalidError", id, err)
 		}
 	}
-	if _, err := m.Create(f.ctx, strings.Repeat("a", 64), f.cfg.Options); err != nil {
-		t.Fatalf("a 64-character id must work: %v", err)
+	if _, err := m.Create(f.ctx, strings.Repeat("a", limit), f.cfg.Options); err != nil {
+		t.Fatalf("a %d-character id must work: %v", limit, err)
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"log"
 	"math/rand/v2"
 	"net"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -48,6 +49,7 @@ type Kubelet struct {
 	core kubernetes.Interface
 	ag   agents.Interface // nil: no controller
 	cfg  kube.Config
+	root string // the homes are in it
 	fail map[string]bool
 	net  [2]byte // the second and third bytes of the pod IPs, 127.x.y.z
 
@@ -73,7 +75,9 @@ type T interface {
 func Start(t T, core kubernetes.Interface, ag agents.Interface, cfg kube.Config, fail ...string) *Kubelet {
 	cfg = cfg.Defaults()
 	namespace := cfg.Namespace
-	k := &Kubelet{t: t, core: core, ag: ag, cfg: cfg, fail: map[string]bool{}, stops: map[string]func(){}, homes: map[string]string{}}
+	// The homes' directory, made before the cleanup below is registered:
+	// removed after it has ended the agents that write there.
+	k := &Kubelet{t: t, core: core, ag: ag, cfg: cfg, root: t.TempDir(), fail: map[string]bool{}, stops: map[string]func(){}, homes: map[string]string{}}
 	// Pod IPs of their own for this kubelet: tests in other processes
 	// run kubelets of their own beside it.
 	k.net = [2]byte{byte(1 + rand.IntN(254)), byte(rand.IntN(256))}
@@ -132,7 +136,16 @@ func Start(t T, core kubernetes.Interface, ag agents.Interface, cfg kube.Config,
 	// no pod uses it.
 	cw, err := core.CoreV1().PersistentVolumeClaims(namespace).Watch(ctx, metav1.ListOptions{})
 	follow(cw, err, func(ev watch.Event) {
-		if pvc, isPVC := ev.Object.(*corev1.PersistentVolumeClaim); isPVC && pvc.DeletionTimestamp != nil && len(pvc.Finalizers) > 0 {
+		pvc, isPVC := ev.Object.(*corev1.PersistentVolumeClaim)
+		switch {
+		case !isPVC:
+		case ev.Type == watch.Deleted:
+			// Its volume goes with it: a claim made again under the
+			// name is a new, empty home.
+			k.mu.Lock()
+			delete(k.homes, pvc.Name)
+			k.mu.Unlock()
+		case pvc.DeletionTimestamp != nil && len(pvc.Finalizers) > 0:
 			k.release(ctx, pvc)
 		}
 	})
@@ -188,6 +201,14 @@ func (k *Kubelet) reconcile(ctx context.Context, sb *sbv1.Sandbox, et watch.Even
 			k.collect(ctx, sb)
 		}
 		return
+	}
+	// The claims of the Sandbox's templates, "<template>-<sandbox>",
+	// owned by it, as the controller makes them (kept while it lives).
+	for _, ct := range sb.Spec.VolumeClaimTemplates {
+		pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: ct.Name + "-" + sb.Name, Namespace: sb.Namespace, Labels: ct.Labels,
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: sbv1.GroupVersion.String(), Kind: "Sandbox", Name: sb.Name, UID: sb.UID}}},
+			Spec: *ct.Spec.DeepCopy()}
+		k.core.CoreV1().PersistentVolumeClaims(sb.Namespace).Create(ctx, pvc, metav1.CreateOptions{}) // an existing claim stays
 	}
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: sb.Name, Namespace: sb.Namespace, Labels: sb.Spec.PodTemplate.ObjectMeta.Labels},
 		Spec: *sb.Spec.PodTemplate.Spec.DeepCopy()}
@@ -272,7 +293,12 @@ func (k *Kubelet) run(ctx context.Context, pod *corev1.Pod) {
 	k.mu.Lock()
 	home := k.homes[claim]
 	if home == "" {
-		home = k.t.TempDir()
+		var err error
+		if home, err = os.MkdirTemp(k.root, "home-"); err != nil {
+			k.mu.Unlock()
+			k.t.Error(err)
+			return
+		}
 		k.homes[claim] = home
 	}
 	k.mu.Unlock()
@@ -300,7 +326,17 @@ func (k *Kubelet) run(ctx context.Context, pod *corev1.Pod) {
 		return
 	}
 	self := podtoken.Identity{Namespace: pod.Namespace, Pod: pod.Name, UID: string(pod.UID)}
-	a, err := agent.New(agent.Config{ID: id, Root: home, Listen: addr, Version: "test", Logger: log.New(io.Discard, "", 0),
+	// The container's environment: the pod's variables, HOME and the
+	// working directory mapped to this home, PATH the host's.
+	env := []string{"PATH=" + os.Getenv("PATH")}
+	for _, e := range pod.Spec.Containers[0].Env {
+		v := e.Value
+		if strings.HasPrefix(v, "/home/agent") {
+			v = home + strings.TrimPrefix(v, "/home/agent")
+		}
+		env = append(env, e.Name+"="+v)
+	}
+	a, err := agent.New(agent.Config{ID: id, Root: home, Listen: addr, Version: "test", Logger: log.New(io.Discard, "", 0), Env: env,
 		TokenCheck: func(tok string) error { _, err := podtoken.Verify(pub, tok, self, time.Now()); return err }})
 	if err != nil {
 		k.t.Error(err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/ed25519"
 	"errors"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -57,10 +58,10 @@ func RunManager(t *testing.T, core kubernetes.Interface, ag agents.Interface, cf
 	if out := run(t, c, "echo kept > home-file; echo ran"); out != "ran\n" {
 		t.Fatalf("exec: %q", out)
 	}
-	// The environment is the container's (the simulated kubelet runs
-	// the agent in this process, so it is read off the pod).
-	if pod, err := core.CoreV1().Pods(cfg.Namespace).Get(ctx, kube.ObjectName("a"), metav1.GetOptions{}); err != nil || len(pod.Spec.Containers[0].Env) != 1 || pod.Spec.Containers[0].Env[0].Value != "bar" {
-		t.Errorf("the pod's environment: %v", err)
+	// The environment is the container's: the neuron's variables, and
+	// HOME on the home volume (the pod's /home/agent).
+	if out := run(t, c, `echo "$FOO"; test "$HOME" != "`+os.Getenv("HOME")+`" && test -d "$HOME" && echo home`); out != "bar\nhome\n" {
+		t.Errorf("the environment: %q", out)
 	}
 	if err := m.Destroy(ctx, "a", sandbox.DestroyOptions{}); err != nil {
 		t.Fatal(err)

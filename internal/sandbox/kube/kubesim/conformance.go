@@ -1,0 +1,65 @@
+package kubesim
+
+import (
+	"context"
+	"crypto/ed25519"
+	"testing"
+
+	"k8s.io/client-go/kubernetes"
+	agents "sigs.k8s.io/agent-sandbox/clients/k8s/clientset/versioned"
+
+	"github.com/nsys-cortex/cortex/internal/podtoken"
+	"github.com/nsys-cortex/cortex/internal/sandbox"
+	"github.com/nsys-cortex/cortex/internal/sandbox/kube"
+	"github.com/nsys-cortex/cortex/internal/sandbox/sandboxtest"
+)
+
+// sim is why kubesim's neurons are no boundary.
+const sim = "kubesim runs each pod's agent in the test process: what confines a neuron on a cluster is its pod (docs/kube-validation.md)"
+
+// Conformance is kube mode's configuration of the shared suite
+// (sandboxtest.Run) with a Kubelet: each fixture gets the cluster
+// cluster returns for it (its clients and configuration: a cluster, or a
+// namespace, of its own), which every manager the suite builds for the
+// fixture (its "hosts") shares; a kill is the agent's death as Kill
+// makes it. What the mode or kubesim cannot take is skipped, saying why.
+func Conformance(cluster func(t testing.TB) (kubernetes.Interface, agents.Interface, kube.Config)) sandboxtest.Config {
+	var cur struct {
+		cl  *kube.Cluster
+		key ed25519.PrivateKey
+		kl  *Kubelet
+	}
+	return sandboxtest.Config{
+		Env: func(t testing.TB) sandbox.Env {
+			core, ag, cfg := cluster(t)
+			cfg = cfg.Defaults()
+			key, _ := podtoken.NewKey()
+			if err := kube.EnsureTrust(context.Background(), core, cfg, key); err != nil {
+				t.Fatal(err)
+			}
+			cur.cl, cur.key = &kube.Cluster{Core: core, Agents: ag, Config: cfg}, key
+			cur.kl = Start(t, core, ag, cfg)
+			return sandbox.Env{}
+		},
+		New: func(env sandbox.Env) sandbox.Manager {
+			cl := *cur.cl
+			return &kube.Manager{Cluster: &cl, Key: cur.key, Layout: env.Layout}
+		},
+		Kill: func(t *testing.T, st *sandbox.State) {
+			if err := cur.kl.Kill(context.Background(), cur.cl.Config.Namespace, kube.ObjectName(st.ID), 137); err != nil {
+				t.Fatal(err)
+			}
+		},
+		Detached:    true,
+		RemoteFiles: true,
+		IDLimit:     61, // "n-" and the id is a DNS label
+		Unconfined:  sim,
+		Skip: map[string]string{
+			"Files":       "kubesim's agents run in the test process on a root of their own, so the pod's absolute paths (/home/agent/workspace) are not theirs; relative paths are tried by Exec, Persistence and RunManager",
+			"Ownership":   "a kube neuron is the cluster's: every host with the configuration drives it (docs/kube.md, \"The Manager\"), so none owns it alone",
+			"Boundary":    sim,
+			"DiskCeiling": "a kube neuron's disk is its pod's ephemeral-storage limit and its claim's size, which the kubelet enforces (docs/kube-validation.md)",
+			"NoLeaks":     "kubesim's watches, made with the fixture, live until the test ends; the Manager's informer and links end at Close",
+		},
+	}
+}
