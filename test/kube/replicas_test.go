@@ -1,0 +1,141 @@
+package kube_test
+
+import (
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/nsys-cortex/cortex/internal/sandbox/kube"
+	"github.com/nsys-cortex/cortex/internal/sandbox/kube/kubesim"
+	"github.com/nsys-cortex/cortex/internal/waittest"
+	"github.com/nsys-cortex/cortex/test/kube/cluster"
+)
+
+// replica is one `nsys-cortex serve` in kube mode, as deploy/kubernetes
+// runs it: its own home, the shared API token and signing key.
+type replica struct {
+	t    *testing.T
+	bin  string
+	env  []string
+	addr string
+	cmd  *exec.Cmd
+	done chan error
+	out  []*strings.Builder // each start's output, read once it has ended
+	up   bool
+}
+
+func (r *replica) start() {
+	r.t.Helper()
+	r.cmd = exec.Command(r.bin, "serve", "--listen", r.addr)
+	r.cmd.Env = r.env
+	out := &strings.Builder{}
+	r.out = append(r.out, out)
+	r.cmd.Stdout, r.cmd.Stderr = out, out
+	if err := r.cmd.Start(); err != nil {
+		r.t.Fatal(err)
+	}
+	r.up, r.done = true, make(chan error, 1)
+	go func(c *exec.Cmd) { r.done <- c.Wait() }(r.cmd)
+	waittest.For(r.t, 30*time.Second, "serve on "+r.addr+" healthy", func() bool {
+		res, err := http.Get("http://" + r.addr + "/healthz")
+		if err == nil {
+			res.Body.Close()
+		}
+		return err == nil && res.StatusCode == http.StatusOK
+	})
+}
+
+func (r *replica) stop() {
+	r.t.Helper()
+	r.up = false
+	r.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-r.done:
+	case <-time.After(30 * time.Second):
+		r.cmd.Process.Kill()
+		<-r.done
+		r.t.Fatalf("serve on %s did not stop within 30 s of SIGTERM", r.addr)
+	}
+}
+
+// Two serve replicas, as behind one Service, with nothing in common but
+// the cluster, the API token and the signing key: a neuron created
+// through one is listed and driven through the other, and a replica
+// restarted (a new process; its home kept or not) drives it on.
+func TestReplicas(t *testing.T) {
+	rc := cluster.Start(t, cluster.Options{Sandboxes: true})
+	core := kubernetes.NewForConfigOrDie(rc)
+	cfg := kube.Config{Image: "registry.example/nsys-cortex-neuron:1"}.Defaults()
+	cluster.Prepare(t, core, cfg)
+	kubesim.Start(t, core, cluster.Agents(rc), cfg)
+	bin := buildCLI(t)
+	kc, keyDir := writeKubeconfig(t, rc), t.TempDir()
+	const token = "0123456789abcdef0123456789abcdef"
+	base := []string{"PATH=" + os.Getenv("PATH"), "NSYS_CORTEX_MODE=kube", "NSYS_CORTEX_KUBE_IMAGE=" + cfg.Image,
+		"NSYS_CORTEX_KUBE_KUBECONFIG=" + kc, "NSYS_CORTEX_KUBE_SIGNING_KEY=" + filepath.Join(keyDir, "signing.key"),
+		"NSYS_CORTEX_API_TOKEN=" + token}
+	replicas := make([]*replica, 2)
+	for i := range replicas {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := l.Addr().String()
+		l.Close()
+		env := append(append([]string{}, base...), "HOME="+t.TempDir(), "NSYS_CORTEX_HOME="+filepath.Join(t.TempDir(), "h"))
+		replicas[i] = &replica{t: t, bin: bin, env: env, addr: addr}
+		replicas[i].start() // the first makes the signing key, the second reads it
+		t.Cleanup(func() {
+			r := replicas[i]
+			if r.up {
+				r.stop()
+			}
+			if t.Failed() {
+				for _, out := range r.out {
+					t.Logf("replica %d said:\n%s", i, out)
+				}
+			}
+		})
+	}
+	// The CLI as a client of replica i.
+	via := func(i int, args ...string) string {
+		t.Helper()
+		cmd := exec.Command(bin, args...)
+		cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir(), "NSYS_CORTEX_HOME=" + filepath.Join(t.TempDir(), "c"),
+			"NSYS_CORTEX_API_URL=http://" + replicas[i].addr, "NSYS_CORTEX_API_TOKEN=" + token}
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("nsys-cortex %s through replica %d: %v\n%s", strings.Join(args, " "), i, err, out)
+		}
+		return string(out)
+	}
+	via(0, "create", "--mode", "kube", "shared")
+	via(0, "exec", "shared", "--", "sh", "-c", "echo from-0 > f")
+	if out := via(1, "list"); !strings.Contains(out, "shared") || !strings.Contains(out, "running") {
+		t.Fatalf("the other replica's list:\n%s", out)
+	}
+	if out := via(1, "exec", "shared", "--", "cat", "f"); out != "from-0\n" {
+		t.Fatalf("exec through the other replica: %q", out)
+	}
+	// Replica 0 goes and comes back: nothing of the neuron was its own.
+	replicas[0].stop()
+	if out := via(1, "exec", "shared", "--", "sh", "-c", "echo from-1 >> f; cat f"); out != "from-0\nfrom-1\n" {
+		t.Fatalf("exec with replica 0 gone: %q", out)
+	}
+	replicas[0].start()
+	if out := via(0, "exec", "shared", "--", "cat", "f"); out != "from-0\nfrom-1\n" {
+		t.Fatalf("exec through replica 0 restarted: %q", out)
+	}
+	via(1, "destroy", "--wipe", "shared")
+	if out := via(0, "list"); strings.Contains(out, "shared") {
+		t.Fatalf("list after a wipe through the other replica:\n%s", out)
+	}
+}
