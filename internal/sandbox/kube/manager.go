@@ -62,6 +62,7 @@ type Manager struct {
 	// with the first link (see watchPods); stopWatch ends it.
 	watch     sync.Once
 	stopWatch func()
+	watched   func() bool // the informer has listed what there is
 }
 
 // podLink is the link to a neuron's agent and the pod it was made for.
@@ -571,8 +572,20 @@ func (m *Manager) watchPods() {
 		go func() { defer close(done); inf.RunWithContext(ctx) }()
 		m.mu.Lock()
 		m.stopWatch = func() { cancel(); <-done }
+		m.watched = inf.HasSynced
 		m.mu.Unlock()
 	})
+}
+
+// Watching starts the pod informer (as the first link does) and reports
+// whether it has listed the namespace's neuron pods: what a host holds in
+// memory for the neurons it watches (the scale benchmark measures it).
+func (m *Manager) Watching() bool {
+	m.watchPods()
+	m.mu.Lock()
+	synced := m.watched
+	m.mu.Unlock()
+	return synced != nil && synced()
 }
 
 // podChanged ends the link of the pod's neuron when the pod is no longer

@@ -376,7 +376,7 @@ func (k *Kubelet) podAddress() (string, string, error) {
 		k.n++
 		n := k.n
 		k.mu.Unlock()
-		ip := fmt.Sprintf("127.%d.%d.%d", k.net[0], k.net[1], 1+n%254)
+		ip := fmt.Sprintf("127.%d.%d.%d", k.net[0], (int(k.net[1])+n/254)%256, 1+n%254) // 65,000 pods and more
 		addr := net.JoinHostPort(ip, strconv.Itoa(int(k.cfg.AgentPort)))
 		ln, err := net.Listen("tcp", addr)
 		if err != nil {

@@ -1,0 +1,148 @@
+package kube_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"runtime"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/nsys-cortex/cortex/internal/link"
+	"github.com/nsys-cortex/cortex/internal/podtoken"
+	"github.com/nsys-cortex/cortex/internal/protocol"
+	"github.com/nsys-cortex/cortex/internal/sandbox"
+	"github.com/nsys-cortex/cortex/internal/sandbox/kube"
+	"github.com/nsys-cortex/cortex/internal/sandbox/kube/kubesim"
+	"github.com/nsys-cortex/cortex/internal/waittest"
+	"github.com/nsys-cortex/cortex/test/kube/cluster"
+)
+
+// BenchmarkScale is issue 24's scale run: NSYS_CORTEX_KUBE_SCALE neurons
+// (default 1000) created through the real API server, each timed from
+// its create to its first command's answer (8 at a time, as a busy
+// host's API would); the namespace listed; the memory a second host's
+// pod informer takes per neuron; then every neuron wiped. kubesim runs
+// the agents in this process, so only the informer's share of the heap
+// is the host's. Run it once: -bench Scale -benchtime 1x.
+func BenchmarkScale(b *testing.B) {
+	n := 1000
+	if v, err := strconv.Atoi(os.Getenv("NSYS_CORTEX_KUBE_SCALE")); err == nil && v > 0 {
+		n = v
+	}
+	rc := cluster.Start(b, cluster.Options{Sandboxes: true})
+	core := kubernetes.NewForConfigOrDie(rc)
+	ag := cluster.Agents(rc)
+	ctx := context.Background()
+	for i := range b.N {
+		cfg := kube.Config{Image: "registry.example/nsys-cortex-neuron:1", Namespace: fmt.Sprintf("scale-%d", i)}.Defaults()
+		cluster.Prepare(b, core, cfg)
+		kubesim.Start(b, core, ag, cfg)
+		key, _ := podtoken.NewKey()
+		if err := kube.EnsureTrust(ctx, core, cfg, key); err != nil {
+			b.Fatal(err)
+		}
+		m := &kube.Manager{Cluster: &kube.Cluster{Core: core, Agents: ag, Config: cfg}, Key: key}
+		ids := make([]string, n)
+		for j := range ids {
+			ids[j] = fmt.Sprintf("s%d", j)
+		}
+		first := parallel(b, ids, func(id string) error {
+			if _, err := m.Create(ctx, id, sandbox.CreateOptions{BootTimeout: time.Minute}); err != nil {
+				return err
+			}
+			c, err := m.Connect(ctx, id)
+			if err != nil {
+				return err
+			}
+			_, err = c.Exec(ctx, &link.ExecRequest{Command: protocol.Command{Argv: []string{"true"}}})
+			return err
+		})
+		start := time.Now()
+		all, err := m.List(ctx)
+		listed := time.Since(start)
+		if err != nil || len(all) != n {
+			b.Fatalf("list: %d neurons, %v", len(all), err)
+		}
+		// A second host's informer over the n pods.
+		m2 := &kube.Manager{Cluster: &kube.Cluster{Core: core, Agents: ag, Config: cfg}, Key: key}
+		before := heap()
+		start = time.Now()
+		if !waittest.Until(time.Minute, m2.Watching) {
+			b.Fatal("the informer did not list the pods within a minute")
+		}
+		synced := time.Since(start)
+		perNeuron := float64(heap()-before) / float64(n)
+		m2.Close()
+		wiped := parallel(b, ids, func(id string) error { return m.Destroy(ctx, id, sandbox.DestroyOptions{Wipe: true}) })
+		m.Close()
+		b.ReportMetric(ms(pct(first, 50)), "first-exec-p50-ms")
+		b.ReportMetric(ms(pct(first, 99)), "first-exec-p99-ms")
+		b.ReportMetric(ms(listed), "list-ms")
+		b.ReportMetric(ms(synced), "informer-sync-ms")
+		b.ReportMetric(perNeuron/1024, "informer-KiB/neuron")
+		b.ReportMetric(ms(pct(wiped, 50)), "wipe-p50-ms")
+		b.ReportMetric(ms(pct(wiped, 99)), "wipe-p99-ms")
+		b.ReportMetric(float64(n), "neurons")
+	}
+}
+
+// parallel runs f for each id, 8 at a time, and returns how long each took.
+func parallel(b *testing.B, ids []string, f func(id string) error) []time.Duration {
+	took := make([]time.Duration, len(ids))
+	next := make(chan int)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var first error
+	for range 8 {
+		wg.Go(func() {
+			for j := range next {
+				start := time.Now()
+				err := f(ids[j])
+				took[j] = time.Since(start)
+				if err != nil {
+					mu.Lock()
+					first = cmpOr(first, fmt.Errorf("%s: %w", ids[j], err))
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	for j := range ids {
+		next <- j
+	}
+	close(next)
+	wg.Wait()
+	if first != nil {
+		b.Fatal(first)
+	}
+	return took
+}
+
+func cmpOr(a, b error) error {
+	if a != nil {
+		return a
+	}
+	return b
+}
+
+func pct(d []time.Duration, p int) time.Duration {
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s[min(len(s)-1, len(s)*p/100)]
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// heap is the live heap after a collection.
+func heap() int64 {
+	runtime.GC()
+	var st runtime.MemStats
+	runtime.ReadMemStats(&st)
+	return int64(st.HeapAlloc)
+}
