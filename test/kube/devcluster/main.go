@@ -1,6 +1,6 @@
 // Command devcluster runs a Kubernetes control plane for kube mode on a
 // laptop: etcd and a real kube-apiserver in this process, agent-sandbox's
-// CRDs, and kubesim's simulated kubelet and controller, whose pods run
+// CRDs and controller, and kubesim's simulated kubelet, whose pods run
 // the real Cortex agent in this process on loopback addresses. It writes
 // a kubeconfig to --kubeconfig once the cluster is ready and runs until
 // it is interrupted, then removes everything it made.
@@ -34,12 +34,15 @@ import (
 )
 
 func main() {
-	kubeconfig := flag.String("kubeconfig", "", "where to write the cluster's kubeconfig once it is ready (required)")
-	namespace := flag.String("namespace", "nsys-cortex", "the namespace made for neurons (kube.namespace)")
-	pods := flag.Bool("pods", false, "leave agent-sandbox's CRDs out, so that kube mode makes plain pods and claims")
-	verbose := flag.Bool("verbose", false, "log what the API server and etcd log")
-	flag.Parse()
-	if *kubeconfig == "" || flag.NArg() > 0 {
+	// A flag set of its own: controller-runtime defines a global
+	// --kubeconfig, which is another thing.
+	flags := flag.NewFlagSet("devcluster", flag.ExitOnError)
+	kubeconfig := flags.String("kubeconfig", "", "where to write the cluster's kubeconfig once it is ready (required)")
+	namespace := flags.String("namespace", "nsys-cortex", "the namespace made for neurons (kube.namespace)")
+	pods := flags.Bool("pods", false, "leave agent-sandbox's CRDs out, so that kube mode makes plain pods and claims")
+	verbose := flags.Bool("verbose", false, "log what the API server and etcd log")
+	flags.Parse(os.Args[1:])
+	if *kubeconfig == "" || flags.NArg() > 0 {
 		fmt.Fprintln(os.Stderr, "usage: devcluster --kubeconfig FILE [--namespace NS] [--pods] [--verbose]")
 		os.Exit(2)
 	}
@@ -69,7 +72,10 @@ func main() {
 	if *pods {
 		kubesim.Start(r, core, nil, cfg)
 	} else {
-		kubesim.Start(r, core, cluster.Agents(rc), cfg)
+		// agent-sandbox's own controller makes the Sandboxes' pods and
+		// claims; kubesim runs the pods.
+		cluster.StartController(r, rc)
+		kubesim.StartBeside(r, core, cluster.Agents(rc), cfg)
 	}
 	// Written whole, then renamed: whoever waits for the file reads a
 	// complete one.

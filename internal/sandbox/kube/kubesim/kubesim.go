@@ -49,7 +49,10 @@ type Kubelet struct {
 	core kubernetes.Interface
 	ag   agents.Interface // nil: no controller
 	cfg  kube.Config
-	root string // the homes are in it
+	// controller: the Kubelet stands in for agent-sandbox's controller
+	// too (Start); else only for the garbage collector (StartBeside).
+	controller bool
+	root       string // the homes are in it
 	fail map[string]bool
 	net  [2]byte // the second and third bytes of the pod IPs, 127.x.y.z
 
@@ -73,11 +76,23 @@ type T interface {
 // Start starts a Kubelet for the neurons of cfg's namespace until the
 // test ends.
 func Start(t T, core kubernetes.Interface, ag agents.Interface, cfg kube.Config, fail ...string) *Kubelet {
+	return start(t, core, ag, cfg, true, fail)
+}
+
+// StartBeside is Start beside agent-sandbox's own controller: the
+// Kubelet runs the pods and stands in for the garbage collector only (a
+// Sandbox deleted in the foreground goes once its pod has); the
+// controller makes and removes the pods and claims.
+func StartBeside(t T, core kubernetes.Interface, ag agents.Interface, cfg kube.Config, fail ...string) *Kubelet {
+	return start(t, core, ag, cfg, false, fail)
+}
+
+func start(t T, core kubernetes.Interface, ag agents.Interface, cfg kube.Config, controller bool, fail []string) *Kubelet {
 	cfg = cfg.Defaults()
 	namespace := cfg.Namespace
 	// The homes' directory, made before the cleanup below is registered:
 	// removed after it has ended the agents that write there.
-	k := &Kubelet{t: t, core: core, ag: ag, cfg: cfg, root: t.TempDir(), fail: map[string]bool{}, stops: map[string]func(){}, homes: map[string]string{}}
+	k := &Kubelet{t: t, core: core, ag: ag, cfg: cfg, controller: controller, root: t.TempDir(), fail: map[string]bool{}, stops: map[string]func(){}, homes: map[string]string{}}
 	// Pod IPs of their own for this kubelet: tests in other processes
 	// run kubelets of their own beside it.
 	k.net = [2]byte{byte(1 + rand.IntN(254)), byte(rand.IntN(256))}
@@ -195,6 +210,15 @@ func (k *Kubelet) release(ctx context.Context, pvc *corev1.PersistentVolumeClaim
 // a running Sandbox has its pod; a suspended or deleted one has none.
 func (k *Kubelet) reconcile(ctx context.Context, sb *sbv1.Sandbox, et watch.EventType) {
 	pods := k.core.CoreV1().Pods(sb.Namespace)
+	if !k.controller {
+		// The garbage collector: a Sandbox deleted in the foreground
+		// takes its pod with it, then goes.
+		if et != watch.Deleted && sb.DeletionTimestamp != nil && len(sb.Finalizers) > 0 {
+			pods.Delete(ctx, sb.Name, metav1.DeleteOptions{})
+			k.collect(ctx, sb)
+		}
+		return
+	}
 	if et == watch.Deleted || sb.DeletionTimestamp != nil || sb.Spec.OperatingMode == sbv1.SandboxOperatingModeSuspended {
 		pods.Delete(ctx, sb.Name, metav1.DeleteOptions{})
 		if et != watch.Deleted && sb.DeletionTimestamp != nil && len(sb.Finalizers) > 0 {

@@ -30,6 +30,17 @@ import (
 // run fails naming why, and leaves nothing; what the mode cannot give is
 // refused by name.
 func RunManager(t *testing.T, core kubernetes.Interface, ag agents.Interface, cfg kube.Config) {
+	runManager(t, core, ag, cfg, Start, false)
+}
+
+// RunManagerBeside is RunManager's scenario beside agent-sandbox's own
+// controller, which the caller runs (StartBeside).
+func RunManagerBeside(t *testing.T, core kubernetes.Interface, ag agents.Interface, cfg kube.Config) {
+	runManager(t, core, ag, cfg, StartBeside, true)
+}
+
+func runManager(t *testing.T, core kubernetes.Interface, ag agents.Interface, cfg kube.Config,
+	start func(T, kubernetes.Interface, agents.Interface, kube.Config, ...string) *Kubelet, beside bool) {
 	cfg = cfg.Defaults()
 	cl := &kube.Cluster{Core: core, Config: cfg}
 	if ag != nil {
@@ -40,7 +51,7 @@ func RunManager(t *testing.T, core kubernetes.Interface, ag agents.Interface, cf
 	if err := kube.EnsureTrust(ctx, core, cfg, priv); err != nil {
 		t.Fatal(err)
 	}
-	kl := Start(t, core, ag, cfg, "bad")
+	kl := start(t, core, ag, cfg, "bad")
 	// The default address: the pod's IP and the agent port.
 	m := &kube.Manager{Cluster: cl, Key: priv}
 	t.Cleanup(func() { m.Close() })
@@ -54,6 +65,17 @@ func RunManager(t *testing.T, core kubernetes.Interface, ag agents.Interface, cf
 	c, err := m.Connect(ctx, "a")
 	if err != nil {
 		t.Fatal(err)
+	}
+	if beside {
+		// The pod is the controller's: owned by the Sandbox (kubesim's
+		// stand-in sets no owner).
+		pod, err := core.CoreV1().Pods(cfg.Namespace).Get(ctx, kube.ObjectName("a"), metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ref := metav1.GetControllerOf(pod); ref == nil || ref.Kind != "Sandbox" || ref.Name != kube.ObjectName("a") {
+			t.Fatalf("the pod's controller: %+v, want Sandbox %s", ref, kube.ObjectName("a"))
+		}
 	}
 	if out := run(t, c, "echo kept > home-file; echo ran"); out != "ran\n" {
 		t.Fatalf("exec: %q", out)

@@ -1,0 +1,61 @@
+package cluster
+
+import (
+	"context"
+
+	"github.com/go-logr/logr"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	sbv1 "sigs.k8s.io/agent-sandbox/api/v1beta1"
+	"sigs.k8s.io/agent-sandbox/controllers"
+	ctrl "sigs.k8s.io/controller-runtime"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+)
+
+// noTracing is agent-sandbox's controller's tracer, switched off (its
+// own no-op is in an internal package).
+type noTracing struct{}
+
+func (noTracing) StartSpan(ctx context.Context, _ metav1.Object, _ string, _ map[string]string) (context.Context, func()) {
+	return ctx, func() {}
+}
+func (noTracing) GetTraceContext(context.Context) string              { return "" }
+func (noTracing) AddEvent(context.Context, string, map[string]string) {}
+func (noTracing) IsRecording(context.Context) bool                    { return false }
+
+// StartController runs agent-sandbox's Sandbox controller (its
+// reconciler, from the pinned module) in this process against rc, until
+// the test ends.
+func StartController(t T, rc *rest.Config) {
+	t.Helper()
+	ctrl.SetLogger(logr.Discard()) // its logs are the API server's business here
+	rc = rest.CopyConfig(rc)
+	rc.ContentType = "application/json" // custom resources have no protobuf form
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	if err := sbv1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	mgr, err := ctrl.NewManager(rc, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &controllers.SandboxReconciler{Client: mgr.GetClient(), Scheme: scheme, Recorder: mgr.GetEventRecorder("sandbox-controller"), Tracer: noTracing{}}
+	if err := r.SetupWithManager(mgr, 2); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("agent-sandbox's controller: %v", err)
+		}
+	})
+}
