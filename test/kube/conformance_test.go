@@ -15,14 +15,15 @@ import (
 )
 
 // The shared conformance suite against a real kube-apiserver with
-// agent-sandbox's CRDs: each fixture a namespace of its own on the one
-// server.
+// agent-sandbox's CRDs and controller: each fixture a namespace of its
+// own on the one server.
 func TestConformance(t *testing.T) {
 	rc := cluster.Start(t, cluster.Options{Sandboxes: true})
 	core := kubernetes.NewForConfigOrDie(rc)
 	ag := cluster.Agents(rc)
+	cluster.StartController(t, rc)
 	var n atomic.Int64
-	sandboxtest.Run(t, kubesim.Conformance(func(t testing.TB) (kubernetes.Interface, agents.Interface, kube.Config) {
+	sandboxtest.Run(t, kubesim.Conformance(true, func(t testing.TB) (kubernetes.Interface, agents.Interface, kube.Config) {
 		cfg := kube.Config{Image: "registry.example/nsys-cortex-neuron:1", Namespace: fmt.Sprintf("conformance-%d", n.Add(1))}
 		cluster.Prepare(t, core, cfg)
 		return core, ag, cfg

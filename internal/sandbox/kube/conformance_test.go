@@ -18,7 +18,7 @@ import (
 func TestConformance(t *testing.T) {
 	for _, sandboxes := range []bool{true, false} {
 		t.Run(map[bool]string{true: "sandbox", false: "pods"}[sandboxes], func(t *testing.T) {
-			sandboxtest.Run(t, kubesim.Conformance(func(testing.TB) (kubernetes.Interface, agents.Interface, kube.Config) {
+			sandboxtest.Run(t, kubesim.Conformance(false, func(testing.TB) (kubernetes.Interface, agents.Interface, kube.Config) {
 				var ag agents.Interface
 				if sandboxes {
 					ag = agentsfake.NewSimpleClientset()

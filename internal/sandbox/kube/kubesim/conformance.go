@@ -23,7 +23,12 @@ const sim = "kubesim runs each pod's agent in the test process: what confines a 
 // namespace, of its own), which every manager the suite builds for the
 // fixture (its "hosts") shares; a kill is the agent's death as Kill
 // makes it. What the mode or kubesim cannot take is skipped, saying why.
-func Conformance(cluster func(t testing.TB) (kubernetes.Interface, agents.Interface, kube.Config)) sandboxtest.Config {
+// beside: agent-sandbox's own controller runs (StartBeside).
+func Conformance(beside bool, cluster func(t testing.TB) (kubernetes.Interface, agents.Interface, kube.Config)) sandboxtest.Config {
+	start := Start
+	if beside {
+		start = StartBeside
+	}
 	var cur struct {
 		cl  *kube.Cluster
 		key ed25519.PrivateKey
@@ -38,7 +43,7 @@ func Conformance(cluster func(t testing.TB) (kubernetes.Interface, agents.Interf
 				t.Fatal(err)
 			}
 			cur.cl, cur.key = &kube.Cluster{Core: core, Agents: ag, Config: cfg}, key
-			cur.kl = Start(t, core, ag, cfg)
+			cur.kl = start(t, core, ag, cfg)
 			return sandbox.Env{}
 		},
 		New: func(env sandbox.Env) sandbox.Manager {
