@@ -37,8 +37,10 @@ const tokenLife = 2 * time.Minute
 
 // deadAfter is how long a link's connection may go unanswered before
 // what is pending on it fails NOT_RUNNING (link.Options.DeadAfter): a
-// node lost closes nothing.
-const deadAfter = 2 * time.Second
+// node lost closes nothing. 1.5 s: the loss is seen within 1.95 s while
+// a request is unacknowledged, and at the keepalive probe after it (2.05
+// s) while idle.
+const deadAfter = 1500 * time.Millisecond
 
 // Manager runs neurons as Kubernetes objects (sandbox.Manager): what it
 // knows of them is what the cluster holds (their objects, labels and
