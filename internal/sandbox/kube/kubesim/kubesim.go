@@ -53,8 +53,8 @@ type Kubelet struct {
 	// too (Start); else only for the garbage collector (StartBeside).
 	controller bool
 	root       string // the homes are in it
-	fail map[string]bool
-	net  [2]byte // the second and third bytes of the pod IPs, 127.x.y.z
+	fail       map[string]bool
+	net        [2]byte // the second and third bytes of the pod IPs, 127.x.y.z
 
 	mu    sync.Mutex
 	stops map[string]func()
