@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nsys-cortex/cortex/internal/layout"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
 )
 
@@ -32,5 +33,26 @@ func TestPlanSecretsStayProxied(t *testing.T) {
 	_, err = Plan(&Request{Profile: p, Argv: []string{"claude"}, PassEnv: []string{"ANTHROPIC_API_KEY"}, Lookup: lookup}, st)
 	if err == nil || !strings.Contains(err.Error(), "is a secret of neuron n1") {
 		t.Errorf("--pass-env of the neuron's secret: %v", err)
+	}
+}
+
+// Receipts stay on the host, outside what the neuron's commands work
+// in: in the overlay where the neuron's files are the host's, else (a
+// process-mode neuron, or a kube neuron whose files are in the cluster
+// and whose state names no overlay) in the home's receipts/<id>/, never
+// a path relative to the current directory.
+func TestReceiptsDir(t *testing.T) {
+	lay := layout.Layout{Home: "/h"}
+	for _, c := range []struct {
+		st   *sandbox.State
+		want string
+	}{
+		{&sandbox.State{ID: "a", Mode: "nsbox", OverlayPath: "/h/overlays/a"}, "/h/overlays/a/receipts"},
+		{&sandbox.State{ID: "a", Mode: "process", OverlayPath: "/h/overlays/a"}, "/h/receipts/a"},
+		{&sandbox.State{ID: "a", Mode: "kube"}, "/h/receipts/a"},
+	} {
+		if got := ReceiptsDir(lay, c.st); got != c.want {
+			t.Errorf("%s: %s, want %s", c.st.Mode, got, c.want)
+		}
 	}
 }

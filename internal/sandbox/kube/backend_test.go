@@ -301,6 +301,17 @@ func TestPauseUnsupported(t *testing.T) {
 	}
 }
 
+// A kube neuron's files are in the cluster: nothing of the host's may
+// take them from a path (a file snapshot, a restore into one), so the
+// data root is refused, saying why, never "".
+func TestNoDataRoot(t *testing.T) {
+	var m Manager
+	root, err := m.DataRoot(context.Background(), "n1")
+	if root != "" || !errdefs.IsUnsupported(err) || !strings.Contains(err.Error(), "not on this host") {
+		t.Errorf("DataRoot: %q, %v", root, err)
+	}
+}
+
 // A hostile or careless key path: a link that leads nowhere is refused,
 // not followed to a key made there (nor looped on); a key in a directory
 // others may write, one others may read or write, a FIFO, a huge file:
