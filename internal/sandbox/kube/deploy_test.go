@@ -154,7 +154,7 @@ func TestDeployManifests(t *testing.T) {
 		t.Fatalf("no Role or Deployment in %s", deployDir)
 	}
 	want := map[string][]string{
-		"agents.x-k8s.io/sandboxes": {"create", "delete", "get", "list", "patch"},
+		"agents.x-k8s.io/sandboxes": {"create", "delete", "get", "list", "patch", "watch"},
 		"/pods":                     {"create", "delete", "get", "list", "watch"},
 		"/persistentvolumeclaims":   {"create", "delete", "get"},
 		"/configmaps":               {"create", "get"},
