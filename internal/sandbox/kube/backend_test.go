@@ -383,7 +383,7 @@ func TestDialerFollowsThePod(t *testing.T) {
 	}
 	pod, _ := core.CoreV1().Pods("n").Create(ctx, running("u1", "10.0.0.7"), metav1.CreateOptions{})
 	m := &Manager{Cluster: &Cluster{Core: core, Config: cfg}}
-	dial := m.dialer("a", pod)
+	dial := m.dialer("a", pod, func() {})
 	for range 2 { // the first dial, and a redial to the same pod
 		if addr, err := dial(ctx); err != nil || addr != "10.0.0.7:7070" {
 			t.Fatalf("%q %v", addr, err)
@@ -405,16 +405,22 @@ func TestDialerFollowsThePod(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			core.CoreV1().Pods("n").Delete(ctx, "n-a", metav1.DeleteOptions{})
 			core.CoreV1().Pods("n").Create(ctx, running("u1", "10.0.0.7"), metav1.CreateOptions{})
-			dial := m.dialer("a", pod)
+			gone := 0
+			dial := m.dialer("a", pod, func() { gone++ })
 			dial(ctx)
 			change()
 			if addr, err := dial(ctx); err == nil {
 				t.Fatalf("a redial after the pod was %s went to %s", name, addr)
 			}
+			// For good: the link's owner is told to end it, though no
+			// informer event may ever say so.
+			if gone != 1 {
+				t.Errorf("the pod %s: gone called %d times, want 1", name, gone)
+			}
 		})
 	}
 	for _, ip := range []string{"", "0.0.0.0", "::", "224.0.0.1", "example.com", "10.0.0.7:80"} {
-		if addr, err := m.dialer("a", running("u1", ip))(ctx); err == nil {
+		if addr, err := m.dialer("a", running("u1", ip), func() {})(ctx); err == nil {
 			t.Errorf("pod IP %q: dialled %s", ip, addr)
 		}
 	}

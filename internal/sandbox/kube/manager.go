@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -65,6 +66,7 @@ type Manager struct {
 	watch     sync.Once
 	stopWatch func()
 	watched   func() bool // the informer has listed what there is
+	closed    bool        // Close was called: no link is kept after
 }
 
 // podLink is the link to a neuron's agent and the pod it was made for.
@@ -227,7 +229,12 @@ func (m *Manager) await(ctx context.Context, id string, boot time.Duration) (*sa
 // the link dials no one, rather than whatever now answers at its old
 // address (the host does not authenticate the agent: a pod token proves
 // the host to the pod).
-func (m *Manager) dialer(id string, pod *corev1.Pod) func(context.Context) (string, error) {
+//
+// gone is called when that is for good (the pod deleted, replaced, dead
+// or stopping): the link's owner ends it then, even when no informer
+// event says so (one missed in a relist, or come before the link was
+// kept).
+func (m *Manager) dialer(id string, pod *corev1.Pod, gone func()) func(context.Context) (string, error) {
 	addr := m.Address
 	if addr == nil {
 		port := m.Cluster.Config.Defaults().AgentPort
@@ -244,13 +251,20 @@ func (m *Manager) dialer(id string, pod *corev1.Pod) func(context.Context) (stri
 		p := pod
 		if redial {
 			cur, err := m.Cluster.Core.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+			if apierrors.IsNotFound(err) {
+				gone()
+			}
 			if err != nil {
 				return "", fmt.Errorf("neuron %s's pod: %w", id, err)
 			}
 			if cur.UID != pod.UID {
+				gone()
 				return "", fmt.Errorf("neuron %s's pod %s was replaced (uid %s, was %s)", id, pod.Name, cur.UID, pod.UID)
 			}
 			if o := Observe(nil, cur, true, true); o.Phase != Running {
+				if o.Phase != Unhealthy && o.Phase != Starting {
+					gone()
+				}
 				return "", fmt.Errorf("neuron %s is %s: %s", id, o.Phase, o.Reason)
 			}
 			p = cur
@@ -264,7 +278,15 @@ func (m *Manager) dialer(id string, pod *corev1.Pod) func(context.Context) (stri
 // that pod before each dial.
 func (m *Manager) connect(ctx context.Context, id string, pod *corev1.Pod) (*sandbox.State, error) {
 	self := podtoken.Identity{Namespace: pod.Namespace, Pod: pod.Name, UID: string(pod.UID)}
-	dial := m.dialer(id, pod)
+	var made atomic.Pointer[link.Link]
+	var once sync.Once
+	gone := func() {
+		if l := made.Load(); l != nil {
+			// Not on the dialling goroutine: Close waits for it.
+			once.Do(func() { go m.unlink(id, podLink{l, pod.UID}) })
+		}
+	}
+	dial := m.dialer(id, pod, gone)
 	l := link.Dial(dial, link.Options{
 		Neuron: id, Software: "nsys-cortex", DeadAfter: deadAfter,
 		TokenFunc: func() (string, error) { return podtoken.Sign(m.Key, self, tokenLife, time.Now()) },
@@ -273,15 +295,22 @@ func (m *Manager) connect(ctx context.Context, id string, pod *corev1.Pod) (*san
 		l.Close()
 		return nil, errdefs.New(errdefs.Unavailable, fmt.Sprintf("neuron %s's agent at pod %s/%s: %v", id, pod.Namespace, pod.Name, errors.Join(err, l.DialError())))
 	}
+	made.Store(l)
 	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		l.Close()
+		return nil, errdefs.New(errdefs.Unavailable, "the kube manager is closed")
+	}
 	if m.links == nil {
 		m.links = map[string]podLink{}
 	}
-	if old := m.links[id]; old.Link != nil {
-		old.Close()
-	}
+	old := m.links[id]
 	m.links[id] = podLink{l, pod.UID}
 	m.mu.Unlock()
+	if old.Link != nil {
+		old.Close() // outside the lock: a close waits for its dialling
+	}
 	m.watchPods()
 	return stateOf(id, pod, Observed{Phase: Running, PodIP: pod.Status.PodIP}), nil
 }
@@ -390,11 +419,12 @@ func (m *Manager) Destroy(ctx context.Context, id string, opts sandbox.DestroyOp
 		return &sandbox.NotFoundError{ID: id}
 	}
 	m.mu.Lock()
-	if l := m.links[id]; l.Link != nil {
-		l.Close()
-		delete(m.links, id)
-	}
+	l := m.links[id]
+	delete(m.links, id)
 	m.mu.Unlock()
+	if l.Link != nil {
+		l.Close() // outside the lock: a close waits for its dialling
+	}
 	var err error
 	if opts.Wipe {
 		err = m.Cluster.Wipe(ctx, id)
@@ -502,12 +532,14 @@ func (m *Manager) Connect(ctx context.Context, id string) (*link.Client, error) 
 		}
 		return nil, errdefs.New(errdefs.NotRunning, fmt.Sprintf("neuron %s is not running (no pod)", id))
 	}
-	if o := Observe(nil, pod, true, false); o.Phase != Running {
+	same := l.Link != nil && l.uid == pod.UID
+	o := Observe(nil, pod, true, same)
+	if same && (o.Phase == Running || o.Phase == Unhealthy) {
+		return l.Client(), nil // its pod runs: the link dials it again once it is ready
+	}
+	if o.Phase != Running {
 		m.unlink(id, l)
 		return nil, errdefs.New(errdefs.NotRunning, fmt.Sprintf("neuron %s is %s: %s", id, o.Phase, o.Reason))
-	}
-	if l.Link != nil && l.uid == pod.UID {
-		return l.Client(), nil // its pod runs: the link dials it again
 	}
 	if _, err := m.connect(ctx, id, pod); err != nil {
 		return nil, err
@@ -525,13 +557,15 @@ func (m *Manager) Connect(ctx context.Context, id string) (*link.Client, error) 
 func (m *Manager) Close() error {
 	m.watch.Do(func() {}) // none starts after this
 	m.mu.Lock()
+	m.closed = true
 	stop := m.stopWatch
 	m.stopWatch = nil
-	for id, l := range m.links {
-		l.Close()
-		delete(m.links, id)
-	}
+	links := m.links
+	m.links = nil
 	m.mu.Unlock()
+	for _, l := range links {
+		l.Close() // outside the lock
+	}
 	if stop != nil {
 		stop()
 	}
