@@ -578,9 +578,13 @@ func testAutoPause(t *testing.T, f *fixture) {
 	if since := time.Since(st.CreatedAt); since < 2*time.Second {
 		t.Errorf("auto-paused %s after its create, before a whole idle window of 2s", since)
 	}
-	_, names := f.eventsOf("idle")
-	if !strings.HasSuffix(names, "auto-paused") {
-		t.Errorf("events: %s", names)
+	// The event is written just after the state shows the pause: wait for it.
+	var names string
+	if !waittest.Until(10*time.Second, func() bool {
+		_, names = f.eventsOf("idle")
+		return strings.HasSuffix(names, "auto-paused")
+	}) {
+		t.Errorf("events: %s, want the last auto-paused", names)
 	}
 	// A request resumes it, and it is watched again.
 	if out := f.execOK(m, "idle", "echo", "up"); out != "up\n" {

@@ -60,7 +60,11 @@ type Manager struct {
 	// process ends: a Connect meanwhile waits for it rather than take the
 	// creator's lock for another process's.
 	starting map[string]chan struct{}
-	connMu   sync.Mutex // one Connect at a time, so a neuron gets one channel
+	// burying holds, per id, a channel closed when this process has
+	// cleared away the neuron whose agent died: a Create meanwhile waits
+	// for it rather than find the neuron's lock held by the clean-up.
+	burying map[string]chan struct{}
+	connMu  sync.Mutex // one Connect at a time, so a neuron gets one channel
 	// activities are this process's requests per neuron (control.go).
 	activities map[string]*activity
 	events     *events.Log
@@ -100,7 +104,7 @@ var (
 
 // New returns a manager of rt's neurons over env.Layout.
 func New(env sandbox.Env, rt Runtime) *Manager {
-	return &Manager{env: env, lay: env.Layout, rt: rt, neurons: map[string]*neuron{}, starting: map[string]chan struct{}{},
+	return &Manager{env: env, lay: env.Layout, rt: rt, neurons: map[string]*neuron{}, starting: map[string]chan struct{}{}, burying: map[string]chan struct{}{},
 		activities: map[string]*activity{}, events: events.Open(env.Layout), disks: map[string]diskReading{}, guests: map[string]guestReading{}}
 }
 
@@ -262,6 +266,11 @@ func (m *Manager) createHeld(ctx context.Context, id string, opts sandbox.Create
 	if err := os.MkdirAll(m.overlay(id), 0o700); err != nil {
 		return nil, fmt.Errorf("overlay of %s: %w", id, err)
 	}
+	// This process may be clearing away its dead agent (a container to
+	// remove): the create starts once that is done.
+	if err := m.waitWhile(ctx, m.burying, id); err != nil {
+		return nil, err
+	}
 	m.mu.Lock()
 	n := m.neurons[id]
 	if n != nil && m.alive(n.state) {
@@ -359,9 +368,15 @@ func (m *Manager) markStarting(id string) (done func()) {
 
 // waitStarting waits while this process creates id.
 func (m *Manager) waitStarting(ctx context.Context, id string) error {
+	return m.waitWhile(ctx, m.starting, id)
+}
+
+// waitWhile waits while set, one of m's maps guarded by m.mu, holds a
+// channel for id, and until ctx ends.
+func (m *Manager) waitWhile(ctx context.Context, set map[string]chan struct{}, id string) error {
 	for {
 		m.mu.Lock()
-		ch := m.starting[id]
+		ch := set[id]
 		m.mu.Unlock()
 		if ch == nil {
 			return nil
@@ -783,15 +798,25 @@ func (m *Manager) onEvent(n *neuron, ev link.ConnEvent) {
 		if m.alive(st) {
 			return // alive: it redials (or Connect will say it cannot)
 		}
+		buried := make(chan struct{})
 		m.mu.Lock()
 		mine := m.neurons[id] == n
 		if mine {
 			delete(m.neurons, id)
+			m.burying[id] = buried
 		}
 		m.mu.Unlock()
 		if !mine {
 			return // not held yet (a create in progress handles it) or already let go
 		}
+		defer func() {
+			m.mu.Lock()
+			if m.burying[id] == buried {
+				delete(m.burying, id)
+			}
+			m.mu.Unlock()
+			close(buried)
+		}()
 		n.link.Close()
 		m.releaseDead(id, n.lock)
 		n.lock.Release()
