@@ -50,6 +50,10 @@ type Options struct {
 	Sandboxes bool
 	// Quiet keeps etcd's errors on shutdown out of the log.
 	Quiet bool
+	// RBAC has the server authorize with RBAC, as clusters do (else it
+	// allows every request). The configuration Start returns is the
+	// server's own, which RBAC lets do anything.
+	RBAC bool
 }
 
 // Start starts etcd and a kube-apiserver in this process, on loopback,
@@ -59,7 +63,11 @@ func Start(t T, o Options) *rest.Config {
 	t.Helper()
 	storage := storagebackend.NewDefaultConfig("/"+strings.ReplaceAll(t.Name(), "/", "-"), nil)
 	storage.Transport.ServerList = []string{startEtcd(t, o.Quiet)}
-	srv, err := apiservertesting.StartTestServer(t, apiservertesting.NewDefaultTestServerOptions(), nil, storage)
+	var flags []string
+	if o.RBAC {
+		flags = append(flags, "--authorization-mode=RBAC")
+	}
+	srv, err := apiservertesting.StartTestServer(t, apiservertesting.NewDefaultTestServerOptions(), flags, storage)
 	if err != nil {
 		t.Fatalf("kube-apiserver: %v", err)
 	}

@@ -30,25 +30,39 @@ import (
 // run fails naming why, and leaves nothing; what the mode cannot give is
 // refused by name.
 func RunManager(t *testing.T, core kubernetes.Interface, ag agents.Interface, cfg kube.Config) {
-	runManager(t, core, ag, cfg, Start, false)
+	runManager(t, core, ag, Hosts{core, ag}, cfg, Start, false)
 }
 
 // RunManagerBeside is RunManager's scenario beside agent-sandbox's own
 // controller, which the caller runs (StartBeside).
 func RunManagerBeside(t *testing.T, core kubernetes.Interface, ag agents.Interface, cfg kube.Config) {
-	runManager(t, core, ag, cfg, StartBeside, true)
+	runManager(t, core, ag, Hosts{core, ag}, cfg, StartBeside, true)
 }
 
-func runManager(t *testing.T, core kubernetes.Interface, ag agents.Interface, cfg kube.Config,
+// Hosts are the clients the scenario's hosts (kube.Managers) use.
+type Hosts struct {
+	Core   kubernetes.Interface
+	Agents agents.Interface // nil: the pods path
+}
+
+// RunManagerAs is RunManager's scenario with its hosts reaching the
+// cluster as hosts says (a deployed host's identity, held to the Role
+// deploy/kubernetes grants it), and the Kubelet, the checks and the
+// attacker that swaps the trust key through core and ag.
+func RunManagerAs(t *testing.T, core kubernetes.Interface, ag agents.Interface, hosts Hosts, cfg kube.Config) {
+	runManager(t, core, ag, hosts, cfg, Start, false)
+}
+
+func runManager(t *testing.T, core kubernetes.Interface, ag agents.Interface, hosts Hosts, cfg kube.Config,
 	start func(T, kubernetes.Interface, agents.Interface, kube.Config, ...string) *Kubelet, beside bool) {
 	cfg = cfg.Defaults()
-	cl := &kube.Cluster{Core: core, Config: cfg}
-	if ag != nil {
-		cl.Agents = ag
+	cl := &kube.Cluster{Core: hosts.Core, Config: cfg}
+	if hosts.Agents != nil {
+		cl.Agents = hosts.Agents
 	}
 	ctx := context.Background()
 	priv, _ := podtoken.NewKey()
-	if err := kube.EnsureTrust(ctx, core, cfg, priv); err != nil {
+	if err := kube.EnsureTrust(ctx, hosts.Core, cfg, priv); err != nil {
 		t.Fatal(err)
 	}
 	kl := start(t, core, ag, cfg, "bad")
@@ -95,7 +109,7 @@ func runManager(t *testing.T, core kubernetes.Interface, ag agents.Interface, cf
 		t.Fatal(err)
 	}
 	// Another host: nothing in common with the first but the cluster.
-	m2 := &kube.Manager{Cluster: &kube.Cluster{Core: core, Agents: cl.Agents, Config: cfg}, Key: priv}
+	m2 := &kube.Manager{Cluster: &kube.Cluster{Core: hosts.Core, Agents: cl.Agents, Config: cfg}, Key: priv}
 	t.Cleanup(func() { m2.Close() })
 	c2, err := m2.Connect(ctx, "a")
 	if err != nil {
@@ -141,7 +155,7 @@ func runManager(t *testing.T, core kubernetes.Interface, ag agents.Interface, cf
 		}
 	}
 	death(t, m, kl, cfg)
-	swappedTrust(t, m, priv, cfg)
+	swappedTrust(t, m, core, priv, cfg)
 
 	_, err = m.Create(ctx, "open", sandbox.CreateOptions{Network: sandbox.Network{Mode: sandbox.NetworkFull}})
 	var unenforceable *sandbox.UnenforceableError
@@ -224,14 +238,14 @@ func death(t *testing.T, m *kube.Manager, kl *Kubelet, cfg kube.Config) {
 // the pods take): a neuron created after does not start, its agent
 // pinned to the host's key, and the create says why and leaves nothing.
 // The ConfigMap is put back after.
-func swappedTrust(t *testing.T, m *kube.Manager, priv ed25519.PrivateKey, cfg kube.Config) {
+func swappedTrust(t *testing.T, m *kube.Manager, core kubernetes.Interface, priv ed25519.PrivateKey, cfg kube.Config) {
 	ctx := context.Background()
-	cms := m.Cluster.Core.CoreV1().ConfigMaps(cfg.Namespace)
+	cms := core.CoreV1().ConfigMaps(cfg.Namespace)
 	if err := cms.Delete(ctx, cfg.TrustConfigMap, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	theirs, _ := podtoken.NewKey()
-	if err := kube.EnsureTrust(ctx, m.Cluster.Core, cfg, theirs); err != nil {
+	if err := kube.EnsureTrust(ctx, core, cfg, theirs); err != nil {
 		t.Fatal(err)
 	}
 	_, err := m.Create(ctx, "pinned", sandbox.CreateOptions{BootTimeout: 20 * time.Second})
@@ -239,7 +253,7 @@ func swappedTrust(t *testing.T, m *kube.Manager, priv ed25519.PrivateKey, cfg ku
 		t.Errorf("a create under another trust key: %v, want the agent's refusal", err)
 	}
 	waittest.For(t, 20*time.Second, "the refused neuron's objects gone", func() bool {
-		pods, err := m.Cluster.Core.CoreV1().Pods(cfg.Namespace).List(ctx, metav1.ListOptions{})
+		pods, err := core.CoreV1().Pods(cfg.Namespace).List(ctx, metav1.ListOptions{})
 		return err == nil && len(pods.Items) == 0
 	})
 	if err := cms.Delete(ctx, cfg.TrustConfigMap, metav1.DeleteOptions{}); err != nil {

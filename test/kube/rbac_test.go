@@ -1,0 +1,83 @@
+package kube_test
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+
+	"github.com/nsys-cortex/cortex/internal/sandbox/kube"
+	"github.com/nsys-cortex/cortex/internal/sandbox/kube/kubesim"
+	"github.com/nsys-cortex/cortex/test/kube/cluster"
+)
+
+// The Manager's scenario with its hosts as the deployed host is: the
+// ServiceAccount deploy/kubernetes makes, held by an API server that
+// authorizes with RBAC to the Role deploy/kubernetes grants it, nothing
+// more. A verb the code calls and the Role lacks fails here (a wipe's
+// watch of Sandboxes did, before the Role had it).
+func TestDeployedRole(t *testing.T) {
+	rc := cluster.Start(t, cluster.Options{Sandboxes: true, RBAC: true})
+	admin := kubernetes.NewForConfigOrDie(rc)
+	cfg := kube.Config{Image: "registry.example/nsys-cortex-neuron:1", Namespace: "nsys-cortex"}
+	cluster.Prepare(t, admin, cfg)
+	sa := applyRBAC(t, admin, "../../deploy/kubernetes/rbac.yaml", cfg.Namespace)
+
+	hostCfg := rest.CopyConfig(rc)
+	hostCfg.Impersonate = rest.ImpersonationConfig{
+		UserName: "system:serviceaccount:" + cfg.Namespace + ":" + sa,
+		Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:" + cfg.Namespace, "system:authenticated"},
+	}
+	host := kubernetes.NewForConfigOrDie(hostCfg)
+	// The identity is held to the Role: what it does not grant is refused.
+	if _, err := host.CoreV1().Secrets(cfg.Namespace).List(context.Background(), metav1.ListOptions{}); err == nil {
+		t.Fatal("the host's identity may list Secrets: the server does not authorize with RBAC")
+	}
+	kubesim.RunManagerAs(t, admin, cluster.Agents(rc), kubesim.Hosts{Core: host, Agents: cluster.Agents(hostCfg)}, cfg)
+}
+
+// applyRBAC creates, as the administrator, the ServiceAccount, Role and
+// RoleBinding file holds (in namespace ns), and returns the
+// ServiceAccount's name.
+func applyRBAC(t *testing.T, admin kubernetes.Interface, file, ns string) string {
+	t.Helper()
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	var sa string
+	for _, doc := range bytes.Split(b, []byte("\n---\n")) {
+		obj, _, err := scheme.Codecs.UniversalDeserializer().Decode(doc, nil, nil)
+		if err != nil {
+			t.Fatalf("%s: %v", file, err)
+		}
+		switch o := obj.(type) {
+		case *corev1.ServiceAccount:
+			o.Namespace, sa = ns, o.Name
+			_, err = admin.CoreV1().ServiceAccounts(ns).Create(ctx, o, metav1.CreateOptions{})
+		case *rbacv1.Role:
+			o.Namespace = ns
+			_, err = admin.RbacV1().Roles(ns).Create(ctx, o, metav1.CreateOptions{})
+		case *rbacv1.RoleBinding:
+			o.Namespace = ns
+			_, err = admin.RbacV1().RoleBindings(ns).Create(ctx, o, metav1.CreateOptions{})
+		default:
+			t.Fatalf("%s: unexpected %T", file, obj)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if sa == "" {
+		t.Fatalf("%s holds no ServiceAccount", file)
+	}
+	return sa
+}
