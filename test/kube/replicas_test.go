@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/nsys-cortex/cortex/internal/sandbox/kube"
 	"github.com/nsys-cortex/cortex/internal/sandbox/kube/kubesim"
@@ -66,6 +67,44 @@ func (r *replica) stop() {
 	}
 }
 
+// serveEnv is the environment of a `serve` in kube mode on the cluster rc
+// reaches, with API token token: every replica started with it shares
+// the signing key (made by the first).
+func serveEnv(t *testing.T, rc *rest.Config, cfg kube.Config, token string) []string {
+	kc, keyDir := writeKubeconfig(t, rc), t.TempDir()
+	return []string{"PATH=" + os.Getenv("PATH"), "NSYS_CORTEX_MODE=kube", "NSYS_CORTEX_KUBE_IMAGE=" + cfg.Image,
+		"NSYS_CORTEX_KUBE_NAMESPACE=" + cfg.Namespace,
+		"NSYS_CORTEX_KUBE_KUBECONFIG=" + kc, "NSYS_CORTEX_KUBE_SIGNING_KEY=" + filepath.Join(keyDir, "signing.key"),
+		"NSYS_CORTEX_API_TOKEN=" + token}
+}
+
+// newReplica starts `serve` (binary bin) with base and a home of its
+// own, on a free loopback port; it is stopped at the test's end, and
+// what it said is logged if the test failed.
+func newReplica(t *testing.T, bin string, base []string) *replica {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	env := append(append([]string{}, base...), "HOME="+t.TempDir(), "NSYS_CORTEX_HOME="+filepath.Join(t.TempDir(), "h"))
+	r := &replica{t: t, bin: bin, env: env, addr: addr}
+	r.start()
+	t.Cleanup(func() {
+		if r.up {
+			r.stop()
+		}
+		if t.Failed() {
+			for _, out := range r.out {
+				t.Logf("serve on %s said:\n%s", r.addr, out)
+			}
+		}
+	})
+	return r
+}
+
 // Two serve replicas, as behind one Service, with nothing in common but
 // the cluster, the API token and the signing key: a neuron created
 // through one is listed and driven through the other, and a replica
@@ -77,34 +116,9 @@ func TestReplicas(t *testing.T) {
 	cluster.Prepare(t, core, cfg)
 	kubesim.Start(t, core, cluster.Agents(rc), cfg)
 	bin := buildCLI(t)
-	kc, keyDir := writeKubeconfig(t, rc), t.TempDir()
 	const token = "0123456789abcdef0123456789abcdef"
-	base := []string{"PATH=" + os.Getenv("PATH"), "NSYS_CORTEX_MODE=kube", "NSYS_CORTEX_KUBE_IMAGE=" + cfg.Image,
-		"NSYS_CORTEX_KUBE_KUBECONFIG=" + kc, "NSYS_CORTEX_KUBE_SIGNING_KEY=" + filepath.Join(keyDir, "signing.key"),
-		"NSYS_CORTEX_API_TOKEN=" + token}
-	replicas := make([]*replica, 2)
-	for i := range replicas {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		addr := l.Addr().String()
-		l.Close()
-		env := append(append([]string{}, base...), "HOME="+t.TempDir(), "NSYS_CORTEX_HOME="+filepath.Join(t.TempDir(), "h"))
-		replicas[i] = &replica{t: t, bin: bin, env: env, addr: addr}
-		replicas[i].start() // the first makes the signing key, the second reads it
-		t.Cleanup(func() {
-			r := replicas[i]
-			if r.up {
-				r.stop()
-			}
-			if t.Failed() {
-				for _, out := range r.out {
-					t.Logf("replica %d said:\n%s", i, out)
-				}
-			}
-		})
-	}
+	base := serveEnv(t, rc, cfg, token)
+	replicas := []*replica{newReplica(t, bin, base), newReplica(t, bin, base)} // the first makes the signing key, the second reads it
 	// The CLI as a client of replica i.
 	via := func(i int, args ...string) string {
 		t.Helper()
