@@ -28,13 +28,9 @@ func TestDeployedRole(t *testing.T) {
 	admin := kubernetes.NewForConfigOrDie(rc)
 	cfg := kube.Config{Image: "registry.example/nsys-cortex-neuron:1", Namespace: "nsys-cortex"}
 	cluster.Prepare(t, admin, cfg)
-	sa := applyRBAC(t, admin, "../../deploy/kubernetes/rbac.yaml", cfg.Namespace)
+	sa := applyRBAC(t, admin, cfg.Namespace, nil)
 
-	hostCfg := rest.CopyConfig(rc)
-	hostCfg.Impersonate = rest.ImpersonationConfig{
-		UserName: "system:serviceaccount:" + cfg.Namespace + ":" + sa,
-		Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:" + cfg.Namespace, "system:authenticated"},
-	}
+	hostCfg := as(rc, cfg.Namespace, sa)
 	host := kubernetes.NewForConfigOrDie(hostCfg)
 	// The identity is held to the Role: what it does not grant is refused.
 	if _, err := host.CoreV1().Secrets(cfg.Namespace).List(context.Background(), metav1.ListOptions{}); err == nil {
@@ -43,11 +39,22 @@ func TestDeployedRole(t *testing.T) {
 	kubesim.RunManagerAs(t, admin, cluster.Agents(rc), kubesim.Hosts{Core: host, Agents: cluster.Agents(hostCfg)}, cfg)
 }
 
-// applyRBAC creates, as the administrator, the ServiceAccount, Role and
-// RoleBinding file holds (in namespace ns), and returns the
-// ServiceAccount's name.
-func applyRBAC(t *testing.T, admin kubernetes.Interface, file, ns string) string {
+// as is rc impersonating ServiceAccount sa of namespace ns.
+func as(rc *rest.Config, ns, sa string) *rest.Config {
+	c := rest.CopyConfig(rc)
+	c.Impersonate = rest.ImpersonationConfig{
+		UserName: "system:serviceaccount:" + ns + ":" + sa,
+		Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"},
+	}
+	return c
+}
+
+// applyRBAC creates, as the administrator, the ServiceAccount, Role (as
+// edit changes it, when not nil) and RoleBinding of deploy/kubernetes
+// in namespace ns, and returns the ServiceAccount's name.
+func applyRBAC(t *testing.T, admin kubernetes.Interface, ns string, edit func(*rbacv1.Role)) string {
 	t.Helper()
+	const file = "../../deploy/kubernetes/rbac.yaml"
 	b, err := os.ReadFile(file)
 	if err != nil {
 		t.Fatal(err)
@@ -65,9 +72,15 @@ func applyRBAC(t *testing.T, admin kubernetes.Interface, file, ns string) string
 			_, err = admin.CoreV1().ServiceAccounts(ns).Create(ctx, o, metav1.CreateOptions{})
 		case *rbacv1.Role:
 			o.Namespace = ns
+			if edit != nil {
+				edit(o)
+			}
 			_, err = admin.RbacV1().Roles(ns).Create(ctx, o, metav1.CreateOptions{})
 		case *rbacv1.RoleBinding:
 			o.Namespace = ns
+			for i := range o.Subjects {
+				o.Subjects[i].Namespace = ns
+			}
 			_, err = admin.RbacV1().RoleBindings(ns).Create(ctx, o, metav1.CreateOptions{})
 		default:
 			t.Fatalf("%s: unexpected %T", file, obj)

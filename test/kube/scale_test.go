@@ -1,6 +1,7 @@
 package kube_test
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -107,7 +108,7 @@ func parallel(b *testing.B, ids []string, f func(id string) error) []time.Durati
 				took[j] = time.Since(start)
 				if err != nil {
 					mu.Lock()
-					first = cmpOr(first, fmt.Errorf("%s: %w", ids[j], err))
+					first = cmp.Or(first, fmt.Errorf("%s: %w", ids[j], err))
 					mu.Unlock()
 				}
 			}
@@ -122,13 +123,6 @@ func parallel(b *testing.B, ids []string, f func(id string) error) []time.Durati
 		b.Fatal(first)
 	}
 	return took
-}
-
-func cmpOr(a, b error) error {
-	if a != nil {
-		return a
-	}
-	return b
 }
 
 func pct(d []time.Duration, p int) time.Duration {

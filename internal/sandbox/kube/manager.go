@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -206,7 +207,16 @@ func (m *Manager) await(ctx context.Context, id string, boot time.Duration) (*sa
 	for {
 		select {
 		case <-ctx.Done():
-			return nil, errdefs.New(errdefs.Timeout, fmt.Sprintf("neuron %s was not ready within %v: it is %s (%s)", id, boot, last.Phase, last.Reason))
+			msg := fmt.Sprintf("neuron %s was not ready within %v: it is %s (%s)", id, boot, last.Phase, last.Reason)
+			if last.Phase == Scheduling && strings.Contains(last.Reason, "unbound") {
+				class := cfg.StorageClass
+				if class == "" {
+					class = "the cluster's default"
+				}
+				msg += fmt.Sprintf("; its home, claim %s, has no volume: storage class %s (kube.storage_class) provides none "+
+					"(kubectl -n %s describe pvc %s)", HomeClaimName(id), class, cfg.Namespace, HomeClaimName(id))
+			}
+			return nil, errdefs.New(errdefs.Timeout, msg)
 		case ev, ok := <-w.ResultChan():
 			if !ok {
 				return nil, errdefs.New(errdefs.Unavailable, fmt.Sprintf("the watch of neuron %s's pod ended while it was %s", id, last.Phase))

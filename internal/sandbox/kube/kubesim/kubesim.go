@@ -274,6 +274,16 @@ func (k *Kubelet) collect(ctx context.Context, sb *sbv1.Sandbox) {
 // fail, says its image cannot be pulled.
 func (k *Kubelet) run(ctx context.Context, pod *corev1.Pod) {
 	pods := k.core.CoreV1().Pods(pod.Namespace)
+	if claim := k.unbound(ctx, pod); claim != "" {
+		// What the scheduler says of a pod whose claim waits for a
+		// volume no provisioner makes: it stays unscheduled.
+		pod = pod.DeepCopy()
+		pod.Status.Phase = corev1.PodPending
+		pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable,
+			Message: "0/1 nodes are available: pod has unbound immediate PersistentVolumeClaims. preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling."}}
+		pods.UpdateStatus(ctx, pod, metav1.UpdateOptions{})
+		return
+	}
 	if pod.Spec.NodeName == "" {
 		// A real API server takes a node only through the binding; the
 		// fake clientset records the binding and changes nothing.
@@ -380,6 +390,24 @@ func (k *Kubelet) run(ctx context.Context, pod *corev1.Pod) {
 	if _, err := pods.UpdateStatus(ctx, pod, metav1.UpdateOptions{}); err != nil && ctx.Err() == nil {
 		k.t.Errorf("the status of pod %s: %v", pod.Name, err)
 	}
+}
+
+// NeverBinds is a storage class whose claims no volume ever binds, on a
+// Kubelet: the pods that mount one are never scheduled.
+const NeverBinds = "never-binds"
+
+// unbound is the claim of pod's that is of class NeverBinds, or "".
+func (k *Kubelet) unbound(ctx context.Context, pod *corev1.Pod) string {
+	for _, v := range pod.Spec.Volumes {
+		if v.PersistentVolumeClaim == nil {
+			continue
+		}
+		c, err := k.core.CoreV1().PersistentVolumeClaims(pod.Namespace).Get(ctx, v.PersistentVolumeClaim.ClaimName, metav1.GetOptions{})
+		if err == nil && c.Spec.StorageClassName != nil && *c.Spec.StorageClassName == NeverBinds {
+			return c.Name
+		}
+	}
+	return ""
 }
 
 // trustKey reads the public key of the namespace's trust ConfigMap, as
