@@ -53,17 +53,19 @@ func (c *Cluster) Create(ctx context.Context, n Neuron) error {
 		return nil
 	case err != nil:
 		return explain(err, "get", "sandboxes.agents.x-k8s.io", cfg.Namespace)
-	case old.Spec.OperatingMode != sbv1.SandboxOperatingModeSuspended || old.DeletionTimestamp != nil:
+	case old.Spec.OperatingMode != sbv1.SandboxOperatingModeSuspended && !Expired(old, time.Now()) || old.DeletionTimestamp != nil:
 		return errdefs.New(errdefs.Exists, fmt.Sprintf("neuron %s is already there (Sandbox %s/%s, %s)", n.ID, cfg.Namespace, want.Name, old.Spec.OperatingMode))
 	}
-	// A stopped neuron: running again, on the home it kept (its claim
-	// templates cannot change), with this create's pod and labels.
+	// A stopped neuron (suspended, or past its deadline): running again,
+	// on the home it kept (its claim templates cannot change), with this
+	// create's pod, labels and deadline.
 	patch := map[string]any{
 		"metadata": map[string]any{"labels": want.Labels},
 		"spec": map[string]any{
-			"operatingMode": sbv1.SandboxOperatingModeRunning,
-			"podTemplate":   want.Spec.PodTemplate,
-			"shutdownTime":  want.Spec.ShutdownTime,
+			"operatingMode":  sbv1.SandboxOperatingModeRunning,
+			"podTemplate":    want.Spec.PodTemplate,
+			"shutdownTime":   want.Spec.ShutdownTime,
+			"shutdownPolicy": want.Spec.ShutdownPolicy,
 		},
 	}
 	b, err := json.Marshal(patch)

@@ -3,6 +3,7 @@ package kube
 import (
 	"context"
 	"crypto/ed25519"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -76,7 +77,10 @@ type podLink struct {
 	uid types.UID
 }
 
-var _ sandbox.Manager = (*Manager)(nil)
+var (
+	_ sandbox.Manager   = (*Manager)(nil)
+	_ sandbox.Deadliner = (*Manager)(nil)
+)
 
 // Mode names the isolation.
 func (m *Manager) Mode() string { return Mode }
@@ -98,9 +102,17 @@ func unenforceable(opts sandbox.CreateOptions) error {
 		return u("nested user namespaces", "the pod's seccomp profile and dropped capabilities forbid them")
 	case opts.Image != "":
 		return u("image "+opts.Image, "a kube neuron runs kube.image; build and push another image and set it there")
+	case opts.AutoPause > 0:
+		return u("auto-pause", "a pod's memory cannot be kept: kube mode does not pause")
+	case opts.OnTimeout == sandbox.OnTimeoutPause:
+		return u("on-timeout pause", "a pod's memory cannot be kept: kube mode does not pause")
 	}
 	return nil
 }
+
+// noDeleteAtDeadline is why the pods path cannot wipe at a deadline.
+const noDeleteAtDeadline = "a plain pod's deadline (activeDeadlineSeconds) ends the pod and keeps its claim; " +
+	"agent-sandbox's Sandbox can delete itself and its home at its shutdown time: install it (docs/kube.md)"
 
 // Create makes neuron id's objects (or starts a stopped one on its home),
 // waits until its agent is ready, and connects. A create that fails
@@ -112,6 +124,9 @@ func (m *Manager) Create(ctx context.Context, id string, opts sandbox.CreateOpti
 	}
 	if err := unenforceable(opts); err != nil {
 		return nil, err
+	}
+	if m.Cluster.Agents == nil && opts.Timeout > 0 && opts.OnTimeout == sandbox.OnTimeoutWipe {
+		return nil, &sandbox.UnenforceableError{Mode: Mode, Policy: "on-timeout wipe", Reason: noDeleteAtDeadline}
 	}
 	boot := opts.BootTimeout
 	if boot <= 0 {
@@ -146,7 +161,7 @@ func (m *Manager) Create(ctx context.Context, id string, opts sandbox.CreateOpti
 		TrustKeySHA256: podtoken.Fingerprint(m.Key.Public().(ed25519.PublicKey))}
 	if opts.Timeout > 0 {
 		d := time.Now().Add(opts.Timeout)
-		n.Deadline = &d
+		n.Deadline, n.Timeout, n.OnTimeout = &d, opts.Timeout, opts.OnTimeout
 	}
 	if err := m.Cluster.Create(ctx, n); err != nil {
 		return nil, err
@@ -168,6 +183,14 @@ func (m *Manager) Create(ctx context.Context, id string, opts sandbox.CreateOpti
 			err = errors.Join(err, fmt.Errorf("and undoing the create: %w", uerr))
 		}
 		return nil, err
+	}
+	if n.Deadline != nil {
+		// What the cluster keeps: whole seconds; stop, unless a wipe.
+		d := n.Deadline.UTC().Truncate(time.Second)
+		st.Deadline, st.Timeout, st.OnTimeout = &d, opts.Timeout, sandbox.OnTimeoutStop
+		if n.OnTimeout == sandbox.OnTimeoutWipe {
+			st.OnTimeout = sandbox.OnTimeoutWipe
+		}
 	}
 	return st, nil
 }
@@ -338,7 +361,75 @@ func stateOf(id string, pod *corev1.Pod, o Observed) *sandbox.State {
 		}
 		st.Labels = l
 	}
+	if o.Deadline != nil {
+		d := *o.Deadline
+		st.Deadline, st.OnTimeout = &d, o.OnTimeout
+	}
 	return st
+}
+
+// SetTimeout moves running neuron id's deadline to d from now (0: none),
+// with action ("" keeps the one it has: stop, unless it was made to wipe):
+// the Sandbox's shutdown time and policy, which agent-sandbox's
+// controller acts on, whichever host made it or is up then.
+func (m *Manager) SetTimeout(ctx context.Context, id string, d time.Duration, action sandbox.TimeoutAction) (*sandbox.State, error) {
+	if err := CheckID(id); err != nil {
+		return nil, err
+	}
+	if d < 0 {
+		return nil, &sandbox.InvalidError{Reason: fmt.Sprintf("timeout %s is negative", d)}
+	}
+	if action == sandbox.OnTimeoutPause {
+		return nil, &sandbox.UnenforceableError{Mode: Mode, Policy: "on-timeout pause", Reason: "a pod's memory cannot be kept: kube mode does not pause"}
+	}
+	if m.Cluster.Agents == nil {
+		return nil, &sandbox.UnsupportedError{Mode: Mode, Op: "timeout",
+			Reason: "on the pods path a deadline is the pod's activeDeadlineSeconds, set at its create, which cannot be moved later; " +
+				"agent-sandbox's Sandbox can move its shutdown time: install it (docs/kube.md)"}
+	}
+	o, err := m.Cluster.Observe(ctx, id, false, false)
+	if err != nil {
+		return nil, err
+	}
+	switch o.Phase {
+	case Absent:
+		return nil, &sandbox.NotFoundError{ID: id}
+	case Running, Unhealthy:
+	default:
+		return nil, &sandbox.NotRunningError{ID: id, Reason: "it is " + string(o.Phase) + ", and only a running neuron has a deadline"}
+	}
+	if action == "" {
+		action = o.OnTimeout
+	}
+	spec := map[string]any{"shutdownTime": nil, "shutdownPolicy": nil}
+	if d > 0 {
+		// Whole seconds, later rather than sooner: what the API keeps.
+		at := time.Now().Add(d + time.Second - 1).UTC().Truncate(time.Second)
+		spec["shutdownTime"], spec["shutdownPolicy"] = at.Format(time.RFC3339), shutdownPolicy(action)
+	}
+	b, err := json.Marshal(map[string]any{"spec": spec})
+	if err != nil {
+		return nil, err
+	}
+	cfg := m.Cluster.Config.Defaults()
+	if _, err := m.Cluster.Agents.AgentsV1beta1().Sandboxes(cfg.Namespace).Patch(ctx, ObjectName(id), types.MergePatchType, b, metav1.PatchOptions{}); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, &sandbox.NotFoundError{ID: id}
+		}
+		return nil, explain(err, "patch", "sandboxes.agents.x-k8s.io", cfg.Namespace)
+	}
+	st, err := m.Get(ctx, id)
+	if err == nil && d > 0 {
+		st.Timeout = d
+	}
+	return st, err
+}
+
+// Enforce applies nothing: a kube neuron's deadline is the cluster's to
+// act on (agent-sandbox's controller at the shutdown time, the kubelet
+// at a plain pod's active deadline), whichever host is up then.
+func (m *Manager) Enforce(context.Context, string, string) (sandbox.TimeoutAction, error) {
+	return "", nil
 }
 
 // Get is neuron id's state, as the cluster shows it.

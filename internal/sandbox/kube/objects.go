@@ -127,8 +127,12 @@ type Neuron struct {
 	Env    []string
 	Limits sandbox.Limits
 	// Deadline, when set, is when the cluster ends the neuron (the
-	// Sandbox's shutdownTime).
+	// Sandbox's shutdownTime), Timeout after the create.
 	Deadline *time.Time
+	Timeout  time.Duration
+	// OnTimeout is what the deadline does: wipe deletes the Sandbox (and
+	// with it the home), any other stops the neuron, its home kept.
+	OnTimeout sandbox.TimeoutAction
 	// TrustKeySHA256, when set, pins the trust key the pod's agent takes
 	// (podtoken.Fingerprint of the host's key): a trust ConfigMap made
 	// again with another key is refused by the pods made after.
@@ -331,9 +335,19 @@ func Sandbox(cfg Config, n Neuron) (*sbv1.Sandbox, error) {
 	}
 	if n.Deadline != nil {
 		sb.Spec.ShutdownTime = &metav1.Time{Time: n.Deadline.UTC().Truncate(time.Second)}
-		sb.Spec.ShutdownPolicy = ptr.To(sbv1.ShutdownPolicyRetain) // the deadline's action is Cortex's
+		sb.Spec.ShutdownPolicy = ptr.To(shutdownPolicy(n.OnTimeout))
 	}
 	return sb, nil
+}
+
+// shutdownPolicy is what agent-sandbox's controller does at a Sandbox's
+// shutdown time for on-timeout action a: delete it (a wipe: the claims
+// it owns go with it), or end its pod and keep it (a stop).
+func shutdownPolicy(a sandbox.TimeoutAction) sbv1.ShutdownPolicy {
+	if a == sandbox.OnTimeoutWipe {
+		return sbv1.ShutdownPolicyDelete
+	}
+	return sbv1.ShutdownPolicyRetain
 }
 
 // podLabels are a neuron pod's labels: the object's, and the role its
@@ -363,9 +377,11 @@ func Fallback(cfg Config, n Neuron) (*corev1.Pod, *corev1.PersistentVolumeClaim,
 		Spec:       PodSpec(cfg, n, pvc.Name),
 	}
 	if n.Deadline != nil {
-		// A plain pod has no shutdown time: the host's keeper ends it, and
-		// the deadline is kept where every host sees it.
+		// A plain pod has no shutdown time: its kubelet ends it
+		// Timeout after it started (activeDeadlineSeconds), and the
+		// deadline is kept where every host reads it.
 		pod.Annotations = map[string]string{AnnotationDeadline: n.Deadline.UTC().Format(time.RFC3339)}
+		pod.Spec.ActiveDeadlineSeconds = ptr.To(int64(max((n.Timeout+time.Second-1)/time.Second, 1)))
 	}
 	return pod, pvc, nil
 }

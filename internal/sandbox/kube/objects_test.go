@@ -49,7 +49,7 @@ var testNeuron = Neuron{
 	Labels:   labels.Set{"team": "a", "neuron.nsys-cortex/id": "forged", "app.kubernetes.io/managed-by": "someone", "app.kubernetes.io/name": "nsys-cortex"},
 	Env:      []string{"LANG=C.UTF-8", "FOO=bar"},
 	Limits:   sandbox.Limits{CPUs: 1.5, MemoryBytes: 512 << 20, DiskBytes: 4 << 30},
-	Deadline: ptrTime(time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)),
+	Deadline: ptrTime(time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)), Timeout: 90 * time.Minute,
 	// A pin: a SHA-256 in hex, as podtoken.Fingerprint writes one.
 	TrustKeySHA256: "8b1a8b3b0ca29e01db3a2a2bbb5d9c1b0e3d6f6a6b11b6e9e2a5e19e5d6a2c4f",
 }

@@ -3,6 +3,7 @@ package kube
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -51,6 +52,10 @@ type Observed struct {
 	PodIP string
 	// ExitCode is the container's, when Dead.
 	ExitCode int
+	// Deadline is when the cluster ends the neuron (nil: never), and
+	// OnTimeout what that does (stop, or wipe).
+	Deadline  *time.Time
+	OnTimeout sandbox.TimeoutAction
 }
 
 // Status is the phase as the sandbox package's status of a neuron.
@@ -78,6 +83,23 @@ var waitingFailures = map[string]bool{
 // says this host created the neuron and has not destroyed it; wasReady,
 // that its agent was ready before.
 func Observe(sb *sbv1.Sandbox, pod *corev1.Pod, known, wasReady bool) Observed {
+	o := observe(sb, pod, known, wasReady)
+	switch {
+	case sb != nil && sb.Spec.ShutdownTime != nil:
+		d := sb.Spec.ShutdownTime.Time
+		o.Deadline, o.OnTimeout = &d, sandbox.OnTimeoutStop
+		if sb.Spec.ShutdownPolicy != nil && *sb.Spec.ShutdownPolicy == sbv1.ShutdownPolicyDelete {
+			o.OnTimeout = sandbox.OnTimeoutWipe
+		}
+	case sb == nil && pod != nil && pod.Annotations[AnnotationDeadline] != "":
+		if d, err := time.Parse(time.RFC3339, pod.Annotations[AnnotationDeadline]); err == nil {
+			o.Deadline, o.OnTimeout = &d, sandbox.OnTimeoutStop
+		}
+	}
+	return o
+}
+
+func observe(sb *sbv1.Sandbox, pod *corev1.Pod, known, wasReady bool) Observed {
 	if sb != nil && sb.Spec.OperatingMode == sbv1.SandboxOperatingModeSuspended && (pod == nil || pod.DeletionTimestamp != nil) {
 		if pod != nil {
 			return Observed{Phase: Stopping, Reason: "suspended: its pod is being deleted"}
@@ -92,6 +114,11 @@ func Observe(sb *sbv1.Sandbox, pod *corev1.Pod, known, wasReady bool) Observed {
 		case sb != nil:
 			if c := condition(sb.Status.Conditions, sbv1.SandboxConditionFinished); c != nil && c.Status == metav1.ConditionTrue {
 				return Observed{Phase: Dead, Reason: c.Reason + ": " + c.Message}
+			}
+			if Expired(sb, time.Now()) {
+				// Its controller ended the pod at the shutdown time and
+				// keeps the Sandbox (and the home) until a create.
+				return Observed{Phase: Stopped, Reason: "its deadline passed (" + sb.Spec.ShutdownTime.UTC().Format(time.RFC3339) + "): its home is kept"}
 			}
 			return Observed{Phase: Scheduling, Reason: "its pod is not made yet"}
 		case known:
@@ -143,6 +170,12 @@ func Observe(sb *sbv1.Sandbox, pod *corev1.Pod, known, wasReady bool) Observed {
 		o.Reason = agent.State.Waiting.Reason // ContainerCreating, PodInitializing
 	}
 	return o
+}
+
+// Expired says whether Sandbox sb's shutdown time has come by now: its
+// controller then ends its pod, and makes none until the time is moved.
+func Expired(sb *sbv1.Sandbox, now time.Time) bool {
+	return sb.Spec.ShutdownTime != nil && !now.Before(sb.Spec.ShutdownTime.Time)
 }
 
 func containerStatus(pod *corev1.Pod) *corev1.ContainerStatus {

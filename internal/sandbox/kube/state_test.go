@@ -3,6 +3,7 @@ package kube
 import (
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -58,6 +59,8 @@ func sandboxIn(mode sbv1.SandboxOperatingMode, conds ...metav1.Condition) *sbv1.
 func TestPhases(t *testing.T) {
 	running := sandboxIn(sbv1.SandboxOperatingModeRunning)
 	suspended := sandboxIn(sbv1.SandboxOperatingModeSuspended)
+	expired := sandboxIn(sbv1.SandboxOperatingModeRunning, metav1.Condition{Type: "Ready", Status: metav1.ConditionFalse, Reason: "SandboxExpired"})
+	expired.Spec.ShutdownTime = &metav1.Time{Time: time.Now().Add(-time.Minute)}
 	finished := sandboxIn(sbv1.SandboxOperatingModeRunning, metav1.Condition{Type: "Finished", Status: metav1.ConditionTrue, Reason: "SandboxExpired", Message: "shutdown time passed"})
 	for _, c := range []struct {
 		name      string
@@ -90,6 +93,8 @@ func TestPhases(t *testing.T) {
 		}), want: Dead, status: sandbox.StatusStopped, exit: 1, reasonHas: `saying "\x1b]0;owned\a` + strings.Repeat("x", 290) + `"`},
 		{name: "evicted", pod: podWith(corev1.PodFailed, onNode, func(p *corev1.Pod) { p.Status.Reason, p.Status.Message = "Evicted", "node low on memory" }), want: Dead, status: sandbox.StatusStopped, reasonHas: "Evicted"},
 		{name: "the Sandbox finished, its pod gone", sb: finished, want: Dead, status: sandbox.StatusStopped, reasonHas: "SandboxExpired"},
+		{name: "past its shutdown time, its pod gone (Retain)", sb: expired, want: Stopped, status: sandbox.StatusStopped, reasonHas: "deadline passed"},
+		{name: "past its shutdown time, its pod going", sb: expired, pod: podWith(corev1.PodRunning, onNode, ready, deleting), want: Stopping, status: sandbox.StatusStopped},
 		{name: "the pod being deleted", sb: running, pod: podWith(corev1.PodRunning, onNode, ready, deleting), want: Stopping, status: sandbox.StatusStopped},
 		{name: "suspended, the pod going", sb: suspended, pod: podWith(corev1.PodRunning, onNode, ready, deleting), want: Stopping, status: sandbox.StatusStopped},
 		{name: "suspended, the pod gone", sb: suspended, want: Stopped, status: sandbox.StatusStopped},
@@ -100,5 +105,32 @@ func TestPhases(t *testing.T) {
 		if got.Phase != c.want || got.Status() != c.status || got.ExitCode != c.exit || got.PodIP != c.ip || c.reasonHas != "" && !strings.Contains(got.Reason, c.reasonHas) {
 			t.Errorf("%s: %+v (status %s), want %s, %s, exit %d, ip %q, reason with %q", c.name, got, got.Status(), c.want, c.status, c.exit, c.ip, c.reasonHas)
 		}
+	}
+}
+
+// The deadline is read back from where the cluster keeps it: the
+// Sandbox's shutdown time and policy, or a plain pod's annotation.
+func TestDeadlineObserved(t *testing.T) {
+	at := time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)
+	sb := sandboxIn(sbv1.SandboxOperatingModeRunning)
+	if o := Observe(sb, nil, false, false); o.Deadline != nil {
+		t.Errorf("no shutdown time: %+v", o)
+	}
+	sb.Spec.ShutdownTime = &metav1.Time{Time: at}
+	if o := Observe(sb, podWith(corev1.PodRunning, onNode, ready), false, false); o.Deadline == nil || !o.Deadline.Equal(at) || o.OnTimeout != sandbox.OnTimeoutStop {
+		t.Errorf("a shutdown time: %+v", o)
+	}
+	del := sbv1.ShutdownPolicyDelete
+	sb.Spec.ShutdownPolicy = &del
+	if o := Observe(sb, nil, false, false); o.OnTimeout != sandbox.OnTimeoutWipe {
+		t.Errorf("policy Delete: %+v, want wipe", o)
+	}
+	pod := podWith(corev1.PodRunning, onNode, ready, func(p *corev1.Pod) { p.Annotations = map[string]string{AnnotationDeadline: at.Format(time.RFC3339)} })
+	if o := Observe(nil, pod, false, false); o.Deadline == nil || !o.Deadline.Equal(at) || o.OnTimeout != sandbox.OnTimeoutStop {
+		t.Errorf("a plain pod's deadline: %+v", o)
+	}
+	pod.Annotations[AnnotationDeadline] = "not a time"
+	if o := Observe(nil, pod, false, false); o.Deadline != nil {
+		t.Errorf("a deadline that does not parse: %+v", o)
 	}
 }

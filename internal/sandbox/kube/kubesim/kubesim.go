@@ -15,6 +15,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -212,10 +213,15 @@ func (k *Kubelet) reconcile(ctx context.Context, sb *sbv1.Sandbox, et watch.Even
 	pods := k.core.CoreV1().Pods(sb.Namespace)
 	if !k.controller {
 		// The garbage collector: a Sandbox deleted in the foreground
-		// takes its pod with it, then goes.
+		// takes its pod with it, then goes; one deleted in the background
+		// (its controller's, at a shutdown time with policy Delete) goes
+		// at once, and what it owned after it.
 		if et != watch.Deleted && sb.DeletionTimestamp != nil && len(sb.Finalizers) > 0 {
 			pods.Delete(ctx, sb.Name, metav1.DeleteOptions{})
 			k.collect(ctx, sb)
+		}
+		if et == watch.Deleted {
+			k.orphans(ctx, sb)
 		}
 		return
 	}
@@ -244,6 +250,28 @@ func (k *Kubelet) reconcile(ctx context.Context, sb *sbv1.Sandbox, et watch.Even
 		}
 	}
 	pods.Create(ctx, pod, metav1.CreateOptions{}) // an existing pod stays
+}
+
+// orphans deletes the pods and claims deleted Sandbox sb owned, as the
+// cluster's garbage collector does.
+func (k *Kubelet) orphans(ctx context.Context, sb *sbv1.Sandbox) {
+	owned := func(refs []metav1.OwnerReference) bool {
+		return slices.ContainsFunc(refs, func(r metav1.OwnerReference) bool { return r.UID == sb.UID })
+	}
+	if pods, err := k.core.CoreV1().Pods(sb.Namespace).List(ctx, metav1.ListOptions{}); err == nil {
+		for _, p := range pods.Items {
+			if owned(p.OwnerReferences) {
+				k.core.CoreV1().Pods(sb.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{})
+			}
+		}
+	}
+	if claims, err := k.core.CoreV1().PersistentVolumeClaims(sb.Namespace).List(ctx, metav1.ListOptions{}); err == nil {
+		for _, c := range claims.Items {
+			if owned(c.OwnerReferences) {
+				k.core.CoreV1().PersistentVolumeClaims(sb.Namespace).Delete(ctx, c.Name, metav1.DeleteOptions{})
+			}
+		}
+	}
 }
 
 // collect is the cluster's garbage collector for a Sandbox deleted in

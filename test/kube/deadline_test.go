@@ -1,0 +1,113 @@
+package kube_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/nsys-cortex/cortex/internal/link"
+	"github.com/nsys-cortex/cortex/internal/podtoken"
+	"github.com/nsys-cortex/cortex/internal/protocol"
+	"github.com/nsys-cortex/cortex/internal/sandbox"
+	"github.com/nsys-cortex/cortex/internal/sandbox/kube"
+	"github.com/nsys-cortex/cortex/internal/sandbox/kube/kubesim"
+	"github.com/nsys-cortex/cortex/internal/waittest"
+	"github.com/nsys-cortex/cortex/test/kube/cluster"
+)
+
+// Deadlines beside agent-sandbox's own controller, which acts on them:
+// a neuron made with a timeout is stopped at its shutdown time with its
+// home kept, and starts again on it; a deadline moved with SetTimeout is
+// the Sandbox's new shutdown time; one set to wipe deletes the Sandbox
+// and its home at the deadline, no host acting.
+func TestDeadline(t *testing.T) {
+	rc := cluster.Start(t, cluster.Options{Sandboxes: true, Quiet: true})
+	core := kubernetes.NewForConfigOrDie(rc)
+	ag := cluster.Agents(rc)
+	cfg := kube.Config{Image: "registry.example/nsys-cortex-neuron:1"}.Defaults()
+	cluster.Prepare(t, core, cfg)
+	cluster.StartController(t, rc)
+	kubesim.StartBeside(t, core, ag, cfg)
+	ctx := context.Background()
+	priv, _ := podtoken.NewKey()
+	if err := kube.EnsureTrust(ctx, core, cfg, priv); err != nil {
+		t.Fatal(err)
+	}
+	m := &kube.Manager{Cluster: &kube.Cluster{Core: core, Agents: ag, Config: cfg}, Key: priv}
+	t.Cleanup(func() { m.Close() })
+	exec := func(id, script string) string {
+		t.Helper()
+		c, err := m.Connect(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := c.Exec(ctx, &link.ExecRequest{Command: protocol.Command{Shell: script}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(res.Stdout)
+	}
+
+	st, err := m.Create(ctx, "brief", sandbox.CreateOptions{Timeout: 3 * time.Second, BootTimeout: 20 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Deadline == nil || st.OnTimeout != sandbox.OnTimeoutStop {
+		t.Fatalf("created with a timeout: deadline %v, on timeout %q", st.Deadline, st.OnTimeout)
+	}
+	exec("brief", "echo kept > f")
+	waittest.For(t, 30*time.Second, "the controller to stop the neuron at its deadline", func() bool {
+		st, err := m.Get(ctx, "brief")
+		return err == nil && st.Status == sandbox.StatusStopped
+	})
+	if _, err := m.Create(ctx, "brief", sandbox.CreateOptions{BootTimeout: 20 * time.Second}); err != nil {
+		t.Fatalf("a create after the deadline: %v", err)
+	}
+	if out := exec("brief", "cat f"); out != "kept\n" {
+		t.Fatalf("the home after the deadline: %q", out)
+	}
+	if st, _ := m.Get(ctx, "brief"); st.Deadline != nil {
+		t.Errorf("created again without a timeout, it keeps deadline %v", st.Deadline)
+	}
+
+	// Moved: the Sandbox's shutdown time is the new one, whole seconds.
+	before := time.Now()
+	st, err = m.SetTimeout(ctx, "brief", time.Hour, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb, err := ag.AgentsV1beta1().Sandboxes(cfg.Namespace).Get(ctx, kube.ObjectName("brief"), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if at := sb.Spec.ShutdownTime; at == nil || at.Before(&metav1.Time{Time: before.Add(time.Hour - time.Second)}) || at.After(before.Add(time.Hour+5*time.Second)) ||
+		st.Deadline == nil || !st.Deadline.Equal(at.Time) {
+		t.Fatalf("set to an hour: the Sandbox's shutdown time %v, the state's deadline %v", at, st.Deadline)
+	}
+	if st, err = m.SetTimeout(ctx, "brief", 0, ""); err != nil || st.Deadline != nil {
+		t.Fatalf("cleared: %v %v", st.Deadline, err)
+	}
+	if _, err := m.SetTimeout(ctx, "brief", time.Minute, sandbox.OnTimeoutPause); !errors.As(err, new(*sandbox.UnenforceableError)) {
+		t.Errorf("on-timeout pause: %v, want UNENFORCEABLE", err)
+	}
+
+	// To wipe: the controller deletes the Sandbox, and the home with it.
+	if _, err := m.SetTimeout(ctx, "brief", 2*time.Second, sandbox.OnTimeoutWipe); err != nil {
+		t.Fatal(err)
+	}
+	waittest.For(t, 30*time.Second, "the controller to delete the neuron at its deadline", func() bool {
+		_, err := m.Get(ctx, "brief")
+		return errors.As(err, new(*sandbox.NotFoundError))
+	})
+	waittest.For(t, 30*time.Second, "its home to go", func() bool {
+		claims, err := core.CoreV1().PersistentVolumeClaims(cfg.Namespace).List(ctx, metav1.ListOptions{})
+		return err == nil && len(claims.Items) == 0
+	})
+	if _, err := m.SetTimeout(ctx, "brief", time.Minute, ""); !errors.As(err, new(*sandbox.NotFoundError)) {
+		t.Errorf("a timeout for a wiped neuron: %v, want NOT_FOUND", err)
+	}
+}
