@@ -27,6 +27,7 @@ type replica struct {
 	bin  string
 	env  []string
 	addr string
+	args []string // serve's flags beyond --listen
 	cmd  *exec.Cmd
 	done chan error
 	out  []*strings.Builder // each start's output, read once it has ended
@@ -35,7 +36,7 @@ type replica struct {
 
 func (r *replica) start() {
 	r.t.Helper()
-	r.cmd = exec.Command(r.bin, "serve", "--listen", r.addr)
+	r.cmd = exec.Command(r.bin, append([]string{"serve", "--listen", r.addr}, r.args...)...)
 	r.cmd.Env = r.env
 	out := &strings.Builder{}
 	r.out = append(r.out, out)
@@ -78,10 +79,10 @@ func serveEnv(t *testing.T, rc *rest.Config, cfg kube.Config, token string) []st
 		"NSYS_CORTEX_API_TOKEN=" + token}
 }
 
-// newReplica starts `serve` (binary bin) with base and a home of its
-// own, on a free loopback port; it is stopped at the test's end, and
-// what it said is logged if the test failed.
-func newReplica(t *testing.T, bin string, base []string) *replica {
+// newReplica starts `serve` (binary bin, with flags args) with base and
+// a home of its own, on a free loopback port; it is stopped at the
+// test's end, and what it said is logged if the test failed.
+func newReplica(t *testing.T, bin string, base []string, args ...string) *replica {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -90,7 +91,7 @@ func newReplica(t *testing.T, bin string, base []string) *replica {
 	addr := l.Addr().String()
 	l.Close()
 	env := append(append([]string{}, base...), "HOME="+t.TempDir(), "NSYS_CORTEX_HOME="+filepath.Join(t.TempDir(), "h"))
-	r := &replica{t: t, bin: bin, env: env, addr: addr}
+	r := &replica{t: t, bin: bin, env: env, addr: addr, args: args}
 	r.start()
 	t.Cleanup(func() {
 		if r.up {
