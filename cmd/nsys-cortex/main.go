@@ -51,6 +51,7 @@ func main() {
 		Version:       version,
 		Backends:      append([]sandbox.Backend{firecracker.Backend(), qemu.Backend(), docker.Backend(), nsbox.Backend(), process.Backend()}, fullModes()...),
 		AgentEmbedded: agentbin.Embedded(),
+		SharedKeys:    sharedKeys(),
 		FullProgram: func() (*os.File, error) {
 			lay, err := layout.FromEnv()
 			if err != nil {

@@ -10,6 +10,11 @@
 // When each key was last used is the daemon's to write, in a file of its
 // own (<home>/api-keys.used.json), so a busy daemon never rewrites the
 // keys.
+//
+// A deployment of several daemons (kube mode's replicas, whose homes are
+// their own and go with their pods) keeps the keys where all of them
+// read them instead: a Shared store (a Secret of the cluster), read
+// again at most every sharedEvery.
 package apikey
 
 import (
@@ -17,6 +22,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -79,9 +85,30 @@ type keysFile struct {
 	Keys []Key `json:"keys"`
 }
 
+// Shared keeps the keys file's bytes where every daemon of a deployment
+// reads them (kube.SecretKeys: a Secret).
+type Shared interface {
+	// Where names the place, for errors.
+	Where() string
+	// Load returns the bytes (nil: no keys yet) and a version that
+	// changes whenever they do.
+	Load() ([]byte, string, error)
+	// Change stores fn's bytes in place of the ones fn is given, calling
+	// fn again on bytes changed meanwhile by another writer.
+	Change(fn func([]byte) ([]byte, error)) error
+}
+
+// sharedEvery is how often a daemon reads shared keys again: a key made
+// or removed through one replica takes effect on the others within it.
+const sharedEvery = time.Second
+
 // Store is a home's keys.
 type Store struct {
 	path, lock, used string
+	shared           Shared    // nil: the keys are the home's file
+	loaded           time.Time // when the shared keys were last read
+	version          string
+	loadErr          error // what that read failed with
 
 	mu     sync.Mutex
 	stamp  fileStamp
@@ -99,6 +126,14 @@ const usedEvery = 10 * time.Second
 func Open(lay layout.Layout) *Store {
 	return &Store{path: filepath.Join(lay.Home, "api-keys.json"), lock: filepath.Join(lay.Home, "api-keys.lock"),
 		used: filepath.Join(lay.Home, "api-keys.used.json"), lastUsed: map[string]time.Time{}}
+}
+
+// OpenShared returns the store of the keys sh keeps; when each was last
+// used stays in lay's home, this daemon's own.
+func OpenShared(lay layout.Layout, sh Shared) *Store {
+	s := Open(lay)
+	s.shared = sh
+	return s
 }
 
 // validName: ^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$, by hand, since the
@@ -359,8 +394,32 @@ func stampOf(path string) (fileStamp, error) {
 	return fileStamp{ino: int64(st.Ino), size: st.Size, mtime: st.Mtim.Nano(), present: true}, nil
 }
 
-// reload rereads the keys when the file is not the one read last.
+// reload rereads the keys when the file is not the one read last (shared
+// keys: when they were read sharedEvery ago, and changed since).
 func (s *Store) reload() error {
+	if s.shared != nil {
+		if (s.byHash != nil || s.loadErr != nil) && time.Since(s.loaded) < sharedEvery {
+			return s.loadErr // a failed read is not tried again for each request
+		}
+		b, version, err := s.shared.Load()
+		s.loaded, s.loadErr = time.Now(), nil
+		if err != nil {
+			// Refused, not served from what was read before: a key removed
+			// meanwhile must not keep working.
+			s.byHash, s.loadErr = nil, fmt.Errorf("the API keys (%s): %w", s.shared.Where(), err)
+			return s.loadErr
+		}
+		if s.byHash != nil && version == s.version {
+			return nil
+		}
+		f, err := parse(b, s.shared.Where())
+		if err != nil {
+			s.byHash, s.loadErr = nil, err
+			return err
+		}
+		s.byHash, s.version = index(f), version
+		return nil
+	}
 	st, err := stampOf(s.path)
 	if err != nil {
 		return fmt.Errorf("the API keys (%s): %w", s.path, err)
@@ -372,18 +431,30 @@ func (s *Store) reload() error {
 	if err != nil {
 		return err
 	}
+	s.byHash, s.stamp = index(f), st
+	return nil
+}
+
+// index is f's keys by hash.
+func index(f *keysFile) map[string]*Key {
 	by := make(map[string]*Key, len(f.Keys))
 	for i := range f.Keys {
 		by[f.Keys[i].Hash] = &f.Keys[i]
 	}
-	s.byHash, s.stamp = by, st
-	return nil
+	return by
 }
 
 // read reads the keys file; a missing one holds no keys. The file must
 // be the owner's alone: a key file others could write would let them
 // mint keys.
 func (s *Store) read() (*keysFile, error) {
+	if s.shared != nil {
+		b, _, err := s.shared.Load()
+		if err != nil {
+			return nil, fmt.Errorf("the API keys (%s): %w", s.shared.Where(), err)
+		}
+		return parse(b, s.shared.Where())
+	}
 	var f keysFile
 	fi, err := os.Lstat(s.path)
 	if errors.Is(err, os.ErrNotExist) {
@@ -395,16 +466,37 @@ func (s *Store) read() (*keysFile, error) {
 	if !fi.Mode().IsRegular() || fi.Mode().Perm()&0o077 != 0 {
 		return nil, fmt.Errorf("the API keys (%s): not a regular file of mode 0600 (it is %s); refusing it", s.path, fi.Mode())
 	}
-	if err := store.ReadJSON(s.path, &f); err != nil {
+	b, err := os.ReadFile(s.path)
+	if err != nil {
 		return nil, fmt.Errorf("the API keys (%s): %w", s.path, err)
+	}
+	return parse(b, s.path)
+}
+
+// maxShared bounds the shared keys' bytes (a Secret holds at most 1 MiB).
+const maxShared = 1 << 20
+
+// parse reads a keys file's bytes (none: no keys) from where, checking
+// each key: a malformed one refuses them all rather than let a key in
+// with less than it says.
+func parse(b []byte, where string) (*keysFile, error) {
+	var f keysFile
+	if len(b) == 0 {
+		return &f, nil
+	}
+	if len(b) > maxShared {
+		return nil, fmt.Errorf("the API keys (%s): %d bytes, more than %d", where, len(b), maxShared)
+	}
+	if err := json.Unmarshal(b, &f); err != nil {
+		return nil, fmt.Errorf("the API keys (%s): %w", where, err)
 	}
 	for _, k := range f.Keys {
 		if CheckName(k.Name) != nil || !strings.HasPrefix(k.Hash, "sha256:") || len(k.Hash) != len("sha256:")+64 || len(k.Scopes) == 0 {
-			return nil, fmt.Errorf("the API keys (%s): key %q is malformed", s.path, k.Name)
+			return nil, fmt.Errorf("the API keys (%s): key %q is malformed", where, k.Name)
 		}
 		for _, sc := range k.Scopes {
 			if !slices.Contains(gate.Scopes, sc) {
-				return nil, fmt.Errorf("the API keys (%s): key %q has an unknown scope %q", s.path, k.Name, sc)
+				return nil, fmt.Errorf("the API keys (%s): key %q has an unknown scope %q", where, k.Name, sc)
 			}
 		}
 	}
@@ -414,6 +506,22 @@ func (s *Store) read() (*keysFile, error) {
 // change applies fn to the keys under the home's key lock and replaces
 // the file atomically.
 func (s *Store) change(fn func(*keysFile) error) error {
+	if s.shared != nil {
+		err := s.shared.Change(func(b []byte) ([]byte, error) {
+			f, err := parse(b, s.shared.Where())
+			if err != nil {
+				return nil, err
+			}
+			if err := fn(f); err != nil {
+				return nil, err
+			}
+			return json.MarshalIndent(f, "", "  ")
+		})
+		s.mu.Lock()
+		s.byHash, s.loadErr = nil, nil // read again at the next look
+		s.mu.Unlock()
+		return err
+	}
 	if err := os.MkdirAll(filepath.Dir(s.path), 0o700); err != nil {
 		return err
 	}

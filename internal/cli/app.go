@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	cortex "github.com/nsys-cortex/cortex/client"
+	"github.com/nsys-cortex/cortex/internal/apikey"
 	"github.com/nsys-cortex/cortex/internal/config"
 	"github.com/nsys-cortex/cortex/internal/keeper"
 	"github.com/nsys-cortex/cortex/internal/layout"
@@ -40,6 +41,10 @@ type App struct {
 	Backends []sandbox.Backend
 	// AgentEmbedded is the agent binary built into this executable, if any.
 	AgentEmbedded []byte
+	// SharedKeys opens the API keys a deployment's daemons share
+	// (kube.api_keys; nil when it is unset); nil in the light program,
+	// which runs the full one for a command that needs them.
+	SharedKeys func() (apikey.Shared, error)
 	// FullProgram opens the full program, checked, which the light build
 	// runs for the commands it does not link (split.go); unused by a full
 	// build.

@@ -16,7 +16,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/nsys-cortex/cortex/internal/api"
-	"github.com/nsys-cortex/cortex/internal/apikey"
 	"github.com/nsys-cortex/cortex/internal/chatrun"
 	"github.com/nsys-cortex/cortex/internal/config"
 	"github.com/nsys-cortex/cortex/internal/gate"
@@ -135,7 +134,10 @@ token create --e2b NAME (docs/e2b.md).`,
 			if err != nil {
 				return fmt.Errorf("the key that signs port URLs: %w", err)
 			}
-			keys := apikey.Open(lay)
+			keys, err := a.keyStore(cmd.Context(), lay)
+			if err != nil {
+				return err
+			}
 			if _, err := keys.List(); err != nil {
 				return err // a key file that cannot be read is refused now, not at the first request
 			}

@@ -106,3 +106,7 @@ func (a *App) standIns() []sandbox.Backend {
 		},
 	}}
 }
+
+// handOff runs the full program with this command line, for a part of
+// the command that only it links (the shared API keys).
+func (a *App) handOff(ctx context.Context) error { return a.runFull(ctx, a.args) }

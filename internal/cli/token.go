@@ -80,7 +80,11 @@ The token is alone on the last line of the output.`,
 			if err != nil {
 				return err
 			}
-			token, _, err := apikey.Open(lay).Create(apikey.Key{Name: args[0], Scopes: sc, Selector: sel, Rate: rate, MaxNeurons: maxNeurons, E2B: e2b})
+			keys, err := a.keyStore(cmd.Context(), lay)
+			if err != nil {
+				return err
+			}
+			token, _, err := keys.Create(apikey.Key{Name: args[0], Scopes: sc, Selector: sel, Rate: rate, MaxNeurons: maxNeurons, E2B: e2b})
 			if err != nil {
 				return err
 			}
@@ -136,7 +140,11 @@ func (a *App) tokenListCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			keys, err := apikey.Open(lay).List()
+			st, err := a.keyStore(cmd.Context(), lay)
+			if err != nil {
+				return err
+			}
+			keys, err := st.List()
 			if err != nil {
 				return err
 			}
@@ -161,7 +169,10 @@ func (a *App) tokenRemoveCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			st := apikey.Open(lay)
+			st, err := a.keyStore(cmd.Context(), lay)
+			if err != nil {
+				return err
+			}
 			for _, name := range args {
 				if err := st.Remove(name); err != nil {
 					return err

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"os"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -37,6 +38,32 @@ func TestDeployedRole(t *testing.T) {
 		t.Fatal("the host's identity may list Secrets: the server does not authorize with RBAC")
 	}
 	kubesim.RunManagerAs(t, admin, cluster.Agents(rc), kubesim.Hosts{Core: host, Agents: cluster.Agents(hostCfg)}, cfg)
+
+	// The shared API keys: the base's Secret, read and rewritten by the
+	// host; no other Secret.
+	b, err := os.ReadFile("../../deploy/kubernetes/api-keys.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	obj, _, err := scheme.Codecs.UniversalDeserializer().Decode(b, nil, nil)
+	sec, ok := obj.(*corev1.Secret)
+	if err != nil || !ok {
+		t.Fatalf("api-keys.yaml: %T %v", obj, err)
+	}
+	if _, err := admin.CoreV1().Secrets(cfg.Namespace).Create(context.Background(), sec, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	keys := &kube.SecretKeys{Core: host, Namespace: cfg.Namespace, Name: sec.Name}
+	if err := keys.Change(func(b []byte) ([]byte, error) { return append(b, "{}"...), nil }); err != nil {
+		t.Fatalf("the host writing the shared keys: %v", err)
+	}
+	if b, _, err := keys.Load(); err != nil || string(b) != "{}" {
+		t.Fatalf("the host reading the shared keys: %q %v", b, err)
+	}
+	other := &kube.SecretKeys{Core: host, Namespace: cfg.Namespace, Name: "nsys-cortex-api"}
+	if _, _, err := other.Load(); err == nil || !strings.Contains(err.Error(), "forbids get on secrets") {
+		t.Errorf("the host reading another Secret: %v, want it forbidden", err)
+	}
 }
 
 // as is rc impersonating ServiceAccount sa of namespace ns.

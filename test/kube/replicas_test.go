@@ -1,6 +1,7 @@
 package kube_test
 
 import (
+	"fmt"
 	"net"
 	"net/http"
 	"os"
@@ -76,7 +77,7 @@ func serveEnv(t *testing.T, rc *rest.Config, cfg kube.Config, token string) []st
 	return []string{"PATH=" + os.Getenv("PATH"), "NSYS_CORTEX_MODE=kube", "NSYS_CORTEX_KUBE_IMAGE=" + cfg.Image,
 		"NSYS_CORTEX_KUBE_NAMESPACE=" + cfg.Namespace,
 		"NSYS_CORTEX_KUBE_KUBECONFIG=" + kc, "NSYS_CORTEX_KUBE_SIGNING_KEY=" + filepath.Join(keyDir, "signing.key"),
-		"NSYS_CORTEX_API_TOKEN=" + token}
+		"NSYS_CORTEX_KUBE_API_KEYS=nsys-cortex-api-keys", "NSYS_CORTEX_API_TOKEN=" + token}
 }
 
 // newReplica starts `serve` (binary bin, with flags args) with base and
@@ -120,15 +121,33 @@ func TestReplicas(t *testing.T) {
 	const token = "0123456789abcdef0123456789abcdef"
 	base := serveEnv(t, rc, cfg, token)
 	replicas := []*replica{newReplica(t, bin, base), newReplica(t, bin, base)} // the first makes the signing key, the second reads it
-	// The CLI as a client of replica i.
-	via := func(i int, args ...string) string {
-		t.Helper()
+	// The CLI as a client of replica i, with bearer token tok.
+	as := func(tok string, i int, args ...string) (string, error) {
 		cmd := exec.Command(bin, args...)
 		cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir(), "NSYS_CORTEX_HOME=" + filepath.Join(t.TempDir(), "c"),
-			"NSYS_CORTEX_API_URL=http://" + replicas[i].addr, "NSYS_CORTEX_API_TOKEN=" + token}
+			"NSYS_CORTEX_API_URL=http://" + replicas[i].addr, "NSYS_CORTEX_API_TOKEN=" + tok}
 		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	via := func(i int, args ...string) string {
+		t.Helper()
+		out, err := as(token, i, args...)
 		if err != nil {
 			t.Fatalf("nsys-cortex %s through replica %d: %v\n%s", strings.Join(args, " "), i, err, out)
+		}
+		return out
+	}
+	// The CLI run inside replica i's pod (kubectl exec): its home, its
+	// settings; what it writes to stdout.
+	in := func(i int, args ...string) string {
+		t.Helper()
+		cmd := exec.Command(bin, args...)
+		cmd.Env = replicas[i].env
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("nsys-cortex %s in replica %d: %v\n%s%s", strings.Join(args, " "), i, err, out, stderr.String())
 		}
 		return string(out)
 	}
@@ -152,5 +171,31 @@ func TestReplicas(t *testing.T) {
 	via(1, "destroy", "--wipe", "shared")
 	if out := via(0, "list"); strings.Contains(out, "shared") {
 		t.Fatalf("list after a wipe through the other replica:\n%s", out)
+	}
+
+	// API keys are the cluster's too (kube.api_keys): a key made in one
+	// replica works through the other, and through a replica started
+	// again with a new home (a pod replaced: its emptyDir gone); one
+	// removed through either is refused by both within a few seconds.
+	lines := strings.Split(strings.TrimSpace(in(0, "token", "create", "--scope", "admin", "team")), "\n")
+	key := lines[len(lines)-1]
+	if out, err := as(key, 1, "list"); err != nil {
+		t.Fatalf("the key made in replica 0, through replica 1: %v\n%s", err, out)
+	}
+	replicas[0].stop()
+	replicas[0].env = append(replicas[0].env, "HOME="+t.TempDir(), "NSYS_CORTEX_HOME="+filepath.Join(t.TempDir(), "h2"))
+	replicas[0].start()
+	if out, err := as(key, 0, "list"); err != nil {
+		t.Fatalf("the key through replica 0 with a new home: %v\n%s", err, out)
+	}
+	if out := in(0, "token", "list"); !strings.Contains(out, "team") {
+		t.Errorf("token list in replica 0 with a new home:\n%s", out)
+	}
+	in(1, "token", "rm", "team")
+	for i := range replicas {
+		waittest.For(t, 10*time.Second, fmt.Sprintf("replica %d to refuse the removed key", i), func() bool {
+			_, err := as(key, i, "list")
+			return err != nil
+		})
 	}
 }

@@ -126,6 +126,9 @@ func TestDeployNetworkPolicies(t *testing.T) {
 // in the namespace only and exactly the verbs the code calls; the host's
 // pods hardened, probed on /healthz, labelled as the policies expect,
 // and given the signing key from a Secret.
+// apiKeysSecret is the Secret of the shared API keys in deploy/kubernetes.
+const apiKeysSecret = "nsys-cortex-api-keys"
+
 func TestDeployManifests(t *testing.T) {
 	objs := deployObjects(t)
 	ns := Config{}.Defaults().Namespace
@@ -158,15 +161,23 @@ func TestDeployManifests(t *testing.T) {
 		"/pods":                     {"create", "delete", "get", "list", "watch"},
 		"/persistentvolumeclaims":   {"create", "delete", "get"},
 		"/configmaps":               {"create", "get"},
+		// One Secret by name: the shared API keys.
+		"/secrets/" + apiKeysSecret: {"get", "update"},
 	}
 	got := map[string][]string{}
 	for _, r := range role.Rules {
 		for _, g := range r.APIGroups {
 			for _, res := range r.Resources {
+				if len(r.ResourceNames) > 0 {
+					for _, n := range r.ResourceNames {
+						got[g+"/"+res+"/"+n] = append(got[g+"/"+res+"/"+n], r.Verbs...)
+					}
+					continue
+				}
 				got[g+"/"+res] = append(got[g+"/"+res], r.Verbs...)
 			}
 		}
-		if len(r.ResourceNames) > 0 || len(r.NonResourceURLs) > 0 {
+		if len(r.NonResourceURLs) > 0 || len(r.ResourceNames) > 0 && (len(r.Resources) != 1 || r.Resources[0] != "secrets") {
 			t.Errorf("an unexpected rule %+v", r)
 		}
 	}
@@ -216,6 +227,9 @@ func TestDeployManifests(t *testing.T) {
 	}
 	if tok := env["NSYS_CORTEX_API_TOKEN"]; tok.Value != "" || tok.ValueFrom == nil || tok.ValueFrom.SecretKeyRef == nil {
 		t.Errorf("the API token is not from a Secret: %+v", tok)
+	}
+	if env[EnvAPIKeys].Value != apiKeysSecret {
+		t.Errorf("the host's API keys: %s=%q, want the base's Secret %s", EnvAPIKeys, env[EnvAPIKeys].Value, apiKeysSecret)
 	}
 	key := env[EnvSigningKey].Value
 	mounted := false

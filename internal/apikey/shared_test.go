@@ -1,0 +1,122 @@
+package apikey_test
+
+import (
+	"errors"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nsys-cortex/cortex/internal/apikey"
+	"github.com/nsys-cortex/cortex/internal/gate"
+	"github.com/nsys-cortex/cortex/internal/layout"
+	"github.com/nsys-cortex/cortex/internal/waittest"
+)
+
+// memShared is a Shared in memory, as a Secret behaves: a version per
+// write, and a write on a version that is not the latest refused. racer,
+// when set, writes before each of the next Change's first tries.
+type memShared struct {
+	mu      sync.Mutex
+	data    []byte
+	version int
+	err     error
+	racer   func(*memShared)
+}
+
+func (m *memShared) Where() string { return "memory" }
+
+func (m *memShared) Load() ([]byte, string, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.data, strconv.Itoa(m.version), m.err
+}
+
+func (m *memShared) Change(fn func([]byte) ([]byte, error)) error {
+	for {
+		b, v, err := m.Load()
+		if err != nil {
+			return err
+		}
+		if r := m.racer; r != nil {
+			m.racer = nil
+			r(m)
+		}
+		nb, err := fn(b)
+		if err != nil {
+			return err
+		}
+		m.mu.Lock()
+		if strconv.Itoa(m.version) == v {
+			m.data, m.version = nb, m.version+1
+			m.mu.Unlock()
+			return nil
+		}
+		m.mu.Unlock() // changed meanwhile: again, on the new bytes
+	}
+}
+
+// Keys shared by two daemons (each with a home of its own): a key made
+// through one works through the other, a removal takes effect on the
+// other within a second, a write that races another keeps both, and a
+// store that cannot be read refuses every token rather than serve what it
+// read before.
+func TestShared(t *testing.T) {
+	sh := &memShared{}
+	a := apikey.OpenShared(layout.Layout{Home: t.TempDir()}, sh)
+	b := apikey.OpenShared(layout.Layout{Home: t.TempDir()}, sh)
+	tok, _, err := a.Create(apikey.Key{Name: "ci", Scopes: []gate.Scope{gate.ScopeRead}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k, err := b.Lookup(tok); err != nil || k == nil || k.Name != "ci" {
+		t.Fatalf("the other daemon's lookup: %+v %v", k, err)
+	}
+	// Another writer between the read and the write: both keys kept.
+	sh.racer = func(m *memShared) {
+		c := apikey.OpenShared(layout.Layout{Home: t.TempDir()}, m)
+		if _, _, err := c.Create(apikey.Key{Name: "racer", Scopes: []gate.Scope{gate.ScopeRead}}); err != nil {
+			t.Error(err)
+		}
+	}
+	if _, _, err := a.Create(apikey.Key{Name: "second", Scopes: []gate.Scope{gate.ScopeRead}}); err != nil {
+		t.Fatal(err)
+	}
+	list, err := b.List()
+	if err != nil || len(list) != 3 {
+		t.Fatalf("after a raced write: %+v %v, want ci, racer and second", list, err)
+	}
+	if err := b.Remove("ci"); err != nil {
+		t.Fatal(err)
+	}
+	if !waittest.Until(5*time.Second, func() bool { k, err := a.Lookup(tok); return err == nil && k == nil }) {
+		t.Fatal("a key removed through one daemon still works through the other")
+	}
+	if err := b.Remove("ci"); !errors.Is(err, apikey.ErrNotFound) {
+		t.Errorf("removing it again: %v", err)
+	}
+	tok2, _, err := a.Create(apikey.Key{Name: "third", Scopes: []gate.Scope{gate.ScopeRead}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh.mu.Lock()
+	sh.err = errors.New("the API server is down")
+	sh.mu.Unlock()
+	if !waittest.Until(5*time.Second, func() bool { _, err := b.Lookup(tok2); return err != nil }) {
+		t.Fatal("an unreadable store kept serving the keys read before")
+	}
+	if _, err := b.Lookup(tok2); err == nil || !strings.Contains(err.Error(), "the API server is down") {
+		t.Errorf("the lookup's error: %v", err)
+	}
+	sh.mu.Lock()
+	sh.err, sh.data = nil, []byte(`{"keys":[{"name":"x","hash":"sha256:short","scopes":["read"]}]}`)
+	sh.version++
+	sh.mu.Unlock()
+	if !waittest.Until(5*time.Second, func() bool {
+		_, err := b.Lookup(tok2)
+		return err != nil && strings.Contains(err.Error(), "malformed")
+	}) {
+		t.Fatal("a malformed key in the store was not refused")
+	}
+}
