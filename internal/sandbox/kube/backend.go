@@ -447,8 +447,16 @@ func SelfCheck(ctx context.Context, env sandbox.Env) sandbox.Check {
 	rcs := runtimeClasses(ctx, cl, s.Config.RuntimeClass)
 	adm := admitted(ctx, cl, s.Config)
 	c.Items = append(c.Items, rcs, adm)
+	keys, shared := sharedKeys(cl, s.Config.Namespace)
+	if shared {
+		c.Items = append(c.Items, keys)
+	}
 	if !adm.OK {
 		c.Summary = adm.Detail
+		return c
+	}
+	if shared && !keys.OK {
+		c.Summary = keys.Detail
 		return c
 	}
 	if !rcs.OK {
@@ -457,6 +465,32 @@ func SelfCheck(ctx context.Context, env sandbox.Env) sandbox.Check {
 	}
 	c.OK, c.Summary = true, "ready ("+rc.Host+")"
 	return c
+}
+
+// sharedKeys checks the Secret of the API keys the replicas share, when
+// kube.api_keys names one (shared: it does): it must be there, and
+// readable, since a host that cannot read it refuses every key.
+func sharedKeys(cl *Cluster, namespace string) (it sandbox.CheckItem, shared bool) {
+	name := os.Getenv(EnvAPIKeys)
+	if name == "" {
+		return it, false
+	}
+	it.Name = "API keys (kube.api_keys): Secret " + namespace + "/" + name
+	if err := CheckName(name); err != nil {
+		it.Detail = fmt.Sprintf("kube.api_keys %q: %v", name, err)
+		return it, true
+	}
+	sk := &SecretKeys{Core: cl.Core, Namespace: namespace, Name: name}
+	b, v, err := sk.Load()
+	switch {
+	case err != nil:
+		it.Detail = err.Error()
+	case v == "":
+		it.Detail = "not there: token create makes it where the host may create Secrets; deploy/kubernetes's api-keys.yaml makes it empty, so that the host needs only get and update on it"
+	default:
+		it.OK, it.Detail = true, fmt.Sprintf("readable (%d bytes)", len(b))
+	}
+	return it, true
 }
 
 // runtimeClasses says which RuntimeClasses the cluster offers and whether

@@ -40,7 +40,7 @@ import (
 
 // clearKubeEnv unsets every kube setting for the test.
 func clearKubeEnv(t *testing.T) {
-	for _, e := range []string{EnvImage, EnvNamespace, EnvRuntimeClass, EnvStorageClass, EnvHomeSize, EnvKubeconfig, EnvSigningKey} {
+	for _, e := range []string{EnvImage, EnvNamespace, EnvRuntimeClass, EnvStorageClass, EnvHomeSize, EnvKubeconfig, EnvSigningKey, EnvAPIKeys} {
 		t.Setenv(e, "")
 	}
 }
@@ -198,6 +198,9 @@ func fakeAPIServer(t *testing.T, sandboxes bool, namespace string) string {
 				pod.TypeMeta = metav1.TypeMeta{Kind: "Pod", APIVersion: "v1"}
 				json.NewEncoder(w).Encode(&pod)
 			}
+		case r.URL.Path == "/api/v1/namespaces/"+namespace+"/secrets/api-keys":
+			json.NewEncoder(w).Encode(&corev1.Secret{TypeMeta: metav1.TypeMeta{Kind: "Secret", APIVersion: "v1"},
+				ObjectMeta: metav1.ObjectMeta{Name: "api-keys", Namespace: namespace, ResourceVersion: "7"}, Data: map[string][]byte{apiKeysData: []byte(`{"keys":[]}`)}})
 		case r.URL.Path == "/apis/node.k8s.io/v1/runtimeclasses":
 			json.NewEncoder(w).Encode(&nodev1.RuntimeClassList{TypeMeta: metav1.TypeMeta{Kind: "RuntimeClassList", APIVersion: "node.k8s.io/v1"},
 				Items: []nodev1.RuntimeClass{{ObjectMeta: metav1.ObjectMeta{Name: "gvisor"}, Handler: "runsc"}}})
@@ -279,6 +282,18 @@ func TestSelfCheck(t *testing.T) {
 		t.Fatalf("Pod Security refusing the pod: %+v", c)
 	}
 	t.Setenv(EnvNamespace, "")
+	// The shared API keys (kube.api_keys): a Secret that is there and
+	// readable passes; one that is not there fails, saying what makes it.
+	t.Setenv(EnvKubeconfig, kubeconfigFor(t, fakeAPIServer(t, true, "nsys-cortex")))
+	t.Setenv(EnvAPIKeys, "api-keys")
+	if c := SelfCheck(ctx, env); !c.OK || !strings.Contains(fmt.Sprint(c.Items), "readable (11 bytes)") {
+		t.Fatalf("the shared keys' Secret: %+v", c)
+	}
+	t.Setenv(EnvAPIKeys, "no-such-keys")
+	if c := SelfCheck(ctx, env); c.OK || !strings.Contains(c.Summary, "api-keys.yaml") {
+		t.Fatalf("no shared keys' Secret: %+v", c)
+	}
+	t.Setenv(EnvAPIKeys, "")
 	for _, sandboxes := range []bool{true, false} {
 		t.Setenv(EnvKubeconfig, kubeconfigFor(t, fakeAPIServer(t, sandboxes, "nsys-cortex")))
 		c := SelfCheck(ctx, env)
