@@ -95,6 +95,26 @@ func TestDeadline(t *testing.T) {
 		t.Errorf("on-timeout pause: %v, want UNENFORCEABLE", err)
 	}
 
+	// A stop ends the run's deadline with it: a wipe at it would take the
+	// home the stop keeps.
+	if _, err := m.SetTimeout(ctx, "brief", time.Hour, sandbox.OnTimeoutWipe); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Destroy(ctx, "brief", sandbox.DestroyOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	sb, err = ag.AgentsV1beta1().Sandboxes(cfg.Namespace).Get(ctx, kube.ObjectName("brief"), metav1.GetOptions{})
+	// (The CRD defaults the policy to Retain.)
+	if err != nil || sb.Spec.ShutdownTime != nil || sb.Spec.ShutdownPolicy != nil && *sb.Spec.ShutdownPolicy != "Retain" {
+		t.Fatalf("stopped with a deadline to wipe: the Sandbox keeps shutdown time %v, policy %v (%v)", sb.Spec.ShutdownTime, ptrString(sb.Spec.ShutdownPolicy), err)
+	}
+	if _, err := m.SetTimeout(ctx, "brief", time.Hour, ""); !errors.As(err, new(*sandbox.NotRunningError)) {
+		t.Errorf("a deadline for a stopped neuron: %v, want NOT_RUNNING", err)
+	}
+	if _, err := m.Create(ctx, "brief", sandbox.CreateOptions{BootTimeout: 20 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+
 	// To wipe: the controller deletes the Sandbox, and the home with it.
 	if _, err := m.SetTimeout(ctx, "brief", 2*time.Second, sandbox.OnTimeoutWipe); err != nil {
 		t.Fatal(err)
@@ -110,4 +130,11 @@ func TestDeadline(t *testing.T) {
 	if _, err := m.SetTimeout(ctx, "brief", time.Minute, ""); !errors.As(err, new(*sandbox.NotFoundError)) {
 		t.Errorf("a timeout for a wiped neuron: %v, want NOT_FOUND", err)
 	}
+}
+
+func ptrString[T ~string](p *T) string {
+	if p == nil {
+		return "none"
+	}
+	return string(*p)
 }

@@ -6,6 +6,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -13,9 +14,11 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	agents "sigs.k8s.io/agent-sandbox/clients/k8s/clientset/versioned"
 
 	"github.com/nsys-cortex/cortex/internal/sandbox/kube"
 	"github.com/nsys-cortex/cortex/internal/sandbox/kube/kubesim"
+	"github.com/nsys-cortex/cortex/internal/waittest"
 	"github.com/nsys-cortex/cortex/test/kube/cluster"
 )
 
@@ -25,19 +28,32 @@ import (
 // more. A verb the code calls and the Role lacks fails here (a wipe's
 // watch of Sandboxes did, before the Role had it).
 func TestDeployedRole(t *testing.T) {
-	rc := cluster.Start(t, cluster.Options{Sandboxes: true, RBAC: true})
+	for _, path := range []string{"sandbox", "pods"} {
+		t.Run(path, func(t *testing.T) { deployedRole(t, path == "sandbox") })
+	}
+}
+
+func deployedRole(t *testing.T, sandboxes bool) {
+	rc := cluster.Start(t, cluster.Options{Sandboxes: sandboxes, RBAC: true, Quiet: true})
 	admin := kubernetes.NewForConfigOrDie(rc)
 	cfg := kube.Config{Image: "registry.example/nsys-cortex-neuron:1", Namespace: "nsys-cortex"}
 	cluster.Prepare(t, admin, cfg)
 	sa := applyRBAC(t, admin, cfg.Namespace, nil)
-
 	hostCfg := as(rc, cfg.Namespace, sa)
 	host := kubernetes.NewForConfigOrDie(hostCfg)
+	awaitGrant(t, host, cfg.Namespace)
 	// The identity is held to the Role: what it does not grant is refused.
 	if _, err := host.CoreV1().Secrets(cfg.Namespace).List(context.Background(), metav1.ListOptions{}); err == nil {
 		t.Fatal("the host's identity may list Secrets: the server does not authorize with RBAC")
 	}
-	kubesim.RunManagerAs(t, admin, cluster.Agents(rc), kubesim.Hosts{Core: host, Agents: cluster.Agents(hostCfg)}, cfg)
+	hosts, ag := kubesim.Hosts{Core: host}, agents.Interface(nil)
+	if sandboxes {
+		hosts.Agents, ag = cluster.Agents(hostCfg), cluster.Agents(rc)
+	}
+	kubesim.RunManagerAs(t, admin, ag, hosts, cfg)
+	if !sandboxes {
+		return
+	}
 
 	// The shared API keys: the base's Secret, read and rewritten by the
 	// host; no other Secret.
@@ -64,6 +80,17 @@ func TestDeployedRole(t *testing.T) {
 	if _, _, err := other.Load(); err == nil || !strings.Contains(err.Error(), "forbids get on secrets") {
 		t.Errorf("the host reading another Secret: %v, want it forbidden", err)
 	}
+}
+
+// awaitGrant waits until the API server's RBAC has taken the Role just
+// applied (its authorizer reads through a cache): a verb it grants,
+// listing pods in namespace ns, is no longer refused to host.
+func awaitGrant(t *testing.T, host kubernetes.Interface, ns string) {
+	t.Helper()
+	waittest.For(t, 10*time.Second, "the Role to take effect", func() bool {
+		_, err := host.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{Limit: 1})
+		return err == nil
+	})
 }
 
 // as is rc impersonating ServiceAccount sa of namespace ns.

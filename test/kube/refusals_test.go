@@ -60,13 +60,14 @@ func TestRefusals(t *testing.T) {
 		})
 		kubesim.Start(t, admin, ag, cfg)
 		host := as(rc, cfg.Namespace, sa)
+		awaitGrant(t, kubernetes.NewForConfigOrDie(host), cfg.Namespace)
 		refused(t, manager(t, kubernetes.NewForConfigOrDie(host), cluster.Agents(host), cfg), admin, ag, cfg,
 			errdefs.Permission, "forbids create on sandboxes.agents.x-k8s.io", "deploy/kubernetes/rbac.yaml")
 
 		cfg = prepared(t, admin, ag, "unbound")
 		cfg.StorageClass = kubesim.NeverBinds
 		kubesim.Start(t, admin, ag, cfg)
-		refused(t, manager(t, admin, ag, cfg), admin, ag, cfg, errdefs.Timeout, "claim home-n-refused, has no volume", "storage class never-binds")
+		refused(t, manager(t, admin, ag, cfg), admin, ag, cfg, errdefs.Timeout, "claim home-n-refused, has no volume yet", "storage class never-binds")
 	})
 	t.Run("unreachable", func(t *testing.T) {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -97,7 +98,7 @@ func prepared(t *testing.T, admin kubernetes.Interface, ag agents.Interface, ns 
 }
 
 // manager is a host on core and ag, with a key of its own in the trust
-// ConfigMap (written as the administrator: a host forbidden to may not).
+// ConfigMap (which core must be allowed to make).
 func manager(t *testing.T, core kubernetes.Interface, ag agents.Interface, cfg kube.Config) *kube.Manager {
 	t.Helper()
 	priv, _ := podtoken.NewKey()

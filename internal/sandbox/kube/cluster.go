@@ -47,6 +47,16 @@ func (c *Cluster) Create(ctx context.Context, n Neuron) error {
 	old, err := sbs.Get(ctx, want.Name, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
+		// A home left by a Sandbox deleted without Cortex's wipe (its
+		// deadline's, with policy Delete) goes when the cluster's garbage
+		// collector and pvc-protection let it; a new Sandbox's controller
+		// would not take it, and its pod would never be made.
+		claim := HomeClaimName(n.ID)
+		if _, err := c.Core.CoreV1().PersistentVolumeClaims(cfg.Namespace).Get(ctx, claim, metav1.GetOptions{}); err == nil {
+			return errdefs.New(errdefs.Busy, fmt.Sprintf("the home of neuron %s (%s/%s) is still there from a Sandbox that was deleted (a wipe, or a deadline's): create it again once it is gone", n.ID, cfg.Namespace, claim))
+		} else if !apierrors.IsNotFound(err) {
+			return explain(err, "get", "persistentvolumeclaims", cfg.Namespace)
+		}
 		if _, err := sbs.Create(ctx, want, metav1.CreateOptions{}); err != nil {
 			return explain(err, "create", "sandboxes.agents.x-k8s.io", cfg.Namespace)
 		}
@@ -126,7 +136,10 @@ func (c *Cluster) Stop(ctx context.Context, id string) error {
 		}
 		return nil
 	}
-	b := []byte(`{"spec":{"operatingMode":"` + string(sbv1.SandboxOperatingModeSuspended) + `"}}`)
+	// The deadline goes with the run it was for: agent-sandbox's
+	// controller acts on a shutdown time whatever the operating mode, and
+	// a wipe at it would take the home a stop keeps.
+	b := []byte(`{"spec":{"operatingMode":"` + string(sbv1.SandboxOperatingModeSuspended) + `","shutdownTime":null,"shutdownPolicy":null}}`)
 	_, err := c.Agents.AgentsV1beta1().Sandboxes(cfg.Namespace).Patch(ctx, ObjectName(id), types.MergePatchType, b, metav1.PatchOptions{})
 	if apierrors.IsNotFound(err) {
 		return errdefs.New(errdefs.NotFound, fmt.Sprintf("no neuron %s in namespace %s", id, cfg.Namespace))

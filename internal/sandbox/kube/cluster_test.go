@@ -154,3 +154,22 @@ func TestFallbackLifecycle(t *testing.T) {
 type errString string
 
 func (e errString) Error() string { return string(e) }
+
+// A home left by a Sandbox deleted without Cortex's wipe (a deadline's,
+// policy Delete: the garbage collector and pvc-protection take it after)
+// makes a create of the same id BUSY, not a Sandbox whose controller
+// would refuse the claim and never make a pod.
+func TestCreateOnALeftHome(t *testing.T) {
+	core, ag := fake.NewClientset(), agentsfake.NewSimpleClientset()
+	c := &Cluster{Core: core, Agents: ag, Config: testConfig}
+	if _, err := core.CoreV1().PersistentVolumeClaims("nsys-cortex").Create(ctx, &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: HomeClaimName("a"), Namespace: "nsys-cortex"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	err := c.Create(ctx, Neuron{ID: "a"})
+	if !errdefs.Of(err).Is(errdefs.Busy) || !strings.Contains(err.Error(), "home-n-a") {
+		t.Fatalf("a create on a left home: %v, want BUSY naming the claim", err)
+	}
+	if l, _ := ag.AgentsV1beta1().Sandboxes("nsys-cortex").List(ctx, metav1.ListOptions{}); len(l.Items) != 0 {
+		t.Errorf("a Sandbox was made: %v", l.Items[0].Name)
+	}
+}

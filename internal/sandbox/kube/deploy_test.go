@@ -159,7 +159,7 @@ func TestDeployManifests(t *testing.T) {
 	want := map[string][]string{
 		"agents.x-k8s.io/sandboxes": {"create", "delete", "get", "list", "patch", "watch"},
 		"/pods":                     {"create", "delete", "get", "list", "watch"},
-		"/persistentvolumeclaims":   {"create", "delete", "get"},
+		"/persistentvolumeclaims":   {"create", "delete", "get", "list"},
 		"/configmaps":               {"create", "get"},
 		// One Secret by name: the shared API keys.
 		"/secrets/" + apiKeysSecret: {"get", "update"},

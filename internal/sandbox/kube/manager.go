@@ -10,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -23,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
+	sbv1 "sigs.k8s.io/agent-sandbox/api/v1beta1"
 
 	"github.com/nsys-cortex/cortex/internal/labels"
 	"github.com/nsys-cortex/cortex/internal/layout"
@@ -186,7 +186,7 @@ func (m *Manager) Create(ctx context.Context, id string, opts sandbox.CreateOpti
 	}
 	if n.Deadline != nil {
 		// What the cluster keeps: whole seconds; stop, unless a wipe.
-		d := n.Deadline.UTC().Truncate(time.Second)
+		d := WholeSeconds(*n.Deadline)
 		st.Deadline, st.Timeout, st.OnTimeout = &d, opts.Timeout, sandbox.OnTimeoutStop
 		if n.OnTimeout == sandbox.OnTimeoutWipe {
 			st.OnTimeout = sandbox.OnTimeoutWipe
@@ -231,13 +231,8 @@ func (m *Manager) await(ctx context.Context, id string, boot time.Duration) (*sa
 		select {
 		case <-ctx.Done():
 			msg := fmt.Sprintf("neuron %s was not ready within %v: it is %s (%s)", id, boot, last.Phase, last.Reason)
-			if last.Phase == Scheduling && strings.Contains(last.Reason, "unbound") {
-				class := cfg.StorageClass
-				if class == "" {
-					class = "the cluster's default"
-				}
-				msg += fmt.Sprintf("; its home, claim %s, has no volume: storage class %s (kube.storage_class) provides none "+
-					"(kubectl -n %s describe pvc %s)", HomeClaimName(id), class, cfg.Namespace, HomeClaimName(id))
+			if last.Phase == Scheduling {
+				msg += m.unboundHome(id)
 			}
 			return nil, errdefs.New(errdefs.Timeout, msg)
 		case ev, ok := <-w.ResultChan():
@@ -253,6 +248,25 @@ func (m *Manager) await(ctx context.Context, id string, boot time.Duration) (*sa
 			}
 		}
 	}
+}
+
+// unboundHome says, when neuron id's home claim is there and not bound
+// to a volume yet (what keeps a pod from its node), which claim and
+// storage class, and what to run; else "".
+func (m *Manager) unboundHome(id string) string {
+	cfg := m.Cluster.Config.Defaults()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := m.Cluster.Core.CoreV1().PersistentVolumeClaims(cfg.Namespace).Get(ctx, HomeClaimName(id), metav1.GetOptions{})
+	if err != nil || c.Status.Phase != corev1.ClaimPending {
+		return ""
+	}
+	class := "the cluster's default"
+	if c.Spec.StorageClassName != nil {
+		class = *c.Spec.StorageClassName
+	}
+	return fmt.Sprintf("; its home, claim %s, has no volume yet: storage class %s (kube.storage_class) has not provided one "+
+		"(kubectl -n %s describe pvc %s)", c.Name, class, cfg.Namespace, c.Name)
 }
 
 // dialer returns where the link to neuron id's agent in pod dials. Every
@@ -403,18 +417,41 @@ func (m *Manager) SetTimeout(ctx context.Context, id string, d time.Duration, ac
 	}
 	spec := map[string]any{"shutdownTime": nil, "shutdownPolicy": nil}
 	if d > 0 {
-		// Whole seconds, later rather than sooner: what the API keeps.
-		at := time.Now().Add(d + time.Second - 1).UTC().Truncate(time.Second)
+		at := WholeSeconds(time.Now().Add(d))
 		spec["shutdownTime"], spec["shutdownPolicy"] = at.Format(time.RFC3339), shutdownPolicy(action)
 	}
-	b, err := json.Marshal(map[string]any{"spec": spec})
-	if err != nil {
-		return nil, err
-	}
 	cfg := m.Cluster.Config.Defaults()
-	if _, err := m.Cluster.Agents.AgentsV1beta1().Sandboxes(cfg.Namespace).Patch(ctx, ObjectName(id), types.MergePatchType, b, metav1.PatchOptions{}); err != nil {
+	sbs := m.Cluster.Agents.AgentsV1beta1().Sandboxes(cfg.Namespace)
+	for try := 0; ; try++ {
+		sb, err := sbs.Get(ctx, ObjectName(id), metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return nil, &sandbox.NotFoundError{ID: id}
+		} else if err != nil {
+			return nil, explain(err, "get", "sandboxes.agents.x-k8s.io", cfg.Namespace)
+		}
+		// Its pod may still be running while the Sandbox is being
+		// stopped: a deadline put back then would outlive the stop.
+		if sb.Spec.OperatingMode != sbv1.SandboxOperatingModeRunning || sb.DeletionTimestamp != nil || Expired(sb, time.Now()) {
+			return nil, &sandbox.NotRunningError{ID: id, Reason: "it is being stopped, wiped or ended by its deadline"}
+		}
+		// The version read is the patch's precondition: a Sandbox
+		// stopped or expired since is not given a deadline. Its
+		// controller writes its status often: a conflict is read again.
+		b, err := json.Marshal(map[string]any{"metadata": map[string]any{"resourceVersion": sb.ResourceVersion}, "spec": spec})
+		if err != nil {
+			return nil, err
+		}
+		_, err = sbs.Patch(ctx, ObjectName(id), types.MergePatchType, b, metav1.PatchOptions{})
+		if err == nil {
+			break
+		}
+		switch {
+		case apierrors.IsNotFound(err):
+			return nil, &sandbox.NotFoundError{ID: id}
+		case apierrors.IsConflict(err) && try < 10:
+			continue
+		case apierrors.IsConflict(err):
+			return nil, errdefs.New(errdefs.Busy, fmt.Sprintf("neuron %s kept changing while its deadline was being set: try again", id))
 		}
 		return nil, explain(err, "patch", "sandboxes.agents.x-k8s.io", cfg.Namespace)
 	}
@@ -460,6 +497,17 @@ func (m *Manager) List(ctx context.Context) ([]*sandbox.State, error) {
 	if err != nil {
 		return nil, explain(err, "list", "pods", cfg.Namespace)
 	}
+	// A pod's Sandbox, for its deadline and whether it is suspended.
+	var sbs *sbv1.SandboxList
+	byName := map[string]*sbv1.Sandbox{}
+	if m.Cluster.Agents != nil {
+		if sbs, err = m.Cluster.Agents.AgentsV1beta1().Sandboxes(cfg.Namespace).List(ctx, sel); err != nil {
+			return nil, explain(err, "list", "sandboxes.agents.x-k8s.io", cfg.Namespace)
+		}
+		for i := range sbs.Items {
+			byName[sbs.Items[i].Name] = &sbs.Items[i]
+		}
+	}
 	seen := map[string]bool{}
 	var out []*sandbox.State
 	for i := range pods.Items {
@@ -469,13 +517,9 @@ func (m *Manager) List(ctx context.Context) ([]*sandbox.State, error) {
 			continue
 		}
 		seen[id] = true
-		out = append(out, stateOf(id, p, Observe(nil, p, true, false)))
+		out = append(out, stateOf(id, p, Observe(byName[p.Name], p, true, false)))
 	}
 	if m.Cluster.Agents != nil {
-		sbs, err := m.Cluster.Agents.AgentsV1beta1().Sandboxes(cfg.Namespace).List(ctx, sel)
-		if err != nil {
-			return nil, explain(err, "list", "sandboxes.agents.x-k8s.io", cfg.Namespace)
-		}
 		for i := range sbs.Items {
 			sb := &sbs.Items[i]
 			id := sb.Labels[LabelID]

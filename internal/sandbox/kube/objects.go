@@ -334,10 +334,20 @@ func Sandbox(cfg Config, n Neuron) (*sbv1.Sandbox, error) {
 		},
 	}
 	if n.Deadline != nil {
-		sb.Spec.ShutdownTime = &metav1.Time{Time: n.Deadline.UTC().Truncate(time.Second)}
+		sb.Spec.ShutdownTime = &metav1.Time{Time: WholeSeconds(*n.Deadline)}
 		sb.Spec.ShutdownPolicy = ptr.To(shutdownPolicy(n.OnTimeout))
 	}
 	return sb, nil
+}
+
+// WholeSeconds is t as the API keeps a time: in whole seconds, rounded up
+// (a deadline never comes sooner than asked).
+func WholeSeconds(t time.Time) time.Time {
+	w := t.UTC().Truncate(time.Second)
+	if w.Before(t) {
+		w = w.Add(time.Second)
+	}
+	return w
 }
 
 // shutdownPolicy is what agent-sandbox's controller does at a Sandbox's

@@ -267,11 +267,18 @@ func (m *Manager) createHeld(ctx context.Context, id string, opts sandbox.Create
 		return nil, fmt.Errorf("overlay of %s: %w", id, err)
 	}
 	// This process may be clearing away its dead agent (a container to
-	// remove): the create starts once that is done.
-	if err := m.waitWhile(ctx, m.burying, id); err != nil {
-		return nil, err
-	}
+	// remove): the create starts once that is done, looking at what this
+	// process holds under the same lock as at the clean-up's end.
 	m.mu.Lock()
+	for ch := m.burying[id]; ch != nil; ch = m.burying[id] {
+		m.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("creating %s: waiting for the clean-up of its dead agent: %w", id, ctx.Err())
+		}
+		m.mu.Lock()
+	}
 	n := m.neurons[id]
 	if n != nil && m.alive(n.state) {
 		st := n.state.Copy()
@@ -368,15 +375,9 @@ func (m *Manager) markStarting(id string) (done func()) {
 
 // waitStarting waits while this process creates id.
 func (m *Manager) waitStarting(ctx context.Context, id string) error {
-	return m.waitWhile(ctx, m.starting, id)
-}
-
-// waitWhile waits while set, one of m's maps guarded by m.mu, holds a
-// channel for id, and until ctx ends.
-func (m *Manager) waitWhile(ctx context.Context, set map[string]chan struct{}, id string) error {
 	for {
 		m.mu.Lock()
-		ch := set[id]
+		ch := m.starting[id]
 		m.mu.Unlock()
 		if ch == nil {
 			return nil
