@@ -12,6 +12,7 @@ import (
 	"github.com/nsys-cortex/cortex/internal/link"
 	"github.com/nsys-cortex/cortex/internal/podtoken"
 	"github.com/nsys-cortex/cortex/internal/protocol"
+	"github.com/nsys-cortex/cortex/internal/protocol/errdefs"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
 	"github.com/nsys-cortex/cortex/internal/sandbox/kube"
 	"github.com/nsys-cortex/cortex/internal/sandbox/kube/kubesim"
@@ -137,4 +138,49 @@ func ptrString[T ~string](p *T) string {
 		return "none"
 	}
 	return string(*p)
+}
+
+// Two creates of one stopped neuron at once: one starts it, the other
+// finds it there (EXISTS), on the real API server, whose versions are
+// the patches' preconditions.
+func TestConcurrentStart(t *testing.T) {
+	rc := cluster.Start(t, cluster.Options{Sandboxes: true, Quiet: true})
+	core := kubernetes.NewForConfigOrDie(rc)
+	ag := cluster.Agents(rc)
+	cfg := kube.Config{Image: "registry.example/nsys-cortex-neuron:1"}.Defaults()
+	cluster.Prepare(t, core, cfg)
+	ctx := context.Background()
+	priv, _ := podtoken.NewKey()
+	if err := kube.EnsureTrust(ctx, core, cfg, priv); err != nil {
+		t.Fatal(err)
+	}
+	kubesim.Start(t, core, ag, cfg)
+	cl := &kube.Cluster{Core: core, Agents: ag, Config: cfg}
+	n := kube.Neuron{ID: "twice"}
+	if err := cl.Create(ctx, n); err != nil {
+		t.Fatal(err)
+	}
+	for round := range 5 {
+		if err := cl.Stop(ctx, "twice"); err != nil {
+			t.Fatal(err)
+		}
+		errs := make(chan error, 2)
+		for range 2 {
+			go func() { errs <- cl.Create(ctx, n) }()
+		}
+		var ok, exists int
+		for range 2 {
+			switch err := <-errs; {
+			case err == nil:
+				ok++
+			case errdefs.Of(err).Is(errdefs.Exists):
+				exists++
+			default:
+				t.Fatalf("round %d: %v", round, err)
+			}
+		}
+		if ok != 1 || exists != 1 {
+			t.Fatalf("round %d: %d creates started the stopped neuron, %d found it there; want one each", round, ok, exists)
+		}
+	}
 }

@@ -44,48 +44,60 @@ func (c *Cluster) Create(ctx context.Context, n Neuron) error {
 		return err
 	}
 	sbs := c.Agents.AgentsV1beta1().Sandboxes(cfg.Namespace)
-	old, err := sbs.Get(ctx, want.Name, metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-		// A home left by a Sandbox deleted without Cortex's wipe (its
-		// deadline's, with policy Delete) goes when the cluster's garbage
-		// collector and pvc-protection let it; a new Sandbox's controller
-		// would not take it, and its pod would never be made.
-		claim := HomeClaimName(n.ID)
-		if _, err := c.Core.CoreV1().PersistentVolumeClaims(cfg.Namespace).Get(ctx, claim, metav1.GetOptions{}); err == nil {
-			return errdefs.New(errdefs.Busy, fmt.Sprintf("the home of neuron %s (%s/%s) is still there from a Sandbox that was deleted (a wipe, or a deadline's): create it again once it is gone", n.ID, cfg.Namespace, claim))
-		} else if !apierrors.IsNotFound(err) {
-			return explain(err, "get", "persistentvolumeclaims", cfg.Namespace)
+	for try := 0; ; try++ {
+		old, err := sbs.Get(ctx, want.Name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			// A home left by a Sandbox deleted without Cortex's wipe (its
+			// deadline's, with policy Delete) goes when the cluster's
+			// garbage collector and pvc-protection let it; a new
+			// Sandbox's controller would not take it, and its pod would
+			// never be made.
+			claim := HomeClaimName(n.ID)
+			if _, err := c.Core.CoreV1().PersistentVolumeClaims(cfg.Namespace).Get(ctx, claim, metav1.GetOptions{}); err == nil {
+				return errdefs.New(errdefs.Busy, fmt.Sprintf("the home of neuron %s (%s/%s) is still there from a Sandbox that was deleted (a wipe, or a deadline's): create it again once it is gone", n.ID, cfg.Namespace, claim))
+			} else if !apierrors.IsNotFound(err) {
+				return explain(err, "get", "persistentvolumeclaims", cfg.Namespace)
+			}
+			if _, err := sbs.Create(ctx, want, metav1.CreateOptions{}); err != nil {
+				return explain(err, "create", "sandboxes.agents.x-k8s.io", cfg.Namespace)
+			}
+			return nil
+		case err != nil:
+			return explain(err, "get", "sandboxes.agents.x-k8s.io", cfg.Namespace)
+		case old.Spec.OperatingMode != sbv1.SandboxOperatingModeSuspended && !Expired(old, time.Now()) || old.DeletionTimestamp != nil:
+			return errdefs.New(errdefs.Exists, fmt.Sprintf("neuron %s is already there (Sandbox %s/%s, %s)", n.ID, cfg.Namespace, want.Name, old.Spec.OperatingMode))
 		}
-		if _, err := sbs.Create(ctx, want, metav1.CreateOptions{}); err != nil {
-			return explain(err, "create", "sandboxes.agents.x-k8s.io", cfg.Namespace)
+		// A stopped neuron (suspended, or past its deadline): running
+		// again, on the home it kept (its claim templates cannot change),
+		// with this create's pod, labels and deadline. The version read
+		// is the patch's precondition, so that of two creates one starts
+		// it and the other finds it there; the controller writes the
+		// status often, so a conflict is read again.
+		patch := map[string]any{
+			"metadata": map[string]any{"labels": want.Labels, "resourceVersion": old.ResourceVersion},
+			"spec": map[string]any{
+				"operatingMode":  sbv1.SandboxOperatingModeRunning,
+				"podTemplate":    want.Spec.PodTemplate,
+				"shutdownTime":   want.Spec.ShutdownTime,
+				"shutdownPolicy": want.Spec.ShutdownPolicy,
+			},
 		}
-		return nil
-	case err != nil:
-		return explain(err, "get", "sandboxes.agents.x-k8s.io", cfg.Namespace)
-	case old.Spec.OperatingMode != sbv1.SandboxOperatingModeSuspended && !Expired(old, time.Now()) || old.DeletionTimestamp != nil:
-		return errdefs.New(errdefs.Exists, fmt.Sprintf("neuron %s is already there (Sandbox %s/%s, %s)", n.ID, cfg.Namespace, want.Name, old.Spec.OperatingMode))
-	}
-	// A stopped neuron (suspended, or past its deadline): running again,
-	// on the home it kept (its claim templates cannot change), with this
-	// create's pod, labels and deadline.
-	patch := map[string]any{
-		"metadata": map[string]any{"labels": want.Labels},
-		"spec": map[string]any{
-			"operatingMode":  sbv1.SandboxOperatingModeRunning,
-			"podTemplate":    want.Spec.PodTemplate,
-			"shutdownTime":   want.Spec.ShutdownTime,
-			"shutdownPolicy": want.Spec.ShutdownPolicy,
-		},
-	}
-	b, err := json.Marshal(patch)
-	if err != nil {
-		return err
-	}
-	if _, err := sbs.Patch(ctx, want.Name, types.MergePatchType, b, metav1.PatchOptions{}); err != nil {
+		b, err := json.Marshal(patch)
+		if err != nil {
+			return err
+		}
+		_, err = sbs.Patch(ctx, want.Name, types.MergePatchType, b, metav1.PatchOptions{})
+		switch {
+		case err == nil:
+			return nil
+		case apierrors.IsConflict(err) && try < 10:
+			continue
+		case apierrors.IsConflict(err):
+			return errdefs.New(errdefs.Busy, fmt.Sprintf("neuron %s's Sandbox kept changing while it was being started: try again", n.ID))
+		}
 		return explain(err, "patch", "sandboxes.agents.x-k8s.io", cfg.Namespace)
 	}
-	return nil
 }
 
 // createPod is Create on the fallback path: the home's claim (kept when

@@ -415,7 +415,14 @@ func (k *Kubelet) run(ctx context.Context, pod *corev1.Pod) {
 	pod.Status.Conditions = append(pod.Status.Conditions, corev1.PodCondition{Type: corev1.PodReady, Status: corev1.ConditionTrue})
 	pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: kube.AgentContainer, Image: pod.Spec.Containers[0].Image, Ready: true,
 		State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.Now()}}}}
-	if _, err := pods.UpdateStatus(ctx, pod, metav1.UpdateOptions{}); err != nil && ctx.Err() == nil {
+	_, err = pods.UpdateStatus(ctx, pod, metav1.UpdateOptions{})
+	switch {
+	case err == nil, ctx.Err() != nil:
+	case apierrors.IsNotFound(err), apierrors.IsConflict(err):
+		// Deleted (a stop) or changed (marked for deletion) since it was
+		// read: the agent goes with the pod's deletion, as a kubelet's
+		// container does.
+	default:
 		k.t.Errorf("the status of pod %s: %v", pod.Name, err)
 	}
 }
