@@ -105,14 +105,16 @@ const sharedEvery = time.Second
 // Store is a home's keys.
 type Store struct {
 	path, lock, used string
-	shared           Shared    // nil: the keys are the home's file
-	loaded           time.Time // when the shared keys were last read
-	version          string
-	loadErr          error // what that read failed with
+	shared           Shared // nil: the keys are the home's file
 
 	mu     sync.Mutex
 	stamp  fileStamp
 	byHash map[string]*Key
+	// Of shared keys: when they were last read (from the read's start),
+	// the version read, and what that read failed with.
+	loaded  time.Time
+	version string
+	loadErr error
 	// lastUsed is what this process saw; flushed to the used file at
 	// most every usedEvery.
 	lastUsed map[string]time.Time
@@ -360,8 +362,8 @@ func (s *Store) flushLocked() {
 		}
 	}
 	for n := range used {
-		if !s.known(n) {
-			delete(used, n) // a removed key
+		if s.byHash != nil && !s.known(n) {
+			delete(used, n) // a removed key (when the keys are known now)
 		}
 	}
 	_ = store.WriteJSON(s.used, used, 0o600) // a record of use, never worth failing a request
@@ -401,8 +403,11 @@ func (s *Store) reload() error {
 		if (s.byHash != nil || s.loadErr != nil) && time.Since(s.loaded) < sharedEvery {
 			return s.loadErr // a failed read is not tried again for each request
 		}
+		// The read is made holding the lock: requests wait for it once a
+		// second, rather than go on with keys that may have been removed.
+		start := time.Now()
 		b, version, err := s.shared.Load()
-		s.loaded, s.loadErr = time.Now(), nil
+		s.loaded, s.loadErr = start, nil
 		if err != nil {
 			// Refused, not served from what was read before: a key removed
 			// meanwhile must not keep working.
@@ -515,7 +520,7 @@ func (s *Store) change(fn func(*keysFile) error) error {
 			if err := fn(f); err != nil {
 				return nil, err
 			}
-			return json.MarshalIndent(f, "", "  ")
+			return marshal(f)
 		})
 		s.mu.Lock()
 		s.byHash, s.loadErr = nil, nil // read again at the next look
@@ -540,7 +545,24 @@ func (s *Store) change(fn func(*keysFile) error) error {
 	if err := fn(f); err != nil {
 		return err
 	}
-	return store.WriteJSON(s.path, f, 0o600)
+	b, err := marshal(f)
+	if err != nil {
+		return err
+	}
+	return store.WriteFileAtomic(s.path, b, 0o600)
+}
+
+// marshal is f as the keys file holds it, refused when it would be more
+// than a store takes (every key would then be refused).
+func marshal(f *keysFile) ([]byte, error) {
+	b, err := json.MarshalIndent(f, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > maxShared {
+		return nil, fmt.Errorf("the API keys would take %d bytes, more than %d: remove keys first (nsys-cortex token rm)", len(b), maxShared)
+	}
+	return b, nil
 }
 
 func keysOf(l labels.Set) []string {

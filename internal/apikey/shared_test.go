@@ -2,6 +2,7 @@ package apikey_test
 
 import (
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync"
@@ -87,6 +88,10 @@ func TestShared(t *testing.T) {
 	if err != nil || len(list) != 3 {
 		t.Fatalf("after a raced write: %+v %v, want ci, racer and second", list, err)
 	}
+	// a holds the key in its cache when b removes it.
+	if k, err := a.Lookup(tok); err != nil || k == nil {
+		t.Fatalf("a's lookup before the removal: %+v %v", k, err)
+	}
 	if err := b.Remove("ci"); err != nil {
 		t.Fatal(err)
 	}
@@ -100,6 +105,9 @@ func TestShared(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if k, err := b.Lookup(tok2); err != nil || k == nil { // b holds it in its cache
+		t.Fatalf("b's lookup before the store fails: %+v %v", k, err)
+	}
 	sh.mu.Lock()
 	sh.err = errors.New("the API server is down")
 	sh.mu.Unlock()
@@ -110,7 +118,13 @@ func TestShared(t *testing.T) {
 		t.Errorf("the lookup's error: %v", err)
 	}
 	sh.mu.Lock()
-	sh.err, sh.data = nil, []byte(`{"keys":[{"name":"x","hash":"sha256:short","scopes":["read"]}]}`)
+	sh.err = nil
+	sh.mu.Unlock()
+	if !waittest.Until(5*time.Second, func() bool { k, err := b.Lookup(tok2); return err == nil && k != nil }) {
+		t.Fatal("the store readable again, the key is still refused")
+	}
+	sh.mu.Lock()
+	sh.data = []byte(`{"keys":[{"name":"x","hash":"sha256:short","scopes":["read"]}]}`)
 	sh.version++
 	sh.mu.Unlock()
 	if !waittest.Until(5*time.Second, func() bool {
@@ -118,5 +132,33 @@ func TestShared(t *testing.T) {
 		return err != nil && strings.Contains(err.Error(), "malformed")
 	}) {
 		t.Fatal("a malformed key in the store was not refused")
+	}
+}
+
+// A change that would make the keys more than a store takes is refused,
+// and the keys stay as they were.
+func TestKeysSizeBound(t *testing.T) {
+	// Keys up to just under the bound, then one more.
+	var b strings.Builder
+	b.WriteString(`{"keys":[`)
+	for i := 0; b.Len() < 1<<20-400; i++ {
+		if i > 0 {
+			b.WriteString(",")
+		}
+		fmt.Fprintf(&b, `{"name":"k%d","hash":"sha256:%064x","scopes":["read"]}`, i, i)
+	}
+	b.WriteString(`]}`)
+	sh := &memShared{data: []byte(b.String())}
+	s := apikey.OpenShared(layout.Layout{Home: t.TempDir()}, sh)
+	before, err := s.List()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = s.Create(apikey.Key{Name: "one-more", Scopes: []gate.Scope{gate.ScopeRead}})
+	if err == nil || !strings.Contains(err.Error(), "more than") {
+		t.Fatalf("a key past the bound: %v, want it refused", err)
+	}
+	if after, err := s.List(); err != nil || len(after) != len(before) {
+		t.Fatalf("the keys after the refused create: %d (were %d), %v", len(after), len(before), err)
 	}
 }

@@ -18,6 +18,11 @@ const envSharedKeys = "NSYS_CORTEX_KUBE_API_KEYS"
 // program links: the light one hands it the command, as given, and does
 // not return when it can.
 func (a *App) keyStore(ctx context.Context, lay layout.Layout) (*apikey.Store, error) {
+	// The settings of the config file too (kube.api_keys, kube.namespace,
+	// kube.kubeconfig), which loading the configuration exports.
+	if _, err := a.loadConfig(); err != nil {
+		return nil, err
+	}
 	if os.Getenv(envSharedKeys) == "" {
 		return apikey.Open(lay), nil
 	}

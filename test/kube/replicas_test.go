@@ -194,8 +194,8 @@ func TestReplicas(t *testing.T) {
 	in(1, "token", "rm", "team")
 	for i := range replicas {
 		waittest.For(t, 10*time.Second, fmt.Sprintf("replica %d to refuse the removed key", i), func() bool {
-			_, err := as(key, i, "list")
-			return err != nil
+			out, err := as(key, i, "list")
+			return err != nil && strings.Contains(out, "bearer token is wrong")
 		})
 	}
 }

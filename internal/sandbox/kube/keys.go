@@ -95,6 +95,10 @@ func (s *SecretKeys) Change(fn func([]byte) ([]byte, error)) error {
 			if apierrors.IsAlreadyExists(err) {
 				continue // another made it first: change theirs
 			}
+			if apierrors.IsForbidden(err) {
+				return errdefs.New(errdefs.Permission, fmt.Sprintf("%s is not there, and this host may not make it: "+
+					"apply deploy/kubernetes/api-keys.yaml (the base makes it empty), or make it: %v", s.Where(), err))
+			}
 			if err != nil {
 				return explain(err, "create", "secrets", s.Namespace)
 			}
