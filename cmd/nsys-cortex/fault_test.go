@@ -146,6 +146,10 @@ func TestFullHome(t *testing.T) {
 		t.Skipf("tmpfs: %v", err)
 	}
 	t.Cleanup(func() { syscall.Unmount(c.home, syscall.MNT_DETACH) })
+	// Destroyed before the home is unmounted (cleanups run last first):
+	// the CLI's own cleanup, registered earlier, would find no neuron in
+	// the detached home, and the agent would outlive the test.
+	t.Cleanup(func() { c.run("", "destroy", "full") })
 	c.ok("create", "full")
 	c.ok("exec", "full", "sh", "-c", "echo kept > keep; head -c 8000000 /dev/zero > eight")
 	big := filepath.Join(t.TempDir(), "big")
