@@ -10,7 +10,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/nsys-cortex/cortex/internal/link"
-	"github.com/nsys-cortex/cortex/internal/podtoken"
 	"github.com/nsys-cortex/cortex/internal/protocol"
 	"github.com/nsys-cortex/cortex/internal/protocol/errdefs"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
@@ -34,12 +33,7 @@ func TestDeadline(t *testing.T) {
 	cluster.StartController(t, rc)
 	kubesim.StartBeside(t, core, ag, cfg)
 	ctx := context.Background()
-	priv, _ := podtoken.NewKey()
-	if err := kube.EnsureTrust(ctx, core, cfg, priv); err != nil {
-		t.Fatal(err)
-	}
-	m := &kube.Manager{Cluster: &kube.Cluster{Core: core, Agents: ag, Config: cfg}, Key: priv}
-	t.Cleanup(func() { m.Close() })
+	m := manager(t, core, ag, cfg)
 	exec := func(id, script string) string {
 		t.Helper()
 		c, err := m.Connect(ctx, id)
@@ -150,12 +144,8 @@ func TestConcurrentStart(t *testing.T) {
 	cfg := kube.Config{Image: "registry.example/nsys-cortex-neuron:1"}.Defaults()
 	cluster.Prepare(t, core, cfg)
 	ctx := context.Background()
-	priv, _ := podtoken.NewKey()
-	if err := kube.EnsureTrust(ctx, core, cfg, priv); err != nil {
-		t.Fatal(err)
-	}
+	cl := manager(t, core, ag, cfg).Cluster // its trust ConfigMap for kubesim's pods
 	kubesim.Start(t, core, ag, cfg)
-	cl := &kube.Cluster{Core: core, Agents: ag, Config: cfg}
 	n := kube.Neuron{ID: "twice"}
 	if err := cl.Create(ctx, n); err != nil {
 		t.Fatal(err)
