@@ -65,6 +65,8 @@ type App struct {
 	env        sandbox.Env
 	lay        layout.Layout
 	setErr     error
+	// --kube-port-forward: kube.port_forward for this process.
+	kubePortForward bool
 }
 
 // exitError carries an exit status through cobra, and a message for
@@ -125,6 +127,8 @@ Home: ~/.nsys-cortex (NSYS_CORTEX_HOME). Mode: auto (NSYS_CORTEX_MODE).`,
 		SilenceErrors: true,
 	}
 	root.PersistentFlags().StringVar(&a.apiURL, "api", "", "talk to the daemon at this URL (default: NSYS_CORTEX_API_URL, api.url; none: work locally)")
+	root.PersistentFlags().BoolVar(&a.kubePortForward, "kube-port-forward", false,
+		"kube mode, from outside the cluster: reach neurons through the API server's port-forward (kube.port_forward; for development)")
 	root.AddCommand(
 		a.createCommand(), a.listCommand(), a.statusCommand(), a.destroyCommand(),
 		a.execCommand(), a.shellCommand(), a.cpCommand(), a.psCommand(), a.logsCommand(), a.killCommand(),

@@ -275,6 +275,10 @@ func (a *App) loadConfig() (*config.Config, error) {
 	if err := cfg.Apply(); err != nil {
 		return nil, err
 	}
+	if a.kubePortForward {
+		// The flag wins over the key's file and environment.
+		os.Setenv("NSYS_CORTEX_KUBE_PORT_FORWARD", "true")
+	}
 	a.cfg = cfg
 	return cfg, nil
 }

@@ -143,6 +143,8 @@ var keys = []Key{
 		Description: "kube mode: the kubeconfig file that reaches the cluster; empty: KUBECONFIG, ~/.kube/config, or the pod's service account"},
 	{Name: "kube.namespace", Env: "NSYS_CORTEX_KUBE_NAMESPACE", Type: TypeString, Default: "nsys-cortex",
 		Description: "kube mode: the namespace that holds the neurons"},
+	{Name: "kube.port_forward", Env: "NSYS_CORTEX_KUBE_PORT_FORWARD", Type: TypeBool, Default: "false",
+		Description: "kube mode: reach the neurons' agents through the API server's port-forward instead of their pods' IPs, from a host outside the cluster (--kube-port-forward); for development (docs/kube.md)"},
 	{Name: "kube.runtime_class", Env: "NSYS_CORTEX_KUBE_RUNTIME_CLASS", Type: TypeString, Default: "",
 		Description: "kube mode: the RuntimeClass neuron pods run under (gvisor, kata); empty: the cluster's default runtime"},
 	{Name: "kube.signing_key", Env: "NSYS_CORTEX_KUBE_SIGNING_KEY", Type: TypeString, Default: "",

@@ -81,6 +81,11 @@ type Options struct {
 	// channel's heartbeat, for a peer that vanishes without closing (a
 	// node lost). See DeadDialer.
 	DeadAfter time.Duration
+	// DialConn, when set, opens a dialling link's connections to the
+	// address its addr function returns, in the TCP dialer's place: a
+	// connection carried by something else (kube mode's port-forward
+	// through the API server). DeadAfter does not apply to it.
+	DialConn func(ctx context.Context, addr string) (net.Conn, error)
 	// Activity, when set, is told of every request before it is sent and
 	// when it ends (a stream: when it finishes or is closed); a request it
 	// fails is not sent. The lifecycle uses it to resume a paused neuron
@@ -440,9 +445,16 @@ func (l *Link) dialLoop(ctx context.Context, addr func(ctx context.Context) (str
 			continue
 		}
 		o := l.options()
-		dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		nc, err := DeadDialer(o.DeadAfter).DialContext(dctx, "tcp", a)
-		cancel()
+		var nc net.Conn
+		if o.DialConn != nil {
+			dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			nc, err = o.DialConn(dctx, a)
+			cancel()
+		} else {
+			dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			nc, err = DeadDialer(o.DeadAfter).DialContext(dctx, "tcp", a)
+			cancel()
+		}
 		if err != nil {
 			failed(err)
 			continue

@@ -41,6 +41,7 @@ func TestCLI(t *testing.T) {
 	cfg := kube.Config{Image: "registry.example/nsys-cortex-neuron:1"}.Defaults()
 	cluster.Prepare(t, core, cfg)
 	kubesim.Start(t, core, ag, cfg)
+	forwarded := cluster.ServePortForward(t, core)
 	bin := buildCLI(t)
 	var env []string
 	for _, kv := range os.Environ() {
@@ -90,6 +91,19 @@ func TestCLI(t *testing.T) {
 		t.Fatalf("the home after destroy and create: %q", out)
 	}
 	run("destroy", "--wipe", "job1")
+	// From outside the cluster: the channel over the API server's
+	// port-forward, through the kubelet.
+	if n := forwarded.Load(); n != 0 {
+		t.Fatalf("%d connections forwarded before --kube-port-forward", n)
+	}
+	run("--kube-port-forward", "create", "--mode", "kube", "job2")
+	if out := run("--kube-port-forward", "exec", "job2", "--", "echo", "forwarded"); out != "forwarded\n" {
+		t.Fatalf("exec over port-forward: %q", out)
+	}
+	if n := forwarded.Load(); n < 2 {
+		t.Fatalf("%d connections went through the kubelet's port-forward, want one for the create and one for the exec", n)
+	}
+	run("--kube-port-forward", "destroy", "--wipe", "job2")
 	ctx := context.Background()
 	if sbs, err := ag.AgentsV1beta1().Sandboxes(cfg.Namespace).List(ctx, metav1.ListOptions{}); err != nil || len(sbs.Items) != 0 {
 		t.Fatalf("after destroy --wipe: %v %v", sbs, err)

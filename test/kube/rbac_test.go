@@ -16,6 +16,8 @@ import (
 	"k8s.io/client-go/rest"
 	agents "sigs.k8s.io/agent-sandbox/clients/k8s/clientset/versioned"
 
+	"github.com/nsys-cortex/cortex/internal/layout"
+	"github.com/nsys-cortex/cortex/internal/sandbox"
 	"github.com/nsys-cortex/cortex/internal/sandbox/kube"
 	"github.com/nsys-cortex/cortex/internal/sandbox/kube/kubesim"
 	"github.com/nsys-cortex/cortex/internal/waittest"
@@ -53,6 +55,32 @@ func deployedRole(t *testing.T, sandboxes bool) {
 	kubesim.RunManagerAs(t, admin, ag, hosts, cfg)
 	if !sandboxes {
 		return
+	}
+
+	// kube.port_forward needs what the Role does not grant (it is for a
+	// person's identity, outside the cluster): doctor says so.
+	forwarding := func(rc *rest.Config) sandbox.CheckItem {
+		t.Setenv("NSYS_CORTEX_KUBE_IMAGE", cfg.Image)
+		t.Setenv("NSYS_CORTEX_KUBE_NAMESPACE", cfg.Namespace)
+		t.Setenv("NSYS_CORTEX_KUBE_PORT_FORWARD", "true")
+		t.Setenv("NSYS_CORTEX_KUBE_KUBECONFIG", writeKubeconfig(t, rc))
+		c := kube.SelfCheck(context.Background(), sandbox.Env{Layout: layout.Layout{Home: t.TempDir()}})
+		for _, it := range c.Items {
+			if it.Name == "port-forward (kube.port_forward)" {
+				if !it.OK && !strings.Contains(c.Summary, "pods/portforward") {
+					t.Errorf("doctor's summary does not name the refused port-forward: %q", c.Summary)
+				}
+				return it
+			}
+		}
+		t.Fatalf("doctor with kube.port_forward has no port-forward check: %+v", c.Items)
+		return sandbox.CheckItem{}
+	}
+	if it := forwarding(hostCfg); it.OK || !strings.Contains(it.Detail, "may not create pods/portforward in namespace nsys-cortex") {
+		t.Errorf("doctor as the deployed host, with kube.port_forward: %+v", it)
+	}
+	if it := forwarding(rc); !it.OK {
+		t.Errorf("doctor as the administrator, with kube.port_forward: %+v", it)
 	}
 
 	// The shared API keys: the base's Secret, read and rewritten by the

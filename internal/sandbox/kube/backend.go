@@ -13,11 +13,13 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	authzv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	nodev1 "k8s.io/api/node/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -45,6 +47,7 @@ const (
 	EnvHomeSize     = "NSYS_CORTEX_KUBE_HOME_SIZE"
 	EnvKubeconfig   = "NSYS_CORTEX_KUBE_KUBECONFIG"
 	EnvSigningKey   = "NSYS_CORTEX_KUBE_SIGNING_KEY"
+	EnvPortForward  = "NSYS_CORTEX_KUBE_PORT_FORWARD"
 )
 
 // NotConfigured is why kube mode cannot run when EnvImage is not set.
@@ -61,6 +64,9 @@ type Settings struct {
 	// (PKCS#8 PEM); made, mode 0600, when missing. Every host that drives
 	// the same namespace must use the same key.
 	SigningKey string
+	// PortForward reaches the agents through the API server's
+	// port-forward, for a host outside the cluster (see Forwarder).
+	PortForward bool
 }
 
 // SettingsFromEnv reads kube mode's settings (see the Env constants);
@@ -85,6 +91,13 @@ func SettingsFromEnv(home string) (Settings, error) {
 			return s, &sandbox.InvalidError{Reason: fmt.Sprintf("%s (kube.home_size): %v", EnvHomeSize, err)}
 		}
 		s.Config.HomeSize = *resource.NewQuantity(n, resource.BinarySI)
+	}
+	if v := os.Getenv(EnvPortForward); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return s, &sandbox.InvalidError{Reason: fmt.Sprintf("%s (kube.port_forward) %q: want true or false", EnvPortForward, v)}
+		}
+		s.PortForward = b
 	}
 	if s.SigningKey == "" {
 		s.SigningKey = filepath.Join(home, "kube", "signing.key")
@@ -334,7 +347,13 @@ func NewFromSettings(ctx context.Context, home string) (*Manager, error) {
 	if err := EnsureTrust(ctx, cl.Core, s.Config, key); err != nil {
 		return nil, err
 	}
-	return &Manager{Cluster: cl, Key: key}, nil
+	m := &Manager{Cluster: cl, Key: key}
+	if s.PortForward {
+		if m.Forward, err = NewForwarder(rc); err != nil {
+			return nil, &sandbox.UnavailableError{Mode: Mode, Reason: err.Error()}
+		}
+	}
+	return m, nil
 }
 
 // NewCluster makes the clients of the cluster rc reaches, and finds
@@ -451,8 +470,17 @@ func SelfCheck(ctx context.Context, env sandbox.Env) sandbox.Check {
 	if shared {
 		c.Items = append(c.Items, keys)
 	}
+	fwd := sandbox.CheckItem{OK: true}
+	if s.PortForward {
+		fwd = portForwardAllowed(ctx, cl, s.Config.Namespace)
+		c.Items = append(c.Items, fwd)
+	}
 	if !adm.OK {
 		c.Summary = adm.Detail
+		return c
+	}
+	if !fwd.OK {
+		c.Summary = fwd.Detail
 		return c
 	}
 	if shared && !keys.OK {
@@ -465,6 +493,27 @@ func SelfCheck(ctx context.Context, env sandbox.Env) sandbox.Check {
 	}
 	c.OK, c.Summary = true, "ready ("+rc.Host+")"
 	return c
+}
+
+// portForwardAllowed asks the API server whether this identity may
+// open port-forwards to the namespace's pods (create pods/portforward,
+// what kubectl port-forward needs), which kube.port_forward carries
+// every channel over.
+func portForwardAllowed(ctx context.Context, cl *Cluster, namespace string) sandbox.CheckItem {
+	it := sandbox.CheckItem{Name: "port-forward (kube.port_forward)"}
+	r, err := cl.Core.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authzv1.SelfSubjectAccessReview{
+		Spec: authzv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authzv1.ResourceAttributes{
+			Namespace: namespace, Verb: "create", Resource: "pods", Subresource: "portforward"}},
+	}, metav1.CreateOptions{})
+	switch {
+	case err != nil:
+		it.Detail = fmt.Sprintf("asking whether this identity may create pods/portforward in %s: %v", namespace, err)
+	case !r.Status.Allowed:
+		it.Detail = fmt.Sprintf("this identity may not create pods/portforward in namespace %s, which every channel goes through with kube.port_forward: grant it (kubectl port-forward's right), or reach the pods' IPs from inside the cluster", namespace)
+	default:
+		it.OK, it.Detail = true, "allowed: the channel goes through the API server and the pod's kubelet (for development; docs/kube.md)"
+	}
+	return it
 }
 
 // sharedKeys checks the Secret of the API keys the replicas share, when

@@ -57,6 +57,10 @@ type Manager struct {
 	// Address is where a pod's agent listens (default: the pod's IP and
 	// the agent port); a simulated kubelet's tests set their own.
 	Address func(pod *corev1.Pod) (string, error)
+	// Forward, when set, carries the links to the agents over the API
+	// server's port-forward instead of to the pods' IPs (a host outside
+	// the cluster: kube.port_forward). Address is not used then.
+	Forward *Forwarder
 	// Layout is the host's home: a wipe removes what this host keeps of
 	// the neuron there (its terminals' writer locks). Empty: nothing.
 	Layout layout.Layout
@@ -283,6 +287,9 @@ func (m *Manager) unboundHome(id string) string {
 // kept).
 func (m *Manager) dialer(id string, pod *corev1.Pod, gone func()) func(context.Context) (string, error) {
 	addr := m.Address
+	if m.Forward != nil {
+		addr = func(p *corev1.Pod) (string, error) { return forwardAddress(p), nil }
+	}
 	if addr == nil {
 		port := m.Cluster.Config.Defaults().AgentPort
 		addr = func(p *corev1.Pod) (string, error) {
@@ -334,10 +341,14 @@ func (m *Manager) connect(ctx context.Context, id string, pod *corev1.Pod) (*san
 		}
 	}
 	dial := m.dialer(id, pod, gone)
-	l := link.Dial(dial, link.Options{
+	o := link.Options{
 		Neuron: id, Software: "nsys-cortex", DeadAfter: deadAfter,
 		TokenFunc: func() (string, error) { return podtoken.Sign(m.Key, self, tokenLife, time.Now()) },
-	})
+	}
+	if m.Forward != nil {
+		o.DialConn = m.dialForwarded
+	}
+	l := link.Dial(dial, o)
 	if _, err := l.WaitConnected(ctx); err != nil {
 		l.Close()
 		return nil, errdefs.New(errdefs.Unavailable, fmt.Sprintf("neuron %s's agent at pod %s/%s: %v", id, pod.Namespace, pod.Name, errors.Join(err, l.DialError())))

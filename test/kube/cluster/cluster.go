@@ -209,7 +209,8 @@ func WriteKubeconfig(cfg *rest.Config, path string) error {
 	kc := clientcmdapi.NewConfig()
 	kc.Clusters["cortex-dev"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData, CertificateAuthority: cfg.CAFile, TLSServerName: cfg.ServerName}
 	kc.AuthInfos["cortex-dev"] = &clientcmdapi.AuthInfo{Token: cfg.BearerToken, ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData,
-		ClientCertificate: cfg.CertFile, ClientKey: cfg.KeyFile}
+		ClientCertificate: cfg.CertFile, ClientKey: cfg.KeyFile,
+		Impersonate: cfg.Impersonate.UserName, ImpersonateGroups: cfg.Impersonate.Groups}
 	kc.Contexts["cortex-dev"] = &clientcmdapi.Context{Cluster: "cortex-dev", AuthInfo: "cortex-dev"}
 	kc.CurrentContext = "cortex-dev"
 	return clientcmd.WriteToFile(*kc, path)

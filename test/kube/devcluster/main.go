@@ -77,6 +77,8 @@ func main() {
 		cluster.StartController(r, rc)
 		kubesim.StartBeside(r, core, cluster.Agents(rc), cfg)
 	}
+	// A kubelet's port-forward, for --kube-port-forward.
+	cluster.ServePortForward(r, core)
 	// Written whole, then renamed: whoever waits for the file reads a
 	// complete one.
 	tmp := path + ".tmp"
@@ -96,6 +98,8 @@ Neurons here are no boundary: their commands run as you, on this machine.
 Try:
   export KUBECONFIG=%s NSYS_CORTEX_KUBE_IMAGE=devcluster NSYS_CORTEX_KUBE_NAMESPACE=%s
   nsys-cortex create --mode kube n1 && nsys-cortex exec n1 -- uname -a
+As from outside a real cluster (the channel through the API server):
+  nsys-cortex --kube-port-forward exec n1 -- uname -a
 Interrupt to stop (everything it made goes with it).
 `, objects, cfg.Namespace, path, cfg.Namespace)
 	select {}

@@ -30,19 +30,22 @@ import (
 // run fails naming why, and leaves nothing; what the mode cannot give is
 // refused by name.
 func RunManager(t *testing.T, core kubernetes.Interface, ag agents.Interface, cfg kube.Config) {
-	runManager(t, core, ag, Hosts{core, ag}, cfg, Start, false)
+	runManager(t, core, ag, Hosts{Core: core, Agents: ag}, cfg, Start, false)
 }
 
 // RunManagerBeside is RunManager's scenario beside agent-sandbox's own
 // controller, which the caller runs (StartBeside).
 func RunManagerBeside(t *testing.T, core kubernetes.Interface, ag agents.Interface, cfg kube.Config) {
-	runManager(t, core, ag, Hosts{core, ag}, cfg, StartBeside, true)
+	runManager(t, core, ag, Hosts{Core: core, Agents: ag}, cfg, StartBeside, true)
 }
 
 // Hosts are the clients the scenario's hosts (kube.Managers) use.
 type Hosts struct {
 	Core   kubernetes.Interface
 	Agents agents.Interface // nil: the pods path
+	// Forward, when set, carries the hosts' links over the API server's
+	// port-forward (kube.Manager.Forward).
+	Forward *kube.Forwarder
 }
 
 // RunManagerAs is RunManager's scenario with its hosts reaching the
@@ -67,7 +70,7 @@ func runManager(t *testing.T, core kubernetes.Interface, ag agents.Interface, ho
 	}
 	kl := start(t, core, ag, cfg, "bad")
 	// The default address: the pod's IP and the agent port.
-	m := &kube.Manager{Cluster: cl, Key: priv}
+	m := &kube.Manager{Cluster: cl, Key: priv, Forward: hosts.Forward}
 	t.Cleanup(func() { m.Close() })
 	st, err := m.Create(ctx, "a", sandbox.CreateOptions{Labels: map[string]string{"team": "a"}, Env: []string{"FOO=bar"}, BootTimeout: 20 * time.Second})
 	if err != nil {
@@ -109,7 +112,7 @@ func runManager(t *testing.T, core kubernetes.Interface, ag agents.Interface, ho
 		t.Fatal(err)
 	}
 	// Another host: nothing in common with the first but the cluster.
-	m2 := &kube.Manager{Cluster: &kube.Cluster{Core: hosts.Core, Agents: cl.Agents, Config: cfg}, Key: priv}
+	m2 := &kube.Manager{Cluster: &kube.Cluster{Core: hosts.Core, Agents: cl.Agents, Config: cfg}, Key: priv, Forward: hosts.Forward}
 	t.Cleanup(func() { m2.Close() })
 	c2, err := m2.Connect(ctx, "a")
 	if err != nil {
