@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"slices"
+	"strconv"
 	"sync"
 
 	"github.com/spf13/cobra"
@@ -65,8 +66,23 @@ type App struct {
 	env        sandbox.Env
 	lay        layout.Layout
 	setErr     error
-	// --kube-port-forward: kube.port_forward for this process.
-	kubePortForward bool
+	// --kube-port-forward: kube.port_forward for this process, when
+	// given.
+	kubePortForward optBool
+}
+
+// optBool is a boolean flag that knows whether it was given.
+type optBool struct{ set, val bool }
+
+func (o *optBool) String() string { return strconv.FormatBool(o.val) }
+func (o *optBool) Type() string   { return "bool" }
+func (o *optBool) Set(s string) error {
+	b, err := strconv.ParseBool(s)
+	if err != nil {
+		return err
+	}
+	o.set, o.val = true, b
+	return nil
 }
 
 // exitError carries an exit status through cobra, and a message for
@@ -127,8 +143,8 @@ Home: ~/.nsys-cortex (NSYS_CORTEX_HOME). Mode: auto (NSYS_CORTEX_MODE).`,
 		SilenceErrors: true,
 	}
 	root.PersistentFlags().StringVar(&a.apiURL, "api", "", "talk to the daemon at this URL (default: NSYS_CORTEX_API_URL, api.url; none: work locally)")
-	root.PersistentFlags().BoolVar(&a.kubePortForward, "kube-port-forward", false,
-		"kube mode, from outside the cluster: reach neurons through the API server's port-forward (kube.port_forward; for development)")
+	root.PersistentFlags().VarPF(&a.kubePortForward, "kube-port-forward", "",
+		"kube mode, from outside the cluster: reach neurons through the API server's port-forward (kube.port_forward; for development)").NoOptDefVal = "true"
 	root.AddCommand(
 		a.createCommand(), a.listCommand(), a.statusCommand(), a.destroyCommand(),
 		a.execCommand(), a.shellCommand(), a.cpCommand(), a.psCommand(), a.logsCommand(), a.killCommand(),

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -275,9 +276,9 @@ func (a *App) loadConfig() (*config.Config, error) {
 	if err := cfg.Apply(); err != nil {
 		return nil, err
 	}
-	if a.kubePortForward {
-		// The flag wins over the key's file and environment.
-		os.Setenv("NSYS_CORTEX_KUBE_PORT_FORWARD", "true")
+	if a.kubePortForward.set {
+		// The flag, given, wins over the key's file and environment.
+		os.Setenv("NSYS_CORTEX_KUBE_PORT_FORWARD", strconv.FormatBool(a.kubePortForward.val))
 	}
 	a.cfg = cfg
 	return cfg, nil
