@@ -132,17 +132,23 @@ func BenchmarkIdleNeurons(b *testing.B) {
 		time.Sleep(10 * time.Second)
 		var pss int64
 		cpu0 := time.Duration(0)
-		for _, pid := range pids {
+		per0 := make([]time.Duration, len(pids))
+		for j, pid := range pids {
 			pss += sandboxtest.MemOf("Pss:", sandboxtest.ProcessTree(pid)...)
 			c, _ := sandboxtest.TreeCPU(pid)
 			cpu0 += c
+			per0[j] = c
 		}
 		after := sandboxtest.MemUsed()
 		time.Sleep(5 * time.Second) // the idle window the CPU is measured over
 		cpu1 := time.Duration(0)
-		for _, pid := range pids {
+		busy := 0 // neurons that used any CPU in the window
+		for j, pid := range pids {
 			c, _ := sandboxtest.TreeCPU(pid)
 			cpu1 += c
+			if c > per0[j] {
+				busy++
+			}
 		}
 		// Another host process's new connection to each.
 		other := nsbox.New(env)
@@ -166,7 +172,13 @@ func BenchmarkIdleNeurons(b *testing.B) {
 		b.ReportMetric(ms(sandboxtest.Percentile(first, 0.5)), "create-to-exec-p50-ms")
 		b.ReportMetric(ms(sandboxtest.Percentile(first, 0.99)), "create-to-exec-p99-ms")
 		b.ReportMetric(float64(sandboxtest.Percentile(first, 0.99))/float64(sandboxtest.Percentile(first, 0.5)), "create-to-exec-p99/p50")
+		// Whether creates slow down as neurons accumulate: the p50 of the
+		// first and of the last tenth.
+		tenth := max(1, count/10)
+		b.ReportMetric(ms(sandboxtest.Percentile(first[:tenth], 0.5)), "first-tenth-p50-ms")
+		b.ReportMetric(ms(sandboxtest.Percentile(first[count-tenth:], 0.5)), "last-tenth-p50-ms")
 		b.ReportMetric(ms(cpu1-cpu0), "all-neurons-cpu-ms-in-5s")
+		b.ReportMetric(float64(busy), "neurons-busy-in-5s")
 		b.ReportMetric(ms(sandboxtest.Percentile(fresh, 0.5)), "new-conn-exec-p50-ms")
 		b.ReportMetric(ms(sandboxtest.Percentile(fresh, 0.99)), "new-conn-exec-p99-ms")
 		m.Close()
