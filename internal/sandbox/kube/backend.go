@@ -25,6 +25,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -364,7 +365,12 @@ func NewCluster(ctx context.Context, rc *rest.Config, cfg Config) (*Cluster, err
 	if rc.Timeout == 0 {
 		rc.Timeout = 30 * time.Second
 	}
-	core, err := kubernetes.NewForConfig(rc)
+	// The built-in kinds in protobuf, as the cluster's own controllers
+	// ask for them: a list of 1000 pods decodes several times faster.
+	crc := rest.CopyConfig(rc)
+	crc.ContentType = runtime.ContentTypeProtobuf
+	crc.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
+	core, err := kubernetes.NewForConfig(crc)
 	if err != nil {
 		return nil, &sandbox.UnavailableError{Mode: Mode, Reason: err.Error()}
 	}

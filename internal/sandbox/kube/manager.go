@@ -500,21 +500,47 @@ func (m *Manager) Get(ctx context.Context, id string) (*sandbox.State, error) {
 	return stateOf(id, pod, o), nil
 }
 
-// List is every neuron of the namespace this mode made.
+// List is every neuron of the namespace this mode made. The pods and
+// the Sandboxes (or, without them, the home claims) are asked for at
+// once, from the API server: what it answers is what any host would see.
 func (m *Manager) List(ctx context.Context) ([]*sandbox.State, error) {
 	cfg := m.Cluster.Config.Defaults()
 	sel := metav1.ListOptions{LabelSelector: LabelManaged + "=" + managedBy}
-	pods, err := m.Cluster.Core.CoreV1().Pods(cfg.Namespace).List(ctx, sel)
-	if err != nil {
-		return nil, explain(err, "list", "pods", cfg.Namespace)
-	}
-	// A pod's Sandbox, for its deadline and whether it is suspended.
-	var sbs *sbv1.SandboxList
-	byName := map[string]*sbv1.Sandbox{}
-	if m.Cluster.Agents != nil {
-		if sbs, err = m.Cluster.Agents.AgentsV1beta1().Sandboxes(cfg.Namespace).List(ctx, sel); err != nil {
-			return nil, explain(err, "list", "sandboxes.agents.x-k8s.io", cfg.Namespace)
+	var (
+		pods             *corev1.PodList
+		sbs              *sbv1.SandboxList
+		claims           *corev1.PersistentVolumeClaimList
+		podErr, otherErr error
+		wg               sync.WaitGroup
+	)
+	wg.Go(func() {
+		var err error
+		if pods, err = m.Cluster.Core.CoreV1().Pods(cfg.Namespace).List(ctx, sel); err != nil {
+			podErr = explain(err, "list", "pods", cfg.Namespace)
 		}
+	})
+	if m.Cluster.Agents != nil {
+		// A pod's Sandbox, for its deadline and whether it is suspended.
+		var err error
+		if sbs, err = m.Cluster.Agents.AgentsV1beta1().Sandboxes(cfg.Namespace).List(ctx, sel); err != nil {
+			otherErr = explain(err, "list", "sandboxes.agents.x-k8s.io", cfg.Namespace)
+		}
+	} else {
+		// The pod path: a home without a pod is a stopped neuron.
+		var err error
+		if claims, err = m.Cluster.Core.CoreV1().PersistentVolumeClaims(cfg.Namespace).List(ctx, sel); err != nil {
+			otherErr = explain(err, "list", "persistentvolumeclaims", cfg.Namespace)
+		}
+	}
+	wg.Wait()
+	if podErr != nil {
+		return nil, podErr
+	}
+	if otherErr != nil {
+		return nil, otherErr
+	}
+	byName := map[string]*sbv1.Sandbox{}
+	if sbs != nil {
 		for i := range sbs.Items {
 			byName[sbs.Items[i].Name] = &sbs.Items[i]
 		}
@@ -530,7 +556,7 @@ func (m *Manager) List(ctx context.Context) ([]*sandbox.State, error) {
 		seen[id] = true
 		out = append(out, stateOf(id, p, Observe(byName[p.Name], p, true, false)))
 	}
-	if m.Cluster.Agents != nil {
+	if sbs != nil {
 		for i := range sbs.Items {
 			sb := &sbs.Items[i]
 			id := sb.Labels[LabelID]
@@ -544,15 +570,10 @@ func (m *Manager) List(ctx context.Context) ([]*sandbox.State, error) {
 		}
 		return out, nil
 	}
-	// The pod path: a home without a pod is a stopped neuron (a home
-	// being deleted is a wipe's, no neuron's).
-	claims, err := m.Cluster.Core.CoreV1().PersistentVolumeClaims(cfg.Namespace).List(ctx, sel)
-	if err != nil {
-		return nil, explain(err, "list", "persistentvolumeclaims", cfg.Namespace)
-	}
 	for i := range claims.Items {
 		c := &claims.Items[i]
 		id := c.Labels[LabelID]
+		// A home being deleted is a wipe's, no neuron's.
 		if id == "" || seen[id] || c.DeletionTimestamp != nil || CheckID(id) != nil {
 			continue
 		}
