@@ -184,3 +184,26 @@ func TestConfigList(t *testing.T) {
 		t.Fatalf("list with a broken file: %v", err)
 	}
 }
+
+// --kube-port-forward with --api says that the daemon's configuration,
+// not the flag, decides how it reaches its pods; without the flag, or
+// working locally, nothing is said.
+func TestKubePortForwardWithAPI(t *testing.T) {
+	configEnv(t)
+	for _, c := range []struct {
+		url  string
+		flag bool
+		warn bool
+	}{{"http://127.0.0.1:1", true, true}, {"http://127.0.0.1:1", false, false}, {"", true, false}} {
+		var stderr bytes.Buffer
+		a := &App{Stderr: &stderr, apiURL: c.url, kubePortForward: optBool{set: c.flag, val: true}}
+		api, err := a.apiClient()
+		if err != nil || (api != nil) != (c.url != "") {
+			t.Fatalf("%+v: %v, %v", c, api, err)
+		}
+		said := strings.Contains(stderr.String(), "--kube-port-forward does nothing for the daemon at "+c.url)
+		if said != c.warn {
+			t.Errorf("%+v: stderr %q", c, stderr.String())
+		}
+	}
+}

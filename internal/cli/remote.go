@@ -77,6 +77,11 @@ func (a *App) apiClient() (*cortex.Client, error) {
 	if err != nil {
 		return nil, err
 	}
+	if a.kubePortForward.set {
+		// The daemon's neurons are the daemon's: its own configuration
+		// says how it reaches their pods.
+		fmt.Fprintf(a.Stderr, "nsys-cortex: --kube-port-forward does nothing for the daemon at %s: set kube.port_forward where it runs\n", url)
+	}
 	a.api = c
 	return c, nil
 }
