@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -231,6 +232,49 @@ func TestServeAuth(t *testing.T) {
 	// The token is never in the daemon's log.
 	if out := c.ok("logs"); strings.Contains(out, "tok-123") {
 		t.Fatal("the token is in the log")
+	}
+}
+
+// With log.console the daemon's audit facts come on its stderr too (a
+// container's: what its cluster keeps), each the line audit.log holds;
+// without it they do not.
+func TestServeAuditOnStderr(t *testing.T) {
+	c := newCLI(t, "process")
+	for _, console := range []bool{true, false} {
+		url, stop := c.serve(t, "NSYS_CORTEX_LOG_CONSOLE="+strconv.FormatBool(console))
+		id := "audit-" + strconv.FormatBool(console)
+		c.ok("--api", url, "create", id)
+		c.ok("--api", url, "exec", id, "--", "true")
+		c.ok("--api", url, "destroy", "--wipe", id)
+		stderr, _ := stop()
+		var facts []string
+		for _, l := range strings.Split(stderr, "\n") {
+			if strings.HasPrefix(l, "{") && strings.Contains(l, `"neuron":"`+id+`"`) {
+				facts = append(facts, l)
+			}
+		}
+		file, err := os.ReadFile(filepath.Join(c.home, "logs", "audit.log"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !console {
+			if len(facts) != 0 {
+				t.Errorf("without log.console, facts on stderr: %q", facts)
+			}
+			continue
+		}
+		if len(facts) < 2 {
+			t.Fatalf("the exec's and the destroy's facts on stderr: %q\n%s", facts, stderr)
+		}
+		for _, f := range facts {
+			var fact map[string]any
+			if err := json.Unmarshal([]byte(f), &fact); err != nil || fact["event"] != "gate" {
+				t.Errorf("a fact on stderr: %q, %v", f, err)
+			}
+			if !strings.Contains(string(file), f+"\n") {
+				t.Errorf("a fact on stderr that audit.log does not hold: %q", f)
+			}
+		}
 	}
 }
 

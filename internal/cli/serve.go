@@ -147,11 +147,15 @@ token create --e2b NAME (docs/e2b.md).`,
 				return err
 			}
 			defer warm.Close()
+			audit := launch.NewAudit(filepath.Join(lay.LogsDir(), "audit.log"))
+			if lopts.Console != nil {
+				audit.Mirror = a.Stderr // the facts in the log a cluster keeps
+			}
 			srv := api.New(api.Options{Set: set, Version: a.Version, Token: token, Pools: warm,
 				MaxUpload: cfg.Bytes("api.max_upload"), Log: logger.For("api"), TermLocks: lay.TerminalLocksDir(),
 				Chat: chat, Images: splitList(cfg.String("api.images")), Domain: cfg.String("api.domain"), URLKey: urlKey,
 				E2B: e2b, Keys: keys, KeyLimits: api.KeyLimits{Rate: float64(cfg.Int("api.key_rate")), Neurons: cfg.Int("api.key_neurons")},
-				Gate: &gate.Gate{Audit: launch.NewAudit(filepath.Join(lay.LogsDir(), "audit.log")), Layout: lay}})
+				Gate: &gate.Gate{Audit: audit, Layout: lay}})
 			defer keys.Flush()
 			log := logger.For("serve")
 			// The home's keeper runs in the daemon for as long as it serves.

@@ -160,7 +160,7 @@ var keys = []Key{
 	{Name: "llm.provider", Env: "NSYS_CORTEX_PROVIDER", Type: TypeString, Default: "",
 		Description: "provider nsys-cortex chat uses: anthropic, openai, gemini, ollama, vllm, lmstudio, sglang, grok, mistral"},
 	{Name: "log.console", Env: "NSYS_CORTEX_LOG_CONSOLE", Type: TypeBool, Default: "false",
-		Description: "also write the daemon's log to stderr"},
+		Description: "also write the daemon's log, and its audit facts (JSON lines), to stderr: in a container, to the logs its cluster keeps"},
 	{Name: "log.level", Env: "NSYS_CORTEX_LOG_LEVEL", Type: TypeString, Default: "info",
 		Description: "log levels: LEVEL[,component=LEVEL...], e.g. info,api=debug",
 		form:        "LEVEL[,component=LEVEL...] with levels " + strings.Join(levelNames, ", "), check: checkLevelSpec},

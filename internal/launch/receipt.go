@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/user"
 	"path/filepath"
@@ -186,6 +187,10 @@ func Receipts(dir string) ([]*Receipt, error) {
 type Audit struct {
 	mu   sync.Mutex
 	path string
+	// Mirror, when set, also gets each fact's line (the daemon's stderr
+	// with log.console: in a cluster, its logs keep the facts that a
+	// replica's own home loses with the replica).
+	Mirror io.Writer
 }
 
 // NewAudit returns the audit log at path.
@@ -201,8 +206,12 @@ func (a *Audit) Record(event string, fields map[string]any) error {
 	if err != nil {
 		return err
 	}
+	line := append(b, '\n')
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if a.Mirror != nil {
+		a.Mirror.Write(line) // one write: the line whole; and whether or not the file can be written
+	}
 	if err := os.MkdirAll(filepath.Dir(a.path), 0o700); err != nil {
 		return err
 	}
@@ -210,7 +219,7 @@ func (a *Audit) Record(event string, fields map[string]any) error {
 	if err != nil {
 		return err
 	}
-	if _, err := f.Write(append(b, '\n')); err != nil {
+	if _, err := f.Write(line); err != nil {
 		f.Close()
 		return err
 	}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -230,6 +231,9 @@ func TestDeployManifests(t *testing.T) {
 	}
 	if env[EnvAPIKeys].Value != apiKeysSecret {
 		t.Errorf("the host's API keys: %s=%q, want the base's Secret %s", EnvAPIKeys, env[EnvAPIKeys].Value, apiKeysSecret)
+	}
+	if v, err := strconv.ParseBool(env["NSYS_CORTEX_LOG_CONSOLE"].Value); err != nil || !v {
+		t.Errorf("the host's log and audit facts do not go to the cluster's logs: NSYS_CORTEX_LOG_CONSOLE=%q", env["NSYS_CORTEX_LOG_CONSOLE"].Value)
 	}
 	key := env[EnvSigningKey].Value
 	mounted := false
