@@ -149,7 +149,8 @@ token create --e2b NAME (docs/e2b.md).`,
 			defer warm.Close()
 			audit := launch.NewAudit(filepath.Join(lay.LogsDir(), "audit.log"))
 			if lopts.Console != nil {
-				audit.Mirror = a.Stderr // the facts in the log a cluster keeps
+				audit.MirrorTo(a.Stderr) // the facts in the log a cluster keeps
+				defer audit.Close()
 			}
 			srv := api.New(api.Options{Set: set, Version: a.Version, Token: token, Pools: warm,
 				MaxUpload: cfg.Bytes("api.max_upload"), Log: logger.For("api"), TermLocks: lay.TerminalLocksDir(),

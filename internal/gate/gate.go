@@ -29,6 +29,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/nsys-cortex/cortex/internal/labels"
 	"github.com/nsys-cortex/cortex/internal/layout"
@@ -324,17 +325,36 @@ func (g *Gate) record(r *Request, d policy.Decision) {
 	if g.Audit == nil || !g.AuditReads && d.Effect == policy.Allow && (r.Action == Read || r.Action == SnapshotRead) && r.Principal.Kind != Neuron {
 		return
 	}
-	f := map[string]any{"principal": r.Principal.String(), "action": string(r.Action), "effect": string(d.Effect), "rule": d.Rule}
+	// Bounded: a neuron id comes from a request's path before it is
+	// checked, and one fact must not fill the log (or a cluster's copy).
+	f := map[string]any{"principal": clip(r.Principal.String(), clipShort), "action": clip(string(r.Action), clipShort),
+		"effect": string(d.Effect), "rule": d.Rule}
 	if r.Neuron != "" {
-		f["neuron"] = r.Neuron
+		f["neuron"] = clip(r.Neuron, clipShort)
 	}
 	if r.Detail != "" {
-		f["detail"] = r.Detail
+		f["detail"] = clip(r.Detail, clipShort)
 	}
 	if d.Effect != policy.Allow && d.Reason != "" {
-		f["reason"] = d.Reason
+		f["reason"] = clip(d.Reason, clipLong)
 	}
 	_ = g.Audit.Record("gate", f) // an audit log that cannot be written does not stop the host
+}
+
+// The most bytes of a field an audit fact keeps.
+const clipShort, clipLong = 256, 2048
+
+// clip cuts s to at most n bytes (on a character boundary), saying how
+// long it was.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := n
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%s... (%d bytes)", s[:cut], len(s))
 }
 
 // RuleHidden is the rule of a decision that denies a key a neuron it

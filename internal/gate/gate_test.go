@@ -4,7 +4,9 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/nsys-cortex/cortex/internal/layout"
 	"github.com/nsys-cortex/cortex/internal/policy"
@@ -78,5 +80,27 @@ func TestGate(t *testing.T) {
 		if f["principal"] == nil || f["action"] == nil || f["effect"] == nil {
 			t.Errorf("fact %v lacks a field", f)
 		}
+	}
+}
+
+// A fact keeps at most clipShort bytes of a neuron id or a detail (ids
+// come from request paths before they are checked), cut on a character
+// boundary and saying how long the value was.
+func TestFactsBounded(t *testing.T) {
+	var log facts
+	g := &Gate{Audit: &log}
+	long := strings.Repeat("é", 100_000) // 200,000 bytes, two a character
+	g.Check(context.Background(), &Request{Principal: Principal{Kind: APIClient, Name: "k"}, Neuron: "x" + long, Action: Destroy, Detail: long}, nil)
+	if len(log) != 1 {
+		t.Fatalf("%d facts", len(log))
+	}
+	for _, k := range []string{"neuron", "detail"} {
+		v, _ := log[0][k].(string)
+		if len(v) > clipShort+32 || !utf8.ValidString(v) || !strings.HasSuffix(v, "... (200001 bytes)") && !strings.HasSuffix(v, "... (200000 bytes)") {
+			t.Errorf("%s: %d bytes, %q...", k, len(v), v[:min(len(v), 40)])
+		}
+	}
+	if v := log[0]["principal"]; v != "api:k" {
+		t.Errorf("a short value was changed: %q", v)
 	}
 }

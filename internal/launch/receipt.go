@@ -5,7 +5,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"io"
 	"os"
 	"os/user"
 	"path/filepath"
@@ -13,7 +12,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/nsys-cortex/cortex/internal/layout"
@@ -180,48 +178,4 @@ func Receipts(dir string) ([]*Receipt, error) {
 		return out[i].ID < out[j].ID
 	})
 	return out, nil
-}
-
-// Audit appends one fact to the audit log: a JSON line, written with
-// O_APPEND so lines of concurrent writers never mix.
-type Audit struct {
-	mu   sync.Mutex
-	path string
-	// Mirror, when set, also gets each fact's line (the daemon's stderr
-	// with log.console: in a cluster, its logs keep the facts that a
-	// replica's own home loses with the replica).
-	Mirror io.Writer
-}
-
-// NewAudit returns the audit log at path.
-func NewAudit(path string) *Audit { return &Audit{path: path} }
-
-// Record appends event with its fields.
-func (a *Audit) Record(event string, fields map[string]any) error {
-	rec := map[string]any{"time": time.Now().UTC().Format(time.RFC3339Nano), "event": event}
-	for k, v := range fields {
-		rec[k] = v
-	}
-	b, err := json.Marshal(rec)
-	if err != nil {
-		return err
-	}
-	line := append(b, '\n')
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.Mirror != nil {
-		a.Mirror.Write(line) // one write: the line whole; and whether or not the file can be written
-	}
-	if err := os.MkdirAll(filepath.Dir(a.path), 0o700); err != nil {
-		return err
-	}
-	f, err := os.OpenFile(a.path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(line); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
 }
