@@ -8,33 +8,16 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/nsys-cortex/cortex/internal/waittest"
 )
-
-// syncBuffer is a bytes.Buffer for one writer and one reader.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // A mirror gets each fact's line as the file does, and gets it when the
 // file cannot be written too.
 func TestAuditMirror(t *testing.T) {
-	var mirror syncBuffer
+	var mirror, bMirror bytes.Buffer // read once their writers are done
 	path := filepath.Join(t.TempDir(), "logs", "audit.log")
 	a := NewAudit(path)
 	a.MirrorTo(&mirror)
@@ -44,14 +27,16 @@ func TestAuditMirror(t *testing.T) {
 	// A file that cannot be made (its directory is a file).
 	blocked := filepath.Join(t.TempDir(), "f")
 	os.WriteFile(blocked, nil, 0o600)
-	var bMirror syncBuffer
 	b := NewAudit(filepath.Join(blocked, "audit.log"))
 	b.MirrorTo(&bMirror)
 	if err := b.Record("gate", map[string]any{"action": "mkdir"}); err == nil {
 		t.Fatal("a file under a file was written")
 	}
+	ma, mb := a.mirror, b.mirror
 	a.Close()
 	b.Close()
+	waittest.Recv(t, 30*time.Second, "the mirror's end", ma.done)
+	waittest.Recv(t, 30*time.Second, "the mirror's end", mb.done)
 	file, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
@@ -130,12 +115,8 @@ func TestAuditMirrorStalled(t *testing.T) {
 		read <- lines
 	}()
 	m := a.mirror
-	a.Close()
-	select { // Close waits a second at most; the queue's end is awaited here
-	case <-m.done:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the mirror did not write its queue")
-	}
+	a.Close() // waits a second at most; the queue's end is awaited here
+	waittest.Recv(t, 30*time.Second, "the mirror's end", m.done)
 	pw.Close()
 	lines := <-read
 	var facts, dropped int
