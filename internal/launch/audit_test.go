@@ -93,13 +93,8 @@ func TestAuditMirrorStalled(t *testing.T) {
 		}
 		recorded <- nil
 	}()
-	select {
-	case err := <-recorded:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("Record waits for a mirror that takes nothing")
+	if err := waittest.Recv(t, 30*time.Second, "every Record, beside a mirror that takes nothing", recorded); err != nil {
+		t.Fatal(err)
 	}
 	file, _ := os.ReadFile(path)
 	if lines := bytes.Count(file, []byte("\n")); lines != n {
