@@ -30,6 +30,8 @@ func (a *Agent) fileWrite(req *request) (any, []byte, error) {
 		return nil, nil, protocol.Errorf(protocol.CodeBadRequest, "file_write %s: truncate needs offset 0", args.Path)
 	case args.Atomic && (args.Offset != 0 || args.Append):
 		return nil, nil, protocol.Errorf(protocol.CodeBadRequest, "file_write %s: atomic writes replace the whole file (no offset, no append)", args.Path)
+	case args.PassFile && (!args.Temp || args.Offset != 0 || args.Append || args.Atomic || len(req.body) > 0 || !req.s.passFiles()):
+		return nil, nil, protocol.Errorf(protocol.CodeBadRequest, "file_write %s: only an upload's new temporary file is passed, and only on a Unix socket", args.Path)
 	}
 	perm := fs.FileMode(args.Mode & 0o7777)
 	if perm == 0 {
@@ -54,10 +56,13 @@ func (a *Agent) fileWrite(req *request) (any, []byte, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	defer f.Close()
 	if args.Temp {
 		req.s.trackTemp(abs)
 	}
+	if args.PassFile {
+		return passFile(f, abs, &protocol.FileWriteResult{}) // it owns f
+	}
+	defer f.Close()
 	var n int
 	if args.Append {
 		n, err = f.Write(req.body)
@@ -121,6 +126,47 @@ func (a *Agent) writeAtomic(p string, data []byte, perm fs.FileMode) (any, []byt
 	return &protocol.FileWriteResult{Written: len(data), Size: int64(len(data)), ModTime: mtime}, nil, nil
 }
 
+// passFile answers with f itself (see protocol.CapPassFiles), a regular
+// file, its size set in res: a *FileWriteResult (with its inode) or a
+// *FileReadResult.
+func passFile(f *os.File, abs string, res any) (any, []byte, error) {
+	st, err := f.Stat()
+	if err == nil && !st.Mode().IsRegular() {
+		err = protocol.Errorf(protocol.CodeBadRequest, "%s is not a regular file", abs)
+	}
+	if err == nil {
+		err = clearNonblock(f)
+	}
+	if err != nil {
+		f.Close()
+		return nil, nil, pathError("open", abs, err)
+	}
+	switch r := res.(type) {
+	case *protocol.FileWriteResult:
+		r.Size = st.Size()
+		if sys, ok := st.Sys().(*syscall.Stat_t); ok {
+			r.Ino = sys.Ino
+		}
+	case *protocol.FileReadResult:
+		r.Size = st.Size()
+	}
+	return &passedFile{res: res, f: f}, nil, nil
+}
+
+// clearNonblock makes f's reads block again once it is known to be a
+// regular file (they never wait on one anyway).
+func clearNonblock(f *os.File) error {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var serr error
+	if err := rc.Control(func(fd uintptr) { serr = syscall.SetNonblock(int(fd), false) }); err != nil {
+		return err
+	}
+	return serr
+}
+
 // parentOf returns the directory part of p without cleaning it, so that a
 // ".." in it keeps its meaning after the symlinks before it.
 func parentOf(p string) string {
@@ -149,6 +195,17 @@ func (a *Agent) fileRead(req *request) (any, []byte, error) {
 	}
 	if limit := req.maxBody(); length > limit {
 		return nil, nil, protocol.Errorf(protocol.CodeTooLarge, "file_read %s: length %d exceeds %d; read in chunks", args.Path, length, limit)
+	}
+	if args.PassFile {
+		if !req.s.passFiles() {
+			return nil, nil, protocol.Errorf(protocol.CodeBadRequest, "file_read %s: files are passed only on a Unix socket", args.Path)
+		}
+		// Non-blocking: a FIFO at the path must not hold the open.
+		f, abs, err := a.fs.openFile(args.Path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+		if err != nil {
+			return nil, nil, err
+		}
+		return passFile(f, abs, &protocol.FileReadResult{})
 	}
 	f, abs, err := a.fs.openFile(args.Path, os.O_RDONLY, 0)
 	if err != nil {

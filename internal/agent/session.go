@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"slices"
 	"sync"
 	"time"
@@ -116,6 +117,9 @@ func (s *session) handshake() error {
 	caps := make([]string, 0, len(protocol.Commands()))
 	for _, c := range protocol.Commands() {
 		caps = append(caps, string(c))
+	}
+	if s.passFiles() {
+		caps = append(caps, protocol.CapPassFiles)
 	}
 	hello := protocol.Hello{
 		Protocol: protocol.Version(), Role: protocol.RoleAgent, Software: "cortex-agent " + s.a.cfg.Version,
@@ -235,7 +239,11 @@ func (s *session) start(h *protocol.Header, body []byte, release func()) {
 			s.mu.Unlock()
 		}()
 		result, rbody, err := s.a.dispatch(req)
-		s.respond(h.ID, result, rbody, err)
+		if pf, ok := result.(*passedFile); ok {
+			s.respondFile(h.ID, pf)
+		} else {
+			s.respond(h.ID, result, rbody, err)
+		}
 		release()
 		for _, f := range req.after {
 			f()
@@ -279,6 +287,34 @@ func (s *session) respond(id uint64, result any, body []byte, err error) {
 	}
 	if werr != nil && s.ctx.Err() == nil {
 		s.a.logf("writing response %d: %v", id, werr)
+		s.conn.Close()
+	}
+}
+
+// passFiles reports whether this session can answer with open files
+// (protocol.CapPassFiles): only on a Unix socket.
+func (s *session) passFiles() bool {
+	_, ok := s.conn.(*net.UnixConn)
+	return ok
+}
+
+// passedFile is a result whose response carries an open file (see
+// protocol.CapPassFiles); respondFile closes it once sent.
+type passedFile struct {
+	res any
+	f   *os.File
+}
+
+// respondFile sends the final response of a request with pf's file.
+func (s *session) respondFile(id uint64, pf *passedFile) {
+	defer pf.f.Close()
+	data, err := json.Marshal(pf.res)
+	if err != nil {
+		s.respond(id, nil, nil, protocol.Errorf(protocol.CodeInternal, "encoding result: %v", err))
+		return
+	}
+	if err := s.w.WriteFile(&protocol.Header{Kind: protocol.KindResponse, ID: id, Data: data}, pf.f); err != nil && s.ctx.Err() == nil {
+		s.a.logf("writing response %d: %v", id, err)
 		s.conn.Close()
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"sync"
 	"time"
 
@@ -33,12 +34,20 @@ type Request struct {
 	Timeout time.Duration
 	// Into, when big enough, receives the response body without a copy.
 	Into []byte
+	// File asks for the agent's answer to carry an open file
+	// (protocol.CapPassFiles); the call is UNSUPPORTED where the connection
+	// cannot carry one (see Conn.PassFiles).
+	File bool
 }
 
 // Response is a successful response.
 type Response struct {
 	Data json.RawMessage
 	Body []byte
+	// File is the open file the agent passed, when the request asked for
+	// one and the agent sent it: the caller owns it and must check what it
+	// is (the agent is not trusted) and close it.
+	File *os.File
 }
 
 // Decode unmarshals the response data into v.
@@ -63,10 +72,15 @@ type Event struct {
 // Conn is an established connection to one agent, after the hello exchange.
 // Requests are multiplexed on it by id; it is safe for concurrent use.
 type Conn struct {
-	nc   net.Conn
-	r    *protocol.Reader
-	peer protocol.Hello
-	caps map[string]bool
+	nc net.Conn
+	r  *protocol.Reader
+	// files keeps the descriptors passed on a Unix socket (nil on any other
+	// connection); only readLoop touches it. passFiles: see
+	// HandshakeOptions.PassFiles.
+	files     *protocol.FileReader
+	passFiles bool
+	peer      protocol.Hello
+	caps      map[string]bool
 
 	w *protocol.FrameWriter
 
@@ -82,6 +96,7 @@ type call struct {
 	id     uint64
 	cmd    protocol.Cmd
 	into   []byte
+	file   bool        // the request asked for a passed file
 	res    chan result // capacity 1
 	stream *streamState
 }
@@ -109,6 +124,11 @@ type HandshakeOptions struct {
 	Software string
 	// Timeout bounds the exchange (default 10 s).
 	Timeout time.Duration
+	// PassFiles: the peer is the agent itself, on a Unix socket, with no
+	// relay between: the host may ask it for open files (see
+	// Conn.PassFiles). Descriptors it sends are kept from harming the
+	// host either way (protocol.FileReader).
+	PassFiles bool
 }
 
 // ErrNotTheAgent marks a handshake refused because of what the peer said
@@ -130,9 +150,18 @@ func Handshake(nc net.Conn, o HandshakeOptions) (*Conn, error) {
 		o.Timeout = 10 * time.Second
 	}
 	protocol.TuneConn(nc)
-	c := &Conn{nc: nc, r: protocol.NewReader(nc, protocol.MaxBody), w: protocol.NewFrameWriter(nc), pending: map[uint64]*call{}, done: make(chan struct{})}
+	c := &Conn{nc: nc, w: protocol.NewFrameWriter(nc), pending: map[uint64]*call{}, done: make(chan struct{}), passFiles: o.PassFiles}
+	var src io.Reader = nc
+	if uc, ok := nc.(*net.UnixConn); ok {
+		c.files = protocol.NewFileReader(uc)
+		src = c.files
+	}
+	c.r = protocol.NewReader(src, protocol.MaxBody)
 	if err := c.hello(o); err != nil {
 		nc.Close()
+		if c.files != nil {
+			c.files.Close() // what a refused peer sent with its hello
+		}
 		return nil, err
 	}
 	go c.readLoop()
@@ -180,6 +209,13 @@ func (c *Conn) hello(o HandshakeOptions) error {
 
 // Peer returns the agent's hello.
 func (c *Conn) Peer() protocol.Hello { return c.peer }
+
+// PassFiles reports whether the agent can answer with open files: it
+// announced protocol.CapPassFiles, on a Unix socket that reaches it
+// directly (HandshakeOptions.PassFiles).
+func (c *Conn) PassFiles() bool {
+	return c.passFiles && c.files != nil && c.caps[protocol.CapPassFiles]
+}
 
 // Supports reports whether the agent announced cmd.
 func (c *Conn) Supports(cmd protocol.Cmd) bool { return c.caps[string(cmd)] }
@@ -233,6 +269,9 @@ func (c *Conn) notRunning() error {
 }
 
 func (c *Conn) readLoop() {
+	if c.files != nil {
+		defer c.files.Close()
+	}
 	for {
 		var h protocol.Header
 		n, err := c.r.ReadHeader(&h)
@@ -243,7 +282,18 @@ func (c *Conn) readLoop() {
 			c.fail(err)
 			return
 		}
+		var file *os.File
+		if h.File {
+			if file, err = c.r.TakeFile(); err != nil {
+				c.fail(fmt.Errorf("request %d: %w", h.ID, err))
+				return
+			}
+		}
 		cl := c.lookup(h.ID, h.Kind == protocol.KindResponse)
+		if file != nil && (cl == nil || !cl.file || h.Kind != protocol.KindResponse || h.Err != nil || n > 0) {
+			file.Close() // not asked for, or not with this answer
+			file = nil
+		}
 		var body []byte
 		if n > 0 {
 			if cl != nil && h.Kind == protocol.KindResponse && len(cl.into) >= n {
@@ -273,7 +323,7 @@ func (c *Conn) readLoop() {
 			if h.Err != nil {
 				cl.finish(result{err: h.Err.Normalize()})
 			} else {
-				cl.finish(result{resp: &Response{Data: h.Data, Body: body}})
+				cl.finish(result{resp: &Response{Data: h.Data, Body: body, File: file}})
 			}
 		case protocol.KindEvent:
 			if cl.stream == nil {
@@ -310,6 +360,9 @@ func (cl *call) finish(r result) {
 	select {
 	case cl.res <- r:
 	default: // already finished
+		if r.resp != nil && r.resp.File != nil {
+			r.resp.File.Close()
+		}
 	}
 	if cl.stream != nil {
 		cl.stream.wake()
@@ -324,6 +377,9 @@ func (c *Conn) start(req *Request, stream *streamState) (*call, time.Duration, e
 	if !c.caps[string(req.Cmd)] {
 		return nil, 0, protocol.Errorf(protocol.CodeUnsupported, "the agent (%s, protocol %s) does not support %q",
 			c.peer.Software, c.peer.Protocol, req.Cmd)
+	}
+	if req.File && (stream != nil || !c.PassFiles()) {
+		return nil, 0, protocol.Errorf(protocol.CodeUnsupported, "%s: this connection to the agent cannot pass files", req.Cmd)
 	}
 	var data json.RawMessage
 	if req.Args != nil {
@@ -345,7 +401,7 @@ func (c *Conn) start(req *Request, stream *streamState) (*call, time.Duration, e
 		return nil, 0, c.notRunning()
 	}
 	c.nextID++
-	cl := &call{id: c.nextID, cmd: req.Cmd, into: req.Into, res: make(chan result, 1), stream: stream}
+	cl := &call{id: c.nextID, cmd: req.Cmd, into: req.Into, file: req.File, res: make(chan result, 1), stream: stream}
 	c.pending[cl.id] = cl
 	c.mu.Unlock()
 	h := &protocol.Header{Kind: protocol.KindRequest, ID: cl.id, Cmd: req.Cmd, Data: data}

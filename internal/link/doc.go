@@ -23,8 +23,10 @@
 // hostile): sizes, counts and names are bounded and checked here or by
 // the caller (internal/transfer, internal/hostfs), and a misbehaving
 // agent — a frame past the caps, garbage, events past its window — is cut
-// off. HostView is the one place the host touches a neuron's files
-// directly (docker and process mode's large-file path), by descriptor.
+// off. The host touches a neuron's files directly in two places, both by
+// descriptor and only for large copies: HostView (docker and process
+// mode's home) and files the agent opens and passes over a Unix socket
+// (protocol.CapPassFiles; checkPassed says which the host will copy with).
 //
 // An Activity sees every request before it is sent and when it ends: the
 // lifecycle resumes a paused neuron there and knows when one is idle.

@@ -237,7 +237,7 @@ func (c *Client) writeFile(ctx context.Context, p string, src chunkSource, o *Wr
 	}
 	failed := func() bool { mu.Lock(); defer mu.Unlock(); return firstErr != nil }
 	chunk := first
-	if c.view.usable() {
+	if c.direct() {
 		// The agent makes the temporary file (its own, removed if this
 		// client goes away before the move); the host fills it directly.
 		if n, err := c.writeViaView(ctx, tmp, args, first, src); err != errFallback {
@@ -303,7 +303,7 @@ func (c *Client) ReadFile(ctx context.Context, p string) ([]byte, error) {
 	if st.Type == protocol.TypeDir {
 		return nil, protocol.Errorf(protocol.CodeBadRequest, "read %s: is a directory", st.Path)
 	}
-	if c.view.usable() && st.Size > directMin {
+	if c.direct() && st.Size > directMin {
 		var b bytes.Buffer
 		b.Grow(int(st.Size) + 1) // +1: the read of EOF finds room and no regrowth
 		if _, err := c.readDirect(ctx, p, 0, -1, &b); err != errFallback {
@@ -418,7 +418,7 @@ func (c *Client) ReadRangeTo(ctx context.Context, p string, off, n int64, w io.W
 		end = off + n
 	}
 	var total int64
-	if c.view.usable() && (end < 0 || end-off > directMin) {
+	if c.direct() && (end < 0 || end-off > directMin) {
 		// The first chunk through the channel: a small file ends there, at
 		// one round trip. The rest of a large one the host copies itself.
 		buf := chunkPool.Get().(*[]byte)
@@ -617,33 +617,158 @@ func (c *Client) Search(ctx context.Context, args *protocol.SearchArgs) (*protoc
 // file or a socket. It returns errFallback, having copied nothing, when p
 // does not lie beneath the view or the host cannot open it there.
 func (c *Client) readDirect(ctx context.Context, p string, off, end int64, w io.Writer) (int64, error) {
+	if !c.view.usable() {
+		return c.readPassed(ctx, p, off, end, w)
+	}
 	target, err := c.Resolve(ctx, p)
 	if err != nil || !target.Exists {
 		return 0, errFallback
 	}
 	rel, ok := c.view.rel(target.Path)
 	if !ok {
-		return 0, errFallback
+		return c.readPassed(ctx, target.Path, off, end, w)
 	}
 	f, err := c.view.openRead(rel)
 	if err != nil {
 		return 0, errFallback
 	}
 	defer f.Close()
+	return copyRange(ctx, f, target.Path, off, end, w)
+}
+
+// copyRange copies f, the file at p, from off to end (to the size it has
+// now when end < 0) into w, kernel to kernel where it can, in steps of
+// copyStep with ctx checked between them: a file the neuron makes huge
+// (sparse), or grows while it is copied, costs the host no more than the
+// size it had and the caller's deadline.
+func copyRange(ctx context.Context, f *os.File, p string, off, end int64, w io.Writer) (int64, error) {
+	if end < 0 {
+		st, err := f.Stat()
+		if err != nil {
+			return 0, errFallback
+		}
+		end = st.Size()
+	}
 	if _, err := f.Seek(off, io.SeekStart); err != nil {
 		return 0, errFallback
 	}
-	var src io.Reader = f
-	if end >= 0 {
-		src = &io.LimitedReader{R: f, N: end - off}
+	wf, _ := w.(*os.File)
+	var total int64
+	for total < end-off {
+		if ctx.Err() != nil {
+			return total, ctxError(protocol.CmdFileRead, ctx)
+		}
+		step := min(copyStep, end-off-total)
+		n, err := int64(0), errNoKernelCopy
+		if wf != nil {
+			n, err = copyFiles(wf, f, step)
+		}
+		if err == errNoKernelCopy {
+			// io.CopyN hands w a LimitedReader of the *os.File, which
+			// sendfile or splice serve where w is a socket.
+			n, err = io.CopyN(w, f, step)
+			if err == io.EOF {
+				err = nil
+			}
+		}
+		total += n
+		if err != nil {
+			return total, hostError("read", p, err)
+		}
+		if n < step {
+			break // it ends sooner: shrunk meanwhile
+		}
 	}
-	// io.Copy hands w a *os.File (or its LimitedReader) to ReadFrom, which
-	// copy_file_range, splice or sendfile serve; a buffer otherwise.
-	n, err := io.Copy(w, src)
+	return total, nil
+}
+
+// copyStep is how much copyRange copies between its checks of the context.
+const copyStep = 8 << 20
+
+// passFiles reports whether the agent can hand this host open files
+// (protocol.CapPassFiles): large copies then go kernel to kernel without
+// a host view, and without this host resolving any path of the neuron.
+func (c *Client) passFiles() bool {
+	p, ok := c.c.(interface{ PassFiles() bool })
+	return ok && p.PassFiles()
+}
+
+// direct reports whether large copies can bypass the channel.
+func (c *Client) direct() bool { return c.view.usable() || c.passFiles() }
+
+// readPassed is readDirect through a file the agent opened and passed: it
+// returns errFallback, having copied nothing, when the agent does not pass
+// one (not a regular file, an error the channel's read reports better).
+func (c *Client) readPassed(ctx context.Context, p string, off, end int64, w io.Writer) (int64, error) {
+	if !c.passFiles() {
+		return 0, errFallback
+	}
+	resp, err := c.c.Call(ctx, &Request{Cmd: protocol.CmdFileRead, Args: &protocol.FileReadArgs{Path: p, PassFile: true}, File: true})
+	if err != nil || resp.File == nil {
+		return 0, errFallback
+	}
+	f := resp.File
+	defer f.Close()
+	if _, err := checkPassed(f, false); err != nil {
+		return 0, errFallback
+	}
+	return copyRange(ctx, f, p, off, end, w)
+}
+
+// passedTemp has the agent make the temporary file tmp of an upload and
+// pass it, open for writing: errFallback when it does not (the channel
+// writes the file it made).
+func (c *Client) passedTemp(ctx context.Context, a *protocol.FileWriteArgs) (*os.File, error) {
+	if !c.passFiles() {
+		return nil, errFallback
+	}
+	a.PassFile = true
+	resp, err := c.c.Call(ctx, &Request{Cmd: protocol.CmdFileWrite, Args: a, File: true})
 	if err != nil {
-		return n, hostError("read", target.Path, err)
+		var pe *protocol.Error
+		if errors.As(err, &pe) && pe.Code == protocol.CodeUnsupported {
+			return nil, errFallback // the connection changed under this call
+		}
+		return nil, err
 	}
-	return n, nil
+	if resp.File == nil {
+		return nil, errFallback
+	}
+	f := resp.File
+	size, err := checkPassed(f, true)
+	if err == nil && size != 0 {
+		err = f.Truncate(0) // something of the neuron wrote into it already
+	}
+	if err != nil {
+		f.Close()
+		return nil, errFallback
+	}
+	return f, nil
+}
+
+// openUploadTemp has the agent make an upload's temporary file a.Path and
+// opens it for this host to fill: through the host view, or passed by the
+// agent. errFallback: neither can, and the channel fills it.
+func (c *Client) openUploadTemp(ctx context.Context, a *protocol.FileWriteArgs) (*os.File, error) {
+	rel, ok := "", false
+	if c.view.usable() {
+		rel, ok = c.view.rel(a.Path)
+	}
+	if !ok {
+		return c.passedTemp(ctx, a)
+	}
+	var made protocol.FileWriteResult
+	if _, err := c.call(ctx, protocol.CmdFileWrite, a, nil, &made); err != nil {
+		return nil, err
+	}
+	// Whatever sits at the name now is filled only if it is the file the
+	// agent just made (its inode, one link): a process of the neuron that
+	// swapped in a hard link to another file gets nothing written there.
+	f, err := c.view.openTemp(rel, made.Ino)
+	if err != nil {
+		return nil, errFallback
+	}
+	return f, nil
 }
 
 // writeViaView has the agent create the temporary file tmp (tracked by its
@@ -652,22 +777,11 @@ func (c *Client) readDirect(ctx context.Context, p string, off, end int64, w io.
 // src is a file. errFallback: the host cannot open tmp beneath the view,
 // and the channel writes it.
 func (c *Client) writeViaView(ctx context.Context, tmp string, args *protocol.FileWriteArgs, first []byte, src chunkSource) (int64, error) {
-	rel, ok := c.view.rel(tmp)
-	if !ok {
-		return 0, errFallback
-	}
 	a := *args
 	a.Path, a.Offset, a.Temp = tmp, 0, true
-	var made protocol.FileWriteResult
-	if _, err := c.call(ctx, protocol.CmdFileWrite, &a, nil, &made); err != nil {
-		return 0, err
-	}
-	// Whatever sits at the name now is filled only if it is the file the
-	// agent just made (its inode, one link): a process of the neuron that
-	// swapped in a hard link to another file gets nothing written there.
-	f, err := c.view.openTemp(rel, made.Ino)
+	f, err := c.openUploadTemp(ctx, &a)
 	if err != nil {
-		return 0, errFallback
+		return 0, err
 	}
 	var rest io.Reader = src.r // a regular file: copied by the kernel
 	switch {

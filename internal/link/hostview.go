@@ -90,6 +90,9 @@ var errNotRegular = errors.New("not a regular file")
 // agent made.
 var errNotTheTemp = errors.New("not the agent's temporary file")
 
+// errNoKernelCopy: copyFiles cannot copy between these two files.
+var errNoKernelCopy = errors.New("no kernel copy between these files")
+
 // errFallback says the host view cannot do this copy and the channel must.
 var errFallback = errors.New("not through the host view")
 
@@ -102,8 +105,12 @@ func copyInto(ctx context.Context, f *os.File, first []byte, src io.Reader) (int
 	if err != nil {
 		return n, err
 	}
-	switch src.(type) {
+	switch sf := src.(type) {
 	case *os.File: // kernel to kernel
+		m, err := copyFiles(f, sf, -1)
+		if err != errNoKernelCopy {
+			return n + m, err
+		}
 	case *bytes.Reader:
 		// Bytes in memory go in one write: 32 KiB pieces (io.Copy's
 		// buffer) took twice as long for 64 MiB.

@@ -74,6 +74,11 @@ type Options struct {
 	// HostView, when set, is a directory of the neuron this host sees too:
 	// clients copy large files there directly (see HostView).
 	HostView *HostView
+	// PassFiles says the agent's Unix socket reaches this host directly,
+	// with no relay between that would drop the descriptors it passes:
+	// clients then ask it for open files for large copies
+	// (protocol.CapPassFiles).
+	PassFiles bool
 	// DeadAfter, when set, is how long a dialling link's connection may
 	// go without a word from the agent's side (TCP's acknowledgements and
 	// keepalive probes, which the peer's kernel answers) before it is
@@ -239,7 +244,7 @@ func (l *Link) acceptLoop() {
 		go func() {
 			defer l.wg.Done()
 			o := l.options()
-			c, err := Handshake(nc, HandshakeOptions{Neuron: o.Neuron, Token: o.Token, Secret: o.Secret, Software: o.Software})
+			c, err := Handshake(nc, HandshakeOptions{Neuron: o.Neuron, Token: o.Token, Secret: o.Secret, Software: o.Software, PassFiles: o.PassFiles})
 			if err != nil {
 				// Handshake closed it; a refused peer gets nothing more.
 				l.emit(ConnEvent{Kind: Refused, Neuron: o.Neuron, Err: err})
@@ -317,6 +322,13 @@ func (l *Link) Conn() (*Conn, error) {
 	default:
 	}
 	return c, nil
+}
+
+// PassFiles reports whether the agent connected now can hand this host open
+// files (see Conn.PassFiles).
+func (l *Link) PassFiles() bool {
+	c, err := l.Conn()
+	return err == nil && c.PassFiles()
 }
 
 // WaitConnected waits for an agent to connect.

@@ -38,6 +38,7 @@ var releases = []release{
 	{dir: "testdata/v1.1", commands: []Cmd{CmdSearch}, frames: sampleFrames11},
 	{dir: "testdata/v1.2", commands: []Cmd{CmdPortDial}, frames: sampleFrames12},
 	{dir: "testdata/v1.3", commands: []Cmd{CmdFsWatch}, frames: sampleFrames13},
+	{dir: "testdata/v1.4", frames: sampleFrames14},
 }
 
 func recordedFrames(dir string) map[string][]byte {
@@ -166,6 +167,26 @@ func sampleFrames13() map[string][]byte {
 	addFrame(frames, "event-ready", Header{Kind: KindEvent, ID: 40, Stream: StreamReady}, struct{}{}, nil)
 	addFrame(frames, "event-fs", Header{Kind: KindEvent, ID: 40, Stream: StreamFs}, FsEvent{Name: "pkg/a.go", Op: FsWrite}, nil)
 	addFrame(frames, "res-fs_watch", Header{Kind: KindResponse, ID: 40}, struct{}{}, nil)
+	return frames
+}
+
+// sampleFrames14 is what release 1.4 added: passed files (the agent's
+// pass_files cap, the requests that ask for a file, an answer that
+// carries one; the descriptor itself travels beside the bytes).
+func sampleFrames14() map[string][]byte {
+	frames := map[string][]byte{}
+	caps := []string{}
+	for _, c := range append(slices.Clone(commands10), CmdSearch, CmdPortDial, CmdFsWatch) {
+		caps = append(caps, string(c))
+	}
+	addFrame(frames, "hello-agent", Header{Kind: KindHello}, Hello{Protocol: "1.4", Role: RoleAgent, Software: "cortex-agent 1.4.0", Caps: append(caps, CapPassFiles),
+		Neuron: "demo", PID: 42, Proof: "3q2+7w==", MaxBody: MaxBody, Window: DefaultWindow}, nil)
+	addFrame(frames, "req-file_write-pass", Header{Kind: KindRequest, ID: 50, Cmd: CmdFileWrite, TimeoutMs: 30000},
+		FileWriteArgs{Path: ".big.cortex-0a1b2c3d4e5f", Mode: 0o644, Temp: true, PassFile: true}, nil)
+	addFrame(frames, "res-file_write-pass", Header{Kind: KindResponse, ID: 50, File: true}, FileWriteResult{Ino: 1234}, nil)
+	addFrame(frames, "req-file_read-pass", Header{Kind: KindRequest, ID: 51, Cmd: CmdFileRead, TimeoutMs: 30000},
+		FileReadArgs{Path: "big", PassFile: true}, nil)
+	addFrame(frames, "res-file_read-pass", Header{Kind: KindResponse, ID: 51, File: true}, FileReadResult{Size: 64 << 20}, nil)
 	return frames
 }
 

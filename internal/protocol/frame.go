@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 )
 
 // Frame layout on the wire (all integers big-endian):
@@ -82,6 +83,9 @@ type Header struct {
 	Err *Error `json:"err,omitempty"`
 	// Data holds request arguments, a response's result, an event's payload or a hello.
 	Data json.RawMessage `json:"d,omitempty"`
+	// File marks a response that carries one open file descriptor, sent
+	// (SCM_RIGHTS) with the frame's first byte (see CapPassFiles).
+	File bool `json:"file,omitempty"`
 }
 
 // Frame is a decoded frame.
@@ -99,6 +103,7 @@ var ErrMalformed = errors.New("malformed frame")
 // Reader decodes frames from a byte stream.
 type Reader struct {
 	br      *bufio.Reader
+	files   *FileReader // nil: descriptors are neither expected nor kept
 	maxBody int
 	prefix  [PrefixSize]byte
 	hdrBuf  []byte
@@ -109,7 +114,24 @@ func NewReader(r io.Reader, maxBody int) *Reader {
 	if maxBody <= 0 || maxBody > MaxBody {
 		maxBody = MaxBody
 	}
-	return &Reader{br: bufio.NewReaderSize(r, 64<<10), maxBody: maxBody}
+	rd := &Reader{br: bufio.NewReaderSize(r, 64<<10), maxBody: maxBody}
+	if fr, ok := r.(*FileReader); ok {
+		rd.files = fr
+	}
+	return rd
+}
+
+// TakeFile returns the descriptor the frame whose header was just read
+// carries (Header.File): ErrNoFile when it declares one and none came (or
+// the reader keeps none). The caller owns the file.
+func (r *Reader) TakeFile() (*os.File, error) {
+	if r.files == nil {
+		return nil, ErrNoFile
+	}
+	if f := r.files.take(); f != nil {
+		return f, nil
+	}
+	return nil, ErrNoFile
 }
 
 // Read decodes the next frame. Body is a fresh slice the caller owns.

@@ -11,7 +11,7 @@ import (
 // minor never sends a command or field the older side did not announce.
 const (
 	Major = 1
-	Minor = 3
+	Minor = 4
 )
 
 // Version returns "Major.Minor".
@@ -293,6 +293,9 @@ type FileWriteArgs struct {
 	// agent removes it if the connection ends before a file_move takes it
 	// into place.
 	Temp bool `json:"temp,omitempty"`
+	// PassFile, with Temp, Offset 0 and no body, asks the agent to answer
+	// with the temporary file it made, open for writing (CapPassFiles).
+	PassFile bool `json:"passFile,omitempty"`
 }
 
 // FileWriteResult reports a write.
@@ -314,6 +317,10 @@ type FileReadArgs struct {
 	Offset int64  `json:"offset,omitempty"`
 	// Length defaults to ChunkSize and may not exceed MaxBody.
 	Length int64 `json:"length,omitempty"`
+	// PassFile asks the agent to answer with the file itself, open for
+	// reading, instead of its bytes (CapPassFiles): a regular file only;
+	// Offset and Length are not used, the result's Size is its size.
+	PassFile bool `json:"passFile,omitempty"`
 }
 
 // FileReadResult describes the bytes in the body.

@@ -273,6 +273,11 @@ func (r *runtime) SocketOwner(lay layout.Layout, id string) (int, int, bool) {
 // HostView: the neuron's home is a bind mount of overlays/<id>/home, so the
 // host copies large files there itself (docker cp, too, works from the
 // host's side of the container); the agent makes and places every file.
+// PassesFiles: with the unix transport the agent dials the host's socket,
+// bind-mounted into the container, itself (the tcp transport's connections
+// carry no descriptors at all).
+func (r *runtime) PassesFiles() bool { return true }
+
 func (r *runtime) HostView(lay layout.Layout, id string) *link.HostView {
 	return &link.HostView{Neuron: Home, Host: homeDir(lay, id)}
 }

@@ -91,6 +91,10 @@ type runtime struct {
 
 func (r *runtime) Mode() string { return Mode }
 
+// PassesFiles: the agent dials the host's socket, bind-mounted into the
+// sandbox, itself.
+func (r *runtime) PassesFiles() bool { return true }
+
 func (r *runtime) Allow() error {
 	if c := probe(r.env); !c.userns.OK {
 		return &sandbox.UnavailableError{Mode: Mode, Reason: c.userns.Detail}

@@ -89,6 +89,9 @@ func (runtime) Workdir(lay layout.Layout, id string) string {
 
 // HostView: the agent's root is the workspace, a host directory, so the
 // host copies large files there itself.
+// PassesFiles: the agent dials the host's socket itself.
+func (r runtime) PassesFiles() bool { return true }
+
 func (r runtime) HostView(lay layout.Layout, id string) *link.HostView {
 	w := r.Workdir(lay, id)
 	return &link.HostView{Neuron: w, Host: w}

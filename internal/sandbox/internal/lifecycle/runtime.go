@@ -110,6 +110,14 @@ type Running struct {
 	PID int // the host process that stands for it, if there is one
 }
 
+// FilePasser is implemented by runtimes whose agents reach the host's Unix
+// socket directly, with no relay between (a VM's vsock relay passes bytes,
+// not descriptors): the host then asks them for open files for large
+// copies (link.Options.PassFiles).
+type FilePasser interface {
+	PassesFiles() bool
+}
+
 // HostViewer is implemented by runtimes whose neurons have a directory this
 // host sees too (a bind mount): large files there are copied by the host
 // directly, confined beneath it (see link.HostView).

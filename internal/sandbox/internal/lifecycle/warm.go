@@ -458,6 +458,9 @@ func (m *Manager) linkOptions(n *neuron) link.Options {
 	if hv, ok := m.rt.(HostViewer); ok {
 		opts.HostView = hv.HostView(m.lay, n.id)
 	}
+	if fp, ok := m.rt.(FilePasser); ok {
+		opts.PassFiles = fp.PassesFiles()
+	}
 	return opts
 }
 
