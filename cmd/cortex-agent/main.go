@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"net"
 	"os"
 	"os/signal"
 	"strings"
@@ -60,6 +61,12 @@ func main() {
 			os.Exit(1)
 		}
 		return
+	}
+	// "cortex-agent probe-listen ADDR" is the listener of kube mode's
+	// network probe: it greets every connection, until killed.
+	if len(os.Args) == 3 && os.Args[1] == "probe-listen" {
+		fmt.Fprintln(os.Stderr, "cortex-agent:", probeListen(os.Args[2]))
+		os.Exit(1)
 	}
 	// "cortex-agent probe-network" is its self-check of network egress.
 	if len(os.Args) == 2 && os.Args[1] == "probe-network" {
@@ -240,4 +247,23 @@ func podTokenCheck(keyFile, pin, podInfo string) (func(string) error, error) {
 		_, err := podtoken.Verify(pub, tok, self, time.Now())
 		return err
 	}, nil
+}
+
+// probeListen greets every connection to addr with protocol.ProbeGreeting
+// and closes it (kube mode's network probe; docs/kube.md); it returns only
+// why it could not go on.
+func probeListen(addr string) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return err
+		}
+		c.SetWriteDeadline(time.Now().Add(time.Second))
+		c.Write([]byte(protocol.ProbeGreeting))
+		c.Close()
+	}
 }

@@ -133,6 +133,8 @@ var keys = []Key{
 		Description: "channel to docker-mode neurons: a shared unix socket or tcp with a token"},
 	{Name: "egress.upstream_ca", Env: "NSYS_CORTEX_EGRESS_UPSTREAM_CA", Type: TypeString, Default: "",
 		Description: "a PEM file of authorities the egress proxy trusts, besides the host's roots, for the servers of neurons' secrets (docs/secrets.md)"},
+	{Name: "kube.allow_open_network", Env: "NSYS_CORTEX_KUBE_ALLOW_OPEN_NETWORK", Type: TypeBool, Default: "false",
+		Description: "kube mode: run neurons even where the network probe found that the cluster's network plugin ignores NetworkPolicy, so that they reach the network; otherwise creates there are refused UNENFORCEABLE (docs/kube.md)"},
 	{Name: "kube.api_keys", Env: "NSYS_CORTEX_KUBE_API_KEYS", Type: TypeString, Default: "",
 		Description: "kube mode: the Secret of kube.namespace that holds the API keys every replica shares (token create/list/rm and serve use it); empty: each home's own (docs/kube.md)"},
 	{Name: "kube.home_size", Env: "NSYS_CORTEX_KUBE_HOME_SIZE", Type: TypeBytes, Default: "10g",

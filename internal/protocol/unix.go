@@ -72,3 +72,7 @@ func TuneConn(c net.Conn) {
 // neuron's count goes to the owner of its user namespace) waits on it
 // instead of scanning the directory every second.
 const Doorbell = ".doorbell"
+
+// ProbeGreeting is what `cortex-agent probe-listen` says to every
+// connection: kube mode's network probe dials it (see kube.ProbeNetwork).
+const ProbeGreeting = "nsys-cortex network probe\n"

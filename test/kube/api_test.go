@@ -30,7 +30,7 @@ import (
 func TestAPI(t *testing.T) {
 	rc := cluster.Start(t, cluster.Options{Sandboxes: true})
 	core := kubernetes.NewForConfigOrDie(rc)
-	cfg := kube.Config{Image: "registry.example/nsys-cortex-neuron:1"}.Defaults()
+	cfg := kube.Config{OpenNetwork: true, Image: "registry.example/nsys-cortex-neuron:1"}.Defaults()
 	cluster.Prepare(t, core, cfg)
 	kubesim.Start(t, core, cluster.Agents(rc), cfg)
 	const token = "fedcba9876543210fedcba9876543210"

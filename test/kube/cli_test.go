@@ -38,7 +38,7 @@ func TestCLI(t *testing.T) {
 	rc := cluster.Start(t, cluster.Options{Sandboxes: true})
 	core := kubernetes.NewForConfigOrDie(rc)
 	ag := cluster.Agents(rc)
-	cfg := kube.Config{Image: "registry.example/nsys-cortex-neuron:1"}.Defaults()
+	cfg := kube.Config{OpenNetwork: true, Image: "registry.example/nsys-cortex-neuron:1"}.Defaults()
 	cluster.Prepare(t, core, cfg)
 	kubesim.Start(t, core, ag, cfg)
 	forwarded := cluster.ServePortForward(t, core)
@@ -49,7 +49,7 @@ func TestCLI(t *testing.T) {
 			env = append(env, kv)
 		}
 	}
-	env = append(env, "NSYS_CORTEX_HOME="+filepath.Join(t.TempDir(), "h"), "NSYS_CORTEX_KUBE_IMAGE="+cfg.Image,
+	env = append(env, "NSYS_CORTEX_HOME="+filepath.Join(t.TempDir(), "h"), "NSYS_CORTEX_KUBE_IMAGE="+cfg.Image, "NSYS_CORTEX_KUBE_ALLOW_OPEN_NETWORK=true",
 		"NSYS_CORTEX_KUBE_KUBECONFIG="+writeKubeconfig(t, rc))
 	run := func(args ...string) string {
 		t.Helper()

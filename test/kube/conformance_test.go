@@ -24,7 +24,7 @@ func TestConformance(t *testing.T) {
 	cluster.StartController(t, rc)
 	var n atomic.Int64
 	sandboxtest.Run(t, kubesim.Conformance(true, func(t testing.TB) (kubernetes.Interface, agents.Interface, kube.Config) {
-		cfg := kube.Config{Image: "registry.example/nsys-cortex-neuron:1", Namespace: fmt.Sprintf("conformance-%d", n.Add(1))}
+		cfg := kube.Config{OpenNetwork: true, Image: "registry.example/nsys-cortex-neuron:1", Namespace: fmt.Sprintf("conformance-%d", n.Add(1))}
 		cluster.Prepare(t, core, cfg)
 		return core, ag, cfg
 	}))

@@ -17,7 +17,7 @@ import (
 func TestManagerWithController(t *testing.T) {
 	rc := cluster.Start(t, cluster.Options{Sandboxes: true})
 	core := kubernetes.NewForConfigOrDie(rc)
-	cfg := kube.Config{Image: "registry.example/nsys-cortex-neuron:1"}
+	cfg := kube.Config{OpenNetwork: true, Image: "registry.example/nsys-cortex-neuron:1"}
 	cluster.Prepare(t, core, cfg)
 	cluster.StartController(t, rc)
 	kubesim.RunManagerBeside(t, core, cluster.Agents(rc), cfg)

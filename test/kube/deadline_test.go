@@ -28,7 +28,7 @@ func TestDeadline(t *testing.T) {
 	rc := cluster.Start(t, cluster.Options{Sandboxes: true, Quiet: true})
 	core := kubernetes.NewForConfigOrDie(rc)
 	ag := cluster.Agents(rc)
-	cfg := kube.Config{Image: "registry.example/nsys-cortex-neuron:1"}.Defaults()
+	cfg := kube.Config{OpenNetwork: true, Image: "registry.example/nsys-cortex-neuron:1"}.Defaults()
 	cluster.Prepare(t, core, cfg)
 	cluster.StartController(t, rc)
 	kubesim.StartBeside(t, core, ag, cfg)
@@ -141,7 +141,7 @@ func TestConcurrentStart(t *testing.T) {
 	rc := cluster.Start(t, cluster.Options{Sandboxes: true, Quiet: true})
 	core := kubernetes.NewForConfigOrDie(rc)
 	ag := cluster.Agents(rc)
-	cfg := kube.Config{Image: "registry.example/nsys-cortex-neuron:1"}.Defaults()
+	cfg := kube.Config{OpenNetwork: true, Image: "registry.example/nsys-cortex-neuron:1"}.Defaults()
 	cluster.Prepare(t, core, cfg)
 	ctx := context.Background()
 	cl := manager(t, core, ag, cfg).Cluster // its trust ConfigMap for kubesim's pods

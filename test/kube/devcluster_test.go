@@ -79,6 +79,17 @@ func TestDevcluster(t *testing.T) {
 		}
 		return string(out)
 	}
+	// Its pods' network is open: the network probe sees it, and a create
+	// is refused until the person says to run neurons open.
+	refused := exec.Command(cli, "create", "--mode", "kube", "dev0")
+	refused.Env = env
+	if out, err := refused.CombinedOutput(); err == nil || !strings.Contains(string(out), "NOT enforced") || !strings.Contains(string(out), "kube.allow_open_network") {
+		t.Fatalf("a create on devcluster's open network: %v\n%s", err, out)
+	}
+	if !strings.Contains(banner, "NSYS_CORTEX_KUBE_ALLOW_OPEN_NETWORK=true") {
+		t.Fatalf("the banner does not say how to run neurons on its open network:\n%s", banner)
+	}
+	env = append(env, "NSYS_CORTEX_KUBE_ALLOW_OPEN_NETWORK=true")
 	run("create", "--mode", "kube", "dev1")
 	if out := run("exec", "dev1", "--", "sh", "-c", "echo hello"); out != "hello\n" {
 		t.Fatalf("exec: %q", out)

@@ -34,7 +34,7 @@ func TestE2B(t *testing.T) {
 	}
 	rc := cluster.Start(t, cluster.Options{Sandboxes: true, Quiet: true})
 	core := kubernetes.NewForConfigOrDie(rc)
-	cfg := kube.Config{Image: "registry.example/nsys-cortex-neuron:1"}.Defaults()
+	cfg := kube.Config{OpenNetwork: true, Image: "registry.example/nsys-cortex-neuron:1"}.Defaults()
 	cluster.Prepare(t, core, cfg)
 	kubesim.Start(t, core, cluster.Agents(rc), cfg)
 	bin := buildCLI(t)

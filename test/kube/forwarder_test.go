@@ -50,7 +50,7 @@ func forwarding(also ...string) int {
 // kubelet's own port-forward handler, to a listener standing in for the
 // agent (the pod's IP is loopback).
 func TestForwarderEnds(t *testing.T) {
-	cfg := kube.Config{Image: "registry.example/nsys-cortex-neuron:1"}.Defaults()
+	cfg := kube.Config{OpenNetwork: true, Image: "registry.example/nsys-cortex-neuron:1"}.Defaults()
 	rc := cluster.Start(t, cluster.Options{Quiet: true})
 	core := kubernetes.NewForConfigOrDie(rc)
 	cluster.Prepare(t, core, cfg)

@@ -17,7 +17,7 @@ import (
 // what the API server validates, defaults and admits is real here, and
 // what a fake clientset lets by is not let by.
 func TestManager(t *testing.T) {
-	cfg := kube.Config{Image: "registry.example/nsys-cortex-neuron:1", RuntimeClass: "gvisor", StorageClass: "fast"}
+	cfg := kube.Config{OpenNetwork: true, Image: "registry.example/nsys-cortex-neuron:1", RuntimeClass: "gvisor", StorageClass: "fast"}
 	for _, path := range []string{"pods", "sandbox"} {
 		t.Run(path, func(t *testing.T) {
 			rc := cluster.Start(t, cluster.Options{Sandboxes: path == "sandbox"})

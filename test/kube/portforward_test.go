@@ -20,7 +20,7 @@ import (
 // closes), and a swapped trust key still refuses the host. TestCLI
 // runs the flag.
 func TestPortForward(t *testing.T) {
-	cfg := kube.Config{Image: "registry.example/nsys-cortex-neuron:1"}
+	cfg := kube.Config{OpenNetwork: true, Image: "registry.example/nsys-cortex-neuron:1"}
 	for _, path := range []string{"pods", "sandbox"} {
 		t.Run(path, func(t *testing.T) {
 			rc := cluster.Start(t, cluster.Options{Sandboxes: path == "sandbox", Quiet: true})

@@ -38,7 +38,7 @@ func TestDeployedRole(t *testing.T) {
 func deployedRole(t *testing.T, sandboxes bool) {
 	rc := cluster.Start(t, cluster.Options{Sandboxes: sandboxes, RBAC: true, Quiet: true})
 	admin := kubernetes.NewForConfigOrDie(rc)
-	cfg := kube.Config{Image: "registry.example/nsys-cortex-neuron:1", Namespace: "nsys-cortex"}
+	cfg := kube.Config{OpenNetwork: true, Image: "registry.example/nsys-cortex-neuron:1", Namespace: "nsys-cortex"}
 	cluster.Prepare(t, admin, cfg)
 	sa := applyRBAC(t, admin, cfg.Namespace, nil)
 	hostCfg := as(rc, cfg.Namespace, sa)
@@ -53,6 +53,14 @@ func deployedRole(t *testing.T, sandboxes bool) {
 		hosts.Agents, ag = cluster.Agents(hostCfg), cluster.Agents(rc)
 	}
 	kubesim.RunManagerAs(t, admin, ag, hosts, cfg)
+	// The network probe, twice (the second rewrites the verdict): its pod
+	// made, watched and removed, its ConfigMap made and updated.
+	probe := &kube.Cluster{Core: host, Config: cfg}
+	for range 2 {
+		if v, err := probe.ProbeNetwork(context.Background(), nil); err != nil || v.Enforced {
+			t.Fatalf("the network probe as the deployed host: %+v %v", v, err)
+		}
+	}
 	if !sandboxes {
 		return
 	}

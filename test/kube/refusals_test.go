@@ -77,7 +77,7 @@ func TestRefusals(t *testing.T) {
 		addr := l.Addr().String()
 		l.Close() // nothing answers there now
 		rc := &rest.Config{Host: "http://" + addr, Timeout: 5 * time.Second}
-		cfg := kube.Config{Image: "registry.example/nsys-cortex-neuron:1"}.Defaults()
+		cfg := kube.Config{OpenNetwork: true, Image: "registry.example/nsys-cortex-neuron:1"}.Defaults()
 		priv, _ := podtoken.NewKey()
 		m := &kube.Manager{Cluster: &kube.Cluster{Core: kubernetes.NewForConfigOrDie(rc), Agents: cluster.Agents(rc), Config: cfg}, Key: priv}
 		defer m.Close()
@@ -92,7 +92,7 @@ func TestRefusals(t *testing.T) {
 // returns the configuration of kube mode there.
 func prepared(t *testing.T, admin kubernetes.Interface, ag agents.Interface, ns string) kube.Config {
 	t.Helper()
-	cfg := kube.Config{Image: "registry.example/nsys-cortex-neuron:1", Namespace: ns}.Defaults()
+	cfg := kube.Config{OpenNetwork: true, Image: "registry.example/nsys-cortex-neuron:1", Namespace: ns}.Defaults()
 	cluster.Prepare(t, admin, cfg)
 	return cfg
 }

@@ -75,7 +75,7 @@ func (r *replica) stop() {
 func serveEnv(t *testing.T, rc *rest.Config, cfg kube.Config, token string) []string {
 	kc, keyDir := writeKubeconfig(t, rc), t.TempDir()
 	return []string{"PATH=" + os.Getenv("PATH"), "NSYS_CORTEX_MODE=kube", "NSYS_CORTEX_KUBE_IMAGE=" + cfg.Image,
-		"NSYS_CORTEX_KUBE_NAMESPACE=" + cfg.Namespace,
+		"NSYS_CORTEX_KUBE_NAMESPACE=" + cfg.Namespace, "NSYS_CORTEX_KUBE_ALLOW_OPEN_NETWORK=true", // kubesim's pods are on loopback
 		"NSYS_CORTEX_KUBE_KUBECONFIG=" + kc, "NSYS_CORTEX_KUBE_SIGNING_KEY=" + filepath.Join(keyDir, "signing.key"),
 		"NSYS_CORTEX_KUBE_API_KEYS=nsys-cortex-api-keys", "NSYS_CORTEX_API_TOKEN=" + token}
 }
@@ -114,7 +114,7 @@ func newReplica(t *testing.T, bin string, base []string, args ...string) *replic
 func TestReplicas(t *testing.T) {
 	rc := cluster.Start(t, cluster.Options{Sandboxes: true})
 	core := kubernetes.NewForConfigOrDie(rc)
-	cfg := kube.Config{Image: "registry.example/nsys-cortex-neuron:1"}.Defaults()
+	cfg := kube.Config{OpenNetwork: true, Image: "registry.example/nsys-cortex-neuron:1"}.Defaults()
 	cluster.Prepare(t, core, cfg)
 	kubesim.Start(t, core, cluster.Agents(rc), cfg)
 	bin := buildCLI(t)

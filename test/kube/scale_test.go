@@ -41,7 +41,7 @@ func BenchmarkScale(b *testing.B) {
 	ag := cluster.Agents(rc)
 	ctx := context.Background()
 	for i := range b.N {
-		cfg := kube.Config{Image: "registry.example/nsys-cortex-neuron:1", Namespace: fmt.Sprintf("scale-%d", i)}.Defaults()
+		cfg := kube.Config{OpenNetwork: true, Image: "registry.example/nsys-cortex-neuron:1", Namespace: fmt.Sprintf("scale-%d", i)}.Defaults()
 		cluster.Prepare(b, core, cfg)
 		kubesim.Start(b, core, ag, cfg)
 		key, _ := podtoken.NewKey()

@@ -49,6 +49,7 @@ const (
 	EnvKubeconfig   = "NSYS_CORTEX_KUBE_KUBECONFIG"
 	EnvSigningKey   = "NSYS_CORTEX_KUBE_SIGNING_KEY"
 	EnvPortForward  = "NSYS_CORTEX_KUBE_PORT_FORWARD"
+	EnvOpenNetwork  = "NSYS_CORTEX_KUBE_ALLOW_OPEN_NETWORK"
 )
 
 // NotConfigured is why kube mode cannot run when EnvImage is not set.
@@ -99,6 +100,13 @@ func SettingsFromEnv(home string) (Settings, error) {
 			return s, &sandbox.InvalidError{Reason: fmt.Sprintf("%s (kube.port_forward) %q: want true or false", EnvPortForward, v)}
 		}
 		s.PortForward = b
+	}
+	if v := os.Getenv(EnvOpenNetwork); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return s, &sandbox.InvalidError{Reason: fmt.Sprintf("%s (kube.allow_open_network) %q: want true or false", EnvOpenNetwork, v)}
+		}
+		s.Config.OpenNetwork = b
 	}
 	if s.SigningKey == "" {
 		s.SigningKey = filepath.Join(home, "kube", "signing.key")
@@ -481,6 +489,8 @@ func SelfCheck(ctx context.Context, env sandbox.Env) sandbox.Check {
 		fwd = portForwardAllowed(ctx, cl, s.Config.Namespace)
 		c.Items = append(c.Items, fwd)
 	}
+	netpol := networkItem(ctx, cl, s)
+	c.Items = append(c.Items, netpol)
 	if !adm.OK {
 		c.Summary = adm.Detail
 		return c
@@ -495,6 +505,10 @@ func SelfCheck(ctx context.Context, env sandbox.Env) sandbox.Check {
 	}
 	if !rcs.OK {
 		c.Summary = rcs.Detail
+		return c
+	}
+	if !netpol.OK {
+		c.Summary = netpol.Detail
 		return c
 	}
 	c.OK, c.Summary = true, "ready ("+rc.Host+")"

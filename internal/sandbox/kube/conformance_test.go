@@ -23,7 +23,7 @@ func TestConformance(t *testing.T) {
 				if sandboxes {
 					ag = agentsfake.NewSimpleClientset()
 				}
-				return fake.NewClientset(), ag, kube.Config{Image: "registry.example/nsys-cortex-neuron:1"}
+				return fake.NewClientset(), ag, kube.Config{OpenNetwork: true, Image: "registry.example/nsys-cortex-neuron:1"}
 			}))
 		})
 	}

@@ -73,6 +73,12 @@ type Manager struct {
 	stopWatch func()
 	watched   func() bool // the informer has listed what there is
 	closed    bool        // Close was called: no link is kept after
+
+	// probeMu serialises the network probes a create may run; verdict is
+	// the last verdict read (verdictRead when), reread after a minute.
+	probeMu     sync.Mutex
+	verdict     NetworkVerdict
+	verdictRead time.Time
 }
 
 // podLink is the link to a neuron's agent and the pod it was made for.
@@ -127,6 +133,9 @@ func (m *Manager) Create(ctx context.Context, id string, opts sandbox.CreateOpti
 		return nil, err
 	}
 	if err := unenforceable(opts); err != nil {
+		return nil, err
+	}
+	if err := m.checkNetwork(ctx); err != nil {
 		return nil, err
 	}
 	if m.Cluster.Agents == nil && opts.Timeout > 0 && opts.OnTimeout == sandbox.OnTimeoutWipe {

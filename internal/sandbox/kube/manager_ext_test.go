@@ -14,7 +14,7 @@ import (
 // Sandboxes, and plain pods (test/kube runs the same against a real API
 // server).
 func TestManager(t *testing.T) {
-	cfg := kube.Config{Image: "registry.example/nsys-cortex-neuron:1", RuntimeClass: "gvisor", StorageClass: "fast"}
+	cfg := kube.Config{OpenNetwork: true, Image: "registry.example/nsys-cortex-neuron:1", RuntimeClass: "gvisor", StorageClass: "fast"}
 	t.Run("sandbox", func(t *testing.T) { kubesim.RunManager(t, fake.NewClientset(), agentsfake.NewSimpleClientset(), cfg) })
 	t.Run("pods", func(t *testing.T) { kubesim.RunManager(t, fake.NewClientset(), nil, cfg) })
 }

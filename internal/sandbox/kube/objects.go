@@ -88,6 +88,11 @@ type Config struct {
 	EgressProxy map[string]string
 	// EgressProxyPort is the proxy's port (default 3128).
 	EgressProxyPort int32
+	// OpenNetwork runs neurons on a cluster whose network plugin does
+	// not enforce NetworkPolicy, where they reach the network
+	// (kube.allow_open_network); otherwise a create there is refused
+	// (see ProbeNetwork).
+	OpenNetwork bool
 }
 
 // TrustKey is the key of the trust ConfigMap that holds the public key.

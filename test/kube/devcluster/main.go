@@ -6,7 +6,7 @@
 // it is interrupted, then removes everything it made.
 //
 //	cd test/kube && go run ./devcluster --kubeconfig /tmp/cortex-dev.kubeconfig
-//	KUBECONFIG=/tmp/cortex-dev.kubeconfig NSYS_CORTEX_KUBE_IMAGE=dev nsys-cortex create --mode kube n1
+//	KUBECONFIG=/tmp/cortex-dev.kubeconfig NSYS_CORTEX_KUBE_IMAGE=dev NSYS_CORTEX_KUBE_ALLOW_OPEN_NETWORK=true nsys-cortex create --mode kube n1
 //
 // It is no boundary: a neuron's commands run as the user who runs
 // devcluster, on this machine, in a directory of their own. It is for
@@ -95,8 +95,12 @@ func main() {
 	}
 	fmt.Printf(`devcluster: ready; %s in namespace %s.
 Neurons here are no boundary: their commands run as you, on this machine.
+Its pods share this machine's network, as on a cluster whose network plugin
+ignores NetworkPolicy: kube mode's network probe finds that, and creates are
+refused unless kube.allow_open_network says to run neurons open anyway.
 Try:
   export KUBECONFIG=%s NSYS_CORTEX_KUBE_IMAGE=devcluster NSYS_CORTEX_KUBE_NAMESPACE=%s
+  export NSYS_CORTEX_KUBE_ALLOW_OPEN_NETWORK=true
   nsys-cortex create --mode kube n1 && nsys-cortex exec n1 -- uname -a
 As from outside a real cluster (the channel through the API server):
   nsys-cortex --kube-port-forward exec n1 -- uname -a

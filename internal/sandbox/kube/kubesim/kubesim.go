@@ -32,6 +32,7 @@ import (
 
 	"github.com/nsys-cortex/cortex/internal/agent"
 	"github.com/nsys-cortex/cortex/internal/podtoken"
+	"github.com/nsys-cortex/cortex/internal/protocol"
 	"github.com/nsys-cortex/cortex/internal/sandbox/kube"
 )
 
@@ -61,6 +62,18 @@ type Kubelet struct {
 	stops map[string]func()
 	homes map[string]string
 	n     int
+	// enforcing: see Enforce.
+	enforcing bool
+}
+
+// Enforce makes the Kubelet stand in for a network plugin that enforces
+// the neurons' NetworkPolicies, as far as the network probe can see: the
+// probe's denied port does not answer. Otherwise its pods share the
+// host's loopback, open, as if no policy were there.
+func (k *Kubelet) Enforce(on bool) {
+	k.mu.Lock()
+	k.enforcing = on
+	k.mu.Unlock()
 }
 
 // T is what a Kubelet needs of its owner: a test's testing.T, or
@@ -337,6 +350,10 @@ func (k *Kubelet) run(ctx context.Context, pod *corev1.Pod) {
 			pod = got.DeepCopy()
 		}
 	}
+	if pod.Labels[kube.LabelProbe] != "" {
+		k.runProbe(ctx, pod)
+		return
+	}
 	id := pod.Labels[kube.LabelID]
 	pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionTrue}}
 	if k.fail[id] {
@@ -515,6 +532,62 @@ func (k *Kubelet) failPod(ctx context.Context, namespace, name, reason string, e
 	edit(pod)
 	_, err = pods.UpdateStatus(ctx, pod, metav1.UpdateOptions{})
 	return err
+}
+
+// runProbe runs the network probe's pod (kube.ProbePod): its containers'
+// listeners, greeting as cortex-agent probe-listen does, each on the
+// pod's IP; with Enforcing, the one on the port the policies deny is
+// not reached, as a plugin that enforces them would drop it.
+func (k *Kubelet) runProbe(ctx context.Context, pod *corev1.Pod) {
+	ip, _, err := k.podAddress()
+	if err != nil {
+		k.t.Errorf("pod %s: %v", pod.Name, err)
+		return
+	}
+	k.mu.Lock()
+	enforcing := k.enforcing
+	k.mu.Unlock()
+	var lns []net.Listener
+	for i, c := range pod.Spec.Containers {
+		if enforcing && i > 0 {
+			continue
+		}
+		ln, err := net.Listen("tcp", net.JoinHostPort(ip, strconv.Itoa(int(c.Ports[0].ContainerPort))))
+		if err != nil {
+			k.t.Errorf("pod %s: %v", pod.Name, err)
+			return
+		}
+		lns = append(lns, ln)
+	}
+	var wg sync.WaitGroup
+	for _, ln := range lns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				c.Write([]byte(protocol.ProbeGreeting))
+				c.Close()
+			}
+		}()
+	}
+	k.mu.Lock()
+	k.stops[pod.Name] = func() {
+		for _, ln := range lns {
+			ln.Close()
+		}
+		wg.Wait()
+	}
+	k.mu.Unlock()
+	pod.Status.Phase, pod.Status.PodIP = corev1.PodRunning, ip
+	pod.Status.PodIPs = []corev1.PodIP{{IP: ip}}
+	pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionTrue}, {Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+	if _, err := k.core.CoreV1().Pods(pod.Namespace).UpdateStatus(ctx, pod, metav1.UpdateOptions{}); err != nil && ctx.Err() == nil && !apierrors.IsNotFound(err) {
+		k.t.Errorf("the status of pod %s: %v", pod.Name, err)
+	}
 }
 
 func (k *Kubelet) stop(name string) {
