@@ -74,10 +74,14 @@ type Manager struct {
 	watched   func() bool // the informer has listed what there is
 	closed    bool        // Close was called: no link is kept after
 
-	// probeMu serialises the network probes a create may run; verdict is
-	// the last verdict read (verdictRead when), reread after a minute.
+	// probeMu guards the network probe's state: the probe in flight (one
+	// at a time), and what the last check found (verdict, or verdictErr
+	// where there was none) and when, kept for a minute.
 	probeMu     sync.Mutex
+	probing     *probeRun
+	stopProbe   func()
 	verdict     NetworkVerdict
+	verdictErr  error
 	verdictRead time.Time
 }
 
@@ -749,6 +753,15 @@ func (m *Manager) Close() error {
 	links := m.links
 	m.links = nil
 	m.mu.Unlock()
+	m.probeMu.Lock()
+	run := m.probing
+	if run != nil {
+		m.stopProbe()
+	}
+	m.probeMu.Unlock()
+	if run != nil {
+		<-run.done // its pods' removal: at most 10 s
+	}
 	for _, l := range links {
 		l.Close() // outside the lock
 	}

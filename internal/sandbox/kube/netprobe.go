@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
 	"github.com/nsys-cortex/cortex/internal/protocol"
@@ -43,6 +44,12 @@ const (
 	LabelProbe = "neuron.nsys-cortex/probe"
 	// ProbeMaxAge is how long a verdict holds before a create probes again.
 	ProbeMaxAge = 24 * time.Hour
+	// probeHardMaxAge is how long an old verdict stands in for a probe
+	// that failed: past it, there is no verdict (and creates are refused).
+	probeHardMaxAge = 48 * time.Hour
+	// probeSkew is how far in the future a verdict's time may be (hosts'
+	// clocks differ); further, it is no verdict.
+	probeSkew = 5 * time.Minute
 	// probeDialTimeout bounds each dial: a plugin that enforces usually
 	// drops the connection, and the dial runs out.
 	probeDialTimeout = 3 * time.Second
@@ -74,7 +81,8 @@ func (v NetworkVerdict) String() string {
 func ProbePod(cfg Config, name string) *corev1.Pod {
 	cfg = cfg.Defaults()
 	listener := func(cname string, port int32) corev1.Container {
-		small := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("32Mi")}
+		// Enough CPU that a greeting is not late because of a limit.
+		small := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("32Mi")}
 		return corev1.Container{
 			Name:            cname,
 			Image:           cfg.Image,
@@ -122,14 +130,29 @@ func ProbePod(cfg Config, name string) *corev1.Pod {
 	}
 }
 
-// ErrCannotProbe: this host could not reach the probe's pod on the port
-// the policies allow, so the probe says nothing (a host outside the
-// cluster, or a probe pod that never started).
+// ErrCannotProbe: the probe could not tell whether the policies are
+// enforced (this host reaches no pod, or not the control's denied port,
+// or the probe's pods did not run as they should).
 var ErrCannotProbe = errors.New("the network probe cannot tell")
 
+// ControlPod is the probe's control: the same listener on the port the
+// policies deny, in a pod no neuron policy selects (no LabelRole). That
+// this host reaches it there shows the path to a pod on that port is
+// open (no firewall, a host in the cluster), so that a denied dial to the
+// probe's pod says something of the policies.
+func ControlPod(cfg Config, name string) *corev1.Pod {
+	pod := ProbePod(cfg, name)
+	pod.Labels = map[string]string{LabelProbe: "control"}
+	pod.Spec.Containers = pod.Spec.Containers[1:] // the denied port's listener
+	pod.Spec.Containers[0].Name = "control"
+	return pod
+}
+
 // ProbeNetwork runs the probe (see above) within ctx, records its verdict
-// in ProbeConfigMap, and returns it. dial reaches a pod's address (nil:
-// a plain TCP dial). The probe's pod is removed whatever happens.
+// in ProbeConfigMap, and returns it: a verdict measured is returned even
+// when recording it failed (with that error). dial reaches a pod's
+// address (nil: a plain TCP dial). The probe's pods are removed whatever
+// happens, and so are any an earlier probe left.
 func (c *Cluster) ProbeNetwork(ctx context.Context, dial func(ctx context.Context, addr string) (net.Conn, error)) (NetworkVerdict, error) {
 	cfg := c.Config.Defaults()
 	if dial == nil {
@@ -138,43 +161,93 @@ func (c *Cluster) ProbeNetwork(ctx context.Context, dial func(ctx context.Contex
 		}
 	}
 	pods := c.Core.CoreV1().Pods(cfg.Namespace)
+	// What a probe cut short left (its host gone before its cleanup).
+	if old, err := pods.List(ctx, metav1.ListOptions{LabelSelector: LabelProbe}); err == nil {
+		for _, p := range old.Items {
+			pods.Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
+		}
+	}
 	var rnd [4]byte
 	rand.Read(rnd[:])
-	name := "nsys-cortex-netprobe-" + hex.EncodeToString(rnd[:])
-	pod, err := pods.Create(ctx, ProbePod(cfg, name), metav1.CreateOptions{})
-	if err != nil {
-		return NetworkVerdict{}, explain(err, "create", "pods", cfg.Namespace)
-	}
+	suffix := hex.EncodeToString(rnd[:])
+	var made []string
 	defer func() {
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		pods.Delete(dctx, name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
+		for _, name := range made {
+			pods.Delete(dctx, name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
+		}
 		cancel()
 	}()
-	if pod, err = c.waitReady(ctx, pod); err != nil {
-		return NetworkVerdict{}, fmt.Errorf("%w: its pod %s/%s: %v", ErrCannotProbe, cfg.Namespace, name, err)
+	var running [2]*corev1.Pod
+	for i, pod := range []*corev1.Pod{ProbePod(cfg, "nsys-cortex-netprobe-"+suffix), ControlPod(cfg, "nsys-cortex-netcontrol-"+suffix)} {
+		got, err := pods.Create(ctx, pod, metav1.CreateOptions{})
+		if err != nil {
+			return NetworkVerdict{}, fmt.Errorf("%w: %v", ErrCannotProbe, explain(err, "create", "pods", cfg.Namespace))
+		}
+		made = append(made, got.Name)
+		running[i] = got
 	}
-	allowed := net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(int(cfg.AgentPort)))
-	denied := net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(int(cfg.AgentPort+1)))
-	if err := probeDial(ctx, dial, allowed); err != nil {
-		return NetworkVerdict{}, fmt.Errorf("%w: this host cannot reach the probe's pod on the port the policies allow (%s: %v); "+
-			"run it from a host in the cluster (kubectl exec deploy/nsys-cortex -- nsys-cortex doctor)", ErrCannotProbe, allowed, err)
+	for i, pod := range running {
+		var err error
+		if running[i], err = c.waitReady(ctx, pod); err != nil {
+			return NetworkVerdict{}, fmt.Errorf("%w: its pod %s/%s: %v", ErrCannotProbe, cfg.Namespace, pod.Name, err)
+		}
+	}
+	probe, control := running[0], running[1]
+	port := func(pod *corev1.Pod, p int32) string { return net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(int(p))) }
+	allowed, denied, open := port(probe, cfg.AgentPort), port(probe, cfg.AgentPort+1), port(control, cfg.AgentPort+1)
+	cannot := func(what, addr string, err error) error {
+		return fmt.Errorf("%w: this host cannot reach %s (%s: %v); run it from a host in the cluster "+
+			"(kubectl exec deploy/nsys-cortex -- nsys-cortex doctor)", ErrCannotProbe, what, addr, err)
+	}
+	if _, err := probeDial(ctx, dial, allowed); err != nil {
+		return NetworkVerdict{}, cannot("the probe's pod on the port the policies allow", allowed, err)
+	}
+	if _, err := probeDial(ctx, dial, open); err != nil {
+		return NetworkVerdict{}, cannot("the control pod (no policy selects it) on the port the policies deny a neuron", open, err)
 	}
 	v := NetworkVerdict{Checked: time.Now().Truncate(time.Second)}
-	if err := probeDial(ctx, dial, denied); err != nil {
-		v.Enforced, v.Detail = true, fmt.Sprintf("%s answered; %s, which the policies deny, did not (%v)", allowed, denied, err)
-	} else {
-		v.Detail = fmt.Sprintf("%s answered, and so did %s, which the policies deny", allowed, denied)
+	connected, err := probeDial(ctx, dial, denied)
+	if connected {
+		// A connection made is a connection the policies should have
+		// stopped, whatever the listener said after.
+		v.Detail = fmt.Sprintf("%s answered, and so did %s, which the policies deny (the control %s answered too)", allowed, denied, open)
+		return v, c.recordVerdict(ctx, v)
 	}
+	// Not reached: the policies, or a listener gone. Its container must
+	// still be running as it was, and the allowed port answer again.
+	if again, gerr := c.Core.CoreV1().Pods(cfg.Namespace).Get(ctx, probe.Name, metav1.GetOptions{}); gerr != nil || !listening(again) {
+		return NetworkVerdict{}, fmt.Errorf("%w: the probe's listeners did not stay up (%v)", ErrCannotProbe, gerr)
+	}
+	if _, aerr := probeDial(ctx, dial, allowed); aerr != nil {
+		return NetworkVerdict{}, cannot("the probe's pod on the port the policies allow, a second time", allowed, aerr)
+	}
+	v.Enforced, v.Detail = true, fmt.Sprintf("%s answered, and the control %s on the same port a neuron's policies deny; %s, which they deny, did not (%v)", allowed, open, denied, err)
 	return v, c.recordVerdict(ctx, v)
 }
 
-// probeDial dials addr and reads the probe listener's greeting.
-func probeDial(ctx context.Context, dial func(ctx context.Context, addr string) (net.Conn, error), addr string) error {
+// listening reports whether pod is running with every container ready
+// and none restarted.
+func listening(pod *corev1.Pod) bool {
+	if pod.Status.Phase != corev1.PodRunning || len(pod.Status.ContainerStatuses) != len(pod.Spec.Containers) {
+		return false
+	}
+	for _, cs := range pod.Status.ContainerStatuses {
+		if !cs.Ready || cs.RestartCount != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// probeDial dials addr and reads the probe listener's greeting; connected
+// says whether the connection was made, whatever came after.
+func probeDial(ctx context.Context, dial func(ctx context.Context, addr string) (net.Conn, error), addr string) (connected bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, probeDialTimeout)
 	defer cancel()
 	conn, err := dial(ctx, addr)
 	if err != nil {
-		return err
+		return false, err
 	}
 	defer conn.Close()
 	if dl, ok := ctx.Deadline(); ok {
@@ -182,12 +255,12 @@ func probeDial(ctx context.Context, dial func(ctx context.Context, addr string) 
 	}
 	line, err := bufio.NewReaderSize(conn, 64).ReadString('\n')
 	if err != nil {
-		return err
+		return true, err
 	}
 	if line != protocol.ProbeGreeting {
-		return fmt.Errorf("not the probe's listener: %q", line)
+		return true, fmt.Errorf("not the probe's listener: %q", line)
 	}
-	return nil
+	return true, nil
 }
 
 // waitReady waits until pod is ready (its listeners are), or failed.
@@ -226,22 +299,32 @@ func (c *Cluster) recordVerdict(ctx context.Context, v NetworkVerdict) error {
 	cfg := c.Config.Defaults()
 	cms := c.Core.CoreV1().ConfigMaps(cfg.Namespace)
 	data := map[string]string{"enforced": strconv.FormatBool(v.Enforced), "checked": v.Checked.UTC().Format(time.RFC3339), "detail": v.Detail}
-	cm, err := cms.Get(ctx, ProbeConfigMap, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		_, err = cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: ProbeConfigMap, Namespace: cfg.Namespace,
-			Labels: map[string]string{LabelManaged: managedBy}}, Data: data}, metav1.CreateOptions{})
-		return explainIf(err, "create", "configmaps", cfg.Namespace)
-	}
-	if err != nil {
-		return explain(err, "get", "configmaps", cfg.Namespace)
-	}
-	cm.Data = data
-	_, err = cms.Update(ctx, cm, metav1.UpdateOptions{})
-	return explainIf(err, "update", "configmaps", cfg.Namespace)
+	// Another host's probe may write it meanwhile: the later verdict wins.
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cm, err := cms.Get(ctx, ProbeConfigMap, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			_, err = cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: ProbeConfigMap, Namespace: cfg.Namespace,
+				Labels: map[string]string{LabelManaged: managedBy}}, Data: data}, metav1.CreateOptions{})
+			if apierrors.IsAlreadyExists(err) {
+				return apierrors.NewConflict(corev1.Resource("configmaps"), ProbeConfigMap, err)
+			}
+			return explainIf(err, "create", "configmaps", cfg.Namespace)
+		}
+		if err != nil {
+			return explain(err, "get", "configmaps", cfg.Namespace)
+		}
+		cm.Data = data
+		_, err = cms.Update(ctx, cm, metav1.UpdateOptions{})
+		if apierrors.IsConflict(err) {
+			return err
+		}
+		return explainIf(err, "update", "configmaps", cfg.Namespace)
+	})
 }
 
 // NetworkVerdict reads the recorded verdict: ok false when there is none
-// (or one that does not parse, which counts as none).
+// (or one that does not parse, or one dated more than a few minutes
+// ahead, which count as none).
 func (c *Cluster) NetworkVerdict(ctx context.Context) (v NetworkVerdict, ok bool, err error) {
 	cfg := c.Config.Defaults()
 	cm, err := c.Core.CoreV1().ConfigMaps(cfg.Namespace).Get(ctx, ProbeConfigMap, metav1.GetOptions{})
@@ -253,7 +336,7 @@ func (c *Cluster) NetworkVerdict(ctx context.Context) (v NetworkVerdict, ok bool
 	}
 	enforced, err1 := strconv.ParseBool(cm.Data["enforced"])
 	checked, err2 := time.Parse(time.RFC3339, cm.Data["checked"])
-	if err1 != nil || err2 != nil {
+	if err1 != nil || err2 != nil || time.Until(checked) > probeSkew {
 		return v, false, nil
 	}
 	return NetworkVerdict{Enforced: enforced, Checked: checked, Detail: cm.Data["detail"]}, true, nil
@@ -266,51 +349,115 @@ func openNetwork(v NetworkVerdict) error {
 		"; use a network plugin that enforces NetworkPolicy (Calico, Cilium), or set kube.allow_open_network=true to run neurons that reach the network anyway"}
 }
 
+// probeRun is one probe in flight on a host: the creates that need its
+// verdict wait for done, each within its own context.
+type probeRun struct {
+	done chan struct{}
+	v    NetworkVerdict
+	err  error
+}
+
 // checkNetwork refuses a create on a cluster that does not keep neurons
 // off the network, unless kube.allow_open_network says to. It reads the
-// recorded verdict (at most once a minute); where there is none, or it is
-// older than ProbeMaxAge, it runs the probe, one at a time. A host outside
-// the cluster (kube.port_forward) cannot probe: it needs a verdict a host
-// inside recorded.
+// recorded verdict (at most once a minute). Where there is none, or it is
+// older than ProbeMaxAge, it has the probe run (one at a time on a host,
+// in the background, waited for within ctx); a verdict the probe measured
+// counts even when it could not be recorded. A probe that failed leaves a
+// verdict younger than two days in force, and is not tried again for a
+// minute. A host outside the cluster (kube.port_forward) cannot probe: it
+// needs a verdict a host inside recorded.
 func (m *Manager) checkNetwork(ctx context.Context) error {
 	if m.Cluster.Config.OpenNetwork {
 		return nil
 	}
 	m.probeMu.Lock()
-	defer m.probeMu.Unlock()
-	if m.verdictRead.IsZero() || time.Since(m.verdictRead) > time.Minute {
-		v, ok, err := m.Cluster.NetworkVerdict(ctx)
-		if err != nil {
-			return err
-		}
-		if !ok || time.Since(v.Checked) > ProbeMaxAge {
-			probed, err := m.probe(ctx)
-			switch {
-			case err == nil:
-				v = probed
-			case !ok: // nothing to go on
-				return &sandbox.UnenforceableError{Mode: Mode, Policy: "network none", Reason: "whether the cluster's network plugin enforces NetworkPolicy is not known: " +
-					err.Error() + "; or set kube.allow_open_network=true to run neurons whether or not it does (docs/kube.md)"}
-			}
-			// A probe that failed leaves the last verdict in force.
-		}
-		m.verdict, m.verdictRead = v, time.Now()
+	if !m.verdictRead.IsZero() && time.Since(m.verdictRead) <= time.Minute {
+		v, err := m.verdict, m.verdictErr
+		m.probeMu.Unlock()
+		return verdictError(v, err)
 	}
-	if !m.verdict.Enforced {
-		return openNetwork(m.verdict)
+	m.probeMu.Unlock()
+	v, ok, err := m.Cluster.NetworkVerdict(ctx)
+	if err != nil {
+		return err
+	}
+	if ok && time.Since(v.Checked) <= ProbeMaxAge {
+		m.remember(v, nil)
+		return verdictError(v, nil)
+	}
+	run := m.startProbe()
+	select {
+	case <-run.done:
+	case <-ctx.Done():
+		return fmt.Errorf("waiting for the network probe: %w", ctx.Err())
+	}
+	switch {
+	case run.v != (NetworkVerdict{}):
+		v, err = run.v, nil // measured, recorded or not
+	case ok && time.Since(v.Checked) <= probeHardMaxAge:
+		err = nil // the last verdict stands in, for now
+	default:
+		v, err = NetworkVerdict{}, run.err
+	}
+	m.remember(v, err)
+	return verdictError(v, err)
+}
+
+// remember keeps what checkNetwork found for a minute.
+func (m *Manager) remember(v NetworkVerdict, err error) {
+	m.probeMu.Lock()
+	m.verdict, m.verdictErr, m.verdictRead = v, err, time.Now()
+	m.probeMu.Unlock()
+}
+
+// verdictError is the refusal (or nil) that verdict v, or the error that
+// left none, makes of a create.
+func verdictError(v NetworkVerdict, err error) error {
+	switch {
+	case err != nil:
+		return &sandbox.UnenforceableError{Mode: Mode, Policy: "network none", Reason: "whether the cluster's network plugin enforces NetworkPolicy is not known: " +
+			err.Error() + "; or set kube.allow_open_network=true to run neurons whether or not it does (docs/kube.md)"}
+	case !v.Enforced:
+		return openNetwork(v)
 	}
 	return nil
 }
 
-// probe runs the network probe from this host, within the boot timeout.
-func (m *Manager) probe(ctx context.Context) (NetworkVerdict, error) {
-	if m.Forward != nil {
-		return NetworkVerdict{}, fmt.Errorf("%w from outside the cluster (kube.port_forward reaches pods past their NetworkPolicies): "+
-			"run `nsys-cortex doctor` in a host pod once (kubectl exec deploy/nsys-cortex -- nsys-cortex doctor) and it records the verdict", ErrCannotProbe)
+// startProbe returns the probe in flight, or starts one: its own context,
+// bounded, ended by Close.
+func (m *Manager) startProbe() *probeRun {
+	m.probeMu.Lock()
+	defer m.probeMu.Unlock()
+	if m.probing != nil {
+		return m.probing
 	}
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-	return m.Cluster.ProbeNetwork(ctx, nil)
+	run := &probeRun{done: make(chan struct{})}
+	m.probing = run
+	if m.Forward != nil {
+		run.err = fmt.Errorf("%w from outside the cluster (kube.port_forward reaches pods past their NetworkPolicies): "+
+			"run `nsys-cortex doctor` in a host pod once (kubectl exec deploy/nsys-cortex -- nsys-cortex doctor) and it records the verdict", ErrCannotProbe)
+		m.probing = nil
+		close(run.done)
+		return run
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	m.stopProbe = cancel
+	go func() {
+		defer cancel()
+		v, err := m.Cluster.ProbeNetwork(ctx, nil)
+		if err != nil && !errors.Is(err, ErrCannotProbe) && v != (NetworkVerdict{}) {
+			err = nil // measured; only its recording failed
+		}
+		m.probeMu.Lock()
+		run.v, run.err = v, err
+		if err != nil {
+			run.v = NetworkVerdict{}
+		}
+		m.probing = nil
+		m.probeMu.Unlock()
+		close(run.done)
+	}()
+	return run
 }
 
 // networkItem is doctor's line on the network probe: the recorded verdict,
@@ -322,6 +469,10 @@ func networkItem(ctx context.Context, cl *Cluster, s Settings) sandbox.CheckItem
 	v, ok, err := cl.NetworkVerdict(ctx)
 	if err != nil {
 		it.Detail = err.Error()
+		return it
+	}
+	if !ok && s.Config.OpenNetwork {
+		it.OK, it.Detail = true, "not probed: kube.allow_open_network runs neurons whether or not it is"
 		return it
 	}
 	if (!ok || time.Since(v.Checked) > ProbeMaxAge) && !s.PortForward {

@@ -534,10 +534,12 @@ func (k *Kubelet) failPod(ctx context.Context, namespace, name, reason string, e
 	return err
 }
 
-// runProbe runs the network probe's pod (kube.ProbePod): its containers'
-// listeners, greeting as cortex-agent probe-listen does, each on the
-// pod's IP; with Enforcing, the one on the port the policies deny is
-// not reached, as a plugin that enforces them would drop it.
+// runProbe runs a pod of the network probe (kube.ProbePod, or its
+// control, kube.ControlPod): its containers' listeners, greeting as
+// cortex-agent probe-listen does, each on the pod's IP. With Enforce, the
+// probe pod's listener on the port the policies deny is not reached, as
+// under a plugin that enforces them (the control's is: no policy selects
+// it).
 func (k *Kubelet) runProbe(ctx context.Context, pod *corev1.Pod) {
 	ip, _, err := k.podAddress()
 	if err != nil {
@@ -549,7 +551,7 @@ func (k *Kubelet) runProbe(ctx context.Context, pod *corev1.Pod) {
 	k.mu.Unlock()
 	var lns []net.Listener
 	for i, c := range pod.Spec.Containers {
-		if enforcing && i > 0 {
+		if enforcing && i > 0 && pod.Labels[kube.LabelRole] == "neuron" {
 			continue
 		}
 		ln, err := net.Listen("tcp", net.JoinHostPort(ip, strconv.Itoa(int(c.Ports[0].ContainerPort))))
@@ -585,6 +587,11 @@ func (k *Kubelet) runProbe(ctx context.Context, pod *corev1.Pod) {
 	pod.Status.Phase, pod.Status.PodIP = corev1.PodRunning, ip
 	pod.Status.PodIPs = []corev1.PodIP{{IP: ip}}
 	pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionTrue}, {Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+	pod.Status.ContainerStatuses = nil
+	for _, c := range pod.Spec.Containers {
+		pod.Status.ContainerStatuses = append(pod.Status.ContainerStatuses, corev1.ContainerStatus{Name: c.Name, Image: c.Image, Ready: true,
+			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.Now()}}})
+	}
 	if _, err := k.core.CoreV1().Pods(pod.Namespace).UpdateStatus(ctx, pod, metav1.UpdateOptions{}); err != nil && ctx.Err() == nil && !apierrors.IsNotFound(err) {
 		k.t.Errorf("the status of pod %s: %v", pod.Name, err)
 	}
