@@ -96,14 +96,8 @@ func ProbePod(cfg Config, name string) *corev1.Pod {
 				ProbeHandler:  corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(port)}},
 				PeriodSeconds: 1,
 			},
-			Resources: corev1.ResourceRequirements{Requests: small, Limits: small},
-			SecurityContext: &corev1.SecurityContext{
-				AllowPrivilegeEscalation: ptr.To(false),
-				ReadOnlyRootFilesystem:   ptr.To(true),
-				RunAsNonRoot:             ptr.To(true),
-				Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
-				SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
-			},
+			Resources:       corev1.ResourceRequirements{Requests: small, Limits: small},
+			SecurityContext: hardened(),
 		}
 	}
 	spec := corev1.PodSpec{

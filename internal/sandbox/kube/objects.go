@@ -236,14 +236,8 @@ func PodSpec(cfg Config, n Neuron, homeClaim string) corev1.PodSpec {
 				ProbeHandler:  corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(cfg.AgentPort)}},
 				PeriodSeconds: 1,
 			},
-			Resources: resources(n.Limits),
-			SecurityContext: &corev1.SecurityContext{
-				AllowPrivilegeEscalation: ptr.To(false),
-				ReadOnlyRootFilesystem:   ptr.To(true),
-				RunAsNonRoot:             ptr.To(true),
-				Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
-				SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
-			},
+			Resources:       resources(n.Limits),
+			SecurityContext: hardened(),
 			VolumeMounts: []corev1.VolumeMount{
 				{Name: homeVolume, MountPath: "/home/agent"},
 				{Name: "tmp", MountPath: "/tmp"},
@@ -278,6 +272,19 @@ func PodSpec(cfg Config, n Neuron, homeClaim string) corev1.PodSpec {
 		c.Args = append(c.Args, "--trust-key-sha256="+n.TrustKeySHA256)
 	}
 	return spec
+}
+
+// hardened is the security context of every container kube mode makes:
+// no privilege escalation, a read-only root, non-root, no capabilities,
+// the runtime's default seccomp profile.
+func hardened() *corev1.SecurityContext {
+	return &corev1.SecurityContext{
+		AllowPrivilegeEscalation: ptr.To(false),
+		ReadOnlyRootFilesystem:   ptr.To(true),
+		RunAsNonRoot:             ptr.To(true),
+		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+		SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+	}
 }
 
 // resources are a neuron's limits as a container's: requests equal to
