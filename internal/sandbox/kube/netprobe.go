@@ -385,17 +385,28 @@ func (m *Manager) checkNetwork(ctx context.Context) error {
 	case <-ctx.Done():
 		return fmt.Errorf("waiting for the network probe: %w", ctx.Err())
 	}
-	switch {
-	case run.v != (NetworkVerdict{}):
-		v, err = run.v, nil // measured, recorded or not
-	case ok && time.Since(v.Checked) <= probeHardMaxAge:
-		err = nil // the last verdict stands in, for now
-	default:
-		v, err = NetworkVerdict{}, run.err
-	}
+	v, err = settle(v, ok, run.v, run.err)
 	m.remember(v, err)
 	return verdictError(v, err)
 }
+
+// settle is the verdict a host goes by once a probe has run (probed, or
+// perr): the one it measured, recorded or not; else the recorded one
+// (stored, when ok), while it is younger than probeHardMaxAge; else none,
+// and why.
+func settle(stored NetworkVerdict, ok bool, probed NetworkVerdict, perr error) (NetworkVerdict, error) {
+	switch {
+	case probed != (NetworkVerdict{}):
+		return probed, nil
+	case ok && time.Since(stored.Checked) <= probeHardMaxAge:
+		return stored, nil
+	}
+	return NetworkVerdict{}, perr
+}
+
+// errOutside is why a host outside the cluster cannot probe.
+var errOutside = fmt.Errorf("%w from outside the cluster (kube.port_forward reaches pods past their NetworkPolicies): "+
+	"run `nsys-cortex doctor` in a host pod once (kubectl exec deploy/nsys-cortex -- nsys-cortex doctor) and it records the verdict", ErrCannotProbe)
 
 // remember keeps what checkNetwork found for a minute.
 func (m *Manager) remember(v NetworkVerdict, err error) {
@@ -428,8 +439,7 @@ func (m *Manager) startProbe() *probeRun {
 	run := &probeRun{done: make(chan struct{})}
 	m.probing = run
 	if m.Forward != nil {
-		run.err = fmt.Errorf("%w from outside the cluster (kube.port_forward reaches pods past their NetworkPolicies): "+
-			"run `nsys-cortex doctor` in a host pod once (kubectl exec deploy/nsys-cortex -- nsys-cortex doctor) and it records the verdict", ErrCannotProbe)
+		run.err = errOutside
 		m.probing = nil
 		close(run.done)
 		return run
@@ -439,14 +449,8 @@ func (m *Manager) startProbe() *probeRun {
 	go func() {
 		defer cancel()
 		v, err := m.Cluster.ProbeNetwork(ctx, nil)
-		if err != nil && !errors.Is(err, ErrCannotProbe) && v != (NetworkVerdict{}) {
-			err = nil // measured; only its recording failed
-		}
 		m.probeMu.Lock()
-		run.v, run.err = v, err
-		if err != nil {
-			run.v = NetworkVerdict{}
-		}
+		run.v, run.err = v, err // a verdict with an error: measured, not recorded
 		m.probing = nil
 		m.probeMu.Unlock()
 		close(run.done)
@@ -469,24 +473,19 @@ func networkItem(ctx context.Context, cl *Cluster, s Settings) sandbox.CheckItem
 		it.OK, it.Detail = true, "not probed: kube.allow_open_network runs neurons whether or not it is"
 		return it
 	}
-	if (!ok || time.Since(v.Checked) > ProbeMaxAge) && !s.PortForward {
-		// Its own time: a pod to start, on a cluster.
-		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
-		probed, perr := cl.ProbeNetwork(pctx, nil)
-		cancel()
-		if perr == nil {
-			v, ok = probed, true
-		} else if !ok {
-			err = perr
+	if !ok || time.Since(v.Checked) > ProbeMaxAge {
+		probed, perr := NetworkVerdict{}, errOutside
+		if !s.PortForward {
+			// Its own time: a pod to start, on a cluster.
+			pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+			probed, perr = cl.ProbeNetwork(pctx, nil)
+			cancel()
 		}
+		v, err = settle(v, ok, probed, perr)
 	}
-	switch {
-	case !ok && err == nil:
-		err = fmt.Errorf("%w from outside the cluster (kube.port_forward): run doctor in a host pod once (kubectl exec deploy/nsys-cortex -- nsys-cortex doctor)", ErrCannotProbe)
-		fallthrough
-	case !ok:
+	if err != nil {
 		it.OK, it.Detail = s.Config.OpenNetwork, "not known: "+err.Error()
-	default:
+	} else {
 		it.OK, it.Detail = v.Enforced || s.Config.OpenNetwork, v.String()
 	}
 	switch {
