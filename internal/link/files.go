@@ -240,7 +240,7 @@ func (c *Client) writeFile(ctx context.Context, p string, src chunkSource, o *Wr
 	if c.direct() {
 		// The agent makes the temporary file (its own, removed if this
 		// client goes away before the move); the host fills it directly.
-		if n, err := c.writeViaView(ctx, tmp, args, first, src); err != errFallback {
+		if n, err := c.writeDirect(ctx, tmp, args, first, src); err != errFallback {
 			release()
 			off, chunk = n, nil
 			if err != nil {
@@ -612,10 +612,11 @@ func (c *Client) Search(ctx context.Context, args *protocol.SearchArgs) (*protoc
 	return &res, nil
 }
 
-// readDirect copies the file at p from off to end (to its end when end < 0)
-// into w from the host's side of the view, kernel to kernel where w is a
-// file or a socket. It returns errFallback, having copied nothing, when p
-// does not lie beneath the view or the host cannot open it there.
+// readDirect copies the file at p from off to end (to its size when end <
+// 0) into w without the channel, kernel to kernel where w is a file or a
+// socket: from the host's side of the view where p lies beneath it, else
+// through the file the agent passes (readPassed). It returns errFallback,
+// having copied nothing, when neither can.
 func (c *Client) readDirect(ctx context.Context, p string, off, end int64, w io.Writer) (int64, error) {
 	if !c.view.usable() {
 		return c.readPassed(ctx, p, off, end, w)
@@ -771,12 +772,12 @@ func (c *Client) openUploadTemp(ctx context.Context, a *protocol.FileWriteArgs) 
 	return f, nil
 }
 
-// writeViaView has the agent create the temporary file tmp (tracked by its
+// writeDirect has the agent create the temporary file tmp (tracked by its
 // session, so it goes if this client does), then writes first and the rest
-// of src into it from the host's side of the view, kernel to kernel where
-// src is a file. errFallback: the host cannot open tmp beneath the view,
-// and the channel writes it.
-func (c *Client) writeViaView(ctx context.Context, tmp string, args *protocol.FileWriteArgs, first []byte, src chunkSource) (int64, error) {
+// of src into it without the channel (openUploadTemp: the host view, or
+// the file the agent passes), kernel to kernel where src is a file.
+// errFallback: neither can, and the channel writes it.
+func (c *Client) writeDirect(ctx context.Context, tmp string, args *protocol.FileWriteArgs, first []byte, src chunkSource) (int64, error) {
 	a := *args
 	a.Path, a.Offset, a.Temp = tmp, 0, true
 	f, err := c.openUploadTemp(ctx, &a)
