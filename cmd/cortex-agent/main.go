@@ -257,13 +257,5 @@ func probeListen(addr string) error {
 	if err != nil {
 		return err
 	}
-	for {
-		c, err := ln.Accept()
-		if err != nil {
-			return err
-		}
-		c.SetWriteDeadline(time.Now().Add(time.Second))
-		c.Write([]byte(protocol.ProbeGreeting))
-		c.Close()
-	}
+	return protocol.GreetProbes(ln)
 }

@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"time"
 )
 
 // MaxSocketPath is the longest path bind(2) and connect(2) take for a Unix socket.
@@ -76,3 +77,17 @@ const Doorbell = ".doorbell"
 // ProbeGreeting is what `cortex-agent probe-listen` says to every
 // connection: kube mode's network probe dials it (see kube.ProbeNetwork).
 const ProbeGreeting = "nsys-cortex network probe\n"
+
+// GreetProbes says ProbeGreeting to every connection ln accepts, and
+// closes it, until ln fails (or is closed); it returns why.
+func GreetProbes(ln net.Listener) error {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return err
+		}
+		c.SetWriteDeadline(time.Now().Add(time.Second))
+		c.Write([]byte(ProbeGreeting))
+		c.Close()
+	}
+}

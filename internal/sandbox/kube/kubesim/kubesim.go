@@ -566,14 +566,7 @@ func (k *Kubelet) runProbe(ctx context.Context, pod *corev1.Pod) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for {
-				c, err := ln.Accept()
-				if err != nil {
-					return
-				}
-				c.Write([]byte(protocol.ProbeGreeting))
-				c.Close()
-			}
+			protocol.GreetProbes(ln) // until stopped
 		}()
 	}
 	k.mu.Lock()
