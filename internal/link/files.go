@@ -418,7 +418,14 @@ func (c *Client) ReadRangeTo(ctx context.Context, p string, off, n int64, w io.W
 		end = off + n
 	}
 	var total int64
-	if c.direct() && (end < 0 || end-off > directMin) {
+	if !c.view.usable() && c.passFiles() && (end < 0 || end-off > directMin) {
+		// No host view, so the agent passes the file at once, whatever its
+		// size: one round trip, and no chunk through the channel first.
+		m, err := c.readPassed(ctx, p, off, end, w)
+		if err != errFallback {
+			return m, err
+		}
+	} else if c.direct() && (end < 0 || end-off > directMin) {
 		// The first chunk through the channel: a small file ends there, at
 		// one round trip. The rest of a large one the host copies itself.
 		buf := chunkPool.Get().(*[]byte)

@@ -187,6 +187,15 @@ func TestPassedFileRoundTrip(t *testing.T) {
 	if !bytes.Equal(got, onDisk) {
 		t.Fatalf("download: %d bytes, not the passed file's %d (the channel has %d)", len(got), len(onDisk), len(fa.big))
 	}
+	// A stream (cp out, an HTTP download) takes the passed file from its
+	// first byte: no chunk of it comes through the channel first.
+	var streamed bytes.Buffer
+	if _, err := c.ReadFileTo(ctx, "big", &streamed); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(streamed.Bytes(), onDisk) {
+		t.Fatalf("streamed download: %d bytes, not all from the passed file's %d (the channel has %d)", streamed.Len(), len(onDisk), len(fa.big))
+	}
 	up := bytes.Repeat([]byte("upload, "), 6<<20/8)
 	if err := c.WriteFile(ctx, "up", up, nil); err != nil {
 		t.Fatal(err)
