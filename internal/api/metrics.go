@@ -48,13 +48,48 @@ func newMetrics(set *sandbox.Set, pools pool.Pools) *metrics {
 		}),
 	}
 	m.reg.MustRegister(m.requests, m.latency, m.errors, m.bytes, m.inflight,
-		&neuronCollector{set: set}, poolCollector{pools}, collectors.NewGoCollector(),
+		&neuronCollector{set: set}, poolCollector{pools}, claimCollector{set}, collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
 
 func (m *metrics) handler() http.Handler {
 	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
+}
+
+// claimCollector reports the creates that were claims on a warm pool the
+// cluster keeps (kube.warm_pool), of the managers built so far.
+type claimCollector struct{ set *sandbox.Set }
+
+var (
+	claimSecondsDesc = prometheus.NewDesc("cortex_claim_seconds", "Creates that claimed a neuron from the cluster's warm pool: from the claim to the agent connected.", perMode, nil)
+	claimsDesc       = prometheus.NewDesc("cortex_claims_total", "Creates that claimed a neuron from the cluster's warm pool, by how the claim was answered (warm: a neuron of the pool; cold: one made for it; failed).", []string{"mode", "start"}, nil)
+)
+
+func (c claimCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- claimSecondsDesc
+	ch <- claimsDesc
+}
+
+func (c claimCollector) Collect(ch chan<- prometheus.Metric) {
+	if c.set == nil {
+		return
+	}
+	for _, m := range c.set.Built() {
+		r, ok := m.(sandbox.ClaimReporter)
+		if !ok {
+			continue
+		}
+		s := r.ClaimStats()
+		buckets := make(map[float64]uint64, len(s.Buckets))
+		for i, le := range s.Buckets {
+			buckets[le] = s.Counts[i]
+		}
+		ch <- prometheus.MustNewConstHistogram(claimSecondsDesc, s.Count, s.Sum, buckets, s.Mode)
+		ch <- prometheus.MustNewConstMetric(claimsDesc, prometheus.CounterValue, float64(s.Warm), s.Mode, "warm")
+		ch <- prometheus.MustNewConstMetric(claimsDesc, prometheus.CounterValue, float64(s.Cold), s.Mode, "cold")
+		ch <- prometheus.MustNewConstMetric(claimsDesc, prometheus.CounterValue, float64(s.Failed), s.Mode, "failed")
+	}
 }
 
 // poolCollector reports the warm pools (serve --pool) at each scrape.

@@ -197,6 +197,18 @@ func (s *Set) Manager(mode string) (Manager, error) {
 	return m, nil
 }
 
+// Built returns the managers built so far (Manager builds one on first
+// use), in no order; building none.
+func (s *Set) Built() []Manager {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]Manager, 0, len(s.managers))
+	for _, m := range s.managers {
+		out = append(out, m)
+	}
+	return out
+}
+
 // Checks runs every mode's self-check.
 func (s *Set) Checks(ctx context.Context) []Check {
 	out := make([]Check, 0, len(s.backends))
