@@ -34,6 +34,7 @@ import (
 	apiservertesting "k8s.io/kubernetes/cmd/kube-apiserver/app/testing"
 	"k8s.io/kubernetes/test/utils/ktesting"
 	agents "sigs.k8s.io/agent-sandbox/clients/k8s/clientset/versioned"
+	extclient "sigs.k8s.io/agent-sandbox/clients/k8s/extensions/clientset/versioned"
 	"sigs.k8s.io/yaml"
 
 	"github.com/nsys-cortex/cortex/internal/sandbox/kube"
@@ -201,6 +202,14 @@ func Agents(rc *rest.Config) agents.Interface {
 	rc = rest.CopyConfig(rc)
 	rc.ContentType, rc.AcceptContentTypes = "application/json", "application/json"
 	return agents.NewForConfigOrDie(rc)
+}
+
+// Extensions is the client of agent-sandbox's extensions (claims, warm
+// pools, templates) on rc, in JSON as Agents.
+func Extensions(rc *rest.Config) extclient.Interface {
+	rc = rest.CopyConfig(rc)
+	rc.ContentType, rc.AcceptContentTypes = "application/json", "application/json"
+	return extclient.NewForConfigOrDie(rc)
 }
 
 // WriteKubeconfig writes to path (0600) a kubeconfig that reaches cfg's

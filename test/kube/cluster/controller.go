@@ -12,6 +12,9 @@ import (
 	"k8s.io/utils/ptr"
 	sbv1 "sigs.k8s.io/agent-sandbox/api/v1beta1"
 	"sigs.k8s.io/agent-sandbox/controllers"
+	extv1 "sigs.k8s.io/agent-sandbox/extensions/api/v1beta1"
+	extctrl "sigs.k8s.io/agent-sandbox/extensions/controllers"
+	"sigs.k8s.io/agent-sandbox/extensions/controllers/queue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/config"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -28,9 +31,11 @@ func (noTracing) GetTraceContext(context.Context) string              { return "
 func (noTracing) AddEvent(context.Context, string, map[string]string) {}
 func (noTracing) IsRecording(context.Context) bool                    { return false }
 
-// StartController runs agent-sandbox's Sandbox controller (its
-// reconciler, from the pinned module) in this process against rc, until
-// the test ends.
+// StartController runs agent-sandbox's controllers (their reconcilers,
+// from the pinned module) in this process against rc, until the test
+// ends: the Sandbox's, and its extensions' (SandboxTemplate,
+// SandboxWarmPool, SandboxClaim), as its controller runs them with
+// --extensions.
 func StartController(t T, rc *rest.Config) {
 	t.Helper()
 	ctrl.SetLogger(logr.Discard()) // its logs are the API server's business here
@@ -43,15 +48,27 @@ func StartController(t T, rc *rest.Config) {
 	if err := sbv1.AddToScheme(scheme); err != nil {
 		t.Fatal(err)
 	}
+	if err := extv1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
 	mgr, err := ctrl.NewManager(rc, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
 		// Each test its own controller, in one process.
 		Controller: ctrlconfig.Controller{SkipNameValidation: ptr.To(true)}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &controllers.SandboxReconciler{Client: mgr.GetClient(), Scheme: scheme, Recorder: mgr.GetEventRecorder("sandbox-controller"), Tracer: noTracing{}}
-	if err := r.SetupWithManager(mgr, 2); err != nil {
-		t.Fatal(err)
+	// Each with the workers agent-sandbox-controller's flags default to.
+	type reconciler interface{ SetupWithManager(ctrl.Manager, int) error }
+	for r, workers := range map[reconciler]int{
+		&controllers.SandboxReconciler{Client: mgr.GetClient(), Scheme: scheme, Recorder: mgr.GetEventRecorder("sandbox-controller"), Tracer: noTracing{}}: 100,
+		&extctrl.SandboxWarmPoolReconciler{Client: mgr.GetClient(), Scheme: scheme, Recorder: mgr.GetEventRecorder("sandboxwarmpool-controller")}:          1,
+		&extctrl.SandboxClaimReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Scheme: scheme,
+			WarmSandboxQueue: queue.NewSimpleSandboxQueue(), Recorder: mgr.GetEventRecorder("sandboxclaim-controller"), Tracer: noTracing{}}: 50,
+		&extctrl.SandboxTemplateReconciler{Client: mgr.GetClient(), Scheme: scheme, Recorder: mgr.GetEventRecorder("sandboxtemplate-controller"), Tracer: noTracing{}}: 1,
+	} {
+		if err := r.SetupWithManager(mgr, workers); err != nil {
+			t.Fatal(err)
+		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

@@ -29,6 +29,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	sbv1 "sigs.k8s.io/agent-sandbox/api/v1beta1"
 	agents "sigs.k8s.io/agent-sandbox/clients/k8s/clientset/versioned"
+	extclient "sigs.k8s.io/agent-sandbox/clients/k8s/extensions/clientset/versioned"
+	extv1 "sigs.k8s.io/agent-sandbox/extensions/api/v1beta1"
 
 	"github.com/nsys-cortex/cortex/internal/agent"
 	"github.com/nsys-cortex/cortex/internal/podtoken"
@@ -57,6 +59,11 @@ type Kubelet struct {
 	root       string // the homes are in it
 	fail       map[string]bool
 	net        [2]byte // the second and third bytes of the pod IPs, 127.x.y.z
+
+	// ctx ends with the test; wg holds the goroutines that follow
+	// watches (follow), waited for at the end.
+	ctx context.Context
+	wg  sync.WaitGroup
 
 	mu    sync.Mutex
 	stops map[string]func()
@@ -114,40 +121,18 @@ func start(t T, core kubernetes.Interface, ag agents.Interface, cfg kube.Config,
 		k.fail[id] = true
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
+	k.ctx = ctx
 	t.Cleanup(func() {
 		cancel()
-		wg.Wait()
+		k.wg.Wait()
 		k.mu.Lock()
 		defer k.mu.Unlock()
 		for _, stop := range k.stops {
 			stop()
 		}
 	})
-	// follow runs f for each event of w until the test ends.
-	follow := func(w watch.Interface, err error, f func(watch.Event)) {
-		if err != nil {
-			t.Fatal(err)
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer w.Stop()
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case ev, ok := <-w.ResultChan():
-					if !ok {
-						return
-					}
-					f(ev)
-				}
-			}
-		}()
-	}
 	pw, err := core.CoreV1().Pods(namespace).Watch(ctx, metav1.ListOptions{})
-	follow(pw, err, func(ev watch.Event) {
+	k.follow(pw, err, func(ev watch.Event) {
 		pod, isPod := ev.Object.(*corev1.Pod)
 		switch {
 		case !isPod:
@@ -164,7 +149,7 @@ func start(t T, core kubernetes.Interface, ag agents.Interface, cfg kube.Config,
 	// The cluster's pvc-protection: a claim marked for deletion goes once
 	// no pod uses it.
 	cw, err := core.CoreV1().PersistentVolumeClaims(namespace).Watch(ctx, metav1.ListOptions{})
-	follow(cw, err, func(ev watch.Event) {
+	k.follow(cw, err, func(ev watch.Event) {
 		pvc, isPVC := ev.Object.(*corev1.PersistentVolumeClaim)
 		switch {
 		case !isPVC:
@@ -180,13 +165,36 @@ func start(t T, core kubernetes.Interface, ag agents.Interface, cfg kube.Config,
 	})
 	if ag != nil {
 		sw, err := ag.AgentsV1beta1().Sandboxes(namespace).Watch(ctx, metav1.ListOptions{})
-		follow(sw, err, func(ev watch.Event) {
+		k.follow(sw, err, func(ev watch.Event) {
 			if sb, isSB := ev.Object.(*sbv1.Sandbox); isSB {
 				k.reconcile(ctx, sb, ev.Type)
 			}
 		})
 	}
 	return k
+}
+
+// follow runs f for each event of w until the test ends.
+func (k *Kubelet) follow(w watch.Interface, err error, f func(watch.Event)) {
+	if err != nil {
+		k.t.Fatal(err)
+	}
+	k.wg.Add(1)
+	go func() {
+		defer k.wg.Done()
+		defer w.Stop()
+		for {
+			select {
+			case <-k.ctx.Done():
+				return
+			case ev, ok := <-w.ResultChan():
+				if !ok {
+					return
+				}
+				f(ev)
+			}
+		}
+	}()
 }
 
 // release lets a claim marked for deletion go once no pod mounts it,
@@ -263,6 +271,30 @@ func (k *Kubelet) reconcile(ctx context.Context, sb *sbv1.Sandbox, et watch.Even
 		}
 	}
 	pods.Create(ctx, pod, metav1.CreateOptions{}) // an existing pod stays
+}
+
+// CollectClaims stands in for the cluster's garbage collector for
+// agent-sandbox's SandboxClaims too (beside its controller, StartBeside):
+// a claim deleted takes the Sandbox it holds with it (and that Sandbox
+// its pod and home), until the test ends.
+func (k *Kubelet) CollectClaims(ext extclient.Interface) {
+	ctx := k.ctx
+	w, err := ext.ExtensionsV1beta1().SandboxClaims(k.cfg.Namespace).Watch(ctx, metav1.ListOptions{})
+	k.follow(w, err, func(ev watch.Event) {
+		c, isClaim := ev.Object.(*extv1.SandboxClaim)
+		if !isClaim || ev.Type != watch.Deleted {
+			return
+		}
+		sbs, err := k.ag.AgentsV1beta1().Sandboxes(c.Namespace).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return
+		}
+		for _, sb := range sbs.Items {
+			if ref := metav1.GetControllerOf(&sb); ref != nil && ref.UID == c.UID {
+				k.ag.AgentsV1beta1().Sandboxes(c.Namespace).Delete(ctx, sb.Name, metav1.DeleteOptions{})
+			}
+		}
+	})
 }
 
 // orphans deletes the pods and claims deleted Sandbox sb owned, as the
@@ -417,7 +449,15 @@ func (k *Kubelet) run(ctx context.Context, pod *corev1.Pod) {
 		}
 		env = append(env, e.Name+"="+v)
 	}
-	a, err := agent.New(agent.Config{ID: id, Root: home, Listen: addr, Version: "test", Logger: log.New(io.Discard, "", 0), Env: env,
+	// The agent runs as its container's arguments say: its neuron is
+	// its --id ("" in a warm pod of the pool).
+	agentID := ""
+	for _, a := range pod.Spec.Containers[0].Args {
+		if v, ok := strings.CutPrefix(a, "--id="); ok {
+			agentID = v
+		}
+	}
+	a, err := agent.New(agent.Config{ID: agentID, Root: home, Listen: addr, Version: "test", Logger: log.New(io.Discard, "", 0), Env: env,
 		TokenCheck: func(tok string) error { _, err := podtoken.Verify(pub, tok, self, time.Now()); return err }})
 	if err != nil {
 		k.t.Error(err)
