@@ -153,6 +153,8 @@ var keys = []Key{
 		Description: "kube mode: the Ed25519 key (PKCS#8 PEM) that signs the tokens a pod's agent checks; empty: HOME/kube/signing.key, made when missing. Every host of a namespace must share it"},
 	{Name: "kube.storage_class", Env: "NSYS_CORTEX_KUBE_STORAGE_CLASS", Type: TypeString, Default: "",
 		Description: "kube mode: the StorageClass of the home volumes; empty: the cluster's default"},
+	{Name: "kube.warm_pool", Env: "NSYS_CORTEX_KUBE_WARM_POOL", Type: TypeInt, Default: "0",
+		Description: "kube mode: how many warm neurons agent-sandbox's SandboxWarmPool keeps ready in kube.namespace, so that a create is a SandboxClaim of one; 0: none (docs/kube.md)"},
 	{Name: "llm.base_url", Env: "NSYS_CORTEX_LLM_BASE_URL", Type: TypeString, Default: "",
 		Description: "base URL of the chat provider's API (empty: the provider's default)"},
 	{Name: "llm.key_env", Env: "NSYS_CORTEX_LLM_KEY_ENV", Type: TypeString, Default: "",

@@ -35,6 +35,21 @@ func TestDeployedRole(t *testing.T) {
 	}
 }
 
+// TestDeployedRoleWarmPool: the deployed Role grants what warm pools
+// take (the claims, the pool and its template): TestWarmPool's scenario
+// with the host's Manager as the deployed identity, agent-sandbox's
+// controllers as the cluster's.
+func TestDeployedRoleWarmPool(t *testing.T) {
+	rc := cluster.Start(t, cluster.Options{Sandboxes: true, RBAC: true, Quiet: true})
+	admin := kubernetes.NewForConfigOrDie(rc)
+	cfg := kube.Config{OpenNetwork: true, Image: "registry.example/nsys-cortex-neuron:1", Namespace: "nsys-cortex", WarmPool: 2}.Defaults()
+	cluster.Prepare(t, admin, cfg)
+	sa := applyRBAC(t, admin, cfg.Namespace, nil)
+	hostCfg := as(rc, cfg.Namespace, sa)
+	awaitGrant(t, kubernetes.NewForConfigOrDie(hostCfg), cfg.Namespace)
+	warmPool(t, rc, hostCfg, cfg)
+}
+
 func deployedRole(t *testing.T, sandboxes bool) {
 	rc := cluster.Start(t, cluster.Options{Sandboxes: sandboxes, RBAC: true, Quiet: true})
 	admin := kubernetes.NewForConfigOrDie(rc)

@@ -31,6 +31,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	sbv1 "sigs.k8s.io/agent-sandbox/api/v1beta1"
 	agents "sigs.k8s.io/agent-sandbox/clients/k8s/clientset/versioned"
+	extclient "sigs.k8s.io/agent-sandbox/clients/k8s/extensions/clientset/versioned"
+	extv1 "sigs.k8s.io/agent-sandbox/extensions/api/v1beta1"
 
 	"github.com/nsys-cortex/cortex/internal/config"
 	"github.com/nsys-cortex/cortex/internal/hostfs"
@@ -50,7 +52,11 @@ const (
 	EnvSigningKey   = "NSYS_CORTEX_KUBE_SIGNING_KEY"
 	EnvPortForward  = "NSYS_CORTEX_KUBE_PORT_FORWARD"
 	EnvOpenNetwork  = "NSYS_CORTEX_KUBE_ALLOW_OPEN_NETWORK"
+	EnvWarmPool     = "NSYS_CORTEX_KUBE_WARM_POOL"
 )
+
+// MaxWarmPool bounds kube.warm_pool.
+const MaxWarmPool = 1000
 
 // NotConfigured is why kube mode cannot run when EnvImage is not set.
 const NotConfigured = "not configured: set kube.image to the neuron image the cluster pulls, and kube.namespace (docs/kube.md)"
@@ -107,6 +113,13 @@ func SettingsFromEnv(home string) (Settings, error) {
 			return s, &sandbox.InvalidError{Reason: fmt.Sprintf("%s (kube.allow_open_network) %q: want true or false", EnvOpenNetwork, v)}
 		}
 		s.Config.OpenNetwork = b
+	}
+	if v := os.Getenv(EnvWarmPool); v != "" {
+		n, err := strconv.ParseInt(v, 10, 32)
+		if err != nil || n < 0 || n > MaxWarmPool {
+			return s, &sandbox.InvalidError{Reason: fmt.Sprintf("%s (kube.warm_pool) %q: want a count from 0 to %d", EnvWarmPool, v, MaxWarmPool)}
+		}
+		s.Config.WarmPool = int32(n)
 	}
 	if s.SigningKey == "" {
 		s.SigningKey = filepath.Join(home, "kube", "signing.key")
@@ -349,6 +362,9 @@ func NewFromSettings(ctx context.Context, home string) (*Manager, error) {
 	if err != nil {
 		return nil, err
 	}
+	if why := noWarmPool(cl); why != "" {
+		return nil, &sandbox.UnavailableError{Mode: Mode, Reason: why}
+	}
 	key, err := LoadSigningKey(s.SigningKey)
 	if err != nil {
 		return nil, err
@@ -383,7 +399,7 @@ func NewCluster(ctx context.Context, rc *rest.Config, cfg Config) (*Cluster, err
 		return nil, &sandbox.UnavailableError{Mode: Mode, Reason: err.Error()}
 	}
 	cl := &Cluster{Core: core, Config: cfg}
-	served, err := servesSandboxes(core)
+	served, err := serves(core, sbv1.GroupVersion.String(), "sandboxes")
 	if err != nil {
 		return nil, &sandbox.UnavailableError{Mode: Mode, Reason: fmt.Sprintf("the API server at %s: %v", rc.Host, err)}
 	}
@@ -395,14 +411,33 @@ func NewCluster(ctx context.Context, rc *rest.Config, cfg Config) (*Cluster, err
 		if cl.Agents, err = agents.NewForConfig(arc); err != nil {
 			return nil, &sandbox.UnavailableError{Mode: Mode, Reason: err.Error()}
 		}
+		// Its extensions (claims and warm pools), where they are served.
+		claims, err := serves(core, extv1.GroupVersion.String(), "sandboxclaims")
+		if err != nil {
+			return nil, &sandbox.UnavailableError{Mode: Mode, Reason: fmt.Sprintf("the API server at %s: %v", rc.Host, err)}
+		}
+		if claims {
+			if cl.Claims, err = extclient.NewForConfig(arc); err != nil {
+				return nil, &sandbox.UnavailableError{Mode: Mode, Reason: err.Error()}
+			}
+		}
 	}
 	return cl, nil
 }
 
-// servesSandboxes asks the API server whether it serves agent-sandbox's
-// Sandboxes.
-func servesSandboxes(core kubernetes.Interface) (bool, error) {
-	list, err := core.Discovery().ServerResourcesForGroupVersion(sbv1.GroupVersion.String())
+// noWarmPool is why kube.warm_pool cannot be had ("": it can).
+func noWarmPool(cl *Cluster) string {
+	if cl.Config.WarmPool == 0 || cl.Claims != nil {
+		return ""
+	}
+	return fmt.Sprintf("kube.warm_pool is %d, and the cluster does not serve agent-sandbox's SandboxClaims and SandboxWarmPools (its extensions): "+
+		"install them (docs/kube.md, \"Warm pools\"), or set kube.warm_pool = 0", cl.Config.WarmPool)
+}
+
+// serves asks the API server whether it serves resource of group
+// version gv.
+func serves(core kubernetes.Interface, gv, resource string) (bool, error) {
+	list, err := core.Discovery().ServerResourcesForGroupVersion(gv)
 	if apierrors.IsNotFound(err) {
 		return false, nil
 	}
@@ -410,7 +445,7 @@ func servesSandboxes(core kubernetes.Interface) (bool, error) {
 		return false, err
 	}
 	for _, r := range list.APIResources {
-		if r.Name == "sandboxes" {
+		if r.Name == resource {
 			return true, nil
 		}
 	}
@@ -491,6 +526,15 @@ func SelfCheck(ctx context.Context, env sandbox.Env) sandbox.Check {
 	}
 	netpol := networkItem(ctx, cl, s)
 	c.Items = append(c.Items, netpol)
+	warm := sandbox.CheckItem{OK: true}
+	if s.Config.WarmPool > 0 {
+		warm = warmPoolItem(ctx, cl)
+		c.Items = append(c.Items, warm)
+	}
+	if !warm.OK {
+		c.Summary = warm.Detail
+		return c
+	}
 	if !adm.OK {
 		c.Summary = adm.Detail
 		return c
@@ -513,6 +557,27 @@ func SelfCheck(ctx context.Context, env sandbox.Env) sandbox.Check {
 	}
 	c.OK, c.Summary = true, "ready ("+rc.Host+")"
 	return c
+}
+
+// warmPoolItem says whether the cluster serves warm pools, and how many
+// of the namespace's warm neurons are ready.
+func warmPoolItem(ctx context.Context, cl *Cluster) sandbox.CheckItem {
+	it := sandbox.CheckItem{Name: "warm pool (kube.warm_pool)"}
+	if why := noWarmPool(cl); why != "" {
+		it.Detail = why
+		return it
+	}
+	cfg := cl.Config.Defaults()
+	p, err := cl.Claims.ExtensionsV1beta1().SandboxWarmPools(cfg.Namespace).Get(ctx, WarmPoolName, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		it.OK, it.Detail = true, fmt.Sprintf("not made yet: the first create makes SandboxWarmPool %s/%s of %d", cfg.Namespace, WarmPoolName, cfg.WarmPool)
+	case err != nil:
+		it.Detail = explain(err, "get", "sandboxwarmpools.extensions.agents.x-k8s.io", cfg.Namespace).Error()
+	default:
+		it.OK, it.Detail = true, fmt.Sprintf("%d of %d warm neurons ready (SandboxWarmPool %s/%s)", p.Status.ReadyReplicas, cfg.WarmPool, cfg.Namespace, WarmPoolName)
+	}
+	return it
 }
 
 // portForwardAllowed asks the API server whether this identity may

@@ -158,10 +158,13 @@ func TestDeployManifests(t *testing.T) {
 		t.Fatalf("no Role or Deployment in %s", deployDir)
 	}
 	want := map[string][]string{
-		"agents.x-k8s.io/sandboxes": {"create", "delete", "get", "list", "patch", "watch"},
-		"/pods":                     {"create", "delete", "get", "list", "watch"},
-		"/persistentvolumeclaims":   {"create", "delete", "get", "list"},
-		"/configmaps":               {"create", "get"},
+		"agents.x-k8s.io/sandboxes":                   {"create", "delete", "get", "list", "patch", "watch"},
+		"extensions.agents.x-k8s.io/sandboxclaims":    {"create", "delete", "get", "list", "patch", "watch"},
+		"extensions.agents.x-k8s.io/sandboxtemplates": {"create", "get", "update"},
+		"extensions.agents.x-k8s.io/sandboxwarmpools": {"create", "get", "update"},
+		"/pods":                   {"create", "delete", "get", "list", "watch"},
+		"/persistentvolumeclaims": {"create", "delete", "get", "list"},
+		"/configmaps":             {"create", "get"},
 		// One Secret by name: the shared API keys.
 		"/secrets/" + apiKeysSecret: {"get", "update"},
 		// One ConfigMap by name: the network probe's verdict, rewritten.

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -83,6 +84,13 @@ type Manager struct {
 	verdict     NetworkVerdict
 	verdictErr  error
 	verdictRead time.Time
+
+	// poolMu guards poolMade: the warm pool's objects are as this host's
+	// configuration says (ensurePool). claims counts the creates that
+	// were claims on it.
+	poolMu   sync.Mutex
+	poolMade bool
+	claims   sandbox.ClaimRecorder
 }
 
 // podLink is the link to a neuron's agent and the pod it was made for.
@@ -92,8 +100,9 @@ type podLink struct {
 }
 
 var (
-	_ sandbox.Manager   = (*Manager)(nil)
-	_ sandbox.Deadliner = (*Manager)(nil)
+	_ sandbox.Manager       = (*Manager)(nil)
+	_ sandbox.Deadliner     = (*Manager)(nil)
+	_ sandbox.ClaimReporter = (*Manager)(nil)
 )
 
 // Mode names the isolation.
@@ -149,9 +158,13 @@ func (m *Manager) Create(ctx context.Context, id string, opts sandbox.CreateOpti
 	if boot <= 0 {
 		boot = 2 * time.Minute // an image pull and a volume attach, on a cluster
 	}
-	before, err := m.Cluster.Observe(ctx, id, false, false)
+	v, err := m.Cluster.read(ctx, id, false, false)
 	if err != nil {
 		return nil, err
+	}
+	before := v.Observed
+	if before.Phase == Absent && v.claim != nil {
+		return nil, errdefs.New(errdefs.Busy, fmt.Sprintf("neuron %s is being created (its SandboxClaim is there, with no Sandbox yet): try again", id))
 	}
 	if before.Phase == Running || before.Phase == Unhealthy {
 		st, err := m.Get(ctx, id)
@@ -167,7 +180,7 @@ func (m *Manager) Create(ctx context.Context, id string, opts sandbox.CreateOpti
 			return nil, err
 		}
 		sctx, cancel := context.WithTimeout(ctx, boot)
-		err := m.awaitEnded(sctx, id, false)
+		err := m.awaitEnded(sctx, id, v.name, false)
 		cancel()
 		if err != nil {
 			return nil, fmt.Errorf("neuron %s was %s (%s); stopping it to start it again: %w", id, before.Phase, before.Reason, err)
@@ -180,25 +193,13 @@ func (m *Manager) Create(ctx context.Context, id string, opts sandbox.CreateOpti
 		d := time.Now().Add(opts.Timeout)
 		n.Deadline, n.Timeout, n.OnTimeout = &d, opts.Timeout, opts.OnTimeout
 	}
-	if err := m.Cluster.Create(ctx, n); err != nil {
-		return nil, err
+	var st *sandbox.State
+	if before.Phase == Absent && m.warmable(opts) {
+		st, err = m.createClaimed(ctx, n, boot)
+	} else {
+		st, err = m.create(ctx, n, before, boot)
 	}
-	st, err := m.await(ctx, id, boot)
 	if err != nil {
-		wipe := before.Phase != Stopped
-		undo := m.Cluster.Wipe
-		if !wipe {
-			undo = m.Cluster.Stop
-		}
-		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 60*time.Second)
-		defer cancel()
-		uerr := undo(uctx, id)
-		if uerr == nil {
-			uerr = m.awaitEnded(uctx, id, wipe)
-		}
-		if uerr != nil {
-			err = errors.Join(err, fmt.Errorf("and undoing the create: %w", uerr))
-		}
 		return nil, err
 	}
 	if n.Deadline != nil {
@@ -212,34 +213,76 @@ func (m *Manager) Create(ctx context.Context, id string, opts sandbox.CreateOpti
 	return st, nil
 }
 
-// await waits until neuron id's pod is running, or cannot run, within
-// boot, and connects to its agent.
-func (m *Manager) await(ctx context.Context, id string, boot time.Duration) (*sandbox.State, error) {
+// create makes neuron n's Sandbox (or pod), or starts it again when it
+// was stopped (before), and connects; a create that fails is undone.
+func (m *Manager) create(ctx context.Context, n Neuron, before Observed, boot time.Duration) (*sandbox.State, error) {
+	id := n.ID
+	name, err := m.Cluster.create(ctx, n)
+	if err != nil {
+		return nil, err
+	}
+	st, err := m.await(ctx, id, name, "", boot)
+	if err != nil {
+		wipe := before.Phase != Stopped
+		undo := m.Cluster.Wipe
+		if !wipe {
+			undo = m.Cluster.Stop
+		}
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 60*time.Second)
+		defer cancel()
+		uerr := undo(uctx, id)
+		if uerr == nil {
+			uerr = m.awaitEnded(uctx, id, name, wipe)
+		}
+		if uerr != nil {
+			err = errors.Join(err, fmt.Errorf("and undoing the create: %w", uerr))
+		}
+		return nil, err
+	}
+	return st, nil
+}
+
+// await waits until neuron id's pod, name, is running, or cannot run,
+// within boot, and connects to its agent. owner, when set, is the uid of
+// the Sandbox the neuron's claim holds (see checkPod).
+func (m *Manager) await(ctx context.Context, id, name string, owner types.UID, boot time.Duration) (*sandbox.State, error) {
 	ctx, cancel := context.WithTimeout(ctx, boot)
 	defer cancel()
 	cfg := m.Cluster.Config.Defaults()
 	pods := m.Cluster.Core.CoreV1().Pods(cfg.Namespace)
-	w, err := pods.Watch(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", ObjectName(id)).String()})
-	if err != nil {
-		return nil, explain(err, "watch", "pods", cfg.Namespace)
-	}
-	defer w.Stop()
 	last := Observed{Phase: Scheduling}
 	check := func(pod *corev1.Pod) (*sandbox.State, error, bool) {
-		if pod.Name != ObjectName(id) {
+		if pod.Name != name {
 			return nil, nil, false
 		}
 		last = Observe(nil, pod, true, false)
 		switch last.Phase {
 		case Running:
-			st, err := m.connect(ctx, id, pod)
+			if !ofNeuron(id, pod, owner) {
+				// Not yet known as the neuron's: connect once it is.
+				last.Reason = "its pod does not name the neuron yet"
+				return nil, nil, false
+			}
+			st, err := m.connect(ctx, id, pod, owner)
 			return st, err, true
 		case Failed, Dead:
 			return nil, errdefs.New(errdefs.NotRunning, fmt.Sprintf("neuron %s did not start: %s", id, last.Reason)), true
 		}
 		return nil, nil, false
 	}
-	if pod, err := pods.Get(ctx, ObjectName(id), metav1.GetOptions{}); err == nil {
+	// A pod that runs already (a warm one of the pool) needs no watch; a
+	// read after the watch is open misses no change before it.
+	if pod, err := pods.Get(ctx, name, metav1.GetOptions{}); err == nil {
+		if st, err, done := check(pod); done {
+			return st, err
+		}
+	}
+	w, err := pods.Watch(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String()})
+	if err != nil {
+		return nil, explain(err, "watch", "pods", cfg.Namespace)
+	}
+	defer w.Stop()
+	if pod, err := pods.Get(ctx, name, metav1.GetOptions{}); err == nil {
 		if st, err, done := check(pod); done {
 			return st, err
 		}
@@ -249,7 +292,7 @@ func (m *Manager) await(ctx context.Context, id string, boot time.Duration) (*sa
 		case <-ctx.Done():
 			msg := fmt.Sprintf("neuron %s was not ready within %v: it is %s (%s)", id, boot, last.Phase, last.Reason)
 			if last.Phase == Scheduling {
-				msg += m.unboundHome(id)
+				msg += m.unboundHome(name)
 			}
 			return nil, errdefs.New(errdefs.Timeout, msg)
 		case ev, ok := <-w.ResultChan():
@@ -267,14 +310,14 @@ func (m *Manager) await(ctx context.Context, id string, boot time.Duration) (*sa
 	}
 }
 
-// unboundHome says, when neuron id's home claim is there and not bound
-// to a volume yet (what keeps a pod from its node), which claim and
-// storage class, and what to run; else "".
-func (m *Manager) unboundHome(id string) string {
+// unboundHome says, when the home claim of the neuron whose objects are
+// named name is there and not bound to a volume yet (what keeps a pod
+// from its node), which claim and storage class, and what to run; else "".
+func (m *Manager) unboundHome(name string) string {
 	cfg := m.Cluster.Config.Defaults()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	c, err := m.Cluster.Core.CoreV1().PersistentVolumeClaims(cfg.Namespace).Get(ctx, HomeClaimName(id), metav1.GetOptions{})
+	c, err := m.Cluster.Core.CoreV1().PersistentVolumeClaims(cfg.Namespace).Get(ctx, homeClaimOf(name), metav1.GetOptions{})
 	if err != nil || c.Status.Phase != corev1.ClaimPending {
 		return ""
 	}
@@ -343,7 +386,10 @@ func (m *Manager) dialer(id string, pod *corev1.Pod, gone func()) func(context.C
 
 // connect links to the agent of neuron id in pod, signing a token for
 // that pod before each dial.
-func (m *Manager) connect(ctx context.Context, id string, pod *corev1.Pod) (*sandbox.State, error) {
+func (m *Manager) connect(ctx context.Context, id string, pod *corev1.Pod, owner types.UID) (*sandbox.State, error) {
+	if err := m.checkPod(id, pod, owner); err != nil {
+		return nil, err
+	}
 	self := podtoken.Identity{Namespace: pod.Namespace, Pod: pod.Name, UID: string(pod.UID)}
 	var made atomic.Pointer[link.Link]
 	var once sync.Once
@@ -355,7 +401,7 @@ func (m *Manager) connect(ctx context.Context, id string, pod *corev1.Pod) (*san
 	}
 	dial := m.dialer(id, pod, gone)
 	o := link.Options{
-		Neuron: id, Software: "nsys-cortex", DeadAfter: deadAfter,
+		Neuron: agentID(pod), Software: "nsys-cortex", DeadAfter: deadAfter,
 		TokenFunc: func() (string, error) { return podtoken.Sign(m.Key, self, tokenLife, time.Now()) },
 	}
 	if m.Forward != nil {
@@ -383,17 +429,87 @@ func (m *Manager) connect(ctx context.Context, id string, pod *corev1.Pod) (*san
 		old.Close() // outside the lock: a close waits for its dialling
 	}
 	m.watchPods()
-	return stateOf(id, pod, Observed{Phase: Running, PodIP: pod.Status.PodIP}), nil
+	return stateOf(id, pod, nil, Observed{Phase: Running, PodIP: pod.Status.PodIP}), nil
 }
 
-// stateOf is neuron id's state as its pod shows it.
-func stateOf(id string, pod *corev1.Pod, o Observed) *sandbox.State {
+// checkPod refuses to link neuron id to pod unless the pod is id's
+// (ofNeuron; its agent serves id or, a warm pod of the pool, none) and is
+// as kube mode makes every pod (hardened; its agent pinned to this host's
+// trust key): a SandboxTemplate or Sandbox someone changed does not get
+// this host's tokens.
+func (m *Manager) checkPod(id string, pod *corev1.Pod, owner types.UID) error {
+	if !ofNeuron(id, pod, owner) {
+		return errdefs.New(errdefs.NotRunning, fmt.Sprintf("neuron %s's pod %s/%s names neuron %q", id, pod.Namespace, pod.Name, podNeuron(pod)))
+	}
+	if a := agentID(pod); a != "" && a != id {
+		return errdefs.New(errdefs.NotRunning, fmt.Sprintf("neuron %s's pod %s/%s runs the agent of neuron %q", id, pod.Namespace, pod.Name, a))
+	}
+	if err := Hardened(m.Cluster.Config, pod.Spec, podtoken.Fingerprint(m.Key.Public().(ed25519.PublicKey))); err != nil {
+		return errdefs.New(errdefs.Permission, fmt.Sprintf("neuron %s's pod %s/%s is not as kube mode makes its pods, so this host does not connect to it: %v "+
+			"(was its Sandbox, or the warm pool's SandboxTemplate, changed? docs/kube.md)", id, pod.Namespace, pod.Name, err))
+	}
+	return nil
+}
+
+// ofNeuron says whether pod is neuron id's: its label, or its claim's
+// annotation, names id; or, the annotation not there yet, the pod's
+// controller is owner, the Sandbox id's claim holds (Resolve checked that
+// chain: the claim n-<id>, its Sandbox, the Sandbox's pod).
+func ofNeuron(id string, pod *corev1.Pod, owner types.UID) bool {
+	switch got := podNeuron(pod); {
+	case got == id:
+		return true
+	case got != "" || owner == "":
+		return false
+	}
+	ref := metav1.GetControllerOf(pod)
+	return ref != nil && ref.Kind == "Sandbox" && ref.UID == owner
+}
+
+// agentID is the neuron id the agent of pod answers as: its --id flag
+// ("" in a pod of the warm pool's template, which has none).
+func agentID(pod *corev1.Pod) string {
+	for _, c := range pod.Spec.Containers {
+		if c.Name != AgentContainer {
+			continue
+		}
+		for _, a := range c.Args {
+			if v, ok := strings.CutPrefix(a, "--id="); ok {
+				return v
+			}
+		}
+	}
+	return ""
+}
+
+// podNeuron is the id of the neuron pod runs: its label, or, in a pod of
+// the warm pool that a claim adopted, the annotation the claim gave it.
+func podNeuron(pod *corev1.Pod) string {
+	if id := pod.Labels[LabelID]; id != "" {
+		return id
+	}
+	return pod.Annotations[LabelID]
+}
+
+// stateOf is neuron id's state as its pod and Sandbox (either may be nil)
+// show it: its labels are the Sandbox's, where it has one (a claimed
+// neuron's pod has the pool's), else the pod's.
+func stateOf(id string, pod *corev1.Pod, sb *sbv1.Sandbox, o Observed) *sandbox.State {
 	st := &sandbox.State{ID: id, Mode: Mode, Status: o.Status(), Workdir: "/home/agent/workspace", Pending: o.Phase == Scheduling || o.Phase == Starting}
+	var from map[string]string
+	switch {
+	case sb != nil:
+		st.CreatedAt, from = sb.CreationTimestamp.Time, sb.Labels
+	case pod != nil:
+		st.CreatedAt, from = pod.CreationTimestamp.Time, pod.Labels
+	}
 	if pod != nil {
 		st.CreatedAt = pod.CreationTimestamp.Time
+	}
+	if from != nil {
 		l := labels.Set{}
-		for k, v := range pod.Labels {
-			if k != LabelID && k != LabelRole && k != LabelManaged {
+		for k, v := range from {
+			if !modeLabel(k) {
 				l[k] = v
 			}
 		}
@@ -425,10 +541,11 @@ func (m *Manager) SetTimeout(ctx context.Context, id string, d time.Duration, ac
 			Reason: "on the pods path a deadline is the pod's activeDeadlineSeconds, set at its create, which cannot be moved later; " +
 				"agent-sandbox's Sandbox can move its shutdown time: install it (docs/kube.md)"}
 	}
-	o, err := m.Cluster.Observe(ctx, id, false, false)
+	v, err := m.Cluster.read(ctx, id, false, false)
 	if err != nil {
 		return nil, err
 	}
+	o := v.Observed
 	switch o.Phase {
 	case Absent:
 		return nil, &sandbox.NotFoundError{ID: id}
@@ -440,14 +557,21 @@ func (m *Manager) SetTimeout(ctx context.Context, id string, d time.Duration, ac
 		action = o.OnTimeout
 	}
 	spec := map[string]any{"shutdownTime": nil, "shutdownPolicy": nil}
-	if d > 0 {
-		at := WholeSeconds(time.Now().Add(d))
+	at := WholeSeconds(time.Now().Add(d))
+	// A claimed neuron's wipe at a deadline is its claim's (see
+	// claimDeadline), set once its Sandbox is found running (and its own
+	// deadline cleared); a stop at one is its Sandbox's.
+	var wipeAt *time.Time
+	if v.claim != nil && d > 0 && action == sandbox.OnTimeoutWipe {
+		wipeAt = &at
+	}
+	if d > 0 && wipeAt == nil {
 		spec["shutdownTime"], spec["shutdownPolicy"] = at.Format(time.RFC3339), shutdownPolicy(action)
 	}
 	cfg := m.Cluster.Config.Defaults()
 	sbs := m.Cluster.Agents.AgentsV1beta1().Sandboxes(cfg.Namespace)
 	for try := 0; ; try++ {
-		sb, err := sbs.Get(ctx, ObjectName(id), metav1.GetOptions{})
+		sb, err := sbs.Get(ctx, v.name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return nil, &sandbox.NotFoundError{ID: id}
 		} else if err != nil {
@@ -465,7 +589,7 @@ func (m *Manager) SetTimeout(ctx context.Context, id string, d time.Duration, ac
 		if err != nil {
 			return nil, err
 		}
-		_, err = sbs.Patch(ctx, ObjectName(id), types.MergePatchType, b, metav1.PatchOptions{})
+		_, err = sbs.Patch(ctx, v.name, types.MergePatchType, b, metav1.PatchOptions{})
 		if err == nil {
 			break
 		}
@@ -478,6 +602,21 @@ func (m *Manager) SetTimeout(ctx context.Context, id string, d time.Duration, ac
 			return nil, errdefs.New(errdefs.Busy, fmt.Sprintf("neuron %s kept changing while its deadline was being set: try again", id))
 		}
 		return nil, explain(err, "patch", "sandboxes.agents.x-k8s.io", cfg.Namespace)
+	}
+	if v.claim != nil {
+		if err := m.Cluster.claimDeadline(ctx, v.claim.Name, wipeAt); err != nil {
+			return nil, err
+		}
+		if wipeAt != nil {
+			// Stopped since the Sandbox was read: a stop keeps the
+			// home, so the wipe goes with the run it was for.
+			if again, err := m.Cluster.Observe(ctx, id, false, false); err == nil && again.Phase != Running && again.Phase != Unhealthy {
+				if err := m.Cluster.claimDeadline(ctx, v.claim.Name, nil); err != nil {
+					return nil, err
+				}
+				return nil, &sandbox.NotRunningError{ID: id, Reason: "it was stopped while its deadline was being set"}
+			}
+		}
 	}
 	st, err := m.Get(ctx, id)
 	if err == nil && d > 0 {
@@ -498,19 +637,14 @@ func (m *Manager) Get(ctx context.Context, id string) (*sandbox.State, error) {
 	if err := CheckID(id); err != nil {
 		return nil, err
 	}
-	o, err := m.Cluster.Observe(ctx, id, false, false)
+	v, err := m.Cluster.read(ctx, id, false, false)
 	if err != nil {
 		return nil, err
 	}
-	if o.Phase == Absent {
+	if v.Phase == Absent {
 		return nil, &sandbox.NotFoundError{ID: id}
 	}
-	cfg := m.Cluster.Config.Defaults()
-	pod, err := m.Cluster.Core.CoreV1().Pods(cfg.Namespace).Get(ctx, ObjectName(id), metav1.GetOptions{})
-	if err != nil {
-		pod = nil
-	}
-	return stateOf(id, pod, o), nil
+	return stateOf(id, v.pod, v.sb, v.Observed), nil
 }
 
 // List is every neuron of the namespace this mode made. The pods and
@@ -562,12 +696,16 @@ func (m *Manager) List(ctx context.Context) ([]*sandbox.State, error) {
 	var out []*sandbox.State
 	for i := range pods.Items {
 		p := &pods.Items[i]
-		id := p.Labels[LabelID]
+		sb := byName[p.Name]
+		id := podNeuron(p)
+		if id == "" && sb != nil {
+			id = sb.Labels[LabelID] // claimed: the label its host gave the Sandbox
+		}
 		if id == "" || seen[id] {
-			continue
+			continue // a warm pod of the pool: no neuron's yet
 		}
 		seen[id] = true
-		out = append(out, stateOf(id, p, Observe(byName[p.Name], p, true, false)))
+		out = append(out, stateOf(id, p, sb, Observe(sb, p, true, false)))
 	}
 	if sbs != nil {
 		for i := range sbs.Items {
@@ -577,8 +715,7 @@ func (m *Manager) List(ctx context.Context) ([]*sandbox.State, error) {
 				continue // its pod is listed
 			}
 			seen[id] = true
-			st := stateOf(id, nil, Observe(sb, nil, true, false))
-			st.CreatedAt = sb.CreationTimestamp.Time
+			st := stateOf(id, nil, sb, Observe(sb, nil, true, false))
 			out = append(out, st)
 		}
 		return out, nil
@@ -591,7 +728,7 @@ func (m *Manager) List(ctx context.Context) ([]*sandbox.State, error) {
 			continue
 		}
 		seen[id] = true
-		st := stateOf(id, nil, Observed{Phase: Stopped, Reason: "its home is kept"})
+		st := stateOf(id, nil, nil, Observed{Phase: Stopped, Reason: "its home is kept"})
 		st.CreatedAt = c.CreationTimestamp.Time
 		out = append(out, st)
 	}
@@ -603,9 +740,10 @@ func (m *Manager) Destroy(ctx context.Context, id string, opts sandbox.DestroyOp
 	if err := CheckID(id); err != nil {
 		return err
 	}
-	if o, err := m.Cluster.Observe(ctx, id, false, false); err != nil {
+	v, err := m.Cluster.read(ctx, id, false, false)
+	if err != nil {
 		return err
-	} else if o.Phase == Absent {
+	} else if v.Phase == Absent && v.claim == nil {
 		return &sandbox.NotFoundError{ID: id}
 	}
 	m.mu.Lock()
@@ -615,7 +753,6 @@ func (m *Manager) Destroy(ctx context.Context, id string, opts sandbox.DestroyOp
 	if l.Link != nil {
 		l.Close() // outside the lock: a close waits for its dialling
 	}
-	var err error
 	if opts.Wipe {
 		err = m.Cluster.Wipe(ctx, id)
 	} else {
@@ -637,41 +774,43 @@ func (m *Manager) Destroy(ctx context.Context, id string, opts sandbox.DestroyOp
 	// the cluster lets it: a home being deleted is no neuron's).
 	wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	return m.awaitEnded(wctx, id, opts.Wipe)
+	return m.awaitEnded(wctx, id, v.name, opts.Wipe)
 }
 
-// awaitEnded waits until neuron id has no pod, and, wiped, no Sandbox.
-func (m *Manager) awaitEnded(ctx context.Context, id string, wiped bool) error {
-	if err := m.awaitGone(ctx, id); err != nil || !wiped || m.Cluster.Agents == nil {
+// awaitEnded waits until neuron id, whose objects are named name, has no
+// pod, and, wiped, no Sandbox.
+func (m *Manager) awaitEnded(ctx context.Context, id, name string, wiped bool) error {
+	if err := m.awaitGone(ctx, id, name); err != nil || !wiped || m.Cluster.Agents == nil {
 		return err
 	}
-	return m.awaitSandboxGone(ctx, id)
+	return m.awaitSandboxGone(ctx, id, name)
 }
 
-// awaitSandboxGone waits until neuron id has no Sandbox (the cluster's
-// garbage collector ends a foreground deletion once its dependents go).
-func (m *Manager) awaitSandboxGone(ctx context.Context, id string) error {
+// awaitSandboxGone waits until neuron id has no Sandbox, name (the
+// cluster's garbage collector ends a foreground deletion once its
+// dependents go).
+func (m *Manager) awaitSandboxGone(ctx context.Context, id, name string) error {
 	cfg := m.Cluster.Config.Defaults()
 	sbs := m.Cluster.Agents.AgentsV1beta1().Sandboxes(cfg.Namespace)
-	w, err := sbs.Watch(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", ObjectName(id)).String()})
+	w, err := sbs.Watch(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String()})
 	if err != nil {
 		return explain(err, "watch", "sandboxes.agents.x-k8s.io", cfg.Namespace)
 	}
-	_, gerr := sbs.Get(ctx, ObjectName(id), metav1.GetOptions{})
-	return awaitDeleted(ctx, w, apierrors.IsNotFound(gerr), ObjectName(id),
-		fmt.Sprintf("neuron %s's Sandbox %s/%s", id, cfg.Namespace, ObjectName(id)), ": its deletion waits for the cluster's garbage collector")
+	_, gerr := sbs.Get(ctx, name, metav1.GetOptions{})
+	return awaitDeleted(ctx, w, apierrors.IsNotFound(gerr), name,
+		fmt.Sprintf("neuron %s's Sandbox %s/%s", id, cfg.Namespace, name), ": its deletion waits for the cluster's garbage collector")
 }
 
-// awaitGone waits until neuron id has no pod.
-func (m *Manager) awaitGone(ctx context.Context, id string) error {
+// awaitGone waits until neuron id has no pod, name.
+func (m *Manager) awaitGone(ctx context.Context, id, name string) error {
 	cfg := m.Cluster.Config.Defaults()
 	pods := m.Cluster.Core.CoreV1().Pods(cfg.Namespace)
-	w, err := pods.Watch(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", ObjectName(id)).String()})
+	w, err := pods.Watch(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String()})
 	if err != nil {
 		return explain(err, "watch", "pods", cfg.Namespace)
 	}
-	_, gerr := pods.Get(ctx, ObjectName(id), metav1.GetOptions{})
-	return awaitDeleted(ctx, w, apierrors.IsNotFound(gerr), ObjectName(id), fmt.Sprintf("neuron %s's pod %s/%s", id, cfg.Namespace, ObjectName(id)), "")
+	_, gerr := pods.Get(ctx, name, metav1.GetOptions{})
+	return awaitDeleted(ctx, w, apierrors.IsNotFound(gerr), name, fmt.Sprintf("neuron %s's pod %s/%s", id, cfg.Namespace, name), "")
 }
 
 // awaitDeleted waits on w, a watch of the one object name opened before
@@ -711,7 +850,15 @@ func (m *Manager) Connect(ctx context.Context, id string) (*link.Client, error) 
 		// so. Ask the cluster.
 	}
 	cfg := m.Cluster.Config.Defaults()
-	pod, err := m.Cluster.Core.CoreV1().Pods(cfg.Namespace).Get(ctx, ObjectName(id), metav1.GetOptions{})
+	name, _, owned, err := m.Cluster.resolve(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	var owner types.UID
+	if owned != nil {
+		owner = owned.UID
+	}
+	pod, err := m.Cluster.Core.CoreV1().Pods(cfg.Namespace).Get(ctx, name, metav1.GetOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {
 		return nil, explain(err, "get", "pods", cfg.Namespace)
 	}
@@ -731,7 +878,7 @@ func (m *Manager) Connect(ctx context.Context, id string) (*link.Client, error) 
 		m.unlink(id, l)
 		return nil, errdefs.New(errdefs.NotRunning, fmt.Sprintf("neuron %s is %s: %s", id, o.Phase, o.Reason))
 	}
-	if _, err := m.connect(ctx, id, pod); err != nil {
+	if _, err := m.connect(ctx, id, pod, owner); err != nil {
 		return nil, err
 	}
 	m.mu.Lock()
@@ -833,7 +980,7 @@ func (m *Manager) podChanged(obj any, deleted bool) {
 	if !ok {
 		return
 	}
-	id := pod.Labels[LabelID]
+	id := podNeuron(pod)
 	m.mu.Lock()
 	l := m.links[id]
 	if l.Link == nil || l.uid != pod.UID {

@@ -11,6 +11,7 @@
 package kube
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -93,6 +94,9 @@ type Config struct {
 	// (kube.allow_open_network); otherwise a create there is refused
 	// (see ProbeNetwork).
 	OpenNetwork bool
+	// WarmPool is how many warm neurons agent-sandbox's SandboxWarmPool
+	// keeps ready (kube.warm_pool); 0: none, every create is cold.
+	WarmPool int32
 }
 
 // TrustKey is the key of the trust ConfigMap that holds the public key.
@@ -174,13 +178,20 @@ func objectLabels(n Neuron) map[string]string {
 	for k, v := range n.Labels {
 		// The mode's own keys, and app.kubernetes.io's (what Cortex's host
 		// pods are selected by), are not a neuron's to set.
-		if !strings.HasPrefix(k, "neuron.nsys-cortex/") && !strings.HasPrefix(k, "app.kubernetes.io/") {
+		if !modeLabel(k) {
 			out[k] = v
 		}
 	}
 	out[LabelID] = n.ID
 	out[LabelManaged] = managedBy
 	return out
+}
+
+// modeLabel says whether label key k is the mode's (neuron.nsys-cortex/),
+// app.kubernetes.io's (what Cortex's host pods are selected by) or
+// agent-sandbox's: never a neuron's own.
+func modeLabel(k string) bool {
+	return strings.HasPrefix(k, "neuron.nsys-cortex/") || strings.HasPrefix(k, "app.kubernetes.io/") || strings.HasPrefix(k, "agents.x-k8s.io/")
 }
 
 // PodSpec is the pod of neuron n: the agent alone, hardened (non-root,
@@ -272,6 +283,60 @@ func PodSpec(cfg Config, n Neuron, homeClaim string) corev1.PodSpec {
 		c.Args = append(c.Args, "--trust-key-sha256="+n.TrustKeySHA256)
 	}
 	return spec
+}
+
+// Hardened says what of spec is not as PodSpec makes every neuron pod
+// (nil: nothing): non-root as NeuronUID, the runtime's default seccomp
+// profile, no service-account token, no host namespaces, the agent alone
+// (no init or ephemeral containers), no privilege, escalation or added
+// capability, every one dropped, a read-only root, no host path or Secret
+// mounted, cfg's RuntimeClass where it sets one, and the agent pinned to
+// the trust key of fingerprint pin. What a host checks before it sends a
+// pod its tokens: a Sandbox, or the warm pool's SandboxTemplate, that
+// someone with rights in the namespace weakened is refused, not served.
+func Hardened(cfg Config, spec corev1.PodSpec, pin string) error {
+	psc := spec.SecurityContext
+	switch {
+	case psc == nil || psc.RunAsNonRoot == nil || !*psc.RunAsNonRoot || psc.RunAsUser == nil || *psc.RunAsUser != NeuronUID:
+		return fmt.Errorf("the pod does not run as uid %d, non-root", NeuronUID)
+	case psc.SeccompProfile == nil || psc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault:
+		return errors.New("the pod's seccomp profile is not the runtime's default")
+	case spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken:
+		return errors.New("the pod may mount a service-account token")
+	case spec.HostNetwork || spec.HostPID || spec.HostIPC:
+		return errors.New("the pod shares a namespace of its node")
+	case len(spec.Containers) != 1 || len(spec.InitContainers) != 0 || len(spec.EphemeralContainers) != 0 || spec.Containers[0].Name != AgentContainer:
+		return errors.New("the pod runs other containers than the agent")
+	case cfg.RuntimeClass != "" && (spec.RuntimeClassName == nil || *spec.RuntimeClassName != cfg.RuntimeClass):
+		return fmt.Errorf("the pod does not run under RuntimeClass %s (kube.runtime_class)", cfg.RuntimeClass)
+	}
+	c := spec.Containers[0]
+	sc := c.SecurityContext
+	switch {
+	case sc == nil || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation || sc.Privileged != nil && *sc.Privileged:
+		return errors.New("the agent's container may be privileged, or escalate")
+	case sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem:
+		return errors.New("the agent's root filesystem is writable")
+	case sc.Capabilities == nil || len(sc.Capabilities.Add) != 0 || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}):
+		return errors.New("the agent's container keeps or adds capabilities")
+	case sc.RunAsUser != nil && *sc.RunAsUser != NeuronUID || sc.RunAsNonRoot != nil && !*sc.RunAsNonRoot:
+		return errors.New("the agent's container runs as another user")
+	case !slices.Contains(c.Args, "--trust-key-sha256="+pin):
+		return errors.New("the agent is not pinned to this host's trust key")
+	}
+	for _, v := range spec.Volumes {
+		if v.HostPath != nil || v.Secret != nil {
+			return fmt.Errorf("volume %s is a host path or a Secret", v.Name)
+		}
+		if v.Projected != nil {
+			for _, src := range v.Projected.Sources {
+				if src.ServiceAccountToken != nil || src.Secret != nil || src.ClusterTrustBundle != nil || src.PodCertificate != nil {
+					return fmt.Errorf("volume %s projects a token, a Secret or a credential", v.Name)
+				}
+			}
+		}
+	}
+	return nil
 }
 
 // hardened is the security context of every container kube mode makes:

@@ -5,11 +5,13 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/utils/ptr"
 	sbv1 "sigs.k8s.io/agent-sandbox/api/v1beta1"
 	"sigs.k8s.io/yaml"
 
@@ -78,6 +80,45 @@ func TestObjectsGolden(t *testing.T) {
 	withProxy := testConfig
 	withProxy.EgressProxy = map[string]string{"app.kubernetes.io/name": "nsys-cortex-egress"}
 	golden(t, "networkpolicies.yaml", NetworkPolicies(withProxy))
+	golden(t, "warm-template.yaml", Template(testConfig, testNeuron.TrustKeySHA256))
+	golden(t, "warm-pool.yaml", WarmPool(testConfig, 50))
+	claim, err := Claim(testConfig, testNeuron)
+	if err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "warm-claim.yaml", claim)
+}
+
+// The warm pool's template is a neuron's pod with nothing of a neuron's
+// own (no id, environment or limits: a claim cannot give one those
+// without a cold start), the trust key pinned, agent-sandbox's own
+// NetworkPolicy and DNS left out; a claim carries the neuron's id to
+// the pod as an annotation and asks for nothing that forces a cold start.
+func TestWarmObjects(t *testing.T) {
+	tm := Template(testConfig, "abc")
+	c := tm.Spec.PodTemplate.Spec.Containers[0]
+	if !slices.Contains(c.Args, "--id=") || !slices.Contains(c.Args, "--trust-key-sha256=abc") || len(c.Resources.Limits) != 0 {
+		t.Errorf("the template's agent: args %v, limits %v", c.Args, c.Resources.Limits)
+	}
+	for _, e := range c.Env {
+		if e.Name != "HOME" {
+			t.Errorf("the template's pod has variable %s", e.Name)
+		}
+	}
+	if tm.Spec.NetworkPolicyManagement != "Unmanaged" || tm.Spec.PodTemplate.ObjectMeta.Labels[LabelRole] != "neuron" || tm.Spec.PodTemplate.ObjectMeta.Labels[LabelID] != "" {
+		t.Errorf("the template: policy %q, pod labels %v", tm.Spec.NetworkPolicyManagement, tm.Spec.PodTemplate.ObjectMeta.Labels)
+	}
+	cl, err := Claim(testConfig, testNeuron)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cl.Name != ObjectName(testNeuron.ID) || cl.Spec.AdditionalPodMetadata.Annotations[LabelID] != testNeuron.ID ||
+		len(cl.Spec.AdditionalPodMetadata.Labels) != 0 || len(cl.Spec.Env) != 0 || len(cl.Spec.VolumeClaimTemplates) != 0 || cl.Spec.WarmPoolRef.Name != WarmPoolName {
+		t.Errorf("the claim: %+v", cl)
+	}
+	if _, err := Claim(testConfig, Neuron{ID: "Not_A_Label"}); err == nil {
+		t.Error("a claim for an id that is no DNS label")
+	}
 }
 
 // The policies deny everything but the host's connections in on the
@@ -111,6 +152,7 @@ func TestPodIsHardened(t *testing.T) {
 		"sandbox":  mustSandbox(t).Spec.PodTemplate.Spec,
 		"fallback": mustFallback(t).Spec,
 		"minimal":  PodSpec(Config{Image: "img"}, Neuron{ID: "a"}, "home-n-a"),
+		"warm":     Template(testConfig, testNeuron.TrustKeySHA256).Spec.PodTemplate.Spec,
 	} {
 		psc := spec.SecurityContext
 		if psc == nil || psc.RunAsNonRoot == nil || !*psc.RunAsNonRoot || psc.RunAsUser == nil || *psc.RunAsUser != NeuronUID ||
@@ -174,5 +216,60 @@ func TestBadInput(t *testing.T) {
 	}
 	if err := (Config{Image: "i", HomeSize: resource.MustParse("1Gi")}).Check(); err != nil {
 		t.Error(err)
+	}
+}
+
+// Hardened takes the pods the builders make and refuses each way a
+// Sandbox or the warm pool's SandboxTemplate could be weakened by someone
+// with rights in the namespace (what a host checks before it sends a pod
+// its tokens).
+func TestHardenedRefuses(t *testing.T) {
+	pin := testNeuron.TrustKeySHA256
+	for name, spec := range map[string]corev1.PodSpec{
+		"sandbox": mustSandbox(t).Spec.PodTemplate.Spec, "fallback": mustFallback(t).Spec,
+		"warm": Template(testConfig, pin).Spec.PodTemplate.Spec,
+	} {
+		if err := Hardened(testConfig, spec, pin); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	base := Template(testConfig, pin).Spec.PodTemplate.Spec
+	for name, edit := range map[string]func(*corev1.PodSpec){
+		"privileged": func(s *corev1.PodSpec) { s.Containers[0].SecurityContext.Privileged = ptr.To(true) },
+		"escalation": func(s *corev1.PodSpec) { s.Containers[0].SecurityContext.AllowPrivilegeEscalation = ptr.To(true) },
+		"a capability added": func(s *corev1.PodSpec) {
+			s.Containers[0].SecurityContext.Capabilities.Add = []corev1.Capability{"SYS_ADMIN"}
+		},
+		"capabilities kept":     func(s *corev1.PodSpec) { s.Containers[0].SecurityContext.Capabilities.Drop = nil },
+		"a writable root":       func(s *corev1.PodSpec) { s.Containers[0].SecurityContext.ReadOnlyRootFilesystem = ptr.To(false) },
+		"the container as root": func(s *corev1.PodSpec) { s.Containers[0].SecurityContext.RunAsUser = ptr.To[int64](0) },
+		"the pod as root":       func(s *corev1.PodSpec) { s.SecurityContext.RunAsUser = ptr.To[int64](0) },
+		"no seccomp":            func(s *corev1.PodSpec) { s.SecurityContext.SeccompProfile = nil },
+		"a token":               func(s *corev1.PodSpec) { s.AutomountServiceAccountToken = ptr.To(true) },
+		"the node's network":    func(s *corev1.PodSpec) { s.HostNetwork = true },
+		"the node's pids":       func(s *corev1.PodSpec) { s.HostPID = true },
+		"an init container":     func(s *corev1.PodSpec) { s.InitContainers = []corev1.Container{{Name: "x", Image: "x"}} },
+		"a second container":    func(s *corev1.PodSpec) { s.Containers = append(s.Containers, corev1.Container{Name: "x", Image: "x"}) },
+		"no runtime class":      func(s *corev1.PodSpec) { s.RuntimeClassName = nil },
+		"another runtime class": func(s *corev1.PodSpec) { s.RuntimeClassName = ptr.To("runc") },
+		"another trust key": func(s *corev1.PodSpec) {
+			s.Containers[0].Args = slices.DeleteFunc(slices.Clone(s.Containers[0].Args), func(a string) bool { return strings.HasPrefix(a, "--trust-key-sha256=") })
+		},
+		"a host path": func(s *corev1.PodSpec) {
+			s.Volumes = append(s.Volumes, corev1.Volume{Name: "h", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/"}}})
+		},
+		"a Secret": func(s *corev1.PodSpec) {
+			s.Volumes = append(s.Volumes, corev1.Volume{Name: "s", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "x"}}})
+		},
+		"a projected token": func(s *corev1.PodSpec) {
+			s.Volumes = append(s.Volumes, corev1.Volume{Name: "p", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
+				Sources: []corev1.VolumeProjection{{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: "t"}}}}}})
+		},
+	} {
+		s := base.DeepCopy()
+		edit(s)
+		if err := Hardened(testConfig, *s, pin); err == nil {
+			t.Errorf("%s: taken", name)
+		}
 	}
 }
