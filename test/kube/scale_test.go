@@ -3,6 +3,7 @@ package kube_test
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"runtime"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/nsys-cortex/cortex/internal/link"
@@ -162,4 +164,108 @@ func heap() int64 {
 	var st runtime.MemStats
 	runtime.ReadMemStats(&st)
 	return int64(st.HeapAlloc)
+}
+
+// BenchmarkWarmClaims is issue 24's warm-claim run: a warm pool of 50
+// (agent-sandbox's controllers and kubesim, in this process), then
+// NSYS_CORTEX_KUBE_CLAIMS creates (default 100) started 20 a second
+// whatever the ones before are doing, each a SandboxClaim on the pool,
+// timed to the create's return (the agent connected) and to its first
+// command's answer; then, as the baseline in the same run, a fifth as
+// many cold creates (a neuron with an environment of its own, which no
+// claim serves) at the same rate. Reported: p50 and p99 of each, the
+// claims the pool answered warm, and the ratio of the p50s. Run it once:
+// -bench WarmClaims -benchtime 1x.
+func BenchmarkWarmClaims(b *testing.B) {
+	n := 100
+	if v, err := strconv.Atoi(os.Getenv("NSYS_CORTEX_KUBE_CLAIMS")); err == nil && v > 0 {
+		n = v
+	}
+	const poolSize, rate = 50, 20
+	rc := cluster.Start(b, cluster.Options{Sandboxes: true, Quiet: true})
+	core := kubernetes.NewForConfigOrDie(rc)
+	ag := cluster.Agents(rc)
+	ext := cluster.Extensions(rc)
+	cluster.StartController(b, rc)
+	ctx := context.Background()
+	for i := range b.N {
+		cfg := kube.Config{OpenNetwork: true, Image: "registry.example/nsys-cortex-neuron:1", Namespace: fmt.Sprintf("warm-%d", i), WarmPool: poolSize}.Defaults()
+		cluster.Prepare(b, core, cfg)
+		kubesim.StartBeside(b, core, ag, cfg).CollectClaims(ext)
+		key, _ := podtoken.NewKey()
+		if err := kube.EnsureTrust(ctx, core, cfg, key); err != nil {
+			b.Fatal(err)
+		}
+		cl, err := kube.NewCluster(ctx, rc, cfg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		m := &kube.Manager{Cluster: cl, Key: key}
+		// The pool, made by a first claim and filled before the timing.
+		if _, err := m.Create(ctx, "w-first", sandbox.CreateOptions{BootTimeout: time.Minute}); err != nil {
+			b.Fatal(err)
+		}
+		if !waittest.Until(3*time.Minute, func() bool {
+			p, err := ext.ExtensionsV1beta1().SandboxWarmPools(cfg.Namespace).Get(ctx, kube.WarmPoolName, metav1.GetOptions{})
+			return err == nil && p.Status.ReadyReplicas >= poolSize
+		}) {
+			b.Fatalf("the warm pool did not have %d ready within 3 minutes", poolSize)
+		}
+		before := m.ClaimStats()
+		run := func(prefix string, count int, opts sandbox.CreateOptions) (created, first []time.Duration) {
+			created, first = make([]time.Duration, count), make([]time.Duration, count)
+			errs := make([]error, count)
+			var wg sync.WaitGroup
+			tick := time.NewTicker(time.Second / rate)
+			defer tick.Stop()
+			for j := range count {
+				if j > 0 {
+					<-tick.C
+				}
+				wg.Go(func() {
+					id := fmt.Sprintf("%s%d", prefix, j)
+					start := time.Now()
+					if _, errs[j] = m.Create(ctx, id, opts); errs[j] != nil {
+						return
+					}
+					created[j] = time.Since(start)
+					c, err := m.Connect(ctx, id)
+					if err == nil {
+						_, err = c.Exec(ctx, &link.ExecRequest{Command: protocol.Command{Argv: []string{"true"}}})
+					}
+					first[j], errs[j] = time.Since(start), err
+				})
+			}
+			wg.Wait()
+			if err := errors.Join(errs...); err != nil {
+				b.Fatal(err)
+			}
+			return created, first
+		}
+		b.ResetTimer()
+		warmCreated, warmFirst := run("w", n, sandbox.CreateOptions{BootTimeout: time.Minute})
+		b.StopTimer()
+		after := m.ClaimStats()
+		cold := max(n/5, 1)
+		coldCreated, coldFirst := run("c", cold, sandbox.CreateOptions{BootTimeout: time.Minute, Env: []string{"COLD=1"}})
+		ids := []string{"w-first"}
+		for j := range n {
+			ids = append(ids, fmt.Sprintf("w%d", j))
+		}
+		for j := range cold {
+			ids = append(ids, fmt.Sprintf("c%d", j))
+		}
+		parallel(b, ids, func(id string) error { return m.Destroy(ctx, id, sandbox.DestroyOptions{Wipe: true}) })
+		m.Close()
+		b.ReportMetric(ms(pct(warmCreated, 50)), "claim-p50-ms")
+		b.ReportMetric(ms(pct(warmCreated, 99)), "claim-p99-ms")
+		b.ReportMetric(ms(pct(warmFirst, 50)), "claim-first-exec-p50-ms")
+		b.ReportMetric(ms(pct(warmFirst, 99)), "claim-first-exec-p99-ms")
+		b.ReportMetric(ms(pct(coldCreated, 50)), "cold-p50-ms")
+		b.ReportMetric(ms(pct(coldCreated, 99)), "cold-p99-ms")
+		b.ReportMetric(ms(pct(coldFirst, 50)), "cold-first-exec-p50-ms")
+		b.ReportMetric(float64(pct(warmCreated, 50))/float64(pct(coldCreated, 50)), "claim/cold-p50")
+		b.ReportMetric(float64(after.Warm-before.Warm), "answered-warm")
+		b.ReportMetric(float64(n), "claims")
+	}
 }
