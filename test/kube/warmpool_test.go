@@ -162,6 +162,15 @@ func warmPool(t *testing.T, rc, hostRC *rest.Config, cfg kube.Config) {
 	if st.Deadline == nil || st.OnTimeout != sandbox.OnTimeoutWipe {
 		t.Fatalf("after SetTimeout wipe: deadline %v, %q", st.Deadline, st.OnTimeout)
 	}
+	listed, err := m.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range listed {
+		if l.ID == "w1" && (l.Deadline == nil || !l.Deadline.Equal(*st.Deadline) || l.OnTimeout != sandbox.OnTimeoutWipe) {
+			t.Fatalf("listed w1 with deadline %v (%q), not its claim's %v", l.Deadline, l.OnTimeout, st.Deadline)
+		}
+	}
 	c, _ := ext.ExtensionsV1beta1().SandboxClaims(cfg.Namespace).Get(ctx, kube.ObjectName("w1"), metav1.GetOptions{})
 	sb, _ := ag.AgentsV1beta1().Sandboxes(cfg.Namespace).Get(ctx, name, metav1.GetOptions{})
 	if c == nil || c.Spec.Lifecycle == nil || c.Spec.Lifecycle.ShutdownTime == nil || sb == nil || sb.Spec.ShutdownTime != nil {

@@ -24,6 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
 	sbv1 "sigs.k8s.io/agent-sandbox/api/v1beta1"
+	extv1 "sigs.k8s.io/agent-sandbox/extensions/api/v1beta1"
 
 	"github.com/nsys-cortex/cortex/internal/labels"
 	"github.com/nsys-cortex/cortex/internal/layout"
@@ -657,7 +658,9 @@ func (m *Manager) List(ctx context.Context) ([]*sandbox.State, error) {
 		pods             *corev1.PodList
 		sbs              *sbv1.SandboxList
 		claims           *corev1.PersistentVolumeClaimList
+		sbClaims         *extv1.SandboxClaimList
 		podErr, otherErr error
+		claimErr         error
 		wg               sync.WaitGroup
 	)
 	wg.Go(func() {
@@ -666,6 +669,15 @@ func (m *Manager) List(ctx context.Context) ([]*sandbox.State, error) {
 			podErr = explain(err, "list", "pods", cfg.Namespace)
 		}
 	})
+	if m.Cluster.Claims != nil {
+		// A claimed neuron's wipe at a deadline is its claim's.
+		wg.Go(func() {
+			var err error
+			if sbClaims, err = m.Cluster.Claims.ExtensionsV1beta1().SandboxClaims(cfg.Namespace).List(ctx, sel); err != nil {
+				claimErr = explain(err, "list", "sandboxclaims.extensions.agents.x-k8s.io", cfg.Namespace)
+			}
+		})
+	}
 	if m.Cluster.Agents != nil {
 		// A pod's Sandbox, for its deadline and whether it is suspended.
 		var err error
@@ -685,6 +697,9 @@ func (m *Manager) List(ctx context.Context) ([]*sandbox.State, error) {
 	}
 	if otherErr != nil {
 		return nil, otherErr
+	}
+	if claimErr != nil {
+		return nil, claimErr
 	}
 	byName := map[string]*sbv1.Sandbox{}
 	if sbs != nil {
@@ -717,6 +732,19 @@ func (m *Manager) List(ctx context.Context) ([]*sandbox.State, error) {
 			seen[id] = true
 			st := stateOf(id, nil, sb, Observe(sb, nil, true, false))
 			out = append(out, st)
+		}
+		if sbClaims != nil {
+			wipes := map[string]time.Time{}
+			for i := range sbClaims.Items {
+				if at, ok := claimWipeAt(&sbClaims.Items[i]); ok {
+					wipes[sbClaims.Items[i].Labels[LabelID]] = at
+				}
+			}
+			for _, st := range out {
+				if at, ok := wipes[st.ID]; ok && st.Deadline == nil && (st.Status == sandbox.StatusRunning || st.Status == sandbox.StatusPending) {
+					st.Deadline, st.OnTimeout = &at, sandbox.OnTimeoutWipe
+				}
+			}
 		}
 		return out, nil
 	}

@@ -180,8 +180,8 @@ func ensure[T metav1.Object](ctx context.Context, c typedClient[T], want T, reso
 // (or, the pool empty, makes one named as the claim), whose name the
 // neuron keeps (Resolve finds it); this host labels that Sandbox as the
 // neuron's, so that lists show it, and connects. A wipe at n's deadline
-// is the claim's; a stop at it, the Sandbox's. A create that fails is
-// wiped, its claim first.
+// is the claim's; a stop at it, the Sandbox's. A create that fails
+// removes what it made (undoClaim).
 func (m *Manager) createClaimed(ctx context.Context, n Neuron, boot time.Duration) (st *sandbox.State, err error) {
 	start, warm := time.Now(), false
 	defer func() { m.claims.Record(time.Since(start), warm, err != nil) }()
