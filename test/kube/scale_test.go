@@ -15,6 +15,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/nsys-cortex/cortex/internal/link"
 	"github.com/nsys-cortex/cortex/internal/podtoken"
@@ -46,17 +47,8 @@ func BenchmarkScale(b *testing.B) {
 		cfg := kube.Config{OpenNetwork: true, Image: "registry.example/nsys-cortex-neuron:1", Namespace: fmt.Sprintf("scale-%d", i)}.Defaults()
 		cluster.Prepare(b, core, cfg)
 		kubesim.Start(b, core, ag, cfg)
-		key, _ := podtoken.NewKey()
-		if err := kube.EnsureTrust(ctx, core, cfg, key); err != nil {
-			b.Fatal(err)
-		}
-		// The clients as a host makes them (kube.NewCluster: the built-in
-		// kinds in protobuf).
-		cl, err := kube.NewCluster(ctx, rc, cfg)
-		if err != nil {
-			b.Fatal(err)
-		}
-		m := &kube.Manager{Cluster: cl, Key: key}
+		m := hostManager(b, rc, core, cfg)
+		key := m.Key
 		ids := make([]string, n)
 		for j := range ids {
 			ids[j] = fmt.Sprintf("s%d", j)
@@ -116,6 +108,23 @@ func BenchmarkScale(b *testing.B) {
 		b.ReportMetric(ms(pct(wiped, 99)), "wipe-p99-ms")
 		b.ReportMetric(float64(n), "neurons")
 	}
+}
+
+// hostManager is a host's Manager of cfg's namespace on the cluster rc
+// reaches, with a signing key of its own whose public half the trust
+// ConfigMap holds, and the clients as a host makes them (kube.NewCluster:
+// the built-in kinds in protobuf).
+func hostManager(b *testing.B, rc *rest.Config, core kubernetes.Interface, cfg kube.Config) *kube.Manager {
+	b.Helper()
+	key, _ := podtoken.NewKey()
+	if err := kube.EnsureTrust(context.Background(), core, cfg, key); err != nil {
+		b.Fatal(err)
+	}
+	cl, err := kube.NewCluster(context.Background(), rc, cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return &kube.Manager{Cluster: cl, Key: key}
 }
 
 // parallel runs f for each id, 8 at a time, and returns how long each took.
@@ -192,15 +201,7 @@ func BenchmarkWarmClaims(b *testing.B) {
 		cfg := kube.Config{OpenNetwork: true, Image: "registry.example/nsys-cortex-neuron:1", Namespace: fmt.Sprintf("warm-%d", i), WarmPool: poolSize}.Defaults()
 		cluster.Prepare(b, core, cfg)
 		kubesim.StartBeside(b, core, ag, cfg).CollectClaims(ext)
-		key, _ := podtoken.NewKey()
-		if err := kube.EnsureTrust(ctx, core, cfg, key); err != nil {
-			b.Fatal(err)
-		}
-		cl, err := kube.NewCluster(ctx, rc, cfg)
-		if err != nil {
-			b.Fatal(err)
-		}
-		m := &kube.Manager{Cluster: cl, Key: key}
+		m := hostManager(b, rc, core, cfg)
 		// The pool, made by a first claim and filled before the timing.
 		if _, err := m.Create(ctx, "w-first", sandbox.CreateOptions{BootTimeout: time.Minute}); err != nil {
 			b.Fatal(err)
