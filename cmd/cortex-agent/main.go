@@ -89,6 +89,7 @@ func main() {
 	flag.StringVar(&cfg.Listen, "listen", "", "a TCP address to listen on for hosts with the token (instead of -channel-dir)")
 	trustKey := flag.String("trust-key", "", "with -listen: take hosts whose pod token (kube mode) this public key verifies, instead of the secret")
 	trustPin := flag.String("trust-key-sha256", "", "with -trust-key: refuse to start unless the key's SHA-256 (hex) is this, the one the pod was made for")
+	flag.StringVar(&cfg.Egress, "egress", "", "with -listen: a loopback address where the neuron's programs find their proxy, carried to the host that holds the egress tunnel (kube mode)")
 	podInfo := flag.String("pod-info", "", "with -trust-key: the directory of this pod's namespace, name and uid (the downward API)")
 	secretFD := flag.Int(strings.TrimPrefix(boot.SecretFDFlag, "--"), -1, "read the neuron's per-start secret from this descriptor (then closed)")
 	rebindFD := flag.Int(strings.TrimPrefix(boot.RebindFDFlag, "--"), -1, "take new identities from the PID 1 on this socket (a microVM's fork)")

@@ -63,6 +63,10 @@ type Config struct {
 	// write before the agent made itself non-dumpable (which gives the
 	// file to root); nil opens it in New. See oomBias.
 	OOMScoreAdj *os.File
+	// Egress, when set, is a loopback address where the neuron's
+	// programs find their proxy (kube mode): each connection there goes
+	// through the tunnel a host holds with egress_tunnel (egress.go).
+	Egress string
 	// Env is the environment commands start from (each request's
 	// variables over it); nil: the agent's own. A simulated kubelet that
 	// runs agents in its process gives each its pod's (kubesim).
@@ -91,6 +95,8 @@ type Agent struct {
 	commands     atomic.Int64
 	sessionCount atomic.Int64
 
+	egress egressWay // with cfg.Egress
+
 	stopOnce sync.Once
 	stopped  chan struct{} // closed when Stop is called
 	grace    time.Duration
@@ -103,6 +109,9 @@ func New(cfg Config) (*Agent, error) {
 	}
 	if cfg.Version == "" {
 		cfg.Version = "dev"
+	}
+	if err := checkEgressAddr(cfg.Egress); err != nil {
+		return nil, err
 	}
 	fs, err := newFsys(cfg.Root, cfg.Workdir)
 	if err != nil {
@@ -137,6 +146,13 @@ func (a *Agent) Stop(grace time.Duration) {
 func (a *Agent) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	if a.cfg.Egress != "" {
+		stopEgress, err := a.serveEgress(ctx, a.cfg.Egress)
+		if err != nil {
+			return err
+		}
+		defer stopEgress() // after cancel: it waits for the listener's connections
+	}
 	// On shutdown, processes are ended while the sessions wind down (their
 	// requests wait for those processes), never after.
 	ended := make(chan struct{})
@@ -282,6 +298,8 @@ func (a *Agent) dispatch(req *request) (any, []byte, error) {
 		return a.portDial(req)
 	case protocol.CmdFsWatch:
 		return a.fsWatch(req)
+	case protocol.CmdEgress:
+		return a.egressTunnel(req)
 	case protocol.CmdHealth:
 		var args protocol.HealthArgs
 		if err := req.decode(&args); err != nil {

@@ -216,7 +216,7 @@ func (s *session) start(h *protocol.Header, body []byte, release func()) {
 	}
 	req := &request{s: s, id: h.ID, cmd: h.Cmd, data: h.Data, body: body, ctx: ctx, cancel: cancel,
 		out: protocol.NewCredit(s.peer.Window)}
-	if h.Cmd == protocol.CmdExec && takesStdinStream(h.Data) || h.Cmd == protocol.CmdPortDial {
+	if h.Cmd == protocol.CmdExec && takesStdinStream(h.Data) || h.Cmd == protocol.CmdPortDial || h.Cmd == protocol.CmdEgress {
 		req.in = newInbox(protocol.DefaultWindow)
 	}
 	s.mu.Lock()

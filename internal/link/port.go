@@ -20,8 +20,25 @@ import (
 // bounds the connect; the connection lasts until Close (or until either
 // side ends it).
 func (c *Client) DialPort(ctx context.Context, port int) (net.Conn, error) {
+	return c.dialStream(ctx, &Request{Cmd: protocol.CmdPortDial, Args: &protocol.PortDialArgs{Port: port}, Timeout: NoTimeout},
+		fmt.Sprintf("neuron:%d", port), fmt.Sprintf("port %d in the neuron", port))
+}
+
+// EgressTunnel makes a stream the neuron's egress tunnel
+// (protocol.CmdEgress): the returned net.Conn carries the tunnel's
+// sessions, which the caller serves with the neuron's proxy. An agent
+// with no egress listener answers NOT_FOUND; one whose tunnel another
+// host holds, BAD_REQUEST. ctx bounds the request's start.
+func (c *Client) EgressTunnel(ctx context.Context) (net.Conn, error) {
+	return c.dialStream(ctx, &Request{Cmd: protocol.CmdEgress, Args: struct{}{}, Timeout: NoTimeout},
+		"neuron:egress", "the neuron's egress tunnel")
+}
+
+// dialStream starts req, a request whose streams carry a connection once
+// the agent says StreamConnected; remote and what name it.
+func (c *Client) dialStream(ctx context.Context, req *Request, remote, what string) (net.Conn, error) {
 	life, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	s, err := c.c.Stream(life, &Request{Cmd: protocol.CmdPortDial, Args: &protocol.PortDialArgs{Port: port}, Timeout: NoTimeout})
+	s, err := c.c.Stream(life, req)
 	if err != nil {
 		cancel()
 		return nil, err
@@ -36,7 +53,7 @@ func (c *Client) DialPort(ctx context.Context, port int) (net.Conn, error) {
 	if err == io.EOF {
 		_, err = s.Result()
 		if err == nil {
-			err = protocol.Errorf(protocol.CodeInternal, "port_dial ended before it connected")
+			err = protocol.Errorf(protocol.CodeInternal, "%s ended before it connected", req.Cmd)
 		}
 	}
 	if err != nil {
@@ -47,15 +64,17 @@ func (c *Client) DialPort(ctx context.Context, port int) (net.Conn, error) {
 	if ev.Stream != protocol.StreamConnected {
 		s.Close()
 		cancel()
-		return nil, protocol.Errorf(protocol.CodeInternal, "port_dial: the agent sent %q before it connected", ev.Stream)
+		return nil, protocol.Errorf(protocol.CodeInternal, "%s: the agent sent %q before it connected", req.Cmd, ev.Stream)
 	}
-	return &portConn{s: s, port: port, cancel: cancel}, nil
+	return &portConn{s: s, remote: remote, what: what, cancel: cancel}, nil
 }
 
-// portConn is a connection to a port in a neuron, over a port_dial stream.
+// portConn is a connection over a request's streams: to a port in a
+// neuron (port_dial), or its egress tunnel.
 type portConn struct {
 	s      *Stream
-	port   int
+	remote string             // its RemoteAddr
+	what   string             // what it is, for errors
 	cancel context.CancelFunc // ends the stream's context: a Recv waiting returns
 
 	mu      sync.Mutex
@@ -92,7 +111,7 @@ func (p *portConn) Read(b []byte) (int, error) {
 func (p *portConn) Write(b []byte) (int, error) {
 	if err := p.s.Send(b); err != nil {
 		if errors.Is(err, io.ErrClosedPipe) {
-			return 0, fmt.Errorf("port %d in the neuron: the connection was closed", p.port)
+			return 0, fmt.Errorf("%s: the connection was closed", p.what)
 		}
 		return 0, err
 	}
@@ -119,7 +138,7 @@ func (p *portConn) Close() error {
 }
 
 func (p *portConn) LocalAddr() net.Addr  { return portAddr("host") }
-func (p *portConn) RemoteAddr() net.Addr { return portAddr(fmt.Sprintf("neuron:%d", p.port)) }
+func (p *portConn) RemoteAddr() net.Addr { return portAddr(p.remote) }
 
 // Deadlines are not kept: a port connection ends with its context or Close.
 func (p *portConn) SetDeadline(time.Time) error      { return nil }

@@ -39,6 +39,7 @@ var releases = []release{
 	{dir: "testdata/v1.2", commands: []Cmd{CmdPortDial}, frames: sampleFrames12},
 	{dir: "testdata/v1.3", commands: []Cmd{CmdFsWatch}, frames: sampleFrames13},
 	{dir: "testdata/v1.4", frames: sampleFrames14},
+	{dir: "testdata/v1.5", commands: []Cmd{CmdEgress}, frames: sampleFrames15},
 }
 
 func recordedFrames(dir string) map[string][]byte {
@@ -187,6 +188,20 @@ func sampleFrames14() map[string][]byte {
 	addFrame(frames, "req-file_read-pass", Header{Kind: KindRequest, ID: 51, Cmd: CmdFileRead, TimeoutMs: 30000},
 		FileReadArgs{Path: "big", PassFile: true}, nil)
 	addFrame(frames, "res-file_read-pass", Header{Kind: KindResponse, ID: 51, File: true}, FileReadResult{Size: 64 << 20}, nil)
+	return frames
+}
+
+// sampleFrames15 is what release 1.5 added: egress_tunnel (its request,
+// the agent's connected event, tunnel bytes each way, its end).
+func sampleFrames15() map[string][]byte {
+	frames := map[string][]byte{}
+	addFrame(frames, "req-egress_tunnel", Header{Kind: KindRequest, ID: 60, Cmd: CmdEgress}, struct{}{}, nil)
+	addFrame(frames, "event-connected", Header{Kind: KindEvent, ID: 60, Stream: StreamConnected}, struct{}{}, nil)
+	addFrame(frames, "event-hello", Header{Kind: KindEvent, ID: 60, Stream: StreamStdout}, nil, []byte("nsys-cortex egress hello v1 0123456789abcdef\n"))
+	addFrame(frames, "input-ready", Header{Kind: KindInput, ID: 60, Stream: StreamStdin}, nil, []byte("nsys-cortex egress ready v1 0123456789abcdef\n"))
+	addFrame(frames, "res-egress_tunnel", Header{Kind: KindResponse, ID: 60}, EgressResult{Sent: 45, Received: 45}, nil)
+	addFrame(frames, "res-egress_tunnel-held", Header{Kind: KindResponse, ID: 61,
+		Err: &Error{Code: CodeBadRequest, Message: "another host holds this neuron's egress tunnel (one at a time)"}}, nil, nil)
 	return frames
 }
 

@@ -11,7 +11,7 @@ import (
 // minor never sends a command or field the older side did not announce.
 const (
 	Major = 1
-	Minor = 4
+	Minor = 5
 )
 
 // Version returns "Major.Minor".
@@ -66,6 +66,7 @@ const (
 	CmdSearch      Cmd = "search"
 	CmdPortDial    Cmd = "port_dial"
 	CmdFsWatch     Cmd = "fs_watch"
+	CmdEgress      Cmd = "egress_tunnel"
 )
 
 // Commands returns every command this version defines.
@@ -73,7 +74,7 @@ func Commands() []Cmd {
 	return []Cmd{CmdExec, CmdFileWrite, CmdFileRead, CmdFileList, CmdStat, CmdFileExists, CmdMkdir,
 		CmdResolvePath, CmdHealth, CmdShutdown, CmdPtySpawn, CmdPtyWrite, CmdPtyRead, CmdPtyResize,
 		CmdPtyClose, CmdProcStart, CmdProcInput, CmdProcSignal, CmdProcList, CmdProcAttach,
-		CmdFileRemove, CmdFileMove, CmdSymlink, CmdSearch, CmdPortDial, CmdFsWatch}
+		CmdFileRemove, CmdFileMove, CmdSymlink, CmdSearch, CmdPortDial, CmdFsWatch, CmdEgress}
 }
 
 // Roles in a hello.
@@ -131,6 +132,23 @@ const (
 // listening answers NOT_FOUND.
 type PortDialArgs struct {
 	Port int `json:"port"`
+}
+
+// egress_tunnel (protocol 1.5, no arguments) makes the request's streams
+// the neuron's way out: an agent started with an egress listener (kube
+// mode's pods) carries each connection its programs make there as a
+// stream of a tunnel session over this request (the host's input is
+// StreamStdin frames, the agent's output StreamStdout events), and the
+// host's end serves the neuron's enforcing proxy on every stream. The
+// agent answers StreamConnected once the request is its tunnel, and ends
+// the request (EgressResult) when the host does. One host holds a
+// neuron's tunnel at a time: another gets BAD_REQUEST until it ends. An
+// agent with no egress listener answers NOT_FOUND.
+
+// EgressResult ends an egress_tunnel request.
+type EgressResult struct {
+	Sent     int64 `json:"sent"`     // bytes the host sent
+	Received int64 `json:"received"` // bytes the agent sent
 }
 
 // FsWatchArgs asks for the changes of the directory Path (fs_watch,
