@@ -533,6 +533,9 @@ func (l *Link) DialError() error {
 	return l.dialErr
 }
 
+// Done is closed when the link is closed.
+func (l *Link) Done() <-chan struct{} { return l.done }
+
 // Close stops listening (or dialling), removes the socket, ends the
 // connection and waits for the link's goroutines.
 func (l *Link) Close() error {

@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -66,6 +67,9 @@ type Manager struct {
 	// Layout is the host's home: a wipe removes what this host keeps of
 	// the neuron there (its terminals' writer locks). Empty: nothing.
 	Layout layout.Layout
+	// Logf, when set, is told what goes wrong beside a request (a
+	// neuron's egress tunnel); nil: the standard logger.
+	Logf func(format string, args ...any)
 
 	mu    sync.Mutex
 	links map[string]podLink
@@ -75,6 +79,9 @@ type Manager struct {
 	stopWatch func()
 	watched   func() bool // the informer has listed what there is
 	closed    bool        // Close was called: no link is kept after
+	// egress counts the egress tunnels held (holdEgress), one per link
+	// to a neuron with network egress; Close waits for them.
+	egress sync.WaitGroup
 
 	// probeMu guards the network probe's state: the probe in flight (one
 	// at a time), and what the last check found (verdict, or verdictErr
@@ -116,10 +123,12 @@ func unenforceable(opts sandbox.CreateOptions) error {
 		return &sandbox.UnenforceableError{Mode: Mode, Policy: policy, Reason: why}
 	}
 	switch {
-	case opts.Network.Mode == sandbox.NetworkEgress || opts.Network.Mode == sandbox.NetworkFull:
-		return u("network "+string(opts.Network.Mode), "a kube neuron reaches nothing (the namespace's NetworkPolicies deny it); egress through the allow-list proxy is not built yet (docs/kube.md)")
+	case opts.Network.Mode == sandbox.NetworkFull:
+		return u("network full", "a kube neuron reaches nothing directly (the namespace's NetworkPolicies deny it): "+
+			"use network egress with an allow-list, which the host's proxy enforces (docs/kube.md)")
 	case len(opts.Secrets) > 0:
-		return u("secrets", "the egress proxy that puts secrets in requests is not built for kube mode yet")
+		return u("secrets", "a secret's value would have to be kept in the cluster for every host's egress proxy to put in requests, which kube mode does not do yet; "+
+			"network egress without secrets works (docs/kube.md)")
 	case opts.Ctx != "":
 		return u("a /ctx mount", "a pod has no host mount of /ctx")
 	case opts.NestedUserns:
@@ -190,6 +199,9 @@ func (m *Manager) Create(ctx context.Context, id string, opts sandbox.CreateOpti
 	}
 	n := Neuron{ID: id, Labels: opts.Labels, Env: opts.Env, Limits: opts.Limits,
 		TrustKeySHA256: podtoken.Fingerprint(m.Key.Public().(ed25519.PublicKey))}
+	if opts.Network.Mode == sandbox.NetworkEgress {
+		n.Egress = slices.Clone(opts.Network.Allow)
+	}
 	if opts.Timeout > 0 {
 		d := time.Now().Add(opts.Timeout)
 		n.Deadline, n.Timeout, n.OnTimeout = &d, opts.Timeout, opts.OnTimeout
@@ -425,6 +437,10 @@ func (m *Manager) connect(ctx context.Context, id string, pod *corev1.Pod, owner
 	}
 	old := m.links[id]
 	m.links[id] = podLink{l, pod.UID}
+	if rules, ok, _ := podEgress(pod); ok { // checked by checkPod
+		m.egress.Add(1)
+		go m.holdEgress(id, l, rules)
+	}
 	m.mu.Unlock()
 	if old.Link != nil {
 		old.Close() // outside the lock: a close waits for its dialling
@@ -448,6 +464,9 @@ func (m *Manager) checkPod(id string, pod *corev1.Pod, owner types.UID) error {
 	if err := Hardened(m.Cluster.Config, pod.Spec, podtoken.Fingerprint(m.Key.Public().(ed25519.PublicKey))); err != nil {
 		return errdefs.New(errdefs.Permission, fmt.Sprintf("neuron %s's pod %s/%s is not as kube mode makes its pods, so this host does not connect to it: %v "+
 			"(was its Sandbox, or the warm pool's SandboxTemplate, changed? docs/kube.md)", id, pod.Namespace, pod.Name, err))
+	}
+	if _, _, err := podEgress(pod); err != nil {
+		return errdefs.New(errdefs.Permission, fmt.Sprintf("neuron %s: %v: this host serves no allow-list it cannot read", id, err))
 	}
 	return nil
 }
@@ -520,7 +539,32 @@ func stateOf(id string, pod *corev1.Pod, sb *sbv1.Sandbox, o Observed) *sandbox.
 		d := *o.Deadline
 		st.Deadline, st.OnTimeout = &d, o.OnTimeout
 	}
+	if pod != nil && (o.Phase == Running || o.Phase == Unhealthy) {
+		st.Policy = podPolicy(pod)
+	}
 	return st
+}
+
+// podPolicy is what pod enforces: its network (none, or egress with the
+// allow-list of its annotation) and its agent's resource limits.
+func podPolicy(pod *corev1.Pod) *sandbox.Policy {
+	p := &sandbox.Policy{Network: sandbox.Network{Mode: sandbox.NetworkNone}}
+	if rules, ok, err := podEgress(pod); ok && err == nil {
+		p.Network = sandbox.Network{Mode: sandbox.NetworkEgress, Allow: rules}
+	}
+	if len(pod.Spec.Containers) > 0 {
+		lim := pod.Spec.Containers[0].Resources.Limits
+		if q, ok := lim[corev1.ResourceCPU]; ok {
+			p.Limits.CPUs = float64(q.MilliValue()) / 1000
+		}
+		if q, ok := lim[corev1.ResourceMemory]; ok {
+			p.Limits.MemoryBytes = q.Value()
+		}
+		if q, ok := lim[corev1.ResourceEphemeralStorage]; ok {
+			p.Limits.DiskBytes = q.Value()
+		}
+	}
+	return p
 }
 
 // SetTimeout moves running neuron id's deadline to d from now (0: none),
@@ -940,6 +984,7 @@ func (m *Manager) Close() error {
 	for _, l := range links {
 		l.Close() // outside the lock
 	}
+	m.egress.Wait() // each ends with its link
 	if stop != nil {
 		stop()
 	}

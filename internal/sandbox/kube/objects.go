@@ -11,6 +11,7 @@
 package kube
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -30,6 +31,7 @@ import (
 
 	"github.com/nsys-cortex/cortex/internal/ids"
 	"github.com/nsys-cortex/cortex/internal/labels"
+	"github.com/nsys-cortex/cortex/internal/protocol/allowlist"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
 )
 
@@ -83,12 +85,6 @@ type Config struct {
 	// TmpSize bounds the writable /tmp (an emptyDir; the root filesystem
 	// is read-only).
 	TmpSize resource.Quantity
-	// EgressProxy are the labels of the namespace's egress proxy pods,
-	// the only place a neuron's connections out may go (the allow-list
-	// proxy the other modes use); none: neurons reach nothing.
-	EgressProxy map[string]string
-	// EgressProxyPort is the proxy's port (default 3128).
-	EgressProxyPort int32
 	// OpenNetwork runs neurons on a cluster whose network plugin does
 	// not enforce NetworkPolicy, where they reach the network
 	// (kube.allow_open_network); otherwise a create there is refused
@@ -119,9 +115,6 @@ func (c Config) Defaults() Config {
 	if c.TmpSize.IsZero() {
 		c.TmpSize = resource.MustParse("1Gi")
 	}
-	if c.EgressProxyPort == 0 {
-		c.EgressProxyPort = 3128
-	}
 	if c.TrustConfigMap == "" {
 		c.TrustConfigMap = "nsys-cortex-trust"
 	}
@@ -142,6 +135,11 @@ type Neuron struct {
 	// OnTimeout is what the deadline does: wipe deletes the Sandbox (and
 	// with it the home), any other stops the neuron, its home kept.
 	OnTimeout sandbox.TimeoutAction
+	// Egress, when set, is the neuron's allow-list (network egress): its
+	// agent listens on EgressListen for its programs, and a host holds
+	// the tunnel that takes their connections to the enforcing proxy.
+	// Nil: the neuron reaches nothing.
+	Egress []string
 	// TrustKeySHA256, when set, pins the trust key the pod's agent takes
 	// (podtoken.Fingerprint of the host's key): a trust ConfigMap made
 	// again with another key is refused by the pods made after.
@@ -194,6 +192,42 @@ func modeLabel(k string) bool {
 	return strings.HasPrefix(k, "neuron.nsys-cortex/") || strings.HasPrefix(k, "app.kubernetes.io/") || strings.HasPrefix(k, "agents.x-k8s.io/")
 }
 
+// EgressListen is where a neuron with network egress finds its proxy: its
+// agent's listener on the pod's loopback (cortex-agent -egress).
+const EgressListen = "127.0.0.1:3128"
+
+// AnnotationEgress, on a neuron pod, is its allow-list (a JSON array of
+// rules; internal/protocol/allowlist): what the proxy of the host that
+// holds its tunnel lets through. Only the pod's makers write it: the
+// neuron has no way to the API server.
+const AnnotationEgress = "neuron.nsys-cortex/egress"
+
+// podAnnotations are the annotations of neuron n's pod (nil: none).
+func podAnnotations(n Neuron) map[string]string {
+	if n.Egress == nil {
+		return nil
+	}
+	rules, _ := json.Marshal(n.Egress) // strings: never fails
+	return map[string]string{AnnotationEgress: string(rules)}
+}
+
+// podEgress is the allow-list of pod, from its annotation: false when the
+// pod has none (a neuron that reaches nothing).
+func podEgress(pod *corev1.Pod) ([]string, bool, error) {
+	v, ok := pod.Annotations[AnnotationEgress]
+	if !ok {
+		return nil, false, nil
+	}
+	var rules []string
+	if err := json.Unmarshal([]byte(v), &rules); err != nil {
+		return nil, true, fmt.Errorf("pod %s's annotation %s: %w", pod.Name, AnnotationEgress, err)
+	}
+	if _, err := allowlist.Parse(rules); err != nil {
+		return nil, true, fmt.Errorf("pod %s's annotation %s: %w", pod.Name, AnnotationEgress, err)
+	}
+	return rules, true, nil
+}
+
 // PodSpec is the pod of neuron n: the agent alone, hardened (non-root,
 // no capabilities, no privilege escalation, read-only root, the
 // runtime's default seccomp profile, no service-account token, no service
@@ -208,6 +242,9 @@ func PodSpec(cfg Config, n Neuron, homeClaim string) corev1.PodSpec {
 		// The home volume: what a neuron keeps across destroy and create
 		// ($HOME/.cache, dotfiles) is there, not on the read-only root.
 		vars = append(slices.Clip(vars), "HOME=/home/agent")
+	}
+	if n.Egress != nil {
+		vars = append(slices.Clip(vars), sandbox.ProxyEnv(EgressListen, n.ID)...)
 	}
 	for _, kv := range slices.Sorted(slices.Values(vars)) {
 		k, v, _ := strings.Cut(kv, "=")
@@ -281,6 +318,10 @@ func PodSpec(cfg Config, n Neuron, homeClaim string) corev1.PodSpec {
 	if n.TrustKeySHA256 != "" {
 		c := &spec.Containers[0]
 		c.Args = append(c.Args, "--trust-key-sha256="+n.TrustKeySHA256)
+	}
+	if n.Egress != nil {
+		c := &spec.Containers[0]
+		c.Args = append(c.Args, "--egress="+EgressListen)
 	}
 	return spec
 }
@@ -398,7 +439,7 @@ func Sandbox(cfg Config, n Neuron) (*sbv1.Sandbox, error) {
 		Spec: sbv1.SandboxSpec{
 			SandboxBlueprint: sbv1.SandboxBlueprint{
 				PodTemplate: sbv1.PodTemplate{
-					ObjectMeta: sbv1.PodMetadata{Labels: podLabels(l)},
+					ObjectMeta: sbv1.PodMetadata{Labels: podLabels(l), Annotations: podAnnotations(n)},
 					Spec:       PodSpec(cfg, n, HomeClaimName(n.ID)),
 				},
 				VolumeClaimTemplates: []sbv1.PersistentVolumeClaimTemplate{{
@@ -460,14 +501,17 @@ func Fallback(cfg Config, n Neuron) (*corev1.Pod, *corev1.PersistentVolumeClaim,
 	}
 	pod := &corev1.Pod{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
-		ObjectMeta: metav1.ObjectMeta{Name: ObjectName(n.ID), Namespace: cfg.Namespace, Labels: podLabels(l)},
+		ObjectMeta: metav1.ObjectMeta{Name: ObjectName(n.ID), Namespace: cfg.Namespace, Labels: podLabels(l), Annotations: podAnnotations(n)},
 		Spec:       PodSpec(cfg, n, pvc.Name),
 	}
 	if n.Deadline != nil {
 		// A plain pod has no shutdown time: its kubelet ends it
 		// Timeout after it started (activeDeadlineSeconds), and the
 		// deadline is kept where every host reads it.
-		pod.Annotations = map[string]string{AnnotationDeadline: n.Deadline.UTC().Format(time.RFC3339)}
+		if pod.Annotations == nil {
+			pod.Annotations = map[string]string{}
+		}
+		pod.Annotations[AnnotationDeadline] = n.Deadline.UTC().Format(time.RFC3339)
 		pod.Spec.ActiveDeadlineSeconds = ptr.To(int64(max((n.Timeout+time.Second-1)/time.Second, 1)))
 	}
 	return pod, pvc, nil
@@ -497,10 +541,11 @@ const hostName = "nsys-cortex"
 
 // NetworkPolicies are the namespace's policies for neuron pods: every
 // connection in and out denied, then connections in from Cortex's pods
-// on the agent port, then out to the egress proxy (when there is one:
-// Config's EgressProxy labels) and the cluster's DNS, and nothing else.
-// Policies add up (any policy that allows a connection allows it), so
-// these are the only ones that may select neuron pods.
+// on the agent port, and nothing else: not even the cluster's DNS. A
+// neuron with network egress reaches out through the tunnel a host holds
+// over that same connection (EgressListen), whose proxy resolves names
+// and decides. Policies add up (any policy that allows a connection
+// allows it), so these are the only ones that may select neuron pods.
 func NetworkPolicies(cfg Config) []*networkingv1.NetworkPolicy {
 	cfg = cfg.Defaults()
 	neurons := metav1.LabelSelector{MatchLabels: map[string]string{LabelRole: "neuron"}}
@@ -509,7 +554,6 @@ func NetworkPolicies(cfg Config) []*networkingv1.NetworkPolicy {
 	}
 	tm := metav1.TypeMeta{APIVersion: "networking.k8s.io/v1", Kind: "NetworkPolicy"}
 	tcp := corev1.ProtocolTCP
-	udp := corev1.ProtocolUDP
 	agentPort := intstr.FromInt32(cfg.AgentPort)
 	deny := &networkingv1.NetworkPolicy{TypeMeta: tm, ObjectMeta: meta("neurons-deny-all"), Spec: networkingv1.NetworkPolicySpec{
 		PodSelector: neurons,
@@ -528,26 +572,5 @@ func NetworkPolicies(cfg Config) []*networkingv1.NetworkPolicy {
 		}},
 	}}
 	out := []*networkingv1.NetworkPolicy{deny, fromHost}
-	if len(cfg.EgressProxy) > 0 {
-		dns := intstr.FromInt32(53)
-		proxyPort := intstr.FromInt32(cfg.EgressProxyPort)
-		out = append(out, &networkingv1.NetworkPolicy{TypeMeta: tm, ObjectMeta: meta("neurons-to-egress-proxy"), Spec: networkingv1.NetworkPolicySpec{
-			PodSelector: neurons,
-			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeEgress},
-			Egress: []networkingv1.NetworkPolicyEgressRule{
-				{
-					To:    []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{MatchLabels: maps.Clone(cfg.EgressProxy)}}},
-					Ports: []networkingv1.NetworkPolicyPort{{Protocol: &tcp, Port: &proxyPort}},
-				},
-				{
-					To: []networkingv1.NetworkPolicyPeer{{
-						NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": "kube-system"}},
-						PodSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{"k8s-app": "kube-dns"}},
-					}},
-					Ports: []networkingv1.NetworkPolicyPort{{Protocol: &udp, Port: &dns}, {Protocol: &tcp, Port: &dns}},
-				},
-			},
-		}})
-	}
 	return out
 }

@@ -77,9 +77,19 @@ func TestObjectsGolden(t *testing.T) {
 		t.Fatal(err)
 	}
 	golden(t, "sandbox-minimal.yaml", minimal)
-	withProxy := testConfig
-	withProxy.EgressProxy = map[string]string{"app.kubernetes.io/name": "nsys-cortex-egress"}
-	golden(t, "networkpolicies.yaml", NetworkPolicies(withProxy))
+	golden(t, "networkpolicies.yaml", NetworkPolicies(testConfig))
+	egressN := testNeuron
+	egressN.Egress = []string{"api.example.com:443", "*.pypi.org"}
+	sbE, err := Sandbox(testConfig, egressN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "sandbox-egress.yaml", sbE)
+	podE, _, err := Fallback(testConfig, egressN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "fallback-pod-egress.yaml", podE)
 	golden(t, "warm-template.yaml", Template(testConfig, testNeuron.TrustKeySHA256))
 	golden(t, "warm-pool.yaml", WarmPool(testConfig, 50))
 	claim, err := Claim(testConfig, testNeuron)
@@ -126,7 +136,7 @@ func TestWarmObjects(t *testing.T) {
 func TestNetworkPolicies(t *testing.T) {
 	ps := NetworkPolicies(testConfig)
 	if len(ps) != 2 || len(ps[0].Spec.Ingress)+len(ps[0].Spec.Egress) != 0 || len(ps[0].Spec.PolicyTypes) != 2 {
-		t.Fatalf("without a proxy: %+v", ps)
+		t.Fatalf("%+v", ps)
 	}
 	for _, p := range ps {
 		if p.Spec.PodSelector.MatchLabels[LabelRole] != "neuron" {
@@ -140,7 +150,60 @@ func TestNetworkPolicies(t *testing.T) {
 			}
 		}
 		if len(p.Spec.Egress) != 0 {
-			t.Errorf("%s lets out %+v without a proxy", p.Name, p.Spec.Egress)
+			t.Errorf("%s lets out %+v", p.Name, p.Spec.Egress)
+		}
+	}
+}
+
+// A neuron with egress: its agent listens on the pod's loopback, its
+// programs' proxy variables name that listener, its pod carries the
+// allow-list the host's proxy enforces (and the deadline beside it); a
+// neuron without has none of these. podEgress reads the annotation back
+// and refuses one that is not a list of rules.
+func TestEgressObjects(t *testing.T) {
+	n := testNeuron
+	n.Egress = []string{"api.example.com:443"}
+	spec := PodSpec(testConfig, n, "home")
+	c := spec.Containers[0]
+	if !slices.Contains(c.Args, "--egress="+EgressListen) {
+		t.Errorf("args %q", c.Args)
+	}
+	env := map[string]string{}
+	for _, e := range c.Env {
+		env[e.Name] = e.Value
+	}
+	if env["https_proxy"] != "http://"+EgressListen || env["HTTP_PROXY"] != "http://"+EgressListen || !strings.Contains(env["no_proxy"], "127.0.0.1") {
+		t.Errorf("env %v", env)
+	}
+	pod, _, err := Fallback(testConfig, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rules, ok, err := podEgress(pod); !ok || err != nil || !slices.Equal(rules, n.Egress) {
+		t.Errorf("podEgress: %q %v %v", rules, ok, err)
+	}
+	if pod.Annotations[AnnotationDeadline] == "" {
+		t.Errorf("the deadline's annotation went: %v", pod.Annotations)
+	}
+	plain := PodSpec(testConfig, testNeuron, "home")
+	for _, a := range plain.Containers[0].Args {
+		if strings.HasPrefix(a, "--egress") {
+			t.Errorf("a neuron without egress: %q", a)
+		}
+	}
+	for _, e := range plain.Containers[0].Env {
+		if strings.Contains(strings.ToLower(e.Name), "proxy") {
+			t.Errorf("a neuron without egress: %s", e.Name)
+		}
+	}
+	noneP, _, _ := Fallback(testConfig, testNeuron)
+	if _, ok, _ := podEgress(noneP); ok {
+		t.Errorf("a neuron without egress has an allow-list: %v", noneP.Annotations)
+	}
+	for _, bad := range []string{`{"a":1}`, `["a b c d"]`, `not json`} {
+		pod.Annotations[AnnotationEgress] = bad
+		if _, ok, err := podEgress(pod); !ok || err == nil {
+			t.Errorf("annotation %q: %v %v", bad, ok, err)
 		}
 	}
 }

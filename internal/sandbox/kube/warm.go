@@ -109,9 +109,11 @@ func Claim(cfg Config, n Neuron) (*extv1.SandboxClaim, error) {
 // the warm pool: kube.warm_pool is set, the cluster serves claims, and
 // opts ask for nothing the pool's template lacks (an environment, or
 // limits, of the neuron's own: a claim that sets them is a cold start
-// in agent-sandbox, and the template does not let a claim set them).
+// in agent-sandbox, and the template does not let a claim set them; or
+// network egress, whose listener and allow-list are the pod's own).
 func (m *Manager) warmable(opts sandbox.CreateOptions) bool {
-	return m.Cluster.Config.WarmPool > 0 && m.Cluster.Claims != nil && len(opts.Env) == 0 && opts.Limits == (sandbox.Limits{})
+	return m.Cluster.Config.WarmPool > 0 && m.Cluster.Claims != nil && len(opts.Env) == 0 && opts.Limits == (sandbox.Limits{}) &&
+		opts.Network.Mode != sandbox.NetworkEgress
 }
 
 // ClaimStats reports the creates that were claims on the warm pool.

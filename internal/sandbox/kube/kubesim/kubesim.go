@@ -441,13 +441,16 @@ func (k *Kubelet) run(ctx context.Context, pod *corev1.Pod) {
 	self := podtoken.Identity{Namespace: pod.Namespace, Pod: pod.Name, UID: string(pod.UID)}
 	// The container's environment: the pod's variables, HOME and the
 	// working directory mapped to this home, PATH the host's.
+	// A pod's loopback is its own 127.x.y.z here: the egress listener
+	// (--egress) and the proxy variables that name it move there.
+	egressAt := ""
 	env := []string{"PATH=" + os.Getenv("PATH")}
 	for _, e := range pod.Spec.Containers[0].Env {
 		v := e.Value
 		if strings.HasPrefix(v, "/home/agent") {
 			v = home + strings.TrimPrefix(v, "/home/agent")
 		}
-		env = append(env, e.Name+"="+v)
+		env = append(env, e.Name+"="+loopbackOf(v, ip))
 	}
 	// The agent runs as its container's arguments say: its neuron is
 	// its --id ("" in a warm pod of the pool).
@@ -456,8 +459,11 @@ func (k *Kubelet) run(ctx context.Context, pod *corev1.Pod) {
 		if v, ok := strings.CutPrefix(a, "--id="); ok {
 			agentID = v
 		}
+		if v, ok := strings.CutPrefix(a, "--egress="); ok {
+			egressAt = loopbackOf(v, ip)
+		}
 	}
-	a, err := agent.New(agent.Config{ID: agentID, Root: home, Listen: addr, Version: "test", Logger: log.New(io.Discard, "", 0), Env: env,
+	a, err := agent.New(agent.Config{ID: agentID, Root: home, Listen: addr, Egress: egressAt, Version: "test", Logger: log.New(io.Discard, "", 0), Env: env,
 		TokenCheck: func(tok string) error { _, err := podtoken.Verify(pub, tok, self, time.Now()); return err }})
 	if err != nil {
 		k.t.Error(err)
@@ -513,6 +519,10 @@ func (k *Kubelet) trustKey(ctx context.Context) (ed25519.PublicKey, error) {
 	}
 	return podtoken.ParsePublic(cm.Data[kube.TrustKey])
 }
+
+// loopbackOf is v with the pod's loopback, 127.0.0.1, as this kubelet's
+// pods have it: their own IP.
+func loopbackOf(v, ip string) string { return strings.ReplaceAll(v, "127.0.0.1:", ip+":") }
 
 // podAddress finds a pod IP of this kubelet's whose agent port is free,
 // and returns it and the agent's address.
