@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"sync"
@@ -77,7 +78,6 @@ func (a *Agent) egressTunnel(req *request) (any, []byte, error) {
 	w.held = true
 	w.mu.Unlock()
 	defer func() {
-		w.tunnel.Reset() // its session was on this request's stream
 		w.mu.Lock()
 		w.held = false
 		w.mu.Unlock()
@@ -85,10 +85,19 @@ func (a *Agent) egressTunnel(req *request) (any, []byte, error) {
 	if err := req.event(protocol.StreamConnected, struct{}{}); err != nil {
 		return nil, nil, err
 	}
-	s := &reqStream{req: req}
-	<-w.tunnel.Attach(s) // until a read fails: the host's EOF, or the request's end
+	// Writes wait for the host's credit under their own context, ended
+	// with the stream: a host that stops granting and sends its EOF does
+	// not keep a write, and the tunnel, waiting.
+	wctx, cancel := context.WithCancel(req.ctx)
+	defer cancel()
+	s := &reqStream{req: req, wctx: wctx}
+	done := w.tunnel.Attach(s)
+	<-done // until a read fails: the host's EOF, or the request's end
+	cancel()
+	w.tunnel.Detach(done) // connections from now on are answered 502, none written here
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.ended = true
 	return protocol.EgressResult{Sent: s.got, Received: s.sent}, nil, nil
 }
 
@@ -96,12 +105,14 @@ func (a *Agent) egressTunnel(req *request) (any, []byte, error) {
 // read, StreamStdout events written (with the channel's credit both ways).
 type reqStream struct {
 	req     *request
-	pending []byte // the rest of the last input chunk
-	held    int    // its length, granted back once it is read
-	got     int64  // read by the reader only; under mu for the result
+	wctx    context.Context // the writes' (ends with the stream)
+	pending []byte          // the rest of the last input chunk
+	held    int             // its length, granted back once it is read
+	got     int64           // read by the reader only; under mu for the result
 
-	mu   sync.Mutex // one write at a time: the stream's offsets
-	sent int64
+	mu    sync.Mutex // one write at a time: the stream's offsets
+	sent  int64
+	ended bool // the request answered: nothing more is its to send
 }
 
 func (s *reqStream) Read(b []byte) (int, error) {
@@ -130,7 +141,10 @@ func (s *reqStream) Read(b []byte) (int, error) {
 func (s *reqStream) Write(b []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err := s.req.send(protocol.StreamStdout, s.sent, b); err != nil {
+	if s.ended || s.wctx.Err() != nil {
+		return 0, io.ErrClosedPipe
+	}
+	if err := s.req.sendCtx(s.wctx, protocol.StreamStdout, s.sent, b); err != nil {
 		return 0, err
 	}
 	s.sent += int64(len(b))

@@ -324,8 +324,14 @@ func (s *session) write(h *protocol.Header, body []byte) error { return s.w.Writ
 
 // send streams data on one of the request's streams, waiting for credit.
 func (r *request) send(stream string, off int64, data []byte) error {
+	return r.sendCtx(r.ctx, stream, off, data)
+}
+
+// sendCtx is send with ctx (one that ends with the request's, or sooner)
+// bounding the wait for credit.
+func (r *request) sendCtx(ctx context.Context, stream string, off int64, data []byte) error {
 	for len(data) > 0 {
-		n, err := r.out.Take(r.ctx, len(data))
+		n, err := r.out.Take(ctx, len(data))
 		if err != nil {
 			return err
 		}

@@ -91,14 +91,18 @@ type Proxy struct {
 	counts counters // what it let through (Stats)
 }
 
+// maxConns is MaxConns, or its default.
+func (p *Proxy) maxConns() int {
+	if p.MaxConns <= 0 {
+		return defaultMaxConns
+	}
+	return p.MaxConns
+}
+
 // Serve answers connections on ln until ctx ends or ln fails, and then
 // closes every connection it still has and waits for them.
 func (p *Proxy) Serve(ctx context.Context, ln net.Listener) error {
-	max := p.MaxConns
-	if max <= 0 {
-		max = defaultMaxConns
-	}
-	slots := make(chan struct{}, max)
+	slots := make(chan struct{}, p.maxConns())
 	return ServeConns(ctx, ln, func(ctx context.Context, c net.Conn) {
 		select {
 		case slots <- struct{}{}:

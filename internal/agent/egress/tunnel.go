@@ -44,6 +44,82 @@ const (
 // guest had given up).
 var helloRetry = 3 * time.Second
 
+// What the host's end of a tunnel holds for a guest, which may be hostile:
+// a stream its proxy is done with is read and dropped until the guest
+// closes it too, or for drainFor at most (then yamux resets it); a
+// session with more than the proxy's connections and maxHalfClosed
+// streams open is ended (the guest says hello again); streams the proxy
+// has not taken yet wait in a backlog of acceptBacklog. So a guest holds
+// at most that many receive windows (256 KiB each) of the host's memory.
+const (
+	drainFor      = 15 * time.Second
+	maxHalfClosed = 256
+	acceptBacklog = 64
+)
+
+// hostTunnelConfig is yamux's configuration at the host's end.
+func hostTunnelConfig() *yamux.Config {
+	c := tunnelConfig()
+	c.AcceptBacklog = acceptBacklog
+	c.StreamCloseTimeout = drainFor
+	return c
+}
+
+// drainingListener is a session's streams as the proxy takes them: a
+// stream the proxy closes is drained (drainingConn), and a session that
+// holds too many streams open is ended.
+type drainingListener struct {
+	sess   *yamux.Session
+	max    int
+	drains sync.WaitGroup
+}
+
+func (l *drainingListener) Accept() (net.Conn, error) {
+	st, err := l.sess.AcceptStream()
+	if err != nil {
+		return nil, err
+	}
+	if l.sess.NumStreams() > l.max {
+		st.Close()
+		l.sess.GoAway() // the guest opens no more streams on it, and starts another
+		l.sess.Close()  // its guest holds streams open the proxy is done with
+		return nil, fmt.Errorf("egress tunnel: the guest holds more than %d streams open: its session is ended", l.max)
+	}
+	return &drainingConn{Stream: st, drains: &l.drains}, nil
+}
+
+func (l *drainingListener) Close() error   { return l.sess.Close() }
+func (l *drainingListener) Addr() net.Addr { return l.sess.Addr() }
+
+// drainingConn is a stream whose Close also reads and drops what the
+// guest still sends, so that the receive window it holds is not kept
+// full in the host's memory until the guest closes its side.
+type drainingConn struct {
+	*yamux.Stream
+	drains *sync.WaitGroup
+	once   sync.Once
+}
+
+func (c *drainingConn) Close() error {
+	err := c.Stream.Close() // a half-close: yamux ends it when the guest does, or at drainFor
+	c.once.Do(func() {
+		c.drains.Add(1)
+		go func() {
+			defer c.drains.Done()
+			c.Stream.SetReadDeadline(time.Now().Add(drainFor))
+			var buf [4 << 10]byte
+			for {
+				_, err := c.Stream.Read(buf[:])
+				c.Stream.Shrink() // yamux keeps a frame's buffer once read: let it go
+				if err != nil {
+					return
+				}
+			}
+		}()
+	})
+	return err
+}
+
 // tunnelConfig is yamux's configuration at both ends. No keepalives: a VM
 // paused for a snapshot misses them, and the end of the stream is seen
 // anyway (the VMM's exit closes it).
@@ -209,7 +285,7 @@ func (p *Proxy) ServeTunnel(ctx context.Context, rw io.ReadWriteCloser) error {
 		if _, err := w.write([]byte(tunnelReady + nonce + "\n")); err != nil {
 			return nil
 		}
-		sess, err := yamux.Server(s, tunnelConfig())
+		sess, err := yamux.Server(s, hostTunnelConfig())
 		if err != nil {
 			s.Close()
 			return nil
@@ -217,8 +293,10 @@ func (p *Proxy) ServeTunnel(ctx context.Context, rw io.ReadWriteCloser) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			p.Serve(ctx, sess) // ends with the session, or with ctx
+			ln := &drainingListener{sess: sess, max: p.maxConns() + maxHalfClosed}
+			p.Serve(ctx, ln) // ends with the session, or with ctx
 			sess.Close()
+			ln.drains.Wait() // each ends with its stream: the session's end
 		}()
 		return s
 	})
@@ -327,36 +405,92 @@ func (t *GuestTunnel) session(ctx context.Context) (*yamux.Session, error) {
 		select {
 		case s := <-answers:
 			timer.Stop()
-			sess, err := yamux.Client(s, tunnelConfig())
-			if err != nil {
-				s.Close()
-				return nil, err
-			}
-			t.mu.Lock()
-			current := t.w == w
-			if current {
-				t.sess = sess
-			}
-			t.mu.Unlock()
-			if !current {
-				sess.Close()
-				return nil, errors.New("egress tunnel: the stream to the host was replaced")
-			}
-			return sess, nil
+			return t.start(w, s)
 		case <-timer.C:
+			// An answer may have come as the timer fired (answered
+			// hands it over under t.mu): take it rather than leave the
+			// reader feeding a session nobody reads.
+			if s := t.giveUp(answers); s != nil {
+				sess, err := t.start(w, s)
+				return sess, err
+			}
 			if t.Logf != nil {
 				t.Logf("egress tunnel: no answer from the host in %s; saying hello again", helloRetry)
 			}
 		case <-w.done:
 			timer.Stop()
+			if s := t.giveUp(answers); s != nil {
+				s.Close()
+			}
 			return nil, fmt.Errorf("egress tunnel: the stream to the host ended: %v", w.err)
 		case <-ctx.Done():
 			timer.Stop()
-			t.mu.Lock()
-			t.want = ""
-			t.mu.Unlock()
+			if s := t.giveUp(answers); s != nil {
+				s.Close() // the reader goes back to looking for a handshake
+			}
 			return nil, ctx.Err()
 		}
+	}
+}
+
+// giveUp stops waiting for the answer to the hello in flight, and returns
+// one that came all the same (nil: none did, and none will be taken).
+func (t *GuestTunnel) giveUp(answers chan *sessionConn) *sessionConn {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.want = ""
+	select {
+	case s := <-answers:
+		return s
+	default:
+		return nil
+	}
+}
+
+// start starts the session the host answered on w with s.
+func (t *GuestTunnel) start(w *wire, s *sessionConn) (*yamux.Session, error) {
+	sess, err := yamux.Client(s, tunnelConfig())
+	if err != nil {
+		s.Close()
+		return nil, err
+	}
+	t.mu.Lock()
+	current := t.w == w
+	if current {
+		t.sess = sess
+	}
+	t.mu.Unlock()
+	if !current {
+		sess.Close()
+		return nil, errors.New("egress tunnel: the stream to the host was replaced")
+	}
+	return sess, nil
+}
+
+// drop ends sess when it is still the current session.
+func (t *GuestTunnel) drop(sess *yamux.Session) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.sess == sess {
+		t.sess = nil
+	}
+	sess.Close()
+}
+
+// Detach lets go of the stream Attach gave when it is still the
+// tunnel's (the host's request ended): connections are answered 502 at
+// once, and nothing more is written to it.
+func (t *GuestTunnel) Detach(done <-chan struct{}) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.w == nil || t.w.done != done {
+		return
+	}
+	t.w = nil
+	t.want = ""
+	if t.sess != nil {
+		t.sess.Close()
+		t.sess = nil
 	}
 }
 
@@ -374,6 +508,7 @@ func (t *GuestTunnel) carry(ctx context.Context, c net.Conn) {
 	if err == nil {
 		var st net.Conn
 		if st, err = sess.Open(); err != nil {
+			t.drop(sess) // the host ended it (or it failed): the next connection starts another
 			err = fmt.Errorf("egress tunnel: %w", err)
 		} else {
 			defer st.Close()
