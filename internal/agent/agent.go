@@ -97,6 +97,11 @@ type Agent struct {
 
 	egress egressWay // with cfg.Egress
 
+	// adopted is what an adopt gave a warm agent (adopt.go); adoptMu
+	// makes one adopt at a time.
+	adopted atomic.Pointer[adoption]
+	adoptMu sync.Mutex
+
 	stopOnce sync.Once
 	stopped  chan struct{} // closed when Stop is called
 	grace    time.Duration
@@ -300,6 +305,8 @@ func (a *Agent) dispatch(req *request) (any, []byte, error) {
 		return a.fsWatch(req)
 	case protocol.CmdEgress:
 		return a.egressTunnel(req)
+	case protocol.CmdAdopt:
+		return a.adopt(req)
 	case protocol.CmdHealth:
 		var args protocol.HealthArgs
 		if err := req.decode(&args); err != nil {

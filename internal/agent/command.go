@@ -65,6 +65,9 @@ func (a *Agent) prepare(c *protocol.Command) (*exec.Cmd, error) {
 	if base == nil {
 		base = os.Environ()
 	}
+	if ad := a.adopted.Load(); ad != nil {
+		base = protocol.MergeEnv(base, ad.set)
+	}
 	env := protocol.MergeEnv(base, c.Env)
 	env = protocol.MergeEnv(env, []string{"PWD=" + dir})
 	path, err := lookPath(argv[0], envValue(env, "PATH"), dir)

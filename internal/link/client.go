@@ -367,3 +367,12 @@ func (c *Client) PtyClose(ctx context.Context, pid int) (*protocol.ProcInfo, err
 	_, err := c.call(ctx, protocol.CmdPtyClose, &protocol.ProcRef{PID: pid}, nil, &info)
 	return &info, err
 }
+
+// Adopt makes an agent that serves no neuron yet (a warm pod of kube
+// mode's pool) neuron id's, with env over the environment of every
+// command it starts (protocol.CmdAdopt). An agent older than protocol 1.5
+// answers UNSUPPORTED.
+func (c *Client) Adopt(ctx context.Context, id string, env []string) error {
+	_, err := c.call(ctx, protocol.CmdAdopt, &protocol.AdoptArgs{Neuron: id, Env: env}, nil, nil)
+	return err
+}

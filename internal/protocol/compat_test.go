@@ -39,7 +39,7 @@ var releases = []release{
 	{dir: "testdata/v1.2", commands: []Cmd{CmdPortDial}, frames: sampleFrames12},
 	{dir: "testdata/v1.3", commands: []Cmd{CmdFsWatch}, frames: sampleFrames13},
 	{dir: "testdata/v1.4", frames: sampleFrames14},
-	{dir: "testdata/v1.5", commands: []Cmd{CmdEgress}, frames: sampleFrames15},
+	{dir: "testdata/v1.5", commands: []Cmd{CmdEgress, CmdAdopt}, frames: sampleFrames15},
 }
 
 func recordedFrames(dir string) map[string][]byte {
@@ -192,7 +192,7 @@ func sampleFrames14() map[string][]byte {
 }
 
 // sampleFrames15 is what release 1.5 added: egress_tunnel (its request,
-// the agent's connected event, tunnel bytes each way, its end).
+// the agent's connected event, tunnel bytes each way, its end), and adopt.
 func sampleFrames15() map[string][]byte {
 	frames := map[string][]byte{}
 	addFrame(frames, "req-egress_tunnel", Header{Kind: KindRequest, ID: 60, Cmd: CmdEgress}, struct{}{}, nil)
@@ -202,6 +202,8 @@ func sampleFrames15() map[string][]byte {
 	addFrame(frames, "res-egress_tunnel", Header{Kind: KindResponse, ID: 60}, EgressResult{Sent: 45, Received: 45}, nil)
 	addFrame(frames, "res-egress_tunnel-held", Header{Kind: KindResponse, ID: 61,
 		Err: &Error{Code: CodeBadRequest, Message: "another host holds this neuron's egress tunnel (one at a time)"}}, nil, nil)
+	addFrame(frames, "req-adopt", Header{Kind: KindRequest, ID: 62, Cmd: CmdAdopt, TimeoutMs: 30000}, AdoptArgs{Neuron: "web-1", Env: []string{"FOO=bar"}}, nil)
+	addFrame(frames, "res-adopt", Header{Kind: KindResponse, ID: 62}, struct{}{}, nil)
 	return frames
 }
 
@@ -250,6 +252,8 @@ func argsFor(c Cmd) any {
 		return &PortDialArgs{}
 	case CmdFsWatch:
 		return &FsWatchArgs{}
+	case CmdAdopt:
+		return &AdoptArgs{}
 	}
 	return &PathArgs{}
 }

@@ -67,6 +67,7 @@ const (
 	CmdPortDial    Cmd = "port_dial"
 	CmdFsWatch     Cmd = "fs_watch"
 	CmdEgress      Cmd = "egress_tunnel"
+	CmdAdopt       Cmd = "adopt"
 )
 
 // Commands returns every command this version defines.
@@ -74,7 +75,7 @@ func Commands() []Cmd {
 	return []Cmd{CmdExec, CmdFileWrite, CmdFileRead, CmdFileList, CmdStat, CmdFileExists, CmdMkdir,
 		CmdResolvePath, CmdHealth, CmdShutdown, CmdPtySpawn, CmdPtyWrite, CmdPtyRead, CmdPtyResize,
 		CmdPtyClose, CmdProcStart, CmdProcInput, CmdProcSignal, CmdProcList, CmdProcAttach,
-		CmdFileRemove, CmdFileMove, CmdSymlink, CmdSearch, CmdPortDial, CmdFsWatch, CmdEgress}
+		CmdFileRemove, CmdFileMove, CmdSymlink, CmdSearch, CmdPortDial, CmdFsWatch, CmdEgress, CmdAdopt}
 }
 
 // Roles in a hello.
@@ -144,6 +145,18 @@ type PortDialArgs struct {
 // the request (EgressResult) when the host does. One host holds a
 // neuron's tunnel at a time: another gets BAD_REQUEST until it ends. An
 // agent with no egress listener answers NOT_FOUND.
+
+// AdoptArgs (adopt, protocol 1.5) make an agent that serves no neuron
+// yet (a warm pod of kube mode's pool, started with no id) neuron
+// Neuron's: its hellos name Neuron from then on, and every command it
+// starts has NSYS_CORTEX_NEURON and Env over its own environment. An
+// agent that serves Neuron already, with the same Env, answers as done
+// (a retry, or another host); one that serves another neuron, or the
+// same with another Env, answers BAD_REQUEST.
+type AdoptArgs struct {
+	Neuron string   `json:"neuron"`
+	Env    []string `json:"env,omitempty"`
+}
 
 // EgressResult ends an egress_tunnel request.
 type EgressResult struct {

@@ -113,6 +113,9 @@ func warmPool(t *testing.T, rc, hostRC *rest.Config, cfg kube.Config) {
 	if out, code := exec("w1", "echo kept > f; cat f"); out != "kept\n" || code != 0 {
 		t.Fatalf("exec in w1: %q, exit %d", out, code)
 	}
+	if out, _ := exec("w1", `echo "$NSYS_CORTEX_NEURON"`); out != "w1\n" {
+		t.Fatalf("NSYS_CORTEX_NEURON in the claimed w1: %q", out)
+	}
 	if st, err := m.Get(ctx, "w1"); err != nil || st.Labels["team"] != "a" || st.Status != sandbox.StatusRunning {
 		t.Fatalf("Get w1: %+v, %v", st, err)
 	}
@@ -239,18 +242,28 @@ func warmPool(t *testing.T, rc, hostRC *rest.Config, cfg kube.Config) {
 		return errors.As(err, new(*sandbox.NotFoundError))
 	})
 
-	// What a warm neuron cannot be: one with an environment of its own
-	// is made cold, with no claim.
+	// An environment of its own: a warm neuron all the same, its agent
+	// handed the environment and its id once claimed. Limits of its own:
+	// cold, with no claim.
+	warmReady(t, ext, cfg, 2)
 	withEnv := boot
 	withEnv.Env = []string{"MY_VAR=1"}
-	if _, err := m.Create(ctx, "cold", withEnv); err != nil {
+	if _, err := m.Create(ctx, "envy", withEnv); err != nil {
+		t.Fatal(err)
+	}
+	if n := claimed("envy"); !strings.HasPrefix(n, kube.WarmPoolName+"-") {
+		t.Fatalf("a create with an environment runs in Sandbox %s, not one of the warm pool's", n)
+	}
+	if out, _ := exec("envy", `echo "$MY_VAR $NSYS_CORTEX_NEURON"`); out != "1 envy\n" {
+		t.Fatalf("the warm neuron's environment: %q", out)
+	}
+	withLimits := boot
+	withLimits.Limits = sandbox.Limits{MemoryBytes: 256 << 20}
+	if _, err := m.Create(ctx, "cold", withLimits); err != nil {
 		t.Fatal(err)
 	}
 	if name, claim, err := m.Cluster.Resolve(ctx, "cold"); err != nil || claim != nil || name != kube.ObjectName("cold") {
-		t.Fatalf("a create with an environment: Sandbox %s, claim %v, %v", name, claim, err)
-	}
-	if out, _ := exec("cold", "echo $MY_VAR"); out != "1\n" {
-		t.Fatalf("the cold neuron's environment: %q", out)
+		t.Fatalf("a create with limits: Sandbox %s, claim %v, %v", name, claim, err)
 	}
 }
 

@@ -21,6 +21,7 @@ import (
 
 	"github.com/nsys-cortex/cortex/internal/labels"
 	"github.com/nsys-cortex/cortex/internal/podtoken"
+	"github.com/nsys-cortex/cortex/internal/protocol"
 	"github.com/nsys-cortex/cortex/internal/protocol/errdefs"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
 )
@@ -107,13 +108,35 @@ func Claim(cfg Config, n Neuron) (*extv1.SandboxClaim, error) {
 
 // warmable says whether a create of a new neuron with opts is a claim on
 // the warm pool: kube.warm_pool is set, the cluster serves claims, and
-// opts ask for nothing the pool's template lacks (an environment, or
-// limits, of the neuron's own: a claim that sets them is a cold start
-// in agent-sandbox, and the template does not let a claim set them; or
-// network egress, whose listener and allow-list are the pod's own).
+// opts ask for nothing the pool's pods cannot take after they started
+// (limits of the neuron's own: a claim cannot set them, and one that
+// did would be a cold start in agent-sandbox; network egress, whose
+// listener and allow-list are the pod's own). An environment can: the
+// host hands it to the claimed pod's agent (adopt), never to the claim.
 func (m *Manager) warmable(opts sandbox.CreateOptions) bool {
-	return m.Cluster.Config.WarmPool > 0 && m.Cluster.Claims != nil && len(opts.Env) == 0 && opts.Limits == (sandbox.Limits{}) &&
+	return m.Cluster.Config.WarmPool > 0 && m.Cluster.Claims != nil && opts.Limits == (sandbox.Limits{}) &&
 		opts.Network.Mode != sandbox.NetworkEgress
+}
+
+// adoptClaimed makes the agent of claimed neuron n's pod, a pool's agent
+// that serves no neuron, n's, with n's environment: what a cold pod's
+// spec gives it (its --id, its variables), given once it is claimed.
+func (m *Manager) adoptClaimed(ctx context.Context, n Neuron) error {
+	m.mu.Lock()
+	l := m.links[n.ID]
+	m.mu.Unlock()
+	if l.Link == nil {
+		return errdefs.New(errdefs.NotRunning, fmt.Sprintf("neuron %s was destroyed while it was created", n.ID))
+	}
+	err := l.Client().Adopt(ctx, n.ID, n.Env)
+	if protocol.HasCode(err, protocol.CodeUnsupported) && len(n.Env) == 0 {
+		return nil // an older agent: it serves no id, and there is no environment to give it
+	}
+	if err != nil {
+		return fmt.Errorf("neuron %s: handing the claimed pod's agent its id and environment: %w "+
+			"(an agent older than protocol 1.5 takes neither: build kube.image again)", n.ID, err)
+	}
+	return nil
 }
 
 // ClaimStats reports the creates that were claims on the warm pool.
@@ -227,12 +250,17 @@ func (m *Manager) createClaimed(ctx context.Context, n Neuron, boot time.Duratio
 		labelled := make(chan error, 1)
 		go func() { labelled <- m.labelClaimed(bctx, sb, made, n) }()
 		st, err = m.await(ctx, n.ID, name, sb.UID, boot)
+		if err == nil {
+			err = m.adoptClaimed(bctx, n)
+		}
 		if lerr := <-labelled; lerr != nil && err == nil {
+			err = lerr
+		}
+		if err != nil { // the link made, if any, goes with the claim
 			m.mu.Lock()
 			l := m.links[n.ID]
 			m.mu.Unlock()
 			m.unlink(n.ID, l)
-			err = lerr
 		}
 	}
 	if err != nil {
