@@ -258,5 +258,5 @@ func probeListen(addr string) error {
 	if err != nil {
 		return err
 	}
-	return protocol.GreetProbes(ln)
+	return protocol.GreetProbes(ln, (&net.Dialer{}).DialContext)
 }

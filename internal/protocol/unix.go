@@ -1,11 +1,15 @@
 package protocol
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
 	"time"
 )
 
@@ -78,16 +82,59 @@ const Doorbell = ".doorbell"
 // connection: kube mode's network probe dials it (see kube.ProbeNetwork).
 const ProbeGreeting = "nsys-cortex network probe\n"
 
-// GreetProbes says ProbeGreeting to every connection ln accepts, and
-// closes it, until ln fails (or is closed); it returns why.
-func GreetProbes(ln net.Listener) error {
+// The network probe's egress check: after the greeting, the probe's host
+// may send ProbeDial and an address (an IP and a port); the listener dials
+// it from its pod and answers ProbeReached, or ProbeBlocked and why.
+const (
+	ProbeDial    = "dial "
+	ProbeReached = "reached\n"
+	ProbeBlocked = "blocked: "
+	// probeDialTimeout bounds the listener's dial; probeAsk, how long it
+	// waits for the host's line after its greeting.
+	probeDialTimeout = 3 * time.Second
+	probeAsk         = 2 * time.Second
+)
+
+// GreetProbes says ProbeGreeting to every connection ln accepts, answers
+// a ProbeDial line that follows (dialling with dial), and closes it,
+// until ln fails (or is closed); it returns why, once the connections it
+// took are done (each within a few seconds).
+func GreetProbes(ln net.Listener, dial func(ctx context.Context, network, addr string) (net.Conn, error)) error {
+	var wg sync.WaitGroup
+	defer wg.Wait()
 	for {
 		c, err := ln.Accept()
 		if err != nil {
 			return err
 		}
-		c.SetWriteDeadline(time.Now().Add(time.Second))
-		c.Write([]byte(ProbeGreeting))
-		c.Close()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer c.Close()
+			c.SetDeadline(time.Now().Add(probeAsk))
+			if _, err := c.Write([]byte(ProbeGreeting)); err != nil {
+				return
+			}
+			line, err := bufio.NewReaderSize(c, 128).ReadString('\n')
+			addr, ok := strings.CutPrefix(strings.TrimSuffix(line, "\n"), ProbeDial)
+			if err != nil || !ok {
+				return // a dial of the ingress check: the greeting was all
+			}
+			answer := ProbeReached
+			if ap, perr := netip.ParseAddrPort(addr); perr != nil {
+				answer = ProbeBlocked + "not an IP address and port\n"
+			} else {
+				ctx, cancel := context.WithTimeout(context.Background(), probeDialTimeout)
+				out, derr := dial(ctx, "tcp", ap.String())
+				cancel()
+				if derr != nil {
+					answer = ProbeBlocked + strings.ReplaceAll(derr.Error(), "\n", " ") + "\n"
+				} else {
+					out.Close()
+				}
+			}
+			c.SetDeadline(time.Now().Add(time.Second))
+			c.Write([]byte(answer))
+		}()
 	}
 }

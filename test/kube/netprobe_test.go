@@ -25,8 +25,9 @@ import (
 )
 
 // The network probe against a real API server: a kubelet whose pods are
-// open (kubesim's loopback, as a plugin that ignores NetworkPolicy) gets
-// every create refused, by this host and by another that reads the
+// open (kubesim's loopback, as a plugin that ignores NetworkPolicy), or
+// one that enforces ingress and lets a neuron pod out (around its host's
+// egress proxy), gets every create refused, by this host and by another that reads the
 // recorded verdict, until kube.allow_open_network says otherwise; one
 // that stands in for an enforcing plugin runs neurons. The probe's pod
 // never stays, and a host that cannot reach pods learns nothing.
@@ -34,11 +35,8 @@ func TestNetworkProbe(t *testing.T) {
 	rc := cluster.Start(t, cluster.Options{Quiet: true})
 	core := kubernetes.NewForConfigOrDie(rc)
 	ctx := context.Background()
-	for _, enforcing := range []bool{false, true} {
-		name := "open"
-		if enforcing {
-			name = "enforcing"
-		}
+	for _, name := range []string{"open", "ingress-only", "enforcing"} {
+		enforcing := name == "enforcing"
 		t.Run(name, func(t *testing.T) {
 			cfg := kube.Config{Image: "registry.example/nsys-cortex-neuron:1", Namespace: "probe-" + name}.Defaults()
 			cluster.Prepare(t, core, cfg)
@@ -48,6 +46,9 @@ func TestNetworkProbe(t *testing.T) {
 			}
 			kl := kubesim.Start(t, core, nil, cfg)
 			kl.Enforce(enforcing)
+			if name == "ingress-only" {
+				kl.EnforceIngressOnly()
+			}
 			host := func(cfg kube.Config) *kube.Manager {
 				m := &kube.Manager{Cluster: &kube.Cluster{Core: core, Config: cfg}, Key: priv}
 				t.Cleanup(func() { m.Close() })
@@ -64,6 +65,12 @@ func TestNetworkProbe(t *testing.T) {
 			}
 			if want := map[bool]string{false: "false", true: "true"}[enforcing]; cm.Data["enforced"] != want {
 				t.Fatalf("recorded %v, want enforced=%s", cm.Data, want)
+			}
+			if name == "ingress-only" && !strings.Contains(cm.Data["detail"], "egress is not enforced") {
+				t.Fatalf("a plugin that enforces ingress alone: %v", cm.Data)
+			}
+			if enforcing && !strings.Contains(cm.Data["detail"], "did not reach the control") {
+				t.Fatalf("an enforcing plugin's verdict says nothing of egress: %v", cm.Data)
 			}
 			waittest.For(t, 10*time.Second, "the probe's pod gone", func() bool {
 				list, err := core.CoreV1().Pods(cfg.Namespace).List(ctx, metav1.ListOptions{LabelSelector: kube.LabelProbe})

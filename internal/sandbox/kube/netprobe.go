@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -32,7 +33,10 @@ import (
 // the policies let Cortex's pods reach, and the next one, which they do
 // not), and dials both. The first must answer (else this host cannot
 // reach pods at all, and nothing is learnt); the second answering means
-// the policies are not enforced. The verdict is kept in a ConfigMap
+// the policies are not enforced. Then the probe's pod is asked to dial
+// the control (a pod the policies do not select, on the port the host
+// reached it on): reaching it means their egress half is not enforced,
+// and a neuron could go around its host's proxy. The verdict is kept in a ConfigMap
 // (ProbeConfigMap) every host reads, and a create refuses to start a
 // neuron that would reach the network (UNENFORCEABLE) unless
 // kube.allow_open_network says to.
@@ -216,8 +220,51 @@ func (c *Cluster) ProbeNetwork(ctx context.Context, dial func(ctx context.Contex
 	if _, aerr := probeDial(ctx, dial, allowed); aerr != nil {
 		return NetworkVerdict{}, cannot("the probe's pod on the port the policies allow, a second time", allowed, aerr)
 	}
-	v.Enforced, v.Detail = true, fmt.Sprintf("%s answered, and the control %s on the same port a neuron's policies deny; %s, which they deny, did not (%v)", allowed, open, denied, err)
+	ingress := fmt.Sprintf("%s answered, and the control %s on the same port a neuron's policies deny; %s, which they deny, did not (%v)", allowed, open, denied, err)
+	// Egress: the probe's pod dials the control, which the policies deny
+	// it (they let a neuron pod out nowhere).
+	reached, why, err := probeEgress(ctx, dial, allowed, open)
+	if err != nil {
+		return NetworkVerdict{}, fmt.Errorf("%w: the probe's pod did not answer the egress check (%v): is kube.image's agent older than this host? build it again", ErrCannotProbe, err)
+	}
+	if reached {
+		v.Detail = ingress + fmt.Sprintf("; but the probe's pod reached the control %s, which the policies deny it: egress is not enforced", open)
+		return v, c.recordVerdict(ctx, v)
+	}
+	v.Enforced, v.Detail = true, ingress+fmt.Sprintf("; the probe's pod did not reach the control %s (%s)", open, why)
 	return v, c.recordVerdict(ctx, v)
+}
+
+// probeEgress asks the probe's listener at allowed to dial target from
+// its pod: reached, or not and why.
+func probeEgress(ctx context.Context, dial func(ctx context.Context, addr string) (net.Conn, error), allowed, target string) (bool, string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 3*probeDialTimeout)
+	defer cancel()
+	conn, err := dial(ctx, allowed)
+	if err != nil {
+		return false, "", err
+	}
+	defer conn.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		conn.SetDeadline(dl)
+	}
+	br := bufio.NewReaderSize(conn, 256)
+	if line, err := br.ReadString('\n'); err != nil || line != protocol.ProbeGreeting {
+		return false, "", fmt.Errorf("its greeting: %q %v", line, err)
+	}
+	if _, err := conn.Write([]byte(protocol.ProbeDial + target + "\n")); err != nil {
+		return false, "", err
+	}
+	line, err := br.ReadString('\n')
+	switch {
+	case err != nil:
+		return false, "", fmt.Errorf("no answer: %v", err)
+	case line == protocol.ProbeReached:
+		return true, "", nil
+	case strings.HasPrefix(line, protocol.ProbeBlocked):
+		return false, strings.TrimSpace(strings.TrimPrefix(line, protocol.ProbeBlocked)), nil
+	}
+	return false, "", fmt.Errorf("an answer that is none: %.80q", line)
 }
 
 // listening reports whether pod is running with every container ready

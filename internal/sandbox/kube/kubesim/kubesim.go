@@ -69,8 +69,8 @@ type Kubelet struct {
 	stops map[string]func()
 	homes map[string]string
 	n     int
-	// enforcing: see Enforce.
-	enforcing bool
+	// enforcing: see Enforce; egressOpen: see EnforceIngressOnly.
+	enforcing, egressOpen bool
 }
 
 // Enforce makes the Kubelet stand in for a network plugin that enforces
@@ -79,7 +79,16 @@ type Kubelet struct {
 // host's loopback, open, as if no policy were there.
 func (k *Kubelet) Enforce(on bool) {
 	k.mu.Lock()
-	k.enforcing = on
+	k.enforcing, k.egressOpen = on, false
+	k.mu.Unlock()
+}
+
+// EnforceIngressOnly makes the Kubelet stand in for a network plugin
+// that enforces the policies' ingress rules and not their egress: the
+// probe's denied port does not answer, but its pod reaches the control's.
+func (k *Kubelet) EnforceIngressOnly() {
+	k.mu.Lock()
+	k.enforcing, k.egressOpen = true, true
 	k.mu.Unlock()
 }
 
@@ -597,8 +606,17 @@ func (k *Kubelet) runProbe(ctx context.Context, pod *corev1.Pod) {
 		return
 	}
 	k.mu.Lock()
-	enforcing := k.enforcing
+	enforcing, egressOpen := k.enforcing, k.egressOpen
 	k.mu.Unlock()
+	// What the pod reaches when the probe asks it to dial (its egress).
+	var d net.Dialer
+	dial := d.DialContext
+	if enforcing && !egressOpen && pod.Labels[kube.LabelRole] == "neuron" {
+		dial = func(ctx context.Context, _, addr string) (net.Conn, error) {
+			<-ctx.Done() // dropped, as an enforcing plugin drops it
+			return nil, fmt.Errorf("dial tcp %s: i/o timeout", addr)
+		}
+	}
 	var lns []net.Listener
 	for i, c := range pod.Spec.Containers {
 		if enforcing && i > 0 && pod.Labels[kube.LabelRole] == "neuron" {
@@ -616,7 +634,7 @@ func (k *Kubelet) runProbe(ctx context.Context, pod *corev1.Pod) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			protocol.GreetProbes(ln) // until stopped
+			protocol.GreetProbes(ln, dial) // until stopped
 		}()
 	}
 	k.mu.Lock()
