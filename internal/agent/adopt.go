@@ -8,12 +8,6 @@ import (
 	"github.com/nsys-cortex/cortex/internal/protocol"
 )
 
-// Bounds of an adopt's environment: what a create may set, and no more.
-const (
-	maxAdoptEnv      = 4096
-	maxAdoptEnvBytes = 1 << 20
-)
-
 // adoption is the neuron a warm agent was adopted as, and the
 // environment that came with it (nil until then).
 type adoption struct {
@@ -30,8 +24,8 @@ func (a *Agent) adopt(req *request) (any, []byte, error) {
 	if err := ids.Validate(args.Neuron); err != nil {
 		return nil, nil, protocol.Errorf(protocol.CodeBadRequest, "adopt: %v", err)
 	}
-	if len(args.Env) > maxAdoptEnv {
-		return nil, nil, protocol.Errorf(protocol.CodeBadRequest, "adopt: %d environment variables (at most %d)", len(args.Env), maxAdoptEnv)
+	if len(args.Env) > protocol.MaxAdoptEnv {
+		return nil, nil, protocol.Errorf(protocol.CodeBadRequest, "adopt: %d environment variables (at most %d)", len(args.Env), protocol.MaxAdoptEnv)
 	}
 	size := 0
 	for _, kv := range args.Env {
@@ -40,8 +34,8 @@ func (a *Agent) adopt(req *request) (any, []byte, error) {
 			return nil, nil, protocol.Errorf(protocol.CodeBadRequest, "adopt: environment entry %.40q is not KEY=VALUE", kv)
 		}
 	}
-	if size > maxAdoptEnvBytes {
-		return nil, nil, protocol.Errorf(protocol.CodeBadRequest, "adopt: the environment is %d bytes (at most %d)", size, maxAdoptEnvBytes)
+	if size > protocol.MaxAdoptEnvBytes {
+		return nil, nil, protocol.Errorf(protocol.CodeBadRequest, "adopt: the environment is %d bytes (at most %d)", size, protocol.MaxAdoptEnvBytes)
 	}
 	a.adoptMu.Lock()
 	defer a.adoptMu.Unlock()

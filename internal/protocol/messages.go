@@ -146,6 +146,13 @@ type PortDialArgs struct {
 // neuron's tunnel at a time: another gets BAD_REQUEST until it ends. An
 // agent with no egress listener answers NOT_FOUND.
 
+// An adopt's environment is at most this many variables, of this many
+// bytes together.
+const (
+	MaxAdoptEnv      = 4096
+	MaxAdoptEnvBytes = 1 << 20
+)
+
 // AdoptArgs (adopt, protocol 1.5) make an agent that serves no neuron
 // yet (a warm pod of kube mode's pool, started with no id) neuron
 // Neuron's: its hellos name Neuron from then on, and every command it

@@ -147,6 +147,12 @@ func warmPool(t *testing.T, rc, hostRC *rest.Config, cfg kube.Config) {
 	if st, err := m.Get(ctx, "w1"); err != nil || st.Status != sandbox.StatusStopped {
 		t.Fatalf("w1 after destroy: %+v, %v", st, err)
 	}
+	// Its pod's metadata is its claim's, so no allow-list can go there.
+	withEgress := boot
+	withEgress.Network = sandbox.Network{Mode: sandbox.NetworkEgress, Allow: []string{"example.com"}}
+	if _, err := m.Create(ctx, "w1", withEgress); !errors.As(err, new(*sandbox.UnenforceableError)) || !strings.Contains(err.Error(), "warm pool") {
+		t.Fatalf("the stopped claimed w1 started with egress: %v", err)
+	}
 	if _, err := m.Create(ctx, "w1", boot); err != nil {
 		t.Fatalf("create of the stopped w1: %v", err)
 	}

@@ -54,7 +54,7 @@ var helloRetry = 3 * time.Second
 const (
 	drainFor      = 15 * time.Second
 	maxHalfClosed = 256
-	acceptBacklog = 64
+	acceptBacklog = 16
 )
 
 // hostTunnelConfig is yamux's configuration at the host's end.

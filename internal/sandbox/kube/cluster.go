@@ -151,16 +151,31 @@ func (c *Cluster) create(ctx context.Context, n Neuron) (string, error) {
 		// is the patch's precondition, so that of two creates one starts
 		// it and the other finds it there; the controller writes the
 		// status often, so a conflict is read again.
+		// The pod's allow-list is this create's, or none: an annotation
+		// left out of a merge patch would keep the last run's.
+		var egress any
+		if a := podAnnotations(n); a != nil {
+			egress = a[AnnotationEgress]
+		}
 		spec := map[string]any{
-			"operatingMode":  sbv1.SandboxOperatingModeRunning,
-			"podTemplate":    want.Spec.PodTemplate,
+			"operatingMode": sbv1.SandboxOperatingModeRunning,
+			"podTemplate": map[string]any{
+				"metadata": map[string]any{"labels": want.Spec.PodTemplate.ObjectMeta.Labels, "annotations": map[string]any{AnnotationEgress: egress}},
+				"spec":     want.Spec.PodTemplate.Spec,
+			},
 			"shutdownTime":   want.Spec.ShutdownTime,
 			"shutdownPolicy": want.Spec.ShutdownPolicy,
 		}
 		if claim != nil {
 			// A claimed neuron: its pod's metadata is its claim's (the
-			// claim's controller puts it back), its pod this create's; a
-			// wipe at a deadline its claim's (claimDeadline).
+			// claim's controller puts it back, so it cannot carry an
+			// allow-list), its pod this create's; a wipe at a deadline its
+			// claim's (claimDeadline).
+			if n.Egress != nil {
+				return "", &sandbox.UnenforceableError{Mode: Mode, Policy: "network egress",
+					Reason: fmt.Sprintf("neuron %s came from the warm pool, and its pod's metadata, where the allow-list goes, is its SandboxClaim's: "+
+						"wipe it and create it again with egress (such a create is never a warm claim)", n.ID)}
+			}
 			spec["podTemplate"] = map[string]any{"spec": PodSpec(cfg, n, homeClaimOf(name))}
 			if n.Deadline != nil && n.OnTimeout == sandbox.OnTimeoutWipe {
 				spec["shutdownTime"], spec["shutdownPolicy"] = nil, nil

@@ -2,6 +2,8 @@ package kube
 
 import (
 	"context"
+	"crypto/ed25519"
+	"slices"
 	"strings"
 	"testing"
 
@@ -15,6 +17,7 @@ import (
 	sbv1 "sigs.k8s.io/agent-sandbox/api/v1beta1"
 	agentsfake "sigs.k8s.io/agent-sandbox/clients/k8s/clientset/versioned/fake"
 
+	"github.com/nsys-cortex/cortex/internal/podtoken"
 	"github.com/nsys-cortex/cortex/internal/protocol/errdefs"
 )
 
@@ -171,5 +174,63 @@ func TestCreateOnALeftHome(t *testing.T) {
 	}
 	if l, _ := ag.AgentsV1beta1().Sandboxes("nsys-cortex").List(ctx, metav1.ListOptions{}); len(l.Items) != 0 {
 		t.Errorf("a Sandbox was made: %v", l.Items[0].Name)
+	}
+}
+
+// A neuron's allow-list is its create's: started again without egress,
+// its pod has none left from the run before (a merge patch that left the
+// annotation out kept it), and with egress again it has the new one.
+func TestEgressAcrossRestarts(t *testing.T) {
+	core, ag := fake.NewClientset(), agentsfake.NewSimpleClientset()
+	c := &Cluster{Core: core, Agents: ag, Config: testConfig}
+	sbs := ag.AgentsV1beta1().Sandboxes("nsys-cortex")
+	pod := func() (map[string]string, []string) {
+		t.Helper()
+		sb, err := sbs.Get(ctx, "n-web-1", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sb.Spec.PodTemplate.ObjectMeta.Annotations, sb.Spec.PodTemplate.Spec.Containers[0].Args
+	}
+	for i, rules := range [][]string{{"github.com"}, nil, {"*.pypi.org"}, nil} {
+		if i > 0 {
+			if err := c.Stop(ctx, "web-1"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := c.Create(ctx, Neuron{ID: "web-1", Egress: rules}); err != nil {
+			t.Fatal(err)
+		}
+		ann, args := pod()
+		v, has := ann[AnnotationEgress]
+		listens := slices.Contains(args, "--egress="+EgressListen)
+		if rules == nil && (has || listens) || rules != nil && (!has || !listens || !strings.Contains(v, rules[0])) {
+			t.Errorf("run %d with %q: annotation %q (%v), listener %v", i, rules, v, has, listens)
+		}
+	}
+}
+
+// The host connects to a pod whose egress listener and allow-list agree,
+// both there or both not; one without the other is refused.
+func TestCheckPodEgress(t *testing.T) {
+	key, _ := podtoken.NewKey()
+	m := &Manager{Cluster: &Cluster{Config: testConfig}, Key: key}
+	n := Neuron{ID: "web-1", TrustKeySHA256: podtoken.Fingerprint(key.Public().(ed25519.PublicKey))}
+	plain, _, _ := Fallback(testConfig, n)
+	n.Egress = []string{"github.com"}
+	withEgress, _, _ := Fallback(testConfig, n)
+	for _, ok := range []*corev1.Pod{plain, withEgress} {
+		if err := m.checkPod("web-1", ok, ""); err != nil {
+			t.Errorf("pod %v: %v", ok.Annotations, err)
+		}
+	}
+	noList := withEgress.DeepCopy()
+	delete(noList.Annotations, AnnotationEgress)
+	noListener := plain.DeepCopy()
+	noListener.Annotations = map[string]string{AnnotationEgress: `["github.com"]`}
+	for _, bad := range []*corev1.Pod{noList, noListener} {
+		if err := m.checkPod("web-1", bad, ""); !errdefs.Of(err).Is(errdefs.Permission) || !strings.Contains(err.Error(), "disagree") {
+			t.Errorf("pod %v %q: %v", bad.Annotations, bad.Spec.Containers[0].Args, err)
+		}
 	}
 }

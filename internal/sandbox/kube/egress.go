@@ -3,7 +3,6 @@ package kube
 import (
 	"context"
 	"fmt"
-	"io"
 	"log"
 	"time"
 
@@ -30,6 +29,11 @@ import (
 // egressRetry. A neuron no host links to has no way out until one does:
 // its connections are answered 502.
 
+// tunnelConns caps the connections a neuron's proxy serves at once: each
+// holds at most a stream's receive window (256 KiB) of the host's memory
+// while the proxy works on it.
+const tunnelConns = 64
+
 // egressRetry is how long a host waits to ask for a tunnel another host
 // holds, or one that failed, again.
 var egressRetry = 5 * time.Second
@@ -49,6 +53,15 @@ func (m *Manager) holdEgress(id string, l *link.Link, rules []string) {
 		}
 	}()
 	logf := m.logf
+	// One proxy for the neuron, whatever tunnels come and go: its
+	// resolver read once, its log's rate the neuron's.
+	plan, err := confine.PlanEgress(rules)
+	if err != nil {
+		logf("neuron %s: egress: %v: the neuron reaches nothing", id, err)
+		return
+	}
+	p := plan.Proxy(func(format string, args ...any) { m.logf("neuron %s: %s", id, fmt.Sprintf(format, args...)) })
+	p.MaxConns = tunnelConns
 	said := ""
 	say := func(format string, args ...any) { // each change of trouble once
 		if s := fmt.Sprintf(format, args...); s != said {
@@ -64,11 +77,16 @@ func (m *Manager) holdEgress(id string, l *link.Link, rules []string) {
 		switch {
 		case err == nil:
 			said = ""
-			err = m.serveEgress(ctx, id, conn, rules)
+			began := time.Now()
+			err = p.ServeTunnel(ctx, conn)
 			if err != nil {
 				say("the tunnel ended: %v", err)
 			}
-			continue // a tunnel that ran is asked for again at once
+			if time.Since(began) >= egressRetry {
+				continue // a tunnel that ran a while is asked for again at once
+			}
+			// One that ended at once (an agent that ends it, again and
+			// again) waits, as a refusal does: no host spins on it.
 		case protocol.HasCode(err, protocol.CodeNotFound), protocol.HasCode(err, protocol.CodeUnsupported):
 			say("its agent serves no egress tunnel (%v): the neuron reaches nothing", err)
 			return
@@ -85,18 +103,6 @@ func (m *Manager) holdEgress(id string, l *link.Link, rules []string) {
 		case <-time.After(egressRetry):
 		}
 	}
-}
-
-// serveEgress serves neuron id's allow-list on conn, the tunnel's stream,
-// until either ends.
-func (m *Manager) serveEgress(ctx context.Context, id string, conn io.ReadWriteCloser, rules []string) error {
-	plan, err := confine.PlanEgress(rules)
-	if err != nil {
-		conn.Close()
-		return err
-	}
-	p := plan.Proxy(func(format string, args ...any) { m.logf("neuron %s: %s", id, fmt.Sprintf(format, args...)) })
-	return p.ServeTunnel(ctx, conn)
 }
 
 // logf is where the Manager says what goes wrong beside a request (the

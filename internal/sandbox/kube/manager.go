@@ -465,8 +465,13 @@ func (m *Manager) checkPod(id string, pod *corev1.Pod, owner types.UID) error {
 		return errdefs.New(errdefs.Permission, fmt.Sprintf("neuron %s's pod %s/%s is not as kube mode makes its pods, so this host does not connect to it: %v "+
 			"(was its Sandbox, or the warm pool's SandboxTemplate, changed? docs/kube.md)", id, pod.Namespace, pod.Name, err))
 	}
-	if _, _, err := podEgress(pod); err != nil {
+	if _, has, err := podEgress(pod); err != nil {
 		return errdefs.New(errdefs.Permission, fmt.Sprintf("neuron %s: %v: this host serves no allow-list it cannot read", id, err))
+	} else if listens := slices.Contains(pod.Spec.Containers[0].Args, "--egress="+EgressListen); has != listens {
+		// Both come from one create: a pod with one and not the other
+		// was made, or changed, by something else.
+		return errdefs.New(errdefs.Permission, fmt.Sprintf("neuron %s's pod %s/%s has an egress listener (%v) and an allow-list (%v) that disagree, "+
+			"so this host does not connect to it (docs/kube.md, \"Network egress\")", id, pod.Namespace, pod.Name, listens, has))
 	}
 	return nil
 }

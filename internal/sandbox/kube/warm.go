@@ -114,8 +114,13 @@ func Claim(cfg Config, n Neuron) (*extv1.SandboxClaim, error) {
 // listener and allow-list are the pod's own). An environment can: the
 // host hands it to the claimed pod's agent (adopt), never to the claim.
 func (m *Manager) warmable(opts sandbox.CreateOptions) bool {
+	size := 0
+	for _, kv := range opts.Env {
+		size += len(kv)
+	}
 	return m.Cluster.Config.WarmPool > 0 && m.Cluster.Claims != nil && opts.Limits == (sandbox.Limits{}) &&
-		opts.Network.Mode != sandbox.NetworkEgress
+		opts.Network.Mode != sandbox.NetworkEgress &&
+		len(opts.Env) <= protocol.MaxAdoptEnv && size <= protocol.MaxAdoptEnvBytes // more than an adopt takes: the pod's spec
 }
 
 // adoptClaimed makes the agent of claimed neuron n's pod, a pool's agent
@@ -129,14 +134,16 @@ func (m *Manager) adoptClaimed(ctx context.Context, n Neuron) error {
 		return errdefs.New(errdefs.NotRunning, fmt.Sprintf("neuron %s was destroyed while it was created", n.ID))
 	}
 	err := l.Client().Adopt(ctx, n.ID, n.Env)
-	if protocol.HasCode(err, protocol.CodeUnsupported) && len(n.Env) == 0 {
+	switch {
+	case err == nil:
+		return nil
+	case protocol.HasCode(err, protocol.CodeUnsupported) && len(n.Env) == 0:
 		return nil // an older agent: it serves no id, and there is no environment to give it
+	case protocol.HasCode(err, protocol.CodeUnsupported):
+		return fmt.Errorf("neuron %s: the claimed pod's agent cannot take its environment (%w): "+
+			"kube.image's agent is older than protocol 1.5; build it again", n.ID, err)
 	}
-	if err != nil {
-		return fmt.Errorf("neuron %s: handing the claimed pod's agent its id and environment: %w "+
-			"(an agent older than protocol 1.5 takes neither: build kube.image again)", n.ID, err)
-	}
-	return nil
+	return fmt.Errorf("neuron %s: handing the claimed pod's agent its id and environment: %w", n.ID, err)
 }
 
 // ClaimStats reports the creates that were claims on the warm pool.

@@ -1,0 +1,72 @@
+package kube
+
+import (
+	"context"
+	"encoding/json"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nsys-cortex/cortex/internal/link"
+	"github.com/nsys-cortex/cortex/internal/protocol"
+	"github.com/nsys-cortex/cortex/internal/waittest"
+)
+
+// A hostile agent that grants the egress tunnel and ends it at once,
+// again and again, sets no pace for its host: the host asks again only
+// after egressRetry (it spun at 9,000 asks in 2 s). The holder ends with
+// its link.
+func TestHoldEgressPacesAHostileAgent(t *testing.T) {
+	old := egressRetry
+	egressRetry = 50 * time.Millisecond
+	defer func() { egressRetry = old }()
+	l, err := link.Listen(filepath.Join(t.TempDir(), "ch", "h.sock"), link.Options{Neuron: "n1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := protocol.DialUnix(context.Background(), l.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	hello, _ := json.Marshal(protocol.Hello{Protocol: protocol.Version(), Role: protocol.RoleAgent, Neuron: "n1",
+		Caps: []string{string(protocol.CmdEgress)}, MaxBody: protocol.MaxBody, Window: protocol.DefaultWindow})
+	protocol.WriteFrame(conn, &protocol.Header{Kind: protocol.KindHello, Data: hello}, nil)
+	var mu sync.Mutex
+	var asked []time.Time
+	go func() { // the agent: every tunnel granted, and ended at once
+		r := protocol.NewReader(conn, 0)
+		for {
+			f, err := r.Read()
+			if err != nil {
+				return
+			}
+			if f.Kind != protocol.KindRequest || f.Cmd != protocol.CmdEgress {
+				continue
+			}
+			mu.Lock()
+			asked = append(asked, time.Now())
+			mu.Unlock()
+			protocol.WriteFrame(conn, &protocol.Header{Kind: protocol.KindEvent, ID: f.ID, Stream: protocol.StreamConnected, Data: []byte("{}")}, nil)
+			protocol.WriteFrame(conn, &protocol.Header{Kind: protocol.KindResponse, ID: f.ID, Data: []byte(`{"sent":0,"received":0}`)}, nil)
+		}
+	}()
+	m := &Manager{Logf: t.Logf}
+	m.egress.Add(1)
+	go m.holdEgress("n1", l, []string{"example.com"})
+	waittest.For(t, 10*time.Second, "five asks for the tunnel", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(asked) >= 5
+	})
+	l.Close()
+	m.egress.Wait() // the holder ended with its link
+	mu.Lock()
+	defer mu.Unlock()
+	for i := 1; i < len(asked); i++ {
+		if gap := asked[i].Sub(asked[i-1]); gap < egressRetry {
+			t.Errorf("ask %d came %v after the one before, sooner than %v", i, gap, egressRetry)
+		}
+	}
+}
