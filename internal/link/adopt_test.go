@@ -4,7 +4,6 @@ package link_test
 
 import (
 	"context"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -19,25 +18,7 @@ import (
 // of kube mode's pool is, and a host that takes whichever it serves.
 func newWarmPair(t *testing.T) *pair {
 	t.Helper()
-	base := shortTempDir(t)
-	root := filepath.Join(base, "root")
-	chdir := filepath.Join(base, "ch")
-	if err := os.MkdirAll(root, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	l, err := link.Listen(filepath.Join(chdir, "h.sock"), link.Options{Software: "test"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &pair{link: l, client: l.Client(), root: root, chdir: chdir}
-	p.stop = newAgentOn(t, p, func(c *agent.Config) { c.ID = "" })
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if _, err := l.WaitConnected(ctx); err != nil {
-		t.Fatalf("agent did not connect: %v", err)
-	}
-	t.Cleanup(func() { p.stop(); l.Close() })
-	return p
+	return newPairFor(t, "", func(c *agent.Config) { c.ID = "" })
 }
 
 // adopt hands a warm agent its neuron and environment once: its commands

@@ -21,18 +21,6 @@ import (
 	"github.com/nsys-cortex/cortex/internal/protocol/allowlist"
 )
 
-// freeLoopback is an address on the loopback nothing listens on (a port
-// the kernel just gave out).
-func freeLoopback(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
 // proxyGet fetches target through the proxy at proxyAddr and returns the
 // status line's code, or 0 when the proxy did not answer HTTP.
 func proxyGet(t *testing.T, proxyAddr, target string) (int, string) {
@@ -65,8 +53,8 @@ func TestEgressTunnel(t *testing.T) {
 	}))
 	defer up.Close()
 	upAddr := strings.TrimPrefix(up.URL, "http://")
-	denied := freeLoopback(t)
-	listen := freeLoopback(t)
+	denied := freeAddr(t)
+	listen := freeAddr(t)
 	p := newPair(t, func(c *agent.Config) { c.Egress = listen })
 	ctx := context.Background()
 

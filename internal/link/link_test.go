@@ -38,13 +38,20 @@ func shortTempDir(t testing.TB) string {
 // newPair starts an agent confined to a fresh root and connects a Link to it.
 func newPair(t testing.TB, opts ...func(*agent.Config)) *pair {
 	t.Helper()
+	return newPairFor(t, "t1", opts...)
+}
+
+// newPairFor is newPair with a host that expects the agent of neuron
+// (any, when "").
+func newPairFor(t testing.TB, neuron string, opts ...func(*agent.Config)) *pair {
+	t.Helper()
 	base := shortTempDir(t)
 	root := filepath.Join(base, "root")
 	chdir := filepath.Join(base, "ch")
 	if err := os.MkdirAll(root, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	l, err := link.Listen(filepath.Join(chdir, "h.sock"), link.Options{Neuron: "t1", Software: "test"})
+	l, err := link.Listen(filepath.Join(chdir, "h.sock"), link.Options{Neuron: neuron, Software: "test"})
 	if err != nil {
 		t.Fatal(err)
 	}

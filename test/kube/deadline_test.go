@@ -8,6 +8,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	agents "sigs.k8s.io/agent-sandbox/clients/k8s/clientset/versioned"
 
 	"github.com/nsys-cortex/cortex/internal/link"
 	"github.com/nsys-cortex/cortex/internal/protocol"
@@ -19,12 +20,11 @@ import (
 	"github.com/nsys-cortex/cortex/test/kube/cluster"
 )
 
-// Deadlines beside agent-sandbox's own controller, which acts on them:
-// a neuron made with a timeout is stopped at its shutdown time with its
-// home kept, and starts again on it; a deadline moved with SetTimeout is
-// the Sandbox's new shutdown time; one set to wipe deletes the Sandbox
-// and its home at the deadline, no host acting.
-func TestDeadline(t *testing.T) {
+// besideController is a real API server with agent-sandbox's Sandbox
+// controller in process and kubesim beside it, and the configuration of
+// a namespace prepared there.
+func besideController(t *testing.T) (kubernetes.Interface, agents.Interface, kube.Config) {
+	t.Helper()
 	rc := cluster.Start(t, cluster.Options{Sandboxes: true, Quiet: true})
 	core := kubernetes.NewForConfigOrDie(rc)
 	ag := cluster.Agents(rc)
@@ -32,6 +32,16 @@ func TestDeadline(t *testing.T) {
 	cluster.Prepare(t, core, cfg)
 	cluster.StartController(t, rc)
 	kubesim.StartBeside(t, core, ag, cfg)
+	return core, ag, cfg
+}
+
+// Deadlines beside agent-sandbox's own controller, which acts on them:
+// a neuron made with a timeout is stopped at its shutdown time with its
+// home kept, and starts again on it; a deadline moved with SetTimeout is
+// the Sandbox's new shutdown time; one set to wipe deletes the Sandbox
+// and its home at the deadline, no host acting.
+func TestDeadline(t *testing.T) {
+	core, ag, cfg := besideController(t)
 	ctx := context.Background()
 	m := manager(t, core, ag, cfg)
 	exec := func(id, script string) string {

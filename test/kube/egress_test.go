@@ -12,15 +12,11 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/client-go/kubernetes"
-
 	"github.com/nsys-cortex/cortex/internal/link"
 	"github.com/nsys-cortex/cortex/internal/protocol"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
 	"github.com/nsys-cortex/cortex/internal/sandbox/kube"
-	"github.com/nsys-cortex/cortex/internal/sandbox/kube/kubesim"
 	"github.com/nsys-cortex/cortex/internal/waittest"
-	"github.com/nsys-cortex/cortex/test/kube/cluster"
 )
 
 // Network egress in kube mode: a neuron's programs reach what its
@@ -33,13 +29,7 @@ import (
 // around the proxy is the NetworkPolicies' work, which no kubelet here
 // enforces: docs/kube-validation.md.)
 func TestEgress(t *testing.T) {
-	rc := cluster.Start(t, cluster.Options{Sandboxes: true, Quiet: true})
-	core := kubernetes.NewForConfigOrDie(rc)
-	ag := cluster.Agents(rc)
-	cfg := kube.Config{OpenNetwork: true, Image: "registry.example/nsys-cortex-neuron:1"}.Defaults()
-	cluster.Prepare(t, core, cfg)
-	cluster.StartController(t, rc)
-	kubesim.StartBeside(t, core, ag, cfg)
+	core, ag, cfg := besideController(t)
 	ctx := context.Background()
 
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
