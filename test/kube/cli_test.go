@@ -29,6 +29,20 @@ func buildCLI(t *testing.T) string {
 	return bin
 }
 
+// buildAgent builds cortex-agent, what a host runs its neurons' egress
+// proxies with, and returns it as a Manager's AgentBinary.
+func buildAgent(t *testing.T) func() (string, error) {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "cortex-agent")
+	cmd := exec.Command("go", "build", "-o", bin, "./cmd/cortex-agent")
+	cmd.Dir = "../.."
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("building cortex-agent: %v\n%s", err, out)
+	}
+	return func() (string, error) { return bin, nil }
+}
+
 // nsys-cortex, as a user runs it, against a real API server: kube.image
 // and a kubeconfig set, create --mode kube, exec, list, destroy and
 // create again on the kept home, destroy --wipe. The CLI makes its

@@ -44,6 +44,7 @@ func TestEgress(t *testing.T) {
 	defer other.Close()
 
 	m := manager(t, core, ag, cfg)
+	m.AgentBinary = buildAgent(t)
 	if _, err := m.Create(ctx, "full", sandbox.CreateOptions{Network: sandbox.Network{Mode: sandbox.NetworkFull}}); !errors.As(err, new(*sandbox.UnenforceableError)) ||
 		!strings.Contains(err.Error(), "network egress with an allow-list") {
 		t.Fatalf("network full: %v", err)
@@ -95,7 +96,7 @@ func TestEgress(t *testing.T) {
 
 	// Another host links to it: the tunnel stays with the first, then
 	// moves to the second when the first goes.
-	m2 := &kube.Manager{Cluster: &kube.Cluster{Core: core, Agents: ag, Config: cfg}, Key: m.Key} // a replica: the same key
+	m2 := &kube.Manager{Cluster: &kube.Cluster{Core: core, Agents: ag, Config: cfg}, Key: m.Key, AgentBinary: m.AgentBinary} // a replica: the same key
 	t.Cleanup(func() { m2.Close() })
 	if got := fetch(m2, up.URL+"/second"); got != "upstream saw /second 200" {
 		t.Fatalf("through the first host's tunnel, from the second: %q", got)

@@ -148,6 +148,7 @@ func warmPool(t *testing.T, rc, hostRC *rest.Config, cfg kube.Config) {
 		t.Fatalf("w1 after destroy: %+v, %v", st, err)
 	}
 	// Its pod's metadata is its claim's, so no allow-list can go there.
+	m.AgentBinary = buildAgent(t) // egress is what this host could give
 	withEgress := boot
 	withEgress.Network = sandbox.Network{Mode: sandbox.NetworkEgress, Allow: []string{"example.com"}}
 	if _, err := m.Create(ctx, "w1", withEgress); !errors.As(err, new(*sandbox.UnenforceableError)) || !strings.Contains(err.Error(), "warm pool") {

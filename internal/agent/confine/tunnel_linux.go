@@ -18,7 +18,7 @@ import (
 	"github.com/nsys-cortex/cortex/internal/protocol/boot"
 )
 
-// EgressTunnel is "cortex-agent egress-tunnel [--uid U --gid G] [RULE...]":
+// EgressTunnel is "cortex-agent egress-tunnel [--uid U --gid G] [--max-conns N] [RULE...]":
 // the host's end of a VM neuron's egress tunnel (see egress.GuestTunnel).
 // It reads the host's resolver files, gives up root for uid and gid when
 // given them, confines itself as the agent is confined, and serves the
@@ -33,6 +33,7 @@ func EgressTunnel(args []string) int {
 	listen := fs.String("listen", "", "serve a tunnel on each connection to this Unix socket (the VMM's guest-initiated vsock connections) instead of descriptor 3")
 	vmm := fs.Int("pid", 0, "with --listen: end when this process, the VMM, does")
 	statsFD := fs.Int("stats-fd", 0, "report what the proxy let through (boot.EgressStats) in the file open on this descriptor")
+	maxConns := fs.Int("max-conns", 0, "serve at most this many connections at once (0: the proxy's default)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -63,6 +64,7 @@ func EgressTunnel(args []string) int {
 	defer stop()
 	logf("serving the egress tunnel for %d rules", len(fs.Args()))
 	p := plan.Proxy(logf)
+	p.MaxConns = *maxConns
 	if *statsFD > 2 {
 		unix.CloseOnExec(*statsFD)
 		sctx, cancel := context.WithCancel(ctx)

@@ -340,6 +340,7 @@ func Backend() sandbox.Backend {
 				return nil, err
 			}
 			m.Layout = env.Layout
+			m.AgentBinary = env.AgentBinary
 			return m, nil
 		},
 		SelfCheck: SelfCheck,

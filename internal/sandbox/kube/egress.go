@@ -1,14 +1,21 @@
 package kube
 
 import (
+	"bufio"
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"log"
+	"net"
+	"os"
 	"time"
 
-	"github.com/nsys-cortex/cortex/internal/agent/confine"
+	"golang.org/x/sys/unix"
+
 	"github.com/nsys-cortex/cortex/internal/link"
 	"github.com/nsys-cortex/cortex/internal/protocol"
+	"github.com/nsys-cortex/cortex/internal/sandbox/internal/vmguest"
 )
 
 // A kube neuron's network egress. The namespace's NetworkPolicies let a
@@ -17,11 +24,13 @@ import (
 // (EgressListen), and the agent carries each connection made there over
 // an egress_tunnel request of the channel a host already holds. That
 // host serves the neuron's allow-list (the pod's AnnotationEgress) with
-// the enforcing proxy nsbox and the VM modes run: it resolves names from
-// its own resolver, refuses its own addresses to a name rule, and dials
-// from the host's pod. So what a neuron reaches is decided outside it, by
-// the same code as everywhere, over a connection the host authenticated,
-// and no NetworkPolicy is ever wider than "nothing".
+// the enforcing proxy nsbox and the VM modes run, in "cortex-agent
+// egress-tunnel" (confined as an agent is, as the VM modes run it): it
+// resolves names from the host's resolver, refuses the host's own
+// addresses to a name rule, and dials from the host's pod. So what a
+// neuron reaches is decided outside it, by the same code as everywhere,
+// over a connection the host authenticated, and no NetworkPolicy is ever
+// wider than "nothing".
 //
 // Every host that links to the neuron keeps trying to hold its tunnel;
 // the agent gives it to one at a time, so when that host goes (a replica
@@ -29,14 +38,26 @@ import (
 // egressRetry. A neuron no host links to has no way out until one does:
 // its connections are answered 502.
 
+// egressRetry is how long a host waits to ask for a tunnel another host
+// holds, or one that failed or ended at once, again.
+var egressRetry = 5 * time.Second
+
+// The neuron's proxy's decisions reach the host's log at most at this
+// rate (bytes a second, with a burst), whatever its tunnels do: the
+// neuron makes the requests.
+const (
+	egressLogRate  = 16 << 10
+	egressLogBurst = 256 << 10
+)
+
 // tunnelConns caps the connections a neuron's proxy serves at once: each
-// holds at most a stream's receive window (256 KiB) of the host's memory
-// while the proxy works on it.
+// holds at most a stream's receive window (256 KiB) of the proxy's
+// memory while it works on it.
 const tunnelConns = 64
 
-// egressRetry is how long a host waits to ask for a tunnel another host
-// holds, or one that failed, again.
-var egressRetry = 5 * time.Second
+// tunnelServer serves a neuron's allow-list on one tunnel's stream until
+// either ends.
+type tunnelServer func(ctx context.Context, conn net.Conn) error
 
 // holdEgress holds neuron id's egress tunnel over l, serving rules on it,
 // until l is closed. It is started with the link, and the Manager's
@@ -53,15 +74,16 @@ func (m *Manager) holdEgress(id string, l *link.Link, rules []string) {
 		}
 	}()
 	logf := m.logf
-	// One proxy for the neuron, whatever tunnels come and go: its
-	// resolver read once, its log's rate the neuron's.
-	plan, err := confine.PlanEgress(rules)
-	if err != nil {
-		logf("neuron %s: egress: %v: the neuron reaches nothing", id, err)
-		return
+	serve := m.tunnel
+	if serve == nil {
+		s, stop, err := m.proxyProcess(id, rules)
+		if err != nil {
+			logf("neuron %s: egress: %v: the neuron reaches nothing", id, err)
+			return
+		}
+		defer stop()
+		serve = s
 	}
-	p := plan.Proxy(func(format string, args ...any) { m.logf("neuron %s: %s", id, fmt.Sprintf(format, args...)) })
-	p.MaxConns = tunnelConns
 	said := ""
 	say := func(format string, args ...any) { // each change of trouble once
 		if s := fmt.Sprintf(format, args...); s != said {
@@ -78,8 +100,7 @@ func (m *Manager) holdEgress(id string, l *link.Link, rules []string) {
 		case err == nil:
 			said = ""
 			began := time.Now()
-			err = p.ServeTunnel(ctx, conn)
-			if err != nil {
+			if err := serve(ctx, conn); err != nil {
 				say("the tunnel ended: %v", err)
 			}
 			if time.Since(began) >= egressRetry {
@@ -102,6 +123,119 @@ func (m *Manager) holdEgress(id string, l *link.Link, rules []string) {
 		case <-ctx.Done():
 		case <-time.After(egressRetry):
 		}
+	}
+}
+
+// proxyProcess is how this host serves neuron id's rules on a tunnel: a
+// "cortex-agent egress-tunnel" of its own for each, whose decisions go to
+// the host's log through one pipe for the neuron (stop closes it, once
+// the tunnels are done).
+func (m *Manager) proxyProcess(id string, rules []string) (tunnelServer, func(), error) {
+	bin, err := m.agentBinary()
+	if err != nil {
+		return nil, nil, err
+	}
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return nil, nil, err
+	}
+	pumped := make(chan struct{})
+	go func() {
+		defer close(pumped)
+		m.pumpLog(id, pr)
+	}()
+	serve := func(ctx context.Context, conn net.Conn) error { return runTunnel(ctx, bin, pw, rules, conn) }
+	stop := func() {
+		pw.Close()
+		<-pumped // the tunnels' processes have ended: they held its other ends
+		pr.Close()
+	}
+	return serve, stop, nil
+}
+
+// agentBinary is the cortex-agent that runs the egress proxy.
+func (m *Manager) agentBinary() (string, error) {
+	if m.AgentBinary == nil {
+		return "", errors.New("this host has no cortex-agent to run the egress proxy with")
+	}
+	bin, err := m.AgentBinary()
+	if err != nil {
+		return "", fmt.Errorf("the egress proxy's cortex-agent: %w", err)
+	}
+	return bin, nil
+}
+
+// runTunnel serves rules on conn with a "cortex-agent egress-tunnel" of
+// bin, its decisions to logw, until either end is done: the agent ends
+// the tunnel (the process then ends on its stream's EOF), the process
+// ends, or ctx does.
+func runTunnel(ctx context.Context, bin string, logw *os.File, rules []string, conn net.Conn) error {
+	defer conn.Close()
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("a socket pair: %w", err)
+	}
+	ours, theirs := os.NewFile(uintptr(fds[0]), "egress-host"), os.NewFile(uintptr(fds[1]), "egress-tunnel")
+	err = vmguest.Tunnel{AgentBin: bin, Log: logw, Allow: rules, Stream: theirs, MaxConns: tunnelConns}.Start()
+	theirs.Close()
+	if err != nil {
+		ours.Close()
+		return err
+	}
+	pc, err := net.FileConn(ours)
+	ours.Close()
+	if err != nil {
+		return err
+	}
+	proc := pc.(*net.UnixConn)
+	defer proc.Close()
+	done := make(chan struct{}, 2)
+	go func() {
+		io.Copy(proc, conn)
+		proc.CloseWrite() // the process's tunnel ends on this EOF
+		done <- struct{}{}
+	}()
+	go func() {
+		io.Copy(conn, proc)
+		conn.Close()
+		done <- struct{}{}
+	}()
+	ended := 0
+	select {
+	case <-done:
+		ended++
+	case <-ctx.Done():
+	}
+	conn.Close()
+	proc.Close()
+	for ; ended < 2; ended++ {
+		<-done
+	}
+	return nil
+}
+
+// pumpLog writes what r says, line by line, to the host's log as neuron
+// id's, at most at egressLogRate (what is over is dropped, and counted),
+// until r ends.
+func (m *Manager) pumpLog(id string, r io.Reader) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 4<<10), 4<<10)
+	tokens, last, dropped := float64(egressLogBurst), time.Now(), 0
+	for sc.Scan() {
+		now := time.Now()
+		tokens = min(egressLogBurst, tokens+now.Sub(last).Seconds()*egressLogRate)
+		last = now
+		line := sc.Text()
+		if tokens < float64(len(line)) {
+			dropped++
+			continue
+		}
+		tokens -= float64(len(line))
+		if dropped > 0 {
+			m.logf("neuron %s: (%d lines of its egress proxy dropped: over %d bytes a second)", id, dropped, egressLogRate)
+			dropped = 0
+		}
+		m.logf("neuron %s: %s", id, line)
 	}
 }
 

@@ -1,15 +1,21 @@
 package kube
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
+	"io"
+	"net"
+	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/nsys-cortex/cortex/internal/link"
 	"github.com/nsys-cortex/cortex/internal/protocol"
+	"github.com/nsys-cortex/cortex/internal/sandbox/sandboxtest"
 	"github.com/nsys-cortex/cortex/internal/waittest"
 )
 
@@ -52,7 +58,10 @@ func TestHoldEgressPacesAHostileAgent(t *testing.T) {
 			protocol.WriteFrame(conn, &protocol.Header{Kind: protocol.KindResponse, ID: f.ID, Data: []byte(`{"sent":0,"received":0}`)}, nil)
 		}
 	}()
-	m := &Manager{Logf: t.Logf}
+	m := &Manager{Logf: t.Logf, tunnel: func(ctx context.Context, conn net.Conn) error {
+		io.Copy(io.Discard, conn) // until the agent ends it
+		return nil
+	}}
 	m.egress.Add(1)
 	go m.holdEgress("n1", l, []string{"example.com"})
 	waittest.For(t, 10*time.Second, "five asks for the tunnel", func() bool {
@@ -69,4 +78,55 @@ func TestHoldEgressPacesAHostileAgent(t *testing.T) {
 			t.Errorf("ask %d came %v after the one before, sooner than %v", i, gap, egressRetry)
 		}
 	}
+}
+
+// runTunnel serves a tunnel with a real "cortex-agent egress-tunnel": it
+// answers the guest's hello, and returns, its process gone, when the
+// guest's end closes and when its context ends.
+func TestRunTunnel(t *testing.T) {
+	bin, err := sandboxtest.BuildAgent()
+	if err != nil {
+		t.Fatal(err)
+	}
+	logR, logW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logR.Close()
+	go io.Copy(io.Discard, logR)
+	for _, end := range []string{"the guest closes", "the context ends"} {
+		guest, host := net.Pipe()
+		ctx, cancel := context.WithCancel(context.Background())
+		ran := make(chan error, 1)
+		go func() { ran <- runTunnel(ctx, bin, logW, []string{"run-tunnel.example.com"}, host) }()
+		guest.SetDeadline(time.Now().Add(10 * time.Second))
+		io.WriteString(guest, "nsys-cortex egress hello v1 0123456789abcdef\n")
+		line, err := bufio.NewReader(guest).ReadString('\n')
+		if err != nil || line != "nsys-cortex egress ready v1 0123456789abcdef\n" {
+			t.Fatalf("%s: the proxy's answer: %q %v", end, line, err)
+		}
+		rule := "run-tunnel.example.com"
+		if n := len(sandboxtest.Processes(func(argv []string) bool {
+			return len(argv) > 1 && argv[1] == "egress-tunnel" && slices.Contains(argv, rule) && slices.Contains(argv, "--max-conns")
+		})); n != 1 {
+			t.Errorf("%s: %d egress-tunnel processes for the rule, with --max-conns", end, n)
+		}
+		if end == "the guest closes" {
+			guest.Close()
+		} else {
+			cancel()
+		}
+		select {
+		case err := <-ran:
+			if err != nil {
+				t.Errorf("%s: %v", end, err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: runTunnel did not return", end)
+		}
+		cancel()
+		guest.Close()
+		waittest.For(t, 10*time.Second, "the tunnel's process to end", func() bool { return len(sandboxtest.TunnelProcesses("run-tunnel.example.com")) == 0 })
+	}
+	logW.Close()
 }

@@ -70,6 +70,12 @@ type Manager struct {
 	// Logf, when set, is told what goes wrong beside a request (a
 	// neuron's egress tunnel); nil: the standard logger.
 	Logf func(format string, args ...any)
+	// AgentBinary finds the cortex-agent this host runs a neuron's egress
+	// proxy with ("cortex-agent egress-tunnel"); nil: no neuron of this
+	// host's gets network egress.
+	AgentBinary func() (string, error)
+	// tunnel, when set, serves every egress tunnel instead (tests).
+	tunnel tunnelServer
 
 	mu    sync.Mutex
 	links map[string]podLink
@@ -160,6 +166,11 @@ func (m *Manager) Create(ctx context.Context, id string, opts sandbox.CreateOpti
 	}
 	if err := m.checkNetwork(ctx); err != nil {
 		return nil, err
+	}
+	if opts.Network.Mode == sandbox.NetworkEgress && m.tunnel == nil {
+		if _, err := m.agentBinary(); err != nil {
+			return nil, &sandbox.UnenforceableError{Mode: Mode, Policy: "network egress", Reason: err.Error()}
+		}
 	}
 	if m.Cluster.Agents == nil && opts.Timeout > 0 && opts.OnTimeout == sandbox.OnTimeoutWipe {
 		return nil, &sandbox.UnenforceableError{Mode: Mode, Policy: "on-timeout wipe", Reason: noDeleteAtDeadline}

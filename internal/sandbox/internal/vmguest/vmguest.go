@@ -70,6 +70,9 @@ type Tunnel struct {
 	// Stats, when set, is the file where the tunnel reports what it let
 	// through (lifecycle.EgressStatsFile).
 	Stats *os.File
+	// MaxConns, when set, caps the connections the proxy serves at once
+	// (each holds a stream's window of its memory while it works).
+	MaxConns int
 }
 
 // Start starts the tunnel. Its owner is the VMM (it ends with it); a
@@ -87,6 +90,9 @@ func (t Tunnel) Start() error {
 		args = append(args, "--listen", t.Listen, "--pid", strconv.Itoa(t.VMM))
 	default:
 		return errors.New("egress tunnel: a stream, or a socket to listen on and the VMM's pid")
+	}
+	if t.MaxConns > 0 {
+		args = append(args, "--max-conns", strconv.Itoa(t.MaxConns))
 	}
 	if t.Stats != nil {
 		args = append(args, "--stats-fd", strconv.Itoa(3+len(files)))
