@@ -326,10 +326,29 @@ func checkHost(host string) error {
 func splitRequestLine(line string) (method, target, proto string, ok bool) {
 	method, rest, ok1 := strings.Cut(line, " ")
 	target, proto, ok2 := strings.Cut(rest, " ")
-	if !ok1 || !ok2 || method == "" || target == "" || !strings.HasPrefix(proto, "HTTP/1.") {
+	if !ok1 || !ok2 || !isMethod(method) || target == "" || !strings.HasPrefix(proto, "HTTP/1.") {
 		return "", "", "", false
 	}
 	return method, target, proto, true
+}
+
+// maxMethod bounds a request's method: the longest in use is far shorter,
+// and the method goes into the log's lines.
+const maxMethod = 32
+
+// isMethod says whether m is a method: an HTTP token of at most maxMethod
+// bytes.
+func isMethod(m string) bool {
+	if m == "" || len(m) > maxMethod {
+		return false
+	}
+	for i := 0; i < len(m); i++ {
+		c := m[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
+			return false
+		}
+	}
+	return true
 }
 
 // splitHostPort reads "host:port" (IPv6 in brackets); def is the port when

@@ -155,3 +155,44 @@ func TestTunnelLateAnswer(t *testing.T) {
 		guestSide.Close()
 	}
 }
+
+// A request's method is an HTTP token of at most maxMethod bytes: one of
+// 60 KB (which went into the log's line whole) or of odd bytes is
+// answered 400, before any decision.
+func TestProxyRefusesOddMethods(t *testing.T) {
+	pol, _ := allowlist.Parse([]string{"allowed.test:80"})
+	var logged []Decision
+	var mu sync.Mutex
+	p := &Proxy{Policy: pol, Dial: (&net.Dialer{}).DialContext, Log: func(d Decision) { mu.Lock(); logged = append(logged, d); mu.Unlock() }}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- p.Serve(ctx, ln) }()
+	defer func() { cancel(); <-served }()
+	for _, m := range []string{strings.Repeat("M", 60000), strings.Repeat("M", maxMethod+1), "GE\x01T", "G\"ET"} {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		fmt.Fprintf(c, "%s http://allowed.test/ HTTP/1.1\r\nHost: allowed.test\r\n\r\n", m)
+		line, _ := bufio.NewReader(c).ReadString('\n')
+		c.Close()
+		if !strings.HasPrefix(line, "HTTP/1.1 400") {
+			t.Errorf("method %.40q: %q", m, line)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, d := range logged {
+		if len(d.Method) > maxMethod {
+			t.Errorf("a decision logged with a method of %d bytes", len(d.Method))
+		}
+	}
+	if !isMethod("GET") || !isMethod("CONNECT") || !isMethod("M-SEARCH") {
+		t.Error("an ordinary method refused")
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"log"
 	"net"
 	"os"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -176,12 +177,15 @@ func runTunnel(ctx context.Context, bin string, logw *os.File, rules []string, c
 		return fmt.Errorf("a socket pair: %w", err)
 	}
 	ours, theirs := os.NewFile(uintptr(fds[0]), "egress-host"), os.NewFile(uintptr(fds[1]), "egress-tunnel")
-	err = vmguest.Tunnel{AgentBin: bin, Log: logw, Allow: rules, Stream: theirs, MaxConns: tunnelConns}.Start()
+	end, err := vmguest.Tunnel{AgentBin: bin, Log: logw, Allow: rules, Stream: theirs, MaxConns: tunnelConns}.Run()
 	theirs.Close()
 	if err != nil {
 		ours.Close()
 		return err
 	}
+	// The process is this tunnel's: whatever it is stuck on, it does not
+	// outlive it (its stream is gone by then, so nothing it does matters).
+	defer end()
 	pc, err := net.FileConn(ours)
 	ours.Close()
 	if err != nil {
@@ -214,18 +218,33 @@ func runTunnel(ctx context.Context, bin string, logw *os.File, rules []string, c
 	return nil
 }
 
+// maxLogLine is the longest line of a neuron's proxy the host logs: what
+// is past it is cut.
+const maxLogLine = 1 << 10
+
 // pumpLog writes what r says, line by line, to the host's log as neuron
 // id's, at most at egressLogRate (what is over is dropped, and counted),
-// until r ends.
+// until r ends: it never stops reading before, whatever comes (a line
+// too long is cut), or the processes writing to r would block.
 func (m *Manager) pumpLog(id string, r io.Reader) {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 4<<10), 4<<10)
+	defer io.Copy(io.Discard, r) // after a read error, what is left
+	br := bufio.NewReaderSize(r, maxLogLine)
 	tokens, last, dropped := float64(egressLogBurst), time.Now(), 0
-	for sc.Scan() {
+	for {
+		b, err := br.ReadSlice('\n')
+		line := strings.TrimSuffix(string(b), "\n")
+		if err == bufio.ErrBufferFull {
+			line += " ...(cut)"
+			for err == bufio.ErrBufferFull { // the rest of the line
+				_, err = br.ReadSlice('\n')
+			}
+		}
+		if err != nil && line == "" {
+			return
+		}
 		now := time.Now()
 		tokens = min(egressLogBurst, tokens+now.Sub(last).Seconds()*egressLogRate)
 		last = now
-		line := sc.Text()
 		if tokens < float64(len(line)) {
 			dropped++
 			continue
@@ -236,6 +255,9 @@ func (m *Manager) pumpLog(id string, r io.Reader) {
 			dropped = 0
 		}
 		m.logf("neuron %s: %s", id, line)
+		if err != nil {
+			return
+		}
 	}
 }
 

@@ -4,12 +4,15 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -129,4 +132,68 @@ func TestRunTunnel(t *testing.T) {
 		waittest.For(t, 10*time.Second, "the tunnel's process to end", func() bool { return len(sandboxtest.TunnelProcesses("run-tunnel.example.com")) == 0 })
 	}
 	logW.Close()
+}
+
+// A neuron's proxy that writes a line longer than any the host logs (a
+// request whose method was 60 KB once made one) does not stop the host
+// reading its log: the line is cut, the lines after it logged, and the
+// pump reads on to the end (else the proxies writing to it would block).
+func TestPumpLogCutsLongLines(t *testing.T) {
+	var mu sync.Mutex
+	var got []string
+	m := &Manager{Logf: func(format string, args ...any) {
+		mu.Lock()
+		got = append(got, fmt.Sprintf(format, args...))
+		mu.Unlock()
+	}}
+	r, w := io.Pipe()
+	pumped := make(chan struct{})
+	go func() { defer close(pumped); m.pumpLog("n1", r) }()
+	io.WriteString(w, "egress deny "+strings.Repeat("M", 60000)+" http://x.test/\nafter the long one\nno newline at the end")
+	w.Close()
+	<-pumped
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) != 3 || !strings.HasSuffix(got[0], "...(cut)") || len(got[0]) > 2*maxLogLine ||
+		got[1] != "neuron n1: after the long one" || got[2] != "neuron n1: no newline at the end" {
+		t.Fatalf("logged %d lines: %.200q", len(got), got)
+	}
+}
+
+// A tunnel's process that is stuck (here on its log, whose pipe is full)
+// does not outlive its tunnel: runTunnel kills it.
+func TestRunTunnelEndsAStuckProcess(t *testing.T) {
+	bin, err := sandboxtest.BuildAgent()
+	if err != nil {
+		t.Fatal(err)
+	}
+	logR, logW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logR.Close()
+	defer logW.Close()
+	// Fill the pipe, then make it blocking again for the process.
+	fd := int(logW.Fd()) // Fd makes it blocking: once, before
+	syscall.SetNonblock(fd, true)
+	for {
+		if _, err := syscall.Write(fd, make([]byte, 4096)); err != nil {
+			break
+		}
+	}
+	syscall.SetNonblock(fd, false)
+	const rule = "stuck-tunnel.example.com"
+	guest, host := net.Pipe()
+	ran := make(chan error, 1)
+	go func() { ran <- runTunnel(context.Background(), bin, logW, []string{rule}, host) }()
+	waittest.For(t, 10*time.Second, "the tunnel's process to start", func() bool { return len(sandboxtest.TunnelProcesses(rule)) == 1 })
+	guest.Close() // the agent ends the tunnel; the process, stuck, never reads its EOF
+	select {
+	case <-ran:
+	case <-time.After(10 * time.Second):
+		t.Fatal("runTunnel did not return")
+	}
+	if n := len(sandboxtest.TunnelProcesses(rule)); n != 0 {
+		t.Fatalf("%d tunnel processes outlived their tunnel", n)
+	}
 }

@@ -78,6 +78,29 @@ type Tunnel struct {
 // Start starts the tunnel. Its owner is the VMM (it ends with it); a
 // goroutine of this process reaps it should this process outlive it.
 func (t Tunnel) Start() error {
+	cmd, err := t.start()
+	if err != nil {
+		return err
+	}
+	go cmd.Wait()
+	return nil
+}
+
+// Run starts the tunnel for a caller that owns it: end kills it (if it
+// has not ended) and reaps it.
+func (t Tunnel) Run() (end func(), err error) {
+	cmd, err := t.start()
+	if err != nil {
+		return nil, err
+	}
+	return func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	}, nil
+}
+
+// start starts the tunnel's process.
+func (t Tunnel) start() (*exec.Cmd, error) {
 	args := []string{"cortex-agent", "egress-tunnel"}
 	if t.Cred != nil {
 		args = append(args, "--uid", strconv.Itoa(int(t.Cred.Uid)), "--gid", strconv.Itoa(int(t.Cred.Gid)))
@@ -89,7 +112,7 @@ func (t Tunnel) Start() error {
 	case t.Stream == nil && t.Listen != "" && t.VMM > 0:
 		args = append(args, "--listen", t.Listen, "--pid", strconv.Itoa(t.VMM))
 	default:
-		return errors.New("egress tunnel: a stream, or a socket to listen on and the VMM's pid")
+		return nil, errors.New("egress tunnel: a stream, or a socket to listen on and the VMM's pid")
 	}
 	if t.MaxConns > 0 {
 		args = append(args, "--max-conns", strconv.Itoa(t.MaxConns))
@@ -102,10 +125,9 @@ func (t Tunnel) Start() error {
 	cmd := &exec.Cmd{Path: t.AgentBin, Args: args, Env: []string{}, Dir: "/",
 		Stdout: t.Log, Stderr: t.Log, ExtraFiles: files, SysProcAttr: &syscall.SysProcAttr{Setsid: true}}
 	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("egress: starting the tunnel: %w", err)
+		return nil, fmt.Errorf("egress: starting the tunnel: %w", err)
 	}
-	go cmd.Wait()
-	return nil
+	return cmd, nil
 }
 
 // Network is the network policy of a VM neuron of mode that asked for n:
