@@ -83,19 +83,26 @@ func TestHoldEgressPacesAHostileAgent(t *testing.T) {
 	}
 }
 
-// runTunnel serves a tunnel with a real "cortex-agent egress-tunnel": it
-// answers the guest's hello, and returns, its process gone, when the
-// guest's end closes and when its context ends.
-func TestRunTunnel(t *testing.T) {
+// tunnelRig is a real cortex-agent and a pipe for its log, closed when
+// the test ends.
+func tunnelRig(t *testing.T) (bin string, logR, logW *os.File) {
+	t.Helper()
 	bin, err := sandboxtest.BuildAgent()
 	if err != nil {
 		t.Fatal(err)
 	}
-	logR, logW, err := os.Pipe()
-	if err != nil {
+	if logR, logW, err = os.Pipe(); err != nil {
 		t.Fatal(err)
 	}
-	defer logR.Close()
+	t.Cleanup(func() { logR.Close(); logW.Close() })
+	return bin, logR, logW
+}
+
+// runTunnel serves a tunnel with a real "cortex-agent egress-tunnel": it
+// answers the guest's hello, and returns, its process gone, when the
+// guest's end closes and when its context ends.
+func TestRunTunnel(t *testing.T) {
+	bin, logR, logW := tunnelRig(t)
 	go io.Copy(io.Discard, logR)
 	for _, end := range []string{"the guest closes", "the context ends"} {
 		guest, host := net.Pipe()
@@ -163,16 +170,7 @@ func TestPumpLogCutsLongLines(t *testing.T) {
 // A tunnel's process that is stuck (here on its log, whose pipe is full)
 // does not outlive its tunnel: runTunnel kills it.
 func TestRunTunnelEndsAStuckProcess(t *testing.T) {
-	bin, err := sandboxtest.BuildAgent()
-	if err != nil {
-		t.Fatal(err)
-	}
-	logR, logW, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer logR.Close()
-	defer logW.Close()
+	bin, _, logW := tunnelRig(t)
 	// Fill the pipe, then make it blocking again for the process.
 	fd := int(logW.Fd()) // Fd makes it blocking: once, before
 	syscall.SetNonblock(fd, true)
