@@ -2,7 +2,6 @@ package agent
 
 import (
 	"slices"
-	"strings"
 
 	"github.com/nsys-cortex/cortex/internal/ids"
 	"github.com/nsys-cortex/cortex/internal/protocol"
@@ -30,7 +29,7 @@ func (a *Agent) adopt(req *request) (any, []byte, error) {
 	size := 0
 	for _, kv := range args.Env {
 		size += len(kv)
-		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" || strings.ContainsRune(kv, 0) {
+		if !envEntry(kv) {
 			return nil, nil, protocol.Errorf(protocol.CodeBadRequest, "adopt: environment entry %.40q is not KEY=VALUE", kv)
 		}
 	}

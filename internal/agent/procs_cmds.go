@@ -184,8 +184,8 @@ func replay(req *request, streams []*attachStream, follow bool) error {
 // through the channel on both sides, where one larger event costs about
 // the same. A person typing waits gatherWait longer for an echo.
 // Measured (BenchmarkAttachThroughput, 64 MiB through a PTY, beside the
-// raw read in the same run): attach went from 0.63-0.67 of the raw read
-// to 0.73-0.82 with 300 µs (0.64-0.78 with 100 µs).
+// raw read in the same run): attach went from 0.63-0.70 of the raw read
+// to 0.75-0.82 with 300 µs (0.64-0.78 with 100 µs; docs/benchmarks.md).
 const (
 	gatherMin  = 32 << 10
 	gatherWait = 300 * time.Microsecond

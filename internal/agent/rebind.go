@@ -34,6 +34,13 @@ func (a *Agent) serveRebind() {
 	}
 }
 
+// envEntry says whether kv is an environment entry the agent takes from
+// its PID 1 (a rebind) or a host (an adopt): KEY=VALUE, a key, no NUL.
+func envEntry(kv string) bool {
+	k, _, ok := strings.Cut(kv, "=")
+	return ok && k != "" && !strings.ContainsRune(kv, 0)
+}
+
 func (a *Agent) rebind(line []byte) error {
 	var r boot.Rebind
 	if err := json.Unmarshal(line, &r); err != nil {
@@ -46,7 +53,7 @@ func (a *Agent) rebind(line []byte) error {
 		return fmt.Errorf("a rebind needs a secret of at least 32 characters")
 	}
 	for _, kv := range r.Env {
-		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" || strings.ContainsRune(kv, 0) {
+		if !envEntry(kv) {
 			return fmt.Errorf("a rebind's environment entry %.40q is not KEY=VALUE", kv)
 		}
 	}

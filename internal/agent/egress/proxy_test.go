@@ -421,16 +421,9 @@ func TestProxyTunnelToASilentServerEnds(t *testing.T) {
 	}()
 	var d net.Dialer
 	p := &Proxy{Policy: pol, Dial: d.DialContext, MaxConns: 1, Linger: 300 * time.Millisecond}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- p.Serve(ctx, ln) }()
-	defer func() { cancel(); <-done }()
+	addr := serving(t, p)
 	connect := func() string {
-		c, err := net.Dial("tcp", ln.Addr().String())
+		c, err := net.Dial("tcp", addr)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -455,4 +448,19 @@ func TestProxyTunnelToASilentServerEnds(t *testing.T) {
 	if !waittest.Until(30*time.Second, given) {
 		t.Fatalf("the slot was not given back: %q", line)
 	}
+}
+
+// serving serves p on a loopback listener until the test ends, and
+// returns its address.
+func serving(t *testing.T, p *Proxy) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Serve(ctx, ln) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return ln.Addr().String()
 }

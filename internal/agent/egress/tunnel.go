@@ -411,8 +411,7 @@ func (t *GuestTunnel) session(ctx context.Context) (*yamux.Session, error) {
 			// hands it over under t.mu): take it rather than leave the
 			// reader feeding a session nobody reads.
 			if s := t.giveUp(answers); s != nil {
-				sess, err := t.start(w, s)
-				return sess, err
+				return t.start(w, s)
 			}
 			if t.Logf != nil {
 				t.Logf("egress tunnel: no answer from the host in %s; saying hello again", helloRetry)

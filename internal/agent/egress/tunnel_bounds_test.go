@@ -164,16 +164,9 @@ func TestProxyRefusesOddMethods(t *testing.T) {
 	var logged []Decision
 	var mu sync.Mutex
 	p := &Proxy{Policy: pol, Dial: (&net.Dialer{}).DialContext, Log: func(d Decision) { mu.Lock(); logged = append(logged, d); mu.Unlock() }}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	served := make(chan error, 1)
-	go func() { served <- p.Serve(ctx, ln) }()
-	defer func() { cancel(); <-served }()
+	addr := serving(t, p)
 	for _, m := range []string{strings.Repeat("M", 60000), strings.Repeat("M", maxMethod+1), "GE\x01T", "G\"ET"} {
-		c, err := net.Dial("tcp", ln.Addr().String())
+		c, err := net.Dial("tcp", addr)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -240,17 +240,12 @@ func (c *Cluster) ProbeNetwork(ctx context.Context, dial func(ctx context.Contex
 func probeEgress(ctx context.Context, dial func(ctx context.Context, addr string) (net.Conn, error), allowed, target string) (bool, string, error) {
 	ctx, cancel := context.WithTimeout(ctx, 3*probeDialTimeout)
 	defer cancel()
-	conn, err := dial(ctx, allowed)
+	conn, br, _, err := greeted(ctx, dial, allowed)
+	if conn != nil {
+		defer conn.Close()
+	}
 	if err != nil {
-		return false, "", err
-	}
-	defer conn.Close()
-	if dl, ok := ctx.Deadline(); ok {
-		conn.SetDeadline(dl)
-	}
-	br := bufio.NewReaderSize(conn, 256)
-	if line, err := br.ReadString('\n'); err != nil || line != protocol.ProbeGreeting {
-		return false, "", fmt.Errorf("its greeting: %q %v", line, err)
+		return false, "", fmt.Errorf("its greeting: %w", err)
 	}
 	if _, err := conn.Write([]byte(protocol.ProbeDial + target + "\n")); err != nil {
 		return false, "", err
@@ -286,22 +281,30 @@ func listening(pod *corev1.Pod) bool {
 func probeDial(ctx context.Context, dial func(ctx context.Context, addr string) (net.Conn, error), addr string) (connected bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, probeDialTimeout)
 	defer cancel()
+	conn, _, connected, err := greeted(ctx, dial, addr)
+	if conn != nil {
+		conn.Close()
+	}
+	return connected, err
+}
+
+// greeted dials the probe's listener at addr within ctx and reads its
+// greeting: the connection (nil when none was made, else the caller's to
+// close, its deadline ctx's) and its reader, which hold what comes after.
+func greeted(ctx context.Context, dial func(ctx context.Context, addr string) (net.Conn, error), addr string) (net.Conn, *bufio.Reader, bool, error) {
 	conn, err := dial(ctx, addr)
 	if err != nil {
-		return false, err
+		return nil, nil, false, err
 	}
-	defer conn.Close()
 	if dl, ok := ctx.Deadline(); ok {
 		conn.SetDeadline(dl)
 	}
-	line, err := bufio.NewReaderSize(conn, 64).ReadString('\n')
-	if err != nil {
-		return true, err
+	br := bufio.NewReaderSize(conn, 256)
+	line, err := br.ReadString('\n')
+	if err == nil && line != protocol.ProbeGreeting {
+		err = fmt.Errorf("not the probe's listener: %q", line)
 	}
-	if line != protocol.ProbeGreeting {
-		return true, fmt.Errorf("not the probe's listener: %q", line)
-	}
-	return true, nil
+	return conn, br, true, err
 }
 
 // waitReady waits until pod is ready (its listeners are), or failed.
