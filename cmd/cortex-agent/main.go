@@ -90,6 +90,7 @@ func main() {
 	trustKey := flag.String("trust-key", "", "with -listen: take hosts whose pod token (kube mode) this public key verifies, instead of the secret")
 	trustPin := flag.String("trust-key-sha256", "", "with -trust-key: refuse to start unless the key's SHA-256 (hex) is this, the one the pod was made for")
 	flag.StringVar(&cfg.Egress, "egress", "", "with -listen: a loopback address where the neuron's programs find their proxy, carried to the host that holds the egress tunnel (kube mode)")
+	flag.StringVar(&cfg.EgressCADir, "egress-ca", "", "with -egress: write the egress proxy's authority ($"+boot.EnvEgressCA+", PEM) and a bundle of this system's roots and it into this directory, for the neuron's programs to trust (kube mode's secrets)")
 	podInfo := flag.String("pod-info", "", "with -trust-key: the directory of this pod's namespace, name and uid (the downward API)")
 	secretFD := flag.Int(strings.TrimPrefix(boot.SecretFDFlag, "--"), -1, "read the neuron's per-start secret from this descriptor (then closed)")
 	rebindFD := flag.Int(strings.TrimPrefix(boot.RebindFDFlag, "--"), -1, "take new identities from the PID 1 on this socket (a microVM's fork)")
@@ -135,6 +136,9 @@ func main() {
 	}
 	if cfg.Listen != "" {
 		cfg.Token = secret
+	}
+	if cfg.EgressCADir != "" {
+		cfg.EgressCAPEM = []byte(os.Getenv(boot.EnvEgressCA))
 	}
 	if *trustKey != "" {
 		check, err := podTokenCheck(*trustKey, *trustPin, *podInfo)

@@ -67,6 +67,11 @@ type Config struct {
 	// programs find their proxy (kube mode): each connection there goes
 	// through the tunnel a host holds with egress_tunnel (egress.go).
 	Egress string
+	// EgressCADir and EgressCAPEM, when set, are where the agent writes
+	// the authority of the neuron's egress proxy (a kube neuron's
+	// secrets: EnvEgressCA), and its PEM; see writeEgressCA.
+	EgressCADir string
+	EgressCAPEM []byte
 	// Env is the environment commands start from (each request's
 	// variables over it); nil: the agent's own. A simulated kubelet that
 	// runs agents in its process gives each its pod's (kubesim).
@@ -117,6 +122,11 @@ func New(cfg Config) (*Agent, error) {
 	}
 	if err := checkEgressAddr(cfg.Egress); err != nil {
 		return nil, err
+	}
+	if cfg.EgressCADir != "" {
+		if err := writeEgressCA(cfg.EgressCADir, cfg.EgressCAPEM); err != nil {
+			return nil, err
+		}
 	}
 	fs, err := newFsys(cfg.Root, cfg.Workdir)
 	if err != nil {

@@ -2,6 +2,7 @@ package confine
 
 import (
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -34,12 +35,39 @@ var hostBundles = []string{"/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/c
 // maxBundle bounds a host's root bundle.
 const maxBundle = 8 << 20
 
+// HostBundle is this system's roots as one PEM file (the first of
+// hostBundles there is, and a line end), or nil.
+func HostBundle() []byte {
+	for _, p := range hostBundles {
+		if b, err := readBounded(p, maxBundle); err == nil {
+			return append(b, '\n')
+		}
+	}
+	return nil
+}
+
 // WithSecrets adds secrets to the plan (egress.Secrets): the host's roots,
 // and upstreamCAs (PEM), check the secrets' servers; the host's bundle and
 // the new authority make the bundle the neuron trusts. Like the resolver
 // files, the host's roots are read now, while this process still sees the
 // host's /etc.
 func (plan *EgressPlan) WithSecrets(list []boot.EgressSecret, upstreamCAs string) error {
+	return plan.withSecrets(list, upstreamCAs, nil, nil)
+}
+
+// WithTunnelSecrets adds the secrets a host handed the host's end of an
+// egress tunnel, with the authority the host made for them (the one the
+// neuron trusts), to the plan.
+func (plan *EgressPlan) WithTunnelSecrets(s boot.EgressTunnelSecrets) error {
+	if s.CACert == "" || s.CAKey == "" {
+		return errors.New("secrets: no authority to sign their hosts with")
+	}
+	return plan.withSecrets(s.Secrets, s.UpstreamCAs, []byte(s.CACert), []byte(s.CAKey))
+}
+
+// withSecrets adds list to the plan, signed for with the authority
+// certPEM and keyPEM, or with a new one where they are nil.
+func (plan *EgressPlan) withSecrets(list []boot.EgressSecret, upstreamCAs string, certPEM, keyPEM []byte) error {
 	roots, err := x509.SystemCertPool()
 	if err != nil || roots == nil {
 		roots = x509.NewCertPool()
@@ -60,16 +88,15 @@ func (plan *EgressPlan) WithSecrets(list []boot.EgressSecret, upstreamCAs string
 		}
 		secrets = append(secrets, egress.Secret{Name: s.Name, Placeholder: s.Placeholder, Value: s.Value, Hosts: s.Hosts})
 	}
-	if plan.secrets, err = egress.NewSecrets(secrets, roots); err != nil {
+	if certPEM == nil {
+		plan.secrets, err = egress.NewSecrets(secrets, roots)
+	} else {
+		plan.secrets, err = egress.NewSecretsWith(secrets, roots, certPEM, keyPEM)
+	}
+	if err != nil {
 		return fmt.Errorf("secrets: %w", err)
 	}
-	for _, p := range hostBundles {
-		if b, err := readBounded(p, maxBundle); err == nil {
-			plan.bundle = append(b, '\n')
-			break
-		}
-	}
-	plan.bundle = append(plan.bundle, plan.secrets.CAPEM()...)
+	plan.bundle = append(HostBundle(), plan.secrets.CAPEM()...)
 	return nil
 }
 

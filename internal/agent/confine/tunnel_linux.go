@@ -2,9 +2,11 @@ package confine
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/signal"
@@ -18,7 +20,7 @@ import (
 	"github.com/nsys-cortex/cortex/internal/protocol/boot"
 )
 
-// EgressTunnel is "cortex-agent egress-tunnel [--uid U --gid G] [--max-conns N] [RULE...]":
+// EgressTunnel is "cortex-agent egress-tunnel [--uid U --gid G] [--max-conns N] [--secrets-fd N] [RULE...]":
 // the host's end of a VM neuron's egress tunnel (see egress.GuestTunnel).
 // It reads the host's resolver files, gives up root for uid and gid when
 // given them, confines itself as the agent is confined, and serves the
@@ -34,6 +36,7 @@ func EgressTunnel(args []string) int {
 	vmm := fs.Int("pid", 0, "with --listen: end when this process, the VMM, does")
 	statsFD := fs.Int("stats-fd", 0, "report what the proxy let through (boot.EgressStats) in the file open on this descriptor")
 	maxConns := fs.Int("max-conns", 0, "serve at most this many connections at once (0: the proxy's default)")
+	secretsFD := fs.Int("secrets-fd", 0, "read the secrets to put into requests (boot.EgressTunnelSecrets, JSON) from this descriptor, to its end")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -41,6 +44,12 @@ func EgressTunnel(args []string) int {
 	if err != nil {
 		logf("%v", err)
 		return 1
+	}
+	if *secretsFD > 2 {
+		if err := readSecrets(plan, *secretsFD); err != nil {
+			logf("%v", err)
+			return 1
+		}
 	}
 	var ln *net.UnixListener
 	var vmmGone *os.File
@@ -93,6 +102,25 @@ func EgressTunnel(args []string) int {
 		return 1
 	}
 	return 0
+}
+
+// readSecrets adds the secrets on descriptor fd (a pipe from the host) to
+// plan.
+func readSecrets(plan *EgressPlan, fd int) error {
+	f := os.NewFile(uintptr(fd), "egress-secrets")
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, boot.MaxEgressTunnelSecrets+1))
+	if err != nil {
+		return fmt.Errorf("secrets: reading descriptor %d: %w", fd, err)
+	}
+	if len(b) > boot.MaxEgressTunnelSecrets {
+		return fmt.Errorf("secrets: more than %d bytes on descriptor %d", boot.MaxEgressTunnelSecrets, fd)
+	}
+	var s boot.EgressTunnelSecrets
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("secrets: descriptor %d: %w", fd, err)
+	}
+	return plan.WithTunnelSecrets(s)
 }
 
 // dropTo gives up root for uid and gid, with no supplementary groups;

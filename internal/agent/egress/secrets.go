@@ -5,17 +5,13 @@ import (
 	"bytes"
 	"context"
 	"crypto/ecdsa"
-	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/base64"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
-	"math/big"
 	"net"
 	"net/netip"
 	"net/textproto"
@@ -27,6 +23,7 @@ import (
 
 	"github.com/nsys-cortex/cortex/internal/protocol"
 	"github.com/nsys-cortex/cortex/internal/protocol/allowlist"
+	"github.com/nsys-cortex/cortex/internal/protocol/egressca"
 )
 
 // Secret is a value the neuron never holds. The neuron's environment has
@@ -64,9 +61,23 @@ type Secrets struct {
 // leaves this process, constrained to the secrets' hosts. roots checks
 // the real servers (nil: the system's roots).
 func NewSecrets(list []Secret, roots *x509.CertPool) (*Secrets, error) {
+	var hosts []string
+	for _, sec := range list {
+		hosts = append(hosts, sec.Hosts...)
+	}
+	certPEM, keyPEM, err := egressca.New(hosts)
+	if err != nil {
+		return nil, err
+	}
+	return NewSecretsWith(list, roots, certPEM, keyPEM)
+}
+
+// NewSecretsWith checks list and takes the authority made for it
+// (egressca.New, by whoever starts the proxy: in kube mode the host, at
+// the create, since every host that holds the neuron's tunnel must sign
+// with the one authority the neuron trusts).
+func NewSecretsWith(list []Secret, roots *x509.CertPool, certPEM, keyPEM []byte) (*Secrets, error) {
 	s := &Secrets{list: list, hosts: map[string][]int{}, roots: roots, leaves: map[string]*tls.Certificate{}}
-	var names []string
-	var ips []*net.IPNet
 	for i, sec := range list {
 		if err := CheckSecretName(sec.Name); err != nil {
 			return nil, err
@@ -92,48 +103,13 @@ func NewSecrets(list []Secret, roots *x509.CertPool) (*Secrets, error) {
 			}
 			hp := net.JoinHostPort(host, strconv.Itoa(port))
 			s.hosts[hp] = append(s.hosts[hp], i)
-			if a, err := netip.ParseAddr(host); err == nil {
-				ips = append(ips, &net.IPNet{IP: a.AsSlice(), Mask: net.CIDRMask(a.BitLen(), a.BitLen())})
-			} else {
-				names = append(names, host)
-			}
 		}
 	}
-	// The authority may sign only for the secrets' hosts: a name
-	// constraint of each kind, and an unusable one where there are none
-	// of a kind.
-	if len(names) == 0 {
-		names = []string{"invalid"}
-	}
-	if len(ips) == 0 {
-		ips = []*net.IPNet{{IP: net.IPv4bcast.To4(), Mask: net.CIDRMask(32, 32)}}
-	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	ca, key, err := egressca.Parse(certPEM, keyPEM)
 	if err != nil {
 		return nil, err
 	}
-	now := time.Now()
-	tmpl := &x509.Certificate{
-		SerialNumber:                serial(),
-		Subject:                     pkix.Name{CommonName: "nsys-cortex egress (this neuron only)"},
-		NotBefore:                   now.Add(-time.Hour),
-		NotAfter:                    now.AddDate(2, 0, 0),
-		IsCA:                        true,
-		BasicConstraintsValid:       true,
-		MaxPathLenZero:              true,
-		KeyUsage:                    x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
-		PermittedDNSDomainsCritical: true,
-		PermittedDNSDomains:         names,
-		PermittedIPRanges:           ips,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		return nil, err
-	}
-	if s.ca, err = x509.ParseCertificate(der); err != nil {
-		return nil, err
-	}
-	s.key, s.pem = key, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+	s.ca, s.key, s.pem = ca, key, certPEM
 	return s, nil
 }
 
@@ -344,7 +320,7 @@ func (s *Secrets) leaf(host string) (*tls.Certificate, error) {
 	tmpl := &x509.Certificate{
 		// No common name: OpenSSL checks one that looks like a host name
 		// against the authority's name constraints, an address too.
-		SerialNumber: serial(),
+		SerialNumber: egressca.Serial(),
 		NotBefore:    now.Add(-time.Hour),
 		NotAfter:     s.ca.NotAfter,
 		KeyUsage:     x509.KeyUsageDigitalSignature,
@@ -362,11 +338,6 @@ func (s *Secrets) leaf(host string) (*tls.Certificate, error) {
 	c := &tls.Certificate{Certificate: [][]byte{der}, PrivateKey: s.key}
 	s.leaves[host] = c
 	return c, nil
-}
-
-func serial() *big.Int {
-	n, _ := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
-	return n
 }
 
 // bufConn is a connection whose first bytes were already read into r.

@@ -146,6 +146,23 @@ type EgressSecret struct {
 	Hosts       []string `json:"hosts"`
 }
 
+// EgressTunnelSecrets is what the host's end of an egress tunnel
+// (`cortex-agent egress-tunnel --secrets-fd N`) reads on descriptor N,
+// JSON, until its end: the secrets its proxy puts into requests, the
+// authority it signs their hosts with (internal/protocol/egressca: made
+// by the host, which gave the neuron its certificate), and the
+// authorities the secrets' servers are checked against besides the
+// host's roots. At most MaxEgressTunnelSecrets bytes.
+type EgressTunnelSecrets struct {
+	Secrets     []EgressSecret `json:"secrets"`
+	CACert      string         `json:"caCert"`
+	CAKey       string         `json:"caKey"`
+	UpstreamCAs string         `json:"upstreamCAs,omitempty"`
+}
+
+// MaxEgressTunnelSecrets bounds EgressTunnelSecrets' encoding.
+const MaxEgressTunnelSecrets = 4 << 20
+
 // Where a neuron with secrets finds its proxy's authority, inside: a
 // tmpfs of PID 1's, new at every start. EgressCABundle is the host's
 // roots and the authority; it is also bound over the image's
@@ -155,6 +172,12 @@ const (
 	EgressCAFile   = EgressCADir + "/egress-ca.pem"
 	EgressCABundle = EgressCADir + "/ca-bundle.pem"
 )
+
+// EnvEgressCA is where a kube pod's agent finds its egress proxy's
+// authority, PEM (cortex-agent --egress-ca DIR writes it and a bundle
+// there): the certificate the host made for the neuron's secrets. It is
+// public; its key stays with the hosts.
+const EnvEgressCA = "NSYS_CORTEX_EGRESS_CA"
 
 // EgressCAEnv points the usual clients at EgressCABundle (OpenSSL, curl,
 // Go, Python's requests, git) and Node at the authority it adds to its

@@ -73,6 +73,10 @@ type Tunnel struct {
 	// MaxConns, when set, caps the connections the proxy serves at once
 	// (each holds a stream's window of its memory while it works).
 	MaxConns int
+	// Secrets, when set, is boot.EgressTunnelSecrets' encoding: the
+	// process reads it from a pipe (never its arguments or environment,
+	// which other processes of its uid may read).
+	Secrets []byte
 }
 
 // Start starts the tunnel. Its owner is the VMM (it ends with it); a
@@ -121,11 +125,33 @@ func (t Tunnel) start() (*exec.Cmd, error) {
 		args = append(args, "--stats-fd", strconv.Itoa(3+len(files)))
 		files = append(files, t.Stats)
 	}
+	var secrets *os.File
+	if t.Secrets != nil {
+		r, w, err := os.Pipe()
+		if err != nil {
+			return nil, fmt.Errorf("egress: a pipe for the secrets: %w", err)
+		}
+		defer r.Close()
+		secrets = w
+		args = append(args, "--secrets-fd", strconv.Itoa(3+len(files)))
+		files = append(files, r)
+	}
 	args = append(append(args, "--"), t.Allow...)
 	cmd := &exec.Cmd{Path: t.AgentBin, Args: args, Env: []string{}, Dir: "/",
 		Stdout: t.Log, Stderr: t.Log, ExtraFiles: files, SysProcAttr: &syscall.SysProcAttr{Setsid: true}}
 	if err := cmd.Start(); err != nil {
+		if secrets != nil {
+			secrets.Close()
+		}
 		return nil, fmt.Errorf("egress: starting the tunnel: %w", err)
+	}
+	if secrets != nil {
+		// The process reads them whole before it serves; should it end
+		// first, the write fails with EPIPE and the goroutine ends.
+		go func() {
+			secrets.Write(t.Secrets)
+			secrets.Close()
+		}()
 	}
 	return cmd, nil
 }
