@@ -341,6 +341,7 @@ func Backend() sandbox.Backend {
 			}
 			m.Layout = env.Layout
 			m.AgentBinary = env.AgentBinary
+			m.EgressUpstreamCA = env.EgressUpstreamCA
 			return m, nil
 		},
 		SelfCheck: SelfCheck,

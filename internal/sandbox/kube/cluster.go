@@ -153,14 +153,15 @@ func (c *Cluster) create(ctx context.Context, n Neuron) (string, error) {
 		// status often, so a conflict is read again.
 		// The pod's allow-list is this create's, or none: an annotation
 		// left out of a merge patch would keep the last run's.
-		var egress any
-		if a := podAnnotations(n); a != nil {
-			egress = a[AnnotationEgress]
+		// So are its secrets.
+		annotations := map[string]any{AnnotationEgress: nil, AnnotationSecrets: nil}
+		for k, v := range podAnnotations(n) {
+			annotations[k] = v
 		}
 		spec := map[string]any{
 			"operatingMode": sbv1.SandboxOperatingModeRunning,
 			"podTemplate": map[string]any{
-				"metadata": map[string]any{"labels": want.Spec.PodTemplate.ObjectMeta.Labels, "annotations": map[string]any{AnnotationEgress: egress}},
+				"metadata": map[string]any{"labels": want.Spec.PodTemplate.ObjectMeta.Labels, "annotations": annotations},
 				"spec":     want.Spec.PodTemplate.Spec,
 			},
 			"shutdownTime":   want.Spec.ShutdownTime,

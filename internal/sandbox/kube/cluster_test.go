@@ -220,7 +220,7 @@ func TestCheckPodEgress(t *testing.T) {
 	n.Egress = []string{"github.com"}
 	withEgress, _, _ := Fallback(testConfig, n)
 	for _, ok := range []*corev1.Pod{plain, withEgress} {
-		if err := m.checkPod("web-1", ok, ""); err != nil {
+		if _, err := m.checkPod("web-1", ok, ""); err != nil {
 			t.Errorf("pod %v: %v", ok.Annotations, err)
 		}
 	}
@@ -229,7 +229,7 @@ func TestCheckPodEgress(t *testing.T) {
 	noListener := plain.DeepCopy()
 	noListener.Annotations = map[string]string{AnnotationEgress: `["github.com"]`}
 	for _, bad := range []*corev1.Pod{noList, noListener} {
-		if err := m.checkPod("web-1", bad, ""); !errdefs.Of(err).Is(errdefs.Permission) || !strings.Contains(err.Error(), "disagree") {
+		if _, err := m.checkPod("web-1", bad, ""); !errdefs.Of(err).Is(errdefs.Permission) || !strings.Contains(err.Error(), "disagree") {
 			t.Errorf("pod %v %q: %v", bad.Annotations, bad.Spec.Containers[0].Args, err)
 		}
 	}

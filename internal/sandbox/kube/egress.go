@@ -3,6 +3,7 @@ package kube
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/nsys-cortex/cortex/internal/link"
 	"github.com/nsys-cortex/cortex/internal/protocol"
+	"github.com/nsys-cortex/cortex/internal/protocol/boot"
 	"github.com/nsys-cortex/cortex/internal/sandbox/internal/vmguest"
 )
 
@@ -60,10 +62,10 @@ const tunnelConns = 64
 // either ends.
 type tunnelServer func(ctx context.Context, conn net.Conn) error
 
-// holdEgress holds neuron id's egress tunnel over l, serving rules on it,
-// until l is closed. It is started with the link, and the Manager's
-// Close waits for it.
-func (m *Manager) holdEgress(id string, l *link.Link, rules []string) {
+// holdEgress holds neuron id's egress tunnel over l, serving rules (and
+// secrets, when not nil) on it, until l is closed. It is started with the
+// link, and the Manager's Close waits for it.
+func (m *Manager) holdEgress(id string, l *link.Link, rules []string, secrets *boot.EgressTunnelSecrets) {
 	defer m.egress.Done()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -77,7 +79,7 @@ func (m *Manager) holdEgress(id string, l *link.Link, rules []string) {
 	logf := m.logf
 	serve := m.tunnel
 	if serve == nil {
-		s, stop, err := m.proxyProcess(id, rules)
+		s, stop, err := m.proxyProcess(id, rules, secrets)
 		if err != nil {
 			logf("neuron %s: egress: %v: the neuron reaches nothing", id, err)
 			return
@@ -131,10 +133,20 @@ func (m *Manager) holdEgress(id string, l *link.Link, rules []string) {
 // "cortex-agent egress-tunnel" of its own for each, whose decisions go to
 // the host's log through one pipe for the neuron (stop closes it, once
 // the tunnels are done).
-func (m *Manager) proxyProcess(id string, rules []string) (tunnelServer, func(), error) {
+func (m *Manager) proxyProcess(id string, rules []string, secrets *boot.EgressTunnelSecrets) (tunnelServer, func(), error) {
 	bin, err := m.agentBinary()
 	if err != nil {
 		return nil, nil, err
+	}
+	var sealed []byte // what each process reads on its pipe
+	if secrets != nil {
+		s := *secrets
+		if s.UpstreamCAs, err = m.upstreamCAs(); err != nil {
+			return nil, nil, err
+		}
+		if sealed, err = json.Marshal(s); err != nil {
+			return nil, nil, err
+		}
 	}
 	pr, pw, err := os.Pipe()
 	if err != nil {
@@ -145,7 +157,7 @@ func (m *Manager) proxyProcess(id string, rules []string) (tunnelServer, func(),
 		defer close(pumped)
 		m.pumpLog(id, pr)
 	}()
-	serve := func(ctx context.Context, conn net.Conn) error { return runTunnel(ctx, bin, pw, rules, conn) }
+	serve := func(ctx context.Context, conn net.Conn) error { return runTunnel(ctx, bin, pw, rules, sealed, conn) }
 	stop := func() {
 		pw.Close()
 		<-pumped // the tunnels' processes have ended: they held its other ends
@@ -170,14 +182,14 @@ func (m *Manager) agentBinary() (string, error) {
 // bin, its decisions to logw, until either end is done: the agent ends
 // the tunnel (the process then ends on its stream's EOF), the process
 // ends, or ctx does.
-func runTunnel(ctx context.Context, bin string, logw *os.File, rules []string, conn net.Conn) error {
+func runTunnel(ctx context.Context, bin string, logw *os.File, rules []string, secrets []byte, conn net.Conn) error {
 	defer conn.Close()
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return fmt.Errorf("a socket pair: %w", err)
 	}
 	ours, theirs := os.NewFile(uintptr(fds[0]), "egress-host"), os.NewFile(uintptr(fds[1]), "egress-tunnel")
-	end, err := vmguest.Tunnel{AgentBin: bin, Log: logw, Allow: rules, Stream: theirs, MaxConns: tunnelConns}.Run()
+	end, err := vmguest.Tunnel{AgentBin: bin, Log: logw, Allow: rules, Stream: theirs, MaxConns: tunnelConns, Secrets: secrets}.Run()
 	theirs.Close()
 	if err != nil {
 		ours.Close()

@@ -66,7 +66,7 @@ func TestHoldEgressPacesAHostileAgent(t *testing.T) {
 		return nil
 	}}
 	m.egress.Add(1)
-	go m.holdEgress("n1", l, []string{"example.com"})
+	go m.holdEgress("n1", l, []string{"example.com"}, nil)
 	waittest.For(t, 10*time.Second, "five asks for the tunnel", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
@@ -108,7 +108,7 @@ func TestRunTunnel(t *testing.T) {
 		guest, host := net.Pipe()
 		ctx, cancel := context.WithCancel(context.Background())
 		ran := make(chan error, 1)
-		go func() { ran <- runTunnel(ctx, bin, logW, []string{"run-tunnel.example.com"}, host) }()
+		go func() { ran <- runTunnel(ctx, bin, logW, []string{"run-tunnel.example.com"}, nil, host) }()
 		guest.SetDeadline(time.Now().Add(10 * time.Second))
 		io.WriteString(guest, "nsys-cortex egress hello v1 0123456789abcdef\n")
 		line, err := bufio.NewReader(guest).ReadString('\n')
@@ -183,7 +183,7 @@ func TestRunTunnelEndsAStuckProcess(t *testing.T) {
 	const rule = "stuck-tunnel.example.com"
 	guest, host := net.Pipe()
 	ran := make(chan error, 1)
-	go func() { ran <- runTunnel(context.Background(), bin, logW, []string{rule}, host) }()
+	go func() { ran <- runTunnel(context.Background(), bin, logW, []string{rule}, nil, host) }()
 	waittest.For(t, 10*time.Second, "the tunnel's process to start", func() bool { return len(sandboxtest.TunnelProcesses(rule)) == 1 })
 	guest.Close() // the agent ends the tunnel; the process, stuck, never reads its EOF
 	select {

@@ -31,6 +31,7 @@ import (
 	"github.com/nsys-cortex/cortex/internal/layout"
 	"github.com/nsys-cortex/cortex/internal/link"
 	"github.com/nsys-cortex/cortex/internal/podtoken"
+	"github.com/nsys-cortex/cortex/internal/protocol/boot"
 	"github.com/nsys-cortex/cortex/internal/protocol/errdefs"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
 )
@@ -74,6 +75,10 @@ type Manager struct {
 	// proxy with ("cortex-agent egress-tunnel"); nil: no neuron of this
 	// host's gets network egress.
 	AgentBinary func() (string, error)
+	// EgressUpstreamCA is a PEM file of authorities the proxy checks the
+	// servers of a neuron's secrets against, besides the host's roots
+	// (egress.upstream_ca); "": the host's roots alone.
+	EgressUpstreamCA string
 	// tunnel, when set, serves every egress tunnel instead (tests).
 	tunnel tunnelServer
 
@@ -132,9 +137,6 @@ func unenforceable(opts sandbox.CreateOptions) error {
 	case opts.Network.Mode == sandbox.NetworkFull:
 		return u("network full", "a kube neuron reaches nothing directly (the namespace's NetworkPolicies deny it): "+
 			"use network egress with an allow-list, which the host's proxy enforces (docs/kube.md)")
-	case len(opts.Secrets) > 0:
-		return u("secrets", "a secret's value would have to be kept in the cluster for every host's egress proxy to put in requests, which kube mode does not do yet; "+
-			"network egress without secrets works (docs/kube.md)")
 	case opts.Ctx != "":
 		return u("a /ctx mount", "a pod has no host mount of /ctx")
 	case opts.NestedUserns:
@@ -162,6 +164,9 @@ func (m *Manager) Create(ctx context.Context, id string, opts sandbox.CreateOpti
 		return nil, err
 	}
 	if err := unenforceable(opts); err != nil {
+		return nil, err
+	}
+	if err := sandbox.CheckSecrets(opts); err != nil {
 		return nil, err
 	}
 	if err := m.checkNetwork(ctx); err != nil {
@@ -212,6 +217,12 @@ func (m *Manager) Create(ctx context.Context, id string, opts sandbox.CreateOpti
 		TrustKeySHA256: podtoken.Fingerprint(m.Key.Public().(ed25519.PublicKey))}
 	if opts.Network.Mode == sandbox.NetworkEgress {
 		n.Egress = slices.Clone(opts.Network.Allow)
+	}
+	if len(opts.Secrets) > 0 {
+		// New placeholders and a new authority at every start, as nsbox's.
+		if n.Secrets, err = makeSecrets(m.Key, m.Cluster.Config.Defaults().Namespace, id, opts.Secrets); err != nil {
+			return nil, fmt.Errorf("neuron %s's secrets: %w", id, err)
+		}
 	}
 	if opts.Timeout > 0 {
 		d := time.Now().Add(opts.Timeout)
@@ -411,7 +422,8 @@ func (m *Manager) dialer(id string, pod *corev1.Pod, gone func()) func(context.C
 // connect links to the agent of neuron id in pod, signing a token for
 // that pod before each dial.
 func (m *Manager) connect(ctx context.Context, id string, pod *corev1.Pod, owner types.UID) (*sandbox.State, error) {
-	if err := m.checkPod(id, pod, owner); err != nil {
+	secrets, err := m.checkPod(id, pod, owner)
+	if err != nil {
 		return nil, err
 	}
 	self := podtoken.Identity{Namespace: pod.Namespace, Pod: pod.Name, UID: string(pod.UID)}
@@ -450,7 +462,7 @@ func (m *Manager) connect(ctx context.Context, id string, pod *corev1.Pod, owner
 	m.links[id] = podLink{l, pod.UID}
 	if rules, ok, _ := podEgress(pod); ok { // checked by checkPod
 		m.egress.Add(1)
-		go m.holdEgress(id, l, rules)
+		go m.holdEgress(id, l, rules, secrets)
 	}
 	m.mu.Unlock()
 	if old.Link != nil {
@@ -465,26 +477,42 @@ func (m *Manager) connect(ctx context.Context, id string, pod *corev1.Pod, owner
 // as kube mode makes every pod (hardened; its agent pinned to this host's
 // trust key): a SandboxTemplate or Sandbox someone changed does not get
 // this host's tokens.
-func (m *Manager) checkPod(id string, pod *corev1.Pod, owner types.UID) error {
+func (m *Manager) checkPod(id string, pod *corev1.Pod, owner types.UID) (*boot.EgressTunnelSecrets, error) {
 	if !ofNeuron(id, pod, owner) {
-		return errdefs.New(errdefs.NotRunning, fmt.Sprintf("neuron %s's pod %s/%s names neuron %q", id, pod.Namespace, pod.Name, podNeuron(pod)))
+		return nil, errdefs.New(errdefs.NotRunning, fmt.Sprintf("neuron %s's pod %s/%s names neuron %q", id, pod.Namespace, pod.Name, podNeuron(pod)))
 	}
 	if a := agentID(pod); a != "" && a != id {
-		return errdefs.New(errdefs.NotRunning, fmt.Sprintf("neuron %s's pod %s/%s runs the agent of neuron %q", id, pod.Namespace, pod.Name, a))
+		return nil, errdefs.New(errdefs.NotRunning, fmt.Sprintf("neuron %s's pod %s/%s runs the agent of neuron %q", id, pod.Namespace, pod.Name, a))
 	}
 	if err := Hardened(m.Cluster.Config, pod.Spec, podtoken.Fingerprint(m.Key.Public().(ed25519.PublicKey))); err != nil {
-		return errdefs.New(errdefs.Permission, fmt.Sprintf("neuron %s's pod %s/%s is not as kube mode makes its pods, so this host does not connect to it: %v "+
+		return nil, errdefs.New(errdefs.Permission, fmt.Sprintf("neuron %s's pod %s/%s is not as kube mode makes its pods, so this host does not connect to it: %v "+
 			"(was its Sandbox, or the warm pool's SandboxTemplate, changed? docs/kube.md)", id, pod.Namespace, pod.Name, err))
 	}
-	if _, has, err := podEgress(pod); err != nil {
-		return errdefs.New(errdefs.Permission, fmt.Sprintf("neuron %s: %v: this host serves no allow-list it cannot read", id, err))
+	_, has, err := podEgress(pod)
+	if err != nil {
+		return nil, errdefs.New(errdefs.Permission, fmt.Sprintf("neuron %s: %v: this host serves no allow-list it cannot read", id, err))
 	} else if listens := slices.Contains(pod.Spec.Containers[0].Args, "--egress="+EgressListen); has != listens {
 		// Both come from one create: a pod with one and not the other
 		// was made, or changed, by something else.
-		return errdefs.New(errdefs.Permission, fmt.Sprintf("neuron %s's pod %s/%s has an egress listener (%v) and an allow-list (%v) that disagree, "+
+		return nil, errdefs.New(errdefs.Permission, fmt.Sprintf("neuron %s's pod %s/%s has an egress listener (%v) and an allow-list (%v) that disagree, "+
 			"so this host does not connect to it (docs/kube.md, \"Network egress\")", id, pod.Namespace, pod.Name, listens, has))
 	}
-	return nil
+	ps, hasSecrets, err := podSecretsOf(pod)
+	switch {
+	case err != nil:
+		return nil, errdefs.New(errdefs.Permission, fmt.Sprintf("neuron %s: %v", id, err))
+	case !hasSecrets:
+		return nil, nil
+	case !has || !slices.Contains(pod.Spec.Containers[0].Args, "--egress-ca="+boot.EgressCADir):
+		return nil, errdefs.New(errdefs.Permission, fmt.Sprintf("neuron %s's pod %s/%s has secrets without network egress or its agent's authority, "+
+			"so this host does not connect to it (docs/kube.md, \"Secrets\")", id, pod.Namespace, pod.Name))
+	}
+	sec, err := openSecrets(m.Key, pod.Namespace, id, ps)
+	if err != nil {
+		return nil, errdefs.New(errdefs.Permission, fmt.Sprintf("neuron %s's pod %s/%s: %v, so this host does not connect to it "+
+			"(destroy it and create it again with its secrets; docs/kube.md, \"Secrets\")", id, pod.Namespace, pod.Name, err))
+	}
+	return &sec, nil
 }
 
 // ofNeuron says whether pod is neuron id's: its label, or its claim's
@@ -567,6 +595,9 @@ func podPolicy(pod *corev1.Pod) *sandbox.Policy {
 	p := &sandbox.Policy{Network: sandbox.Network{Mode: sandbox.NetworkNone}}
 	if rules, ok, err := podEgress(pod); ok && err == nil {
 		p.Network = sandbox.Network{Mode: sandbox.NetworkEgress, Allow: rules}
+	}
+	if ps, ok, err := podSecretsOf(pod); ok && err == nil {
+		p.Secrets = ps.Secrets // names and hosts: the values are sealed
 	}
 	if len(pod.Spec.Containers) > 0 {
 		lim := pod.Spec.Containers[0].Resources.Limits

@@ -32,6 +32,7 @@ import (
 	"github.com/nsys-cortex/cortex/internal/ids"
 	"github.com/nsys-cortex/cortex/internal/labels"
 	"github.com/nsys-cortex/cortex/internal/protocol/allowlist"
+	"github.com/nsys-cortex/cortex/internal/protocol/boot"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
 )
 
@@ -140,6 +141,10 @@ type Neuron struct {
 	// the tunnel that takes their connections to the enforcing proxy.
 	// Nil: the neuron reaches nothing.
 	Egress []string
+	// Secrets, when set, are the neuron's secrets (with Egress): their
+	// placeholders go into its environment, their authority's certificate
+	// to its agent, and the rest, sealed, into AnnotationSecrets.
+	Secrets *neuronSecrets
 	// TrustKeySHA256, when set, pins the trust key the pod's agent takes
 	// (podtoken.Fingerprint of the host's key): a trust ConfigMap made
 	// again with another key is refused by the pods made after.
@@ -196,6 +201,9 @@ func modeLabel(k string) bool {
 // agent's listener on the pod's loopback (cortex-agent -egress).
 const EgressListen = "127.0.0.1:3128"
 
+// egressCAVolume is the pod's volume for its egress authority (secrets).
+const egressCAVolume = "egress-ca"
+
 // AnnotationEgress, on a neuron pod, is its allow-list (a JSON array of
 // rules; internal/protocol/allowlist): what the proxy of the host that
 // holds its tunnel lets through. Only the pod's makers write it: the
@@ -208,7 +216,11 @@ func podAnnotations(n Neuron) map[string]string {
 		return nil
 	}
 	rules, _ := json.Marshal(n.Egress) // strings: never fails
-	return map[string]string{AnnotationEgress: string(rules)}
+	a := map[string]string{AnnotationEgress: string(rules)}
+	if n.Secrets != nil {
+		a[AnnotationSecrets] = n.Secrets.Annotation
+	}
+	return a
 }
 
 // podEgress is the allow-list of pod, from its annotation: false when the
@@ -245,6 +257,11 @@ func PodSpec(cfg Config, n Neuron, homeClaim string) corev1.PodSpec {
 	}
 	if n.Egress != nil {
 		vars = append(slices.Clip(vars), sandbox.ProxyEnv(EgressListen, n.ID)...)
+	}
+	if n.Secrets != nil {
+		vars = append(slices.Clip(vars), n.Secrets.Env...)
+		vars = append(vars, boot.EgressCAEnv()...)
+		vars = append(vars, boot.EnvEgressCA+"="+n.Secrets.CACert)
 	}
 	for _, kv := range slices.Sorted(slices.Values(vars)) {
 		k, v, _ := strings.Cut(kv, "=")
@@ -322,6 +339,15 @@ func PodSpec(cfg Config, n Neuron, homeClaim string) corev1.PodSpec {
 	if n.Egress != nil {
 		c := &spec.Containers[0]
 		c.Args = append(c.Args, "--egress="+EgressListen)
+	}
+	if n.Secrets != nil {
+		// Where the agent writes the authority and the bundle the
+		// neuron's programs trust (the root is read-only).
+		c := &spec.Containers[0]
+		c.Args = append(c.Args, "--egress-ca="+boot.EgressCADir)
+		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: egressCAVolume, MountPath: boot.EgressCADir})
+		spec.Volumes = append(spec.Volumes, corev1.Volume{Name: egressCAVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{
+			Medium: corev1.StorageMediumMemory, SizeLimit: ptr.To(resource.MustParse("16Mi"))}}})
 	}
 	return spec
 }

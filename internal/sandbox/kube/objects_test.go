@@ -90,6 +90,16 @@ func TestObjectsGolden(t *testing.T) {
 		t.Fatal(err)
 	}
 	golden(t, "fallback-pod-egress.yaml", podE)
+	// Secrets: what makeSecrets made, fixed here (its placeholders, its
+	// authority and its sealing are new at every create).
+	egressN.Secrets = &neuronSecrets{Env: []string{"API_KEY=cortex-placeholder-00112233445566778899aabbccddeeff"},
+		CACert:     "-----BEGIN CERTIFICATE-----\n(the authority)\n-----END CERTIFICATE-----\n",
+		Annotation: `{"secrets":[{"name":"API_KEY","hosts":["api.example.com"]}],"sealed":"c2VhbGVk"}`}
+	sbS, err := Sandbox(testConfig, egressN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "sandbox-secrets.yaml", sbS)
 	golden(t, "warm-template.yaml", Template(testConfig, testNeuron.TrustKeySHA256))
 	golden(t, "warm-pool.yaml", WarmPool(testConfig, 50))
 	claim, err := Claim(testConfig, testNeuron)

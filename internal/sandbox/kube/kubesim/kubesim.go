@@ -35,6 +35,7 @@ import (
 	"github.com/nsys-cortex/cortex/internal/agent"
 	"github.com/nsys-cortex/cortex/internal/podtoken"
 	"github.com/nsys-cortex/cortex/internal/protocol"
+	"github.com/nsys-cortex/cortex/internal/protocol/boot"
 	"github.com/nsys-cortex/cortex/internal/sandbox/kube"
 )
 
@@ -452,12 +453,26 @@ func (k *Kubelet) run(ctx context.Context, pod *corev1.Pod) {
 	// working directory mapped to this home, PATH the host's.
 	// A pod's loopback is its own 127.x.y.z here: the egress listener
 	// (--egress) and the proxy variables that name it move there.
-	egressAt := ""
+	// The egress authority's directory (secrets) is one of the pod's
+	// own here, and so are the variables that name it.
+	egressAt, caDir, caPEM := "", "", ""
+	if slices.Contains(pod.Spec.Containers[0].Args, "--egress-ca="+boot.EgressCADir) {
+		if caDir, err = os.MkdirTemp(k.root, "egress-ca-"); err != nil {
+			k.t.Error(err)
+			return
+		}
+	}
 	env := []string{"PATH=" + os.Getenv("PATH")}
 	for _, e := range pod.Spec.Containers[0].Env {
 		v := e.Value
 		if strings.HasPrefix(v, "/home/agent") {
 			v = home + strings.TrimPrefix(v, "/home/agent")
+		}
+		if e.Name == boot.EnvEgressCA {
+			caPEM = v
+		}
+		if caDir != "" && strings.HasPrefix(v, boot.EgressCADir+"/") {
+			v = caDir + strings.TrimPrefix(v, boot.EgressCADir)
 		}
 		env = append(env, e.Name+"="+loopbackOf(v, ip))
 	}
@@ -472,7 +487,7 @@ func (k *Kubelet) run(ctx context.Context, pod *corev1.Pod) {
 			egressAt = loopbackOf(v, ip)
 		}
 	}
-	a, err := agent.New(agent.Config{ID: agentID, Root: home, Listen: addr, Egress: egressAt, Version: "test", Logger: log.New(io.Discard, "", 0), Env: env,
+	a, err := agent.New(agent.Config{ID: agentID, Root: home, Listen: addr, Egress: egressAt, EgressCADir: caDir, EgressCAPEM: []byte(caPEM), Version: "test", Logger: log.New(io.Discard, "", 0), Env: env,
 		TokenCheck: func(tok string) error { _, err := podtoken.Verify(pub, tok, self, time.Now()); return err }})
 	if err != nil {
 		k.t.Error(err)
