@@ -65,6 +65,16 @@ func EgressTunnel(args []string) int {
 		logf("%v", err)
 		return 1
 	}
+	// Everything it reads is read (the resolver's files, the roots, the
+	// secrets): from here on no file at all, so a flaw in the proxy
+	// reaches none of the files of the user it runs as (in kube mode the
+	// host's, with its signing key and token).
+	if why, err := DenyFiles(); err != nil {
+		logf("%v", err)
+		return 1
+	} else if why != "" {
+		logf("%s", why)
+	}
 	if err := Apply(Options{}); err != nil {
 		logf("%v", err)
 		return 1
