@@ -40,6 +40,12 @@ func EgressTunnel(args []string) int {
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
+	// Before it holds anything of the host's (the secrets, their
+	// authority's key): no process of its uid may read its memory.
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		logf("non-dumpable: %v", err)
+		return 1
+	}
 	plan, err := PlanEgress(fs.Args())
 	if err != nil {
 		logf("%v", err)

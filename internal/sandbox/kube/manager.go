@@ -508,6 +508,9 @@ func (m *Manager) checkPod(id string, pod *corev1.Pod, owner types.UID) (*boot.E
 			"so this host does not connect to it (docs/kube.md, \"Secrets\")", id, pod.Namespace, pod.Name))
 	}
 	sec, err := openSecrets(m.Key, pod.Namespace, id, ps)
+	if err == nil {
+		err = sealedForPod(sec, pod)
+	}
 	if err != nil {
 		return nil, errdefs.New(errdefs.Permission, fmt.Sprintf("neuron %s's pod %s/%s: %v, so this host does not connect to it "+
 			"(destroy it and create it again with its secrets; docs/kube.md, \"Secrets\")", id, pod.Namespace, pod.Name, err))

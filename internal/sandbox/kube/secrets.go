@@ -169,6 +169,28 @@ func openSecrets(key ed25519.PrivateKey, namespace, id string, ps podSecrets) (b
 	return out, nil
 }
 
+// sealedForPod checks that sec was sealed for pod's start: its authority
+// is the one the pod's agent was given and its placeholders the ones in
+// the pod's environment. Both are new at every start and a running pod's
+// environment cannot change, so an older start's seal (of a value since
+// rotated or revoked, or of an earlier neuron of the id) put back on the
+// annotation by whoever may patch pods does not open here.
+func sealedForPod(sec boot.EgressTunnelSecrets, pod *corev1.Pod) error {
+	env := map[string]string{}
+	for _, e := range pod.Spec.Containers[0].Env {
+		env[e.Name] = e.Value
+	}
+	if env[boot.EnvEgressCA] != sec.CACert {
+		return errors.New("its secrets' annotation was sealed for another start (its authority is not the pod's)")
+	}
+	for _, s := range sec.Secrets {
+		if env[s.Name] != s.Placeholder {
+			return fmt.Errorf("its secrets' annotation was sealed for another start (secret %s's placeholder is not the pod's)", s.Name)
+		}
+	}
+	return nil
+}
+
 // upstreamCAs reads the authorities the proxy checks the secrets'
 // servers against besides the host's roots (egress.upstream_ca), or "".
 func (m *Manager) upstreamCAs() (string, error) {

@@ -121,6 +121,18 @@ func TestCheckPodSecrets(t *testing.T) {
 	noDir.Spec.Containers[0].Args = slices.DeleteFunc(noDir.Spec.Containers[0].Args, func(a string) bool { return strings.HasPrefix(a, "--egress-ca=") })
 	garbled := good.DeepCopy()
 	garbled.Annotations[AnnotationSecrets] = "{"
+	// An earlier start's seal (a value since rotated) put back on the
+	// pod of a later start: the placeholders and authority are not its.
+	later := n
+	rotated := []sandbox.Secret{{Name: "API_KEY", Value: "sk-rotated", Hosts: []string{"api.example.com"}}}
+	if later.Secrets, err = makeSecrets(key, testConfig.Defaults().Namespace, "web-1", rotated); err != nil {
+		t.Fatal(err)
+	}
+	replayed, _, _ := Fallback(testConfig, later)
+	if _, err := m.checkPod("web-1", replayed, ""); err != nil {
+		t.Fatalf("the later start's own pod: %v", err)
+	}
+	replayed.Annotations[AnnotationSecrets] = good.Annotations[AnnotationSecrets]
 	for name, bad := range map[string]struct {
 		pod  *corev1.Pod
 		want string
@@ -130,6 +142,7 @@ func TestCheckPodSecrets(t *testing.T) {
 		"without egress":     {noEgress, "without network egress"},
 		"without the CA dir": {noDir, "without network egress or its agent's authority"},
 		"garbled":            {garbled, AnnotationSecrets},
+		"an earlier start's": {replayed, "sealed for another start"},
 	} {
 		if _, err := m.checkPod("web-1", bad.pod, ""); !errdefs.Of(err).Is(errdefs.Permission) || !strings.Contains(err.Error(), bad.want) {
 			t.Errorf("%s: %v", name, err)
