@@ -32,7 +32,7 @@ func TestAPI(t *testing.T) {
 	core := kubernetes.NewForConfigOrDie(rc)
 	cfg := kube.Config{OpenNetwork: true, Image: "registry.example/nsys-cortex-neuron:1"}.Defaults()
 	cluster.Prepare(t, core, cfg)
-	kubesim.Start(t, core, cluster.Agents(rc), cfg)
+	boxedKubelet(t, func() *kubesim.Kubelet { return kubesim.Start(t, core, cluster.Agents(rc), cfg) })
 	const token = "fedcba9876543210fedcba9876543210"
 	r := newReplica(t, buildCLI(t), serveEnv(t, rc, cfg, token))
 	c, err := cortex.New("http://"+r.addr, cortex.WithToken(token))

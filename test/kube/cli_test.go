@@ -54,7 +54,7 @@ func TestCLI(t *testing.T) {
 	ag := cluster.Agents(rc)
 	cfg := kube.Config{OpenNetwork: true, Image: "registry.example/nsys-cortex-neuron:1"}.Defaults()
 	cluster.Prepare(t, core, cfg)
-	kubesim.Start(t, core, ag, cfg)
+	boxedKubelet(t, func() *kubesim.Kubelet { return kubesim.Start(t, core, ag, cfg) })
 	forwarded := cluster.ServePortForward(t, core)
 	bin := buildCLI(t)
 	var env []string

@@ -16,7 +16,7 @@ import (
 
 // The shared conformance suite against a real kube-apiserver with
 // agent-sandbox's CRDs and controller: each fixture a namespace of its
-// own on the one server.
+// own on the one server, the pods' agents inside nsbox neurons.
 func TestConformance(t *testing.T) {
 	rc := cluster.Start(t, cluster.Options{Sandboxes: true})
 	core := kubernetes.NewForConfigOrDie(rc)
@@ -27,5 +27,5 @@ func TestConformance(t *testing.T) {
 		cfg := kube.Config{OpenNetwork: true, Image: "registry.example/nsys-cortex-neuron:1", Namespace: fmt.Sprintf("conformance-%d", n.Add(1))}
 		cluster.Prepare(t, core, cfg)
 		return core, ag, cfg
-	}))
+	}, boxedSandboxes))
 }

@@ -31,7 +31,7 @@ func besideController(t *testing.T) (kubernetes.Interface, agents.Interface, kub
 	cfg := kube.Config{OpenNetwork: true, Image: "registry.example/nsys-cortex-neuron:1"}.Defaults()
 	cluster.Prepare(t, core, cfg)
 	cluster.StartController(t, rc)
-	kubesim.StartBeside(t, core, ag, cfg)
+	boxedKubelet(t, func() *kubesim.Kubelet { return kubesim.StartBeside(t, core, ag, cfg) })
 	return core, ag, cfg
 }
 
@@ -155,7 +155,7 @@ func TestConcurrentStart(t *testing.T) {
 	cluster.Prepare(t, core, cfg)
 	ctx := context.Background()
 	cl := manager(t, core, ag, cfg).Cluster // its trust ConfigMap for kubesim's pods
-	kubesim.Start(t, core, ag, cfg)
+	boxedKubelet(t, func() *kubesim.Kubelet { return kubesim.Start(t, core, ag, cfg) })
 	n := kube.Neuron{ID: "twice"}
 	if err := cl.Create(ctx, n); err != nil {
 		t.Fatal(err)

@@ -64,8 +64,11 @@ func TestDevcluster(t *testing.T) {
 	if _, err := os.Stat(kc); err != nil {
 		t.Fatalf("ready, but no kubeconfig: %v\n%s", err, banner)
 	}
-	if !strings.Contains(banner, "KUBECONFIG="+kc) || !strings.Contains(banner, "no boundary") {
-		t.Fatalf("the banner says neither how to use it nor that it is no boundary:\n%s", banner)
+	if !strings.Contains(banner, "KUBECONFIG="+kc) || !strings.Contains(banner, "The pods' agents run") {
+		t.Fatalf("the banner says neither how to use it nor where its pods' agents run:\n%s", banner)
+	}
+	if os.Getenv("NSYS_CORTEX_REQUIRE_NSBOX") == "1" && !strings.Contains(banner, "each in an nsbox neuron") {
+		t.Fatalf("nsbox runs here, and the pods' agents do not run in it:\n%s\n%s", banner, stderr.String())
 	}
 	env := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + dir, "NSYS_CORTEX_HOME=" + filepath.Join(dir, "h"),
 		"KUBECONFIG=" + kc, "NSYS_CORTEX_KUBE_IMAGE=devcluster"}

@@ -36,7 +36,7 @@ func TestE2B(t *testing.T) {
 	core := kubernetes.NewForConfigOrDie(rc)
 	cfg := kube.Config{OpenNetwork: true, Image: "registry.example/nsys-cortex-neuron:1"}.Defaults()
 	cluster.Prepare(t, core, cfg)
-	kubesim.Start(t, core, cluster.Agents(rc), cfg)
+	boxedKubelet(t, func() *kubesim.Kubelet { return kubesim.Start(t, core, cluster.Agents(rc), cfg) })
 	bin := buildCLI(t)
 	r := newReplica(t, bin, serveEnv(t, rc, cfg, "0123456789abcdef0123456789abcdef"), "--e2b")
 	cmd := exec.Command(bin, "token", "create", "--e2b", "sdk")

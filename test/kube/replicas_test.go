@@ -116,7 +116,7 @@ func TestReplicas(t *testing.T) {
 	core := kubernetes.NewForConfigOrDie(rc)
 	cfg := kube.Config{OpenNetwork: true, Image: "registry.example/nsys-cortex-neuron:1"}.Defaults()
 	cluster.Prepare(t, core, cfg)
-	kubesim.Start(t, core, cluster.Agents(rc), cfg)
+	boxedKubelet(t, func() *kubesim.Kubelet { return kubesim.Start(t, core, cluster.Agents(rc), cfg) })
 	bin := buildCLI(t)
 	const token = "0123456789abcdef0123456789abcdef"
 	base := serveEnv(t, rc, cfg, token)

@@ -63,7 +63,7 @@ func warmPool(t *testing.T, rc, hostRC *rest.Config, cfg kube.Config) {
 	ag := cluster.Agents(rc)
 	ext := cluster.Extensions(rc)
 	cluster.StartController(t, rc)
-	kubesim.StartBeside(t, core, ag, cfg).CollectClaims(ext)
+	boxedKubelet(t, func() *kubesim.Kubelet { return kubesim.StartBeside(t, core, ag, cfg) }).CollectClaims(ext)
 	m := manager(t, kubernetes.NewForConfigOrDie(hostRC), cluster.Agents(hostRC), cfg)
 	m.Cluster.Claims = cluster.Extensions(hostRC)
 	ctx := context.Background()
@@ -283,7 +283,7 @@ func warmEnv(t *testing.T, size int32) (*kube.Manager, kube.Config, kubernetes.I
 	cluster.Prepare(t, core, cfg)
 	ag, ext := cluster.Agents(rc), cluster.Extensions(rc)
 	cluster.StartController(t, rc)
-	kubesim.StartBeside(t, core, ag, cfg).CollectClaims(ext)
+	boxedKubelet(t, func() *kubesim.Kubelet { return kubesim.StartBeside(t, core, ag, cfg) }).CollectClaims(ext)
 	m := manager(t, core, ag, cfg)
 	m.Cluster.Claims = ext
 	return m, cfg, core, ag, ext

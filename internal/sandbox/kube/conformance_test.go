@@ -24,7 +24,7 @@ func TestConformance(t *testing.T) {
 					ag = agentsfake.NewSimpleClientset()
 				}
 				return fake.NewClientset(), ag, kube.Config{OpenNetwork: true, Image: "registry.example/nsys-cortex-neuron:1"}
-			}))
+			}, nil))
 		})
 	}
 }

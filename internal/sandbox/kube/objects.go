@@ -197,6 +197,9 @@ func modeLabel(k string) bool {
 	return strings.HasPrefix(k, "neuron.nsys-cortex/") || strings.HasPrefix(k, "app.kubernetes.io/") || strings.HasPrefix(k, "agents.x-k8s.io/")
 }
 
+// Workspace is a neuron pod's working directory, on its home.
+const Workspace = "/home/agent/workspace"
+
 // EgressListen is where a neuron with network egress finds its proxy: its
 // agent's listener on the pod's loopback (cortex-agent -egress).
 const EgressListen = "127.0.0.1:3128"
@@ -290,9 +293,13 @@ func PodSpec(cfg Config, n Neuron, homeClaim string) corev1.PodSpec {
 				"--trust-key=/run/nsys-cortex/trust/" + TrustKey,
 				"--pod-info=/run/nsys-cortex/pod",
 				"--id=" + n.ID,
+				// Where commands run and relative paths start: the pod's
+				// working directory, on the home (the agent's own default,
+				// its root, is the read-only "/").
+				"--workdir=" + Workspace,
 			},
 			Env:        env,
-			WorkingDir: "/home/agent/workspace",
+			WorkingDir: Workspace,
 			// The agent's refusal to start (a trust key it is not
 			// pinned to) is its log's last lines.
 			TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,

@@ -1,25 +1,29 @@
 // Command devcluster runs a Kubernetes control plane for kube mode on a
 // laptop: etcd and a real kube-apiserver in this process, agent-sandbox's
 // CRDs and controller, and kubesim's simulated kubelet, whose pods run
-// the real Cortex agent in this process on loopback addresses. It writes
-// a kubeconfig to --kubeconfig once the cluster is ready and runs until
-// it is interrupted, then removes everything it made.
+// the real Cortex agent, each in an nsbox neuron of its own (a namespace
+// sandbox, where this machine runs nsbox; --in-process, or where it does
+// not, in this process), on loopback addresses. It writes a kubeconfig
+// to --kubeconfig once the cluster is ready and runs until it is
+// interrupted, then removes everything it made.
 //
 //	cd test/kube && go run ./devcluster --kubeconfig /tmp/cortex-dev.kubeconfig
 //	KUBECONFIG=/tmp/cortex-dev.kubeconfig NSYS_CORTEX_KUBE_IMAGE=dev NSYS_CORTEX_KUBE_ALLOW_OPEN_NETWORK=true nsys-cortex create --mode kube n1
 //
-// It is no boundary: a neuron's commands run as the user who runs
-// devcluster, on this machine, in a directory of their own. It is for
+// A pod here is no pod: its neuron shares this machine's network, and
+// in process its commands run as the user who runs devcluster. It is for
 // trying kube mode's API, not for running code you do not trust
 // (docs/kube.md, "Trying it").
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"io"
 	"log"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"sync"
@@ -28,8 +32,11 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
+	"github.com/nsys-cortex/cortex/internal/layout"
+	"github.com/nsys-cortex/cortex/internal/sandbox"
 	"github.com/nsys-cortex/cortex/internal/sandbox/kube"
 	"github.com/nsys-cortex/cortex/internal/sandbox/kube/kubesim"
+	"github.com/nsys-cortex/cortex/internal/sandbox/nsbox"
 	"github.com/nsys-cortex/cortex/test/kube/cluster"
 )
 
@@ -41,9 +48,10 @@ func main() {
 	namespace := flags.String("namespace", "nsys-cortex", "the namespace made for neurons (kube.namespace)")
 	pods := flags.Bool("pods", false, "leave agent-sandbox's CRDs out, so that kube mode makes plain pods and claims")
 	verbose := flags.Bool("verbose", false, "log what the API server and etcd log")
+	inProcess := flags.Bool("in-process", false, "run the pods' agents in this process, not each in an nsbox neuron")
 	flags.Parse(os.Args[1:])
 	if *kubeconfig == "" || flags.NArg() > 0 {
-		fmt.Fprintln(os.Stderr, "usage: devcluster --kubeconfig FILE [--namespace NS] [--pods] [--verbose]")
+		fmt.Fprintln(os.Stderr, "usage: devcluster --kubeconfig FILE [--namespace NS] [--pods] [--in-process] [--verbose]")
 		os.Exit(2)
 	}
 	path, err := filepath.Abs(*kubeconfig)
@@ -69,13 +77,26 @@ func main() {
 	core := kubernetes.NewForConfigOrDie(rc)
 	cfg := kube.Config{Namespace: *namespace}.Defaults()
 	cluster.Prepare(r, core, cfg)
+	var box sandbox.Manager
+	var agentBin string
+	if !*inProcess {
+		box, agentBin = boxes(r) // before the kubelet: its cleanup after the kubelet's
+	}
+	var kl *kubesim.Kubelet
 	if *pods {
-		kubesim.Start(r, core, nil, cfg)
+		kl = kubesim.Start(r, core, nil, cfg)
 	} else {
 		// agent-sandbox's own controller makes the Sandboxes' pods and
 		// claims; kubesim runs the pods.
 		cluster.StartController(r, rc)
-		kubesim.StartBeside(r, core, cluster.Agents(rc), cfg)
+		kl = kubesim.StartBeside(r, core, cluster.Agents(rc), cfg)
+	}
+	where := "in this process: their commands run as you, on this machine"
+	if box != nil {
+		if err := kl.InSandboxes(box, agentBin); err != nil {
+			r.Fatal(err)
+		}
+		where = "each in an nsbox neuron of its own (a namespace sandbox) on this machine"
 	}
 	// A kubelet's port-forward, for --kube-port-forward.
 	cluster.ServePortForward(r, core)
@@ -94,7 +115,7 @@ func main() {
 		objects = "plain pods and claims (no agent-sandbox CRDs)"
 	}
 	fmt.Printf(`devcluster: ready; %s in namespace %s.
-Neurons here are no boundary: their commands run as you, on this machine.
+The pods' agents run %s.
 Its pods share this machine's network, as on a cluster whose network plugin
 ignores NetworkPolicy: kube mode's network probe finds that, and creates are
 refused unless kube.allow_open_network says to run neurons open anyway.
@@ -105,8 +126,32 @@ Try:
 As from outside a real cluster (the channel through the API server):
   nsys-cortex --kube-port-forward exec n1 -- uname -a
 Interrupt to stop (everything it made goes with it).
-`, objects, cfg.Namespace, path, cfg.Namespace)
+`, objects, cfg.Namespace, where, path, cfg.Namespace)
 	select {}
+}
+
+// boxes is an nsbox manager for the pods' agents, and the agent they
+// run (built here, static), or nil where nsbox cannot run on this
+// machine (it says why).
+func boxes(r *runner) (sandbox.Manager, string) {
+	bin := filepath.Join(r.dir, "cortex-agent")
+	build := exec.Command("go", "build", "-trimpath", "-o", bin, "github.com/nsys-cortex/cortex/cmd/cortex-agent")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		r.Fatalf("building cortex-agent for the pods: %v\n%s", err, out)
+	}
+	lay, err := layout.New(filepath.Join(r.dir, "h"), "")
+	if err != nil {
+		r.Fatal(err)
+	}
+	env := sandbox.Env{AgentBinary: func() (string, error) { return bin, nil }, Layout: lay}
+	if c := nsbox.SelfCheck(context.Background(), env); !c.OK {
+		log.Printf("devcluster: the pods' agents run in this process: nsbox cannot run here: %s", c.Summary)
+		return nil, ""
+	}
+	m := nsbox.New(env)
+	r.Cleanup(func() { m.Close() })
+	return m, bin
 }
 
 // runner stands in for a test's testing.T for the control plane and the

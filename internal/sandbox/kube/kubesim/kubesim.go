@@ -68,7 +68,8 @@ type Kubelet struct {
 
 	mu    sync.Mutex
 	stops map[string]func()
-	homes map[string]string
+	homes map[string]string // claim -> its home (with box: its neuron)
+	box   *boxes            // InSandboxes
 	n     int
 	// enforcing: see Enforce; egressOpen: see EnforceIngressOnly.
 	enforcing, egressOpen bool
@@ -140,6 +141,11 @@ func start(t T, core kubernetes.Interface, ag agents.Interface, cfg kube.Config,
 		for _, stop := range k.stops {
 			stop()
 		}
+		if k.box != nil {
+			for claim := range k.homes {
+				k.wipeBox(claim)
+			}
+		}
 	})
 	pw, err := core.CoreV1().Pods(namespace).Watch(ctx, metav1.ListOptions{})
 	k.follow(pw, err, func(ev watch.Event) {
@@ -167,8 +173,13 @@ func start(t T, core kubernetes.Interface, ag agents.Interface, cfg kube.Config,
 			// Its volume goes with it: a claim made again under the
 			// name is a new, empty home.
 			k.mu.Lock()
+			_, had := k.homes[pvc.Name]
 			delete(k.homes, pvc.Name)
+			box := k.box
 			k.mu.Unlock()
+			if box != nil && had {
+				k.wipeBox(pvc.Name)
+			}
 		case pvc.DeletionTimestamp != nil && len(pvc.Finalizers) > 0:
 			k.release(ctx, pvc)
 		}
@@ -412,7 +423,12 @@ func (k *Kubelet) run(ctx context.Context, pod *corev1.Pod) {
 		}
 	}
 	k.mu.Lock()
+	box := k.box
 	home := k.homes[claim]
+	if box != nil {
+		home = "(its neuron)"
+		k.homes[claim] = home
+	}
 	if home == "" {
 		var err error
 		if home, err = os.MkdirTemp(k.root, "home-"); err != nil {
@@ -448,6 +464,20 @@ func (k *Kubelet) run(ctx context.Context, pod *corev1.Pod) {
 		k.t.Errorf("pod %s: %v", pod.Name, err)
 		return
 	}
+	if box != nil {
+		pem, err := k.trustPEM(ctx)
+		listens := false
+		if err == nil {
+			listens, err = k.runBoxed(ctx, pod, claim, ip, addr, pem)
+		}
+		if err != nil && ctx.Err() == nil {
+			k.t.Errorf("pod %s: %v", pod.Name, err)
+		}
+		if listens {
+			k.running(ctx, pod, ip)
+		}
+		return
+	}
 	self := podtoken.Identity{Namespace: pod.Namespace, Pod: pod.Name, UID: string(pod.UID)}
 	// The container's environment: the pod's variables, HOME and the
 	// working directory mapped to this home, PATH the host's.
@@ -478,16 +508,19 @@ func (k *Kubelet) run(ctx context.Context, pod *corev1.Pod) {
 	}
 	// The agent runs as its container's arguments say: its neuron is
 	// its --id ("" in a warm pod of the pool).
-	agentID := ""
+	agentID, workdir := "", ""
 	for _, a := range pod.Spec.Containers[0].Args {
 		if v, ok := strings.CutPrefix(a, "--id="); ok {
 			agentID = v
+		}
+		if v, ok := strings.CutPrefix(a, "--workdir=/home/agent"); ok {
+			workdir = home + v
 		}
 		if v, ok := strings.CutPrefix(a, "--egress="); ok {
 			egressAt = loopbackOf(v, ip)
 		}
 	}
-	a, err := agent.New(agent.Config{ID: agentID, Root: home, Listen: addr, Egress: egressAt, EgressCADir: caDir, EgressCAPEM: []byte(caPEM), Version: "test", Logger: log.New(io.Discard, "", 0), Env: env,
+	a, err := agent.New(agent.Config{ID: agentID, Root: home, Workdir: workdir, Listen: addr, Egress: egressAt, EgressCADir: caDir, EgressCAPEM: []byte(caPEM), Version: "test", Logger: log.New(io.Discard, "", 0), Env: env,
 		TokenCheck: func(tok string) error { _, err := podtoken.Verify(pub, tok, self, time.Now()); return err }})
 	if err != nil {
 		k.t.Error(err)
@@ -499,12 +532,18 @@ func (k *Kubelet) run(ctx context.Context, pod *corev1.Pod) {
 	k.mu.Lock()
 	k.stops[pod.Name] = func() { cancel(); <-done }
 	k.mu.Unlock()
+	k.running(ctx, pod, ip)
+}
+
+// running reports pod running and ready on ip.
+func (k *Kubelet) running(ctx context.Context, pod *corev1.Pod, ip string) {
+	pods := k.core.CoreV1().Pods(pod.Namespace)
 	pod.Status.Phase, pod.Status.PodIP = corev1.PodRunning, ip
 	pod.Status.PodIPs = []corev1.PodIP{{IP: ip}}
 	pod.Status.Conditions = append(pod.Status.Conditions, corev1.PodCondition{Type: corev1.PodReady, Status: corev1.ConditionTrue})
 	pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: kube.AgentContainer, Image: pod.Spec.Containers[0].Image, Ready: true,
 		State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.Now()}}}}
-	_, err = pods.UpdateStatus(ctx, pod, metav1.UpdateOptions{})
+	_, err := pods.UpdateStatus(ctx, pod, metav1.UpdateOptions{})
 	switch {
 	case err == nil, ctx.Err() != nil:
 	case apierrors.IsNotFound(err), apierrors.IsConflict(err):
@@ -537,11 +576,20 @@ func (k *Kubelet) unbound(ctx context.Context, pod *corev1.Pod) string {
 // trustKey reads the public key of the namespace's trust ConfigMap, as
 // a pod that mounts it sees it.
 func (k *Kubelet) trustKey(ctx context.Context) (ed25519.PublicKey, error) {
+	pem, err := k.trustPEM(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return podtoken.ParsePublic(pem)
+}
+
+// trustPEM is the trust ConfigMap's key file.
+func (k *Kubelet) trustPEM(ctx context.Context) (string, error) {
 	cm, err := k.core.CoreV1().ConfigMaps(k.cfg.Namespace).Get(ctx, k.cfg.TrustConfigMap, metav1.GetOptions{})
 	if err != nil {
-		return nil, fmt.Errorf("the trust ConfigMap: %w", err)
+		return "", fmt.Errorf("the trust ConfigMap: %w", err)
 	}
-	return podtoken.ParsePublic(cm.Data[kube.TrustKey])
+	return cm.Data[kube.TrustKey], nil
 }
 
 // loopbackOf is v with the pod's loopback, 127.0.0.1, as this kubelet's
@@ -573,9 +621,15 @@ func (k *Kubelet) podAddress() (string, string, error) {
 // exit code, as a kubelet does.
 func (k *Kubelet) Kill(ctx context.Context, namespace, name string, code int32) error {
 	k.stop(name)
+	return k.terminated(ctx, namespace, name, code, "")
+}
+
+// terminated reports pod name Failed, its agent's container ended with
+// code (and message: its log's last lines).
+func (k *Kubelet) terminated(ctx context.Context, namespace, name string, code int32, message string) error {
 	return k.failPod(ctx, namespace, name, "Error", func(pod *corev1.Pod) {
 		pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: kube.AgentContainer, Image: pod.Spec.Containers[0].Image,
-			State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: code, Reason: "Error", FinishedAt: metav1.Now()}}}}
+			State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: code, Reason: "Error", Message: message, FinishedAt: metav1.Now()}}}}
 	})
 }
 
