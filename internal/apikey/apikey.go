@@ -14,7 +14,10 @@
 // A deployment of several daemons (kube mode's replicas, whose homes are
 // their own and go with their pods) keeps the keys where all of them
 // read them instead: a Shared store (a Secret of the cluster), read
-// again at most every sharedEvery.
+// again at most every sharedEvery. A Shared store that is also a
+// SharedUse keeps when each key was last used too, so that a list
+// through any replica shows the use through every one, and a replica's
+// restart loses none of it.
 package apikey
 
 import (
@@ -25,6 +28,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -98,6 +102,17 @@ type Shared interface {
 	Change(fn func([]byte) ([]byte, error)) error
 }
 
+// SharedUse is a Shared store that also keeps when each key was last
+// used (JSON: name -> time), beside the keys: every daemon writes what it
+// saw, the latest time of each key kept.
+type SharedUse interface {
+	// LoadUsed returns the bytes (nil: none yet).
+	LoadUsed() ([]byte, error)
+	// ChangeUsed stores fn's bytes in place of the ones fn is given,
+	// calling fn again on bytes changed meanwhile by another writer.
+	ChangeUsed(fn func([]byte) ([]byte, error)) error
+}
+
 // sharedEvery is how often a daemon reads shared keys again: a key made
 // or removed through one replica takes effect on the others within it.
 const sharedEvery = time.Second
@@ -115,10 +130,13 @@ type Store struct {
 	loaded  time.Time
 	version string
 	loadErr error
-	// lastUsed is what this process saw; flushed to the used file at
-	// most every usedEvery.
+	// lastUsed is what this process saw; flushed to the used file (or
+	// the SharedUse store: by one goroutine at a time, flushing, which
+	// Flush waits for) at most every usedEvery.
 	lastUsed map[string]time.Time
 	flushed  time.Time
+	flushing bool
+	flushWG  sync.WaitGroup
 }
 
 // usedEvery is how often a daemon writes when its keys were last used.
@@ -273,7 +291,17 @@ func (s *Store) List() ([]Listed, error) {
 		return nil, err
 	}
 	var used map[string]time.Time
-	if err := store.ReadJSON(s.used, &used); err != nil && !errors.Is(err, os.ErrNotExist) {
+	if su, ok := s.shared.(SharedUse); ok {
+		b, err := su.LoadUsed()
+		if err != nil {
+			return nil, fmt.Errorf("the keys' last use (%s): %w", s.shared.Where(), err)
+		}
+		if b != nil {
+			if err := json.Unmarshal(b, &used); err != nil {
+				return nil, fmt.Errorf("the keys' last use (%s): %w", s.shared.Where(), err)
+			}
+		}
+	} else if err := store.ReadJSON(s.used, &used); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("the keys' last use (%s): %w", s.used, err)
 	}
 	out := make([]Listed, len(f.Keys))
@@ -339,43 +367,87 @@ func (s *Store) Named(name string) (*Key, error) {
 	return nil, nil
 }
 
-// Flush writes when each key was last used (a daemon stopping).
+// Flush writes when each key was last used (a daemon stopping), after
+// any write to the shared store in flight.
 func (s *Store) Flush() {
+	s.flushWG.Wait()
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.flushLocked()
+	seen, known, su := s.seenLocked()
+	s.mu.Unlock()
+	if su != nil && seen != nil {
+		su.ChangeUsed(func(b []byte) ([]byte, error) { return mergeUsed(b, seen, known) })
+	}
 }
 
+// flushLocked writes when each key was last used: to the home's file,
+// or, with a SharedUse store, from a goroutine of its own (one at a
+// time: a request never waits on the cluster).
 func (s *Store) flushLocked() {
 	s.flushed = time.Now()
-	if len(s.lastUsed) == 0 {
+	seen, known, su := s.seenLocked()
+	if seen == nil || su == nil || s.flushing {
 		return
 	}
-	var used map[string]time.Time
-	store.ReadJSON(s.used, &used)
-	if used == nil {
-		used = map[string]time.Time{}
+	s.flushing = true
+	s.flushWG.Add(1)
+	go func() {
+		defer s.flushWG.Done()
+		su.ChangeUsed(func(b []byte) ([]byte, error) { return mergeUsed(b, seen, known) }) // a record of use, never worth failing a request
+		s.mu.Lock()
+		s.flushing = false
+		s.mu.Unlock()
+	}()
+}
+
+// seenLocked returns what this process saw of the keys' use (nil:
+// nothing) and which keys are known now (nil: not read yet), writing it
+// to the home's file itself unless the store is a SharedUse, which it
+// returns for the caller to write.
+func (s *Store) seenLocked() (map[string]time.Time, map[string]bool, SharedUse) {
+	if len(s.lastUsed) == 0 {
+		return nil, nil, nil
 	}
-	for n, t := range s.lastUsed {
+	seen := maps.Clone(s.lastUsed)
+	var known map[string]bool
+	if s.byHash != nil {
+		known = map[string]bool{}
+		for _, k := range s.byHash {
+			known[k.Name] = true
+		}
+	}
+	if su, ok := s.shared.(SharedUse); ok {
+		return seen, known, su
+	}
+	var old []byte
+	if b, err := os.ReadFile(s.used); err == nil {
+		old = b
+	}
+	if b, err := mergeUsed(old, seen, known); err == nil {
+		_ = store.WriteFileAtomic(s.used, b, 0o600) // a record of use, never worth failing a request
+	}
+	return nil, nil, nil
+}
+
+// mergeUsed is the record of use b with seen's times where they are
+// later, less the keys not in known (removed ones; nil: keep all).
+func mergeUsed(b []byte, seen map[string]time.Time, known map[string]bool) ([]byte, error) {
+	used := map[string]time.Time{}
+	if len(b) > 0 {
+		if err := json.Unmarshal(b, &used); err != nil {
+			used = map[string]time.Time{} // a damaged record is written afresh
+		}
+	}
+	for n, t := range seen {
 		if t.After(used[n]) {
 			used[n] = t
 		}
 	}
 	for n := range used {
-		if s.byHash != nil && !s.known(n) {
-			delete(used, n) // a removed key (when the keys are known now)
+		if known != nil && !known[n] {
+			delete(used, n)
 		}
 	}
-	_ = store.WriteJSON(s.used, used, 0o600) // a record of use, never worth failing a request
-}
-
-func (s *Store) known(name string) bool {
-	for _, k := range s.byHash {
-		if k.Name == name {
-			return true
-		}
-	}
-	return false
+	return json.Marshal(used)
 }
 
 // fileStamp tells versions of the keys file apart.

@@ -3,6 +3,8 @@ package apikey_test
 import (
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -55,6 +57,78 @@ func (m *memShared) Change(fn func([]byte) ([]byte, error)) error {
 			return nil
 		}
 		m.mu.Unlock() // changed meanwhile: again, on the new bytes
+	}
+}
+
+// memUsed is a memShared that keeps the keys' use too (SharedUse).
+type memUsed struct {
+	memShared
+	used memShared
+}
+
+func (m *memUsed) LoadUsed() ([]byte, error) {
+	b, _, err := m.used.Load()
+	return b, err
+}
+
+func (m *memUsed) ChangeUsed(fn func([]byte) ([]byte, error)) error { return m.used.Change(fn) }
+
+// Where the keys' store keeps their use too, a key used through one
+// daemon shows as used in a list through the other, a daemon with a new
+// home (a replica's restart) loses none of it, and the later of two
+// daemons' times is kept.
+func TestSharedUse(t *testing.T) {
+	sh := &memUsed{}
+	a := apikey.OpenShared(layout.Layout{Home: t.TempDir()}, sh)
+	bHome := t.TempDir()
+	b := apikey.OpenShared(layout.Layout{Home: bHome}, sh)
+	tok, _, err := a.Create(apikey.Key{Name: "ci", Scopes: []gate.Scope{gate.ScopeRead}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := a.Create(apikey.Key{Name: "idle", Scopes: []gate.Scope{gate.ScopeRead}}); err != nil {
+		t.Fatal(err)
+	}
+	if k, err := a.Lookup(tok); err != nil || k == nil {
+		t.Fatalf("lookup: %+v %v", k, err)
+	}
+	a.Flush()
+	lastUse := func(st *apikey.Store, name string) time.Time {
+		t.Helper()
+		list, err := st.List()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range list {
+			if l.Name == name {
+				return l.LastUsed
+			}
+		}
+		t.Fatalf("no key %s in %+v", name, list)
+		return time.Time{}
+	}
+	first := lastUse(b, "ci")
+	if first.IsZero() || !lastUse(b, "idle").IsZero() {
+		t.Fatalf("through the other daemon: ci used at %v, idle at %v", first, lastUse(b, "idle"))
+	}
+	restarted := apikey.OpenShared(layout.Layout{Home: t.TempDir()}, sh)
+	if got := lastUse(restarted, "ci"); !got.Equal(first) {
+		t.Errorf("a daemon with a new home: ci used at %v, want %v", got, first)
+	}
+	if _, err := os.Stat(filepath.Join(bHome, "api-keys.used.json")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the use went to a daemon's home: %v", err)
+	}
+	// b uses it a second later; a's older time, written after, loses.
+	if !waittest.Until(3*time.Second, func() bool { return time.Now().UTC().Truncate(time.Second).After(first) }) {
+		t.Fatal("the clock did not move")
+	}
+	if k, err := b.Lookup(tok); err != nil || k == nil {
+		t.Fatalf("b's lookup: %+v %v", k, err)
+	}
+	b.Flush()
+	a.Flush()
+	if got := lastUse(a, "ci"); !got.After(first) {
+		t.Errorf("after b's later use: %v, want after %v", got, first)
 	}
 }
 

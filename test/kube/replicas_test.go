@@ -175,7 +175,8 @@ func TestReplicas(t *testing.T) {
 
 	// API keys are the cluster's too (kube.api_keys): a key made in one
 	// replica works through the other, and through a replica started
-	// again with a new home (a pod replaced: its emptyDir gone); one
+	// again with a new home (a pod replaced: its emptyDir gone), which
+	// also sees when it was last used; one
 	// removed through either is refused by both within a few seconds.
 	lines := strings.Split(strings.TrimSpace(in(0, "token", "create", "--scope", "admin", "team")), "\n")
 	key := lines[len(lines)-1]
@@ -191,6 +192,12 @@ func TestReplicas(t *testing.T) {
 	if out := in(0, "token", "list"); !strings.Contains(out, "team") {
 		t.Errorf("token list in replica 0 with a new home:\n%s", out)
 	}
+	// When it was last used is the cluster's too: its use through
+	// replica 1 shows in a list in replica 0, whose home is new.
+	waittest.For(t, 15*time.Second, "the key's use through replica 1 to show in replica 0", func() bool {
+		out := in(0, "token", "list")
+		return strings.Contains(out, "team") && !strings.Contains(out, "never")
+	})
 	in(1, "token", "rm", "team")
 	for i := range replicas {
 		waittest.For(t, 10*time.Second, fmt.Sprintf("replica %d to refuse the removed key", i), func() bool {

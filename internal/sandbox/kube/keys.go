@@ -19,8 +19,13 @@ import (
 // each daemon's keys are its home's.
 const EnvAPIKeys = "NSYS_CORTEX_KUBE_API_KEYS"
 
-// apiKeysData is the Secret's key that holds the keys file.
-const apiKeysData = "api-keys.json"
+// apiKeysData is the Secret's key that holds the keys file; apiUsedData
+// the one that holds when each was last used (apikey.SharedUse), which
+// every replica writes at most every 10 s.
+const (
+	apiKeysData = "api-keys.json"
+	apiUsedData = "api-keys.used.json"
+)
 
 // SecretKeys keeps the API keys' file (apikey.Shared) in a Secret, so
 // that a key made through one replica works through every other and
@@ -74,10 +79,35 @@ func (s *SecretKeys) Load() ([]byte, string, error) {
 	return sec.Data[apiKeysData], sec.ResourceVersion, nil
 }
 
+// LoadUsed returns when each key was last used (apikey.SharedUse), nil
+// when that is not there yet.
+func (s *SecretKeys) LoadUsed() ([]byte, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	sec, err := s.Core.CoreV1().Secrets(s.Namespace).Get(ctx, s.Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, explain(err, "get", "secrets", s.Namespace)
+	}
+	return sec.Data[apiUsedData], nil
+}
+
+// ChangeUsed is Change for when each key was last used.
+func (s *SecretKeys) ChangeUsed(fn func([]byte) ([]byte, error)) error {
+	return s.change(apiUsedData, fn)
+}
+
 // Change writes fn's bytes in place of the Secret's, making it when it is
 // not there, and calls fn again when another writer changed it between
 // the read and the write (the update names the version it read).
 func (s *SecretKeys) Change(fn func([]byte) ([]byte, error)) error {
+	return s.change(apiKeysData, fn)
+}
+
+// change is Change of the Secret's key data.
+func (s *SecretKeys) change(data string, fn func([]byte) ([]byte, error)) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	secrets := s.Core.CoreV1().Secrets(s.Namespace)
@@ -90,7 +120,7 @@ func (s *SecretKeys) Change(fn func([]byte) ([]byte, error)) error {
 				return err
 			}
 			sec = &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: s.Name, Namespace: s.Namespace, Labels: map[string]string{LabelManaged: managedBy}},
-				Type: corev1.SecretTypeOpaque, Data: map[string][]byte{apiKeysData: b}}
+				Type: corev1.SecretTypeOpaque, Data: map[string][]byte{data: b}}
 			_, err = secrets.Create(ctx, sec, metav1.CreateOptions{})
 			if apierrors.IsAlreadyExists(err) {
 				continue // another made it first: change theirs
@@ -106,14 +136,14 @@ func (s *SecretKeys) Change(fn func([]byte) ([]byte, error)) error {
 		case err != nil:
 			return explain(err, "get", "secrets", s.Namespace)
 		}
-		b, err := fn(sec.Data[apiKeysData])
+		b, err := fn(sec.Data[data])
 		if err != nil {
 			return err
 		}
 		if sec.Data == nil {
 			sec.Data = map[string][]byte{}
 		}
-		sec.Data[apiKeysData] = b
+		sec.Data[data] = b
 		_, err = secrets.Update(ctx, sec, metav1.UpdateOptions{})
 		if apierrors.IsConflict(err) {
 			continue // changed since it was read: again, on the new keys

@@ -12,6 +12,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
+	"github.com/nsys-cortex/cortex/internal/apikey"
 	"github.com/nsys-cortex/cortex/internal/protocol/errdefs"
 )
 
@@ -19,6 +20,9 @@ import (
 // Cortex's; a change that loses a race (409 on the update, or another
 // making the Secret first) is done again on the winner's bytes; a refusal
 // is an error that names the Secret's verb.
+// SecretKeys keeps the keys' use beside them (apikey.SharedUse).
+var _ apikey.SharedUse = (*SecretKeys)(nil)
+
 func TestSecretKeys(t *testing.T) {
 	core := fake.NewClientset()
 	s := &SecretKeys{Core: core, Namespace: "nsys-cortex", Name: "nsys-cortex-api-keys"}
@@ -60,6 +64,20 @@ func TestSecretKeys(t *testing.T) {
 	}
 	if b, _, _ := s.Load(); string(b) != "ab" || calls != 2 {
 		t.Fatalf("after a conflicted change: %q (%d calls)", b, calls)
+	}
+	// When the keys were last used: beside them, in the same Secret, the
+	// keys untouched.
+	if b, err := s.LoadUsed(); err != nil || b != nil {
+		t.Fatalf("no use yet: %q %v", b, err)
+	}
+	if err := s.ChangeUsed(func(b []byte) ([]byte, error) { return append(b, 'u'), nil }); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := s.LoadUsed(); err != nil || string(b) != "u" {
+		t.Fatalf("the use: %q %v", b, err)
+	}
+	if b, _, _ := s.Load(); string(b) != "ab" {
+		t.Fatalf("the keys after a change of their use: %q", b)
 	}
 	// fn's error is the change's, and nothing is written.
 	if err := s.Change(func([]byte) ([]byte, error) { return nil, errors.New("no such key") }); err == nil || err.Error() != "no such key" {
