@@ -84,6 +84,12 @@ func (k *Kubelet) runBoxed(ctx context.Context, pod *corev1.Pod, claim, ip, addr
 	if _, err := b.m.Create(ctx, nid, sandbox.CreateOptions{Network: sandbox.Network{Mode: sandbox.NetworkFull}}); err != nil {
 		return false, fmt.Errorf("the pod's sandbox: %w", err)
 	}
+	listens := false
+	defer func() {
+		if !listens { // the pod did not start: its processes go, its home stays
+			b.m.Destroy(context.WithoutCancel(ctx), nid, sandbox.DestroyOptions{})
+		}
+	}()
 	c, err := b.m.Connect(ctx, nid)
 	if err != nil {
 		return false, err
@@ -150,7 +156,7 @@ func (k *Kubelet) runBoxed(ctx context.Context, pod *corev1.Pod, claim, ip, addr
 	// first (it refused its trust key) fails its pod, as a container
 	// that exits does.
 	if err := readyOrEnded(ctx, addr, ended); err != nil {
-		b.m.Destroy(context.WithoutCancel(ctx), nid, sandbox.DestroyOptions{})
+		b.m.Destroy(context.WithoutCancel(ctx), nid, sandbox.DestroyOptions{}) // the attach ends, and says how
 		select {
 		case end := <-ended:
 			return false, k.terminated(ctx, pod.Namespace, pod.Name, int32(end.code), end.message)
@@ -158,6 +164,7 @@ func (k *Kubelet) runBoxed(ctx context.Context, pod *corev1.Pod, claim, ip, addr
 			return false, err
 		}
 	}
+	listens = true
 	stopped := make(chan struct{})
 	var once sync.Once
 	stop := func() {
