@@ -28,7 +28,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -131,12 +130,13 @@ type Store struct {
 	version string
 	loadErr error
 	// lastUsed is what this process saw; flushed to the used file (or
-	// the SharedUse store: by one goroutine at a time, flushing, which
-	// Flush waits for) at most every usedEvery.
+	// the SharedUse store: by one goroutine at a time, which closes
+	// inflight when done and Flush waits for) at most every usedEvery.
+	// closed: Flush was called, and no goroutine starts after it.
 	lastUsed map[string]time.Time
 	flushed  time.Time
-	flushing bool
-	flushWG  sync.WaitGroup
+	inflight chan struct{}
+	closed   bool
 }
 
 // usedEvery is how often a daemon writes when its keys were last used.
@@ -274,7 +274,7 @@ func (s *Store) Create(k Key) (string, *Key, error) {
 // Remove removes key name: the daemon refuses its token from its next
 // request on.
 func (s *Store) Remove(name string) error {
-	return s.change(func(f *keysFile) error {
+	err := s.change(func(f *keysFile) error {
 		i := slices.IndexFunc(f.Keys, func(k Key) bool { return k.Name == name })
 		if i < 0 {
 			return fmt.Errorf("key %s: %w (nsys-cortex token list shows them)", name, ErrNotFound)
@@ -282,6 +282,23 @@ func (s *Store) Remove(name string) error {
 		f.Keys = slices.Delete(f.Keys, i, i+1)
 		return nil
 	})
+	if err == nil {
+		// Its record of use goes with it (a key made again under the
+		// name starts unused); a record of use, never worth failing for.
+		drop := func(b []byte) ([]byte, error) {
+			used := parseUsed(b)
+			delete(used, name)
+			return json.Marshal(used)
+		}
+		if su, ok := s.shared.(SharedUse); ok {
+			su.ChangeUsed(drop)
+		} else if b, err := os.ReadFile(s.used); err == nil {
+			if nb, err := drop(b); err == nil {
+				store.WriteFileAtomic(s.used, nb, 0o600)
+			}
+		}
+	}
+	return err
 }
 
 // List returns the keys by name, each with when it was last used.
@@ -290,20 +307,19 @@ func (s *Store) List() ([]Listed, error) {
 	if err != nil {
 		return nil, err
 	}
-	var used map[string]time.Time
+	// The record of use is read as far as it can be: a damaged one (a
+	// daemon's write cut short, a hand-edited Secret) shows the keys as
+	// unused, and the next flush writes it afresh; it never keeps the
+	// keys from being listed, nor a daemon from starting.
+	var b []byte
 	if su, ok := s.shared.(SharedUse); ok {
-		b, err := su.LoadUsed()
-		if err != nil {
+		if b, err = su.LoadUsed(); err != nil {
 			return nil, fmt.Errorf("the keys' last use (%s): %w", s.shared.Where(), err)
 		}
-		if b != nil {
-			if err := json.Unmarshal(b, &used); err != nil {
-				return nil, fmt.Errorf("the keys' last use (%s): %w", s.shared.Where(), err)
-			}
-		}
-	} else if err := store.ReadJSON(s.used, &used); err != nil && !errors.Is(err, os.ErrNotExist) {
+	} else if b, err = os.ReadFile(s.used); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("the keys' last use (%s): %w", s.used, err)
 	}
+	used := parseUsed(b)
 	out := make([]Listed, len(f.Keys))
 	for i, k := range f.Keys {
 		out[i] = Listed{Key: k, LastUsed: used[k.Name]}
@@ -368,46 +384,52 @@ func (s *Store) Named(name string) (*Key, error) {
 }
 
 // Flush writes when each key was last used (a daemon stopping), after
-// any write to the shared store in flight.
+// the write to the shared store in flight, if any; no write starts after
+// it but its own.
 func (s *Store) Flush() {
-	s.flushWG.Wait()
 	s.mu.Lock()
-	seen, known, su := s.seenLocked()
+	s.closed = true
+	inflight := s.inflight
 	s.mu.Unlock()
-	if su != nil && seen != nil {
-		su.ChangeUsed(func(b []byte) ([]byte, error) { return mergeUsed(b, seen, known) })
+	if inflight != nil {
+		<-inflight
+	}
+	s.mu.Lock()
+	seen, su := s.seenLocked()
+	s.mu.Unlock()
+	if su != nil {
+		su.ChangeUsed(func(b []byte) ([]byte, error) { return mergeUsed(b, seen) })
 	}
 }
 
 // flushLocked writes when each key was last used: to the home's file,
 // or, with a SharedUse store, from a goroutine of its own (one at a
-// time: a request never waits on the cluster).
+// time, none after Flush: a request never waits on the cluster).
 func (s *Store) flushLocked() {
 	s.flushed = time.Now()
-	seen, known, su := s.seenLocked()
-	if seen == nil || su == nil || s.flushing {
+	if s.closed || s.inflight != nil {
 		return
 	}
-	s.flushing = true
-	s.flushWG.Add(1)
+	seen, su := s.seenLocked()
+	if su == nil {
+		return
+	}
+	done := make(chan struct{})
+	s.inflight = done
 	go func() {
-		defer s.flushWG.Done()
-		su.ChangeUsed(func(b []byte) ([]byte, error) { return mergeUsed(b, seen, known) }) // a record of use, never worth failing a request
+		defer close(done)
+		su.ChangeUsed(func(b []byte) ([]byte, error) { return mergeUsed(b, seen) }) // a record of use, never worth failing a request
 		s.mu.Lock()
-		s.flushing = false
+		s.inflight = nil
 		s.mu.Unlock()
 	}()
 }
 
-// seenLocked returns what this process saw of the keys' use (nil:
-// nothing) and which keys are known now (nil: not read yet), writing it
-// to the home's file itself unless the store is a SharedUse, which it
-// returns for the caller to write.
-func (s *Store) seenLocked() (map[string]time.Time, map[string]bool, SharedUse) {
-	if len(s.lastUsed) == 0 {
-		return nil, nil, nil
-	}
-	seen := maps.Clone(s.lastUsed)
+// seenLocked returns what this process saw of the keys' use, of the
+// keys it knows now (all it saw, before it has read them): written to
+// the home's file here, or returned with the SharedUse store for the
+// caller to write (nil: nothing to write).
+func (s *Store) seenLocked() (map[string]time.Time, SharedUse) {
 	var known map[string]bool
 	if s.byHash != nil {
 		known = map[string]bool{}
@@ -415,39 +437,46 @@ func (s *Store) seenLocked() (map[string]time.Time, map[string]bool, SharedUse) 
 			known[k.Name] = true
 		}
 	}
+	seen := map[string]time.Time{}
+	for n, t := range s.lastUsed {
+		if known == nil || known[n] {
+			seen[n] = t
+		}
+	}
+	if len(seen) == 0 {
+		return nil, nil
+	}
 	if su, ok := s.shared.(SharedUse); ok {
-		return seen, known, su
+		return seen, su
 	}
-	var old []byte
-	if b, err := os.ReadFile(s.used); err == nil {
-		old = b
-	}
-	if b, err := mergeUsed(old, seen, known); err == nil {
+	old, _ := os.ReadFile(s.used)
+	if b, err := mergeUsed(old, seen); err == nil {
 		_ = store.WriteFileAtomic(s.used, b, 0o600) // a record of use, never worth failing a request
 	}
-	return nil, nil, nil
+	return nil, nil
 }
 
 // mergeUsed is the record of use b with seen's times where they are
-// later, less the keys not in known (removed ones; nil: keep all).
-func mergeUsed(b []byte, seen map[string]time.Time, known map[string]bool) ([]byte, error) {
-	used := map[string]time.Time{}
-	if len(b) > 0 {
-		if err := json.Unmarshal(b, &used); err != nil {
-			used = map[string]time.Time{} // a damaged record is written afresh
-		}
-	}
+// later. It drops nothing: a key's record goes when the key is removed
+// (Remove), not when a daemon that has not read the keys since it was
+// made does not know it.
+func mergeUsed(b []byte, seen map[string]time.Time) ([]byte, error) {
+	used := parseUsed(b)
 	for n, t := range seen {
 		if t.After(used[n]) {
 			used[n] = t
 		}
 	}
-	for n := range used {
-		if known != nil && !known[n] {
-			delete(used, n)
-		}
-	}
 	return json.Marshal(used)
+}
+
+// parseUsed reads a record of use; a damaged one (or none) is empty.
+func parseUsed(b []byte) map[string]time.Time {
+	var used map[string]time.Time
+	if len(b) == 0 || json.Unmarshal(b, &used) != nil || used == nil {
+		return map[string]time.Time{}
+	}
+	return used
 }
 
 // fileStamp tells versions of the keys file apart.
