@@ -105,7 +105,11 @@ func program(o Options) ([]bpf.RawInstruction, error) {
 
 	a.label("family") // socket(domain, ...), socketpair(domain, ...)
 	a.add(bpf.LoadAbsolute{Off: offArg0, Size: 4})
-	for _, af := range []uint32{unix.AF_UNIX, unix.AF_INET, unix.AF_INET6, unix.AF_NETLINK} {
+	families := []uint32{unix.AF_UNIX, unix.AF_INET, unix.AF_INET6, unix.AF_NETLINK}
+	if o.Proxy {
+		families = families[1:]
+	}
+	for _, af := range families {
 		a.jumpIfEqual(af, "allow")
 	}
 	a.add(bpf.RetConstant{Val: noAFSup})
@@ -172,6 +176,22 @@ type Options struct {
 	// their own (and mount inside them): the policy's explicit consent to
 	// inner sandboxes.
 	NestedUserns bool
+	// Proxy is the host's end of an egress tunnel (EgressTunnel), which
+	// after its start only relays: beside DenyFiles' Landlock domain,
+	// which does not cover them, it changes no file's mode, owner,
+	// attributes or times, listens on no socket (an unbound listen picks
+	// a port of its own, past Landlock's bind right), and makes no Unix
+	// socket (a path's socket is reached by connect, past Landlock too).
+	Proxy bool
+}
+
+// proxyDenied are the calls a Proxy is denied besides denied.
+var proxyDenied = map[string]uint32{
+	"fchmod": unix.SYS_FCHMOD, "fchmodat": unix.SYS_FCHMODAT, "fchmodat2": unix.SYS_FCHMODAT2,
+	"fchown": unix.SYS_FCHOWN, "fchownat": unix.SYS_FCHOWNAT,
+	"setxattr": unix.SYS_SETXATTR, "lsetxattr": unix.SYS_LSETXATTR, "fsetxattr": unix.SYS_FSETXATTR, "setxattrat": unix.SYS_SETXATTRAT,
+	"removexattr": unix.SYS_REMOVEXATTR, "lremovexattr": unix.SYS_LREMOVEXATTR, "fremovexattr": unix.SYS_FREMOVEXATTR,
+	"removexattrat": unix.SYS_REMOVEXATTRAT, "utimensat": unix.SYS_UTIMENSAT, "listen": unix.SYS_LISTEN,
 }
 
 func deniedNumbers(o Options) []uint32 {
@@ -184,6 +204,14 @@ func deniedNumbers(o Options) []uint32 {
 	}
 	for _, nr := range deniedHere {
 		out = append(out, nr)
+	}
+	if o.Proxy {
+		for _, nr := range proxyDenied {
+			out = append(out, nr)
+		}
+		for _, nr := range proxyDeniedHere {
+			out = append(out, nr)
+		}
 	}
 	slices.Sort(out)
 	return out

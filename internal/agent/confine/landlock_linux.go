@@ -99,9 +99,11 @@ const (
 // Landlock domain that opens, makes, removes and runs no file and binds
 // no TCP port: what a process needs that has read its files already and
 // serves only on descriptors it holds (the host's end of an egress
-// tunnel: a flaw in its proxy then reaches no file of the user it runs
+// tunnel: a flaw in its proxy then opens no file of the user it runs
 // as, the host's signing key among them). Descriptors open before stay
-// usable. Where the domain also scopes (ABI 6 for abstract Unix
+// usable. Landlock does not cover a file's mode, owner, attributes or
+// times, a listen without a bind, nor connecting to a path's Unix
+// socket: Options.Proxy's seccomp filter denies those. Where the domain also scopes (ABI 6 for abstract Unix
 // sockets, LandlockSignalABI for signals), the process reaches no
 // abstract socket and signals no process made outside it. A domain is a
 // thread's, so each thread of the Go runtime restricts itself (threads

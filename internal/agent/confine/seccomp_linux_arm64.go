@@ -10,3 +10,7 @@ const x32Bit = 0
 
 // deniedHere are the denied calls only this architecture has.
 var deniedHere = map[string]uint32{}
+
+// proxyDeniedHere are the calls of Options.Proxy only this architecture
+// has: none.
+var proxyDeniedHere = map[string]uint32{}

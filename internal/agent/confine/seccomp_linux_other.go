@@ -9,3 +9,5 @@ const nativeArch = 0
 const x32Bit = 0
 
 var deniedHere = map[string]uint32{}
+
+var proxyDeniedHere = map[string]uint32{}

@@ -81,7 +81,7 @@ func EgressTunnel(args []string) int {
 	} else if why != "" {
 		logf("%s", why)
 	}
-	if err := Apply(Options{}); err != nil {
+	if err := Apply(Options{Proxy: true}); err != nil {
 		logf("%v", err)
 		return 1
 	}

@@ -77,6 +77,36 @@ func run(dir, portArg string) int {
 	if n, err := kept.Read(b); err != nil || string(b[:n]) != "kept" {
 		say("the descriptor opened before: " + errString(err))
 	}
+	// What Landlock leaves, the proxy's seccomp filter takes: a file's
+	// mode, owner, attributes and times, a listen (which binds a port of
+	// its own), a Unix socket.
+	if err := confine.Apply(confine.Options{Proxy: true}); err != nil {
+		say("Apply: " + err.Error())
+		return 1
+	}
+	secret := filepath.Join(dir, "secret")
+	eperm := func(what string, err error) {
+		if !errors.Is(err, unix.EPERM) {
+			say(what + ": " + errString(err) + ", want EPERM")
+		}
+	}
+	eperm("chmod", unix.Chmod(secret, 0o644))
+	eperm("fchmod", kept.Chmod(0o666))
+	eperm("chown", unix.Chown(secret, 1, 1))
+	eperm("setxattr", unix.Setxattr(secret, "user.x", []byte("y"), 0))
+	eperm("utimes", unix.UtimesNano(secret, []unix.Timespec{{}, {}}))
+	if s, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0); err == nil {
+		eperm("listen without bind", unix.Listen(s, 1))
+		unix.Close(s)
+	} else {
+		say("a TCP socket: " + err.Error())
+	}
+	if _, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM, 0); !errors.Is(err, unix.EAFNOSUPPORT) {
+		say("a Unix socket: " + errString(err) + ", want EAFNOSUPPORT")
+	}
+	if _, _, err := os.Pipe(); err != nil {
+		say("a pipe (the runtime's own): " + err.Error())
+	}
 	return 0
 }
 
