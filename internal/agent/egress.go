@@ -82,16 +82,25 @@ func (a *Agent) egressTunnel(req *request) (any, []byte, error) {
 		w.held = false
 		w.mu.Unlock()
 	}()
-	if err := req.event(protocol.StreamConnected, struct{}{}); err != nil {
-		return nil, nil, err
-	}
 	// Writes wait for the host's credit under their own context, ended
 	// with the stream: a host that stops granting and sends its EOF does
 	// not keep a write, and the tunnel, waiting.
 	wctx, cancel := context.WithCancel(req.ctx)
 	defer cancel()
 	s := &reqStream{req: req, wctx: wctx}
+	// The stream is the tunnel's before the host hears "connected", so a
+	// program's connection made as soon as it has is carried, not
+	// answered 502; and nothing of the tunnel's is written before that
+	// event (a write waits for s.mu).
+	s.mu.Lock()
 	done := w.tunnel.Attach(s)
+	err := req.event(protocol.StreamConnected, struct{}{})
+	s.mu.Unlock()
+	if err != nil {
+		cancel()
+		w.tunnel.Detach(done) // its reader ends with the request
+		return nil, nil, err
+	}
 	<-done // until a read fails: the host's EOF, or the request's end
 	cancel()
 	w.tunnel.Detach(done) // connections from now on are answered 502, none written here
