@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -154,6 +155,9 @@ func installCRDs(t T, cfg *rest.Config) {
 		}
 		names = append(names, crd.Name)
 	}
+	// Established, and in discovery too: a controller's REST mapper reads
+	// discovery, which the server updates after the condition (a
+	// controller started in between failed with "no matches for kind").
 	established := func() bool {
 		for _, n := range names {
 			crd, err := cs.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, n, metav1.GetOptions{})
@@ -166,6 +170,12 @@ func installCRDs(t T, cfg *rest.Config) {
 			}
 			if !ok {
 				return false
+			}
+			for _, v := range crd.Spec.Versions {
+				list, err := cs.Discovery().ServerResourcesForGroupVersion(crd.Spec.Group + "/" + v.Name)
+				if err != nil || !slices.ContainsFunc(list.APIResources, func(r metav1.APIResource) bool { return r.Kind == crd.Spec.Names.Kind }) {
+					return false
+				}
 			}
 		}
 		return true
