@@ -1,14 +1,18 @@
 package sandbox
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"net"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/nsys-cortex/cortex/internal/protocol"
 	"github.com/nsys-cortex/cortex/internal/protocol/allowlist"
+	"github.com/nsys-cortex/cortex/internal/protocol/boot"
 )
 
 // CheckNetwork checks the shape of a network request, whatever a mode then
@@ -104,4 +108,34 @@ func AllowSecretHosts(opts *CreateOptions) error {
 		}
 	}
 	return nil
+}
+
+// SecretPlaceholders gives each secret a placeholder of its own, new at
+// each call (at every start): the secrets as the egress proxy takes them,
+// and the neuron's variables, which hold the placeholders.
+func SecretPlaceholders(list []Secret) ([]boot.EgressSecret, []string) {
+	var out []boot.EgressSecret
+	var env []string
+	for _, s := range list {
+		b := make([]byte, 16)
+		rand.Read(b) // never fails (crypto/rand)
+		p := "cortex-placeholder-" + hex.EncodeToString(b)
+		out = append(out, boot.EgressSecret{Name: s.Name, Placeholder: p, Value: s.Value, Hosts: slices.Clone(s.Hosts)})
+		env = append(env, s.Name+"="+p)
+	}
+	return out, env
+}
+
+// UpstreamCAs reads the authorities the egress proxy checks the servers
+// of a neuron's secrets against besides the host's roots (the operator's
+// egress.upstream_ca file, path; "": none).
+func UpstreamCAs(path string) (string, error) {
+	if path == "" {
+		return "", nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("egress.upstream_ca: %w", err)
+	}
+	return string(b), nil
 }

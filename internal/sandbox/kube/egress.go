@@ -18,6 +18,7 @@ import (
 	"github.com/nsys-cortex/cortex/internal/link"
 	"github.com/nsys-cortex/cortex/internal/protocol"
 	"github.com/nsys-cortex/cortex/internal/protocol/boot"
+	"github.com/nsys-cortex/cortex/internal/sandbox"
 	"github.com/nsys-cortex/cortex/internal/sandbox/internal/vmguest"
 )
 
@@ -141,7 +142,7 @@ func (m *Manager) proxyProcess(id string, rules []string, secrets *boot.EgressTu
 	var sealed []byte // what each process reads on its pipe
 	if secrets != nil {
 		s := *secrets
-		if s.UpstreamCAs, err = m.upstreamCAs(); err != nil {
+		if s.UpstreamCAs, err = sandbox.UpstreamCAs(m.EgressUpstreamCA); err != nil {
 			return nil, nil, err
 		}
 		if sealed, err = json.Marshal(s); err != nil {

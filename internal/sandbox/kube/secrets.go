@@ -7,11 +7,9 @@ import (
 	"crypto/hkdf"
 	"crypto/rand"
 	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
@@ -61,17 +59,14 @@ type neuronSecrets struct {
 // makeSecrets gives each of list a placeholder of its own, makes their
 // authority, and seals them for neuron id of namespace with key's.
 func makeSecrets(key ed25519.PrivateKey, namespace, id string, list []sandbox.Secret) (*neuronSecrets, error) {
-	var payload boot.EgressTunnelSecrets
+	payload := boot.EgressTunnelSecrets{}
+	var env []string
+	payload.Secrets, env = sandbox.SecretPlaceholders(list)
 	var clear []sandbox.SecretPolicy
-	var hosts, env []string
+	var hosts []string
 	for _, s := range list {
-		b := make([]byte, 16)
-		rand.Read(b) // never fails (crypto/rand)
-		p := "cortex-placeholder-" + hex.EncodeToString(b)
-		payload.Secrets = append(payload.Secrets, boot.EgressSecret{Name: s.Name, Placeholder: p, Value: s.Value, Hosts: slices.Clone(s.Hosts)})
 		clear = append(clear, sandbox.SecretPolicy{Name: s.Name, Hosts: slices.Clone(s.Hosts)})
 		hosts = append(hosts, s.Hosts...)
-		env = append(env, s.Name+"="+p)
 	}
 	cert, ckey, err := egressca.New(hosts)
 	if err != nil {
@@ -189,17 +184,4 @@ func sealedForPod(sec boot.EgressTunnelSecrets, pod *corev1.Pod) error {
 		}
 	}
 	return nil
-}
-
-// upstreamCAs reads the authorities the proxy checks the secrets'
-// servers against besides the host's roots (egress.upstream_ca), or "".
-func (m *Manager) upstreamCAs() (string, error) {
-	if m.EgressUpstreamCA == "" {
-		return "", nil
-	}
-	b, err := os.ReadFile(m.EgressUpstreamCA)
-	if err != nil {
-		return "", fmt.Errorf("egress.upstream_ca: %w", err)
-	}
-	return string(b), nil
 }

@@ -23,8 +23,6 @@ package nsbox
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -505,18 +503,13 @@ func (r *runtime) plan(req *lifecycle.StartRequest, who identity, ceil *ceilings
 		cfg.Egress = &boot.NsboxEgress{Allow: opts.Network.Allow, Listen: EgressProxy}
 		proxyEnv = sandbox.ProxyEnv(EgressProxy, id)
 		if len(opts.Secrets) > 0 {
-			secrets, env, err := r.secrets(opts.Secrets)
+			secrets, env := sandbox.SecretPlaceholders(opts.Secrets)
+			cfg.Egress.Secrets, proxyEnv = secrets, append(append(proxyEnv, env...), boot.EgressCAEnv()...)
+			upstream, err := sandbox.UpstreamCAs(r.env.EgressUpstreamCA)
 			if err != nil {
 				return nil, err
 			}
-			cfg.Egress.Secrets, proxyEnv = secrets, append(append(proxyEnv, env...), boot.EgressCAEnv()...)
-			if f := r.env.EgressUpstreamCA; f != "" {
-				pem, err := os.ReadFile(f) // the operator's file
-				if err != nil {
-					return nil, fmt.Errorf("egress.upstream_ca: %w", err)
-				}
-				cfg.Egress.UpstreamCAs = string(pem)
-			}
+			cfg.Egress.UpstreamCAs = upstream
 		}
 	}
 	if opts.Image != "" {
@@ -593,21 +586,3 @@ var _ lifecycle.SecretProxy = (*runtime)(nil)
 // ProxiesSecrets implements lifecycle.SecretProxy: PID 1's egress proxy
 // puts them in.
 func (r *runtime) ProxiesSecrets() {}
-
-// secrets gives each secret a placeholder of its own, new at every start,
-// and returns them for PID 1 and the placeholders for the neuron's
-// environment.
-func (r *runtime) secrets(list []sandbox.Secret) ([]boot.EgressSecret, []string, error) {
-	var out []boot.EgressSecret
-	var env []string
-	for _, s := range list {
-		b := make([]byte, 16)
-		if _, err := rand.Read(b); err != nil {
-			return nil, nil, err
-		}
-		p := "cortex-placeholder-" + hex.EncodeToString(b)
-		out = append(out, boot.EgressSecret{Name: s.Name, Placeholder: p, Value: s.Value, Hosts: slices.Clone(s.Hosts)})
-		env = append(env, s.Name+"="+p)
-	}
-	return out, env, nil
-}
