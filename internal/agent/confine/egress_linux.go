@@ -52,12 +52,18 @@ func HostBundle() []byte {
 // files, the host's roots are read now, while this process still sees the
 // host's /etc.
 func (plan *EgressPlan) WithSecrets(list []boot.EgressSecret, upstreamCAs string) error {
-	return plan.withSecrets(list, upstreamCAs, nil, nil)
+	if err := plan.withSecrets(list, upstreamCAs, nil, nil); err != nil {
+		return err
+	}
+	plan.bundle = append(HostBundle(), plan.secrets.CAPEM()...)
+	return nil
 }
 
 // WithTunnelSecrets adds the secrets a host handed the host's end of an
 // egress tunnel, with the authority the host made for them (the one the
-// neuron trusts), to the plan.
+// neuron trusts), to the plan. The neuron's trust files are not this
+// process's to write: no bundle is made (the host's roots are not read
+// for it).
 func (plan *EgressPlan) WithTunnelSecrets(s boot.EgressTunnelSecrets) error {
 	if s.CACert == "" || s.CAKey == "" {
 		return errors.New("secrets: no authority to sign their hosts with")
@@ -96,7 +102,6 @@ func (plan *EgressPlan) withSecrets(list []boot.EgressSecret, upstreamCAs string
 	if err != nil {
 		return fmt.Errorf("secrets: %w", err)
 	}
-	plan.bundle = append(HostBundle(), plan.secrets.CAPEM()...)
 	return nil
 }
 
