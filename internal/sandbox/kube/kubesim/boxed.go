@@ -122,14 +122,7 @@ func (k *Kubelet) runBoxed(ctx context.Context, pod *corev1.Pod, claim, ip, addr
 			argv = append(argv, "--egress-ca="+boxCA)
 		}
 	}
-	var env []string
-	for _, e := range ct.Env {
-		v := loopbackOf(e.Value, ip)
-		if strings.HasPrefix(v, boot.EgressCADir+"/") {
-			v = boxCA + strings.TrimPrefix(v, boot.EgressCADir)
-		}
-		env = append(env, e.Name+"="+v)
-	}
+	env := containerEnv(ct, ip, "", boxCA) // its home is the pod's own
 	info, err := c.ProcStart(ctx, &protocol.ProcStartArgs{Command: protocol.Command{Argv: argv, Env: env, Cwd: ct.WorkingDir}})
 	if err != nil {
 		return false, fmt.Errorf("starting the pod's agent: %w", err)

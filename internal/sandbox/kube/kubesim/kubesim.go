@@ -439,7 +439,11 @@ func (k *Kubelet) run(ctx context.Context, pod *corev1.Pod) {
 		k.homes[claim] = home
 	}
 	k.mu.Unlock()
-	pub, err := k.trustKey(ctx)
+	trust, err := k.trustPEM(ctx)
+	var pub ed25519.PublicKey
+	if err == nil {
+		pub, err = podtoken.ParsePublic(trust)
+	}
 	if err != nil {
 		if ctx.Err() == nil { // else the test is ending, and its pods with it
 			k.t.Errorf("pod %s: %v", pod.Name, err)
@@ -465,11 +469,7 @@ func (k *Kubelet) run(ctx context.Context, pod *corev1.Pod) {
 		return
 	}
 	if box != nil {
-		pem, err := k.trustPEM(ctx)
-		listens := false
-		if err == nil {
-			listens, err = k.runBoxed(ctx, pod, claim, ip, addr, pem)
-		}
+		listens, err := k.runBoxed(ctx, pod, claim, ip, addr, trust)
 		if err != nil && ctx.Err() == nil {
 			k.t.Errorf("pod %s: %v", pod.Name, err)
 		}
@@ -492,19 +492,11 @@ func (k *Kubelet) run(ctx context.Context, pod *corev1.Pod) {
 			return
 		}
 	}
-	env := []string{"PATH=" + os.Getenv("PATH")}
+	env := append([]string{"PATH=" + os.Getenv("PATH")}, containerEnv(pod.Spec.Containers[0], ip, home, caDir)...)
 	for _, e := range pod.Spec.Containers[0].Env {
-		v := e.Value
-		if strings.HasPrefix(v, "/home/agent") {
-			v = home + strings.TrimPrefix(v, "/home/agent")
-		}
 		if e.Name == boot.EnvEgressCA {
-			caPEM = v
+			caPEM = e.Value
 		}
-		if caDir != "" && strings.HasPrefix(v, boot.EgressCADir+"/") {
-			v = caDir + strings.TrimPrefix(v, boot.EgressCADir)
-		}
-		env = append(env, e.Name+"="+loopbackOf(v, ip))
 	}
 	// The agent runs as its container's arguments say: its neuron is
 	// its --id ("" in a warm pod of the pool).
@@ -573,23 +565,32 @@ func (k *Kubelet) unbound(ctx context.Context, pod *corev1.Pod) string {
 	return ""
 }
 
-// trustKey reads the public key of the namespace's trust ConfigMap, as
-// a pod that mounts it sees it.
-func (k *Kubelet) trustKey(ctx context.Context) (ed25519.PublicKey, error) {
-	pem, err := k.trustPEM(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return podtoken.ParsePublic(pem)
-}
-
-// trustPEM is the trust ConfigMap's key file.
+// trustPEM is the trust ConfigMap's key file, as a pod that mounts it
+// sees it.
 func (k *Kubelet) trustPEM(ctx context.Context) (string, error) {
 	cm, err := k.core.CoreV1().ConfigMaps(k.cfg.Namespace).Get(ctx, k.cfg.TrustConfigMap, metav1.GetOptions{})
 	if err != nil {
 		return "", fmt.Errorf("the trust ConfigMap: %w", err)
 	}
 	return cm.Data[kube.TrustKey], nil
+}
+
+// containerEnv is ct's environment as this kubelet runs its agent: the
+// pod's loopback is its IP, /home/agent is home ("": the agent's own)
+// and the egress authority's directory caDir ("": the pod's).
+func containerEnv(ct corev1.Container, ip, home, caDir string) []string {
+	var env []string
+	for _, e := range ct.Env {
+		v := e.Value
+		if home != "" && strings.HasPrefix(v, "/home/agent") {
+			v = home + strings.TrimPrefix(v, "/home/agent")
+		}
+		if caDir != "" && strings.HasPrefix(v, boot.EgressCADir+"/") {
+			v = caDir + strings.TrimPrefix(v, boot.EgressCADir)
+		}
+		env = append(env, e.Name+"="+loopbackOf(v, ip))
+	}
+	return env
 }
 
 // loopbackOf is v with the pod's loopback, 127.0.0.1, as this kubelet's
