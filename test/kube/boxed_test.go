@@ -3,18 +3,16 @@ package kube_test
 import (
 	"context"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/nsys-cortex/cortex/internal/layout"
 	"github.com/nsys-cortex/cortex/internal/link"
 	"github.com/nsys-cortex/cortex/internal/protocol"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
 	"github.com/nsys-cortex/cortex/internal/sandbox/kube/kubesim"
-	"github.com/nsys-cortex/cortex/internal/sandbox/nsbox"
 	"github.com/nsys-cortex/cortex/internal/sandbox/sandboxtest"
+	"github.com/nsys-cortex/cortex/test/kube/cluster"
 )
 
 // boxedSandboxes is an nsbox manager for a Kubelet's pods
@@ -30,20 +28,14 @@ func boxedSandboxes(t testing.TB) (sandbox.Manager, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lay, err := layout.New(filepath.Join(sandboxtest.ShortTempDir(t), "h"), "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	env := sandbox.Env{AgentBinary: func() (string, error) { return bin, nil }, Layout: lay}
-	if c := nsbox.SelfCheck(context.Background(), env); !c.OK {
+	m, why := cluster.Sandboxes(t, sandboxtest.ShortTempDir(t), bin)
+	if m == nil {
 		if os.Getenv("NSYS_CORTEX_REQUIRE_NSBOX") == "1" {
-			t.Fatalf("nsbox cannot run here, for the pods' agents: %s", c.Summary)
+			t.Fatalf("for the pods' agents: %s", why)
 		}
-		t.Logf("the pods' agents run in this process: nsbox cannot run here: %s", c.Summary)
+		t.Logf("the pods' agents run in this process: %s", why)
 		return nil, ""
 	}
-	m := nsbox.New(env)
-	t.Cleanup(func() { m.Close() })
 	return m, bin
 }
 

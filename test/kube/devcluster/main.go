@@ -17,7 +17,6 @@
 package main
 
 import (
-	"context"
 	"flag"
 	"fmt"
 	"io"
@@ -32,11 +31,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
-	"github.com/nsys-cortex/cortex/internal/layout"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
 	"github.com/nsys-cortex/cortex/internal/sandbox/kube"
 	"github.com/nsys-cortex/cortex/internal/sandbox/kube/kubesim"
-	"github.com/nsys-cortex/cortex/internal/sandbox/nsbox"
 	"github.com/nsys-cortex/cortex/test/kube/cluster"
 )
 
@@ -140,17 +137,11 @@ func boxes(r *runner) (sandbox.Manager, string) {
 	if out, err := build.CombinedOutput(); err != nil {
 		r.Fatalf("building cortex-agent for the pods: %v\n%s", err, out)
 	}
-	lay, err := layout.New(filepath.Join(r.dir, "h"), "")
-	if err != nil {
-		r.Fatal(err)
-	}
-	env := sandbox.Env{AgentBinary: func() (string, error) { return bin, nil }, Layout: lay}
-	if c := nsbox.SelfCheck(context.Background(), env); !c.OK {
-		log.Printf("devcluster: the pods' agents run in this process: nsbox cannot run here: %s", c.Summary)
+	m, why := cluster.Sandboxes(r, r.dir, bin)
+	if m == nil {
+		log.Printf("devcluster: the pods' agents run in this process: %s", why)
 		return nil, ""
 	}
-	m := nsbox.New(env)
-	r.Cleanup(func() { m.Close() })
 	return m, bin
 }
 
