@@ -113,13 +113,16 @@ func BenchmarkScale(b *testing.B) {
 // hostManager is a host's Manager of cfg's namespace on the cluster rc
 // reaches, with a signing key of its own whose public half the trust
 // ConfigMap holds, and the clients as a host makes them (kube.NewCluster:
-// the built-in kinds in protobuf).
+// the built-in kinds in protobuf, and the host's own limit on its
+// requests, as from a kubeconfig, which sets none).
 func hostManager(b *testing.B, rc *rest.Config, core kubernetes.Interface, cfg kube.Config) *kube.Manager {
 	b.Helper()
 	key, _ := podtoken.NewKey()
 	if err := kube.EnsureTrust(context.Background(), core, cfg, key); err != nil {
 		b.Fatal(err)
 	}
+	rc = rest.CopyConfig(rc)
+	rc.QPS, rc.Burst = 0, 0
 	cl, err := kube.NewCluster(context.Background(), rc, cfg)
 	if err != nil {
 		b.Fatal(err)

@@ -169,14 +169,30 @@ func RESTConfig(kubeconfig string) (*rest.Config, error) {
 	}
 	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
 	if err == nil {
-		return cfg, nil
+		return withRate(cfg), nil
 	}
 	if kubeconfig == "" {
 		if in, ierr := rest.InClusterConfig(); ierr == nil {
-			return in, nil
+			return withRate(in), nil
 		}
 	}
 	return nil, &sandbox.UnavailableError{Mode: Mode, Reason: fmt.Sprintf("no way to the cluster: %v (set kube.kubeconfig or KUBECONFIG, or run in a pod with a service account)", err)}
+}
+
+// APIQPS is the requests a second a host sends the API server at most,
+// with bursts of twice as many, where rc sets no limit of its own (a
+// kubeconfig cannot). client-go's own default, 5 a second with bursts of
+// 10, held a host to one or two creates a second (each is several
+// requests) and queued the rest behind its client: the API server's
+// priority and fairness is what protects it from a busy host.
+const APIQPS = 100
+
+// withRate gives rc the host's client-side limit where it has none.
+func withRate(rc *rest.Config) *rest.Config {
+	if rc.QPS == 0 && rc.RateLimiter == nil {
+		rc.QPS, rc.Burst = APIQPS, 2*APIQPS
+	}
+	return rc
 }
 
 // maxKeyFile bounds a signing key's file (a PEM of an Ed25519 key is
@@ -386,7 +402,7 @@ func NewFromSettings(ctx context.Context, home string) (*Manager, error) {
 // NewCluster makes the clients of the cluster rc reaches, and finds
 // whether it serves agent-sandbox's Sandboxes (else neurons are pods).
 func NewCluster(ctx context.Context, rc *rest.Config, cfg Config) (*Cluster, error) {
-	rc = rest.CopyConfig(rc)
+	rc = withRate(rest.CopyConfig(rc))
 	rc.UserAgent = "nsys-cortex"
 	if rc.Timeout == 0 {
 		rc.Timeout = 30 * time.Second

@@ -28,8 +28,10 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/nsys-cortex/cortex/internal/layout"
@@ -441,5 +443,39 @@ func TestDialerFollowsThePod(t *testing.T) {
 		if addr, err := m.dialer("a", running("u1", ip), func() {})(ctx); err == nil {
 			t.Errorf("pod IP %q: dialled %s", ip, addr)
 		}
+	}
+}
+
+// A host's clients are not held to client-go's default of 5 requests a
+// second (a create is several), whether the kubeconfig or the pod's
+// service account reaches the cluster; a limit set in code is kept.
+func TestClientRate(t *testing.T) {
+	kc := filepath.Join(t.TempDir(), "config")
+	if err := os.WriteFile(kc, []byte(`apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:6443"}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: x, context: {cluster: c, user: u}}]
+current-context: x
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	rc, err := RESTConfig(kc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	core, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if qps := core.CoreV1().RESTClient().GetRateLimiter().QPS(); qps != APIQPS {
+		t.Fatalf("a host's client from a kubeconfig sends at most %v requests a second, want %d", qps, APIQPS)
+	}
+	if rc.Burst != 2*APIQPS {
+		t.Fatalf("burst %d", rc.Burst)
+	}
+	set := &rest.Config{Host: "https://127.0.0.1:6443", QPS: 7, Burst: 9}
+	if withRate(set); set.QPS != 7 || set.Burst != 9 {
+		t.Fatalf("a limit set in code was changed: %v/%d", set.QPS, set.Burst)
 	}
 }
