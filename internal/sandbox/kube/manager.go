@@ -312,37 +312,36 @@ func (m *Manager) await(ctx context.Context, id, name string, owner types.UID, b
 			return st, err
 		}
 	}
-	w, err := pods.Watch(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String()})
-	if err != nil {
-		return nil, explain(err, "watch", "pods", cfg.Namespace)
-	}
-	defer w.Stop()
-	if pod, err := pods.Get(ctx, name, metav1.GetOptions{}); err == nil {
-		if st, err, done := check(pod); done {
-			return st, err
+	var st *sandbox.State
+	done, err := follow(ctx, func() (watch.Interface, error) {
+		w, err := pods.Watch(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String()})
+		return w, explainIf(err, "watch", "pods", cfg.Namespace)
+	}, func() (bool, error) {
+		pod, err := pods.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
 		}
-	}
-	for {
-		select {
-		case <-ctx.Done():
-			msg := fmt.Sprintf("neuron %s was not ready within %v: it is %s (%s)", id, boot, last.Phase, last.Reason)
-			if last.Phase == Scheduling {
-				msg += m.unboundHome(name)
-			}
-			return nil, errdefs.New(errdefs.Timeout, msg)
-		case ev, ok := <-w.ResultChan():
-			if !ok {
-				return nil, errdefs.New(errdefs.Unavailable, fmt.Sprintf("the watch of neuron %s's pod ended while it was %s", id, last.Phase))
-			}
-			pod, isPod := ev.Object.(*corev1.Pod)
-			if !isPod || ev.Type == watch.Deleted {
-				continue
-			}
-			if st, err, done := check(pod); done {
-				return st, err
-			}
+		var done bool
+		st, err, done = check(pod)
+		return done, err
+	}, func(ev watch.Event) (bool, error) {
+		pod, isPod := ev.Object.(*corev1.Pod)
+		if !isPod || ev.Type == watch.Deleted {
+			return false, nil
 		}
+		var done bool
+		var err error
+		st, err, done = check(pod)
+		return done, err
+	})
+	if done || err != nil {
+		return st, err
 	}
+	msg := fmt.Sprintf("neuron %s was not ready within %v: it is %s (%s)", id, boot, last.Phase, last.Reason)
+	if last.Phase == Scheduling {
+		msg += m.unboundHome(name)
+	}
+	return nil, errdefs.New(errdefs.Timeout, msg)
 }
 
 // unboundHome says, when the home claim of the neuron whose objects are
@@ -914,48 +913,41 @@ func (m *Manager) awaitEnded(ctx context.Context, id, name string, wiped bool) e
 func (m *Manager) awaitSandboxGone(ctx context.Context, id, name string) error {
 	cfg := m.Cluster.Config.Defaults()
 	sbs := m.Cluster.Agents.AgentsV1beta1().Sandboxes(cfg.Namespace)
-	w, err := sbs.Watch(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String()})
-	if err != nil {
-		return explain(err, "watch", "sandboxes.agents.x-k8s.io", cfg.Namespace)
-	}
-	_, gerr := sbs.Get(ctx, name, metav1.GetOptions{})
-	return awaitDeleted(ctx, w, apierrors.IsNotFound(gerr), name,
-		fmt.Sprintf("neuron %s's Sandbox %s/%s", id, cfg.Namespace, name), ": its deletion waits for the cluster's garbage collector")
+	return awaitDeleted(ctx, func() (watch.Interface, error) {
+		w, err := sbs.Watch(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String()})
+		return w, explainIf(err, "watch", "sandboxes.agents.x-k8s.io", cfg.Namespace)
+	}, func() error {
+		_, err := sbs.Get(ctx, name, metav1.GetOptions{})
+		return err
+	}, name, fmt.Sprintf("neuron %s's Sandbox %s/%s", id, cfg.Namespace, name), ": its deletion waits for the cluster's garbage collector")
 }
 
 // awaitGone waits until neuron id has no pod, name.
 func (m *Manager) awaitGone(ctx context.Context, id, name string) error {
 	cfg := m.Cluster.Config.Defaults()
 	pods := m.Cluster.Core.CoreV1().Pods(cfg.Namespace)
-	w, err := pods.Watch(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String()})
-	if err != nil {
-		return explain(err, "watch", "pods", cfg.Namespace)
-	}
-	_, gerr := pods.Get(ctx, name, metav1.GetOptions{})
-	return awaitDeleted(ctx, w, apierrors.IsNotFound(gerr), name, fmt.Sprintf("neuron %s's pod %s/%s", id, cfg.Namespace, name), "")
+	return awaitDeleted(ctx, func() (watch.Interface, error) {
+		w, err := pods.Watch(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String()})
+		return w, explainIf(err, "watch", "pods", cfg.Namespace)
+	}, func() error {
+		_, err := pods.Get(ctx, name, metav1.GetOptions{})
+		return err
+	}, name, fmt.Sprintf("neuron %s's pod %s/%s", id, cfg.Namespace, name), "")
 }
 
-// awaitDeleted waits on w, a watch of the one object name opened before
-// the read that looked for it (gone: that read found none), until the
-// object is deleted; what and hint say what it is in errors.
-func awaitDeleted(ctx context.Context, w watch.Interface, gone bool, name, what, hint string) error {
-	defer w.Stop()
-	if gone {
-		return nil
+// awaitDeleted waits until the one object name, which open watches and
+// get reads, is deleted; what and hint say what it is in errors.
+func awaitDeleted(ctx context.Context, open func() (watch.Interface, error), get func() error, name, what, hint string) error {
+	done, err := follow(ctx, open, func() (bool, error) {
+		return apierrors.IsNotFound(get()), nil
+	}, func(ev watch.Event) (bool, error) {
+		o, isObj := ev.Object.(metav1.Object)
+		return isObj && o.GetName() == name && ev.Type == watch.Deleted, nil
+	})
+	if done || err != nil {
+		return err
 	}
-	for {
-		select {
-		case <-ctx.Done():
-			return errdefs.New(errdefs.Timeout, what+" is still there"+hint)
-		case ev, ok := <-w.ResultChan():
-			if !ok {
-				return errdefs.New(errdefs.Unavailable, "the watch of "+what+" ended before it went")
-			}
-			if o, isObj := ev.Object.(metav1.Object); isObj && o.GetName() == name && ev.Type == watch.Deleted {
-				return nil
-			}
-		}
-	}
+	return errdefs.New(errdefs.Timeout, what+" is still there"+hint)
 }
 
 // Connect returns a client on neuron id's agent, linking to it first when

@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
@@ -310,32 +311,37 @@ func greeted(ctx context.Context, dial func(ctx context.Context, addr string) (n
 // waitReady waits until pod is ready (its listeners are), or failed.
 func (c *Cluster) waitReady(ctx context.Context, pod *corev1.Pod) (*corev1.Pod, error) {
 	pods := c.Core.CoreV1().Pods(pod.Namespace)
-	w, err := pods.Watch(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", pod.Name).String(), ResourceVersion: pod.ResourceVersion})
-	if err != nil {
-		return nil, err
+	var ready *corev1.Pod
+	check := func(p *corev1.Pod) (bool, error) {
+		if p.Name != pod.Name {
+			return false, nil
+		}
+		if p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded {
+			return false, fmt.Errorf("ended (%s): %s", p.Status.Phase, p.Status.Message)
+		}
+		for _, cond := range p.Status.Conditions {
+			if cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue && p.Status.PodIP != "" {
+				ready = p
+				return true, nil
+			}
+		}
+		return false, nil
 	}
-	defer w.Stop()
-	for {
-		if pod.Status.Phase == corev1.PodFailed || pod.Status.Phase == corev1.PodSucceeded {
-			return nil, fmt.Errorf("ended (%s): %s", pod.Status.Phase, pod.Status.Message)
-		}
-		for _, cond := range pod.Status.Conditions {
-			if cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue && pod.Status.PodIP != "" {
-				return pod, nil
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("not ready: %w", ctx.Err())
-		case ev, ok := <-w.ResultChan():
-			if !ok {
-				return nil, errors.New("its watch ended")
-			}
-			if p, isPod := ev.Object.(*corev1.Pod); isPod && p.Name == pod.Name {
-				pod = p
-			}
-		}
+	if done, err := check(pod); done || err != nil {
+		return ready, err
 	}
+	done, err := follow(ctx, func() (watch.Interface, error) {
+		return pods.Watch(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", pod.Name).String()})
+	}, nil, func(ev watch.Event) (bool, error) {
+		if p, isPod := ev.Object.(*corev1.Pod); isPod {
+			return check(p)
+		}
+		return false, nil
+	})
+	if done || err != nil {
+		return ready, err
+	}
+	return nil, fmt.Errorf("not ready: %w", context.Cause(ctx))
 }
 
 // recordVerdict keeps v in ProbeConfigMap for every host.

@@ -326,11 +326,6 @@ var claimFailures = map[string]bool{
 func (m *Manager) awaitAdopted(ctx context.Context, id string, uid types.UID, boot time.Duration) (*sbv1.Sandbox, error) {
 	cfg := m.Cluster.Config.Defaults()
 	claims := m.Cluster.Claims.ExtensionsV1beta1().SandboxClaims(cfg.Namespace)
-	w, err := claims.Watch(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", ObjectName(id)).String()})
-	if err != nil {
-		return nil, explain(err, "watch", "sandboxclaims.extensions.agents.x-k8s.io", cfg.Namespace)
-	}
-	defer w.Stop()
 	why := "agent-sandbox's controller has not answered it (is its extensions controller running?)"
 	sbs := m.Cluster.Agents.AgentsV1beta1().Sandboxes(cfg.Namespace)
 	check := func(c *extv1.SandboxClaim) (*sbv1.Sandbox, error) {
@@ -360,26 +355,26 @@ func (m *Manager) awaitAdopted(ctx context.Context, id string, uid types.UID, bo
 	}
 	// A watch from no version begins with the claim as it is (an ADDED
 	// event): no read beside it.
-	for {
-		select {
-		case <-ctx.Done():
-			return nil, errdefs.New(errdefs.Timeout, fmt.Sprintf("neuron %s's SandboxClaim %s/%s held no Sandbox within %v: %s", id, cfg.Namespace, ObjectName(id), boot, why))
-		case ev, ok := <-w.ResultChan():
-			if !ok {
-				return nil, errdefs.New(errdefs.Unavailable, fmt.Sprintf("the watch of neuron %s's SandboxClaim ended before it held a Sandbox", id))
-			}
-			c, isClaim := ev.Object.(*extv1.SandboxClaim)
-			if !isClaim {
-				continue
-			}
-			if ev.Type == watch.Deleted {
-				return nil, errdefs.New(errdefs.NotRunning, fmt.Sprintf("neuron %s's SandboxClaim was deleted while it was being created", id))
-			}
-			if sb, err := check(c); sb != nil || err != nil {
-				return sb, err
-			}
+	var sb *sbv1.Sandbox
+	done, err := follow(ctx, func() (watch.Interface, error) {
+		w, err := claims.Watch(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", ObjectName(id)).String()})
+		return w, explainIf(err, "watch", "sandboxclaims.extensions.agents.x-k8s.io", cfg.Namespace)
+	}, nil, func(ev watch.Event) (bool, error) {
+		c, isClaim := ev.Object.(*extv1.SandboxClaim)
+		if !isClaim {
+			return false, nil
 		}
+		if ev.Type == watch.Deleted {
+			return false, errdefs.New(errdefs.NotRunning, fmt.Sprintf("neuron %s's SandboxClaim was deleted while it was being created", id))
+		}
+		var err error
+		sb, err = check(c)
+		return sb != nil, err
+	})
+	if done || err != nil {
+		return sb, err
 	}
+	return nil, errdefs.New(errdefs.Timeout, fmt.Sprintf("neuron %s's SandboxClaim %s/%s held no Sandbox within %v: %s", id, cfg.Namespace, ObjectName(id), boot, why))
 }
 
 // labelClaimed gives Sandbox sb, which neuron n's claim holds, the
