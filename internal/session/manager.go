@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"sort"
@@ -153,6 +154,71 @@ func (m *Manager) Delete(id string) error {
 			return fmt.Errorf("session %s: %w", id, ErrNotFound)
 		}
 		return fmt.Errorf("deleting session %s: %w", id, err)
+	}
+	return nil
+}
+
+// Export returns session id's file as it is, and when it last changed.
+func (m *Manager) Export(id string) ([]byte, time.Time, error) {
+	path, err := m.file(id)
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	f, err := os.Open(path)
+	if os.IsNotExist(err) {
+		return nil, time.Time{}, fmt.Errorf("session %s: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return nil, time.Time{}, fmt.Errorf("reading session %s: %w", id, err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, time.Time{}, fmt.Errorf("reading session %s: %w", id, err)
+	}
+	data, err := io.ReadAll(f)
+	if err != nil {
+		return nil, time.Time{}, fmt.Errorf("reading session %s: %w", id, err)
+	}
+	return data, st.ModTime(), nil
+}
+
+// Import makes data session id's file, in place of the one there (if
+// any): a file of another daemon's, which it reads as any input. It must
+// load whole, as Open loads a file, and its header must name id; it is
+// written to a temporary file and renamed into place, so a reader sees
+// the old file or the new one.
+func (m *Manager) Import(id string, data []byte) error {
+	path, err := m.file(id)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(m.dir, 0o700); err != nil {
+		return fmt.Errorf("creating the sessions directory: %w", err)
+	}
+	tmp, err := os.CreateTemp(m.dir, "."+id+".import-*")
+	if err != nil {
+		return fmt.Errorf("importing session %s: %w", id, err)
+	}
+	defer os.Remove(tmp.Name()) // once renamed, nothing to remove
+	_, err = tmp.Write(data)
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("importing session %s: %w", id, err)
+	}
+	s, err := openFile(tmp.Name(), options{})
+	if err != nil {
+		return fmt.Errorf("importing session %s: %w", id, err)
+	}
+	got := s.ID()
+	s.Close()
+	if got != id {
+		return fmt.Errorf("%w: importing session %s: the file is session %q's", ErrInvalidID, id, got)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("importing session %s: %w", id, err)
 	}
 	return nil
 }

@@ -1,6 +1,7 @@
 package session
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -582,5 +583,52 @@ func appendRaw(t testing.TB, path, text string) {
 	defer f.Close()
 	if _, err := f.WriteString(text); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A session exported from one home and imported into another is the same
+// session; what is imported is input: a file of another id, or one that
+// does not load, is refused and the session already there is kept.
+func TestExportImport(t *testing.T) {
+	t.Parallel()
+	from, to := newManager(t), newManager(t)
+	s := create(t, from)
+	must(t)(s.AppendMessage(user("carried over")))
+	data, mod, err := from.Export(s.ID())
+	if err != nil || mod.IsZero() {
+		t.Fatalf("export: %v", err)
+	}
+	if err := to.Import(s.ID(), data); err != nil {
+		t.Fatal(err)
+	}
+	got, err := to.Open(s.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs := got.Messages()
+	got.Close()
+	if len(msgs) != 1 || msgs[0].Text() != "carried over" {
+		t.Fatalf("imported messages: %+v", msgs)
+	}
+	for name, bad := range map[string][]byte{
+		"another id's":  bytes.Replace(data, []byte(s.ID()), []byte("s-other-one"), 1),
+		"not a session": []byte("{\"nope\":1}\n"),
+		"empty":         nil,
+	} {
+		if err := to.Import(s.ID(), bad); err == nil {
+			t.Errorf("%s file imported", name)
+		}
+	}
+	if again, _, err := to.Export(s.ID()); err != nil || !bytes.Equal(again, data) {
+		t.Fatalf("the session after refused imports: %v", err)
+	}
+	if err := to.Import("../x", data); !errors.Is(err, ErrInvalidID) {
+		t.Errorf("import under a bad id: %v", err)
+	}
+	if _, _, err := to.Export("never"); !IsNotFound(err) {
+		t.Errorf("export of a missing session: %v", err)
+	}
+	if ents, _ := os.ReadDir(to.Dir()); len(ents) != 1 {
+		t.Errorf("left in the directory: %v", ents)
 	}
 }
