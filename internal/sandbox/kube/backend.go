@@ -537,6 +537,11 @@ func SelfCheck(ctx context.Context, env sandbox.Env) sandbox.Check {
 	if shared {
 		c.Items = append(c.Items, keys)
 	}
+	chats := sandbox.CheckItem{OK: true}
+	if on, _ := strconv.ParseBool(os.Getenv(EnvChatSessions)); on {
+		chats = chatSessionsItem(ctx, cl, s.Config.Namespace)
+		c.Items = append(c.Items, chats)
+	}
 	fwd := sandbox.CheckItem{OK: true}
 	if s.PortForward {
 		fwd = portForwardAllowed(ctx, cl, s.Config.Namespace)
@@ -563,6 +568,10 @@ func SelfCheck(ctx context.Context, env sandbox.Env) sandbox.Check {
 	}
 	if shared && !keys.OK {
 		c.Summary = keys.Detail
+		return c
+	}
+	if !chats.OK {
+		c.Summary = chats.Detail
 		return c
 	}
 	if !rcs.OK {
@@ -595,6 +604,34 @@ func warmPoolItem(ctx context.Context, cl *Cluster) sandbox.CheckItem {
 	default:
 		it.OK, it.Detail = true, fmt.Sprintf("%d of %d warm neurons ready (SandboxWarmPool %s/%s)", p.Status.ReadyReplicas, cfg.WarmPool, cfg.Namespace, WarmPoolName)
 	}
+	return it
+}
+
+// chatSessionsItem says whether this identity may keep chat sessions in
+// the namespace's Secrets (kube.chat_sessions): list them, and make,
+// rewrite and remove them (asked of the API server, not tried).
+func chatSessionsItem(ctx context.Context, cl *Cluster, namespace string) sandbox.CheckItem {
+	it := sandbox.CheckItem{Name: "chat sessions (kube.chat_sessions): Secrets of " + namespace}
+	l, err := cl.Core.CoreV1().Secrets(namespace).List(ctx, metav1.ListOptions{LabelSelector: LabelChat + "=true"})
+	if err != nil {
+		it.Detail = explain(err, "list", "secrets", namespace).Error()
+		return it
+	}
+	for _, verb := range []string{"get", "create", "update", "delete"} {
+		r, err := cl.Core.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authzv1.SelfSubjectAccessReview{
+			Spec: authzv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authzv1.ResourceAttributes{
+				Namespace: namespace, Verb: verb, Resource: "secrets"}},
+		}, metav1.CreateOptions{})
+		switch {
+		case err != nil:
+			it.Detail = fmt.Sprintf("asking whether this identity may %s secrets in %s: %v", verb, namespace, err)
+			return it
+		case !r.Status.Allowed:
+			it.Detail = fmt.Sprintf("this identity may not %s secrets in namespace %s, which kube.chat_sessions keeps sessions in: grant get, list, create, update and delete on secrets (deploy/kubernetes/rbac.yaml), or turn kube.chat_sessions off", verb, namespace)
+			return it
+		}
+	}
+	it.OK, it.Detail = true, fmt.Sprintf("allowed; %d sessions kept", len(l.Items))
 	return it
 }
 
