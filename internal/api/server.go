@@ -101,6 +101,8 @@ type Server struct {
 	mu      sync.Mutex
 	clients map[string]*link.Client
 	chats   *chats
+	// chatSync is what the daemon knows of its Chat.Store (nil: none).
+	chatSync *chatSync
 
 	limits limiters // the API keys' request rates and neuron counts
 
@@ -250,14 +252,14 @@ func (s *Server) Routes() []Route {
 		{"DELETE", n + "/snapshots/{name}", s.deleteSnapshot, gate.SnapshotRemove},
 		{"GET", "/v1/sessions", s.listSessions, gate.Session},
 		{"POST", "/v1/sessions", s.createSession, gate.Session},
-		{"GET", sn, s.onSession(nil, s.getSession), gate.Session},
-		{"PATCH", sn, s.onSession(&cortex.SessionUpdate{}, s.updateSession), gate.Session},
+		{"GET", sn, s.onSession(nil, false, s.getSession), gate.Session},
+		{"PATCH", sn, s.onSession(&cortex.SessionUpdate{}, true, s.updateSession), gate.Session},
 		{"DELETE", sn, s.closeSession, gate.Session},
-		{"GET", sn + "/turns", s.onSession(nil, s.sessionTurns), gate.Session},
+		{"GET", sn + "/turns", s.onSession(nil, false, s.sessionTurns), gate.Session},
 		{"POST", sn + "/turns", s.runTurn, gate.Session},
-		{"POST", sn + "/compact", s.onSession(nil, s.compactSession), gate.Session},
-		{"POST", sn + "/rewind", s.onSession(&cortex.RewindRequest{}, s.rewindSession), gate.Session},
-		{"POST", sn + "/fork", s.onSession(&cortex.ForkRequest{}, s.forkSession), gate.Session},
+		{"POST", sn + "/compact", s.onSession(nil, true, s.compactSession), gate.Session},
+		{"POST", sn + "/rewind", s.onSession(&cortex.RewindRequest{}, true, s.rewindSession), gate.Session},
+		{"POST", sn + "/fork", s.onSession(&cortex.ForkRequest{}, true, s.forkSession), gate.Session},
 	}
 }
 

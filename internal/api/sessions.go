@@ -15,6 +15,7 @@ import (
 	"github.com/nsys-cortex/cortex/internal/chatrun"
 	"github.com/nsys-cortex/cortex/internal/llm"
 	"github.com/nsys-cortex/cortex/internal/llm/providers"
+	"github.com/nsys-cortex/cortex/internal/protocol/errdefs"
 	"github.com/nsys-cortex/cortex/internal/session"
 )
 
@@ -30,6 +31,9 @@ type Chat struct {
 	// Idle closes a session no request has used for that long (its file
 	// stays; the next request opens it again). 0: 15 minutes.
 	Idle time.Duration
+	// Store, when set, keeps the sessions beyond this daemon's home, for
+	// every replica of a deployment (kube.chat_sessions).
+	Store SessionStore
 }
 
 // chats holds the sessions open in this daemon.
@@ -71,6 +75,9 @@ func (s *Server) startChats() {
 	s.chats = &chats{open: map[string]*openChat{}, stop: make(chan struct{})}
 	if s.opts.Chat == nil {
 		return
+	}
+	if s.opts.Chat.Store != nil {
+		s.chatSync = newChatSync(s.opts.Chat.Store)
 	}
 	idle := s.opts.Chat.Idle
 	if idle <= 0 {
@@ -124,14 +131,32 @@ func (s *Server) endChats() {
 }
 
 // acquireChat returns session id's runner, opening it when the daemon does
-// not hold it; call release when the request is done with it.
-func (s *Server) acquireChat(ctx context.Context, id string) (*chatrun.Runner, func(), error) {
+// not hold it, for a request that changes the session or only reads it;
+// call release when the request is done with it. A daemon with a
+// SessionStore syncs the session first, and holds it for a change:
+// finish the returned use (nil without a store) before answering.
+func (s *Server) acquireChat(ctx context.Context, id string, change bool) (*chatrun.Runner, *chatUse, func(), error) {
 	if err := s.chatEnabled(); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	if err := session.ValidateID(id); err != nil {
-		return nil, nil, cortex.APIError{Code: cortex.CodeBadRequest, Message: err.Error()}
+		return nil, nil, nil, cortex.APIError{Code: cortex.CodeBadRequest, Message: err.Error()}
 	}
+	use, err := s.syncIn(ctx, id, change)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	r, release, err := s.openChat(ctx, id)
+	if err != nil {
+		use.finish(context.WithoutCancel(ctx))
+		return nil, nil, nil, err
+	}
+	return r, use, release, nil
+}
+
+// openChat returns session id's runner, opening it when the daemon does
+// not hold it; call release when the request is done with it.
+func (s *Server) openChat(ctx context.Context, id string) (*chatrun.Runner, func(), error) {
 	get := func() *openChat {
 		s.chats.mu.Lock()
 		defer s.chats.mu.Unlock()
@@ -226,6 +251,10 @@ func (s *Server) listSessions(w http.ResponseWriter, r *http.Request) {
 		out = append(out, cs)
 	}
 	s.chats.mu.Unlock()
+	if out, err = s.storedSessions(r.Context(), out); err != nil {
+		writeError(w, err)
+		return
+	}
 	writeJSON(w, http.StatusOK, out)
 }
 
@@ -267,6 +296,11 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) {
 		writeError(w, chatError(err))
 		return
 	}
+	if err := s.saveNew(r.Context(), runner); err != nil {
+		s.chats.opening.Unlock()
+		writeError(w, err)
+		return
+	}
 	c := s.hold(runner)
 	s.chats.opening.Unlock()
 	defer s.releaseChat(c)
@@ -276,7 +310,7 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) {
 // onSession is a route on one session: the JSON body decoded into in (nil:
 // no body), the session's runner held while f runs; f's answer is written
 // with status (204 when out is nil).
-func (s *Server) onSession(in any, f func(r *http.Request, rn *chatrun.Runner) (status int, out any, err error)) http.HandlerFunc {
+func (s *Server) onSession(in any, change bool, f func(r *http.Request, rn *chatrun.Runner) (status int, out any, err error)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		var v any
 		if in != nil {
@@ -286,7 +320,7 @@ func (s *Server) onSession(in any, f func(r *http.Request, rn *chatrun.Runner) (
 				return
 			}
 		}
-		rn, release, err := s.acquireChat(r.Context(), r.PathValue("sid"))
+		rn, use, release, err := s.acquireChat(r.Context(), r.PathValue("sid"), change)
 		if err != nil {
 			writeError(w, err)
 			return
@@ -294,6 +328,9 @@ func (s *Server) onSession(in any, f func(r *http.Request, rn *chatrun.Runner) (
 		defer release()
 		r = r.WithContext(context.WithValue(r.Context(), bodyKey{}, v))
 		status, out, err := f(r, rn)
+		if ferr := use.finish(context.WithoutCancel(r.Context())); err == nil {
+			err = ferr
+		}
 		switch {
 		case err != nil:
 			writeError(w, chatError(err))
@@ -389,6 +426,7 @@ func (s *Server) closeSession(w http.ResponseWriter, r *http.Request) {
 		writeError(w, badRequest("%v", err))
 		return
 	}
+	remove := r.URL.Query().Get("remove") == "true"
 	s.chats.mu.Lock()
 	c := s.chats.open[id]
 	if c != nil && c.users > 0 {
@@ -404,13 +442,33 @@ func (s *Server) closeSession(w http.ResponseWriter, r *http.Request) {
 			s.log.Warn("closing a chat session", "session", id, "err", err)
 		}
 	}
-	if r.URL.Query().Get("remove") == "true" {
-		if err := session.ForLayout(s.opts.Chat.Host.Layout).Delete(id); err != nil {
+	// In the store: removed there first (refused while another replica
+	// holds it), then here.
+	stored := false
+	if s.chatSync != nil {
+		var err error
+		if remove {
+			err = s.chatSync.st.Delete(r.Context(), id)
+		} else {
+			_, err = s.chatSync.st.Generation(r.Context(), id)
+		}
+		if err != nil && !errdefs.IsNotFound(err) {
 			writeError(w, chatError(err))
 			return
 		}
-	} else if c == nil {
-		if _, err := session.ForLayout(s.opts.Chat.Host.Layout).Open(id); err != nil {
+		stored = err == nil
+	}
+	mgr := session.ForLayout(s.opts.Chat.Host.Layout)
+	if remove {
+		if s.chatSync != nil {
+			s.chatSync.forget(id)
+		}
+		if err := mgr.Delete(id); err != nil && !(stored && errors.Is(err, session.ErrNotFound)) {
+			writeError(w, chatError(err))
+			return
+		}
+	} else if c == nil && !stored {
+		if _, err := mgr.Open(id); err != nil {
 			writeError(w, chatError(err))
 			return
 		}
@@ -435,7 +493,7 @@ func (s *Server) runTurn(w http.ResponseWriter, r *http.Request) {
 		writeError(w, badRequest(`"message" is empty`))
 		return
 	}
-	rn, release, err := s.acquireChat(r.Context(), r.PathValue("sid"))
+	rn, use, release, err := s.acquireChat(r.Context(), r.PathValue("sid"), true)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -466,6 +524,10 @@ func (s *Server) runTurn(w http.ResponseWriter, r *http.Request) {
 			sse.event(rec["type"].(string), rec) // a client gone: the context ends the turn
 		}
 	})
+	// What the turn changed is saved before its end is told.
+	if ferr := use.finish(context.WithoutCancel(r.Context())); err == nil {
+		err = ferr
+	}
 	if !started {
 		if err != nil {
 			writeError(w, chatError(err)) // refused before it began (busy, closed)

@@ -79,7 +79,11 @@ type chatDaemon struct {
 
 // newChatDaemon is a daemon serving sessions over a real process-mode
 // neuron, with scripted models m1 and m2.
-func newChatDaemon(t *testing.T) *chatDaemon {
+func newChatDaemon(t *testing.T) *chatDaemon { return newChatReplica(t, nil) }
+
+// newChatReplica is newChatDaemon keeping its sessions in store too (a
+// replica of a deployment, when others share store).
+func newChatReplica(t *testing.T, store api.SessionStore) *chatDaemon {
 	t.Helper()
 	lay, err := layout.New(filepath.Join(sandboxtest.ShortTempDir(t), "h"), "")
 	if err != nil {
@@ -113,7 +117,7 @@ func newChatDaemon(t *testing.T) *chatDaemon {
 			return nil, errors.New("no model " + cfg.Model)
 		},
 	}
-	srv := api.New(api.Options{Set: set, Version: "test", Chat: &api.Chat{Host: host,
+	srv := api.New(api.Options{Set: set, Version: "test", Chat: &api.Chat{Host: host, Store: store,
 		Defaults: chatrun.Options{LLM: llm.Config{Provider: "openai", Model: "m1"}}}})
 	ts := httptest.NewServer(srv.Handler())
 	d.c, err = cortex.New(ts.URL)

@@ -26,6 +26,7 @@ import (
 	"github.com/nsys-cortex/cortex/internal/logging"
 	"github.com/nsys-cortex/cortex/internal/portsign"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
+	"github.com/nsys-cortex/cortex/internal/sandbox/kube"
 	"github.com/nsys-cortex/cortex/internal/sandbox/pool"
 )
 
@@ -205,11 +206,20 @@ func (a *App) serveChat(set *sandbox.Set, cfg *config.Config) (*api.Chat, error)
 	if checkpoints == 0 {
 		checkpoints = -1 // chatrun: none
 	}
-	return &api.Chat{Host: host, Defaults: chatrun.Options{
+	chat := &api.Chat{Host: host, Defaults: chatrun.Options{
 		LLM: llm.Config{Provider: cfg.String("llm.provider"), Model: cfg.String("llm.model"),
 			BaseURL: cfg.String("llm.base_url"), KeyEnv: cfg.String("llm.key_env")},
 		MaxSteps: cfg.Int("chat.max_steps"), Window: cfg.Int("chat.context_window"), Checkpoints: checkpoints,
-	}}, nil
+	}}
+	// kube.chat_sessions: the sessions in the cluster, for every replica.
+	store, err := kube.SecretSessionsFromEnv()
+	if err != nil {
+		return nil, err
+	}
+	if store != nil {
+		chat.Store = store
+	}
+	return chat, nil
 }
 
 // splitList splits a comma-separated setting, dropping empty items.

@@ -137,6 +137,8 @@ var keys = []Key{
 		Description: "kube mode: run neurons even where the network probe found that the cluster's network plugin ignores NetworkPolicy, so that they reach the network; otherwise creates there are refused UNENFORCEABLE (docs/kube.md)"},
 	{Name: "kube.api_keys", Env: "NSYS_CORTEX_KUBE_API_KEYS", Type: TypeString, Default: "",
 		Description: "kube mode: the Secret of kube.namespace that holds the API keys every replica shares (token create/list/rm and serve use it); empty: each home's own (docs/kube.md)"},
+	{Name: "kube.chat_sessions", Env: "NSYS_CORTEX_KUBE_CHAT_SESSIONS", Type: TypeBool, Default: "false",
+		Description: "kube mode: serve keeps chat sessions in Secrets of kube.namespace, so that every replica serves the same sessions and a replica whose home goes loses none; otherwise each home keeps its own (docs/sessions.md)"},
 	{Name: "kube.home_size", Env: "NSYS_CORTEX_KUBE_HOME_SIZE", Type: TypeBytes, Default: "10g",
 		Description: "kube mode: the size of each neuron's home volume (a PersistentVolumeClaim; docs/kube.md)"},
 	{Name: "kube.image", Env: "NSYS_CORTEX_KUBE_IMAGE", Type: TypeString, Default: "",

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -17,6 +18,7 @@ import (
 	agents "sigs.k8s.io/agent-sandbox/clients/k8s/clientset/versioned"
 
 	"github.com/nsys-cortex/cortex/internal/layout"
+	"github.com/nsys-cortex/cortex/internal/protocol/errdefs"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
 	"github.com/nsys-cortex/cortex/internal/sandbox/kube"
 	"github.com/nsys-cortex/cortex/internal/sandbox/kube/kubesim"
@@ -55,13 +57,57 @@ func deployedRole(t *testing.T, sandboxes bool) {
 	admin := kubernetes.NewForConfigOrDie(rc)
 	cfg := kube.Config{OpenNetwork: true, Image: "registry.example/nsys-cortex-neuron:1", Namespace: "nsys-cortex"}
 	cluster.Prepare(t, admin, cfg)
-	sa := applyRBAC(t, admin, cfg.Namespace, nil)
+	// On the pods path, the Role as an operator without
+	// kube.chat_sessions applies it: without the rule for the sessions'
+	// Secrets, which reaches every Secret of the namespace.
+	var edit func(*rbacv1.Role)
+	if !sandboxes {
+		edit = func(r *rbacv1.Role) {
+			r.Rules = slices.DeleteFunc(r.Rules, func(rule rbacv1.PolicyRule) bool {
+				return slices.Contains(rule.Resources, "secrets") && len(rule.ResourceNames) == 0
+			})
+		}
+	}
+	sa := applyRBAC(t, admin, cfg.Namespace, edit)
 	hostCfg := as(rc, cfg.Namespace, sa)
 	host := kubernetes.NewForConfigOrDie(hostCfg)
 	awaitGrant(t, host, cfg.Namespace)
 	// The identity is held to the Role: what it does not grant is refused.
-	if _, err := host.CoreV1().Secrets(cfg.Namespace).List(context.Background(), metav1.ListOptions{}); err == nil {
-		t.Fatal("the host's identity may list Secrets: the server does not authorize with RBAC")
+	if _, err := host.CoreV1().Services(cfg.Namespace).List(context.Background(), metav1.ListOptions{}); err == nil {
+		t.Fatal("the host's identity may list Services: the server does not authorize with RBAC")
+	}
+	// doctor with kube.chat_sessions: allowed by the whole Role, refused
+	// by the one without the sessions' rule, saying what to grant.
+	t.Setenv("NSYS_CORTEX_KUBE_IMAGE", cfg.Image)
+	t.Setenv("NSYS_CORTEX_KUBE_NAMESPACE", cfg.Namespace)
+	t.Setenv("NSYS_CORTEX_KUBE_ALLOW_OPEN_NETWORK", "true")
+	t.Setenv("NSYS_CORTEX_KUBE_CHAT_SESSIONS", "true")
+	t.Setenv("NSYS_CORTEX_KUBE_KUBECONFIG", writeKubeconfig(t, hostCfg))
+	doctor := kube.SelfCheck(context.Background(), sandbox.Env{Layout: layout.Layout{Home: t.TempDir()}})
+	var chats *sandbox.CheckItem
+	for i, it := range doctor.Items {
+		if strings.HasPrefix(it.Name, "chat sessions (kube.chat_sessions)") {
+			chats = &doctor.Items[i]
+		}
+	}
+	t.Setenv("NSYS_CORTEX_KUBE_CHAT_SESSIONS", "")
+	switch {
+	case chats == nil:
+		t.Fatalf("doctor with kube.chat_sessions has no item for them: %+v", doctor.Items)
+	case sandboxes && (!chats.OK || !strings.Contains(chats.Detail, "0 sessions kept")):
+		t.Errorf("doctor on chat sessions with the whole Role: %+v", *chats)
+	case !sandboxes && (chats.OK || !strings.Contains(chats.Detail, "forbids list on secrets") || doctor.OK):
+		t.Errorf("doctor on chat sessions without their rule: %+v (summary %q)", *chats, doctor.Summary)
+	}
+	if sandboxes {
+		// Chat sessions (kube.chat_sessions), as two replicas keep them.
+		chatSessions(t, host, cfg.Namespace)
+	} else {
+		// Without that rule no Secret but the API keys' is the host's.
+		other := &kube.SecretKeys{Core: host, Namespace: cfg.Namespace, Name: "nsys-cortex-api"}
+		if _, _, err := other.Load(); err == nil || !strings.Contains(err.Error(), "forbids get on secrets") {
+			t.Errorf("the host reading another Secret: %v, want it forbidden", err)
+		}
 	}
 	hosts, ag := kubesim.Hosts{Core: host}, agents.Interface(nil)
 	if sandboxes {
@@ -126,10 +172,6 @@ func deployedRole(t *testing.T, sandboxes bool) {
 	}
 	if b, _, err := keys.Load(); err != nil || string(b) != "{}" {
 		t.Fatalf("the host reading the shared keys: %q %v", b, err)
-	}
-	other := &kube.SecretKeys{Core: host, Namespace: cfg.Namespace, Name: "nsys-cortex-api"}
-	if _, _, err := other.Load(); err == nil || !strings.Contains(err.Error(), "forbids get on secrets") {
-		t.Errorf("the host reading another Secret: %v, want it forbidden", err)
 	}
 }
 
@@ -198,4 +240,39 @@ func applyRBAC(t *testing.T, admin kubernetes.Interface, ns string, edit func(*r
 		t.Fatalf("%s holds no ServiceAccount", file)
 	}
 	return sa
+}
+
+// chatSessions drives the chat sessions' store through core as two
+// replicas would: made, held, saved, listed, read and removed, the
+// removal held to the version it read (a precondition the fake
+// clientset does not check).
+func chatSessions(t *testing.T, core kubernetes.Interface, ns string) {
+	t.Helper()
+	ctx := context.Background()
+	a, b := kube.NewSecretSessions(core, ns), kube.NewSecretSessions(core, ns)
+	file := []byte("{}\n")
+	if _, err := a.Save(ctx, "rbac-s1", file, []byte(`{"id":"rbac-s1"}`), 0); err != nil {
+		t.Fatalf("a session saved: %v", err)
+	}
+	if _, err := a.Hold(ctx, "rbac-s1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Delete(ctx, "rbac-s1"); !errdefs.Of(err).Is(errdefs.Busy) {
+		t.Fatalf("removed while the other replica holds it: %v", err)
+	}
+	if g, err := a.Save(ctx, "rbac-s1", append(file, file...), []byte(`{"id":"rbac-s1"}`), 1); err != nil || g != 2 {
+		t.Fatalf("saved by its holder: %d %v", g, err)
+	}
+	if l, err := b.List(ctx); err != nil || len(l) != 1 {
+		t.Fatalf("listed: %v %v", l, err)
+	}
+	if got, g, err := b.Load(ctx, "rbac-s1"); err != nil || g != 2 || len(got) != 2*len(file) {
+		t.Fatalf("read through the other: %q %d %v", got, g, err)
+	}
+	if err := b.Delete(ctx, "rbac-s1"); err != nil {
+		t.Fatalf("removed: %v", err)
+	}
+	if _, err := a.Generation(ctx, "rbac-s1"); !errdefs.IsNotFound(err) {
+		t.Fatalf("after the removal: %v", err)
+	}
 }

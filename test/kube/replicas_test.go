@@ -1,9 +1,13 @@
 package kube_test
 
 import (
+	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +19,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	cortex "github.com/nsys-cortex/cortex/client"
 	"github.com/nsys-cortex/cortex/internal/sandbox/kube"
 	"github.com/nsys-cortex/cortex/internal/sandbox/kube/kubesim"
 	"github.com/nsys-cortex/cortex/internal/waittest"
@@ -119,7 +124,8 @@ func TestReplicas(t *testing.T) {
 	boxedKubelet(t, func() *kubesim.Kubelet { return kubesim.Start(t, core, cluster.Agents(rc), cfg) })
 	bin := buildCLI(t)
 	const token = "0123456789abcdef0123456789abcdef"
-	base := serveEnv(t, rc, cfg, token)
+	base := append(serveEnv(t, rc, cfg, token), "NSYS_CORTEX_KUBE_CHAT_SESSIONS=true",
+		"OPENAI_API_KEY=test-key", "NSYS_CORTEX_PROVIDER=openai", "NSYS_CORTEX_MODEL=fake", "NSYS_CORTEX_LLM_BASE_URL="+echoModel(t))
 	replicas := []*replica{newReplica(t, bin, base), newReplica(t, bin, base)} // the first makes the signing key, the second reads it
 	// The CLI as a client of replica i, with bearer token tok.
 	as := func(tok string, i int, args ...string) (string, error) {
@@ -205,4 +211,97 @@ func TestReplicas(t *testing.T) {
 			return err != nil && strings.Contains(out, "bearer token is wrong")
 		})
 	}
+
+	// Chat sessions are the cluster's too (kube.chat_sessions): one made
+	// and run through replica 0 is read and run on through replica 1,
+	// and through replica 1 started again with a new home; one removed
+	// through either is gone through both.
+	client := func(i int) *cortex.Client {
+		c, err := cortex.New("http://"+replicas[i].addr, cortex.WithToken(token))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	ctx := context.Background()
+	said := func(i int, id string) string {
+		t.Helper()
+		d, err := client(i).Session(ctx, id)
+		if err != nil {
+			t.Fatalf("session %s through replica %d: %v", id, i, err)
+		}
+		var out []string
+		for _, m := range d.Messages {
+			out = append(out, m.Text)
+		}
+		return strings.Join(out, "|")
+	}
+	s, err := client(0).CreateSession(ctx, &cortex.SessionCreate{Neuron: "chatting", Title: "shared"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client(0).Send(ctx, s.ID, "one", nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := said(1, s.ID); got != "one|echo: one" {
+		t.Fatalf("through replica 1: %q", got)
+	}
+	replicas[1].stop()
+	replicas[1].env = append(replicas[1].env, "HOME="+t.TempDir(), "NSYS_CORTEX_HOME="+filepath.Join(t.TempDir(), "h2"))
+	replicas[1].start()
+	if l, err := client(1).Sessions(ctx); err != nil || len(l) != 1 || l[0].ID != s.ID || l[0].Title != "shared" {
+		t.Fatalf("listed through replica 1 with a new home: %+v %v", l, err)
+	}
+	if _, err := client(1).Send(ctx, s.ID, "two", nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := said(0, s.ID); got != "one|echo: one|two|echo: two" {
+		t.Fatalf("back through replica 0: %q", got)
+	}
+	if err := client(1).CloseSession(ctx, s.ID, true); err != nil {
+		t.Fatal(err)
+	}
+	var ae cortex.APIError
+	if _, err := client(0).Session(ctx, s.ID); !errors.As(err, &ae) || ae.Code != cortex.CodeNotFound {
+		t.Fatalf("a session removed through replica 1, through replica 0: %v", err)
+	}
+	via(0, "destroy", "--wipe", "chatting")
+}
+
+// echoModel answers every chat request, in the OpenAI wire format,
+// "echo: " and the last message.
+func echoModel(t *testing.T) string {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var body struct {
+			Messages []struct {
+				Content any `json:"content"`
+			} `json:"messages"`
+		}
+		if r.URL.Path != "/v1/chat/completions" || json.NewDecoder(r.Body).Decode(&body) != nil || len(body.Messages) == 0 {
+			http.Error(w, `{"error":{"message":"not a chat request","type":"invalid_request_error"}}`, http.StatusBadRequest)
+			return
+		}
+		var last string
+		switch c := body.Messages[len(body.Messages)-1].Content.(type) {
+		case string:
+			last = c
+		case []any: // parts
+			for _, p := range c {
+				if m, ok := p.(map[string]any); ok && m["type"] == "text" {
+					last += fmt.Sprint(m["text"])
+				}
+			}
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		for _, c := range []map[string]any{
+			{"index": 0, "delta": map[string]any{"role": "assistant", "content": "echo: " + last}, "finish_reason": nil},
+			{"index": 0, "delta": map[string]any{}, "finish_reason": "stop"},
+		} {
+			b, _ := json.Marshal(map[string]any{"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "fake", "choices": []any{c}})
+			fmt.Fprintf(w, "data: %s\n\n", b)
+		}
+		fmt.Fprint(w, "data: [DONE]\n\n")
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL + "/v1"
 }
