@@ -77,7 +77,7 @@ func (s *Server) startChats() {
 		return
 	}
 	if s.opts.Chat.Store != nil {
-		s.chatSync = newChatSync(s.opts.Chat.Store)
+		s.chatSync = newChatSync(s.opts.Chat.Store, session.ForLayout(s.opts.Chat.Host.Layout).Dir())
 	}
 	idle := s.opts.Chat.Idle
 	if idle <= 0 {
@@ -148,7 +148,7 @@ func (s *Server) acquireChat(ctx context.Context, id string, change bool) (*chat
 	}
 	r, release, err := s.openChat(ctx, id)
 	if err != nil {
-		use.finish(context.WithoutCancel(ctx))
+		use.finish(context.WithoutCancel(ctx), nil)
 		return nil, nil, nil, err
 	}
 	return r, use, release, nil
@@ -296,13 +296,14 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) {
 		writeError(w, chatError(err))
 		return
 	}
+	s.chats.opening.Unlock()
+	// Saved before anyone is told of it (outside the lock: the store
+	// may be slow to answer).
 	if err := s.saveNew(r.Context(), runner); err != nil {
-		s.chats.opening.Unlock()
 		writeError(w, err)
 		return
 	}
 	c := s.hold(runner)
-	s.chats.opening.Unlock()
 	defer s.releaseChat(c)
 	writeJSON(w, http.StatusCreated, sessionOf(runner))
 }
@@ -326,9 +327,12 @@ func (s *Server) onSession(in any, change bool, f func(r *http.Request, rn *chat
 			return
 		}
 		defer release()
-		r = r.WithContext(context.WithValue(r.Context(), bodyKey{}, v))
+		defer use.finish(context.WithoutCancel(r.Context()), rn) // a panic's too
+		ctx, unbind := use.context(r.Context())
+		defer unbind()
+		r = r.WithContext(context.WithValue(ctx, bodyKey{}, v))
 		status, out, err := f(r, rn)
-		if ferr := use.finish(context.WithoutCancel(r.Context())); err == nil {
+		if ferr := use.finish(context.WithoutCancel(r.Context()), rn); err == nil {
 			err = ferr
 		}
 		switch {
@@ -427,6 +431,13 @@ func (s *Server) closeSession(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	remove := r.URL.Query().Get("remove") == "true"
+	if remove && s.chatSync != nil {
+		if !s.chatSync.begin(id) {
+			writeError(w, chatError(chatrun.ErrBusy))
+			return
+		}
+		defer s.chatSync.end(id)
+	}
 	s.chats.mu.Lock()
 	c := s.chats.open[id]
 	if c != nil && c.users > 0 {
@@ -461,7 +472,9 @@ func (s *Server) closeSession(w http.ResponseWriter, r *http.Request) {
 	mgr := session.ForLayout(s.opts.Chat.Host.Layout)
 	if remove {
 		if s.chatSync != nil {
-			s.chatSync.forget(id)
+			if err := s.chatSync.forget(id); err != nil {
+				s.log.Warn("recording the chat sessions' generations", "err", err)
+			}
 		}
 		if err := mgr.Delete(id); err != nil && !(stored && errors.Is(err, session.ErrNotFound)) {
 			writeError(w, chatError(err))
@@ -499,8 +512,11 @@ func (s *Server) runTurn(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer release()
+	defer use.finish(context.WithoutCancel(r.Context()), rn) // a panic's too
 	ctx, done := s.streamContext(r)
 	defer done()
+	ctx, unbind := use.context(ctx)
+	defer unbind()
 	var sse *sseWriter
 	var ok bool
 	started := false
@@ -525,7 +541,7 @@ func (s *Server) runTurn(w http.ResponseWriter, r *http.Request) {
 		}
 	})
 	// What the turn changed is saved before its end is told.
-	if ferr := use.finish(context.WithoutCancel(r.Context())); err == nil {
+	if ferr := use.finish(context.WithoutCancel(r.Context()), rn); err == nil {
 		err = ferr
 	}
 	if !started {

@@ -89,6 +89,14 @@ func newChatReplica(t *testing.T, store api.SessionStore) *chatDaemon {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return newChatReplicaAt(t, store, lay)
+}
+
+// newChatReplicaAt is newChatReplica on the home lay (a daemon started
+// again on the home of one that stopped), stopped when t ends.
+func newChatReplicaAt(t *testing.T, store api.SessionStore, lay layout.Layout) *chatDaemon {
+	t.Helper()
+	var err error
 	set := sandbox.NewSet(sandbox.Env{Layout: lay, Exclusive: true, AgentBinary: func() (string, error) { return agentBin, nil }}, process.Backend())
 	d := &chatDaemon{lay: lay, models: map[string]*model{}}
 	for _, n := range []string{"m1", "m2"} {

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"sync"
 	"time"
@@ -29,9 +31,10 @@ type SessionStore interface {
 	// the store has no session id.
 	Generation(ctx context.Context, id string) (int64, error)
 	// Hold takes session id for a change through this daemon, until Save
-	// or Release, or until the hold lapses (the store's time, a minute,
-	// unless held again), and returns its generation; BUSY while another
-	// daemon holds it, NOT_FOUND when the store has none.
+	// or Release, or until the hold lapses (a minute, unless held again),
+	// and returns its generation; BUSY while another daemon holds it,
+	// NOT_FOUND when the store has none, TOO_LARGE when it can take no
+	// more.
 	Hold(ctx context.Context, id string) (int64, error)
 	// Release ends this daemon's hold of id.
 	Release(ctx context.Context, id string) error
@@ -49,10 +52,17 @@ type SessionStore interface {
 }
 
 // renewHold is how often a request holding a session holds it again.
-const renewHold = 20 * time.Second
+var renewHold = 20 * time.Second
+
+// generationsFile keeps, in the sessions directory, the generation of
+// each session this home's copy is of, so that a daemon started again on
+// the same home tells a session removed through another replica from
+// one that was never stored. Its name is no session's (ids do not start
+// with '.').
+const generationsFile = ".store-generations.json"
 
 // stamp is what a session file was like when it was last fetched or
-// saved: a file whose stamp changed was changed here.
+// saved: a file whose stamp changed since was changed here.
 type stamp struct {
 	gen  int64
 	size int64
@@ -62,18 +72,70 @@ type stamp struct {
 // chatSync is what a daemon with a SessionStore knows of it.
 type chatSync struct {
 	st       SessionStore
+	dir      string // the sessions directory
 	mu       sync.Mutex
+	loaded   bool
 	stamps   map[string]stamp
 	changing map[string]bool // sessions a request of this daemon is changing
 }
 
-func newChatSync(st SessionStore) *chatSync {
-	return &chatSync{st: st, stamps: map[string]stamp{}, changing: map[string]bool{}}
+func newChatSync(st SessionStore, dir string) *chatSync {
+	return &chatSync{st: st, dir: dir, stamps: map[string]stamp{}, changing: map[string]bool{}}
+}
+
+// load reads the generations a previous daemon on this home recorded
+// (cs.mu held).
+func (cs *chatSync) load() {
+	if cs.loaded {
+		return
+	}
+	cs.loaded = true
+	b, err := os.ReadFile(filepath.Join(cs.dir, generationsFile))
+	if err != nil {
+		return
+	}
+	var gens map[string]int64
+	if json.Unmarshal(b, &gens) != nil {
+		return
+	}
+	for id, g := range gens {
+		if session.ValidateID(id) == nil && g > 0 {
+			cs.stamps[id] = stamp{gen: g}
+		}
+	}
+}
+
+// persist writes the generations down (cs.mu held).
+func (cs *chatSync) persist() error {
+	gens := map[string]int64{}
+	for id, st := range cs.stamps {
+		if st.gen > 0 {
+			gens[id] = st.gen
+		}
+	}
+	b, _ := json.Marshal(gens)
+	if err := os.MkdirAll(cs.dir, 0o700); err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(cs.dir, generationsFile+".tmp-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	_, err = tmp.Write(b)
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), filepath.Join(cs.dir, generationsFile))
 }
 
 func (cs *chatSync) known(id string) stamp {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
+	cs.load()
 	return cs.stamps[id]
 }
 
@@ -94,21 +156,32 @@ func (cs *chatSync) end(id string) {
 	cs.mu.Unlock()
 }
 
-// note records what id's file in mgr is now, of generation gen.
-func (cs *chatSync) note(mgr *session.Manager, id string, gen int64) {
+// note records that session id's file in mgr is now of generation gen.
+func (cs *chatSync) note(mgr *session.Manager, id string, gen int64) error {
 	st := stamp{gen: gen}
 	if in, err := infoOf(mgr, id); err == nil {
 		st.size, st.mod = in.Size, in.Modified
 	}
 	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	cs.load()
 	cs.stamps[id] = st
-	cs.mu.Unlock()
+	return cs.persist()
 }
 
-func (cs *chatSync) forget(id string) {
+func (cs *chatSync) forget(id string) error {
 	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	cs.load()
 	delete(cs.stamps, id)
-	cs.mu.Unlock()
+	return cs.persist()
+}
+
+// changedHere reports whether session in was changed in this home since
+// it was last fetched or saved (or was never either).
+func (cs *chatSync) changedHere(in session.Info) bool {
+	st := cs.known(in.ID)
+	return st.size != in.Size || !st.mod.Equal(in.Modified)
 }
 
 // infoOf describes session id of mgr.
@@ -125,19 +198,23 @@ func infoOf(mgr *session.Manager, id string) (session.Info, error) {
 	return session.Info{}, fmt.Errorf("session %s: %w", id, session.ErrNotFound)
 }
 
-// chatUse is one request's use of a session through the store: what it
-// holds, and what its home's sessions were like when it began.
+// chatUse is one request's use of a session through the store.
 type chatUse struct {
 	s      *Server
 	id     string
-	held   bool
-	before map[string]session.Info
+	change bool  // the request changes the session: it began it here
+	held   bool  // and holds it in the store
+	gen    int64 // the generation it holds
+	lost   chan struct{}
 	stop   func() // ends the renewal of the hold
+	once   sync.Once
+	err    error
 }
 
 // syncIn readies session id for a request: held, when the request changes
 // it, and fetched from the store when this daemon's copy is not the
-// store's latest. nil, nil: the daemon keeps no store.
+// store's latest. nil, nil: the daemon keeps no store. finish the use
+// (once it is not nil) when the request is done.
 func (s *Server) syncIn(ctx context.Context, id string, change bool) (*chatUse, error) {
 	cs := s.chatSync
 	if cs == nil {
@@ -146,16 +223,16 @@ func (s *Server) syncIn(ctx context.Context, id string, change bool) (*chatUse, 
 	if change && !cs.begin(id) {
 		return nil, chatError(fmt.Errorf("session %s: %w", id, chatrun.ErrBusy))
 	}
-	u := &chatUse{s: s, id: id, stop: func() {}}
+	u := &chatUse{s: s, id: id, change: change, lost: make(chan struct{}), stop: func() {}}
 	fail := func(err error) (*chatUse, error) {
-		u.finish(context.WithoutCancel(ctx))
+		u.finish(context.WithoutCancel(ctx), nil)
 		return nil, err
 	}
 	var gen int64
 	var err error
 	if change {
 		gen, err = cs.st.Hold(ctx, id)
-		u.held = err == nil
+		u.held, u.gen = err == nil, gen
 	} else {
 		gen, err = cs.st.Generation(ctx, id)
 	}
@@ -176,24 +253,40 @@ func (s *Server) syncIn(ctx context.Context, id string, change bool) (*chatUse, 
 			return fail(err)
 		}
 	}
-	if change {
-		u.before = map[string]session.Info{}
-		all, err := mgr.List()
-		if err != nil {
-			return fail(err)
-		}
-		for _, in := range all {
-			u.before[in.ID] = in
-		}
-		if u.held {
-			u.stop = u.renew(ctx)
-		}
+	if u.held {
+		u.stop = u.renew(ctx)
 	}
 	return u, nil
 }
 
+// context is ctx, ended when the request's hold of its session is lost
+// (taken by another replica after it lapsed): what the request goes on
+// to do could not be saved. Call the function returned when done.
+func (u *chatUse) context(ctx context.Context) (context.Context, func()) {
+	if u == nil || !u.held {
+		return ctx, func() {}
+	}
+	c, cancel := context.WithCancelCause(ctx)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		select {
+		case <-u.lost:
+			cancel(errdefs.New(errdefs.Busy, fmt.Sprintf("session %s was taken by another replica: this replica lost its hold of it", u.id)))
+		case <-stop:
+		case <-c.Done():
+		}
+	})
+	return c, func() {
+		close(stop)
+		wg.Wait()
+		cancel(nil)
+	}
+}
+
 // renew holds u's session again every renewHold until the returned
-// function is called.
+// function is called; a hold lost (another replica holds the session,
+// or saved it) closes u.lost.
 func (u *chatUse) renew(ctx context.Context) func() {
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -206,10 +299,19 @@ func (u *chatUse) renew(ctx context.Context) func() {
 				return
 			case <-t.C:
 				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), renewHold)
-				if _, err := u.s.chatSync.st.Hold(rctx, u.id); err != nil {
+				gen, err := u.s.chatSync.st.Hold(rctx, u.id)
+				cancel()
+				switch {
+				case err == nil && gen == u.gen:
+				case err == nil, errdefs.Of(err).Is(errdefs.Busy), errdefs.IsNotFound(err):
+					// Another replica held it after the hold lapsed, or
+					// saved or removed it since.
+					u.s.log.Warn("a chat session's hold was lost", "session", u.id, "generation", gen, "err", err)
+					close(u.lost)
+					return
+				default:
 					u.s.log.Warn("holding a chat session again", "session", u.id, "err", err)
 				}
-				cancel()
 			}
 		}
 	})
@@ -224,6 +326,10 @@ func (u *chatUse) renew(ctx context.Context) func() {
 // another request here uses the session; a read goes on with the copy
 // it has.
 func (s *Server) fetchChat(ctx context.Context, mgr *session.Manager, id string, change bool) error {
+	data, gen, err := s.chatSync.st.Load(ctx, id)
+	if err != nil {
+		return err
+	}
 	s.chats.opening.Lock()
 	defer s.chats.opening.Unlock()
 	s.chats.mu.Lock()
@@ -243,15 +349,10 @@ func (s *Server) fetchChat(ctx context.Context, mgr *session.Manager, id string,
 			s.log.Warn("closing a chat session to fetch it again", "session", id, "err", err)
 		}
 	}
-	data, gen, err := s.chatSync.st.Load(ctx, id)
-	if err != nil {
-		return err
-	}
 	if err := mgr.Import(id, data); err != nil {
 		return fmt.Errorf("the cluster's copy of session %s: %w", id, err)
 	}
-	s.chatSync.note(mgr, id, gen)
-	return nil
+	return s.chatSync.note(mgr, id, gen)
 }
 
 // dropChat removes this daemon's copy of session id (the store's is gone).
@@ -273,41 +374,62 @@ func (s *Server) dropChat(mgr *session.Manager, id string) {
 	if err := mgr.Delete(id); err != nil && !errors.Is(err, session.ErrNotFound) {
 		s.log.Warn("removing a chat session removed through another replica", "session", id, "err", err)
 	}
-	s.chatSync.forget(id)
+	if err := s.chatSync.forget(id); err != nil {
+		s.log.Warn("recording the chat sessions' generations", "err", err)
+	}
 }
 
-// finish ends u: every session file of the home that the request changed
-// or made (the session, a fork, a sub-agent's) is saved to the store, and
-// the hold ended. An error says what could not be saved: it stays in this
+// finish ends u, once (later calls return the first's answer): a change
+// saves what it changed (the session, or its fork, and the sessions its
+// agent started or talked to, when no other request here is changing
+// them) and ends its hold. rn is the request's runner (nil: it had
+// none). An error says what could not be saved: it stays in this
 // daemon's home.
-func (u *chatUse) finish(ctx context.Context) error {
+func (u *chatUse) finish(ctx context.Context, rn *chatrun.Runner) error {
 	if u == nil {
+		return nil
+	}
+	u.once.Do(func() { u.err = u.doFinish(ctx, rn) })
+	return u.err
+}
+
+func (u *chatUse) doFinish(ctx context.Context, rn *chatrun.Runner) error {
+	if !u.change {
 		return nil
 	}
 	u.stop()
 	cs := u.s.chatSync
 	defer cs.end(u.id)
+	ids := []string{u.id}
+	if rn != nil {
+		ids = append(ids, rn.ID())
+		ids = append(ids, rn.Routed()...)
+	}
+	mgr := session.ForLayout(u.s.opts.Chat.Host.Layout)
 	var errs []error
 	saved := false
-	if u.before != nil {
-		mgr := session.ForLayout(u.s.opts.Chat.Host.Layout)
-		all, err := mgr.List()
-		if err != nil {
-			errs = append(errs, err)
+	for i, id := range ids {
+		if slices.Contains(ids[:i], id) {
+			continue
 		}
-		for _, in := range all {
-			if in.Err != nil {
-				continue
+		if id != u.id {
+			if !cs.begin(id) {
+				continue // another request here changes it, and saves it
 			}
-			was, had := u.before[in.ID]
-			if had && was.Size == in.Size && was.Modified.Equal(in.Modified) {
-				continue
-			}
-			if err := u.s.saveChat(ctx, mgr, in); err != nil {
-				errs = append(errs, fmt.Errorf("session %s is kept in this replica's home only: %w", in.ID, err))
-			} else if in.ID == u.id {
+		}
+		in, err := infoOf(mgr, id)
+		if err == nil && cs.changedHere(in) {
+			if err = u.s.saveChat(ctx, mgr, in); err != nil {
+				err = fmt.Errorf("session %s is kept in this replica's home only: %w", id, err)
+			} else if id == u.id {
 				saved = true
 			}
+		}
+		if id != u.id {
+			cs.end(id)
+		}
+		if err != nil && !errors.Is(err, session.ErrNotFound) {
+			errs = append(errs, err)
 		}
 	}
 	if u.held && !saved {
@@ -315,7 +437,17 @@ func (u *chatUse) finish(ctx context.Context) error {
 			u.s.log.Warn("releasing a chat session", "session", u.id, "err", err)
 		}
 	}
-	return errors.Join(errs...)
+	err := errors.Join(errs...)
+	select {
+	case <-u.lost:
+		msg := fmt.Sprintf("session %s: this replica lost its hold of it to another replica, so the request was ended", u.id)
+		if err != nil {
+			msg += ": " + err.Error()
+		}
+		return errdefs.New(errdefs.Busy, msg)
+	default:
+	}
+	return err
 }
 
 // saveChat stores session in of mgr, in place of the generation this
@@ -335,7 +467,9 @@ func (s *Server) saveChat(ctx context.Context, mgr *session.Manager, in session.
 	if err != nil {
 		return err
 	}
-	cs.note(mgr, in.ID, gen)
+	if err := cs.note(mgr, in.ID, gen); err != nil {
+		s.log.Warn("recording the chat sessions' generations", "err", err)
+	}
 	return nil
 }
 
@@ -346,17 +480,22 @@ func (s *Server) saveNew(ctx context.Context, r *chatrun.Runner) error {
 	if s.chatSync == nil {
 		return nil
 	}
+	id := r.ID()
 	mgr := session.ForLayout(s.opts.Chat.Host.Layout)
-	in, err := infoOf(mgr, r.ID())
-	if err == nil {
-		err = s.saveChat(ctx, mgr, in)
+	err := errors.New("made and changed at once")
+	if s.chatSync.begin(id) {
+		var in session.Info
+		if in, err = infoOf(mgr, id); err == nil {
+			err = s.saveChat(ctx, mgr, in)
+		}
+		s.chatSync.end(id)
 	}
 	if err != nil {
 		r.Close()
-		if derr := mgr.Delete(r.ID()); derr != nil {
-			s.log.Warn("removing a session the store refused", "session", r.ID(), "err", derr)
+		if derr := mgr.Delete(id); derr != nil {
+			s.log.Warn("removing a session the store refused", "session", id, "err", derr)
 		}
-		s.chatSync.forget(r.ID())
+		s.chatSync.forget(id)
 		return fmt.Errorf("the new session could not be kept in the cluster, so it is not made: %w", err)
 	}
 	return nil
@@ -364,6 +503,8 @@ func (s *Server) saveNew(ctx context.Context, r *chatrun.Runner) error {
 
 // storedSessions adds to list (this daemon's sessions) the store's:
 // the store's word for each session it holds, as it is the latest saved.
+// A copy here of a session the store held once, and holds no more, was
+// removed through another replica: it is left out.
 func (s *Server) storedSessions(ctx context.Context, list []cortex.Session) ([]cortex.Session, error) {
 	if s.chatSync == nil {
 		return list, nil
@@ -376,18 +517,18 @@ func (s *Server) storedSessions(ctx context.Context, list []cortex.Session) ([]c
 	open := map[string]bool{}
 	for _, ls := range list {
 		open[ls.ID] = ls.Open
-		if _, in := stored[ls.ID]; !in {
+		if _, in := stored[ls.ID]; !in && s.chatSync.known(ls.ID).gen == 0 {
 			out = append(out, ls)
 		}
 	}
 	for id, raw := range stored {
+		if session.ValidateID(id) != nil {
+			continue
+		}
 		var cs cortex.Session
-		if err := json.Unmarshal(raw, &cs); err != nil || cs.ID != id || session.ValidateID(id) != nil {
+		if err := json.Unmarshal(raw, &cs); err != nil || cs.ID != id {
 			s.log.Warn("a stored chat session's description is damaged", "session", id, "err", err)
 			cs = cortex.Session{ID: id}
-			if session.ValidateID(id) != nil {
-				continue
-			}
 		}
 		cs.Open = open[id]
 		out = append(out, cs)

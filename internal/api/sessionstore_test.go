@@ -3,13 +3,19 @@ package api_test
 import (
 	"context"
 	"errors"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
 	cortex "github.com/nsys-cortex/cortex/client"
+	"github.com/nsys-cortex/cortex/internal/api"
+	"github.com/nsys-cortex/cortex/internal/layout"
 	"github.com/nsys-cortex/cortex/internal/sandbox/kube"
+	"github.com/nsys-cortex/cortex/internal/sandbox/sandboxtest"
 )
 
 // texts is what a session's messages say, in order.
@@ -119,5 +125,147 @@ func TestSessionsAcrossReplicas(t *testing.T) {
 	}
 	if list, err := a.c.Sessions(ctx); err != nil || len(list) != 1 || list[0].ID != fork.ID {
 		t.Fatalf("listed after the removal: %+v %v", list, err)
+	}
+}
+
+// The review's findings, each a way two replicas changed one session at
+// once, or a removed session came back.
+func TestSessionsAcrossReplicasReview(t *testing.T) {
+	ctx := context.Background()
+	var ae cortex.APIError
+	busy := func(err error) bool { return errors.As(err, &ae) && ae.Code == cortex.CodeBusy }
+
+	// A read, and a refused change, through the replica whose turn runs
+	// end nothing of that turn's hold.
+	t.Run("read during a turn", func(t *testing.T) {
+		cluster := fake.NewClientset()
+		a := newChatReplica(t, kube.NewSecretSessions(cluster, "nsys-cortex"))
+		b := newChatReplica(t, kube.NewSecretSessions(cluster, "nsys-cortex"))
+		s, err := a.c.CreateSession(ctx, &cortex.SessionCreate{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		first := make(chan error, 1)
+		go func() { _, err := a.c.Send(ctx, s.ID, "one: wait", nil); first <- err }()
+		<-a.models["m1"].waiting
+		if _, err := a.c.Session(ctx, s.ID); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := a.c.UpdateSession(ctx, s.ID, &cortex.SessionUpdate{Model: "m2"}); !busy(err) {
+			t.Fatalf("a second change through A during its turn: %v", err)
+		}
+		if _, err := b.c.Send(ctx, s.ID, "two", nil); !busy(err) {
+			t.Fatalf("a turn through B during A's, after a read and a refused change through A: %v", err)
+		}
+		a.models["m1"].release <- struct{}{}
+		if err := <-first; err != nil {
+			t.Fatal(err)
+		}
+		if got := texts(t, b, s.ID); got != "one: wait|done: one: wait" {
+			t.Fatalf("after A's turn, through B: %q", got)
+		}
+	})
+
+	// A turn on X ending while a turn on Y runs, both through A, saves
+	// nothing of Y and ends none of Y's hold.
+	t.Run("another session's turn", func(t *testing.T) {
+		cluster := fake.NewClientset()
+		a := newChatReplica(t, kube.NewSecretSessions(cluster, "nsys-cortex"))
+		b := newChatReplica(t, kube.NewSecretSessions(cluster, "nsys-cortex"))
+		x, err := a.c.CreateSession(ctx, &cortex.SessionCreate{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		y, err := a.c.CreateSession(ctx, &cortex.SessionCreate{Model: "m2"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		xd, yd := make(chan error, 1), make(chan error, 1)
+		go func() { _, err := a.c.Send(ctx, x.ID, "x: wait", nil); xd <- err }()
+		<-a.models["m1"].waiting
+		go func() { _, err := a.c.Send(ctx, y.ID, "y: wait", nil); yd <- err }()
+		<-a.models["m2"].waiting
+		a.models["m1"].release <- struct{}{}
+		if err := <-xd; err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.c.Send(ctx, y.ID, "five", nil); !busy(err) {
+			t.Fatalf("a turn on Y through B while A's runs: %v", err)
+		}
+		a.models["m2"].release <- struct{}{}
+		if err := <-yd; err != nil {
+			t.Fatal(err)
+		}
+		if got := texts(t, b, y.ID); got != "y: wait|done: y: wait" {
+			t.Fatalf("Y through B: %q", got)
+		}
+	})
+
+	// A session removed through B stays removed for A, listed or asked
+	// for, and for A started again on its home.
+	t.Run("removed", func(t *testing.T) {
+		cluster := fake.NewClientset()
+		b := newChatReplica(t, kube.NewSecretSessions(cluster, "nsys-cortex"))
+		lay, err := layout.New(filepath.Join(sandboxtest.ShortTempDir(t), "h"), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var s, kept *cortex.Session
+		t.Run("before", func(t *testing.T) {
+			a := newChatReplicaAt(t, kube.NewSecretSessions(cluster, "nsys-cortex"), lay)
+			var err error
+			if s, err = a.c.CreateSession(ctx, &cortex.SessionCreate{Title: "removed"}); err != nil {
+				t.Fatal(err)
+			}
+			if kept, err = a.c.CreateSession(ctx, &cortex.SessionCreate{Title: "kept"}); err != nil {
+				t.Fatal(err)
+			}
+			if err := b.c.CloseSession(ctx, s.ID, true); err != nil {
+				t.Fatal(err)
+			}
+			if l, err := a.c.Sessions(ctx); err != nil || len(l) != 1 || l[0].ID != kept.ID {
+				t.Fatalf("listed through A: %+v %v", l, err)
+			}
+		})
+		a := newChatReplicaAt(t, kube.NewSecretSessions(cluster, "nsys-cortex"), lay)
+		if _, err := a.c.Send(ctx, s.ID, "hello", nil); !errors.As(err, &ae) || ae.Code != cortex.CodeNotFound {
+			t.Fatalf("a turn through A started again, on a session removed through B: %v", err)
+		}
+		if l, err := b.c.Sessions(ctx); err != nil || len(l) != 1 || l[0].ID != kept.ID {
+			t.Fatalf("listed through B: %+v %v", l, err)
+		}
+	})
+}
+
+// A turn whose hold another replica took (it lapsed: the turn's replica
+// stalled past a minute) is ended, not run on to a save that cannot be.
+func TestSessionHoldLost(t *testing.T) {
+	defer api.SetRenewHold(20 * time.Millisecond)()
+	ctx := context.Background()
+	cluster := fake.NewClientset()
+	a := newChatReplica(t, kube.NewSecretSessions(cluster, "nsys-cortex"))
+	s, err := a.c.CreateSession(ctx, &cortex.SessionCreate{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { _, err := a.c.Send(ctx, s.ID, "one: wait", nil); done <- err }()
+	<-a.models["m1"].waiting
+	secrets := cluster.CoreV1().Secrets("nsys-cortex")
+	sec, err := secrets.Get(ctx, kube.ChatSecretName(s.ID), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sec.Annotations[kube.AnnotationChatHolder] = `{"who":"replica-b","until":"` + time.Now().Add(time.Hour).UTC().Format(time.RFC3339) + `"}`
+	if _, err := secrets.Update(ctx, sec, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "lost its hold") {
+			t.Fatalf("the turn whose hold was taken: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the turn whose hold was taken ran on")
 	}
 }

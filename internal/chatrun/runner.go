@@ -259,6 +259,18 @@ func (r *Runner) ID() string {
 	return r.sess.ID()
 }
 
+// Routed returns the ids of the sessions the agents this session's agent
+// started or talked to work in (the sessions_* tools).
+func (r *Runner) Routed() []string {
+	r.mu.Lock()
+	router := r.router
+	r.mu.Unlock()
+	if router == nil {
+		return nil
+	}
+	return router.Routed()
+}
+
 // Neuron returns the id of the neuron the agent works in.
 func (r *Runner) Neuron() string { return r.neuron.ID() }
 

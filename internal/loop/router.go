@@ -50,6 +50,18 @@ func (r *Router) Close() error {
 	return first
 }
 
+// Routed returns the ids of the sessions the router's agents work in
+// (those it started, and those it was sent to), in no order.
+func (r *Router) Routed() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ids := make([]string, 0, len(r.running))
+	for id := range r.running {
+		ids = append(ids, id)
+	}
+	return ids
+}
+
 type spawnIn struct {
 	Task   string `json:"task" jsonschema:"what the new agent should do, self-contained: it sees nothing of your conversation"`
 	Neuron string `json:"neuron,omitempty" jsonschema:"neuron to work in (default: a new one of its own)"`

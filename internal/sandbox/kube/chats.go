@@ -43,19 +43,23 @@ const (
 	// AnnotationChatInfo describes the session for lists (JSON, the
 	// daemon's).
 	AnnotationChatInfo = "neuron.nsys-cortex/chat-info"
+	// AnnotationChatFull marks a session a save found too large for its
+	// Secret: it takes no more changes (the value says why).
+	AnnotationChatFull = "neuron.nsys-cortex/chat-full"
 	// chatFile is the key of the session's file, gzip-compressed.
 	chatFile = "session.jsonl.gz"
 	// MaxChatStored bounds a session's compressed file: a Secret holds at
 	// most 1 MiB, its annotations included.
 	MaxChatStored = 900 << 10
-	// maxChatFile bounds a session's file as a Secret's holds it,
-	// uncompressed.
-	maxChatFile = 256 << 20
 	// maxChatInfo bounds the description kept for lists.
 	maxChatInfo = 16 << 10
 	// chatHoldFor is how long a hold lasts unless taken again.
 	chatHoldFor = time.Minute
 )
+
+// maxChatFile bounds a session's file as a Secret holds it,
+// uncompressed (a variable for tests).
+var maxChatFile = 256 << 20
 
 // chatHold is who holds a session, until when.
 type chatHold struct {
@@ -172,6 +176,9 @@ func (s *SecretSessions) Hold(ctx context.Context, id string) (int64, error) {
 		if who := s.heldByOther(sec); who != "" {
 			return busy(id, who)
 		}
+		if full := sec.Annotations[AnnotationChatFull]; full != "" {
+			return errdefs.New(errdefs.TooLarge, fmt.Sprintf("session %s takes no more changes: %s; start a new session", id, full))
+		}
 		h, _ := json.Marshal(chatHold{Who: s.Who, Until: s.clock().Add(chatHoldFor).UTC()})
 		sec.Annotations[AnnotationChatHolder] = string(h)
 		gen = g
@@ -184,8 +191,9 @@ func (s *SecretSessions) Hold(ctx context.Context, id string) (int64, error) {
 func (s *SecretSessions) Release(ctx context.Context, id string) error {
 	return s.change(ctx, id, func(sec *corev1.Secret, _ int64) error {
 		var h chatHold
-		if json.Unmarshal([]byte(sec.Annotations[AnnotationChatHolder]), &h) == nil && h.Who != s.Who {
-			return errNoChange // another's, or none
+		raw, has := sec.Annotations[AnnotationChatHolder]
+		if !has || json.Unmarshal([]byte(raw), &h) == nil && h.Who != s.Who {
+			return errNoChange // none, or another's
 		}
 		delete(sec.Annotations, AnnotationChatHolder)
 		return nil
@@ -234,7 +242,7 @@ func (s *SecretSessions) Load(ctx context.Context, id string) ([]byte, int64, er
 	if err != nil {
 		return nil, 0, errdefs.New(errdefs.Unavailable, fmt.Sprintf("session %s's Secret %s/%s is damaged: %v", id, s.Namespace, sec.Name, err))
 	}
-	data, err := io.ReadAll(io.LimitReader(zr, maxChatFile+1))
+	data, err := io.ReadAll(io.LimitReader(zr, int64(maxChatFile)+1))
 	if err == nil && len(data) > maxChatFile {
 		err = fmt.Errorf("more than %d MiB", maxChatFile>>20)
 	}
@@ -254,8 +262,24 @@ func (s *SecretSessions) Save(ctx context.Context, id string, file, info []byte,
 	zw, _ := gzip.NewWriterLevel(&buf, gzip.BestSpeed)
 	zw.Write(file)
 	zw.Close()
-	if buf.Len() > MaxChatStored {
-		return 0, errdefs.New(errdefs.TooLarge, fmt.Sprintf("session %s is %d KiB compressed, more than the %d KiB a Secret holds", id, buf.Len()>>10, MaxChatStored>>10))
+	if buf.Len() > MaxChatStored || len(file) > maxChatFile {
+		why := fmt.Sprintf("it is %d KiB compressed (%d MiB), more than the %d KiB (%d MiB) the cluster keeps of a session", buf.Len()>>10, len(file)>>20, MaxChatStored>>10, maxChatFile>>20)
+		if gen > 0 {
+			// No later change could be saved either: refuse them before
+			// they run (the Secret keeps the last save).
+			s.change(ctx, id, func(sec *corev1.Secret, g int64) error {
+				if g != gen {
+					return errNoChange
+				}
+				sec.Annotations[AnnotationChatFull] = "its last save was refused: " + why
+				var h chatHold
+				if json.Unmarshal([]byte(sec.Annotations[AnnotationChatHolder]), &h) == nil && h.Who == s.Who {
+					delete(sec.Annotations, AnnotationChatHolder)
+				}
+				return nil
+			})
+		}
+		return 0, errdefs.New(errdefs.TooLarge, fmt.Sprintf("session %s cannot be saved: %s", id, why))
 	}
 	secrets := s.Core.CoreV1().Secrets(s.Namespace)
 	if gen == 0 {

@@ -146,3 +146,47 @@ func TestChatSessionsRefuse(t *testing.T) {
 		t.Fatalf("hold over a damaged holder: %v", err)
 	}
 }
+
+// A session that grew past what a Secret keeps is refused its save and,
+// since no later change could be saved, every later change before it
+// runs; a file that would not load again is refused its save; a release
+// with nothing held writes nothing.
+func TestChatSessionsFull(t *testing.T) {
+	core, a, b, _ := twoReplicas()
+	if _, err := a.Save(ctx, "s1", []byte("{}\n"), nil, 0); err != nil {
+		t.Fatal(err)
+	}
+	rv := func() string {
+		sec, err := core.CoreV1().Secrets("nsys-cortex").Get(ctx, ChatSecretName("s1"), metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sec.ResourceVersion
+	}
+	before := rv()
+	if err := b.Release(ctx, "s1"); err != nil || rv() != before {
+		t.Fatalf("a release of nothing held: %v, version %s → %s", err, before, rv())
+	}
+	if _, err := a.Hold(ctx, "s1"); err != nil {
+		t.Fatal(err)
+	}
+	big := make([]byte, 2<<20)
+	rand.Read(big)
+	if _, err := a.Save(ctx, "s1", big, nil, 1); !errdefs.IsTooLarge(err) {
+		t.Fatalf("a save too large: %v", err)
+	}
+	for _, r := range []*SecretSessions{a, b} {
+		if _, err := r.Hold(ctx, "s1"); !errdefs.IsTooLarge(err) || !strings.Contains(err.Error(), "start a new session") {
+			t.Fatalf("a change of a full session through %s: %v", r.Who, err)
+		}
+	}
+	if got, g, err := b.Load(ctx, "s1"); err != nil || g != 1 || string(got) != "{}\n" {
+		t.Fatalf("the full session keeps its last save: %q %d %v", got, g, err)
+	}
+	// A file that compresses well past what Load takes back.
+	defer func(old int) { maxChatFile = old }(maxChatFile)
+	maxChatFile = 1 << 20
+	if _, err := a.Save(ctx, "s2", make([]byte, 1<<20+1), nil, 0); !errdefs.IsTooLarge(err) {
+		t.Fatalf("a file Load would refuse: %v", err)
+	}
+}
