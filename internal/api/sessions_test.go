@@ -62,6 +62,10 @@ func (m *model) Stream(ctx context.Context, req *llm.Request, on func(llm.Event)
 			return nil, ctx.Err()
 		}
 	}
+	if strings.Contains(request, "spawn") && last.Role == llm.RoleUser {
+		return &llm.Response{Message: llm.Message{Role: llm.RoleAssistant, Parts: []llm.Part{{ToolCall: &llm.ToolCall{ID: "c2", Name: "sessions_spawn",
+			Input: json.RawMessage(`{"task":"sub task","neuron":"chat1"}`)}}}}, Stop: llm.StopToolUse}, nil
+	}
 	if strings.Contains(request, "write") && last.Role == llm.RoleUser {
 		in, _ := json.Marshal(map[string]string{"path": "made-by-agent.txt", "content": "hello from " + m.name})
 		return &llm.Response{Message: llm.Message{Role: llm.RoleAssistant, Parts: []llm.Part{{ToolCall: &llm.ToolCall{ID: "c1", Name: "write", Input: in}}}}, Stop: llm.StopToolUse}, nil

@@ -334,12 +334,20 @@ func (s *Server) fetchChat(ctx context.Context, mgr *session.Manager, id string,
 	defer s.chats.opening.Unlock()
 	s.chats.mu.Lock()
 	c := s.chats.open[id]
-	if c != nil && c.users > 0 {
+	// The file is in use here (a request, or the agent of another session
+	// that talks to it, which keeps it open): not replaced under them.
+	inUse := c != nil && c.users > 0
+	for other, oc := range s.chats.open {
+		if other != id && slices.Contains(oc.r.Routed(), id) {
+			inUse = true
+		}
+	}
+	if inUse {
 		s.chats.mu.Unlock()
 		if !change {
 			return nil
 		}
-		return chatError(fmt.Errorf("session %s changed through another replica while a request here uses it: %w", id, chatrun.ErrBusy))
+		return chatError(fmt.Errorf("session %s changed through another replica while this replica uses it: %w", id, chatrun.ErrBusy))
 	}
 	delete(s.chats.open, id)
 	s.chats.mu.Unlock()

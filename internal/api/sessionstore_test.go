@@ -269,3 +269,45 @@ func TestSessionHoldLost(t *testing.T) {
 		t.Fatal("the turn whose hold was taken ran on")
 	}
 }
+
+// A session another session's agent talks to (sessions_spawn keeps it
+// open) is saved with that session's turn, and is not replaced under
+// that agent when another replica changes it: a change of it here is
+// BUSY until the other session is closed.
+func TestSessionsRoutedAcrossReplicas(t *testing.T) {
+	ctx := context.Background()
+	cluster := fake.NewClientset()
+	a := newChatReplica(t, kube.NewSecretSessions(cluster, "nsys-cortex"))
+	b := newChatReplica(t, kube.NewSecretSessions(cluster, "nsys-cortex"))
+	p, err := a.c.CreateSession(ctx, &cortex.SessionCreate{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.c.Send(ctx, p.ID, "spawn one", nil); err != nil {
+		t.Fatal(err)
+	}
+	list, err := b.c.Sessions(ctx)
+	if err != nil || len(list) != 2 {
+		t.Fatalf("through B after the spawn: %+v %v", list, err)
+	}
+	z := list[0].ID
+	if z == p.ID {
+		z = list[1].ID
+	}
+	if got := texts(t, b, z); got != "sub task|done: sub task" {
+		t.Fatalf("the spawned session through B: %q", got)
+	}
+	if _, err := b.c.Send(ctx, z, "more", nil); err != nil {
+		t.Fatal(err)
+	}
+	var ae cortex.APIError
+	if _, err := a.c.Send(ctx, z, "again", nil); !errors.As(err, &ae) || ae.Code != cortex.CodeBusy {
+		t.Fatalf("a change through A of the session A's agent holds, changed through B: %v", err)
+	}
+	if err := a.c.CloseSession(ctx, p.ID, false); err != nil {
+		t.Fatal(err)
+	}
+	if got := texts(t, a, z); got != "sub task|done: sub task|more|done: more" {
+		t.Fatalf("through A once the agent that held it is closed: %q", got)
+	}
+}
