@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	agents "sigs.k8s.io/agent-sandbox/clients/k8s/clientset/versioned"
 
@@ -101,7 +102,7 @@ func deployedRole(t *testing.T, sandboxes bool) {
 	}
 	if sandboxes {
 		// Chat sessions (kube.chat_sessions), as two replicas keep them.
-		chatSessions(t, host, cfg.Namespace)
+		chatSessions(t, host, metadata.NewForConfigOrDie(hostCfg), cfg.Namespace)
 	} else {
 		// Without that rule no Secret but the API keys' is the host's.
 		other := &kube.SecretKeys{Core: host, Namespace: cfg.Namespace, Name: "nsys-cortex-api"}
@@ -243,13 +244,15 @@ func applyRBAC(t *testing.T, admin kubernetes.Interface, ns string, edit func(*r
 }
 
 // chatSessions drives the chat sessions' store through core as two
-// replicas would: made, held, saved, listed, read and removed, the
-// removal held to the version it read (a precondition the fake
-// clientset does not check).
-func chatSessions(t *testing.T, core kubernetes.Interface, ns string) {
+// replicas would, one reading the Secrets' metadata alone (meta), as
+// serve does, the other whole: made, held, saved, listed, read and
+// removed, each write held to the version it read (preconditions the
+// fake clientset does not check).
+func chatSessions(t *testing.T, core kubernetes.Interface, meta metadata.Interface, ns string) {
 	t.Helper()
 	ctx := context.Background()
 	a, b := kube.NewSecretSessions(core, ns), kube.NewSecretSessions(core, ns)
+	a.Meta = meta
 	file := []byte("{}\n")
 	if _, err := a.Save(ctx, "rbac-s1", file, []byte(`{"id":"rbac-s1"}`), 0); err != nil {
 		t.Fatalf("a session saved: %v", err)

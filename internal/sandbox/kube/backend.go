@@ -617,7 +617,7 @@ func chatSessionsItem(ctx context.Context, cl *Cluster, namespace string) sandbo
 		it.Detail = explain(err, "list", "secrets", namespace).Error()
 		return it
 	}
-	for _, verb := range []string{"get", "create", "update", "delete"} {
+	for _, verb := range []string{"get", "create", "patch", "delete"} {
 		r, err := cl.Core.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authzv1.SelfSubjectAccessReview{
 			Spec: authzv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authzv1.ResourceAttributes{
 				Namespace: namespace, Verb: verb, Resource: "secrets"}},
@@ -627,7 +627,7 @@ func chatSessionsItem(ctx context.Context, cl *Cluster, namespace string) sandbo
 			it.Detail = fmt.Sprintf("asking whether this identity may %s secrets in %s: %v", verb, namespace, err)
 			return it
 		case !r.Status.Allowed:
-			it.Detail = fmt.Sprintf("this identity may not %s secrets in namespace %s, which kube.chat_sessions keeps sessions in: grant get, list, create, update and delete on secrets (deploy/kubernetes/rbac.yaml), or turn kube.chat_sessions off", verb, namespace)
+			it.Detail = fmt.Sprintf("this identity may not %s secrets in namespace %s, which kube.chat_sessions keeps sessions in: grant get, list, create, patch and delete on secrets (deploy/kubernetes/rbac.yaml), or turn kube.chat_sessions off", verb, namespace)
 			return it
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"strconv"
 	"time"
@@ -19,7 +20,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
 
 	"github.com/nsys-cortex/cortex/internal/protocol/errdefs"
 )
@@ -71,7 +74,11 @@ type chatHold struct {
 // session (api.SessionStore): the replicas of a deployment serve the
 // same sessions, and a replica whose home goes loses none.
 type SecretSessions struct {
-	Core      kubernetes.Interface
+	Core kubernetes.Interface
+	// Meta, when set, reads the Secrets' metadata alone (a session's
+	// generation, holder and description) without their data, which is
+	// up to 900 KiB each; nil reads them whole.
+	Meta      metadata.Interface
 	Namespace string
 	// Who is this replica, in holds.
 	Who string
@@ -100,7 +107,13 @@ func SecretSessionsFromEnv() (*SecretSessions, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kube.chat_sessions: %w", err)
 	}
-	return NewSecretSessions(core, ns), nil
+	meta, err := metadata.NewForConfig(rc)
+	if err != nil {
+		return nil, fmt.Errorf("kube.chat_sessions: %w", err)
+	}
+	s := NewSecretSessions(core, ns)
+	s.Meta = meta
+	return s, nil
 }
 
 // NewSecretSessions is the store of namespace ns, for a replica named
@@ -126,30 +139,53 @@ func (s *SecretSessions) clock() time.Time {
 	return time.Now()
 }
 
-// get reads session id's Secret: NOT_FOUND when there is none, or one
-// that is not id's.
-func (s *SecretSessions) get(ctx context.Context, id string) (*corev1.Secret, int64, error) {
-	sec, err := s.Core.CoreV1().Secrets(s.Namespace).Get(ctx, ChatSecretName(id), metav1.GetOptions{})
+// secretsResource is what the metadata client asks for.
+var secretsResource = corev1.SchemeGroupVersion.WithResource("secrets")
+
+// get reads the metadata of session id's Secret (its labels and
+// annotations, never its data, where s.Meta can): NOT_FOUND when there
+// is none, or one that is not id's.
+func (s *SecretSessions) get(ctx context.Context, id string) (*metav1.ObjectMeta, int64, error) {
+	var meta *metav1.ObjectMeta
+	var err error
+	if s.Meta != nil {
+		var pm *metav1.PartialObjectMetadata
+		if pm, err = s.Meta.Resource(secretsResource).Namespace(s.Namespace).Get(ctx, ChatSecretName(id), metav1.GetOptions{}); err == nil {
+			meta = &pm.ObjectMeta
+		}
+	} else {
+		var sec *corev1.Secret
+		if sec, err = s.Core.CoreV1().Secrets(s.Namespace).Get(ctx, ChatSecretName(id), metav1.GetOptions{}); err == nil {
+			meta = &sec.ObjectMeta
+		}
+	}
 	if apierrors.IsNotFound(err) {
 		return nil, 0, errdefs.New(errdefs.NotFound, fmt.Sprintf("session %s is not in the cluster", id))
 	}
 	if err != nil {
 		return nil, 0, explain(err, "get", "secrets", s.Namespace)
 	}
-	if sec.Labels[LabelChat] != "true" || sec.Annotations[AnnotationChatID] != id {
-		return nil, 0, errdefs.New(errdefs.NotFound, fmt.Sprintf("session %s is not in the cluster (Secret %s/%s is not its)", id, s.Namespace, sec.Name))
-	}
-	gen, err := strconv.ParseInt(sec.Annotations[AnnotationChatGeneration], 10, 64)
-	if err != nil || gen < 1 {
-		return nil, 0, errdefs.New(errdefs.Unavailable, fmt.Sprintf("session %s's Secret %s/%s is damaged: generation %q", id, s.Namespace, sec.Name, sec.Annotations[AnnotationChatGeneration]))
-	}
-	return sec, gen, nil
+	gen, err := s.check(meta, id)
+	return meta, gen, err
 }
 
-// heldByOther reports who else holds sec now ("": no one).
-func (s *SecretSessions) heldByOther(sec *corev1.Secret) string {
+// check says whether meta is session id's Secret's, and its generation.
+func (s *SecretSessions) check(meta *metav1.ObjectMeta, id string) (int64, error) {
+	if meta.Labels[LabelChat] != "true" || meta.Annotations[AnnotationChatID] != id {
+		return 0, errdefs.New(errdefs.NotFound, fmt.Sprintf("session %s is not in the cluster (Secret %s/%s is not its)", id, s.Namespace, meta.Name))
+	}
+	gen, err := strconv.ParseInt(meta.Annotations[AnnotationChatGeneration], 10, 64)
+	if err != nil || gen < 1 {
+		return 0, errdefs.New(errdefs.Unavailable, fmt.Sprintf("session %s's Secret %s/%s is damaged: generation %q", id, s.Namespace, meta.Name, meta.Annotations[AnnotationChatGeneration]))
+	}
+	return gen, nil
+}
+
+// heldByOther reports who else holds the session of meta now ("": no
+// one).
+func (s *SecretSessions) heldByOther(meta *metav1.ObjectMeta) string {
 	var h chatHold
-	raw := sec.Annotations[AnnotationChatHolder]
+	raw := meta.Annotations[AnnotationChatHolder]
 	if raw == "" || json.Unmarshal([]byte(raw), &h) != nil {
 		return "" // none, or one no one can claim
 	}
@@ -172,60 +208,82 @@ func (s *SecretSessions) Generation(ctx context.Context, id string) (int64, erro
 // Hold takes session id for a change through this replica, for a minute.
 func (s *SecretSessions) Hold(ctx context.Context, id string) (int64, error) {
 	var gen int64
-	err := s.change(ctx, id, func(sec *corev1.Secret, g int64) error {
-		if who := s.heldByOther(sec); who != "" {
-			return busy(id, who)
+	err := s.change(ctx, id, func(meta *metav1.ObjectMeta, g int64) ([]byte, error) {
+		if who := s.heldByOther(meta); who != "" {
+			return nil, busy(id, who)
 		}
-		if full := sec.Annotations[AnnotationChatFull]; full != "" {
-			return errdefs.New(errdefs.TooLarge, fmt.Sprintf("session %s takes no more changes: %s; start a new session", id, full))
+		if full := meta.Annotations[AnnotationChatFull]; full != "" {
+			return nil, errdefs.New(errdefs.TooLarge, fmt.Sprintf("session %s takes no more changes: %s; start a new session", id, full))
 		}
 		h, _ := json.Marshal(chatHold{Who: s.Who, Until: s.clock().Add(chatHoldFor).UTC()})
-		sec.Annotations[AnnotationChatHolder] = string(h)
+		meta.Annotations[AnnotationChatHolder] = string(h)
 		gen = g
-		return nil
+		return nil, nil
 	})
 	return gen, err
 }
 
 // Release ends this replica's hold of session id.
 func (s *SecretSessions) Release(ctx context.Context, id string) error {
-	return s.change(ctx, id, func(sec *corev1.Secret, _ int64) error {
+	return s.change(ctx, id, func(meta *metav1.ObjectMeta, _ int64) ([]byte, error) {
 		var h chatHold
-		raw, has := sec.Annotations[AnnotationChatHolder]
+		raw, has := meta.Annotations[AnnotationChatHolder]
 		if !has || json.Unmarshal([]byte(raw), &h) == nil && h.Who != s.Who {
-			return errNoChange // none, or another's
+			return nil, errNoChange // none, or another's
 		}
-		delete(sec.Annotations, AnnotationChatHolder)
-		return nil
+		delete(meta.Annotations, AnnotationChatHolder)
+		return nil, nil
 	})
 }
 
 // errNoChange ends a change that has nothing to write.
 var errNoChange = errors.New("nothing to change")
 
-// change applies fn to session id's Secret and writes it, reading it
-// again when another writer changed it between (the update names the
-// version it read).
-func (s *SecretSessions) change(ctx context.Context, id string, fn func(*corev1.Secret, int64) error) error {
+// change applies fn to the metadata of session id's Secret and writes
+// what it changed of the annotations, and the data fn returns (nil:
+// none), as a merge patch that names the version it read: another
+// writer's change between the read and the write makes it read again.
+func (s *SecretSessions) change(ctx context.Context, id string, fn func(*metav1.ObjectMeta, int64) ([]byte, error)) error {
 	for range 10 {
-		sec, gen, err := s.get(ctx, id)
+		meta, gen, err := s.get(ctx, id)
 		if err != nil {
 			return err
 		}
-		if sec.Annotations == nil {
-			sec.Annotations = map[string]string{}
+		was := maps.Clone(meta.Annotations)
+		if meta.Annotations == nil {
+			meta.Annotations = map[string]string{}
 		}
-		if err := fn(sec, gen); errors.Is(err, errNoChange) {
+		data, err := fn(meta, gen)
+		if errors.Is(err, errNoChange) {
 			return nil
 		} else if err != nil {
 			return err
 		}
-		_, err = s.Core.CoreV1().Secrets(s.Namespace).Update(ctx, sec, metav1.UpdateOptions{})
+		ann := map[string]any{}
+		for k, v := range meta.Annotations {
+			if old, had := was[k]; !had || old != v {
+				ann[k] = v
+			}
+		}
+		for k := range was {
+			if _, has := meta.Annotations[k]; !has {
+				ann[k] = nil
+			}
+		}
+		patch := map[string]any{"metadata": map[string]any{"resourceVersion": meta.ResourceVersion, "annotations": ann}}
+		if data != nil {
+			patch["data"] = map[string][]byte{chatFile: data}
+		}
+		body, _ := json.Marshal(patch)
+		_, err = s.Core.CoreV1().Secrets(s.Namespace).Patch(ctx, meta.Name, types.MergePatchType, body, metav1.PatchOptions{})
 		if apierrors.IsConflict(err) {
 			continue
 		}
+		if apierrors.IsNotFound(err) {
+			return errdefs.New(errdefs.NotFound, fmt.Sprintf("session %s is not in the cluster", id))
+		}
 		if err != nil {
-			return explain(err, "update", "secrets", s.Namespace)
+			return explain(err, "patch", "secrets", s.Namespace)
 		}
 		return nil
 	}
@@ -234,7 +292,14 @@ func (s *SecretSessions) change(ctx context.Context, id string, fn func(*corev1.
 
 // Load returns session id's file and its generation.
 func (s *SecretSessions) Load(ctx context.Context, id string) ([]byte, int64, error) {
-	sec, gen, err := s.get(ctx, id)
+	sec, err := s.Core.CoreV1().Secrets(s.Namespace).Get(ctx, ChatSecretName(id), metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, 0, errdefs.New(errdefs.NotFound, fmt.Sprintf("session %s is not in the cluster", id))
+	}
+	if err != nil {
+		return nil, 0, explain(err, "get", "secrets", s.Namespace)
+	}
+	gen, err := s.check(&sec.ObjectMeta, id)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -267,16 +332,16 @@ func (s *SecretSessions) Save(ctx context.Context, id string, file, info []byte,
 		if gen > 0 {
 			// No later change could be saved either: refuse them before
 			// they run (the Secret keeps the last save).
-			s.change(ctx, id, func(sec *corev1.Secret, g int64) error {
+			s.change(ctx, id, func(meta *metav1.ObjectMeta, g int64) ([]byte, error) {
 				if g != gen {
-					return errNoChange
+					return nil, errNoChange
 				}
-				sec.Annotations[AnnotationChatFull] = "its last save was refused: " + why
+				meta.Annotations[AnnotationChatFull] = "its last save was refused: " + why
 				var h chatHold
-				if json.Unmarshal([]byte(sec.Annotations[AnnotationChatHolder]), &h) == nil && h.Who == s.Who {
-					delete(sec.Annotations, AnnotationChatHolder)
+				if json.Unmarshal([]byte(meta.Annotations[AnnotationChatHolder]), &h) == nil && h.Who == s.Who {
+					delete(meta.Annotations, AnnotationChatHolder)
 				}
-				return nil
+				return nil, nil
 			})
 		}
 		return 0, errdefs.New(errdefs.TooLarge, fmt.Sprintf("session %s cannot be saved: %s", id, why))
@@ -297,19 +362,18 @@ func (s *SecretSessions) Save(ctx context.Context, id string, file, info []byte,
 		return 1, nil
 	}
 	var next int64
-	err := s.change(ctx, id, func(sec *corev1.Secret, g int64) error {
-		if who := s.heldByOther(sec); who != "" {
-			return busy(id, who)
+	err := s.change(ctx, id, func(meta *metav1.ObjectMeta, g int64) ([]byte, error) {
+		if who := s.heldByOther(meta); who != "" {
+			return nil, busy(id, who)
 		}
 		if g != gen {
-			return errdefs.New(errdefs.Busy, fmt.Sprintf("session %s was changed through another replica meanwhile (generation %d, not %d)", id, g, gen))
+			return nil, errdefs.New(errdefs.Busy, fmt.Sprintf("session %s was changed through another replica meanwhile (generation %d, not %d)", id, g, gen))
 		}
 		next = g + 1
-		sec.Annotations[AnnotationChatGeneration] = strconv.FormatInt(next, 10)
-		sec.Annotations[AnnotationChatInfo] = string(info)
-		delete(sec.Annotations, AnnotationChatHolder)
-		sec.Data = map[string][]byte{chatFile: buf.Bytes()}
-		return nil
+		meta.Annotations[AnnotationChatGeneration] = strconv.FormatInt(next, 10)
+		meta.Annotations[AnnotationChatInfo] = string(info)
+		delete(meta.Annotations, AnnotationChatHolder)
+		return buf.Bytes(), nil
 	})
 	if errdefs.IsNotFound(err) {
 		return 0, errdefs.New(errdefs.NotFound, fmt.Sprintf("session %s was removed through another replica meanwhile", id))
@@ -319,17 +383,32 @@ func (s *SecretSessions) Save(ctx context.Context, id string, file, info []byte,
 
 // List returns the description of each session the namespace holds.
 func (s *SecretSessions) List(ctx context.Context) (map[string][]byte, error) {
-	l, err := s.Core.CoreV1().Secrets(s.Namespace).List(ctx, metav1.ListOptions{LabelSelector: LabelChat + "=true"})
-	if err != nil {
-		return nil, explain(err, "list", "secrets", s.Namespace)
+	opts := metav1.ListOptions{LabelSelector: LabelChat + "=true"}
+	var metas []metav1.ObjectMeta
+	if s.Meta != nil {
+		l, err := s.Meta.Resource(secretsResource).Namespace(s.Namespace).List(ctx, opts)
+		if err != nil {
+			return nil, explain(err, "list", "secrets", s.Namespace)
+		}
+		for _, pm := range l.Items {
+			metas = append(metas, pm.ObjectMeta)
+		}
+	} else {
+		l, err := s.Core.CoreV1().Secrets(s.Namespace).List(ctx, opts)
+		if err != nil {
+			return nil, explain(err, "list", "secrets", s.Namespace)
+		}
+		for _, sec := range l.Items {
+			metas = append(metas, sec.ObjectMeta)
+		}
 	}
 	out := map[string][]byte{}
-	for _, sec := range l.Items {
-		id := sec.Annotations[AnnotationChatID]
-		if id == "" || sec.Name != ChatSecretName(id) {
+	for _, m := range metas {
+		id := m.Annotations[AnnotationChatID]
+		if id == "" || m.Name != ChatSecretName(id) {
 			continue // not a session's, whatever its label says
 		}
-		out[id] = []byte(sec.Annotations[AnnotationChatInfo])
+		out[id] = []byte(m.Annotations[AnnotationChatInfo])
 	}
 	return out, nil
 }

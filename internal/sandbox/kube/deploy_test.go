@@ -169,7 +169,7 @@ func TestDeployManifests(t *testing.T) {
 		"/secrets/" + apiKeysSecret: {"get", "update"},
 		// The chat sessions' Secrets (kube.chat_sessions), which RBAC
 		// cannot name before they are made.
-		"/secrets": {"create", "delete", "get", "list", "update"},
+		"/secrets": {"create", "delete", "get", "list", "patch"},
 		// One ConfigMap by name: the network probe's verdict, rewritten.
 		"/configmaps/" + ProbeConfigMap: {"update"},
 	}
