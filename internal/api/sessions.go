@@ -170,7 +170,7 @@ func (s *Server) openChat(ctx context.Context, id string) (*chatrun.Runner, func
 	if c == nil {
 		s.chats.opening.Lock()
 		if c = get(); c == nil {
-			o := s.opts.Chat.Defaults
+			o := s.chatOptions()
 			o.Resume, o.FollowSession = id, true
 			r, err := chatrun.Open(ctx, s.opts.Chat.Host, o)
 			if err != nil {
@@ -182,6 +182,16 @@ func (s *Server) openChat(ctx context.Context, id string) (*chatrun.Runner, func
 		s.chats.opening.Unlock()
 	}
 	return c.r, func() { s.releaseChat(c) }, nil
+}
+
+// chatOptions are the options a session opens with: the daemon's, and
+// with a store, the hold of each session its agent writes to.
+func (s *Server) chatOptions() chatrun.Options {
+	o := s.opts.Chat.Defaults
+	if s.chatSync != nil {
+		o.AcquireRouted = s.acquireRouted
+	}
+	return o
 }
 
 // hold registers an opened runner, used once by the caller.
@@ -197,7 +207,11 @@ func (s *Server) releaseChat(c *openChat) {
 	s.chats.mu.Lock()
 	c.users--
 	c.last = time.Now()
+	last := c.closed && c.users == 0 // dropped while in use (dropChat)
 	s.chats.mu.Unlock()
+	if last {
+		c.r.Close()
+	}
 }
 
 // chatHints are what an API client can do about the chat runtime's
@@ -272,7 +286,7 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) {
 		writeError(w, badRequest("unknown provider %q (known: %s)", req.Provider, strings.Join(providers.Names(), ", ")))
 		return
 	}
-	o := s.opts.Chat.Defaults
+	o := s.chatOptions()
 	o.Neuron, o.Title = req.Neuron, req.Title
 	if req.Agent != "" {
 		o.Agent = req.Agent
@@ -296,15 +310,22 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) {
 		writeError(w, chatError(err))
 		return
 	}
+	c := s.hold(runner)
 	s.chats.opening.Unlock()
+	defer s.releaseChat(c)
 	// Saved before anyone is told of it (outside the lock: the store
-	// may be slow to answer).
+	// may be slow to answer); one that cannot be is undone, closed by
+	// the last request that uses it.
 	if err := s.saveNew(r.Context(), runner); err != nil {
+		s.chats.mu.Lock()
+		if s.chats.open[runner.ID()] == c {
+			delete(s.chats.open, runner.ID())
+		}
+		c.closed = true
+		s.chats.mu.Unlock()
 		writeError(w, err)
 		return
 	}
-	c := s.hold(runner)
-	defer s.releaseChat(c)
 	writeJSON(w, http.StatusCreated, sessionOf(runner))
 }
 

@@ -28,7 +28,9 @@ import (
 // model is a provider whose answers the test scripts: the first request of
 // a turn whose message says "write" calls the write tool, everything else
 // is answered "done: <request>". A turn whose message says "wait" blocks
-// until released (or cancelled).
+// until released (or cancelled); "spawn" starts a sub-agent's session
+// (sessions_spawn), "send ID" tells session ID's agent "wait now"
+// (sessions_send).
 type model struct {
 	mu      sync.Mutex
 	name    string
@@ -61,6 +63,11 @@ func (m *model) Stream(ctx context.Context, req *llm.Request, on func(llm.Event)
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
+	}
+	if strings.HasPrefix(request, "send ") && last.Role == llm.RoleUser {
+		in, _ := json.Marshal(map[string]string{"session": strings.Fields(request)[1], "message": "wait now"})
+		return &llm.Response{Message: llm.Message{Role: llm.RoleAssistant, Parts: []llm.Part{{ToolCall: &llm.ToolCall{ID: "c3", Name: "sessions_send",
+			Input: in}}}}, Stop: llm.StopToolUse}, nil
 	}
 	if strings.Contains(request, "spawn") && last.Role == llm.RoleUser {
 		return &llm.Response{Message: llm.Message{Role: llm.RoleAssistant, Parts: []llm.Part{{ToolCall: &llm.ToolCall{ID: "c2", Name: "sessions_spawn",

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -13,6 +14,7 @@ import (
 
 	cortex "github.com/nsys-cortex/cortex/client"
 	"github.com/nsys-cortex/cortex/internal/chatrun"
+	"github.com/nsys-cortex/cortex/internal/loop"
 	"github.com/nsys-cortex/cortex/internal/protocol/errdefs"
 	"github.com/nsys-cortex/cortex/internal/session"
 )
@@ -77,6 +79,10 @@ type chatSync struct {
 	loaded   bool
 	stamps   map[string]stamp
 	changing map[string]bool // sessions a request of this daemon is changing
+	// damaged says why the generations this home recorded cannot be
+	// read: a copy the store does not have may then have been removed
+	// through another replica, or never saved.
+	damaged error
 }
 
 func newChatSync(st SessionStore, dir string) *chatSync {
@@ -90,12 +96,22 @@ func (cs *chatSync) load() {
 		return
 	}
 	cs.loaded = true
-	b, err := os.ReadFile(filepath.Join(cs.dir, generationsFile))
-	if err != nil {
+	path := filepath.Join(cs.dir, generationsFile)
+	if _, err := os.Stat(path + ".damaged"); err == nil {
+		cs.damaged = fmt.Errorf("%s.damaged is there", path)
+	}
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
 		return
 	}
 	var gens map[string]int64
-	if json.Unmarshal(b, &gens) != nil {
+	if err == nil {
+		err = json.Unmarshal(b, &gens)
+	}
+	if err != nil {
+		// Kept aside, so that a daemon started again knows it too.
+		cs.damaged = fmt.Errorf("%s: %v", path, err)
+		os.Rename(path, path+".damaged")
 		return
 	}
 	for id, g := range gens {
@@ -123,13 +139,32 @@ func (cs *chatSync) persist() error {
 	}
 	defer os.Remove(tmp.Name())
 	_, err = tmp.Write(b)
+	if err == nil {
+		err = tmp.Sync()
+	}
 	if cerr := tmp.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
 		return err
 	}
-	return os.Rename(tmp.Name(), filepath.Join(cs.dir, generationsFile))
+	if err := os.Rename(tmp.Name(), filepath.Join(cs.dir, generationsFile)); err != nil {
+		return err
+	}
+	if d, err := os.Open(cs.dir); err == nil {
+		d.Sync()
+		d.Close()
+	}
+	return nil
+}
+
+// unsure says why the home's record of generations cannot be trusted
+// (nil: it can).
+func (cs *chatSync) unsure() error {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	cs.load()
+	return cs.damaged
 }
 
 func (cs *chatSync) known(id string) stamp {
@@ -162,6 +197,11 @@ func (cs *chatSync) note(mgr *session.Manager, id string, gen int64) error {
 	if in, err := infoOf(mgr, id); err == nil {
 		st.size, st.mod = in.Size, in.Modified
 	}
+	return cs.noteAs(id, st)
+}
+
+// noteAs records st for session id.
+func (cs *chatSync) noteAs(id string, st stamp) error {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
 	cs.load()
@@ -202,13 +242,53 @@ func infoOf(mgr *session.Manager, id string) (session.Info, error) {
 type chatUse struct {
 	s      *Server
 	id     string
-	change bool  // the request changes the session: it began it here
-	held   bool  // and holds it in the store
-	gen    int64 // the generation it holds
-	lost   chan struct{}
-	stop   func() // ends the renewal of the hold
-	once   sync.Once
-	err    error
+	change bool // the request changes the session: it began it here
+	// aborted: refused before it began; its end saves nothing.
+	aborted bool
+	lost    chan struct{}
+	stop    func() // ends the renewal of the holds
+	once    sync.Once
+	err     error
+
+	mu sync.Mutex
+	// begun are the sessions this request began here (its own, and
+	// those its agent writes to: Router.Acquire), with the generation
+	// it holds of each in the store (0: the store has none).
+	begun map[string]int64
+}
+
+// useKey carries a request's chatUse in its context, for the
+// sessions_send tool's Acquire.
+type useKey struct{}
+
+// routedHere reports whether an agent of a session open here writes to
+// session id (it keeps id's file open).
+func (s *Server) routedHere(id string) bool {
+	s.chats.mu.Lock()
+	defer s.chats.mu.Unlock()
+	for other, oc := range s.chats.open {
+		if other != id && slices.Contains(oc.r.Routed(), id) {
+			return true
+		}
+	}
+	return false
+}
+
+// hold holds session id in the store for a change through this daemon.
+// A hold the store may have taken though it answered an error (the
+// reply lost) is released, so that no other replica waits on it.
+func (cs *chatSync) hold(ctx context.Context, log interface {
+	Warn(string, ...any)
+}, id string) (int64, error) {
+	gen, err := cs.st.Hold(ctx, id)
+	if err != nil && !errdefs.Of(err).Is(errdefs.Busy) && !errdefs.IsNotFound(err) && !errdefs.IsTooLarge(err) {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		if rerr := cs.st.Release(rctx, id); rerr != nil && !errdefs.IsNotFound(rerr) {
+			log.Warn("releasing a chat session after a failed hold", "session", id, "err", rerr)
+		}
+		cancel()
+	}
+	return gen, err
 }
 
 // syncIn readies session id for a request: held, when the request changes
@@ -223,16 +303,24 @@ func (s *Server) syncIn(ctx context.Context, id string, change bool) (*chatUse, 
 	if change && !cs.begin(id) {
 		return nil, chatError(fmt.Errorf("session %s: %w", id, chatrun.ErrBusy))
 	}
-	u := &chatUse{s: s, id: id, change: change, lost: make(chan struct{}), stop: func() {}}
+	u := &chatUse{s: s, id: id, change: change, lost: make(chan struct{}), stop: func() {}, begun: map[string]int64{}}
 	fail := func(err error) (*chatUse, error) {
+		u.aborted = true // nothing of it is saved
 		u.finish(context.WithoutCancel(ctx), nil)
 		return nil, err
+	}
+	if change {
+		u.begun[id] = 0
+		if s.routedHere(id) {
+			return fail(chatError(fmt.Errorf("session %s is open in another session's agent on this replica (sessions_spawn, sessions_send): close that session first: %w", id, chatrun.ErrBusy)))
+		}
 	}
 	var gen int64
 	var err error
 	if change {
-		gen, err = cs.st.Hold(ctx, id)
-		u.held, u.gen = err == nil, gen
+		if gen, err = cs.hold(ctx, s.log, id); err == nil {
+			u.begun[id] = gen
+		}
 	} else {
 		gen, err = cs.st.Generation(ctx, id)
 	}
@@ -245,6 +333,12 @@ func (s *Server) syncIn(ctx context.Context, id string, change bool) (*chatUse, 
 			s.dropChat(mgr, id)
 			return fail(cortex.APIError{Code: cortex.CodeNotFound, Message: fmt.Sprintf("session %s was removed (through another replica)", id)})
 		}
+		if d := cs.unsure(); d != nil {
+			if _, err := infoOf(mgr, id); err == nil {
+				return fail(errdefs.New(errdefs.Unavailable, fmt.Sprintf("session %s is in this replica's home and not in the cluster, and whether it was removed through another replica cannot be told: %v "+
+					"(remove the session, or remove that file to take every such copy for one never saved)", id, d)))
+			}
+		}
 		// This daemon's alone, if it has it: a change saves it.
 	case err != nil:
 		return fail(err)
@@ -253,20 +347,71 @@ func (s *Server) syncIn(ctx context.Context, id string, change bool) (*chatUse, 
 			return fail(err)
 		}
 	}
-	if u.held {
+	if change {
 		u.stop = u.renew(ctx)
 	}
 	return u, nil
+}
+
+// acquireRouted is the sessions_send tool's Router.Acquire: the session
+// its agent is about to write to is begun and held by the request the
+// agent runs in, as the request's own session is, and fetched when this
+// replica's copy is stale (open in the router: ErrStale, which closes
+// it first).
+func (s *Server) acquireRouted(ctx context.Context, id string, open bool) error {
+	u, _ := ctx.Value(useKey{}).(*chatUse)
+	if u == nil || !u.change {
+		return errors.New("sessions_send outside a request that changes its session")
+	}
+	cs := s.chatSync
+	u.mu.Lock()
+	gen, begun := u.begun[id]
+	u.mu.Unlock()
+	if !begun {
+		if !cs.begin(id) {
+			return chatError(fmt.Errorf("session %s is being changed through this replica: %w", id, chatrun.ErrBusy))
+		}
+		s.chats.mu.Lock()
+		c := s.chats.open[id]
+		inUse := c != nil && c.users > 0
+		s.chats.mu.Unlock()
+		if inUse {
+			cs.end(id)
+			return chatError(fmt.Errorf("session %s is in use through this replica: %w", id, chatrun.ErrBusy))
+		}
+		g, err := cs.hold(ctx, s.log, id)
+		switch {
+		case errdefs.IsNotFound(err) && cs.known(id).gen == 0:
+			g = 0 // this daemon's alone: saved as new
+		case errdefs.IsNotFound(err):
+			cs.end(id)
+			return errdefs.New(errdefs.NotFound, fmt.Sprintf("session %s was removed (through another replica)", id))
+		case err != nil:
+			cs.end(id)
+			return err
+		}
+		u.mu.Lock()
+		u.begun[id] = g
+		u.mu.Unlock()
+		gen = g
+	}
+	if gen == 0 || gen == cs.known(id).gen {
+		return nil
+	}
+	if open {
+		return loop.ErrStale
+	}
+	return s.fetchChat(ctx, session.ForLayout(s.opts.Chat.Host.Layout), id, true)
 }
 
 // context is ctx, ended when the request's hold of its session is lost
 // (taken by another replica after it lapsed): what the request goes on
 // to do could not be saved. Call the function returned when done.
 func (u *chatUse) context(ctx context.Context) (context.Context, func()) {
-	if u == nil || !u.held {
+	if u == nil || !u.change {
 		return ctx, func() {}
 	}
-	c, cancel := context.WithCancelCause(ctx)
+	c, cancel := context.WithCancelCause(context.WithValue(ctx, useKey{}, u))
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() {
@@ -298,19 +443,27 @@ func (u *chatUse) renew(ctx context.Context) func() {
 			case <-stop:
 				return
 			case <-t.C:
-				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), renewHold)
-				gen, err := u.s.chatSync.st.Hold(rctx, u.id)
-				cancel()
-				switch {
-				case err == nil && gen == u.gen:
-				case err == nil, errdefs.Of(err).Is(errdefs.Busy), errdefs.IsNotFound(err):
-					// Another replica held it after the hold lapsed, or
-					// saved or removed it since.
-					u.s.log.Warn("a chat session's hold was lost", "session", u.id, "generation", gen, "err", err)
-					close(u.lost)
-					return
-				default:
-					u.s.log.Warn("holding a chat session again", "session", u.id, "err", err)
+				u.mu.Lock()
+				held := maps.Clone(u.begun)
+				u.mu.Unlock()
+				for id, want := range held {
+					if want == 0 {
+						continue // not in the store
+					}
+					rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), renewHold)
+					gen, err := u.s.chatSync.st.Hold(rctx, id)
+					cancel()
+					switch {
+					case err == nil && gen == want:
+					case err == nil, errdefs.Of(err).Is(errdefs.Busy), errdefs.IsNotFound(err):
+						// Another replica held it after the hold lapsed,
+						// or saved or removed it since.
+						u.s.log.Warn("a chat session's hold was lost", "session", id, "generation", gen, "err", err)
+						close(u.lost)
+						return
+					default:
+						u.s.log.Warn("holding a chat session again", "session", id, "err", err)
+					}
 				}
 			}
 		}
@@ -367,13 +520,17 @@ func (s *Server) fetchChat(ctx context.Context, mgr *session.Manager, id string,
 func (s *Server) dropChat(mgr *session.Manager, id string) {
 	s.chats.opening.Lock()
 	defer s.chats.opening.Unlock()
+	// Out of the open sessions at once; closed now, or by the last
+	// request that uses it (releaseChat), whose changes are refused: its
+	// file is gone.
 	s.chats.mu.Lock()
 	c := s.chats.open[id]
-	if c != nil && c.users == 0 {
+	if c != nil {
 		delete(s.chats.open, id)
 		c.closed = true
-	} else {
-		c = nil
+		if c.users > 0 {
+			c = nil
+		}
 	}
 	s.chats.mu.Unlock()
 	if c != nil {
@@ -407,42 +564,50 @@ func (u *chatUse) doFinish(ctx context.Context, rn *chatrun.Runner) error {
 	}
 	u.stop()
 	cs := u.s.chatSync
-	defer cs.end(u.id)
-	ids := []string{u.id}
-	if rn != nil {
-		ids = append(ids, rn.ID())
-		ids = append(ids, rn.Routed()...)
-	}
 	mgr := session.ForLayout(u.s.opts.Chat.Host.Layout)
+	u.mu.Lock()
+	begun := maps.Clone(u.begun)
+	u.mu.Unlock()
 	var errs []error
-	saved := false
-	for i, id := range ids {
-		if slices.Contains(ids[:i], id) {
-			continue
-		}
-		if id != u.id {
-			if !cs.begin(id) {
-				continue // another request here changes it, and saves it
-			}
+	save := func(id string, mustExist bool) bool {
+		if u.aborted {
+			return false
 		}
 		in, err := infoOf(mgr, id)
-		if err == nil && cs.changedHere(in) {
-			if err = u.s.saveChat(ctx, mgr, in); err != nil {
-				err = fmt.Errorf("session %s is kept in this replica's home only: %w", id, err)
-			} else if id == u.id {
-				saved = true
+		switch {
+		case errors.Is(err, session.ErrNotFound) && !mustExist:
+			return false
+		case err == nil && !cs.changedHere(in):
+			return false
+		case err == nil:
+			err = u.s.saveChat(ctx, mgr, in)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("session %s is kept in this replica's home only: %w", id, err))
+			return false
+		}
+		return true
+	}
+	// What this request began: its session, and those its agent wrote
+	// to; each saved when changed (which ends its hold), else released.
+	for id, gen := range begun {
+		saved := save(id, id == u.id && rn != nil && rn.ID() == u.id)
+		if gen > 0 && !saved {
+			if err := cs.st.Release(ctx, id); err != nil && !errdefs.IsNotFound(err) {
+				u.s.log.Warn("releasing a chat session", "session", id, "err", err)
 			}
 		}
-		if id != u.id {
-			cs.end(id)
-		}
-		if err != nil && !errors.Is(err, session.ErrNotFound) {
-			errs = append(errs, err)
-		}
+		cs.end(id)
 	}
-	if u.held && !saved {
-		if err := cs.st.Release(ctx, u.id); err != nil && !errdefs.IsNotFound(err) {
-			u.s.log.Warn("releasing a chat session", "session", u.id, "err", err)
+	// What it made: a fork (the runner moved to it) and the sessions its
+	// agent started, unless another request here is changing them.
+	if rn != nil {
+		for _, id := range append([]string{rn.ID()}, rn.Routed()...) {
+			if _, did := begun[id]; did || !cs.begin(id) {
+				continue
+			}
+			save(id, false)
+			cs.end(id)
 		}
 	}
 	err := errors.Join(errs...)
@@ -462,7 +627,7 @@ func (u *chatUse) doFinish(ctx context.Context, rn *chatrun.Runner) error {
 // daemon last had of it.
 func (s *Server) saveChat(ctx context.Context, mgr *session.Manager, in session.Info) error {
 	cs := s.chatSync
-	data, _, err := mgr.Export(in.ID)
+	data, mod, err := mgr.Export(in.ID)
 	if err != nil {
 		return err
 	}
@@ -475,7 +640,8 @@ func (s *Server) saveChat(ctx context.Context, mgr *session.Manager, in session.
 	if err != nil {
 		return err
 	}
-	if err := cs.note(mgr, in.ID, gen); err != nil {
+	// Stamped as exported: what was appended since is a change here.
+	if err := cs.noteAs(in.ID, stamp{gen: gen, size: int64(len(data)), mod: mod}); err != nil {
 		s.log.Warn("recording the chat sessions' generations", "err", err)
 	}
 	return nil
@@ -499,7 +665,6 @@ func (s *Server) saveNew(ctx context.Context, r *chatrun.Runner) error {
 		s.chatSync.end(id)
 	}
 	if err != nil {
-		r.Close()
 		if derr := mgr.Delete(id); derr != nil {
 			s.log.Warn("removing a session the store refused", "session", id, "err", derr)
 		}
@@ -525,7 +690,7 @@ func (s *Server) storedSessions(ctx context.Context, list []cortex.Session) ([]c
 	open := map[string]bool{}
 	for _, ls := range list {
 		open[ls.ID] = ls.Open
-		if _, in := stored[ls.ID]; !in && s.chatSync.known(ls.ID).gen == 0 {
+		if _, in := stored[ls.ID]; !in && s.chatSync.known(ls.ID).gen == 0 && s.chatSync.unsure() == nil {
 			out = append(out, ls)
 		}
 	}

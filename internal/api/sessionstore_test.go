@@ -3,8 +3,10 @@ package api_test
 import (
 	"context"
 	"errors"
+	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -310,4 +312,195 @@ func TestSessionsRoutedAcrossReplicas(t *testing.T) {
 	if got := texts(t, a, z); got != "sub task|done: sub task|more|done: more" {
 		t.Fatalf("through A once the agent that held it is closed: %q", got)
 	}
+}
+
+// The second review's findings: a session another session's agent
+// writes to (sessions_send) changed at once through a client; a session
+// removed while a request used it served again; a damaged record of
+// generations bringing removed sessions back; a hold whose answer was
+// lost never released.
+func TestSessionsAcrossReplicasReview2(t *testing.T) {
+	ctx := context.Background()
+	var ae cortex.APIError
+	busy := func(err error) bool { return errors.As(err, &ae) && ae.Code == cortex.CodeBusy }
+	spawned := func(t *testing.T, d *chatDaemon) (p, z string) {
+		t.Helper()
+		s, err := d.c.CreateSession(ctx, &cortex.SessionCreate{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := d.c.Send(ctx, s.ID, "spawn one", nil); err != nil {
+			t.Fatal(err)
+		}
+		list, err := d.c.Sessions(ctx)
+		if err != nil || len(list) != 2 {
+			t.Fatalf("after the spawn: %+v %v", list, err)
+		}
+		z = list[0].ID
+		if z == s.ID {
+			z = list[1].ID
+		}
+		return s.ID, z
+	}
+
+	t.Run("routed, another replica", func(t *testing.T) {
+		cluster := fake.NewClientset()
+		a := newChatReplica(t, kube.NewSecretSessions(cluster, "nsys-cortex"))
+		b := newChatReplica(t, kube.NewSecretSessions(cluster, "nsys-cortex"))
+		p, z := spawned(t, a)
+		done := make(chan error, 1)
+		go func() { _, err := a.c.Send(ctx, p, "send "+z, nil); done <- err }()
+		<-a.models["m1"].waiting // Z's agent, mid-turn
+		if _, err := b.c.Send(ctx, z, "more", nil); !busy(err) {
+			t.Fatalf("a turn on Z through B while A's agent writes Z: %v", err)
+		}
+		a.models["m1"].release <- struct{}{}
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if got := texts(t, b, z); got != "sub task|done: sub task|wait now|done: wait now" {
+			t.Fatalf("Z through B: %q", got)
+		}
+		// Changed through B: A's agent, which holds Z open, reads it again
+		// before it writes.
+		if _, err := b.c.Send(ctx, z, "more", nil); err != nil {
+			t.Fatal(err)
+		}
+		go func() { _, err := a.c.Send(ctx, p, "send "+z, nil); done <- err }()
+		<-a.models["m1"].waiting
+		a.models["m1"].release <- struct{}{}
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		want := "sub task|done: sub task|wait now|done: wait now|more|done: more|wait now|done: wait now"
+		if got := texts(t, b, z); got != want {
+			t.Fatalf("Z through B after A's agent wrote it again: %q", got)
+		}
+	})
+
+	t.Run("routed, the same replica", func(t *testing.T) {
+		cluster := fake.NewClientset()
+		a := newChatReplica(t, kube.NewSecretSessions(cluster, "nsys-cortex"))
+		p, z := spawned(t, a)
+		done := make(chan error, 1)
+		go func() { _, err := a.c.Send(ctx, p, "send "+z, nil); done <- err }()
+		<-a.models["m1"].waiting
+		if _, err := a.c.Send(ctx, z, "more", nil); !busy(err) {
+			t.Fatalf("a turn on Z through A while A's agent writes Z: %v", err)
+		}
+		a.models["m1"].release <- struct{}{}
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	t.Run("removed while in use", func(t *testing.T) {
+		defer api.SetRenewHold(time.Hour)() // the hold lapses, as in a stall
+		cluster := fake.NewClientset()
+		a := newChatReplica(t, kube.NewSecretSessions(cluster, "nsys-cortex"))
+		b := newChatReplica(t, kube.NewSecretSessions(cluster, "nsys-cortex"))
+		s, err := a.c.CreateSession(ctx, &cortex.SessionCreate{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { _, err := a.c.Send(ctx, s.ID, "one: wait", nil); done <- err }()
+		<-a.models["m1"].waiting
+		secrets := cluster.CoreV1().Secrets("nsys-cortex")
+		sec, err := secrets.Get(ctx, kube.ChatSecretName(s.ID), metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		delete(sec.Annotations, kube.AnnotationChatHolder)
+		if _, err := secrets.Update(ctx, sec, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.c.CloseSession(ctx, s.ID, true); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := a.c.Session(ctx, s.ID); !errors.As(err, &ae) || ae.Code != cortex.CodeNotFound {
+			t.Fatalf("read through A of a session removed through B: %v", err)
+		}
+		a.models["m1"].release <- struct{}{}
+		if err := <-done; err == nil {
+			t.Fatal("the turn on a session removed under it answered success")
+		}
+		if _, err := a.c.Session(ctx, s.ID); err == nil {
+			t.Fatal("a removed session is served again through A")
+		}
+		if _, err := a.c.Send(ctx, s.ID, "two", nil); err == nil {
+			t.Fatal("a turn on a removed session answered success")
+		}
+		if l, _ := b.c.Sessions(ctx); len(l) != 0 {
+			t.Fatalf("the removed session is back: %+v", l)
+		}
+	})
+
+	t.Run("damaged generations", func(t *testing.T) {
+		cluster := fake.NewClientset()
+		b := newChatReplica(t, kube.NewSecretSessions(cluster, "nsys-cortex"))
+		lay, err := layout.New(filepath.Join(sandboxtest.ShortTempDir(t), "h"), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var s *cortex.Session
+		t.Run("before", func(t *testing.T) {
+			a := newChatReplicaAt(t, kube.NewSecretSessions(cluster, "nsys-cortex"), lay)
+			if s, err = a.c.CreateSession(ctx, &cortex.SessionCreate{}); err != nil {
+				t.Fatal(err)
+			}
+		})
+		if err := b.c.CloseSession(ctx, s.ID, true); err != nil {
+			t.Fatal(err)
+		}
+		gf := filepath.Join(lay.SessionsDir(), ".store-generations.json")
+		if err := os.WriteFile(gf, []byte("{"), 0o600); err != nil { // torn
+			t.Fatal(err)
+		}
+		for range 2 { // and a daemon started again after the first knows
+			t.Run("after", func(t *testing.T) {
+				a := newChatReplicaAt(t, kube.NewSecretSessions(cluster, "nsys-cortex"), lay)
+				if _, err := a.c.Send(ctx, s.ID, "hello", nil); !errors.As(err, &ae) || ae.Code != cortex.CodeUnavailable || !strings.Contains(ae.Message, "cannot be told") {
+					t.Fatalf("a turn on a session removed through B, with the record damaged: %v", err)
+				}
+				if l, _ := a.c.Sessions(ctx); len(l) != 0 {
+					t.Fatalf("listed through A: %+v", l)
+				}
+			})
+		}
+		if l, _ := b.c.Sessions(ctx); len(l) != 0 {
+			t.Fatalf("the removed session is back: %+v", l)
+		}
+	})
+
+	t.Run("hold answered with an error", func(t *testing.T) {
+		cluster := fake.NewClientset()
+		a := newChatReplica(t, &lostReply{SessionStore: kube.NewSecretSessions(cluster, "nsys-cortex")})
+		b := newChatReplica(t, kube.NewSecretSessions(cluster, "nsys-cortex"))
+		s, err := b.c.CreateSession(ctx, &cortex.SessionCreate{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := a.c.Send(ctx, s.ID, "one", nil); err == nil {
+			t.Fatal("the turn whose hold answered an error ran")
+		}
+		if _, err := b.c.Send(ctx, s.ID, "two", nil); err != nil {
+			t.Fatalf("B, once A's refused request is over: %v", err)
+		}
+	})
+}
+
+// lostReply is a store whose first Hold is written but answered with an
+// error (the request's client went away, or the reply timed out).
+type lostReply struct {
+	api.SessionStore
+	n atomic.Int32
+}
+
+func (l *lostReply) Hold(ctx context.Context, id string) (int64, error) {
+	gen, err := l.SessionStore.Hold(ctx, id)
+	if l.n.Add(1) == 1 && err == nil {
+		return 0, context.Canceled
+	}
+	return gen, err
 }

@@ -63,6 +63,10 @@ type Options struct {
 	// NoSessionTools leaves out sessions_spawn, sessions_send, ... (the
 	// agents those start never get them: one level of delegation).
 	NoSessionTools bool
+	// AcquireRouted, when set, is the sessions_send tool's
+	// loop.Router.Acquire (a daemon whose sessions other replicas share
+	// holds each session its agent writes to).
+	AcquireRouted func(ctx context.Context, id string, open bool) error
 	// DisableLoopDetection turns the loop detector off.
 	DisableLoopDetection bool
 }
@@ -182,6 +186,7 @@ func Open(ctx context.Context, h *Host, o Options) (_ *Runner, err error) {
 	if !o.NoSessionTools {
 		r.router = &loop.Router{
 			Sessions: mgr,
+			Acquire:  o.AcquireRouted,
 			Header:   session.Header{Provider: cfg.Provider, Model: cfg.Model, Agent: o.Agent},
 			Start:    r.startAgent,
 		}

@@ -3,6 +3,7 @@ package loop
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -23,6 +24,12 @@ type Router struct {
 	Start func(ctx context.Context, neuron string, sess *session.Session) (*Agent, string, error)
 	// Header fills in a new session's header (provider, model, agent).
 	Header session.Header
+	// Acquire, when set, is asked before an agent is sent a message in a
+	// session that was there before (sessions_send), with whether the
+	// router has the session open: an error refuses the send, and
+	// ErrStale, for an open one, makes the router close its copy and ask
+	// again (the file has changed under it).
+	Acquire func(ctx context.Context, id string, open bool) error
 
 	mu      sync.Mutex
 	running map[string]*routed
@@ -61,6 +68,10 @@ func (r *Router) Routed() []string {
 	}
 	return ids
 }
+
+// ErrStale is Router.Acquire's answer for a session the router has open
+// whose file has changed under it.
+var ErrStale = errors.New("the session changed since it was opened")
 
 type spawnIn struct {
 	Task   string `json:"task" jsonschema:"what the new agent should do, self-contained: it sees nothing of your conversation"`
@@ -156,6 +167,22 @@ func (r *Router) send(ctx context.Context, raw json.RawMessage) (*tools.Result, 
 	r.mu.Lock()
 	ra := r.running[in.Session]
 	r.mu.Unlock()
+	if r.Acquire != nil {
+		err := r.Acquire(ctx, in.Session, ra != nil)
+		if errors.Is(err, ErrStale) && ra != nil {
+			r.mu.Lock()
+			delete(r.running, in.Session)
+			r.mu.Unlock()
+			ra.mu.Lock() // no turn of its own runs on
+			ra.sess.Close()
+			ra.mu.Unlock()
+			ra = nil
+			err = r.Acquire(ctx, in.Session, false)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
 	if ra == nil {
 		sess, err := r.Sessions.Open(in.Session)
 		if err != nil {

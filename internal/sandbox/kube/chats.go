@@ -175,7 +175,7 @@ func (s *SecretSessions) check(meta *metav1.ObjectMeta, id string) (int64, error
 		return 0, errdefs.New(errdefs.NotFound, fmt.Sprintf("session %s is not in the cluster (Secret %s/%s is not its)", id, s.Namespace, meta.Name))
 	}
 	gen, err := strconv.ParseInt(meta.Annotations[AnnotationChatGeneration], 10, 64)
-	if err != nil || gen < 1 {
+	if err != nil || gen < 1 || gen > 1<<53 {
 		return 0, errdefs.New(errdefs.Unavailable, fmt.Sprintf("session %s's Secret %s/%s is damaged: generation %q", id, s.Namespace, meta.Name, meta.Annotations[AnnotationChatGeneration]))
 	}
 	return gen, nil
