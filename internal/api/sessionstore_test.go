@@ -20,6 +20,19 @@ import (
 	"github.com/nsys-cortex/cortex/internal/sandbox/sandboxtest"
 )
 
+// storeOf is a replica's store of chat sessions in cluster (kube mode's
+// Secrets, over the fake clientset).
+func storeOf(cluster *fake.Clientset) api.SessionStore {
+	return kube.NewSecretSessions(cluster, "nsys-cortex")
+}
+
+// twoChatReplicas are two daemons with homes of their own, sharing the
+// chat sessions of one cluster.
+func twoChatReplicas(t *testing.T) (*fake.Clientset, *chatDaemon, *chatDaemon) {
+	cluster := fake.NewClientset()
+	return cluster, newChatReplica(t, storeOf(cluster)), newChatReplica(t, storeOf(cluster))
+}
+
 // texts is what a session's messages say, in order.
 func texts(t *testing.T, d *chatDaemon, id string) string {
 	t.Helper()
@@ -42,9 +55,7 @@ func texts(t *testing.T, d *chatDaemon, id string) string {
 // seen by the others.
 func TestSessionsAcrossReplicas(t *testing.T) {
 	ctx := context.Background()
-	cluster := fake.NewClientset()
-	a := newChatReplica(t, kube.NewSecretSessions(cluster, "nsys-cortex"))
-	b := newChatReplica(t, kube.NewSecretSessions(cluster, "nsys-cortex"))
+	cluster, a, b := twoChatReplicas(t)
 	s, err := a.c.CreateSession(ctx, &cortex.SessionCreate{Title: "shared"})
 	if err != nil {
 		t.Fatal(err)
@@ -101,7 +112,7 @@ func TestSessionsAcrossReplicas(t *testing.T) {
 	}
 
 	// A replica with a new home (a pod started again) has them all.
-	c := newChatReplica(t, kube.NewSecretSessions(cluster, "nsys-cortex"))
+	c := newChatReplica(t, storeOf(cluster))
 	list, err := c.c.Sessions(ctx)
 	if err != nil || len(list) != 1 || list[0].ID != s.ID || list[0].Title != "shared" || list[0].Open {
 		t.Fatalf("listed through a new replica: %+v %v", list, err)
@@ -140,9 +151,7 @@ func TestSessionsAcrossReplicasReview(t *testing.T) {
 	// A read, and a refused change, through the replica whose turn runs
 	// end nothing of that turn's hold.
 	t.Run("read during a turn", func(t *testing.T) {
-		cluster := fake.NewClientset()
-		a := newChatReplica(t, kube.NewSecretSessions(cluster, "nsys-cortex"))
-		b := newChatReplica(t, kube.NewSecretSessions(cluster, "nsys-cortex"))
+		_, a, b := twoChatReplicas(t)
 		s, err := a.c.CreateSession(ctx, &cortex.SessionCreate{})
 		if err != nil {
 			t.Fatal(err)
@@ -171,9 +180,7 @@ func TestSessionsAcrossReplicasReview(t *testing.T) {
 	// A turn on X ending while a turn on Y runs, both through A, saves
 	// nothing of Y and ends none of Y's hold.
 	t.Run("another session's turn", func(t *testing.T) {
-		cluster := fake.NewClientset()
-		a := newChatReplica(t, kube.NewSecretSessions(cluster, "nsys-cortex"))
-		b := newChatReplica(t, kube.NewSecretSessions(cluster, "nsys-cortex"))
+		_, a, b := twoChatReplicas(t)
 		x, err := a.c.CreateSession(ctx, &cortex.SessionCreate{})
 		if err != nil {
 			t.Fatal(err)
@@ -207,14 +214,14 @@ func TestSessionsAcrossReplicasReview(t *testing.T) {
 	// for, and for A started again on its home.
 	t.Run("removed", func(t *testing.T) {
 		cluster := fake.NewClientset()
-		b := newChatReplica(t, kube.NewSecretSessions(cluster, "nsys-cortex"))
+		b := newChatReplica(t, storeOf(cluster))
 		lay, err := layout.New(filepath.Join(sandboxtest.ShortTempDir(t), "h"), "")
 		if err != nil {
 			t.Fatal(err)
 		}
 		var s, kept *cortex.Session
 		t.Run("before", func(t *testing.T) {
-			a := newChatReplicaAt(t, kube.NewSecretSessions(cluster, "nsys-cortex"), lay)
+			a := newChatReplicaAt(t, storeOf(cluster), lay)
 			var err error
 			if s, err = a.c.CreateSession(ctx, &cortex.SessionCreate{Title: "removed"}); err != nil {
 				t.Fatal(err)
@@ -229,7 +236,7 @@ func TestSessionsAcrossReplicasReview(t *testing.T) {
 				t.Fatalf("listed through A: %+v %v", l, err)
 			}
 		})
-		a := newChatReplicaAt(t, kube.NewSecretSessions(cluster, "nsys-cortex"), lay)
+		a := newChatReplicaAt(t, storeOf(cluster), lay)
 		if _, err := a.c.Send(ctx, s.ID, "hello", nil); !errors.As(err, &ae) || ae.Code != cortex.CodeNotFound {
 			t.Fatalf("a turn through A started again, on a session removed through B: %v", err)
 		}
@@ -245,7 +252,7 @@ func TestSessionHoldLost(t *testing.T) {
 	defer api.SetRenewHold(20 * time.Millisecond)()
 	ctx := context.Background()
 	cluster := fake.NewClientset()
-	a := newChatReplica(t, kube.NewSecretSessions(cluster, "nsys-cortex"))
+	a := newChatReplica(t, storeOf(cluster))
 	s, err := a.c.CreateSession(ctx, &cortex.SessionCreate{})
 	if err != nil {
 		t.Fatal(err)
@@ -278,9 +285,7 @@ func TestSessionHoldLost(t *testing.T) {
 // BUSY until the other session is closed.
 func TestSessionsRoutedAcrossReplicas(t *testing.T) {
 	ctx := context.Background()
-	cluster := fake.NewClientset()
-	a := newChatReplica(t, kube.NewSecretSessions(cluster, "nsys-cortex"))
-	b := newChatReplica(t, kube.NewSecretSessions(cluster, "nsys-cortex"))
+	_, a, b := twoChatReplicas(t)
 	p, err := a.c.CreateSession(ctx, &cortex.SessionCreate{})
 	if err != nil {
 		t.Fatal(err)
@@ -344,9 +349,7 @@ func TestSessionsAcrossReplicasReview2(t *testing.T) {
 	}
 
 	t.Run("routed, another replica", func(t *testing.T) {
-		cluster := fake.NewClientset()
-		a := newChatReplica(t, kube.NewSecretSessions(cluster, "nsys-cortex"))
-		b := newChatReplica(t, kube.NewSecretSessions(cluster, "nsys-cortex"))
+		_, a, b := twoChatReplicas(t)
 		p, z := spawned(t, a)
 		done := make(chan error, 1)
 		go func() { _, err := a.c.Send(ctx, p, "send "+z, nil); done <- err }()
@@ -380,7 +383,7 @@ func TestSessionsAcrossReplicasReview2(t *testing.T) {
 
 	t.Run("routed, the same replica", func(t *testing.T) {
 		cluster := fake.NewClientset()
-		a := newChatReplica(t, kube.NewSecretSessions(cluster, "nsys-cortex"))
+		a := newChatReplica(t, storeOf(cluster))
 		p, z := spawned(t, a)
 		done := make(chan error, 1)
 		go func() { _, err := a.c.Send(ctx, p, "send "+z, nil); done <- err }()
@@ -396,9 +399,7 @@ func TestSessionsAcrossReplicasReview2(t *testing.T) {
 
 	t.Run("removed while in use", func(t *testing.T) {
 		defer api.SetRenewHold(time.Hour)() // the hold lapses, as in a stall
-		cluster := fake.NewClientset()
-		a := newChatReplica(t, kube.NewSecretSessions(cluster, "nsys-cortex"))
-		b := newChatReplica(t, kube.NewSecretSessions(cluster, "nsys-cortex"))
+		cluster, a, b := twoChatReplicas(t)
 		s, err := a.c.CreateSession(ctx, &cortex.SessionCreate{})
 		if err != nil {
 			t.Fatal(err)
@@ -438,14 +439,14 @@ func TestSessionsAcrossReplicasReview2(t *testing.T) {
 
 	t.Run("damaged generations", func(t *testing.T) {
 		cluster := fake.NewClientset()
-		b := newChatReplica(t, kube.NewSecretSessions(cluster, "nsys-cortex"))
+		b := newChatReplica(t, storeOf(cluster))
 		lay, err := layout.New(filepath.Join(sandboxtest.ShortTempDir(t), "h"), "")
 		if err != nil {
 			t.Fatal(err)
 		}
 		var s *cortex.Session
 		t.Run("before", func(t *testing.T) {
-			a := newChatReplicaAt(t, kube.NewSecretSessions(cluster, "nsys-cortex"), lay)
+			a := newChatReplicaAt(t, storeOf(cluster), lay)
 			if s, err = a.c.CreateSession(ctx, &cortex.SessionCreate{}); err != nil {
 				t.Fatal(err)
 			}
@@ -459,7 +460,7 @@ func TestSessionsAcrossReplicasReview2(t *testing.T) {
 		}
 		for range 2 { // and a daemon started again after the first knows
 			t.Run("after", func(t *testing.T) {
-				a := newChatReplicaAt(t, kube.NewSecretSessions(cluster, "nsys-cortex"), lay)
+				a := newChatReplicaAt(t, storeOf(cluster), lay)
 				if _, err := a.c.Send(ctx, s.ID, "hello", nil); !errors.As(err, &ae) || ae.Code != cortex.CodeUnavailable || !strings.Contains(ae.Message, "cannot be told") {
 					t.Fatalf("a turn on a session removed through B, with the record damaged: %v", err)
 				}
@@ -475,8 +476,8 @@ func TestSessionsAcrossReplicasReview2(t *testing.T) {
 
 	t.Run("hold answered with an error", func(t *testing.T) {
 		cluster := fake.NewClientset()
-		a := newChatReplica(t, &lostReply{SessionStore: kube.NewSecretSessions(cluster, "nsys-cortex")})
-		b := newChatReplica(t, kube.NewSecretSessions(cluster, "nsys-cortex"))
+		a := newChatReplica(t, &lostReply{SessionStore: storeOf(cluster)})
+		b := newChatReplica(t, storeOf(cluster))
 		s, err := b.c.CreateSession(ctx, &cortex.SessionCreate{})
 		if err != nil {
 			t.Fatal(err)
