@@ -146,17 +146,22 @@ func (s *Server) acquireChat(ctx context.Context, id string, change bool) (*chat
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	r, release, err := s.openChat(ctx, id)
+	r, release, err := s.openChat(ctx, id, change)
 	if err != nil {
 		use.finish(context.WithoutCancel(ctx), nil)
 		return nil, nil, nil, err
+	}
+	if use != nil {
+		use.rn = r
 	}
 	return r, use, release, nil
 }
 
 // openChat returns session id's runner, opening it when the daemon does
-// not hold it; call release when the request is done with it.
-func (s *Server) openChat(ctx context.Context, id string) (*chatrun.Runner, func(), error) {
+// not hold it, or holds one whose file changed under it (written through
+// another runner or agent of this daemon, or fetched): a change needs
+// the file as it is. Call release when the request is done with it.
+func (s *Server) openChat(ctx context.Context, id string, change bool) (*chatrun.Runner, func(), error) {
 	get := func() *openChat {
 		s.chats.mu.Lock()
 		defer s.chats.mu.Unlock()
@@ -167,6 +172,26 @@ func (s *Server) openChat(ctx context.Context, id string) (*chatrun.Runner, func
 		return c
 	}
 	c := get()
+	if c != nil && c.r.Stale() {
+		s.releaseChat(c)
+		s.chats.opening.Lock()
+		s.chats.mu.Lock()
+		stale := s.chats.open[id] == c
+		if stale && c.users == 0 {
+			delete(s.chats.open, id)
+			c.closed = true
+		}
+		inUse := stale && !c.closed
+		s.chats.mu.Unlock()
+		s.chats.opening.Unlock()
+		switch {
+		case inUse && change:
+			return nil, nil, chatError(fmt.Errorf("session %s changed under a request that reads it here: %w", id, chatrun.ErrBusy))
+		case stale && !inUse:
+			c.r.Close()
+		}
+		c = get() // a read beside another: the copy it reads
+	}
 	if c == nil {
 		s.chats.opening.Lock()
 		if c = get(); c == nil {

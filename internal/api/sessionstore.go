@@ -245,6 +245,7 @@ type chatUse struct {
 	change bool // the request changes the session: it began it here
 	// aborted: refused before it began; its end saves nothing.
 	aborted bool
+	rn      *chatrun.Runner // the request's runner, once it has one
 	lost    chan struct{}
 	stop    func() // ends the renewal of the holds
 	once    sync.Once
@@ -260,19 +261,6 @@ type chatUse struct {
 // useKey carries a request's chatUse in its context, for the
 // sessions_send tool's Acquire.
 type useKey struct{}
-
-// routedHere reports whether an agent of a session open here writes to
-// session id (it keeps id's file open).
-func (s *Server) routedHere(id string) bool {
-	s.chats.mu.Lock()
-	defer s.chats.mu.Unlock()
-	for other, oc := range s.chats.open {
-		if other != id && slices.Contains(oc.r.Routed(), id) {
-			return true
-		}
-	}
-	return false
-}
 
 // hold holds session id in the store for a change through this daemon.
 // A hold the store may have taken though it answered an error (the
@@ -311,9 +299,6 @@ func (s *Server) syncIn(ctx context.Context, id string, change bool) (*chatUse, 
 	}
 	if change {
 		u.begun[id] = 0
-		if s.routedHere(id) {
-			return fail(chatError(fmt.Errorf("session %s is open in another session's agent on this replica (sessions_spawn, sessions_send): close that session first: %w", id, chatrun.ErrBusy)))
-		}
 	}
 	var gen int64
 	var err error
@@ -364,6 +349,10 @@ func (s *Server) acquireRouted(ctx context.Context, id string, open bool) error 
 		return errors.New("sessions_send outside a request that changes its session")
 	}
 	cs := s.chatSync
+	if id == u.id || u.rn != nil && id == u.rn.ID() {
+		return errdefs.New(errdefs.Invalid, fmt.Sprintf("session %s is this agent's own", id))
+	}
+	mgr := session.ForLayout(s.opts.Chat.Host.Layout)
 	u.mu.Lock()
 	gen, begun := u.begun[id]
 	u.mu.Unlock()
@@ -371,21 +360,17 @@ func (s *Server) acquireRouted(ctx context.Context, id string, open bool) error 
 		if !cs.begin(id) {
 			return chatError(fmt.Errorf("session %s is being changed through this replica: %w", id, chatrun.ErrBusy))
 		}
-		s.chats.mu.Lock()
-		c := s.chats.open[id]
-		inUse := c != nil && c.users > 0
-		s.chats.mu.Unlock()
-		if inUse {
-			cs.end(id)
-			return chatError(fmt.Errorf("session %s is in use through this replica: %w", id, chatrun.ErrBusy))
-		}
 		g, err := cs.hold(ctx, s.log, id)
 		switch {
-		case errdefs.IsNotFound(err) && cs.known(id).gen == 0:
-			g = 0 // this daemon's alone: saved as new
-		case errdefs.IsNotFound(err):
+		case errdefs.IsNotFound(err) && cs.known(id).gen > 0:
 			cs.end(id)
+			s.dropChat(mgr, id)
 			return errdefs.New(errdefs.NotFound, fmt.Sprintf("session %s was removed (through another replica)", id))
+		case errdefs.IsNotFound(err) && cs.unsure() != nil:
+			cs.end(id)
+			return errdefs.New(errdefs.Unavailable, fmt.Sprintf("session %s is not in the cluster, and whether it was removed through another replica cannot be told: %v", id, cs.unsure()))
+		case errdefs.IsNotFound(err):
+			g = 0 // this daemon's alone: saved as new
 		case err != nil:
 			cs.end(id)
 			return err
@@ -401,7 +386,7 @@ func (s *Server) acquireRouted(ctx context.Context, id string, open bool) error 
 	if open {
 		return loop.ErrStale
 	}
-	return s.fetchChat(ctx, session.ForLayout(s.opts.Chat.Host.Layout), id, true)
+	return s.fetchChat(ctx, mgr, id, true)
 }
 
 // context is ctx, ended when the request's hold of its session is lost
@@ -485,17 +470,12 @@ func (s *Server) fetchChat(ctx context.Context, mgr *session.Manager, id string,
 	}
 	s.chats.opening.Lock()
 	defer s.chats.opening.Unlock()
+	// A request here uses the session: not replaced under it. (An agent
+	// that keeps it open, another session's, finds its copy stale and
+	// opens it again before it writes: Router.send.)
 	s.chats.mu.Lock()
 	c := s.chats.open[id]
-	// The file is in use here (a request, or the agent of another session
-	// that talks to it, which keeps it open): not replaced under them.
-	inUse := c != nil && c.users > 0
-	for other, oc := range s.chats.open {
-		if other != id && slices.Contains(oc.r.Routed(), id) {
-			inUse = true
-		}
-	}
-	if inUse {
+	if c != nil && c.users > 0 {
 		s.chats.mu.Unlock()
 		if !change {
 			return nil

@@ -187,6 +187,7 @@ func Open(ctx context.Context, h *Host, o Options) (_ *Runner, err error) {
 		r.router = &loop.Router{
 			Sessions: mgr,
 			Acquire:  o.AcquireRouted,
+			Self:     r.ID,
 			Header:   session.Header{Provider: cfg.Provider, Model: cfg.Model, Agent: o.Agent},
 			Start:    r.startAgent,
 		}
@@ -262,6 +263,16 @@ func (r *Runner) ID() string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.sess.ID()
+}
+
+// Stale reports whether the session's file changed since the runner last
+// read or wrote it (session.Session.Stale): open it again before a
+// change.
+func (r *Runner) Stale() bool {
+	r.mu.Lock()
+	sess := r.sess
+	r.mu.Unlock()
+	return sess == nil || sess.Stale()
 }
 
 // Routed returns the ids of the sessions the agents this session's agent

@@ -30,6 +30,9 @@ type Router struct {
 	// ErrStale, for an open one, makes the router close its copy and ask
 	// again (the file has changed under it).
 	Acquire func(ctx context.Context, id string, open bool) error
+	// Self, when set, is the id of the session whose agent the router
+	// serves, which sessions_send refuses.
+	Self func() string
 
 	mu      sync.Mutex
 	running map[string]*routed
@@ -164,24 +167,28 @@ func (r *Router) send(ctx context.Context, raw json.RawMessage) (*tools.Result, 
 	if err := json.Unmarshal(raw, &in); err != nil {
 		return nil, err
 	}
+	if r.Self != nil && in.Session == r.Self() {
+		return nil, &tools.InputError{Tool: "sessions_send", Field: "session", Msg: "is this agent's own session"}
+	}
 	r.mu.Lock()
 	ra := r.running[in.Session]
 	r.mu.Unlock()
 	if r.Acquire != nil {
 		err := r.Acquire(ctx, in.Session, ra != nil)
 		if errors.Is(err, ErrStale) && ra != nil {
-			r.mu.Lock()
-			delete(r.running, in.Session)
-			r.mu.Unlock()
-			ra.mu.Lock() // no turn of its own runs on
-			ra.sess.Close()
-			ra.mu.Unlock()
+			r.drop(in.Session, ra)
 			ra = nil
 			err = r.Acquire(ctx, in.Session, false)
 		}
 		if err != nil {
 			return nil, err
 		}
+	}
+	if ra != nil && ra.sess.Stale() {
+		// Written since through another Session (a client's request, or
+		// another agent): the agent's history lags the file.
+		r.drop(in.Session, ra)
+		ra = nil
 	}
 	if ra == nil {
 		sess, err := r.Sessions.Open(in.Session)
@@ -203,6 +210,16 @@ func (r *Router) send(ctx context.Context, raw json.RawMessage) (*tools.Result, 
 		r.mu.Unlock()
 	}
 	return ra.turn(ctx, in.Message)
+}
+
+// drop closes the router's copy of session id.
+func (r *Router) drop(id string, ra *routed) {
+	r.mu.Lock()
+	delete(r.running, id)
+	r.mu.Unlock()
+	ra.mu.Lock() // no turn of its own runs on
+	ra.sess.Close()
+	ra.mu.Unlock()
 }
 
 // turn runs one request of a routed agent and reports it.

@@ -90,6 +90,27 @@ func (s *Session) Close() error {
 	return err
 }
 
+// Stale reports whether the session's file changed since this Session
+// last read or wrote it: another writer appended to it, or another file
+// took its place (an import). Such a Session's tree, and what an agent
+// loaded from it, lag the file's: reopen it before writing.
+func (s *Session) Stale() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.f == nil {
+		return true
+	}
+	fst, err := s.f.Stat()
+	if err != nil {
+		return true
+	}
+	pst, err := os.Stat(s.path)
+	if err != nil || !os.SameFile(fst, pst) {
+		return true
+	}
+	return pst.Size() != s.end
+}
+
 // apply adds a read or written entry to the in-memory tree.
 func (s *Session) apply(e *Entry, moveLeaf bool) {
 	s.entries = append(s.entries, e)
