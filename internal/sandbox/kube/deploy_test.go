@@ -163,7 +163,7 @@ func TestDeployManifests(t *testing.T) {
 		"extensions.agents.x-k8s.io/sandboxtemplates": {"create", "get", "update"},
 		"extensions.agents.x-k8s.io/sandboxwarmpools": {"create", "get", "update"},
 		"/pods":                   {"create", "delete", "get", "list", "watch"},
-		"/persistentvolumeclaims": {"create", "delete", "get", "list"},
+		"/persistentvolumeclaims": {"create", "delete", "get", "list", "watch"},
 		"/configmaps":             {"create", "get"},
 		// One Secret by name: the shared API keys.
 		"/secrets/" + apiKeysSecret: {"get", "update"},

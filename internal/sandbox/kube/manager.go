@@ -899,12 +899,27 @@ func (m *Manager) Destroy(ctx context.Context, id string, opts sandbox.DestroyOp
 }
 
 // awaitEnded waits until neuron id, whose objects are named name, has no
-// pod, and, wiped, no Sandbox.
+// pod, and, wiped, no Sandbox and no home: agent-sandbox's controller may
+// make the home again while the Sandbox is being deleted, and the
+// cluster's garbage collector takes that one after the Sandbox; a create
+// of the id before then would find it (BUSY).
 func (m *Manager) awaitEnded(ctx context.Context, id, name string, wiped bool) error {
 	if err := m.awaitGone(ctx, id, name); err != nil || !wiped || m.Cluster.Agents == nil {
 		return err
 	}
-	return m.awaitSandboxGone(ctx, id, name)
+	if err := m.awaitSandboxGone(ctx, id, name); err != nil {
+		return err
+	}
+	cfg := m.Cluster.Config.Defaults()
+	pvcs := m.Cluster.Core.CoreV1().PersistentVolumeClaims(cfg.Namespace)
+	home := homeClaimOf(name)
+	return awaitDeleted(ctx, func() (watch.Interface, error) {
+		w, err := pvcs.Watch(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", home).String()})
+		return w, explainIf(err, "watch", "persistentvolumeclaims", cfg.Namespace)
+	}, func() error {
+		_, err := pvcs.Get(ctx, home, metav1.GetOptions{})
+		return err
+	}, home, fmt.Sprintf("neuron %s's home %s/%s", id, cfg.Namespace, home), ": its deletion waits for the cluster's garbage collector")
 }
 
 // awaitSandboxGone waits until neuron id has no Sandbox, name (the
