@@ -115,8 +115,12 @@ func TestPauseToDisk(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// /tmp is the guest's tmpfs: a count at or past the one before the
+	// pause is the saved memory's. (How far past depends on how long the
+	// resumed guest ran before this read, which a loaded host stretches:
+	// not checked.)
 	after := count(c2)
-	if after < before || after > before+20 {
+	if after < before {
 		t.Errorf("the counter was at %d before the pause, %d after: it did not count on from where it was", before, after)
 	}
 	waittest.For(t, 30*time.Second, "the counter to count on after the resume", func() bool { return count(c2) > after })
@@ -139,7 +143,10 @@ func TestPauseToDisk(t *testing.T) {
 	}
 
 	// The snapshot made while it was on disk brings back the counter as
-	// it was then.
+	// it was then: a mark the resumed guest made in its tmpfs is not in
+	// the restored memory (a count alone would measure time: CI once
+	// read 140 after the restore's relay waited 15 s for the guest).
+	f.sh(c2, "echo resumed > /tmp/mark")
 	if _, err := f.m.Restore(ctx, "disk", "ondisk"); err != nil {
 		t.Fatalf("restore of the snapshot made on disk: %v", err)
 	}
@@ -147,7 +154,10 @@ func TestPauseToDisk(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := count(c3); n < before || n > before+20 {
+	if mark := f.sh(c3, "cat /tmp/mark 2>/dev/null || echo none"); mark != "none" {
+		t.Errorf("restored from the snapshot made on disk, the guest holds the mark made after it (%q): its memory is not the snapshot's", mark)
+	}
+	if n := count(c3); n < before {
 		t.Errorf("restored from the snapshot made on disk, the counter is at %d; it was %d at the pause", n, before)
 	}
 

@@ -363,9 +363,10 @@ func (r *runtime) Link(lay layout.Layout, id string, o link.Options) (*link.Link
 		lock.Close()
 		return nil, err
 	}
-	rl := &relay{linkPath: l.Path(), vmPath: portSocket(dir, n), lock: lock}
+	rl := &relay{linkPath: l.Path(), vmPath: portSocket(dir, n), lock: lock,
+		note: func(format string, args ...any) { logf(lay, id, format, args...) }}
 	if job := r.restores.Get(id); job != nil {
-		rl.after = job.resumed
+		rl.after, rl.silence = job.resumed, restoredSilence
 	}
 	go rl.run() // ends when the link does (its socket goes)
 	return l, nil

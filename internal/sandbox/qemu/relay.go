@@ -64,8 +64,10 @@ type relay struct {
 	// guest has ended its snapshot's sessions).
 	after <-chan struct{}
 	// silence is the first wait for the guest on a port connection
-	// (minSilence when zero; tests shorten it).
+	// (minSilence when zero; a restore's relay and tests shorten it).
 	silence time.Duration
+	// note, when set, records a silent port's redial in the neuron's log.
+	note func(format string, args ...any)
 }
 
 func (r *relay) run() {
@@ -100,6 +102,9 @@ func (r *relay) run() {
 		if err != nil {
 			vm.Close()
 			if errors.Is(err, errSilent) {
+				if r.note != nil {
+					r.note("the guest said nothing on port %s for %s: dialling it again", filepath.Base(r.vmPath), silence)
+				}
 				silence = min(2*silence, maxSilence)
 			}
 			continue
@@ -132,9 +137,13 @@ func (r *relay) linkAlive() bool {
 // listen queue, where it would wait for as long as the first stays, and a
 // guest that missed the host's arrival hears it again. A guest that boots
 // or restores slowly (TCG) only sees its host come and go meanwhile.
+// A restored guest has answered on its control port before its relay
+// dials (restoreJob.resume), so it runs: silence there is a missed
+// arrival, not a slow boot, and its first wait is restoredSilence.
 const (
-	minSilence = 15 * time.Second
-	maxSilence = time.Minute
+	minSilence      = 15 * time.Second
+	restoredSilence = 2 * time.Second
+	maxSilence      = time.Minute
 )
 
 // errSilent is why guestSpeaks gave up on a port connection.
