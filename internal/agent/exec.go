@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"os/exec"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -57,6 +58,10 @@ func (a *Agent) exec(req *request) (any, []byte, error) {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, time.Duration(args.TimeoutMs)*time.Millisecond)
 		defer cancel()
+	}
+
+	if !args.Stream && args.Stdin == protocol.StdinNone && pidfdPolls() {
+		return a.execCollected(ctx, req, &args, cmd, limit, started)
 	}
 
 	outR, outW, err := os.Pipe()
@@ -129,6 +134,12 @@ func (a *Agent) exec(req *request) (any, []byte, error) {
 	outD.exited()
 	errD.exited()
 	wg.Wait()
+	return a.execResult(ctx, req, &args, cmd, waitErr, stdout, stderr, started)
+}
+
+// execResult is exec's reply once cmd has been waited for.
+func (a *Agent) execResult(ctx context.Context, req *request, args *protocol.ExecArgs, cmd *exec.Cmd, waitErr error, stdout, stderr *capture, started time.Time) (any, []byte, error) {
+	pid := cmd.Process.Pid
 	if waitErr != nil && cmd.ProcessState == nil {
 		return nil, nil, protocol.Errorf(protocol.CodeInternal, "exec: waiting for %s: %v", args.Argv, waitErr)
 	}
