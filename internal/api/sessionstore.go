@@ -194,7 +194,7 @@ func (cs *chatSync) end(id string) {
 // note records that session id's file in mgr is now of generation gen.
 func (cs *chatSync) note(mgr *session.Manager, id string, gen int64) error {
 	st := stamp{gen: gen}
-	if in, err := infoOf(mgr, id); err == nil {
+	if in, err := mgr.Info(id); err == nil {
 		st.size, st.mod = in.Size, in.Modified
 	}
 	return cs.noteAs(id, st)
@@ -222,20 +222,6 @@ func (cs *chatSync) forget(id string) error {
 func (cs *chatSync) changedHere(in session.Info) bool {
 	st := cs.known(in.ID)
 	return st.size != in.Size || !st.mod.Equal(in.Modified)
-}
-
-// infoOf describes session id of mgr.
-func infoOf(mgr *session.Manager, id string) (session.Info, error) {
-	all, err := mgr.List()
-	if err != nil {
-		return session.Info{}, err
-	}
-	for _, in := range all {
-		if in.ID == id {
-			return in, in.Err
-		}
-	}
-	return session.Info{}, fmt.Errorf("session %s: %w", id, session.ErrNotFound)
 }
 
 // chatUse is one request's use of a session through the store.
@@ -319,7 +305,7 @@ func (s *Server) syncIn(ctx context.Context, id string, change bool) (*chatUse, 
 			return fail(cortex.APIError{Code: cortex.CodeNotFound, Message: fmt.Sprintf("session %s was removed (through another replica)", id)})
 		}
 		if d := cs.unsure(); d != nil {
-			if _, err := infoOf(mgr, id); err == nil {
+			if _, err := mgr.Info(id); err == nil {
 				return fail(errdefs.New(errdefs.Unavailable, fmt.Sprintf("session %s is in this replica's home and not in the cluster, and whether it was removed through another replica cannot be told: %v "+
 					"(remove the session, or remove that file to take every such copy for one never saved)", id, d)))
 			}
@@ -553,7 +539,7 @@ func (u *chatUse) doFinish(ctx context.Context, rn *chatrun.Runner) error {
 		if u.aborted {
 			return false
 		}
-		in, err := infoOf(mgr, id)
+		in, err := mgr.Info(id)
 		switch {
 		case errors.Is(err, session.ErrNotFound) && !mustExist:
 			return false
@@ -639,7 +625,7 @@ func (s *Server) saveNew(ctx context.Context, r *chatrun.Runner) error {
 	err := errors.New("made and changed at once")
 	if s.chatSync.begin(id) {
 		var in session.Info
-		if in, err = infoOf(mgr, id); err == nil {
+		if in, err = mgr.Info(id); err == nil {
 			err = s.saveChat(ctx, mgr, in)
 		}
 		s.chatSync.end(id)

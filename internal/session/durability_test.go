@@ -294,8 +294,41 @@ func TestListReadsOnlyTheEnds(t *testing.T) {
 	if i := list[0]; i.Err != nil || i.Entries != 42 || i.Title != "fix the build" || i.Size < 64<<20 {
 		t.Errorf("info %+v", i)
 	}
+	if i, err := m.Info(s.ID()); err != nil || i != list[0] {
+		t.Errorf("Info %+v, %v; List said %+v", i, err, list[0])
+	}
 	if _, err := m.Open(s.ID()); !IsCorrupt(err) {
 		t.Errorf("the file is corrupt for Open: %v", err)
+	}
+}
+
+// TestInfo: Info of one session is what List says of it, without a
+// listing; a missing one is ErrNotFound, a bad id refused, and a file
+// without a header describes itself with the error.
+func TestInfo(t *testing.T) {
+	t.Parallel()
+	m := newManager(t)
+	s := create(t, m)
+	must(t)(s.AppendMessage(user("u1")))
+	s.Close()
+	list, err := m.List()
+	if err != nil || len(list) != 1 {
+		t.Fatalf("%v %v", list, err)
+	}
+	if i, err := m.Info(s.ID()); err != nil || i != list[0] || i.Entries != 2 {
+		t.Errorf("Info %+v, %v; List said %+v", i, err, list[0])
+	}
+	if _, err := m.Info("nosuchsession"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Info of a missing session: %v", err)
+	}
+	if _, err := m.Info("../x"); err == nil || errors.Is(err, ErrNotFound) {
+		t.Errorf("Info of a bad id: %v", err)
+	}
+	if err := os.WriteFile(s.File(), []byte("no header\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if i, err := m.Info(s.ID()); !IsCorrupt(err) || i.ID != s.ID() || i.Size != 10 {
+		t.Errorf("Info of a file without a header: %+v, %v", i, err)
 	}
 }
 

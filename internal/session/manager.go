@@ -143,6 +143,24 @@ func (m *Manager) List() ([]Info, error) {
 	return out, nil
 }
 
+// Info describes session id as List does, reading only its file; a file
+// whose header cannot be read gives its Info with Err, and Err.
+func (m *Manager) Info(id string) (Info, error) {
+	path, err := m.file(id)
+	if err != nil {
+		return Info{}, err
+	}
+	info, err := readInfo(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return Info{}, fmt.Errorf("session %s: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return Info{}, fmt.Errorf("reading session %s: %w", id, err)
+	}
+	info.ID = id
+	return info, info.Err
+}
+
 // Delete removes the session id.
 func (m *Manager) Delete(id string) error {
 	path, err := m.file(id)
