@@ -910,51 +910,45 @@ func (m *Manager) awaitEnded(ctx context.Context, id, name string, wiped bool) e
 	if err := m.awaitSandboxGone(ctx, id, name); err != nil {
 		return err
 	}
-	cfg := m.Cluster.Config.Defaults()
-	pvcs := m.Cluster.Core.CoreV1().PersistentVolumeClaims(cfg.Namespace)
+	ns := m.Cluster.Config.Defaults().Namespace
 	home := homeClaimOf(name)
-	return awaitDeleted(ctx, func() (watch.Interface, error) {
-		w, err := pvcs.Watch(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", home).String()})
-		return w, explainIf(err, "watch", "persistentvolumeclaims", cfg.Namespace)
-	}, func() error {
-		_, err := pvcs.Get(ctx, home, metav1.GetOptions{})
-		return err
-	}, home, fmt.Sprintf("neuron %s's home %s/%s", id, cfg.Namespace, home), ": its deletion waits for the cluster's garbage collector")
+	return awaitDeleted(ctx, m.Cluster.Core.CoreV1().PersistentVolumeClaims(ns), home, "persistentvolumeclaims", ns,
+		fmt.Sprintf("neuron %s's home %s/%s", id, ns, home), ": its deletion waits for the cluster's garbage collector")
 }
 
 // awaitSandboxGone waits until neuron id has no Sandbox, name (the
 // cluster's garbage collector ends a foreground deletion once its
 // dependents go).
 func (m *Manager) awaitSandboxGone(ctx context.Context, id, name string) error {
-	cfg := m.Cluster.Config.Defaults()
-	sbs := m.Cluster.Agents.AgentsV1beta1().Sandboxes(cfg.Namespace)
-	return awaitDeleted(ctx, func() (watch.Interface, error) {
-		w, err := sbs.Watch(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String()})
-		return w, explainIf(err, "watch", "sandboxes.agents.x-k8s.io", cfg.Namespace)
-	}, func() error {
-		_, err := sbs.Get(ctx, name, metav1.GetOptions{})
-		return err
-	}, name, fmt.Sprintf("neuron %s's Sandbox %s/%s", id, cfg.Namespace, name), ": its deletion waits for the cluster's garbage collector")
+	ns := m.Cluster.Config.Defaults().Namespace
+	return awaitDeleted(ctx, m.Cluster.Agents.AgentsV1beta1().Sandboxes(ns), name, "sandboxes.agents.x-k8s.io", ns,
+		fmt.Sprintf("neuron %s's Sandbox %s/%s", id, ns, name), ": its deletion waits for the cluster's garbage collector")
 }
 
 // awaitGone waits until neuron id has no pod, name.
 func (m *Manager) awaitGone(ctx context.Context, id, name string) error {
-	cfg := m.Cluster.Config.Defaults()
-	pods := m.Cluster.Core.CoreV1().Pods(cfg.Namespace)
-	return awaitDeleted(ctx, func() (watch.Interface, error) {
-		w, err := pods.Watch(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String()})
-		return w, explainIf(err, "watch", "pods", cfg.Namespace)
-	}, func() error {
-		_, err := pods.Get(ctx, name, metav1.GetOptions{})
-		return err
-	}, name, fmt.Sprintf("neuron %s's pod %s/%s", id, cfg.Namespace, name), "")
+	ns := m.Cluster.Config.Defaults().Namespace
+	return awaitDeleted(ctx, m.Cluster.Core.CoreV1().Pods(ns), name, "pods", ns,
+		fmt.Sprintf("neuron %s's pod %s/%s", id, ns, name), "")
 }
 
-// awaitDeleted waits until the one object name, which open watches and
-// get reads, is deleted; what and hint say what it is in errors.
-func awaitDeleted(ctx context.Context, open func() (watch.Interface, error), get func() error, name, what, hint string) error {
+// watchGetter is what awaitDeleted needs of a typed client of one
+// resource in one namespace.
+type watchGetter[T any] interface {
+	Watch(context.Context, metav1.ListOptions) (watch.Interface, error)
+	Get(context.Context, string, metav1.GetOptions) (T, error)
+}
+
+// awaitDeleted waits until the object name of resource (in namespace ns,
+// which c serves) is deleted; what and hint say what it is in errors.
+func awaitDeleted[T any](ctx context.Context, c watchGetter[T], name, resource, ns, what, hint string) error {
+	open := func() (watch.Interface, error) {
+		w, err := c.Watch(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String()})
+		return w, explainIf(err, "watch", resource, ns)
+	}
 	done, err := follow(ctx, open, func() (bool, error) {
-		return apierrors.IsNotFound(get()), nil
+		_, err := c.Get(ctx, name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
 	}, func(ev watch.Event) (bool, error) {
 		o, isObj := ev.Object.(metav1.Object)
 		return isObj && o.GetName() == name && ev.Type == watch.Deleted, nil
