@@ -1,6 +1,9 @@
 package policy
 
-import "strings"
+import (
+	"strings"
+	"sync"
+)
 
 // This file models how commands read their options, the way getopt_long
 // does: short options cluster (-rf), a short option's value may be
@@ -19,8 +22,15 @@ const (
 	optionalArg         // attached only: -i{}, --replace={}
 )
 
-// getopt is how one command reads its options.
+// getopt is how one command reads its options. It is built from its
+// spec at its first use: the package declares some forty of them, and a
+// program that links the policy engine without checking a command (the
+// CLI's exec, list, version) should not pay their ~600 allocations at
+// start.
 type getopt struct {
+	spec  string   // getopt(3)'s
+	longs []string // with the same suffixes
+	once  sync.Once
 	short map[byte]argKind
 	long  map[string]argKind
 	// inOrder: options end at the first operand (getopt's "+", as
@@ -29,11 +39,22 @@ type getopt struct {
 	inOrder bool
 }
 
-// newGetopt builds a getopt from a getopt(3) string ("+" first for
+// newGetopt declares a getopt from a getopt(3) string ("+" first for
 // in-order, "x:" for a value, "x::" for an optional one) and long option
 // names with the same suffixes ("output:", "replace::").
 func newGetopt(short string, long ...string) *getopt {
-	g := &getopt{short: map[byte]argKind{}, long: map[string]argKind{}}
+	return &getopt{spec: short, longs: long}
+}
+
+// built returns g with its tables made.
+func (g *getopt) built() *getopt {
+	g.once.Do(g.build)
+	return g
+}
+
+func (g *getopt) build() {
+	short := g.spec
+	g.short, g.long = map[byte]argKind{}, map[string]argKind{}
 	if strings.HasPrefix(short, "+") {
 		g.inOrder, short = true, short[1:]
 	}
@@ -49,7 +70,7 @@ func newGetopt(short string, long ...string) *getopt {
 		}
 		g.short[c] = k
 	}
-	for _, l := range long {
+	for _, l := range g.longs {
 		name, k := strings.TrimRight(l, ":"), noArg
 		switch strings.Count(l, ":") {
 		case 1:
@@ -59,13 +80,19 @@ func newGetopt(short string, long ...string) *getopt {
 		}
 		g.long["--"+name] = k
 	}
-	return g
 }
+
+// shortKind is what short option c takes (noArg for one g lacks).
+func (g *getopt) shortKind(c byte) argKind { return g.built().short[c] }
+
+// ordered reports whether g's options end at the first operand.
+func (g *getopt) ordered() bool { return g.built().inOrder }
 
 // lookupLong resolves a long option name ("--out") the way getopt_long
 // does: an exact name, else the one option it is a prefix of. ok is false
 // when no option, or more than one, has that prefix.
 func (g *getopt) lookupLong(name string) (canon string, k argKind, ok bool) {
+	g.built()
 	if k, ok := g.long[name]; ok {
 		return name, k, true
 	}
@@ -144,7 +171,7 @@ func nextOption(args []word, g *getopt) ([]option, int) {
 	var got []option
 	for j := 1; j < len(a.val); j++ {
 		o := option{name: "-" + a.val[j:j+1]}
-		k := g.short[a.val[j]]
+		k := g.shortKind(a.val[j])
 		if k == noArg {
 			got = append(got, o)
 			continue

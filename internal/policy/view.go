@@ -60,7 +60,7 @@ func newView(ws []word) *cmdView {
 			v.operands = append(v.operands, w)
 			continue
 		case w.runtime():
-			v.runtimeWord(w, isValue, g != nil && g.inOrder && seenOperand)
+			v.runtimeWord(w, isValue, g != nil && g.ordered() && seenOperand)
 			continue
 		case len(w.val) < 2 || w.val[0] != '-':
 			v.operands = append(v.operands, w)
@@ -160,7 +160,7 @@ func (g *getopt) takesNext(flag, name string) bool {
 		return ok && k == requiredArg
 	}
 	for j := 1; j < len(flag); j++ {
-		if k := g.short[flag[j]]; k != noArg {
+		if k := g.shortKind(flag[j]); k != noArg {
 			return k == requiredArg && j == len(flag)-1
 		}
 	}

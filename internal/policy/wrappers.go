@@ -284,7 +284,7 @@ func unwrapSu(name string, args []word) []inner {
 			continue
 		case len(a.val) > 1 && a.val[0] == '-':
 			for j := 1; j < len(a.val); j++ {
-				if suOpts.short[a.val[j]] != requiredArg {
+				if suOpts.shortKind(a.val[j]) != requiredArg {
 					continue
 				}
 				var v *word
