@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/nsys-cortex/cortex/internal/layout"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
@@ -28,11 +29,34 @@ var (
 	_ lifecycle.OOMReporter = (*runtime)(nil)
 )
 
-// Freeze pauses neuron id's container.
+// Freeze pauses neuron id's container. runc gives up on a cgroup v1
+// freezer that stays FREEZING through its tries (about 200 ms) and thaws
+// the container back ("unable to freeze"): on a loaded host, a neuron
+// whose processes are busy can outlast them (CI saw it). That one answer
+// is tried again, up to freezeTries in all, each a little later.
 func (r *runtime) Freeze(ctx context.Context, lay layout.Layout, id string, _ *sandbox.State) error {
-	_, err := docker(ctx, "pause", ContainerName(lay, id))
+	var err error
+	for try := range freezeTries {
+		if try > 0 {
+			select {
+			case <-ctx.Done():
+				return err
+			case <-time.After(time.Duration(try) * freezeBackoff):
+			}
+		}
+		if _, err = docker(ctx, "pause", ContainerName(lay, id)); err == nil || !strings.Contains(err.Error(), "unable to freeze") {
+			return err
+		}
+	}
 	return err
 }
+
+// freezeTries and freezeBackoff: how often and how far apart Freeze asks
+// again after runc could not freeze a container.
+var (
+	freezeTries   = 4
+	freezeBackoff = 250 * time.Millisecond
+)
 
 // Thaw unpauses neuron id's container.
 func (r *runtime) Thaw(ctx context.Context, lay layout.Layout, id string, _ *sandbox.State) error {
