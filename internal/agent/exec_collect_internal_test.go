@@ -30,25 +30,23 @@ func collected(t *testing.T, script string, withPidfd bool) (n [2]int, cut [2]bo
 // figures then.
 func startCollected(t *testing.T, script string, withPidfd bool) (tid int, done chan struct{}, result func() ([2]int, [2]bool)) {
 	t.Helper()
-	var pipes, writes [2]int
+	var pipes [2]int
+	var writes [2]*os.File
 	for i := range pipes {
-		var p [2]int
-		if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
+		r, w, err := collectPipe()
+		if err != nil {
 			t.Fatal(err)
 		}
-		if err := unix.SetNonblock(p[0], true); err != nil {
-			t.Fatal(err)
-		}
-		pipes[i], writes[i] = p[0], p[1]
-		t.Cleanup(func() { unix.Close(p[0]) })
+		pipes[i], writes[i] = r, w
+		t.Cleanup(func() { unix.Close(r) })
 	}
 	pidfd := -1
 	cmd := exec.Command("/bin/sh", "-c", script)
-	cmd.Stdout, cmd.Stderr = os.NewFile(uintptr(writes[0]), "|1"), os.NewFile(uintptr(writes[1]), "|2")
+	cmd.Stdout, cmd.Stderr = writes[0], writes[1]
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, PidFD: &pidfd}
 	err := cmd.Start()
-	cmd.Stdout.(*os.File).Close()
-	cmd.Stderr.(*os.File).Close()
+	writes[0].Close()
+	writes[1].Close()
 	if err != nil {
 		t.Fatal(err)
 	}

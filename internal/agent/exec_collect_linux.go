@@ -38,36 +38,23 @@ var pidfdPolls = sync.OnceValue(func() bool {
 
 // execCollected runs cmd for exec (see above); the result is exec's.
 func (a *Agent) execCollected(ctx context.Context, req *request, args *protocol.ExecArgs, cmd *exec.Cmd, limit int64, started time.Time) (any, []byte, error) {
-	var outP, errP [2]int
-	if err := unix.Pipe2(outP[:], unix.O_CLOEXEC); err != nil {
+	outR, outW, err := collectPipe()
+	if err != nil {
 		return nil, nil, err
 	}
-	if err := unix.Pipe2(errP[:], unix.O_CLOEXEC); err != nil {
-		unix.Close(outP[0])
-		unix.Close(outP[1])
+	defer unix.Close(outR)
+	errR, errW, err := collectPipe()
+	if err != nil {
+		outW.Close()
 		return nil, nil, err
 	}
-	defer unix.Close(outP[0])
-	defer unix.Close(errP[0])
-	if err := unix.SetNonblock(outP[0], true); err != nil {
-		unix.Close(outP[1])
-		unix.Close(errP[1])
-		return nil, nil, err
-	}
-	if err := unix.SetNonblock(errP[0], true); err != nil {
-		unix.Close(outP[1])
-		unix.Close(errP[1])
-		return nil, nil, err
-	}
-	// The write ends are the child's, blocking as a shell's would be;
-	// os.NewFile of a blocking descriptor leaves it off the poller.
-	outW, errW := os.NewFile(uintptr(outP[1]), "|1"), os.NewFile(uintptr(errP[1]), "|2")
+	defer unix.Close(errR)
 	cmd.Stdout, cmd.Stderr = outW, errW
 	pidfd := -1
 	attr := *cmd.SysProcAttr
 	attr.PidFD = &pidfd
 	cmd.SysProcAttr = &attr
-	err := a.reaper.startChild(cmd.Start, func() int { return cmd.Process.Pid })
+	err = a.reaper.startChild(cmd.Start, func() int { return cmd.Process.Pid })
 	if err != nil && pidfd < 0 {
 		// A sandbox may refuse clone's CLONE_PIDFD where pidfd_open works
 		// (Go's own check tries both): start it without, and collect asks
@@ -89,13 +76,30 @@ func (a *Agent) execCollected(ctx context.Context, req *request, args *protocol.
 	stopKill := context.AfterFunc(ctx, func() { syscall.Kill(-pid, syscall.SIGKILL) })
 	stdout := &capture{req: req, stream: protocol.StreamStdout, limit: limit}
 	stderr := &capture{req: req, stream: protocol.StreamStderr, limit: limit}
-	cut := collect(pid, pidfd, [2]int{outP[0], errP[0]}, [2]func([]byte){stdout.take, stderr.take})
+	cut := collect(pid, pidfd, [2]int{outR, errR}, [2]func([]byte){stdout.take, stderr.take})
 	stdout.truncated = stdout.truncated || cut[0]
 	stderr.truncated = stderr.truncated || cut[1]
 	waitErr := cmd.Wait()
 	a.reaper.forget(pid)
 	stopKill()
 	return a.execResult(ctx, req, args, cmd, waitErr, stdout, stderr, started)
+}
+
+// collectPipe makes a pipe for a command's output: the read end this
+// process's, non-blocking, for collect's poll; the write end the child's,
+// blocking as a shell's would be (os.NewFile of a blocking descriptor
+// leaves it off the poller).
+func collectPipe() (r int, w *os.File, err error) {
+	var p [2]int
+	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
+		return -1, nil, err
+	}
+	if err := unix.SetNonblock(p[0], true); err != nil {
+		unix.Close(p[0])
+		unix.Close(p[1])
+		return -1, nil, err
+	}
+	return p[0], os.NewFile(uintptr(p[1]), "|w"), nil
 }
 
 // collect reads pipes into sinks until both end, waking on poll(2) over
@@ -107,12 +111,9 @@ func (a *Agent) execCollected(ctx context.Context, req *request, args *protocol.
 // (pidfd < 0: not expected where pidfdPolls holds) it asks waitid about
 // child pid every 50 ms instead.
 func collect(pid, pidfd int, pipes [2]int, sinks [2]func([]byte)) (cut [2]bool) {
-	var buf []byte
-	defer func() {
-		if buf != nil {
-			collectBuf.Put(&buf)
-		}
-	}()
+	var buf []byte // taken at the first wake: most commands print nothing
+	release := func() {}
+	defer func() { release() }()
 	open := [2]bool{true, true}
 	var after [2]int
 	exited := false
@@ -169,7 +170,7 @@ func collect(pid, pidfd int, pipes [2]int, sinks [2]func([]byte)) (cut [2]bool) 
 				i = 1
 			}
 			if buf == nil {
-				buf = *collectBuf.Get().(*[]byte)
+				buf, release = getBuf(64 << 10) // a pipe's size
 			}
 			// What the pipe holds now, to EAGAIN; its end at EOF.
 			for open[i] {
@@ -179,7 +180,7 @@ func collect(pid, pidfd int, pipes [2]int, sinks [2]func([]byte)) (cut [2]bool) 
 				}
 				if m <= 0 {
 					// EOF, or a failed read, ends the pipe; EAGAIN waits again.
-					open[i] = err != nil && errors.Is(err, unix.EAGAIN)
+					open[i] = errors.Is(err, unix.EAGAIN)
 					break
 				}
 				if exited {
@@ -195,7 +196,3 @@ func collect(pid, pidfd int, pipes [2]int, sinks [2]func([]byte)) (cut [2]bool) 
 	}
 	return cut
 }
-
-// collectBuf keeps collect's read buffers: most commands print nothing,
-// and one that does is read 64 KiB (a pipe's size) at a time.
-var collectBuf = sync.Pool{New: func() any { b := make([]byte, 64<<10); return &b }}
