@@ -49,12 +49,15 @@ var helloRetry = 3 * time.Second
 // closes it too, or for drainFor at most (then yamux resets it); a
 // session with more than the proxy's connections and maxHalfClosed
 // streams open is ended (the guest says hello again); streams the proxy
-// has not taken yet wait in a backlog of acceptBacklog. So a guest holds
+// has not taken yet wait in a backlog of acceptBacklog, past which yamux
+// resets them (the neuron's program reads EOF), so it must hold a burst
+// of a program's parallel connections while the proxy's accept loop is
+// slow to run (16 reset some of 20 at once under load). So a guest holds
 // at most that many receive windows (256 KiB each) of the host's memory.
 const (
 	drainFor      = 15 * time.Second
 	maxHalfClosed = 256
-	acceptBacklog = 16
+	acceptBacklog = 128
 )
 
 // hostTunnelConfig is yamux's configuration at the host's end.
