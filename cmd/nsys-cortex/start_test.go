@@ -255,14 +255,15 @@ func benchCLI(b *testing.B, bin, floor, mode string, copies bool) {
 	names := []string{"true", "go-floor", "version", "exec", "list"}
 	cmds := [][]string{{"/bin/true"}, {floor}, {bin, "version"}, {bin, "exec", "b000", "--", "/bin/true"}, {bin, "list"}}
 	if copies {
-		// cp-in replaces the file the iteration before made (an atomic
-		// replace: on ext4 the rename starts the new file's writeback);
-		// cp-in-new, last, makes a file that was not there. The order is
+		// cp-in and cp-out replace the file the iteration before made (an
+		// atomic replace: on ext4 the rename starts the new file's
+		// writeback); cp-out-new and cp-in-new make a file that was not
+		// there (cp-out-new's is removed once timed). The order is
 		// part of the figures: whatever comes after a copy pays for its
 		// writeback, and a sync between them (as Suite/File64M has) made
 		// cp-out slower, not steadier, on this VM.
-		names = []string{"true", "cp-in", "cp-out", "cp-dd", "cp-in-new"}
-		cmds = [][]string{{"/bin/true"}, {bin, "cp", in, "b000:big"}, {bin, "cp", "b000:big", out},
+		names = []string{"true", "cp-in", "cp-out", "cp-out-new", "cp-dd", "cp-in-new"}
+		cmds = [][]string{{"/bin/true"}, {bin, "cp", in, "b000:big"}, {bin, "cp", "b000:big", out}, {bin, "cp", "b000:big", out + "-new-%d"},
 			{"dd", "if=" + in, "of=" + out + ".dd", "bs=1M", "status=none"}, {bin, "cp", in, "b000:new-%d"}}
 	}
 	times := make([][]time.Duration, len(cmds))
@@ -273,6 +274,9 @@ func benchCLI(b *testing.B, bin, floor, mode string, copies bool) {
 				c = append(slices.Clip(c[:n]), fmt.Sprintf(c[n], it))
 			}
 			times[i] = append(times[i], run(c...))
+			if names[i] == "cp-out-new" {
+				os.Remove(c[len(c)-1])
+			}
 		}
 	}
 	b.StopTimer()
