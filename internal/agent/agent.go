@@ -100,6 +100,11 @@ type Agent struct {
 	commands     atomic.Int64
 	sessionCount atomic.Int64
 
+	// conns are the sessions' connections, which shutdown closes before
+	// it ends any process (closeConns).
+	connsMu sync.Mutex
+	conns   map[net.Conn]struct{}
+
 	egress egressWay // with cfg.Egress
 
 	// adopted is what an adopt gave a warm agent (adopt.go); adoptMu
@@ -178,6 +183,11 @@ func (a *Agent) Run(ctx context.Context) error {
 		case <-ctx.Done():
 		}
 		cancel()
+		// The hosts lose the agent before its processes end, as they
+		// would if it died: a request waiting on a process (a terminal
+		// followed) must fail NOT_RUNNING, not answer that its process
+		// ended, which it could while its connection still stood.
+		a.closeConns()
 		a.procs.killAll(a.grace)
 	}()
 	if a.cfg.Rebind != nil {
@@ -202,6 +212,30 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.workers.close()
 	stopReaper()
 	return err
+}
+
+// track records conn as a session's until the returned func is called.
+func (a *Agent) track(conn net.Conn) (untrack func()) {
+	a.connsMu.Lock()
+	defer a.connsMu.Unlock()
+	if a.conns == nil {
+		a.conns = map[net.Conn]struct{}{}
+	}
+	a.conns[conn] = struct{}{}
+	return func() {
+		a.connsMu.Lock()
+		delete(a.conns, conn)
+		a.connsMu.Unlock()
+	}
+}
+
+// closeConns closes every session's connection now.
+func (a *Agent) closeConns() {
+	a.connsMu.Lock()
+	defer a.connsMu.Unlock()
+	for c := range a.conns {
+		c.Close()
+	}
 }
 
 // ServeConn serves a single host connection until it ends (for tests and

@@ -61,6 +61,7 @@ func (a *Agent) serve(ctx context.Context, conn net.Conn) error {
 	s := &session{a: a, conn: conn, r: protocol.NewReader(conn, protocol.MaxBody), w: protocol.NewFrameWriter(conn), reqs: map[uint64]*request{}}
 	s.ctx, s.cancel = context.WithCancel(ctx)
 	defer s.cancel()
+	defer a.track(conn)()
 	stop := context.AfterFunc(s.ctx, func() { conn.Close() })
 	defer stop()
 	defer conn.Close()
