@@ -383,7 +383,14 @@ func (p *Proxy) terminate(ctx context.Context, c net.Conn, br *bufio.Reader, up 
 	if err != nil {
 		d.Err = fmt.Errorf("TLS with the server: %w", err)
 		p.log(d)
-		io.WriteString(client, response(502, "tls_certificate_error", d.Err.Error()))
+		// The 502 answers the client's request, once it has come: sent
+		// before it, it is a response no request asked for, which a
+		// client may drop as unsolicited (Go's transport does, and its
+		// request then fails without saying why).
+		client.SetReadDeadline(time.Now().Add(headTimeout))
+		if _, err := readRequest(bufio.NewReader(&headLimit{r: client, n: maxRequestHead})); err == nil {
+			io.WriteString(client, response(502, "tls_certificate_error", d.Err.Error()))
+		}
 		return
 	}
 	// Heads are bounded both ways as the proxy's own are; bodies are not
