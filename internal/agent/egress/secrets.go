@@ -386,7 +386,9 @@ func (p *Proxy) terminate(ctx context.Context, c net.Conn, br *bufio.Reader, up 
 		// The 502 answers the client's request, once it has come: sent
 		// before it, it is a response no request asked for, which a
 		// client may drop as unsolicited (Go's transport does, and its
-		// request then fails without saying why).
+		// request then fails without saying why). The server's
+		// connection is of no more use meanwhile.
+		up.Close()
 		client.SetReadDeadline(time.Now().Add(headTimeout))
 		if _, err := readRequest(bufio.NewReader(&headLimit{r: client, n: maxRequestHead})); err == nil {
 			io.WriteString(client, response(502, "tls_certificate_error", d.Err.Error()))
