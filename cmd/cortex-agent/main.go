@@ -32,6 +32,9 @@ import (
 // version is set at build time with -ldflags "-X main.version=...".
 var version = "dev"
 
+// spareThreads is how many threads the agent holds from its start.
+const spareThreads = 8
+
 func main() {
 	// Whatever started this process may have left it descriptors (a
 	// host's, a shell's): none reaches what it starts but those it hands
@@ -94,6 +97,7 @@ func main() {
 	podInfo := flag.String("pod-info", "", "with -trust-key: the directory of this pod's namespace, name and uid (the downward API)")
 	secretFD := flag.Int(strings.TrimPrefix(boot.SecretFDFlag, "--"), -1, "read the neuron's per-start secret from this descriptor (then closed)")
 	rebindFD := flag.Int(strings.TrimPrefix(boot.RebindFDFlag, "--"), -1, "take new identities from the PID 1 on this socket (a microVM's fork)")
+	spawnCgroupFD := flag.Int(strings.TrimPrefix(boot.SpawnCgroupFDFlag, "--"), -1, "start commands in the cgroup whose cgroup.threads the PID 1 opened as this descriptor (a microVM's process ceiling)")
 	oomFD := flag.Int(strings.TrimPrefix(boot.OOMFDFlag, "--"), -1, "take this agent's own oom_score_adj from the PID 1 on this socket (then closed)")
 	flag.StringVar(&cfg.Root, "root", "/", "confine file operations to this directory")
 	flag.StringVar(&cfg.Workdir, "workdir", "", "default working directory (default: the root)")
@@ -134,6 +138,9 @@ func main() {
 		syscall.SetNonblock(*rebindFD, true)
 		cfg.Rebind = os.NewFile(uintptr(*rebindFD), "rebind")
 	}
+	if *spawnCgroupFD >= 0 {
+		cfg.SpawnCgroup = os.NewFile(uintptr(*spawnCgroupFD), "cgroup.threads")
+	}
 	if cfg.Listen != "" {
 		cfg.Token = secret
 	}
@@ -160,6 +167,14 @@ func main() {
 			fmt.Fprintf(os.Stderr, "cortex-agent: %v\n", err)
 			os.Exit(1)
 		}
+	}
+	if *confined {
+		// A confined agent is a sandbox's, under the neuron's process
+		// ceiling (a plain process's has none): threads started now,
+		// kept idle, for the runtime to take at the ceiling, where new
+		// ones are refused (see agent.SpareThreads); about five more
+		// than the agent has at rest.
+		agent.SpareThreads(spareThreads)
 	}
 	cfg.Version = version
 	// The neuron's log: every line cleaned, the whole within a budget (a

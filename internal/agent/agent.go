@@ -63,6 +63,11 @@ type Config struct {
 	// write before the agent made itself non-dumpable (which gives the
 	// file to root); nil opens it in New. See oomBias.
 	OOMScoreAdj *os.File
+	// SpawnCgroup, when set, is the cgroup.threads of the cgroup the
+	// neuron's commands start in, opened for writing by the agent's PID 1
+	// (boot.SpawnCgroupFDFlag); New moves the thread that starts them
+	// there (see spawner) and closes it, or fails.
+	SpawnCgroup *os.File
 	// Egress, when set, is a loopback address where the neuron's
 	// programs find their proxy (kube mode): each connection there goes
 	// through the tunnel a host holds with egress_tunnel (egress.go).
@@ -119,6 +124,9 @@ type Agent struct {
 
 // New checks cfg and returns an agent.
 func New(cfg Config) (*Agent, error) {
+	if cfg.SpawnCgroup != nil {
+		defer cfg.SpawnCgroup.Close() // also where New fails before it is used
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = log.Default()
 	}
@@ -141,6 +149,11 @@ func New(cfg Config) (*Agent, error) {
 		stopped: make(chan struct{}), grace: 2 * time.Second}
 	a.ident.Store(&ident{id: cfg.ID, secret: cfg.Secret})
 	a.reaper = newReaper(cfg.Subreaper, newOOMBias(cfg.OOMScoreAdj, a.logf))
+	if cfg.SpawnCgroup != nil {
+		if a.reaper.spawner, err = newSpawner(cfg.SpawnCgroup); err != nil {
+			return nil, err
+		}
+	}
 	a.workers = newWorkers()
 	a.procs = newProcTable(a)
 	a.terms = newTermStore(filepath.Join(filepath.Dir(fs.workdir), ".cortex", "terminals"), a.logf)
@@ -211,6 +224,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	<-ended
 	a.workers.close()
 	stopReaper()
+	a.reaper.spawner.stop()
 	return err
 }
 
@@ -258,6 +272,7 @@ func (a *Agent) ServeConn(ctx context.Context, conn net.Conn) error {
 func (a *Agent) Close() {
 	a.procs.killAll(a.grace)
 	a.workers.close()
+	a.reaper.spawner.stop()
 }
 
 // dialLoop keeps one host socket connected, redialling with backoff.

@@ -24,6 +24,8 @@ type reaper struct {
 	mu      sync.Mutex
 	tracked map[int]bool
 	oom     *oomBias
+	// spawner, when set, is where children start (Config.SpawnCgroup).
+	spawner *spawner
 }
 
 func newReaper(subreaper bool, oom *oomBias) *reaper {
@@ -139,9 +141,17 @@ func (b *oomBias) end() {
 func (r *reaper) startChild(start func() error, pid func() int) error {
 	r.spawn.RLock()
 	defer r.spawn.RUnlock()
-	r.oom.begin()
-	err := start()
-	r.oom.end()
+	biased := func() error {
+		r.oom.begin()
+		defer r.oom.end()
+		return start()
+	}
+	var err error
+	if r.spawner != nil {
+		err = r.spawner.run(biased)
+	} else {
+		err = biased()
+	}
 	if err != nil {
 		return err
 	}

@@ -136,11 +136,11 @@ func (g *guest) start() error {
 			return err
 		}
 	}
-	cg, err := pidsCgroup(g.cfg.Pids)
+	cg, spawnThreads, err := pidsCgroup(g.cfg.Pids)
 	if err != nil {
 		return err
 	}
-	pid, err := g.startAgent(cg)
+	pid, err := g.startAgent(cg, spawnThreads)
 	if err != nil {
 		return fmt.Errorf("starting the agent: %w", err)
 	}
@@ -191,8 +191,12 @@ func port(v, def int) int {
 }
 
 // startAgent runs this binary again as the ordinary agent, watching the
-// channel directory (as in every other mode), inside the pids cgroup.
-func (g *guest) startAgent(cgroup *os.File) (int, error) {
+// channel directory (as in every other mode), inside the pids cgroup,
+// with the cgroup its commands start in (see pidsCgroup). It closes both.
+func (g *guest) startAgent(cgroup, spawnThreads *os.File) (int, error) {
+	if spawnThreads != nil {
+		defer spawnThreads.Close()
+	}
 	// Confined as in every other mode (no_new_privs, the seccomp filter,
 	// Landlock where the kernel has it): the guest's kernel is the VM's
 	// own, but io_uring, vsock (which reaches the host's VMM) and the
@@ -214,6 +218,10 @@ func (g *guest) startAgent(cgroup *os.File) (int, error) {
 		g.cfg.Secret = ""
 		extra = []*os.File{secret}
 		args = append(args, boot.SecretFDFlag, "3")
+	}
+	if spawnThreads != nil {
+		args = append(args, boot.SpawnCgroupFDFlag, fmt.Sprint(3+len(extra)))
+		extra = append(extra, spawnThreads)
 	}
 	// A socket on which a restore under another id (a fork) gives the
 	// agent its new identity.

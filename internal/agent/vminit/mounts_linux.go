@@ -194,22 +194,83 @@ func mountLate() error {
 	})
 }
 
-// pidsCgroup makes the cgroup the agent starts in, with pids.max set when
-// pids > 0, and returns it open (for CLONE_INTO_CGROUP).
-func pidsCgroup(pids int) (*os.File, error) {
+// pidsCgroup makes the cgroups of the process ceiling, when pids > 0:
+//
+//	/sys/fs/cgroup/neuron            the agent (no ceiling)
+//	/sys/fs/cgroup/neuron/commands   threaded; pids.max = pids + 1
+//
+// (the one is the agent's thread that starts commands, so that the
+// commands have all of pids to themselves).
+// It returns the first open (the agent starts in it, CLONE_INTO_CGROUP)
+// and the second's cgroup.threads open for writing: the agent moves the
+// one thread it starts every command from there (boot.SpawnCgroupFDFlag),
+// so its commands, and all they start, count against the ceiling and its
+// own threads do not. At the ceiling the kernel refuses new threads, and
+// an agent counted there could be refused one it needed, which crashes a
+// Go program: a fork bomb would take the agent, and the machine, down.
+//
+// The descriptor is opened here, by root, and the kernel checks a write
+// to it with its opener's credentials: it can only move threads into the
+// commands' cgroup, whoever holds it. Nothing under /sys/fs/cgroup is
+// writable by the agent's user, so a command cannot move itself out.
+func pidsCgroup(pids int) (agent, spawnThreads *os.File, err error) {
 	if pids <= 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
 	const root = "/sys/fs/cgroup"
-	if err := os.WriteFile(filepath.Join(root, "cgroup.subtree_control"), []byte("+pids"), 0); err != nil {
-		return nil, fmt.Errorf("resource limit: enabling the pids controller: %w", err)
-	}
 	dir := filepath.Join(root, "neuron")
-	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
-		return nil, fmt.Errorf("resource limit: %w", err)
+	commands := filepath.Join(dir, "commands")
+	for _, step := range []struct{ path, value string }{
+		{filepath.Join(root, "cgroup.subtree_control"), "+pids"},
+		{dir, ""},
+		{commands, ""},
+		{filepath.Join(commands, "cgroup.type"), "threaded"},
+		{filepath.Join(dir, "cgroup.subtree_control"), "+pids"},
+		{filepath.Join(commands, "pids.max"), strconv.Itoa(pids + 1)},
+	} {
+		var err error
+		if step.value == "" {
+			if err = os.Mkdir(step.path, 0o755); errors.Is(err, os.ErrExist) {
+				err = nil
+			}
+		} else {
+			err = os.WriteFile(step.path, []byte(step.value), 0)
+		}
+		if err != nil {
+			return nil, nil, fmt.Errorf("resource limit: the process ceiling's cgroups: %w", err)
+		}
 	}
-	if err := os.WriteFile(filepath.Join(dir, "pids.max"), []byte(strconv.Itoa(pids)), 0); err != nil {
-		return nil, fmt.Errorf("resource limit: pids.max %d: %w", pids, err)
+	// Threads are counted per user too, in every cgroup: RLIMIT_NPROC,
+	// which the kernel sets from the guest's memory at boot (about 950
+	// at 256 MiB), and the whole system's threads-max, about twice that.
+	// The agent and its commands share a uid, so either would put the
+	// agent back under the commands' ceiling, below pids.max: the ceiling
+	// is pids.max alone. (The agent inherits this process's rlimit.)
+	if err := unix.Setrlimit(unix.RLIMIT_NPROC, &unix.Rlimit{Cur: unix.RLIM_INFINITY, Max: unix.RLIM_INFINITY}); err != nil {
+		return nil, nil, fmt.Errorf("resource limit: lifting RLIMIT_NPROC: %w", err)
 	}
-	return os.Open(dir)
+	if err := raiseThreadsMax(pids + 1024); err != nil {
+		return nil, nil, fmt.Errorf("resource limit: %w", err)
+	}
+	if agent, err = os.Open(dir); err != nil {
+		return nil, nil, fmt.Errorf("resource limit: %w", err)
+	}
+	if spawnThreads, err = os.OpenFile(filepath.Join(commands, "cgroup.threads"), os.O_WRONLY, 0); err != nil {
+		agent.Close()
+		return nil, nil, fmt.Errorf("resource limit: %w", err)
+	}
+	return agent, spawnThreads, nil
+}
+
+// raiseThreadsMax makes the kernel's threads-max at least n.
+func raiseThreadsMax(n int) error {
+	const path = "/proc/sys/kernel/threads-max"
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	if cur, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && cur >= n {
+		return nil
+	}
+	return os.WriteFile(path, []byte(strconv.Itoa(n)), 0)
 }

@@ -36,6 +36,13 @@ const (
 	// start every command as the kernel's first victim at the memory
 	// ceiling (agent.Config.OOMScoreAdj).
 	OOMFDFlag = "--oom-fd"
+	// SpawnCgroupFDFlag N: descriptor N is a cgroup's cgroup.threads,
+	// opened for writing by the agent's PID 1 (a microVM's): the agent
+	// moves the one thread it starts every command from into that
+	// cgroup, where the neuron's process ceiling is, so that commands and
+	// all they start count against it and the agent's own threads do not.
+	// An agent that cannot move it stops: the ceiling would not hold.
+	SpawnCgroupFDFlag = "--spawn-cgroup-fd"
 	// RebindOK is the agent's answer to a rebind it took.
 	RebindOK = "ok"
 )

@@ -461,6 +461,14 @@ func TestCeilings(t *testing.T) {
 		res, err := n.c.Exec(n.ctx, &link.ExecRequest{Command: protocol.Command{Shell: "true"}, Timeout: time.Minute})
 		return err == nil && res.ExitCode == 0
 	})
+	if withCgroups {
+		// The agent lived through it: its threads count against the same
+		// ceiling, so it took the spare ones it started with
+		// (agent.SpareThreads) instead of crashing for a new one.
+		if b, _ := os.ReadFile(filepath.Join(n.env.Layout.LogsDir(), "neurons", "bomb.log")); bytes.Contains(b, []byte("the agent ended")) {
+			t.Errorf("the agent died at the process ceiling; the neuron's log:\n%s", b)
+		}
+	}
 	if !withCgroups {
 		if out := strings.Fields(string(n.sh("grep 'Max processes' /proc/self/limits").Stdout)); len(out) < 4 || out[2] != "64" {
 			t.Fatalf("RLIMIT_NPROC inside: %q, want 64", out)

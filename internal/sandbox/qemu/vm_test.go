@@ -45,6 +45,9 @@ func newVM(t *testing.T) *vmFixture {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	f := &vmFixture{t: t, m: m, lay: lay, img: img, ctx: ctx}
 	t.Cleanup(func() {
+		if t.Failed() {
+			f.logTails()
+		}
 		sandboxtest.DestroyAll(m)
 		m.Close()
 		cancel()
@@ -53,6 +56,30 @@ func newVM(t *testing.T) *vmFixture {
 		}
 	})
 	return f
+}
+
+// logTails prints the end of each neuron's log (its guest's console and
+// agent): a test that failed says why the guest went down.
+func (f *vmFixture) logTails() {
+	all, _ := f.m.List(context.Background())
+	for _, st := range all {
+		p, err := f.m.LogPath(context.Background(), st.ID)
+		if err != nil {
+			continue
+		}
+		b, _ := os.ReadFile(p)
+		// A Go program's crash says why first, then dumps its goroutines.
+		var why []string
+		for line := range strings.Lines(string(b)) {
+			if strings.HasPrefix(line, "fatal error") || strings.HasPrefix(line, "runtime:") || strings.HasPrefix(line, "panic:") {
+				why = append(why, line)
+			}
+		}
+		if len(b) > 4096 {
+			b = b[len(b)-4096:]
+		}
+		f.t.Logf("neuron %s's log: %s... ends:\n%s", st.ID, strings.Join(why, ""), b)
+	}
 }
 
 func (f *vmFixture) create(id string, opts sandbox.CreateOptions) (*sandbox.State, *link.Client) {
@@ -242,8 +269,19 @@ func TestPolicy(t *testing.T) {
 		t.Fatal("the vsock modules were not loaded")
 	}
 	// Commands run as the unprivileged guest user: guest root is PID 1's.
-	if got := f.sh(c, "cat /sys/fs/cgroup/neuron/pids.max; cat /proc/sys/user/max_user_namespaces; id -u; id -un; echo $HOME"); got != "64\n0\n1000\nagent\n/home/agent" {
-		t.Fatalf("pids.max, max_user_namespaces, uid, user, home: %q", got)
+	// pids.max is the ceiling and the agent's one thread that starts
+	// commands; no per-user limit puts the agent under it again.
+	if got := f.sh(c, "cat /sys/fs/cgroup/neuron/commands/pids.max /proc/self/cgroup /proc/sys/user/max_user_namespaces; ulimit -u; id -u; id -un; echo $HOME"); got != "65\n0::/neuron/commands\n0\nunlimited\n1000\nagent\n/home/agent" {
+		t.Fatalf("pids.max, a command's cgroup, max_user_namespaces, RLIMIT_NPROC, uid, user, home: %q", got)
+	}
+	// The agent's own threads are outside the ceiling (its spare ones among
+	// them): only the one it starts commands from is counted there.
+	if n, err := strconv.Atoi(f.sh(c, "wc -l < /sys/fs/cgroup/neuron/cgroup.threads")); err != nil || n < 8 {
+		t.Fatalf("%d of the agent's threads outside the process ceiling (%v), want 8 or more", n, err)
+	}
+	// A command cannot leave the ceiling's cgroup.
+	if out := f.sh(c, "echo $$ > /sys/fs/cgroup/neuron/cgroup.procs 2>&1 || echo refused; echo $$ > /sys/fs/cgroup/cgroup.procs 2>&1 || echo refused; cat /proc/self/cgroup"); !strings.HasSuffix(out, "refused\n0::/neuron/commands") || strings.Count(out, "refused") != 2 {
+		t.Fatalf("a command moved itself out of the process ceiling: %q", out)
 	}
 	for _, root := range []string{"cat /dev/vport*p* 2>&1 | head -c 200", "ls /run/cortex/channel >/dev/null && echo listed", "echo x > /etc/x 2>&1 || echo refused"} {
 		out := f.sh(c, root)
@@ -271,7 +309,7 @@ func TestPolicy(t *testing.T) {
 	// which under TCG takes a while: until then a new command cannot fork.
 	var events string
 	waittest.For(t, 30*time.Second, "a command to run after the fork bomb", func() bool {
-		res, err := c.Exec(ctx, &link.ExecRequest{Command: protocol.Command{Shell: "cat /sys/fs/cgroup/neuron/pids.events"}})
+		res, err := c.Exec(ctx, &link.ExecRequest{Command: protocol.Command{Shell: "cat /sys/fs/cgroup/neuron/commands/pids.events"}})
 		if err != nil || res.ExitCode != 0 {
 			return false
 		}
