@@ -23,10 +23,12 @@ func TestSpareThreadsStay(t *testing.T) {
 	if got := threadCount(t); got < n {
 		t.Fatalf("%d threads after SpareThreads(%d) (%d before)", got, n, before)
 	}
-	// They are reused, not added to: asking again starts none.
+	// They are reused, not added to: asking again starts none (but for a
+	// few, where other goroutines of the test binary took idle ones
+	// meanwhile; without reuse it would start n).
 	after := threadCount(t)
 	SpareThreads(n)
-	if got := threadCount(t); got > after+1 {
+	if got := threadCount(t); got > after+4 {
 		t.Fatalf("a second SpareThreads(%d) went from %d threads to %d: the first's were not kept", n, after, got)
 	}
 }
