@@ -125,7 +125,7 @@ type Agent struct {
 // New checks cfg and returns an agent.
 func New(cfg Config) (*Agent, error) {
 	if cfg.SpawnCgroup != nil {
-		defer cfg.SpawnCgroup.Close() // also where New fails before it is used
+		defer cfg.SpawnCgroup.Close() // used only here, by newSpawner
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = log.Default()

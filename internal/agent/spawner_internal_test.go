@@ -66,6 +66,7 @@ func TestSpawnerStartsIntoTheCeiling(t *testing.T) {
 		t.Fatal(err)
 	}
 	s, err := newSpawner(tasks)
+	tasks.Close()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,7 +126,9 @@ func TestSpawnerRefused(t *testing.T) {
 			t.Logf("%s: %v", path, err)
 			continue
 		}
-		if s, err := newSpawner(f); err == nil {
+		s, err := newSpawner(f)
+		f.Close()
+		if err == nil {
 			s.stop()
 			t.Fatalf("%s: a spawner whose thread could not be moved started", path)
 		} else {

@@ -28,9 +28,8 @@ type spawner struct {
 
 // newSpawner moves its thread into the cgroup whose cgroup.threads is
 // threads (opened for writing by the agent's PID 1, whose credentials the
-// kernel checks), and closes threads.
+// kernel checks). The caller closes threads once it returns.
 func newSpawner(threads *os.File) (*spawner, error) {
-	defer threads.Close()
 	var fs unix.Statfs_t
 	if err := unix.Fstatfs(int(threads.Fd()), &fs); err != nil || (fs.Type != unix.CGROUP2_SUPER_MAGIC && fs.Type != unix.CGROUP_SUPER_MAGIC) {
 		return nil, fmt.Errorf("the descriptor of the commands' cgroup is not a cgroup file (filesystem %#x, %v)", fs.Type, err)
