@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bufio"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -164,14 +165,20 @@ func (l *listing[T]) print(o *outputFlags, w io.Writer, mode string, list []T) e
 	return table(w, header, rows)
 }
 
-// table writes aligned columns.
+// table writes aligned columns, in one write where they fit its buffer:
+// a tabwriter writes each cell and each cell's padding apart, ten system
+// calls a line of `list` straight to a terminal or a pipe.
 func table(w io.Writer, header []string, rows [][]string) error {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	bw := bufio.NewWriterSize(w, 64<<10)
+	tw := tabwriter.NewWriter(bw, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, strings.Join(header, "\t"))
 	for _, r := range rows {
 		fmt.Fprintln(tw, strings.Join(r, "\t"))
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	return bw.Flush()
 }
 
 // writeYAML writes a JSON-decoded value as block YAML.

@@ -316,7 +316,9 @@ func (s *Set) find(ctx context.Context, ref string, prefixes bool) (Manager, *St
 	if err := ids.Validate(ref); err != nil {
 		return nil, nil, &InvalidError{Reason: err.Error()}
 	}
-	for _, b := range s.backends {
+	// The mode the overlay is marked with is asked first: the others
+	// would each read the mark to say the neuron is not theirs.
+	for _, b := range modeFirst(s.backends, OverlayMode(s.env.Layout, ref)) {
 		m, err := s.Manager(b.Name)
 		if err != nil {
 			continue // a mode that cannot even be built knows no neurons
@@ -360,13 +362,28 @@ func (s *Set) find(ctx context.Context, ref string, prefixes bool) (Manager, *St
 
 // List returns the neurons of every mode, sorted by id.
 func (s *Set) List(ctx context.Context) ([]*State, error) {
-	var all []*State
+	var (
+		all      []*State
+		overlays []Overlay
+		scanned  bool
+	)
 	for _, b := range s.backends {
 		m, err := s.Manager(b.Name)
 		if err != nil {
 			continue
 		}
-		l, err := m.List(ctx)
+		var l []*State
+		if ol, ok := m.(OverlayLister); ok {
+			if !scanned {
+				if overlays, err = ScanOverlays(s.env.Layout); err != nil {
+					return nil, err
+				}
+				scanned = true
+			}
+			l, err = ol.ListOverlays(ctx, overlays)
+		} else {
+			l, err = m.List(ctx)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("listing %s neurons: %w", b.Name, err)
 		}

@@ -46,7 +46,7 @@ func WriteJSON(path string, v any, perm os.FileMode) error {
 // ReadJSON reads path into v. A missing file returns an error satisfying
 // errors.Is(err, fs.ErrNotExist); a corrupt one says so.
 func ReadJSON(path string, v any) error {
-	data, err := os.ReadFile(path)
+	data, err := ReadFile(path)
 	if err != nil {
 		return err
 	}

@@ -14,7 +14,7 @@ func ProcStart(pid int) (uint64, bool) {
 	if pid <= 0 {
 		return 0, false
 	}
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	b, err := ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
 		return 0, false
 	}

@@ -228,3 +228,39 @@ func TestAgentBinary(t *testing.T) {
 		t.Fatalf("%v", err)
 	}
 }
+
+// ReadFile reads what os.ReadFile reads: a file past its first buffer, a
+// /proc file whose size says 0, through a symbolic link; a missing file
+// is fs.ErrNotExist in a *fs.PathError, a directory an error.
+func TestReadFile(t *testing.T) {
+	dir := t.TempDir()
+	big := filepath.Join(dir, "big")
+	data := []byte(strings.Repeat("0123456789", 1000)) // 10,000 bytes, past 512 and its doublings
+	if err := os.WriteFile(big, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	os.Symlink(big, filepath.Join(dir, "link"))
+	os.WriteFile(filepath.Join(dir, "empty"), nil, 0o600)
+	for _, name := range []string{big, filepath.Join(dir, "link"), filepath.Join(dir, "empty"), "/proc/self/stat"} {
+		got, err := ReadFile(name)
+		want, werr := os.ReadFile(name)
+		if err != nil || werr != nil {
+			t.Fatalf("%s: %v (os.ReadFile: %v)", name, err, werr)
+		}
+		if name == "/proc/self/stat" {
+			// Its CPU times move between the two reads: compare its pid.
+			got, want = got[:strings.IndexByte(string(got), ' ')], want[:strings.IndexByte(string(want), ' ')]
+		}
+		if string(got) != string(want) {
+			t.Errorf("%s: read %d bytes, os.ReadFile %d", name, len(got), len(want))
+		}
+	}
+	_, err := ReadFile(filepath.Join(dir, "missing"))
+	var pe *fs.PathError
+	if !errors.Is(err, fs.ErrNotExist) || !errors.As(err, &pe) || pe.Path != filepath.Join(dir, "missing") {
+		t.Errorf("missing file: %#v", err)
+	}
+	if _, err := ReadFile(dir); err == nil {
+		t.Errorf("reading a directory: no error")
+	}
+}

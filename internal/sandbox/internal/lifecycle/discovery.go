@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
@@ -14,7 +13,6 @@ import (
 
 	"github.com/nsys-cortex/cortex/internal/events"
 	"github.com/nsys-cortex/cortex/internal/faultpoint"
-	"github.com/nsys-cortex/cortex/internal/ids"
 	"github.com/nsys-cortex/cortex/internal/link"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
 	"github.com/nsys-cortex/cortex/internal/sandbox/internal/disk"
@@ -53,13 +51,16 @@ func (m *Manager) Get(ctx context.Context, id string) (*sandbox.State, error) {
 
 // List returns every process-mode neuron, running or stopped.
 func (m *Manager) List(ctx context.Context) ([]*sandbox.State, error) {
-	entries, err := os.ReadDir(m.lay.Overlays)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
+	overlays, err := sandbox.ScanOverlays(m.lay)
 	if err != nil {
-		return nil, fmt.Errorf("listing %s: %w", m.lay.Overlays, err)
+		return nil, err
 	}
+	return m.ListOverlays(ctx, overlays)
+}
+
+// ListOverlays is List of the home's overlays as scanned already
+// (sandbox.OverlayLister): those marked with this mode.
+func (m *Manager) ListOverlays(ctx context.Context, overlays []sandbox.Overlay) ([]*sandbox.State, error) {
 	// A runtime that tracks its neurons is asked once for the whole list,
 	// and only when the home has a neuron of its mode: asking can cost a
 	// process of its own (docker ps) that a list of other modes' neurons
@@ -85,13 +86,9 @@ func (m *Manager) List(ctx context.Context) ([]*sandbox.State, error) {
 		}
 	}
 	var out []*sandbox.State
-	for _, e := range entries {
-		id := e.Name()
-		if !e.IsDir() || ids.Validate(id) != nil {
-			continue
-		}
-		if _, mine := m.ownOverlay(id); mine {
-			out = append(out, m.inspect(id, alive))
+	for _, o := range overlays {
+		if m.mine(o.Mode) {
+			out = append(out, m.inspect(o.ID, alive))
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })

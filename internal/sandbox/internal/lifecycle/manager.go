@@ -189,22 +189,17 @@ func validID(id string) error {
 	return nil
 }
 
-// readMode returns the mode recorded in an overlay ("" when none).
-func (m *Manager) readMode(id string) string {
-	b, err := os.ReadFile(filepath.Join(m.overlay(id), ".mode"))
-	if err != nil {
-		return ""
-	}
-	return strings.TrimSpace(string(b))
-}
-
 // ownOverlay reports whether the overlay of id exists and belongs to this mode.
 func (m *Manager) ownOverlay(id string) (exists, mine bool) {
 	if _, err := os.Stat(m.overlay(id)); err != nil {
 		return false, false
 	}
-	md := m.readMode(id)
-	return true, md == m.rt.Mode() || (md == "" && m.rt.Mode() == LegacyMode)
+	return true, m.mine(sandbox.OverlayMode(m.lay, id))
+}
+
+// mine reports whether an overlay marked with mode md is this mode's.
+func (m *Manager) mine(md string) bool {
+	return md == m.rt.Mode() || (md == "" && m.rt.Mode() == LegacyMode)
 }
 
 func (m *Manager) readState(id string) (*sandbox.State, error) {
@@ -257,7 +252,7 @@ func (m *Manager) createHeld(ctx context.Context, id string, opts sandbox.Create
 	exists, mine := m.ownOverlay(id)
 	if exists && !mine {
 		return nil, &sandbox.InvalidError{Reason: fmt.Sprintf("neuron %q holds data of mode %s: create it with --mode %s, or destroy it with --wipe first",
-			id, m.readMode(id), m.readMode(id))}
+			id, sandbox.OverlayMode(m.lay, id), sandbox.OverlayMode(m.lay, id))}
 	}
 	if f, ok := m.forking(id); ok && held == nil {
 		return nil, &sandbox.InvalidError{Reason: fmt.Sprintf("neuron %q was being made as %s, which was cut short (process %d) before it was whole: "+

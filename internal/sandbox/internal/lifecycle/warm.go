@@ -364,7 +364,7 @@ func (m *Manager) SweepWarm(ctx context.Context) []string {
 		}
 		// A directory with no mode yet is one whose boot was cut short
 		// before anything started (or is under way: its lock is held).
-		if md := m.readMode(name); md != "" && md != m.rt.Mode() {
+		if md := sandbox.OverlayMode(m.lay, name); md != "" && md != m.rt.Mode() {
 			continue
 		}
 		if m.sweepWarm(name) {
