@@ -22,9 +22,10 @@ type Overlay struct {
 }
 
 // OverlayMode returns the mode neuron id's overlay is marked with (its
-// .mode file), "" when it has none or cannot be read.
+// .mode file), "" when it has none or it cannot be read. The mark is read
+// as a record: not through a link, a regular file of at most 64 bytes.
 func OverlayMode(lay layout.Layout, id string) string {
-	b, err := store.ReadFile(filepath.Join(lay.OverlayDir(id), ".mode"))
+	b, err := store.ReadRecord(filepath.Join(lay.OverlayDir(id), ".mode"), 64)
 	if err != nil {
 		return ""
 	}
@@ -56,23 +57,25 @@ func ScanOverlays(lay layout.Layout) ([]Overlay, error) {
 // OverlayLister is a Manager whose neurons are the home's overlays
 // marked with its mode (the modes built on the shared lifecycle). A Set
 // scans the overlays once for all of them (ScanOverlays) and hands each
-// the whole scan to take its own from, where each List would read every
+// only the overlays marked as its own, where each List would read every
 // overlay's mark again: a list of 100 neurons read 500 marks, with five
-// such modes.
+// such modes. A find skips those whose mark is another's.
 type OverlayLister interface {
+	// OwnsMark reports whether an overlay marked mode ("": unmarked) is
+	// this manager's.
+	OwnsMark(mode string) bool
+	// ListOverlays is List of those of the overlays it owns by their mark
+	// as scanned; it checks each again before it looks at it.
 	ListOverlays(ctx context.Context, overlays []Overlay) ([]*State, error)
 }
 
-// modeFirst returns the backends with the one named mode first, the
-// others in their order.
-func modeFirst(backends []Backend, mode string) []Backend {
-	for i, b := range backends {
-		if b.Name == mode && i > 0 {
-			out := make([]Backend, 0, len(backends))
-			out = append(out, b)
-			out = append(out, backends[:i]...)
-			return append(out, backends[i+1:]...)
+// ownedBy returns the overlays m owns by their mark.
+func ownedBy(m OverlayLister, overlays []Overlay) []Overlay {
+	var out []Overlay
+	for _, o := range overlays {
+		if m.OwnsMark(o.Mode) {
+			out = append(out, o)
 		}
 	}
-	return backends
+	return out
 }

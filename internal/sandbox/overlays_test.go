@@ -18,13 +18,13 @@ type overlayManager struct {
 	gets  *[]string
 }
 
+func (o *overlayManager) OwnsMark(mode string) bool { return mode == o.mode }
+
 func (o *overlayManager) ListOverlays(_ context.Context, overlays []Overlay) ([]*State, error) {
 	o.scans = append(o.scans, overlays)
 	var out []*State
 	for _, ov := range overlays {
-		if ov.Mode == o.mode {
-			out = append(out, &State{ID: ov.ID, Mode: o.mode})
-		}
+		out = append(out, &State{ID: ov.ID, Mode: o.mode})
 	}
 	return out, nil
 }
@@ -39,10 +39,11 @@ func (o *overlayManager) Get(ctx context.Context, id string) (*State, error) {
 }
 
 // A list reads the home's overlays and their marks once, for every mode
-// built on them: each gets the same scan, with every overlay's mark, and
-// takes its own. Entries that are not an overlay (a file, a symbolic
-// link to a directory, a name that is not an id) are not in it. A find
-// asks the mode an overlay is marked with first.
+// built on them: each is handed the overlays marked as its own. Entries
+// that are not an overlay (a file, a symbolic link to a directory, a
+// name that is not an id) are not in the scan. A find does not ask the
+// modes whose mark an overlay does not bear, and asks the others in the
+// set's order.
 func TestListScansOverlaysOnce(t *testing.T) {
 	ctx := context.Background()
 	lay := layout.Layout{Overlays: t.TempDir()}
@@ -66,11 +67,11 @@ func TestListScansOverlaysOnce(t *testing.T) {
 	var gets []string
 	a := &overlayManager{fakeManager: fakeManager{mode: "a", neurons: map[string]*State{"x1": {ID: "x1", Mode: "a"}}}, gets: &gets}
 	b := &overlayManager{fakeManager: fakeManager{mode: "b", neurons: map[string]*State{"y1": {ID: "y1", Mode: "b"}}}, gets: &gets}
-	c := &fakeManager{mode: "c", neurons: map[string]*State{"w1": {ID: "w1", Mode: "c"}}}
+	c := &fakeManager{mode: "c", neurons: map[string]*State{"w1": {ID: "w1", Mode: "c"}, "y1": {ID: "y1", Mode: "c"}}}
 	backends := []Backend{
-		{Name: "a", New: func(Env) (Manager, error) { return a, nil }},
+		{Name: "c", Rank: 5, New: func(Env) (Manager, error) { return c, nil }},
+		{Name: "a", Rank: 1, New: func(Env) (Manager, error) { return a, nil }},
 		{Name: "b", New: func(Env) (Manager, error) { return b, nil }},
-		{Name: "c", New: func(Env) (Manager, error) { return c, nil }},
 	}
 	set := NewSet(Env{Layout: lay}, backends...)
 
@@ -82,58 +83,43 @@ func TestListScansOverlaysOnce(t *testing.T) {
 	for _, st := range all {
 		got = append(got, st.Mode+":"+st.ID)
 	}
-	if want := []string{"c:w1", "a:x1", "b:y1"}; !slices.Equal(got, want) {
+	slices.Sort(got) // a list is sorted by id only
+	if want := []string{"a:x1", "b:y1", "c:w1", "c:y1"}; !slices.Equal(got, want) {
 		t.Errorf("listed %v, want %v", got, want)
 	}
 	if len(a.scans) != 1 || len(b.scans) != 1 {
 		t.Fatalf("scans handed out: a %d, b %d, want one each", len(a.scans), len(b.scans))
 	}
-	if &a.scans[0][0] != &b.scans[0][0] {
-		t.Errorf("each mode got a scan of its own: the overlays were read twice")
-	}
-	want := []Overlay{{"x1", "a"}, {"y1", "b"}, {"z1", ""}}
-	if !slices.Equal(a.scans[0], want) {
-		t.Errorf("scan %v, want %v", a.scans[0], want)
+	if !slices.Equal(a.scans[0], []Overlay{{"x1", "a"}}) || !slices.Equal(b.scans[0], []Overlay{{"y1", "b"}}) {
+		t.Errorf("handed a %v and b %v: each should have its own overlays only", a.scans[0], b.scans[0])
 	}
 
-	// A find asks the marked mode first; the others only when it does
-	// not have the neuron.
+	// A find skips the modes the mark is not, and keeps the set's order
+	// for the rest: c (no overlays of its own, first by rank) still
+	// answers first for y1, as it did before marks were read here.
+	if _, st, err := set.Find(ctx, "y1"); err != nil || st.Mode != "c" {
+		t.Fatalf("find y1: %v %v", st, err)
+	}
+	if len(gets) != 0 {
+		t.Errorf("find y1 asked %v after c had it", gets)
+	}
+	delete(c.neurons, "y1")
 	if _, st, err := set.Find(ctx, "y1"); err != nil || st.Mode != "b" {
 		t.Fatalf("find y1: %v %v", st, err)
 	}
 	if want := []string{"b:y1"}; !slices.Equal(gets, want) {
-		t.Errorf("find y1 asked %v, want %v", gets, want)
+		t.Errorf("find y1 asked %v, want %v: a's mark is not on it", gets, want)
 	}
 	gets = nil
-	if _, st, err := set.Find(ctx, "w1"); err != nil || st.Mode != "c" {
-		t.Fatalf("find w1: %v %v", st, err)
+	if _, _, err := set.Find(ctx, "z1"); err == nil {
+		t.Fatalf("find of an unmarked overlay no mode has: found")
 	}
-	if want := []string{"a:w1", "b:w1"}; !slices.Equal(gets, want) {
-		t.Errorf("find of an unmarked neuron asked %v, want %v in order", gets, want)
+	if len(gets) != 0 {
+		t.Errorf("find of an overlay marked by none asked %v", gets)
 	}
 
 	// No overlays directory: nothing, and no error.
 	if got, err := ScanOverlays(layout.Layout{Overlays: filepath.Join(lay.Overlays, "none")}); err != nil || got != nil {
 		t.Errorf("no overlays: %v %v", got, err)
-	}
-}
-
-func TestModeFirst(t *testing.T) {
-	bs := []Backend{{Name: "a"}, {Name: "b"}, {Name: "c"}}
-	names := func(bs []Backend) (out []string) {
-		for _, b := range bs {
-			out = append(out, b.Name)
-		}
-		return out
-	}
-	for mode, want := range map[string][]string{
-		"c": {"c", "a", "b"}, "b": {"b", "a", "c"}, "a": {"a", "b", "c"}, "": {"a", "b", "c"}, "zz": {"a", "b", "c"},
-	} {
-		if got := names(modeFirst(bs, mode)); !slices.Equal(got, want) {
-			t.Errorf("%q: %v, want %v", mode, got, want)
-		}
-	}
-	if got := names(bs); !slices.Equal(got, []string{"a", "b", "c"}) {
-		t.Errorf("modeFirst changed the set's order: %v", got)
 	}
 }

@@ -316,12 +316,16 @@ func (s *Set) find(ctx context.Context, ref string, prefixes bool) (Manager, *St
 	if err := ids.Validate(ref); err != nil {
 		return nil, nil, &InvalidError{Reason: err.Error()}
 	}
-	// The mode the overlay is marked with is asked first: the others
-	// would each read the mark to say the neuron is not theirs.
-	for _, b := range modeFirst(s.backends, OverlayMode(s.env.Layout, ref)) {
+	// The modes of overlays that the mark says are another's are not
+	// asked: each would read the mark again to say so.
+	mark := OverlayMode(s.env.Layout, ref)
+	for _, b := range s.backends {
 		m, err := s.Manager(b.Name)
 		if err != nil {
 			continue // a mode that cannot even be built knows no neurons
+		}
+		if ol, ok := m.(OverlayLister); ok && !ol.OwnsMark(mark) {
+			continue
 		}
 		st, err := m.Get(ctx, ref)
 		if err == nil {
@@ -380,7 +384,7 @@ func (s *Set) List(ctx context.Context) ([]*State, error) {
 				}
 				scanned = true
 			}
-			l, err = ol.ListOverlays(ctx, overlays)
+			l, err = ol.ListOverlays(ctx, ownedBy(ol, overlays))
 		} else {
 			l, err = m.List(ctx)
 		}

@@ -1,6 +1,8 @@
 package store
 
 import (
+	"errors"
+	"fmt"
 	"io/fs"
 
 	"golang.org/x/sys/unix"
@@ -43,4 +45,52 @@ func ReadFile(path string) ([]byte, error) {
 			buf = append(buf, 0)[:len(buf)] // grow
 		}
 	}
+}
+
+// ReadRecord reads a small record the host keeps where what is not the
+// host's may also write (a neuron's overlay, where an import unpacks):
+// never through a symbolic link, a regular file only (a FIFO or a device
+// would block or never end), and at most max bytes, or an error.
+func ReadRecord(path string, max int) ([]byte, error) {
+	var fd int
+	var err error
+	for {
+		fd, err = unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
+		if err != unix.EINTR {
+			break
+		}
+	}
+	if err != nil {
+		return nil, &fs.PathError{Op: "open", Path: path, Err: err}
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, &fs.PathError{Op: "fstat", Path: path, Err: err}
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return nil, &fs.PathError{Op: "read", Path: path, Err: errors.New("not a regular file")}
+	}
+	if st.Size > int64(max) {
+		return nil, &fs.PathError{Op: "read", Path: path, Err: fmt.Errorf("%d bytes, more than the %d a record may hold", st.Size, max)}
+	}
+	buf := make([]byte, max+1)
+	n := 0
+	for n < len(buf) {
+		k, err := unix.Read(fd, buf[n:])
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, &fs.PathError{Op: "read", Path: path, Err: err}
+		}
+		if k == 0 {
+			break
+		}
+		n += k
+	}
+	if n > max {
+		return nil, &fs.PathError{Op: "read", Path: path, Err: fmt.Errorf("more than the %d bytes a record may hold", max)}
+	}
+	return buf[:n], nil
 }

@@ -264,3 +264,54 @@ func TestReadFile(t *testing.T) {
 		t.Errorf("reading a directory: no error")
 	}
 }
+
+// ReadFile and ReadRecord close what they open, on every path.
+func TestReadsCloseTheirFiles(t *testing.T) {
+	dir := t.TempDir()
+	ok := filepath.Join(dir, "ok")
+	os.WriteFile(ok, []byte("x"), 0o600)
+	fds := func() int {
+		ents, err := os.ReadDir("/proc/self/fd")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(ents)
+	}
+	before := fds()
+	for range 200 {
+		ReadFile(ok)
+		ReadFile(dir) // read fails: EISDIR
+		ReadRecord(ok, 64)
+		ReadRecord(ok, 0) // too large
+		ReadRecord(dir, 64)
+	}
+	if after := fds(); after > before+2 {
+		t.Errorf("open descriptors: %d before, %d after 1,000 reads", before, after)
+	}
+}
+
+// ReadRecord reads a regular file of at most max bytes, and refuses what
+// a planted record could be instead: a symbolic link (not followed, even
+// to a good record), a FIFO (refused, not waited on), a larger file.
+func TestReadRecord(t *testing.T) {
+	dir := t.TempDir()
+	rec := filepath.Join(dir, "rec")
+	os.WriteFile(rec, []byte("nsbox\n"), 0o600)
+	if b, err := ReadRecord(rec, 6); err != nil || string(b) != "nsbox\n" {
+		t.Fatalf("a record of exactly max bytes: %q %v", b, err)
+	}
+	if _, err := ReadRecord(rec, 5); err == nil || !strings.Contains(err.Error(), "more than the 5") {
+		t.Errorf("a record over max: %v", err)
+	}
+	os.Symlink(rec, filepath.Join(dir, "link"))
+	if _, err := ReadRecord(filepath.Join(dir, "link"), 64); !errors.Is(err, syscall.ELOOP) {
+		t.Errorf("through a link: %v, want ELOOP", err)
+	}
+	unix.Mkfifo(filepath.Join(dir, "fifo"), 0o600)
+	if _, err := ReadRecord(filepath.Join(dir, "fifo"), 64); err == nil || !strings.Contains(err.Error(), "not a regular file") {
+		t.Errorf("a FIFO: %v", err)
+	}
+	if _, err := ReadRecord(filepath.Join(dir, "none"), 64); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("missing: %v", err)
+	}
+}

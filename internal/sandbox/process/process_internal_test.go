@@ -305,6 +305,70 @@ func TestForeignOverlayIsNotOurs(t *testing.T) {
 	if _, err := m.Create(ctx, "other", sandbox.CreateOptions{}); !errdefs.IsInvalid(err) || !strings.Contains(err.Error(), "--mode nsbox") {
 		t.Fatalf("%v", err)
 	}
+	// Nor is it listed, by List or through a Set's scan; and a scan that
+	// is out of date by the time it is handed over (the overlay marked
+	// process when scanned, another mode's or gone by now) is looked at
+	// again, not taken as it was.
+	if _, err := m.Create(ctx, "mine", sandbox.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ids := func(sts []*sandbox.State, err error) []string {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, st := range sts {
+			out = append(out, st.ID)
+		}
+		return out
+	}
+	set := sandbox.NewSet(e, process.Backend())
+	for name, got := range map[string][]string{
+		"List":     ids(m.List(ctx)),
+		"Set.List": ids(set.List(ctx)),
+		"a stale scan": ids(m.ListOverlays(ctx, []sandbox.Overlay{
+			{ID: "mine", Mode: "process"}, {ID: "other", Mode: "process"}, {ID: "gone", Mode: "process"}})),
+	} {
+		if strings.Join(got, " ") != "mine" {
+			t.Errorf("%s: %v, want only the process neuron", name, got)
+		}
+	}
+	if _, st, err := set.Find(ctx, "other"); !errdefs.IsNotFound(err) {
+		t.Errorf("find of another mode's overlay: %v %v", st, err)
+	}
+}
+
+// An overlay's mark is read as a record: not through a symbolic link,
+// and not from a FIFO (which would hang every list and find). Either
+// leaves the overlay unmarked, so no mode but process's (unmarked
+// overlays are its, from before marks) claims it.
+func TestMarkIsARecord(t *testing.T) {
+	_, e := newManager(t)
+	ctx := context.Background()
+	for id, plant := range map[string]func(string) error{
+		"linked": func(p string) error { return os.Symlink("/etc/hostname", p) },
+		"fifo":   func(p string) error { return syscall.Mkfifo(p, 0o600) },
+		"big":    func(p string) error { return os.WriteFile(p, bytes.Repeat([]byte("nsbox "), 100), 0o600) },
+	} {
+		os.MkdirAll(e.Layout.OverlayDir(id), 0o700)
+		if err := plant(filepath.Join(e.Layout.OverlayDir(id), ".mode")); err != nil {
+			t.Fatal(err)
+		}
+		if got := sandbox.OverlayMode(e.Layout, id); got != "" {
+			t.Errorf("%s: mark %q, want none", id, got)
+		}
+	}
+	done := make(chan error, 1)
+	go func() { _, err := sandbox.NewSet(e, process.Backend()).List(ctx); done <- err }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("a list is stuck on a planted mark")
+	}
 }
 
 // A deep home and a 64-character id make socket paths longer than bind(2)

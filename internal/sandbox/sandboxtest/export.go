@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -16,6 +17,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/nsys-cortex/cortex/internal/archive"
 	"github.com/nsys-cortex/cortex/internal/labels"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
 	"github.com/nsys-cortex/cortex/internal/store"
@@ -106,6 +108,42 @@ func RunExporter(t *testing.T, cfg Config) {
 	}
 	if src.ID != "src" {
 		t.Fatalf("created %+v", src)
+	}
+
+	// An archive made to plant the host's records in the overlay (an
+	// export holds none): a mark linked to another file, a state file
+	// naming this test's process as the neuron's agent. The import takes
+	// the data and leaves the records behind: the neuron is its mode's,
+	// and stopped, and destroying it ends nothing of the host's.
+	planted := t.TempDir()
+	os.WriteFile(filepath.Join(planted, "kept.txt"), []byte("data\n"), 0o644)
+	os.Symlink("/etc/hostname", filepath.Join(planted, ".mode"))
+	pidStart, _ := store.ProcStart(os.Getpid())
+	forged, _ := json.Marshal(sandbox.State{ID: "planted", Mode: m.Mode(), Status: sandbox.StatusRunning, PID: os.Getpid(), PIDStart: pidStart})
+	os.WriteFile(filepath.Join(planted, ".neuron.json"), forged, 0o600)
+	var evil bytes.Buffer
+	if _, err := archive.Write(f.ctx, &evil, archive.Record{ID: "planted", Mode: m.Mode(), Created: time.Now()},
+		[]archive.Tree{{Name: "data", Dir: planted}}); err != nil {
+		t.Fatal(err)
+	}
+	st, err := set.Import(f.ctx, &evil, "planted", nil)
+	if err != nil {
+		t.Fatalf("an import with planted records: %v", err)
+	}
+	if st.Status == sandbox.StatusRunning || st.PID == os.Getpid() {
+		t.Errorf("the planted state file was taken: %+v", st)
+	}
+	if got := sandbox.OverlayMode(f.env.Layout, "planted"); got != m.Mode() {
+		t.Errorf("the planted neuron's mark: %q, want %q", got, m.Mode())
+	}
+	if b, err := os.ReadFile(filepath.Join(dataOf(t, m, f, "planted"), "kept.txt")); err != nil || string(b) != "data\n" {
+		t.Errorf("the planted archive's data: %q %v", b, err)
+	}
+	if err := m.Destroy(f.ctx, "planted", sandbox.DestroyOptions{Wipe: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, alive := store.ProcStart(os.Getpid()); !alive {
+		t.Fatal("unreachable: the destroy ended this process")
 	}
 }
 

@@ -59,7 +59,12 @@ func (m *Manager) List(ctx context.Context) ([]*sandbox.State, error) {
 }
 
 // ListOverlays is List of the home's overlays as scanned already
-// (sandbox.OverlayLister): those marked with this mode.
+// (sandbox.OverlayLister): those marked with this mode, each looked at
+// again just before it is inspected, as List always did. A scan handed
+// through a Set is older by the other modes' listing (a docker ps, a
+// cluster's list), and in that time an overlay can be wiped, or wiped
+// and made again in another mode: inspecting it here would take another
+// mode's live neuron for a dead one of this mode, and clear it away.
 func (m *Manager) ListOverlays(ctx context.Context, overlays []sandbox.Overlay) ([]*sandbox.State, error) {
 	// A runtime that tracks its neurons is asked once for the whole list,
 	// and only when the home has a neuron of its mode: asking can cost a
@@ -87,7 +92,10 @@ func (m *Manager) ListOverlays(ctx context.Context, overlays []sandbox.Overlay) 
 	}
 	var out []*sandbox.State
 	for _, o := range overlays {
-		if m.mine(o.Mode) {
+		if !m.OwnsMark(o.Mode) {
+			continue
+		}
+		if _, mine := m.ownOverlay(o.ID); mine {
 			out = append(out, m.inspect(o.ID, alive))
 		}
 	}

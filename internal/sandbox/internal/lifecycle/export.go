@@ -233,7 +233,11 @@ func (m *Manager) importOwners(id string, from int) (archive.Owners, error) {
 
 // moveEntries moves the entries of directory from into directory to:
 // renamed where they share a filesystem; where they do not (a disk of
-// its own), the rest are copied (from is the caller's to remove).
+// its own), the rest are copied (from is the caller's to remove). Names
+// of the host's records (store.HostRecord) are left behind: an export
+// holds none, so an archive that does was made to plant them (a .mode
+// that points elsewhere, a state file naming a host process as the
+// neuron's agent), and the host reads them by name.
 func moveEntries(ctx context.Context, from, to string) error {
 	ents, err := os.ReadDir(from)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -244,9 +248,12 @@ func moveEntries(ctx context.Context, from, to string) error {
 	}
 	moved := map[string]bool{}
 	for _, e := range ents {
+		if store.HostRecord(e.Name()) {
+			continue
+		}
 		err := os.Rename(filepath.Join(from, e.Name()), filepath.Join(to, e.Name()))
 		if errors.Is(err, unix.EXDEV) {
-			_, err = store.CopyTree(ctx, from, to, store.CopyOptions{Skip: func(n string) bool { return moved[n] }})
+			_, err = store.CopyTree(ctx, from, to, store.CopyOptions{Skip: func(n string) bool { return moved[n] || store.HostRecord(n) }})
 			return err
 		}
 		if err != nil {

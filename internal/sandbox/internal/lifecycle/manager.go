@@ -194,11 +194,12 @@ func (m *Manager) ownOverlay(id string) (exists, mine bool) {
 	if _, err := os.Stat(m.overlay(id)); err != nil {
 		return false, false
 	}
-	return true, m.mine(sandbox.OverlayMode(m.lay, id))
+	return true, m.OwnsMark(sandbox.OverlayMode(m.lay, id))
 }
 
-// mine reports whether an overlay marked with mode md is this mode's.
-func (m *Manager) mine(md string) bool {
+// OwnsMark reports whether an overlay marked with mode md is this mode's
+// (sandbox.OverlayLister).
+func (m *Manager) OwnsMark(md string) bool {
 	return md == m.rt.Mode() || (md == "" && m.rt.Mode() == LegacyMode)
 }
 
