@@ -64,7 +64,7 @@ ID.tar.zst here, written whole or not at all.`,
 		},
 	}
 	cmd.Flags().StringVarP(&out, "output", "o", "", "the archive to write (- for stdout; default ID.tar.zst)")
-	cmd.Flags().BoolVar(&snapshots, "snapshots", false, "put the neuron's snapshots in the archive too")
+	cmd.Flags().BoolVar(&snapshots, "snapshots", false, "put the neuron's snapshots in the archive too (a backup: import does not take them, docs/export.md)")
 	return cmd
 }
 

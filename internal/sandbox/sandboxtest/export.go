@@ -19,6 +19,7 @@ import (
 
 	"github.com/nsys-cortex/cortex/internal/archive"
 	"github.com/nsys-cortex/cortex/internal/labels"
+	"github.com/nsys-cortex/cortex/internal/protocol/errdefs"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
 	"github.com/nsys-cortex/cortex/internal/store"
 )
@@ -110,23 +111,34 @@ func RunExporter(t *testing.T, cfg Config) {
 		t.Fatalf("created %+v", src)
 	}
 
-	// An archive made to plant the host's records in the overlay (an
-	// export holds none): a mark linked to another file, a state file
-	// naming this test's process as the neuron's agent. The import takes
-	// the data and leaves the records behind: the neuron is its mode's,
-	// and stopped, and destroying it ends nothing of the host's.
-	planted := t.TempDir()
-	os.WriteFile(filepath.Join(planted, "kept.txt"), []byte("data\n"), 0o644)
-	os.Symlink("/etc/hostname", filepath.Join(planted, ".mode"))
+	// Archives made to have the host act on what they hold (an export
+	// holds none of it): the host's records planted (a mark naming
+	// another mode, a state file naming this test's process as the
+	// neuron's agent) are left behind; a symbolic link where the host
+	// keeps its own files (which it opens by name), and snapshots (whose
+	// records a restore trusts), are refused, leaving nothing.
+	plant := func(t *testing.T, rec archive.Record, files func(dir string)) *bytes.Buffer {
+		t.Helper()
+		dir := t.TempDir()
+		files(dir)
+		var b bytes.Buffer
+		if _, err := archive.Write(f.ctx, &b, rec, []archive.Tree{{Name: "data", Dir: dir}}); err != nil {
+			t.Fatal(err)
+		}
+		return &b
+	}
+	other := "docker"
+	if m.Mode() == other {
+		other = "nsbox"
+	}
 	pidStart, _ := store.ProcStart(os.Getpid())
 	forged, _ := json.Marshal(sandbox.State{ID: "planted", Mode: m.Mode(), Status: sandbox.StatusRunning, PID: os.Getpid(), PIDStart: pidStart})
-	os.WriteFile(filepath.Join(planted, ".neuron.json"), forged, 0o600)
-	var evil bytes.Buffer
-	if _, err := archive.Write(f.ctx, &evil, archive.Record{ID: "planted", Mode: m.Mode(), Created: time.Now()},
-		[]archive.Tree{{Name: "data", Dir: planted}}); err != nil {
-		t.Fatal(err)
-	}
-	st, err := set.Import(f.ctx, &evil, "planted", nil)
+	records := plant(t, archive.Record{ID: "planted", Mode: m.Mode()}, func(dir string) {
+		os.WriteFile(filepath.Join(dir, "kept.txt"), []byte("data\n"), 0o644)
+		os.WriteFile(filepath.Join(dir, ".mode"), []byte(other+"\n"), 0o600)
+		os.WriteFile(filepath.Join(dir, ".neuron.json"), forged, 0o600)
+	})
+	st, err := set.Import(f.ctx, records, "planted", nil)
 	if err != nil {
 		t.Fatalf("an import with planted records: %v", err)
 	}
@@ -142,8 +154,21 @@ func RunExporter(t *testing.T, cfg Config) {
 	if err := m.Destroy(f.ctx, "planted", sandbox.DestroyOptions{Wipe: true}); err != nil {
 		t.Fatal(err)
 	}
-	if _, alive := store.ProcStart(os.Getpid()); !alive {
-		t.Fatal("unreachable: the destroy ended this process")
+	for name, ar := range map[string]*bytes.Buffer{
+		"a link where the host's files are": plant(t, archive.Record{ID: "linked", Mode: m.Mode()}, func(dir string) {
+			os.Symlink("/", filepath.Join(dir, "planted-link"))
+		}),
+		"snapshots": plant(t, archive.Record{ID: "linked", Mode: m.Mode(), Snapshots: []string{"s1"}}, func(dir string) {
+			os.WriteFile(filepath.Join(dir, "kept.txt"), []byte("data\n"), 0o644)
+		}),
+	} {
+		_, err := set.Import(f.ctx, ar, "linked", nil)
+		if !errdefs.IsInvalid(err) || !strings.Contains(err.Error(), map[string]string{"snapshots": "snapshots (s1)"}[name]) {
+			t.Errorf("an import of an archive with %s: %v, want it refused", name, err)
+		}
+		if _, err := os.Lstat(f.env.Layout.OverlayDir("linked")); err == nil {
+			t.Errorf("a refused import (%s) left its directory", name)
+		}
 	}
 }
 

@@ -190,6 +190,11 @@ func (m *Manager) forking(id string) (forkRecord, bool) {
 // refused), takes its ownership lock and marks it as being made from src
 // ("a fork of X", "an import of X").
 func (m *Manager) claim(src, id string) (*store.Lock, error) {
+	// An import may be a home's first neuron, as a create may (which
+	// makes the overlays' directory as it makes the neuron's own in it).
+	if err := os.MkdirAll(m.lay.Overlays, 0o700); err != nil {
+		return nil, fmt.Errorf("%s as %s: %w", src, id, err)
+	}
 	if err := os.Mkdir(m.overlay(id), 0o700); err != nil {
 		if errors.Is(err, fs.ErrExist) {
 			return nil, fmt.Errorf("%s as %s: %w", src, id, ErrIDTaken)
