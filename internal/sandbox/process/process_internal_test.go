@@ -492,3 +492,49 @@ func TestKilledAgentLeavesNothingBehind(t *testing.T) {
 	}
 	waitGone(t, bg)
 }
+
+// A list of enough neurons to be inspected a few at once gives each its
+// state, as one at a time did: the live ones running, the ones whose
+// agent was killed stopped (their records cleared while the others are
+// looked at), in order.
+func TestListManyAtOnce(t *testing.T) {
+	m, e := newManager(t)
+	ctx := context.Background()
+	const n = 40
+	var want []string
+	for i := range n {
+		id := "many" + strconv.Itoa(100+i)
+		if _, err := m.Create(ctx, id, sandbox.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, id)
+	}
+	killed := map[string]bool{"many105": true, "many120": true, "many133": true}
+	for id := range killed {
+		st, err := m.Get(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		syscall.Kill(st.PID, syscall.SIGKILL)
+		waittest.For(t, 10*time.Second, id+"'s agent to die", func() bool { return !store.Alive(st.PID, st.PIDStart) })
+	}
+	// A manager of another process: it holds none of them in memory.
+	sts, err := sandbox.NewSet(e, process.Backend()).List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, st := range sts {
+		got = append(got, st.ID)
+		wantStatus := sandbox.StatusRunning
+		if killed[st.ID] {
+			wantStatus = sandbox.StatusStopped
+		}
+		if st.Status != wantStatus {
+			t.Errorf("%s: %s, want %s", st.ID, st.Status, wantStatus)
+		}
+	}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("listed %v, want %v", got, want)
+	}
+}

@@ -6,8 +6,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
+	"slices"
 	"sort"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -58,6 +62,13 @@ func (m *Manager) List(ctx context.Context) ([]*sandbox.State, error) {
 	return m.ListOverlays(ctx, overlays)
 }
 
+// A list inspects its neurons with up to listWorkers goroutines, one for
+// each listPerWorker neurons (fewer are not worth a goroutine).
+const (
+	listWorkers   = 8
+	listPerWorker = 16
+)
+
 // ListOverlays is List of the home's overlays as scanned already
 // (sandbox.OverlayLister): those marked with this mode, each looked at
 // again just before it is inspected, as List always did. A scan handed
@@ -72,33 +83,52 @@ func (m *Manager) ListOverlays(ctx context.Context, overlays []sandbox.Overlay) 
 	// must not pay for.
 	alive := m.aliveKnown
 	if t := m.tracker(); t != nil {
-		var (
-			asked bool
-			set   map[string]bool
-			err   error
-		)
-		alive = func(st *sandbox.State) (bool, bool) {
-			if !asked {
-				asked = true
-				var running []Running
-				running, err = t.Running(m.lay)
-				set = make(map[string]bool, len(running))
-				for _, r := range running {
-					set[r.ID] = true
-				}
+		running := sync.OnceValues(func() (map[string]bool, error) {
+			rs, err := t.Running(m.lay)
+			set := make(map[string]bool, len(rs))
+			for _, r := range rs {
+				set[r.ID] = true
 			}
+			return set, err
+		})
+		alive = func(st *sandbox.State) (bool, bool) {
+			set, err := running()
 			return set[st.ID], err == nil
 		}
 	}
-	var out []*sandbox.State
+	var own []string
 	for _, o := range overlays {
-		if !m.OwnsMark(o.Mode) {
-			continue
-		}
-		if _, mine := m.ownOverlay(o.ID); mine {
-			out = append(out, m.inspect(o.ID, alive))
+		if m.OwnsMark(o.Mode) {
+			own = append(own, o.ID)
 		}
 	}
+	// Each neuron is a handful of small reads (its mark again, its state,
+	// its agent's /proc stat, its spec), most of a list's time: they go
+	// on a few at once. A daemon's requests inspect neurons at once
+	// already; each inspection takes its neuron's own locks.
+	out := make([]*sandbox.State, len(own))
+	look := func(i int) {
+		if _, mine := m.ownOverlay(own[i]); mine {
+			out[i] = m.inspect(own[i], alive)
+		}
+	}
+	if workers := min(runtime.GOMAXPROCS(0), listWorkers, len(own)/listPerWorker); workers > 1 {
+		var next atomic.Int64
+		var wg sync.WaitGroup
+		for range workers {
+			wg.Go(func() {
+				for i := int(next.Add(1) - 1); i < len(own); i = int(next.Add(1) - 1) {
+					look(i)
+				}
+			})
+		}
+		wg.Wait()
+	} else {
+		for i := range own {
+			look(i)
+		}
+	}
+	out = slices.DeleteFunc(out, func(st *sandbox.State) bool { return st == nil })
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return m.enforceDue(ctx, out), nil
 }
