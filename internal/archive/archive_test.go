@@ -238,6 +238,10 @@ func TestHostileArchives(t *testing.T) {
 		"char device":        {[]rawEntry{dir("data"), {h: tar.Header{Name: "data/mem", Typeflag: tar.TypeChar, Devmajor: 1, Devminor: 1}}}, "device node (1:1)"},
 		"twice":              {[]rawEntry{dir("data"), file("data/a", "1"), file("data/a", "2")}, "second entry"},
 		"no parent":          {[]rawEntry{file("data/a", "1")}, "never through a link"},
+		"data a link":        {[]rawEntry{symlink("data", outside)}, "data/ is not a directory"},
+		"data a relative link": {[]rawEntry{dir("snapshots"), dir("snapshots/s"), dir("snapshots/s/data"), symlink("data", "snapshots/s/data")},
+			"data/ is not a directory"},
+		"snapshots a link": {[]rawEntry{dir("data"), symlink("snapshots", outside)}, "snapshots/ is not a directory"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			stage := t.TempDir()

@@ -257,8 +257,10 @@ func (x *extractor) entry(h *tar.Header, r io.Reader) error {
 	if x.kinds[parent] != "dir" {
 		return errors.New("not under a directory the archive made (never through a link)")
 	}
-	if p == snapsDir && h.Typeflag != tar.TypeDir {
-		return errors.New("snapshots/ is not a directory")
+	if (p == snapsDir || p == dataDir) && h.Typeflag != tar.TypeDir {
+		// The host moves what is under them into place by name: a link
+		// here would have it move (or copy) whatever it names instead.
+		return fmt.Errorf("%s/ is not a directory", p)
 	}
 	dst := filepath.Join(x.stage, filepath.FromSlash(p))
 	e := Entry{Path: p, Link: h.Linkname}

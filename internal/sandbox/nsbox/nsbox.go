@@ -125,8 +125,14 @@ func (r *runtime) AgentUID(st *sandbox.State) int {
 }
 
 // DataPaths: the neuron's layers, as diff compares them.
+// Each host tree a neuron sees (/usr; /bin, /lib and the like where the
+// host's / has not merged them into /usr) has an upper layer of its own.
 func (*runtime) DataPaths(layout.Layout, string) []lifecycle.DataPath {
-	return []lifecycle.DataPath{{At: "/", Rel: "upper/root"}, {At: "/usr", Rel: "upper/usr"}, {At: "/usr/local", Rel: "usr-local"}}
+	out := []lifecycle.DataPath{{At: "/", Rel: "upper/root"}}
+	for _, d := range hostTrees() {
+		out = append(out, lifecycle.DataPath{At: d, Rel: "upper/" + strings.TrimPrefix(d, "/")})
+	}
+	return append(out, lifecycle.DataPath{At: "/usr/local", Rel: "usr-local"})
 }
 
 // The neuron's overlay directory holds:

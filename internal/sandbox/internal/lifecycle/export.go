@@ -227,8 +227,14 @@ func (m *Manager) checkStructure(id, dir string) error {
 			return err
 		}
 		rel, err := filepath.Rel(dir, p)
-		if err != nil || rel == "." {
+		if err != nil {
 			return err
+		}
+		if rel == "." {
+			if !d.IsDir() { // the archive's reader refuses it first
+				return &sandbox.InvalidError{Reason: fmt.Sprintf("the archive's data/ is a %s, not a directory: not an export of nsys-cortex", kindOf(d.Type()))}
+			}
+			return nil
 		}
 		isRoot := slices.Contains(roots, rel)
 		switch {
