@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -253,6 +254,23 @@ func TestHostileArchives(t *testing.T) {
 				t.Fatal("an entry was written outside the stage")
 			}
 		})
+	}
+}
+
+// A small archive cannot make the reader hold gigabytes until its
+// manifest: directories whose headers carry a megabyte of extended
+// records each are refused past maxKept, before the manifest is read.
+func TestHeadersAreBounded(t *testing.T) {
+	pad := strings.Repeat("x", 1<<20-100)
+	entries := []rawEntry{dir("data")}
+	for i := range maxKept>>20 + 4 {
+		d := dir(fmt.Sprintf("data/d%03d", i))
+		d.h.PAXRecords = map[string]string{"NSYS.pad": pad}
+		entries = append(entries, d)
+	}
+	_, err := extract(rawArchive(t, entries, nil), t.TempDir())
+	if !errors.Is(err, ErrTooLarge) || !strings.Contains(err.Error(), "directory headers hold more than 64 MiB") {
+		t.Fatalf("%v, want ErrTooLarge", err)
 	}
 }
 

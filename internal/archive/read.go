@@ -27,6 +27,13 @@ const (
 	maxEntries  = 10_000_000
 	maxPath     = 4096
 	maxRanges   = 1 << 20
+	// maxKept bounds what a reader holds of the entries until the
+	// manifest at the end checks them (names, links, data maps, the
+	// headers of directories, whose times are set last): each header may
+	// carry up to 1 MiB of extended records, and a few hundred of them
+	// in a small upload would otherwise hold gigabytes. The per-entry
+	// rest is bounded by maxEntries.
+	maxKept = 64 << 20
 )
 
 // ErrBad is the class of an archive that is not whole or not what its
@@ -212,6 +219,22 @@ type extractor struct {
 	buf   []byte
 	// maxBytes bounds stats.Bytes (0: none).
 	maxBytes int64
+	// kept is what the entries so far hold in memory (maxKept).
+	kept int
+}
+
+// keep counts what entry h holds until the manifest is checked.
+func (x *extractor) keep(h *tar.Header) error {
+	n := len(h.Name) + len(h.Linkname) + len(h.PAXRecords[paxMap])
+	if h.Typeflag == tar.TypeDir {
+		for k, v := range h.PAXRecords {
+			n += len(k) + len(v)
+		}
+	}
+	if x.kept += n; x.kept > maxKept {
+		return fmt.Errorf("%w: its names, links, data maps and directory headers hold more than %d MiB", ErrTooLarge, maxKept>>20)
+	}
+	return nil
 }
 
 // clean checks an entry's name and returns it clean ("data/a/b").
@@ -235,6 +258,9 @@ func clean(name string) (string, error) {
 }
 
 func (x *extractor) entry(h *tar.Header, r io.Reader) error {
+	if err := x.keep(h); err != nil {
+		return err
+	}
 	p, err := clean(h.Name)
 	if err != nil {
 		return err

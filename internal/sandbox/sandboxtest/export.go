@@ -161,9 +161,13 @@ func RunExporter(t *testing.T, cfg Config) {
 		"snapshots": plant(t, archive.Record{ID: "linked", Mode: m.Mode(), Snapshots: []string{"s1"}}, func(dir string) {
 			os.WriteFile(filepath.Join(dir, "kept.txt"), []byte("data\n"), 0o644)
 		}),
+		"a record naming no neuron": plant(t, archive.Record{ID: "../" + strings.Repeat("x", 300), Mode: m.Mode()}, func(dir string) {
+			os.WriteFile(filepath.Join(dir, "kept.txt"), []byte("data\n"), 0o644)
+		}),
 	} {
 		_, err := set.Import(f.ctx, ar, "linked", nil)
-		if !errdefs.IsInvalid(err) || !strings.Contains(err.Error(), map[string]string{"snapshots": "snapshots (s1)"}[name]) {
+		want := map[string]string{"snapshots": "snapshots (s1)", "a record naming no neuron": "names no neuron"}[name]
+		if !errdefs.IsInvalid(err) || !strings.Contains(err.Error(), want) {
 			t.Errorf("an import of an archive with %s: %v, want it refused", name, err)
 		}
 		if _, err := os.Lstat(f.env.Layout.OverlayDir("linked")); err == nil {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/nsys-cortex/cortex/internal/archive"
 	"github.com/nsys-cortex/cortex/internal/events"
+	"github.com/nsys-cortex/cortex/internal/ids"
 	"github.com/nsys-cortex/cortex/internal/labels"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
 	"github.com/nsys-cortex/cortex/internal/sandbox/internal/disk"
@@ -120,6 +121,11 @@ func (m *Manager) Import(ctx context.Context, id string, ar *archive.Reader) (*s
 		return nil, err
 	}
 	rec := ar.Record()
+	if err := ids.Validate(rec.ID); err != nil {
+		// Only named in messages, events and the import's mark, but an
+		// export always holds a valid one.
+		return nil, &sandbox.InvalidError{Reason: fmt.Sprintf("the archive's record names no neuron: %v", err)}
+	}
 	if rec.Mode != m.rt.Mode() {
 		return nil, &sandbox.InvalidError{Reason: fmt.Sprintf("the archive is of a %s neuron, not %s", rec.Mode, m.rt.Mode())}
 	}
