@@ -167,12 +167,17 @@ func (m *Manager) Import(ctx context.Context, id string, ar *archive.Reader) (*s
 	if err != nil {
 		return nil, err
 	}
-	if room <= 0 {
+	most := importRoom(room, rec.DiskBytes)
+	if most <= 0 { // and 0 would be no bound at all to Extract
 		return nil, &sandbox.CapacityError{Reason: fmt.Sprintf("no room to import into: %s keeps at least 5%% and 1 GiB free", m.lay.Overlays)}
 	}
-	stats, err := ar.Extract(ctx, stage, archive.ExtractOptions{Owners: owners, MaxBytes: room})
+	stats, err := ar.Extract(ctx, stage, archive.ExtractOptions{Owners: owners, MaxBytes: most})
 	if errors.Is(err, archive.ErrTooLarge) {
-		return nil, &sandbox.CapacityError{Reason: fmt.Sprintf("the archive holds more than the %d MiB there is room for in %s: %v", room>>20, m.lay.Overlays, err)}
+		why := ""
+		if rec.DiskBytes > 0 {
+			why = fmt.Sprintf(" (its data goes onto a disk of %d MiB, staged here first: half the free room, at most the disk)", rec.DiskBytes>>20)
+		}
+		return nil, &sandbox.CapacityError{Reason: fmt.Sprintf("the archive holds more than the %d MiB there is room for in %s%s: %v", most>>20, m.lay.Overlays, why, err)}
 	}
 	if err != nil {
 		return nil, err
@@ -209,6 +214,18 @@ func (m *Manager) Import(ctx context.Context, id string, ar *archive.Reader) (*s
 	}
 	m.event(ctx, events.Created, st, fmt.Sprintf("import of %s (%d files, %d bytes)", rec.ID, stats.Files, stats.Bytes))
 	return st, nil
+}
+
+// importRoom is how much data an import may extract where room is free
+// (the reserve kept). Onto a disk of its own (diskBytes > 0), the data is
+// staged on this filesystem and then copied into the disk's image, which
+// is on it too: it is here twice until the stage is removed, so half the
+// room, and never more than the disk holds.
+func importRoom(room, diskBytes int64) int64 {
+	if diskBytes > 0 {
+		return min(room/2, diskBytes)
+	}
+	return room
 }
 
 // checkStructure refuses imported data (at dir) that would have the
