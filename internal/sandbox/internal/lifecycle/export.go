@@ -113,9 +113,11 @@ func roomIn(dir string) (room int64, shares bool, err error) {
 // Import makes neuron id, stopped, from the archive ar was opened on: the
 // id is claimed (O_EXCL, locked, marked) first, the archive extracted
 // into a staging directory inside it and verified whole against its
-// manifest, and only then moved into place, with its labels and its
-// snapshots; anything wrong leaves nothing. Its files are given to the
-// new neuron's uid. A create starts it (with the options it names).
+// manifest, and checked for what the host opens by name
+// (checkStructure), and only then moved into place, with its labels;
+// anything wrong leaves nothing. An archive with snapshots is refused.
+// Its files are given to the new neuron's uid. A create starts it (with
+// the options it names).
 func (m *Manager) Import(ctx context.Context, id string, ar *archive.Reader) (*sandbox.State, error) {
 	if err := validID(id); err != nil {
 		return nil, err
