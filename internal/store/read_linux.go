@@ -17,16 +17,9 @@ import (
 // returns *fs.PathError errors, so errors.Is(err, fs.ErrNotExist) holds
 // for a missing file.
 func ReadFile(path string) ([]byte, error) {
-	var fd int
-	var err error
-	for {
-		fd, err = unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != unix.EINTR {
-			break
-		}
-	}
+	fd, err := open(path, 0)
 	if err != nil {
-		return nil, &fs.PathError{Op: "open", Path: path, Err: err}
+		return nil, err
 	}
 	defer unix.Close(fd)
 	buf := make([]byte, 0, 512)
@@ -52,16 +45,9 @@ func ReadFile(path string) ([]byte, error) {
 // never through a symbolic link, a regular file only (a FIFO or a device
 // would block or never end), and at most max bytes, or an error.
 func ReadRecord(path string, max int) ([]byte, error) {
-	var fd int
-	var err error
-	for {
-		fd, err = unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
-		if err != unix.EINTR {
-			break
-		}
-	}
+	fd, err := open(path, unix.O_NOFOLLOW|unix.O_NONBLOCK)
 	if err != nil {
-		return nil, &fs.PathError{Op: "open", Path: path, Err: err}
+		return nil, err
 	}
 	defer unix.Close(fd)
 	var st unix.Stat_t
@@ -93,4 +79,17 @@ func ReadRecord(path string, max int) ([]byte, error) {
 		return nil, &fs.PathError{Op: "read", Path: path, Err: fmt.Errorf("more than the %d bytes a record may hold", max)}
 	}
 	return buf[:n], nil
+}
+
+// open opens path read-only with flags added, again when interrupted.
+func open(path string, flags int) (int, error) {
+	for {
+		fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC|flags, 0)
+		if err != unix.EINTR {
+			if err != nil {
+				return -1, &fs.PathError{Op: "open", Path: path, Err: err}
+			}
+			return fd, nil
+		}
+	}
 }

@@ -252,8 +252,8 @@ func (m *Manager) createHeld(ctx context.Context, id string, opts sandbox.Create
 	}
 	exists, mine := m.ownOverlay(id)
 	if exists && !mine {
-		return nil, &sandbox.InvalidError{Reason: fmt.Sprintf("neuron %q holds data of mode %s: create it with --mode %s, or destroy it with --wipe first",
-			id, sandbox.OverlayMode(m.lay, id), sandbox.OverlayMode(m.lay, id))}
+		md := sandbox.OverlayMode(m.lay, id)
+		return nil, &sandbox.InvalidError{Reason: fmt.Sprintf("neuron %q holds data of mode %s: create it with --mode %s, or destroy it with --wipe first", id, md, md)}
 	}
 	if f, ok := m.forking(id); ok && held == nil {
 		return nil, &sandbox.InvalidError{Reason: fmt.Sprintf("neuron %q was being made as %s, which was cut short (process %d) before it was whole: "+
