@@ -2,15 +2,16 @@ package lifecycle
 
 import (
 	"encoding/json"
-	"io"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/nsys-cortex/cortex/internal/layout"
 	"github.com/nsys-cortex/cortex/internal/protocol/boot"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
+	"github.com/nsys-cortex/cortex/internal/store"
 )
 
 // egressStatsName is where a neuron's egress proxy reports what it let
@@ -36,14 +37,12 @@ func egressStats(lay layout.Layout, st *sandbox.State) (bytes, conns int64) {
 	if st.Policy == nil || st.Policy.Network.Mode != sandbox.NetworkEgress {
 		return -1, -1
 	}
-	fd, err := unix.Open(filepath.Join(lay.OverlayDir(st.ID), egressStatsName), unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	b, err := store.ReadRecord(filepath.Join(lay.OverlayDir(st.ID), egressStatsName), 4096)
 	if err != nil {
 		return -1, -1
 	}
-	f := os.NewFile(uintptr(fd), egressStatsName)
-	defer f.Close()
 	var s boot.EgressStats
-	if err := json.NewDecoder(io.LimitReader(f, 4096)).Decode(&s); err != nil || s.Bytes < 0 || s.Connections < 0 {
+	if err := json.NewDecoder(strings.NewReader(string(b))).Decode(&s); err != nil || s.Bytes < 0 || s.Connections < 0 {
 		return -1, -1
 	}
 	return s.Bytes, s.Connections
