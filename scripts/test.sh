@@ -7,6 +7,23 @@ cd "$(dirname "$0")/.."
 
 step() { printf '\n== %s\n' "$*"; }
 
+# gotest DIR ARGS...: go test in DIR, its output kept; when it fails, the
+# failures are printed again at the end, where a CI log's tail shows them
+# (kube-apiserver's own logging would otherwise bury them).
+gotest() {
+	local dir=$1 log
+	shift
+	log=$(mktemp /tmp/nsys-cortex-test.XXXXXX)
+	cleanup+=("$log")
+	if (cd "$dir" && go test "$@") 2>&1 | tee "$log"; then return 0; fi
+	printf '\n== what failed (go test %s, in %s)\n' "$*" "$dir"
+	grep -E -A4 -- '--- FAIL|_test\.go:[0-9]+:|^panic:|^FAIL' "$log" | grep -vE '^[IWE][0-9]{4} ' | tail -100
+	exit 1
+}
+
+cleanup=()
+trap 'rm -rf "${cleanup[@]}"' EXIT
+
 step "gofmt"
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
 if [ -n "$unformatted" ]; then
@@ -20,8 +37,6 @@ go vet ./...
 # (internal/cli/split.go). Its start test (cmd/nsys-cortex) uses this build.
 step "the light build"
 go vet -tags cortex_light ./cmd/nsys-cortex ./internal/cli
-cleanup=()
-trap 'rm -rf "${cleanup[@]}"' EXIT
 split=$(mktemp -d /tmp/nsys-cortex-split.XXXXXX)
 cleanup+=("$split")
 scripts/build.sh "$split"
@@ -34,14 +49,15 @@ if [ -x ../shared/tools/layercheck ]; then ../shared/tools/layercheck; fi
 step "go test -race"
 # Where nsbox can run (CI), its tests may not skip.
 if [ "${NSYS_CORTEX_REQUIRE_NSBOX:-}" = 1 ]; then export NSYS_CORTEX_REQUIRE_NSBOX; fi
-go test -race -count=1 -timeout 15m ./...
+gotest . -race -count=1 -timeout 15m ./...
 
 # kube mode against a real kube-apiserver and etcd, in process, with the
 # simulated kubelet (docs/kube.md, "Tests"): a module of its own, so that
 # k8s.io/kubernetes stays out of the main module. Its first build takes
 # several minutes; later ones reuse Go's build cache.
 step "kube mode against a real API server (test/kube)"
-(cd test/kube && go vet ./... && go test -count=1 -timeout 10m ./...)
+(cd test/kube && go vet ./...)
+gotest test/kube -count=1 -timeout 10m ./...
 
 # nsbox also runs for users who are not root (rootless: one host uid, no
 # cgroups). As root, run its tests again as an unprivileged user.
