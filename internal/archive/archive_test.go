@@ -348,3 +348,36 @@ func FuzzExtract(f *testing.F) {
 		}
 	})
 }
+
+// Grant is asked as the data is written, before each write past what it
+// granted, with the data written so far and what it will be; what it
+// refuses ends the extraction with its own error, not as a bad archive.
+func TestGrant(t *testing.T) {
+	b := rawArchive(t, []rawEntry{dir("data"), file("data/a", strings.Repeat("x", 3000)), file("data/b", strings.Repeat("y", 3000))}, nil)
+	var asked [][2]int64
+	granting := func(written, need int64) (int64, error) {
+		asked = append(asked, [2]int64{written, need})
+		return need + 1000, nil
+	}
+	if _, err := extractWith(b, t.TempDir(), ExtractOptions{Grant: granting}); err != nil {
+		t.Fatal(err)
+	}
+	// 3000 bytes of a, granted 4000; b's 3000 pass it at once.
+	if want := [][2]int64{{0, 3000}, {3000, 6000}}; fmt.Sprint(asked) != fmt.Sprint(want) {
+		t.Fatalf("asked %v, want %v", asked, want)
+	}
+	refusal := errors.New("no room for it")
+	_, err := extractWith(b, t.TempDir(), ExtractOptions{Grant: func(written, need int64) (int64, error) {
+		if written > 0 {
+			return 0, refusal
+		}
+		return need, nil
+	}})
+	if !errors.Is(err, refusal) || errors.Is(err, ErrBad) || !strings.Contains(err.Error(), `"data/b"`) {
+		t.Fatalf("a refused grant: %v, want the refusal, at data/b", err)
+	}
+	_, err = extractWith(b, t.TempDir(), ExtractOptions{Grant: func(written, need int64) (int64, error) { return need - 1, nil }})
+	if err == nil {
+		t.Fatal("a grant short of the need was taken")
+	}
+}

@@ -112,6 +112,14 @@ type ExtractOptions struct {
 	MaxBytes int64
 	// MaxEntries bounds the entries (0: 10 million).
 	MaxEntries int
+	// Grant, when set, is asked before the extraction writes past what
+	// it last granted: written is the data it wrote so far, need what it
+	// will have written in all after the write at hand, and Grant returns
+	// how much it may write in all (at least need), or why not (the
+	// extraction then fails with that error). It is asked as the data
+	// arrives, not when a header announces it, so a slow or lying archive
+	// is granted only what it has sent.
+	Grant func(written, need int64) (upTo int64, err error)
 }
 
 // ErrTooLarge: the archive holds more than ExtractOptions allow.
@@ -129,7 +137,7 @@ var ErrTooLarge = errors.New("the archive holds more than this import may take")
 // overlay whiteout. Set-id bits are kept only on files owners maps to
 // themselves.
 func (ar *Reader) Extract(ctx context.Context, stage string, o ExtractOptions) (Stats, error) {
-	x := &extractor{stage: stage, owners: o.Owners, kinds: map[string]string{"": "dir"}, root: os.Geteuid() == 0, maxBytes: o.MaxBytes}
+	x := &extractor{stage: stage, owners: o.Owners, kinds: map[string]string{"": "dir"}, root: os.Geteuid() == 0, maxBytes: o.MaxBytes, grant: o.Grant}
 	maxN := o.MaxEntries
 	if maxN <= 0 {
 		maxN = maxEntries
@@ -166,8 +174,11 @@ func (ar *Reader) Extract(ctx context.Context, stage string, o ExtractOptions) (
 		if len(x.got) >= maxN {
 			return x.stats, fmt.Errorf("%w: more than %d entries", ErrTooLarge, maxN)
 		}
+		var refused grantRefused
 		if err := x.entry(h, ar.tr); errors.Is(err, ErrTooLarge) {
 			return x.stats, fmt.Errorf("entry %q: %w", h.Name, err)
+		} else if errors.As(err, &refused) {
+			return x.stats, fmt.Errorf("entry %q: %w", h.Name, refused.err)
 		} else if err != nil {
 			return x.stats, fmt.Errorf("%w: entry %q: %v", ErrBad, h.Name, err)
 		}
@@ -219,6 +230,10 @@ type extractor struct {
 	buf   []byte
 	// maxBytes bounds stats.Bytes (0: none).
 	maxBytes int64
+	// grant (ExtractOptions.Grant) let the extraction write granted bytes
+	// in all; written is what it wrote so far.
+	grant            func(written, need int64) (int64, error)
+	granted, written int64
 	// kept is what the entries so far hold in memory (maxKept).
 	kept int
 }
@@ -413,7 +428,7 @@ func (x *extractor) file(h *tar.Header, r io.Reader, dst string, e *Entry) error
 		if x.maxBytes > 0 && x.stats.Bytes+rg[1] > x.maxBytes {
 			return fmt.Errorf("%w (%d bytes at most)", ErrTooLarge, x.maxBytes)
 		}
-		n, err := io.CopyBuffer(io.NewOffsetWriter(f, rg[0]), io.TeeReader(io.LimitReader(r, rg[1]), hash), x.buf)
+		n, err := io.CopyBuffer(grantedWriter{x, io.NewOffsetWriter(f, rg[0])}, io.TeeReader(io.LimitReader(r, rg[1]), hash), x.buf)
 		if err != nil {
 			return err
 		}
@@ -513,3 +528,33 @@ func (x *extractor) finish() error {
 	}
 	return nil
 }
+
+// grantedWriter writes to w what x.grant granted (ExtractOptions.Grant),
+// asking for more as the data comes.
+type grantedWriter struct {
+	x *extractor
+	w io.Writer
+}
+
+func (g grantedWriter) Write(p []byte) (int, error) {
+	x := g.x
+	if need := x.written + int64(len(p)); x.grant != nil && need > x.granted {
+		upTo, err := x.grant(x.written, need)
+		if err != nil {
+			return 0, grantRefused{err}
+		}
+		if upTo < need {
+			return 0, fmt.Errorf("granted %d bytes in all, for %d", upTo, need)
+		}
+		x.granted = upTo
+	}
+	n, err := g.w.Write(p)
+	x.written += int64(n)
+	return n, err
+}
+
+// grantRefused is Grant's refusal, handed to Extract's caller as it is
+// (not as a bad archive).
+type grantRefused struct{ err error }
+
+func (g grantRefused) Error() string { return g.err.Error() }

@@ -37,9 +37,16 @@ func (l *Lock) Held() int { return l.held }
 func (l *Lock) try(how int) (bool, error) {
 	for attempt := 0; attempt < 5; attempt++ {
 		if l.f == nil {
-			f, err := os.OpenFile(l.path, os.O_RDWR|os.O_CREATE|syscall.O_CLOEXEC, 0o600)
+			// No link followed, and only a regular file taken: a lock file
+			// sits beside a neuron's records, and a link planted there must
+			// not have this process create or open a file elsewhere.
+			f, err := os.OpenFile(l.path, os.O_RDWR|os.O_CREATE|syscall.O_CLOEXEC|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0o600)
 			if err != nil {
 				return false, fmt.Errorf("lock %s: %w", l.path, err)
+			}
+			if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+				f.Close()
+				return false, fmt.Errorf("lock %s: not a regular file", l.path)
 			}
 			l.f = f
 		}

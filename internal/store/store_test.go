@@ -315,3 +315,33 @@ func TestReadRecord(t *testing.T) {
 		t.Errorf("missing: %v", err)
 	}
 }
+
+// A lock's file is opened without following a link and must be a regular
+// file: a link planted where a lock goes makes no file where it points,
+// and a FIFO there does not hold the taker.
+func TestLockRefusesLinksAndFIFOs(t *testing.T) {
+	dir := t.TempDir()
+	target := filepath.Join(t.TempDir(), "made-elsewhere")
+	link := filepath.Join(dir, "linked.lock")
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := NewLock(link).TryExclusive(); ok || err == nil {
+		t.Errorf("a lock through a link: %v %v, want refused", ok, err)
+	}
+	if _, err := os.Lstat(target); err == nil {
+		t.Error("a lock through a link made the file it points to")
+	}
+	fifo := filepath.Join(dir, "fifo.lock")
+	if err := unix.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := NewLock(fifo).TryExclusive(); ok || err == nil || !strings.Contains(err.Error(), "not a regular file") {
+		t.Errorf("a lock on a FIFO: %v %v, want refused", ok, err)
+	}
+	l := NewLock(filepath.Join(dir, "plain.lock"))
+	if ok, err := l.TryExclusive(); !ok || err != nil {
+		t.Fatalf("a plain lock: %v %v", ok, err)
+	}
+	l.Release()
+}

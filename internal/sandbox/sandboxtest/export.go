@@ -2,6 +2,8 @@ package sandboxtest
 
 import (
 	"bytes"
+	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -22,6 +24,7 @@ import (
 	"github.com/nsys-cortex/cortex/internal/protocol/errdefs"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
 	"github.com/nsys-cortex/cortex/internal/store"
+	"github.com/nsys-cortex/cortex/internal/waittest"
 )
 
 // RunExporter runs the conformance suite of export and import
@@ -109,6 +112,116 @@ func RunExporter(t *testing.T, cfg Config) {
 	}
 	if src.ID != "src" {
 		t.Fatalf("created %+v", src)
+	}
+	// An import reserves its share of the room where neurons are kept,
+	// measured under a lock it holds for that only (an upload may be
+	// slow: nothing waits for one): while another holds it, an import
+	// waits, and one whose context ends meanwhile says so and leaves
+	// nothing. What an import or a fork in flight (a live process's
+	// .forking record) reserved is not room for the next; a record of a
+	// process that is gone reserves nothing.
+	turn := store.NewLock(filepath.Join(f.env.Layout.Overlays, ".room.lock"))
+	if ok, err := turn.TryExclusive(); !ok || err != nil {
+		t.Fatalf("taking the room lock: %v %v", ok, err)
+	}
+	wctx, cancel := context.WithTimeout(f.ctx, 300*time.Millisecond)
+	_, err = set.Import(wctx, bytes.NewReader(buf.Bytes()), "waited", nil)
+	cancel()
+	if err == nil || !strings.Contains(err.Error(), "waiting to measure the room") {
+		t.Errorf("an import while the room lock is held: %v, want it to wait until its context ends", err)
+	}
+	if _, err := os.Lstat(f.env.Layout.OverlayDir("waited")); err == nil {
+		t.Error("an import that waited for the room lock left its directory")
+	}
+	turn.Release()
+	reserver := f.env.Layout.OverlayDir("reserver")
+	os.MkdirAll(reserver, 0o700)
+	myStart, _ := store.ProcStart(os.Getpid())
+	for _, tc := range []struct {
+		start   uint64
+		refused bool
+	}{{myStart, true}, {myStart + 1, false}} {
+		rec, _ := json.Marshal(map[string]any{"src": "an import of x", "pid": os.Getpid(), "pidStart": tc.start, "reserve": int64(1) << 62})
+		os.WriteFile(filepath.Join(reserver, ".forking"), rec, 0o600)
+		_, err = set.Import(f.ctx, bytes.NewReader(buf.Bytes()), "waited", nil)
+		if tc.refused {
+			if !errors.As(err, new(*sandbox.CapacityError)) || !strings.Contains(err.Error(), "reserved by imports and forks in flight") {
+				t.Errorf("an import with the room reserved by another in flight: %v, want CAPACITY naming the reservation", err)
+			}
+			if _, err := os.Lstat(f.env.Layout.OverlayDir("waited")); err == nil {
+				t.Error("an import refused for want of room left its directory")
+			}
+		} else if err != nil {
+			t.Errorf("an import beside the record of a process that is gone: %v", err)
+		}
+	}
+	os.RemoveAll(reserver)
+	// Uploads that stall after their first data (an attacker's trickle)
+	// reserve a step each, not the room they might come to fill: an
+	// import beside them runs, and each, cut off, leaves nothing.
+	stallDir := t.TempDir()
+	noise := make([]byte, 8<<20)
+	rand.Read(noise)
+	os.WriteFile(filepath.Join(stallDir, "noise"), noise, 0o644)
+	var stallAr bytes.Buffer
+	if _, err := archive.Write(f.ctx, &stallAr, archive.Record{ID: "stall", Mode: m.Mode()}, []archive.Tree{{Name: "data", Dir: stallDir}}); err != nil {
+		t.Fatal(err)
+	}
+	const stalled = 4
+	var pws []*io.PipeWriter
+	stallErrs := make(chan error, stalled)
+	for i := range stalled {
+		pr, pw := io.Pipe()
+		pws = append(pws, pw)
+		go func() {
+			_, err := set.Import(f.ctx, pr, fmt.Sprintf("stalled%d", i), nil)
+			stallErrs <- err
+		}()
+		go pw.Write(stallAr.Bytes()[:stallAr.Len()/2])
+	}
+	reservation := func(id string) int64 {
+		var rec struct{ Reserve int64 }
+		b, err := os.ReadFile(filepath.Join(f.env.Layout.OverlayDir(id), ".forking"))
+		if err != nil || json.Unmarshal(b, &rec) != nil {
+			return 0
+		}
+		return rec.Reserve
+	}
+	if !waittest.Until(time.Minute, func() bool {
+		for i := range stalled {
+			if reservation(fmt.Sprintf("stalled%d", i)) == 0 {
+				return false
+			}
+		}
+		return true
+	}) {
+		t.Fatal("the stalled imports reserved nothing within a minute")
+	}
+	for i := range stalled {
+		if r := reservation(fmt.Sprintf("stalled%d", i)); r > 2*(64<<20+8<<20) {
+			t.Errorf("a stalled import reserved %d MiB, past a step", r>>20)
+		}
+	}
+	if _, err := set.Import(f.ctx, bytes.NewReader(buf.Bytes()), "beside", nil); err != nil {
+		t.Errorf("an import beside %d stalled ones: %v", stalled, err)
+	} else if err := m.Destroy(f.ctx, "beside", sandbox.DestroyOptions{Wipe: true}); err != nil {
+		t.Fatal(err)
+	}
+	for _, pw := range pws {
+		pw.CloseWithError(errors.New("the uploader went away"))
+	}
+	for range stalled {
+		if err := <-stallErrs; err == nil {
+			t.Error("a stalled import cut off was made")
+		}
+	}
+	for i := range stalled {
+		if _, err := os.Lstat(f.env.Layout.OverlayDir(fmt.Sprintf("stalled%d", i))); err == nil {
+			t.Errorf("stalled import %d, cut off, left its directory", i)
+		}
+	}
+	if err := m.Destroy(f.ctx, "waited", sandbox.DestroyOptions{Wipe: true}); err != nil {
+		t.Fatal(err)
 	}
 
 	// Archives made to have the host act on what they hold (an export

@@ -95,29 +95,14 @@ func (m *Manager) still(ctx context.Context, st *sandbox.State, why string, f fu
 	return f(root)
 }
 
-// reserve is the free space an import or a fork leaves on the filesystem
-// it writes to: 5% of it, and at least this.
-const reserve = 1 << 30
-
-// roomIn is what may be written where dir is, keeping the reserve, and
-// whether that filesystem shares copied data (reflinks: btrfs, XFS).
-func roomIn(dir string) (room int64, shares bool, err error) {
-	var fs unix.Statfs_t
-	if err := unix.Statfs(dir, &fs); err != nil {
-		return 0, false, err
-	}
-	shares = fs.Type == unix.BTRFS_SUPER_MAGIC || fs.Type == unix.XFS_SUPER_MAGIC
-	return int64(fs.Bavail)*fs.Bsize - max(reserve, int64(fs.Blocks)*fs.Bsize/20), shares, nil
-}
-
 // Import makes neuron id, stopped, from the archive ar was opened on: the
 // id is claimed (O_EXCL, locked, marked) first, the archive extracted
-// into a staging directory inside it and verified whole against its
-// manifest, and checked for what the host opens by name
-// (checkStructure), and only then moved into place, with its labels;
-// anything wrong leaves nothing. An archive with snapshots is refused.
-// Its files are given to the new neuron's uid. A create starts it (with
-// the options it names).
+// into a staging directory inside it (reserving its share of the room as
+// its data comes: importRoom) and verified whole against its manifest,
+// and checked for what the host opens by name (checkStructure), and only
+// then moved into place, with its labels; anything wrong leaves nothing.
+// An archive with snapshots is refused. Its files are given to the new
+// neuron's uid. A create starts it (with the options it names).
 func (m *Manager) Import(ctx context.Context, id string, ar *archive.Reader) (*sandbox.State, error) {
 	if err := validID(id); err != nil {
 		return nil, err
@@ -143,9 +128,23 @@ func (m *Manager) Import(ctx context.Context, id string, ar *archive.Reader) (*s
 		return nil, &sandbox.InvalidError{Reason: fmt.Sprintf("the archive carries snapshots (%s): an import does not take snapshots; export without them (no --snapshots), or restore them where they were made",
 			strings.Join(rec.Snapshots, ", "))}
 	}
-	lock, err := m.claim("an import of "+rec.ID, id)
+	making, err := makingRecord("an import of "+rec.ID, 0)
 	if err != nil {
 		return nil, err
+	}
+	// The id claimed under the room lock, reserving nothing yet: its
+	// data reserves room as it comes (importRoom.grant).
+	var lock *store.Lock
+	if err := m.withRoom(ctx, "", func(Room) error {
+		var err error
+		lock, err = m.claim(id, making)
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	room := &importRoom{m: m, id: id, rec: making, copies: 1}
+	if rec.DiskBytes > 0 {
+		room.copies, room.most = 2, rec.DiskBytes
 	}
 	done := false
 	defer func() {
@@ -165,21 +164,13 @@ func (m *Manager) Import(ctx context.Context, id string, ar *archive.Reader) (*s
 	if err := os.Mkdir(stage, 0o700); err != nil {
 		return nil, err
 	}
-	room, _, err := roomIn(stage)
-	if err != nil {
-		return nil, err
-	}
-	most := importRoom(room, rec.DiskBytes)
-	if most <= 0 { // and 0 would be no bound at all to Extract
-		return nil, &sandbox.CapacityError{Reason: fmt.Sprintf("no room to import into: %s keeps at least 5%% and 1 GiB free", m.lay.Overlays)}
-	}
-	stats, err := ar.Extract(ctx, stage, archive.ExtractOptions{Owners: owners, MaxBytes: most})
+	stats, err := ar.Extract(ctx, stage, archive.ExtractOptions{Owners: owners, MaxBytes: room.most, Grant: room.grant(ctx)})
 	if errors.Is(err, archive.ErrTooLarge) {
 		why := ""
 		if rec.DiskBytes > 0 {
-			why = fmt.Sprintf(" (its data goes onto a disk of %d MiB, staged here first: half the free room, at most the disk)", rec.DiskBytes>>20)
+			why = fmt.Sprintf(" (its data goes onto its disk of %d MiB)", rec.DiskBytes>>20)
 		}
-		return nil, &sandbox.CapacityError{Reason: fmt.Sprintf("the archive holds more than the %d MiB there is room for in %s%s: %v", most>>20, m.lay.Overlays, why, err)}
+		return nil, &sandbox.CapacityError{Reason: fmt.Sprintf("the archive holds more than an import may take%s: %v", why, err)}
 	}
 	if err != nil {
 		return nil, err
@@ -216,18 +207,6 @@ func (m *Manager) Import(ctx context.Context, id string, ar *archive.Reader) (*s
 	}
 	m.event(ctx, events.Created, st, fmt.Sprintf("import of %s (%d files, %d bytes)", rec.ID, stats.Files, stats.Bytes))
 	return st, nil
-}
-
-// importRoom is how much data an import may extract where room is free
-// (the reserve kept). Onto a disk of its own (diskBytes > 0), the data is
-// staged on this filesystem and then copied into the disk's image, which
-// is on it too: it is here twice until the stage is removed, so half the
-// room, and never more than the disk holds.
-func importRoom(room, diskBytes int64) int64 {
-	if diskBytes > 0 {
-		return min(room/2, diskBytes)
-	}
-	return room
 }
 
 // checkStructure refuses imported data (at dir) that would have the

@@ -12,19 +12,33 @@ import (
 	"github.com/nsys-cortex/cortex/internal/sandbox"
 )
 
-// An import onto a disk of its own stages its data on the overlays'
-// filesystem and then copies it into the disk's image, on that same
-// filesystem: it may take half the free room, and no more than the disk.
-func TestImportRoom(t *testing.T) {
-	const gib = 1 << 30
-	for _, tc := range []struct{ room, disk, want int64 }{
-		{10 * gib, 0, 10 * gib},      // no disk: the data is here once
-		{10 * gib, 8 * gib, 5 * gib}, // here twice at its peak
-		{10 * gib, 2 * gib, 2 * gib}, // never more than the disk holds
-		{1, 8 * gib, 0},
+// An import is granted a step past what it needs, within the room left
+// (the others' reservations taken off) and its disk; onto a disk of its
+// own its data is here twice (staged, then copied into the disk's image
+// on this filesystem), so it reserves the copy too.
+func TestImportGrants(t *testing.T) {
+	const mib = 1 << 20
+	for _, tc := range []struct {
+		copies, most, left, written, need, upTo, reserve int64
+	}{
+		{1, 0, 10 << 30, 0, mib, mib + importStep, mib + importStep}, // a step ahead
+		{1, 0, 10 << 30, 500 * mib, 501 * mib, 501*mib + importStep, mib + importStep},
+		{1, 0, 10 * mib, 0, mib, 10 * mib, 10 * mib}, // what is left
+		{1, 0, 0, 0, mib, 0, 0},  // none: refused
+		{1, 0, -5, 0, mib, 0, 0}, // below the reserve
+		{2, 8 << 30, 10 << 30, 0, mib, mib + importStep, 2 * (mib + importStep)}, // staged and copied
+		{2, 8 << 30, 100 * mib, 40 * mib, 41 * mib, 70 * mib, 100 * mib},         // reserve(upTo) == left
+		{2, 50 * mib, 10 << 30, 40 * mib, 41 * mib, 50 * mib, 60 * mib},          // never past the disk
 	} {
-		if got := importRoom(tc.room, tc.disk); got != tc.want {
-			t.Errorf("importRoom(%d, %d) = %d, want %d", tc.room, tc.disk, got, tc.want)
+		r := &importRoom{copies: tc.copies, most: tc.most}
+		upTo := r.upTo(tc.left, tc.written, tc.need)
+		if upTo != tc.upTo {
+			t.Errorf("%+v: upTo %d, want %d", tc, upTo, tc.upTo)
+		}
+		if upTo >= tc.need {
+			if got := r.reserve(tc.written, upTo); got != tc.reserve || got > max(tc.left, 0) {
+				t.Errorf("%+v: reserve %d, want %d (at most left)", tc, got, tc.reserve)
+			}
 		}
 	}
 }

@@ -39,9 +39,6 @@ func (m *Manager) Fork(ctx context.Context, src string, dsts []string, opts sand
 		return nil, err
 	}
 	defer unlock()
-	if err := m.forkRoom(ctx, src, len(dsts)); err != nil {
-		return nil, err
-	}
 	// Each new id is claimed (its directory made, O_EXCL) and locked at
 	// once: until its neuron starts, no other create may start one on
 	// data being copied, and a fork cut short says so (.forking).
@@ -53,13 +50,11 @@ func (m *Manager) Fork(ctx context.Context, src string, dsts []string, opts sand
 			locks[id].Release()
 		}
 	}
-	for _, id := range dsts {
-		lock, err := m.claim("a fork of "+src, id)
-		if err != nil {
-			release()
-			return nil, err
-		}
+	if err := m.claimForks(ctx, src, dsts, func(id string, lock *store.Lock) {
 		claimed, locks[id] = append(claimed, id), lock
+	}); err != nil {
+		release()
+		return nil, err
 	}
 	roots, owners, err := m.prepareForks(ctx, src, dsts)
 	if err != nil {
@@ -100,21 +95,35 @@ func (m *Manager) Fork(ctx context.Context, src string, dsts []string, opts sand
 	return out, nil
 }
 
-// forkRoom refuses forks whose copies would not fit where neurons are
-// kept (keeping the reserve), before anything is paused or made: on a
-// filesystem that shares copied data the copies take next to nothing,
-// elsewhere each takes what its source's data takes.
-func (m *Manager) forkRoom(ctx context.Context, src string, n int) error {
-	room, shares, err := roomIn(m.lay.Overlays)
-	if err != nil || shares {
-		return err
-	}
-	need := m.diskBytes(ctx, src) * int64(n)
-	if need > room {
-		return &sandbox.CapacityError{Reason: fmt.Sprintf("%d fork(s) of %s would take %d MiB where neurons are kept (%s), which has room for %d MiB "+
-			"(keeping 5%% and at least 1 GiB free)", n, src, need>>20, m.lay.Overlays, max(room, 0)>>20)}
-	}
-	return nil
+// claimForks claims fork ids dsts of src (claim), each with its share of
+// the room reserved (withRoom), handing each to got; it refuses forks
+// whose copies would not fit where neurons are kept (keeping the
+// reserve, less what imports and forks in flight reserved) before any is
+// claimed, and before anything is paused: on a filesystem that shares
+// copied data the copies take next to nothing, elsewhere each takes what
+// its source's data takes.
+func (m *Manager) claimForks(ctx context.Context, src string, dsts []string, got func(string, *store.Lock)) error {
+	each := m.diskBytes(ctx, src)
+	return m.withRoom(ctx, "", func(r Room) error {
+		if r.Shares {
+			each = 0 // and no check: a small filesystem that shares still has room for copies
+		}
+		if need := each * int64(len(dsts)); !r.Shares && need > r.Left() {
+			return &sandbox.CapacityError{Reason: fmt.Sprintf("%d fork(s) of %s would take %d MiB, and %s", len(dsts), src, need>>20, r.describe(m.lay.Overlays))}
+		}
+		rec, err := makingRecord("a fork of "+src, each)
+		if err != nil {
+			return err
+		}
+		for _, id := range dsts {
+			lock, err := m.claim(id, rec)
+			if err != nil {
+				return err
+			}
+			got(id, lock)
+		}
+		return nil
+	})
 }
 
 // forkBegin checks a fork's ids, takes src's fork lock (one fork of a
@@ -172,6 +181,9 @@ type forkRecord struct {
 	Src      string `json:"src"`
 	PID      int    `json:"pid"`
 	PIDStart uint64 `json:"pidStart"`
+	// Reserve is what it reserved of the room where neurons are kept
+	// (withRoom), in bytes, while its process lives.
+	Reserve int64 `json:"reserve,omitempty"`
 }
 
 func (m *Manager) forkingFile(id string) string { return filepath.Join(m.overlay(id), ".forking") }
@@ -186,10 +198,24 @@ func (m *Manager) forking(id string) (forkRecord, bool) {
 	return f, !store.Alive(f.PID, f.PIDStart)
 }
 
+// makingRecord is the .forking record of a neuron this process makes
+// from src ("a fork of X", "an import of X"), reserving that many bytes
+// of the room. Without this process's start time a record could be
+// taken for a later process that reuses its pid: refused.
+func makingRecord(src string, reserve int64) (forkRecord, error) {
+	start, ok := store.ProcStart(os.Getpid())
+	if !ok {
+		return forkRecord{}, fmt.Errorf("%s: this process's start time cannot be read from /proc", src)
+	}
+	return forkRecord{Src: src, PID: os.Getpid(), PIDStart: start, Reserve: reserve}, nil
+}
+
 // claim makes new neuron id's directory (O_EXCL: an id with data is
-// refused), takes its ownership lock and marks it as being made from src
-// ("a fork of X", "an import of X").
-func (m *Manager) claim(src, id string) (*store.Lock, error) {
+// refused), takes its ownership lock and marks it as being made (its
+// .forking record rec: what from, by which process, and what it reserves
+// of the room, within withRoom).
+func (m *Manager) claim(id string, rec forkRecord) (*store.Lock, error) {
+	src := rec.Src
 	// An import may be a home's first neuron, as a create may (which
 	// makes the overlays' directory as it makes the neuron's own in it).
 	if err := os.MkdirAll(m.lay.Overlays, 0o700); err != nil {
@@ -206,13 +232,17 @@ func (m *Manager) claim(src, id string) (*store.Lock, error) {
 	if err == nil && !got {
 		err = errors.New("its lock is taken")
 	}
-	if err == nil {
-		start, _ := store.ProcStart(os.Getpid())
-		err = store.WriteJSON(m.forkingFile(id), &forkRecord{Src: src, PID: os.Getpid(), PIDStart: start}, 0o600)
-	}
 	if err != nil {
+		// The directory was made above, but its lock is another's: a
+		// create of the id that took it meanwhile (it makes the directory
+		// if it is not there). Only an empty directory is removed; one
+		// with anything in it is the lock holder's.
+		os.Remove(m.overlay(id))
+		return nil, fmt.Errorf("%s as %s: %w", src, id, err)
+	}
+	if err := store.WriteJSON(m.forkingFile(id), &rec, 0o600); err != nil {
+		os.RemoveAll(m.overlay(id)) // while the lock is held: no one else's yet
 		lock.Release()
-		os.RemoveAll(m.overlay(id))
 		return nil, fmt.Errorf("%s as %s: %w", src, id, err)
 	}
 	return lock, nil
@@ -339,8 +369,12 @@ func (m *Manager) ForkWhole(ctx context.Context, sn sandbox.Snapshotter, src str
 		labels = opts.Labels
 	}
 	at := time.Now().UTC()
+	rec, err := makingRecord("a fork of "+src, 0) // a machine's snapshot: its size is known only once it is taken
+	if err != nil {
+		return nil, err
+	}
 	for _, id := range dsts {
-		lock, err := m.claim("a fork of "+src, id)
+		lock, err := m.claim(id, rec)
 		if err != nil {
 			release()
 			return nil, err
