@@ -68,6 +68,11 @@ func (c *committedWriter) Write(p []byte) (int, error) {
 // whole before anything of it is used.
 func (s *Server) importNeuron(w http.ResponseWriter, r *http.Request) {
 	id := r.URL.Query().Get("id")
+	release, ok := s.importSlot(w, r)
+	if !ok {
+		return
+	}
+	defer release()
 	// An import makes a stopped neuron: nothing counts against a key's
 	// neuron limit until it is started. A key's import gets its labels.
 	st, err := s.opts.Set.Import(r.Context(), r.Body, id, func(id string, l labels.Set) (labels.Set, error) {

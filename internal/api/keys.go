@@ -98,6 +98,40 @@ type limiters struct {
 	mu       sync.Mutex
 	byKey    map[string]*rate.Limiter
 	creating map[string]int
+	// importing counts each key's imports in flight ("": the daemon's
+	// token), importsPerKey at most.
+	importing map[string]int
+}
+
+// importsPerKey bounds the imports a key has in flight at once. Each
+// holds a step of the room where neurons are kept for as long as its
+// upload lasts (docs/export.md), so one caller's stalled uploads could
+// otherwise reserve the room, a step a connection, from every other.
+const importsPerKey = 2
+
+// importSlot takes one of r's key's import slots, or answers 429 and
+// returns false.
+func (s *Server) importSlot(w http.ResponseWriter, r *http.Request) (release func(), ok bool) {
+	name, who := "", "the daemon's token"
+	if k := keyOf(r); k != nil {
+		name, who = k.Name, "key "+k.Name
+	}
+	l := &s.limits
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.importing == nil {
+		l.importing = map[string]int{}
+	}
+	if l.importing[name] >= importsPerKey {
+		rateLimited(w, 5*time.Second, fmt.Sprintf("%s has %d imports in flight, the most it may: wait for one to end", who, importsPerKey))
+		return nil, false
+	}
+	l.importing[name]++
+	return func() {
+		l.mu.Lock()
+		l.importing[name]--
+		l.mu.Unlock()
+	}, true
 }
 
 // rateOK takes one request from key k's allowance, or says how long to

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"path/filepath"
@@ -18,6 +19,7 @@ import (
 	"github.com/nsys-cortex/cortex/internal/labels"
 	"github.com/nsys-cortex/cortex/internal/layout"
 	"github.com/nsys-cortex/cortex/internal/sandbox/process"
+	"github.com/nsys-cortex/cortex/internal/waittest"
 )
 
 const adminToken = "admin-token-of-the-daemon-0123456789"
@@ -133,9 +135,56 @@ func TestKeysTenants(t *testing.T) {
 	if err := k.c.Neuron("nb").Export(ctx, &arch, false); err != nil {
 		t.Fatal(err)
 	}
+	archBytes := bytes.Clone(arch.Bytes())
 	imp, err := ca.Import(ctx, &arch, "from-b")
 	if err != nil {
 		t.Fatal(err)
+	}
+	// A key has two imports in flight at most (each holds a step of the
+	// room while its upload lasts): a's third is told to wait, b's runs,
+	// and a's run again once its stalled uploads end.
+	importAs := func(name, id string, body io.Reader) (int, string) {
+		req, _ := http.NewRequestWithContext(ctx, "POST", k.ts.URL+"/v1/neurons/import?id="+id, body)
+		req.Header.Set("Authorization", "Bearer "+k.token[name])
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	var stalls []*io.PipeWriter
+	stallDone := make(chan int, 2)
+	for i := range 2 {
+		pr, pw := io.Pipe()
+		stalls = append(stalls, pw)
+		go func() {
+			status, _ := importAs("a", fmt.Sprintf("stall%d", i), pr)
+			stallDone <- status
+		}()
+		go pw.Write(archBytes[:len(archBytes)/2])
+	}
+	if !waittest.Until(10*time.Second, func() bool {
+		status, _ := importAs("a", "third", strings.NewReader("not an archive"))
+		return status == http.StatusTooManyRequests
+	}) {
+		t.Fatal("a third import by a key with two stalled ones was not told to wait")
+	}
+	if status, body := importAs("b", "b-beside", bytes.NewReader(archBytes)); status != http.StatusCreated {
+		t.Fatalf("b's import beside a's stalled ones: %d %s", status, body)
+	}
+	for _, pw := range stalls {
+		pw.CloseWithError(errors.New("the uploader went away"))
+	}
+	for range 2 {
+		<-stallDone
+	}
+	if !waittest.Until(10*time.Second, func() bool {
+		status, _ := importAs("a", "a-after", bytes.NewReader(archBytes))
+		return status == http.StatusCreated
+	}) {
+		t.Fatal("a's import after its stalled ones ended was refused")
 	}
 	for id, got := range map[string]map[string]string{"na2": nil, "from-b": imp.Labels} {
 		if got == nil {

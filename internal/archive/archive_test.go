@@ -349,35 +349,81 @@ func FuzzExtract(f *testing.F) {
 	})
 }
 
-// Grant is asked as the data is written, before each write past what it
-// granted, with the data written so far and what it will be; what it
-// refuses ends the extraction with its own error, not as a bad archive.
+// Grant is asked before the extraction takes more of the disk than it
+// granted: each entry's inode and block (and its extended attributes),
+// the blocks its ranges fill only partly, and the data as it is written.
+// What it refuses ends the extraction with its own error, not as a bad
+// archive.
 func TestGrant(t *testing.T) {
 	b := rawArchive(t, []rawEntry{dir("data"), file("data/a", strings.Repeat("x", 3000)), file("data/b", strings.Repeat("y", 3000))}, nil)
 	var asked [][2]int64
-	granting := func(written, need int64) (int64, error) {
-		asked = append(asked, [2]int64{written, need})
-		return need + 1000, nil
+	exact := func(charged, need int64) (int64, error) {
+		asked = append(asked, [2]int64{charged, need})
+		return need, nil
 	}
-	if _, err := extractWith(b, t.TempDir(), ExtractOptions{Grant: granting}); err != nil {
+	if _, err := extractWith(b, t.TempDir(), ExtractOptions{Grant: exact}); err != nil {
 		t.Fatal(err)
 	}
-	// 3000 bytes of a, granted 4000; b's 3000 pass it at once.
-	if want := [][2]int64{{0, 3000}, {3000, 6000}}; fmt.Sprint(asked) != fmt.Sprint(want) {
-		t.Fatalf("asked %v, want %v", asked, want)
+	// Three entries, two files of 3000 bytes each in a block of 4096.
+	if last, want := asked[len(asked)-1][1], int64(3*entryCost+2*4096); last != want {
+		t.Fatalf("charged %d in all (%v), want %d", last, asked, want)
+	}
+	for i := 1; i < len(asked); i++ {
+		if asked[i][0] != asked[i-1][1] || asked[i][1] <= asked[i][0] {
+			t.Fatalf("asks %v: each from what the one before granted, for more", asked)
+		}
+	}
+	// A grant with room to spare is not asked again until it is used.
+	asked = nil
+	if _, err := extractWith(b, t.TempDir(), ExtractOptions{Grant: func(charged, need int64) (int64, error) {
+		asked = append(asked, [2]int64{charged, need})
+		return need + 1<<20, nil
+	}}); err != nil || len(asked) != 1 {
+		t.Fatalf("a grant of a megabyte more: %v, asked %v", err, asked)
 	}
 	refusal := errors.New("no room for it")
-	_, err := extractWith(b, t.TempDir(), ExtractOptions{Grant: func(written, need int64) (int64, error) {
-		if written > 0 {
+	_, err := extractWith(b, t.TempDir(), ExtractOptions{Grant: func(charged, need int64) (int64, error) {
+		if charged >= entryCost {
 			return 0, refusal
 		}
 		return need, nil
 	}})
-	if !errors.Is(err, refusal) || errors.Is(err, ErrBad) || !strings.Contains(err.Error(), `"data/b"`) {
-		t.Fatalf("a refused grant: %v, want the refusal, at data/b", err)
+	if !errors.Is(err, refusal) || errors.Is(err, ErrBad) || !strings.Contains(err.Error(), `"data/a"`) {
+		t.Fatalf("a refused grant: %v, want the refusal, at data/a", err)
 	}
-	_, err = extractWith(b, t.TempDir(), ExtractOptions{Grant: func(written, need int64) (int64, error) { return need - 1, nil }})
+	_, err = extractWith(b, t.TempDir(), ExtractOptions{Grant: func(charged, need int64) (int64, error) { return need - 1, nil }})
 	if err == nil {
 		t.Fatal("a grant short of the need was taken")
+	}
+	for _, tc := range [][3]int64{{0, 0, 0}, {0, 1, 4096}, {0, 4096, 4096}, {4095, 2, 8192}, {8192, 4097, 8192}} {
+		if got := blockSpan(tc[0], tc[1]); got != tc[2] {
+			t.Errorf("blockSpan(%d, %d) = %d, want %d", tc[0], tc[1], got, tc[2])
+		}
+	}
+}
+
+// An archive of little data and much metadata (the reviewer's probe:
+// thousands of empty directories and files with extended attributes,
+// 20,000 bytes of data for 157 MiB of disk) is charged for its entries,
+// not only for its data.
+func TestGrantChargesMetadata(t *testing.T) {
+	entries := []rawEntry{dir("data")}
+	for i := range 300 {
+		entries = append(entries, dir(fmt.Sprintf("data/d%d", i)))
+	}
+	for i := range 100 {
+		f := file(fmt.Sprintf("data/f%d", i), "x")
+		f.h.PAXRecords = map[string]string{paxAttr + "user.pad": strings.Repeat("p", 3000)}
+		entries = append(entries, f)
+	}
+	var charged int64
+	if _, err := extractWith(rawArchive(t, entries, nil), t.TempDir(), ExtractOptions{Grant: func(_, need int64) (int64, error) {
+		charged = need
+		return need, nil
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	if want := int64(len(entries))*entryCost + 100*(4096+3000); charged < want {
+		t.Fatalf("charged %d for %d entries, want at least %d", charged, len(entries), want)
 	}
 }

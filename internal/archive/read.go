@@ -110,16 +110,18 @@ type ExtractOptions struct {
 	// holds more is refused when it passes it, so a damaged or hostile
 	// one cannot fill the host's disk.
 	MaxBytes int64
-	// MaxEntries bounds the entries (0: 10 million).
+	// MaxEntries bounds the entries (0, or past 10 million: 10 million).
 	MaxEntries int
-	// Grant, when set, is asked before the extraction writes past what
-	// it last granted: written is the data it wrote so far, need what it
-	// will have written in all after the write at hand, and Grant returns
-	// how much it may write in all (at least need), or why not (the
-	// extraction then fails with that error). It is asked as the data
-	// arrives, not when a header announces it, so a slow or lying archive
-	// is granted only what it has sent.
-	Grant func(written, need int64) (upTo int64, err error)
+	// Grant, when set, is asked before the extraction takes more of the
+	// disk than it last granted: charged is what it took so far, need
+	// what it will have taken in all after the step at hand, and Grant
+	// returns how much it may take in all (at least need), or why not
+	// (the extraction then fails with that error). What is charged: the
+	// data as it is written (asked as it arrives, not when a header
+	// announces it, so a slow or lying archive is granted only what it
+	// sent), each entry's extended attributes and 4 KiB for its inode and
+	// block, and the blocks a file's ranges fill only partly.
+	Grant func(charged, need int64) (upTo int64, err error)
 }
 
 // ErrTooLarge: the archive holds more than ExtractOptions allow.
@@ -139,7 +141,7 @@ var ErrTooLarge = errors.New("the archive holds more than this import may take")
 func (ar *Reader) Extract(ctx context.Context, stage string, o ExtractOptions) (Stats, error) {
 	x := &extractor{stage: stage, owners: o.Owners, kinds: map[string]string{"": "dir"}, root: os.Geteuid() == 0, maxBytes: o.MaxBytes, grant: o.Grant}
 	maxN := o.MaxEntries
-	if maxN <= 0 {
+	if maxN <= 0 || maxN > maxEntries {
 		maxN = maxEntries
 	}
 	var manifest *Manifest
@@ -230,10 +232,10 @@ type extractor struct {
 	buf   []byte
 	// maxBytes bounds stats.Bytes (0: none).
 	maxBytes int64
-	// grant (ExtractOptions.Grant) let the extraction write granted bytes
-	// in all; written is what it wrote so far.
-	grant            func(written, need int64) (int64, error)
-	granted, written int64
+	// grant (ExtractOptions.Grant) let the extraction take granted bytes
+	// of the disk in all; charged is what it took so far (charge).
+	grant            func(charged, need int64) (int64, error)
+	granted, charged int64
 	// kept is what the entries so far hold in memory (maxKept).
 	kept int
 }
@@ -302,6 +304,17 @@ func (x *extractor) entry(h *tar.Header, r io.Reader) error {
 		// The host moves what is under them into place by name: a link
 		// here would have it move (or copy) whatever it names instead.
 		return fmt.Errorf("%s/ is not a directory", p)
+	}
+	// What the entry takes of the disk beyond its data: an inode and a
+	// block at least, and its extended attributes.
+	cost := int64(entryCost)
+	for k, v := range h.PAXRecords {
+		if strings.HasPrefix(k, paxAttr) {
+			cost += int64(len(k) + len(v))
+		}
+	}
+	if err := x.charge(cost); err != nil {
+		return err
 	}
 	dst := filepath.Join(x.stage, filepath.FromSlash(p))
 	e := Entry{Path: p, Link: h.Linkname}
@@ -428,6 +441,10 @@ func (x *extractor) file(h *tar.Header, r io.Reader, dst string, e *Entry) error
 		if x.maxBytes > 0 && x.stats.Bytes+rg[1] > x.maxBytes {
 			return fmt.Errorf("%w (%d bytes at most)", ErrTooLarge, x.maxBytes)
 		}
+		// The blocks a range only partly fills are taken whole.
+		if err := x.charge(blockSpan(rg[0], rg[1]) - rg[1]); err != nil {
+			return err
+		}
 		n, err := io.CopyBuffer(grantedWriter{x, io.NewOffsetWriter(f, rg[0])}, io.TeeReader(io.LimitReader(r, rg[1]), hash), x.buf)
 		if err != nil {
 			return err
@@ -529,28 +546,48 @@ func (x *extractor) finish() error {
 	return nil
 }
 
-// grantedWriter writes to w what x.grant granted (ExtractOptions.Grant),
-// asking for more as the data comes.
+// entryCost is what an entry is charged beyond its data and extended
+// attributes (ExtractOptions.Grant): a block, which a directory or a
+// file's tail takes on ext4, and more than its inode.
+const entryCost = 4096
+
+// blockSpan is what a range of n bytes at off takes in 4 KiB blocks.
+func blockSpan(off, n int64) int64 {
+	if n <= 0 {
+		return 0
+	}
+	return (off+n+4095)&^4095 - off&^4095
+}
+
+// charge counts n more bytes the extraction is about to take of the
+// disk, asking Grant past what it granted.
+func (x *extractor) charge(n int64) error {
+	need := x.charged + n
+	if x.grant != nil && need > x.granted {
+		upTo, err := x.grant(x.charged, need)
+		if err != nil {
+			return grantRefused{err}
+		}
+		if upTo < need {
+			return fmt.Errorf("granted %d bytes in all, for %d", upTo, need)
+		}
+		x.granted = upTo
+	}
+	x.charged = need
+	return nil
+}
+
+// grantedWriter writes to w, charging what it writes (charge) first.
 type grantedWriter struct {
 	x *extractor
 	w io.Writer
 }
 
 func (g grantedWriter) Write(p []byte) (int, error) {
-	x := g.x
-	if need := x.written + int64(len(p)); x.grant != nil && need > x.granted {
-		upTo, err := x.grant(x.written, need)
-		if err != nil {
-			return 0, grantRefused{err}
-		}
-		if upTo < need {
-			return 0, fmt.Errorf("granted %d bytes in all, for %d", upTo, need)
-		}
-		x.granted = upTo
+	if err := g.x.charge(int64(len(p))); err != nil {
+		return 0, err
 	}
-	n, err := g.w.Write(p)
-	x.written += int64(n)
-	return n, err
+	return g.w.Write(p)
 }
 
 // grantRefused is Grant's refusal, handed to Extract's caller as it is

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -135,7 +136,15 @@ func (m *Manager) Import(ctx context.Context, id string, ar *archive.Reader) (*s
 	// The id claimed under the room lock, reserving nothing yet: its
 	// data reserves room as it comes (importRoom.grant).
 	var lock *store.Lock
-	if err := m.withRoom(ctx, "", func(Room) error {
+	maxEntries := 0 // the extractor's own bound
+	if err := m.withRoom(ctx, "", func(r Room) error {
+		// Each entry takes an inode: half of those free at most, where
+		// the filesystem has a fixed number.
+		if r.Inodes >= 0 {
+			if maxEntries = int(min(r.Inodes/2, math.MaxInt32)); maxEntries == 0 {
+				return &sandbox.CapacityError{Reason: fmt.Sprintf("no room to import into: %s has %d inodes free", m.lay.Overlays, r.Inodes)}
+			}
+		}
 		var err error
 		lock, err = m.claim(id, making)
 		return err
@@ -164,7 +173,7 @@ func (m *Manager) Import(ctx context.Context, id string, ar *archive.Reader) (*s
 	if err := os.Mkdir(stage, 0o700); err != nil {
 		return nil, err
 	}
-	stats, err := ar.Extract(ctx, stage, archive.ExtractOptions{Owners: owners, MaxBytes: room.most, Grant: room.grant(ctx)})
+	stats, err := ar.Extract(ctx, stage, archive.ExtractOptions{Owners: owners, MaxBytes: room.most, MaxEntries: maxEntries, Grant: room.grant(ctx)})
 	if errors.Is(err, archive.ErrTooLarge) {
 		why := ""
 		if rec.DiskBytes > 0 {

@@ -20,15 +20,28 @@ import (
 // a fork would take: 5% of the filesystem, at least this.
 const reserve = 1 << 30
 
+// statRoom is the room where dir is (Reserved not counted).
+func statRoom(dir string) (Room, error) {
+	var fs unix.Statfs_t
+	if err := unix.Statfs(dir, &fs); err != nil {
+		return Room{}, err
+	}
+	r := Room{
+		Free:   int64(fs.Bavail)*fs.Bsize - max(reserve, int64(fs.Blocks)*fs.Bsize/20),
+		Shares: fs.Type == unix.BTRFS_SUPER_MAGIC || fs.Type == unix.XFS_SUPER_MAGIC,
+		Inodes: -1,
+	}
+	if fs.Files > 0 { // btrfs counts none: it has no fixed number
+		r.Inodes = int64(min(fs.Ffree, math.MaxInt64))
+	}
+	return r, nil
+}
+
 // roomIn is what may be written where dir is, keeping the reserve, and
 // whether that filesystem shares copied data (reflinks: btrfs, XFS).
 func roomIn(dir string) (room int64, shares bool, err error) {
-	var fs unix.Statfs_t
-	if err := unix.Statfs(dir, &fs); err != nil {
-		return 0, false, err
-	}
-	shares = fs.Type == unix.BTRFS_SUPER_MAGIC || fs.Type == unix.XFS_SUPER_MAGIC
-	return int64(fs.Bavail)*fs.Bsize - max(reserve, int64(fs.Blocks)*fs.Bsize/20), shares, nil
+	r, err := statRoom(dir)
+	return r.Free, r.Shares, err
 }
 
 // roomLockName, in the overlays' directory, is the lock under which an
@@ -42,6 +55,7 @@ type Room struct {
 	Free     int64 // what the filesystem has free, the reserve kept
 	Reserved int64 // what imports and forks in flight have reserved
 	Shares   bool  // the filesystem shares copied data (reflinks)
+	Inodes   int64 // the inodes free (-1: no fixed number)
 }
 
 // Left is the room not reserved: at most Free, and 0 where the
@@ -75,11 +89,12 @@ func (m *Manager) withRoom(ctx context.Context, except string, claim func(Room) 
 		return err
 	}
 	defer unlock()
-	free, shares, err := roomIn(m.lay.Overlays)
+	r, err := statRoom(m.lay.Overlays)
 	if err != nil {
 		return err
 	}
-	return claim(Room{Free: free, Reserved: m.reserved(except), Shares: shares})
+	r.Reserved = m.reserved(except)
+	return claim(r)
 }
 
 // reserved sums what the imports and forks in flight reserved (but
