@@ -364,8 +364,9 @@ func TestGrant(t *testing.T) {
 	if _, err := extractWith(b, t.TempDir(), ExtractOptions{Grant: exact}); err != nil {
 		t.Fatal(err)
 	}
-	// Three entries, two files of 3000 bytes each in a block of 4096.
-	if last, want := asked[len(asked)-1][1], int64(3*entryCost+2*4096); last != want {
+	// A directory (a block), two files (an inode each) of 3000 bytes in
+	// a block of 4096 each.
+	if last, want := asked[len(asked)-1][1], int64(blockCost+2*inodeCost+2*4096); last != want {
 		t.Fatalf("charged %d in all (%v), want %d", last, asked, want)
 	}
 	for i := 1; i < len(asked); i++ {
@@ -383,7 +384,7 @@ func TestGrant(t *testing.T) {
 	}
 	refusal := errors.New("no room for it")
 	_, err := extractWith(b, t.TempDir(), ExtractOptions{Grant: func(charged, need int64) (int64, error) {
-		if charged >= entryCost {
+		if charged >= blockCost {
 			return 0, refusal
 		}
 		return need, nil
@@ -423,7 +424,19 @@ func TestGrantChargesMetadata(t *testing.T) {
 	}}); err != nil {
 		t.Fatal(err)
 	}
-	if want := int64(len(entries))*entryCost + 100*(4096+3000); charged < want {
+	if want := int64(301)*blockCost + 100*(inodeCost+3000+4096); charged < want {
 		t.Fatalf("charged %d for %d entries, want at least %d", charged, len(entries), want)
+	}
+	// EntryCost (the filesystem's bytes per inode) is charged where it is
+	// more: the room granted bounds the inodes too.
+	var perInode int64
+	if _, err := extractWith(rawArchive(t, entries, nil), t.TempDir(), ExtractOptions{EntryCost: 16384, Grant: func(_, need int64) (int64, error) {
+		perInode = need
+		return need, nil
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	if want := int64(len(entries)) * 16384; perInode < want {
+		t.Fatalf("charged %d with 16 KiB an entry, want at least %d", perInode, want)
 	}
 }

@@ -119,9 +119,13 @@ type ExtractOptions struct {
 	// (the extraction then fails with that error). What is charged: the
 	// data as it is written (asked as it arrives, not when a header
 	// announces it, so a slow or lying archive is granted only what it
-	// sent), each entry's extended attributes and 4 KiB for its inode and
-	// block, and the blocks a file's ranges fill only partly.
+	// sent), each entry's inode (a block for a directory) and extended
+	// attributes, and the blocks a file's ranges fill only partly.
 	Grant func(charged, need int64) (upTo int64, err error)
+	// EntryCost, when more than what an entry takes, is charged for each
+	// entry instead: the filesystem's bytes per inode, so that the room
+	// granted bounds the inodes taken as well as the blocks.
+	EntryCost int64
 }
 
 // ErrTooLarge: the archive holds more than ExtractOptions allow.
@@ -139,7 +143,7 @@ var ErrTooLarge = errors.New("the archive holds more than this import may take")
 // overlay whiteout. Set-id bits are kept only on files owners maps to
 // themselves.
 func (ar *Reader) Extract(ctx context.Context, stage string, o ExtractOptions) (Stats, error) {
-	x := &extractor{stage: stage, owners: o.Owners, kinds: map[string]string{"": "dir"}, root: os.Geteuid() == 0, maxBytes: o.MaxBytes, grant: o.Grant}
+	x := &extractor{stage: stage, owners: o.Owners, kinds: map[string]string{"": "dir"}, root: os.Geteuid() == 0, maxBytes: o.MaxBytes, grant: o.Grant, entryCost: o.EntryCost}
 	maxN := o.MaxEntries
 	if maxN <= 0 || maxN > maxEntries {
 		maxN = maxEntries
@@ -236,6 +240,7 @@ type extractor struct {
 	// of the disk in all; charged is what it took so far (charge).
 	grant            func(charged, need int64) (int64, error)
 	granted, charged int64
+	entryCost        int64 // ExtractOptions.EntryCost
 	// kept is what the entries so far hold in memory (maxKept).
 	kept int
 }
@@ -305,9 +310,14 @@ func (x *extractor) entry(h *tar.Header, r io.Reader) error {
 		// here would have it move (or copy) whatever it names instead.
 		return fmt.Errorf("%s/ is not a directory", p)
 	}
-	// What the entry takes of the disk beyond its data: an inode and a
-	// block at least, and its extended attributes.
-	cost := int64(entryCost)
+	// What the entry takes of the disk beyond its data (whose blocks are
+	// charged as it is written): an inode, a block for a directory or a
+	// long link's target, its extended attributes; at least EntryCost.
+	cost := int64(inodeCost)
+	if h.Typeflag == tar.TypeDir || h.Typeflag == tar.TypeSymlink && len(h.Linkname) > 60 {
+		cost = blockCost
+	}
+	cost = max(cost, x.entryCost)
 	for k, v := range h.PAXRecords {
 		if strings.HasPrefix(k, paxAttr) {
 			cost += int64(len(k) + len(v))
@@ -546,10 +556,13 @@ func (x *extractor) finish() error {
 	return nil
 }
 
-// entryCost is what an entry is charged beyond its data and extended
-// attributes (ExtractOptions.Grant): a block, which a directory or a
-// file's tail takes on ext4, and more than its inode.
-const entryCost = 4096
+// What an entry is charged beyond its data and extended attributes
+// (ExtractOptions.Grant): an inode (ext4's are 256 bytes), or a block
+// for a directory, or a link whose target does not fit in its inode.
+const (
+	inodeCost = 256
+	blockCost = 4096
+)
 
 // blockSpan is what a range of n bytes at off takes in 4 KiB blocks.
 func blockSpan(off, n int64) int64 {

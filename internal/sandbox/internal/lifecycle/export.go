@@ -136,13 +136,16 @@ func (m *Manager) Import(ctx context.Context, id string, ar *archive.Reader) (*s
 	// The id claimed under the room lock, reserving nothing yet: its
 	// data reserves room as it comes (importRoom.grant).
 	var lock *store.Lock
+	var room0 Room
 	maxEntries := 0 // the extractor's own bound
 	if err := m.withRoom(ctx, "", func(r Room) error {
-		// Each entry takes an inode: half of those free at most, where
-		// the filesystem has a fixed number.
+		// Each entry takes an inode: it is charged the filesystem's bytes
+		// per inode at least (the room granted bounds the inodes too), and
+		// an import has half of those free at most (the reserve kept).
+		room0 = r
 		if r.Inodes >= 0 {
 			if maxEntries = int(min(r.Inodes/2, math.MaxInt32)); maxEntries == 0 {
-				return &sandbox.CapacityError{Reason: fmt.Sprintf("no room to import into: %s has %d inodes free", m.lay.Overlays, r.Inodes)}
+				return &sandbox.CapacityError{Reason: fmt.Sprintf("no room to import into: %s has no inodes free (keeping 5%% and at least 10,000)", m.lay.Overlays)}
 			}
 		}
 		var err error
@@ -153,7 +156,7 @@ func (m *Manager) Import(ctx context.Context, id string, ar *archive.Reader) (*s
 	}
 	room := &importRoom{m: m, id: id, rec: making, copies: 1}
 	if rec.DiskBytes > 0 {
-		room.copies, room.most = 2, rec.DiskBytes
+		room.copies = 2
 	}
 	done := false
 	defer func() {
@@ -173,13 +176,17 @@ func (m *Manager) Import(ctx context.Context, id string, ar *archive.Reader) (*s
 	if err := os.Mkdir(stage, 0o700); err != nil {
 		return nil, err
 	}
-	stats, err := ar.Extract(ctx, stage, archive.ExtractOptions{Owners: owners, MaxBytes: room.most, MaxEntries: maxEntries, Grant: room.grant(ctx)})
+	stats, err := ar.Extract(ctx, stage, archive.ExtractOptions{Owners: owners, MaxBytes: rec.DiskBytes, MaxEntries: maxEntries,
+		Grant: room.grant(ctx), EntryCost: room0.BytesPerInode})
 	if errors.Is(err, archive.ErrTooLarge) {
 		why := ""
 		if rec.DiskBytes > 0 {
-			why = fmt.Sprintf(" (its data goes onto its disk of %d MiB)", rec.DiskBytes>>20)
+			why = fmt.Sprintf("; its data goes onto its disk of %d MiB", rec.DiskBytes>>20)
 		}
-		return nil, &sandbox.CapacityError{Reason: fmt.Sprintf("the archive holds more than an import may take%s: %v", why, err)}
+		if maxEntries > 0 {
+			why += fmt.Sprintf("; %d entries at most, half the inodes free in %s (keeping 5%% and at least 10,000)", maxEntries, m.lay.Overlays)
+		}
+		return nil, &sandbox.CapacityError{Reason: fmt.Sprintf("the archive holds more than an import may take (%v%s)", err, why)}
 	}
 	if err != nil {
 		return nil, err

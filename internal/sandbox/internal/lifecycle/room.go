@@ -31,17 +31,13 @@ func statRoom(dir string) (Room, error) {
 		Shares: fs.Type == unix.BTRFS_SUPER_MAGIC || fs.Type == unix.XFS_SUPER_MAGIC,
 		Inodes: -1,
 	}
-	if fs.Files > 0 { // btrfs counts none: it has no fixed number
-		r.Inodes = int64(min(fs.Ffree, math.MaxInt64))
+	if fs.Files > 0 && fs.Files < math.MaxInt64 { // btrfs counts none: it has no fixed number
+		// The inodes free, keeping 5% and at least 10,000 (as the
+		// blocks' reserve), and what the filesystem made one for.
+		r.Inodes = max(int64(min(fs.Ffree, math.MaxInt64))-max(int64(fs.Files)/20, 10000), 0)
+		r.BytesPerInode = int64(fs.Blocks) * fs.Bsize / int64(fs.Files)
 	}
 	return r, nil
-}
-
-// roomIn is what may be written where dir is, keeping the reserve, and
-// whether that filesystem shares copied data (reflinks: btrfs, XFS).
-func roomIn(dir string) (room int64, shares bool, err error) {
-	r, err := statRoom(dir)
-	return r.Free, r.Shares, err
 }
 
 // roomLockName, in the overlays' directory, is the lock under which an
@@ -55,7 +51,11 @@ type Room struct {
 	Free     int64 // what the filesystem has free, the reserve kept
 	Reserved int64 // what imports and forks in flight have reserved
 	Shares   bool  // the filesystem shares copied data (reflinks)
-	Inodes   int64 // the inodes free (-1: no fixed number)
+	Inodes   int64 // the inodes free, the reserve kept (-1: no fixed number)
+	// BytesPerInode is the filesystem's size over its inodes (0: no fixed
+	// number): what an import charges each entry at least, so that the
+	// room it is granted bounds its inodes too.
+	BytesPerInode int64
 }
 
 // Left is the room not reserved: at most Free, and 0 where the
@@ -74,9 +74,10 @@ func (r Room) Left() int64 {
 // .forking record saying what it reserves, so that the next import or
 // fork measures the room less that. An import's data streams in for as
 // long as its upload takes, so nothing waits for it: the lock is held
-// only while the room is measured and the records written. A reservation ends with its record: when the data is
-// in place (its space then counted as used), or when its process is
-// gone (a crash: the partial data is on disk, counted as used).
+// only while the room is measured and the records written. A
+// reservation ends with its record: when the data is in place (its space
+// then counted as used), or when its process is gone (a crash: the
+// partial data is on disk, counted as used).
 func (m *Manager) withRoom(ctx context.Context, except string, claim func(Room) error) error {
 	if err := os.MkdirAll(m.lay.Overlays, 0o700); err != nil {
 		return err
@@ -151,10 +152,6 @@ type importRoom struct {
 	// peak: twice onto a disk of its own (staged here, then copied into
 	// the disk's image, on this filesystem too), else once.
 	copies int64
-	// most bounds the data (0: none): the disk's size.
-	most int64
-	// room is the room as last measured, for messages.
-	room Room
 }
 
 // grant lets the import write need bytes and up to a step more in all,
@@ -162,12 +159,8 @@ type importRoom struct {
 // (and, with a disk of its own, the copy of all of it).
 func (r *importRoom) grant(ctx context.Context) func(written, need int64) (int64, error) {
 	return func(written, need int64) (int64, error) {
-		if r.most > 0 && need > r.most {
-			return 0, &sandbox.CapacityError{Reason: fmt.Sprintf("the archive holds more data than its disk of %d MiB", r.most>>20)}
-		}
 		var upTo int64
 		err := r.m.withRoom(ctx, r.id, func(room Room) error {
-			r.room = room
 			upTo = r.upTo(room.Left(), written, need)
 			if upTo < need {
 				return &sandbox.CapacityError{Reason: fmt.Sprintf("the archive's data passes the room there is for it: %d MiB written, %d MiB more to come at least; %s",
@@ -189,16 +182,13 @@ func (r *importRoom) reserve(written, upTo int64) int64 {
 
 // upTo is how much an import that wrote written bytes and needs need in
 // all may write in all: a step past need, but no more than left (the
-// room less the others' reservations) holds (reserve(upTo) <= left), nor
-// than most. Less than need: there is no room for it.
+// room less the others' reservations) holds (reserve(upTo) <= left).
+// Less than need: there is no room for it. (What a disk of its own
+// holds bounds the data alone: ExtractOptions.MaxBytes.)
 func (r *importRoom) upTo(left, written, need int64) int64 {
 	fits := written + max(left, 0) // reserve(fits) == left with one copy
 	if r.copies > 1 {
 		fits = (written + max(left, 0)) / r.copies
 	}
-	upTo := min(need+importStep, fits)
-	if r.most > 0 {
-		upTo = min(upTo, r.most)
-	}
-	return upTo
+	return min(need+importStep, fits)
 }
