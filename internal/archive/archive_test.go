@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -396,7 +397,8 @@ func TestGrant(t *testing.T) {
 	if err == nil {
 		t.Fatal("a grant short of the need was taken")
 	}
-	for _, tc := range [][3]int64{{0, 0, 0}, {0, 1, 4096}, {0, 4096, 4096}, {4095, 2, 8192}, {8192, 4097, 8192}} {
+	for _, tc := range [][3]int64{{0, 0, 0}, {0, 1, 4096}, {0, 4096, 4096}, {4095, 2, 8192}, {8192, 4097, 8192},
+		{math.MaxInt64 - 10, 5, 4096 - 11 + 5}, {math.MaxInt64 - 5, 5, 4095}} { // near the largest offset: no overflow, never negative
 		if got := blockSpan(tc[0], tc[1]); got != tc[2] {
 			t.Errorf("blockSpan(%d, %d) = %d, want %d", tc[0], tc[1], got, tc[2])
 		}

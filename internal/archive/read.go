@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path"
 	"path/filepath"
@@ -564,17 +565,26 @@ const (
 	blockCost = 4096
 )
 
-// blockSpan is what a range of n bytes at off takes in 4 KiB blocks.
+// blockSpan is what a range of n bytes at off takes in 4 KiB blocks
+// (decodeMap has checked that off+n does not overflow; rounding up past
+// the largest offset is left out).
 func blockSpan(off, n int64) int64 {
-	if n <= 0 {
-		return 0
+	if n <= 0 || off < 0 {
+		return max(n, 0)
 	}
-	return (off+n+4095)&^4095 - off&^4095
+	end := off + n
+	if end > math.MaxInt64-4095 {
+		return end - off&^4095
+	}
+	return (end+4095)&^4095 - off&^4095
 }
 
 // charge counts n more bytes the extraction is about to take of the
 // disk, asking Grant past what it granted.
 func (x *extractor) charge(n int64) error {
+	if n <= 0 {
+		return nil
+	}
 	need := x.charged + n
 	if x.grant != nil && need > x.granted {
 		upTo, err := x.grant(x.charged, need)
