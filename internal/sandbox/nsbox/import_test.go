@@ -9,7 +9,6 @@ import (
 	"testing"
 
 	"github.com/nsys-cortex/cortex/internal/archive"
-	"github.com/nsys-cortex/cortex/internal/layout"
 	"github.com/nsys-cortex/cortex/internal/protocol/errdefs"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
 	"github.com/nsys-cortex/cortex/internal/sandbox/nsbox"
@@ -23,12 +22,7 @@ import (
 func TestImportRefusesLinkedLayers(t *testing.T) {
 	requireNsbox(t)
 	ctx := context.Background()
-	e := env(t)
-	lay, err := layout.New(filepath.Join(sandboxtest.ShortTempDir(t), "h"), "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.Layout = lay
+	e := envInNewHome(t)
 	m := nsbox.New(e)
 	t.Cleanup(func() { sandboxtest.DestroyAll(m); m.Close() })
 	set := sandbox.NewSet(e, nsbox.Backend())
@@ -64,7 +58,7 @@ func TestImportRefusesLinkedLayers(t *testing.T) {
 		if _, err := set.Import(ctx, write(archive.Record{ID: "x", Mode: "nsbox"}, dir), "linked", nil); !errdefs.IsInvalid(err) || !strings.Contains(err.Error(), "not an export of nsys-cortex") {
 			t.Errorf("%s: %v, want the import refused", name, err)
 		}
-		if _, err := os.Lstat(lay.OverlayDir("linked")); err == nil {
+		if _, err := os.Lstat(e.Layout.OverlayDir("linked")); err == nil {
 			t.Errorf("%s: the refused import left its directory", name)
 		}
 	}

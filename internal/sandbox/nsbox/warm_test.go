@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nsys-cortex/cortex/internal/layout"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
 	"github.com/nsys-cortex/cortex/internal/sandbox/nsbox"
 	"github.com/nsys-cortex/cortex/internal/sandbox/sandboxtest"
@@ -26,12 +25,8 @@ import (
 func TestClaimCutShort(t *testing.T) {
 	requireNsbox(t)
 	defer nsbox.SetClaimWait(300 * time.Millisecond)()
-	e := env(t)
-	lay, err := layout.New(filepath.Join(sandboxtest.ShortTempDir(t), "h"), "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.Layout = lay
+	e := envInNewHome(t)
+	lay := e.Layout
 	withDisk := os.Geteuid() == 0 // a disk of its own where one can be had, as serve gives by default
 	if withDisk {
 		e.DefaultDisk = 96 << 20
@@ -88,12 +83,7 @@ func TestClaimCutShort(t *testing.T) {
 // creates.
 func TestCleanupSparesCreates(t *testing.T) {
 	requireNsbox(t)
-	e := env(t)
-	lay, err := layout.New(filepath.Join(sandboxtest.ShortTempDir(t), "h"), "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.Layout = lay
+	e := envInNewHome(t)
 	creator := nsbox.New(e)
 	t.Cleanup(func() { sandboxtest.DestroyAll(creator); creator.Close() })
 	ctx := context.Background()

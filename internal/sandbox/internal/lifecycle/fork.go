@@ -106,9 +106,8 @@ func (m *Manager) claimForks(ctx context.Context, src string, dsts []string, got
 	each := m.diskBytes(ctx, src)
 	return m.withRoom(ctx, "", func(r Room) error {
 		if r.Shares {
-			each = 0 // and no check: a small filesystem that shares still has room for copies
-		}
-		if need := each * int64(len(dsts)); !r.Shares && need > r.Left() {
+			each = 0 // no check: a small filesystem that shares still has room for copies
+		} else if need := each * int64(len(dsts)); need > r.Left() {
 			return &sandbox.CapacityError{Reason: fmt.Sprintf("%d fork(s) of %s would take %d MiB, and %s", len(dsts), src, need>>20, r.describe(m.lay.Overlays))}
 		}
 		rec, err := makingRecord("a fork of "+src, each)
