@@ -41,13 +41,21 @@ func main() {
 	boot.CloseOnExec()
 	// SIGINT, SIGTERM and SIGHUP cancel what is running (the remote command
 	// is killed, temporary files are removed); the exit status then names
-	// the signal (128+N).
+	// the signal (128+N). signal.Notify starts a thread of its own and
+	// waits for it, a quarter of a millisecond here: it runs beside the
+	// command's start, and a command waits for it (App.AwaitSignals)
+	// before it changes anything.
 	ctx, cancel := context.WithCancelCause(context.Background())
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
-	go func() { cancel(cli.SignalCause{Signal: (<-sigs).(syscall.Signal)}) }()
+	notified := make(chan struct{})
+	go func() {
+		sigs := make(chan os.Signal, 1)
+		signal.Notify(sigs, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+		close(notified)
+		cancel(cli.SignalCause{Signal: (<-sigs).(syscall.Signal)})
+	}()
 	app := &cli.App{
 		Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr,
+		AwaitSignals:  func() { <-notified },
 		Version:       version,
 		Backends:      append([]sandbox.Backend{firecracker.Backend(), qemu.Backend(), docker.Backend(), nsbox.Backend(), process.Backend()}, fullModes()...),
 		AgentEmbedded: agentbin.Embedded(),
@@ -60,7 +68,5 @@ func main() {
 			return fullbin.Open(lay.BinDir())
 		},
 	}
-	code := app.Run(ctx, os.Args[1:])
-	signal.Stop(sigs)
-	os.Exit(code)
+	os.Exit(app.Run(ctx, os.Args[1:]))
 }

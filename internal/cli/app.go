@@ -50,6 +50,11 @@ type App struct {
 	// runs for the commands it does not link (split.go); unused by a full
 	// build.
 	FullProgram func() (*os.File, error)
+	// AwaitSignals returns once the signals that cancel the context Run
+	// is given are caught; until then they end the process. A command
+	// calls it before it changes anything (awaitSignals); nil: caught
+	// already.
+	AwaitSignals func()
 
 	args []string // the command line Run was given
 
@@ -102,7 +107,7 @@ func (a *App) Run(ctx context.Context, args []string) int {
 			return a.exit(err)
 		}
 	}
-	root := a.rootCommand()
+	root := a.rootCommand(args...)
 	root.SetArgs(args)
 	root.SetIn(a.Stdin)
 	root.SetOut(a.Stdout)
@@ -130,7 +135,14 @@ func (a *App) exit(err error) int {
 	return ExitFailure
 }
 
-func (a *App) rootCommand() *cobra.Command {
+// rootCommand builds the command tree. A command line whose first word
+// names a command gets a root with that command alone: building all of
+// them (their flags, their help) is most of what a short command costs
+// past the process start, and cobra needs the others only for help,
+// suggestions and completion, whose words are not commands (issue 20;
+// docs/benchmarks.md). With no args, or any other first word, the
+// whole tree.
+func (a *App) rootCommand(args ...string) *cobra.Command {
 	root := &cobra.Command{
 		Use:   "nsys-cortex",
 		Short: "Isolated Linux environments (neurons) for AI agents",
@@ -141,22 +153,97 @@ neuron survives destroy and create under the same id.
 Home: ~/.nsys-cortex (NSYS_CORTEX_HOME). Mode: auto (NSYS_CORTEX_MODE).`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		// Every command waits for the signals to be caught before it
+		// runs, but those that say where they start changing things.
+		PersistentPreRun: func(cmd *cobra.Command, _ []string) {
+			if cmd.Annotations[lateSignals] == "" {
+				a.awaitSignals()
+			}
+		},
 	}
 	root.PersistentFlags().StringVar(&a.apiURL, "api", "", "talk to the daemon at this URL (default: NSYS_CORTEX_API_URL, api.url; none: work locally)")
 	root.PersistentFlags().VarPF(&a.kubePortForward, "kube-port-forward", "",
 		"kube mode, from outside the cluster: reach neurons through the API server's port-forward (kube.port_forward; for development)").NoOptDefVal = "true"
-	root.AddCommand(
-		a.createCommand(), a.listCommand(), a.statusCommand(), a.destroyCommand(),
-		a.execCommand(), a.shellCommand(), a.cpCommand(), a.psCommand(), a.logsCommand(), a.killCommand(),
-		a.doctorCommand(), a.versionCommand(), a.cleanupOrphansCommand(), a.imageCommand(),
-		a.serveCommand(), a.configCommand(), a.launchCommand(), a.receiptsCommand(),
-		a.attachCommand(), a.termCommand(), a.mcpCommand(), a.policyCommand(), a.toolsCommand(), a.chatCommand(),
-		a.mountCommand(), a.umountCommand(), a.snapshotCommand(),
-		a.labelCommand(), a.timeoutCommand(), a.pauseCommand(), a.resumeCommand(), a.forkCommand(),
-		a.portForwardCommand(), a.urlCommand(), a.exportCommand(), a.importCommand(), a.diffCommand(), a.statsCommand(), a.eventsCommand(),
-		a.keeperCommand(), a.tokenCommand(),
-	)
+	makers := a.commandMakers()
+	if len(args) > 0 {
+		for _, m := range makers {
+			if slices.Contains(m.names, args[0]) {
+				root.AddCommand(m.make())
+				return root
+			}
+		}
+	}
+	for _, m := range makers {
+		root.AddCommand(m.make())
+	}
 	return root
+}
+
+// lateSignals annotates a command that calls awaitSignals itself, before
+// it changes anything (exec: in connect, once it has read its settings),
+// or never (one that changes nothing).
+const lateSignals = "late-signals"
+
+// awaitSignals waits until SIGINT, SIGTERM and SIGHUP cancel the
+// command's context instead of ending the process.
+func (a *App) awaitSignals() {
+	if a.AwaitSignals != nil {
+		a.AwaitSignals()
+	}
+}
+
+// commandMaker builds one of the root's commands; names are the name and
+// aliases it answers to (TestCommandMakers holds them to the command's).
+type commandMaker struct {
+	names []string
+	make  func() *cobra.Command
+}
+
+// commandMakers lists the root's commands in the order help shows them.
+func (a *App) commandMakers() []commandMaker {
+	return []commandMaker{
+		{[]string{"create"}, a.createCommand},
+		{[]string{"list", "ls"}, a.listCommand},
+		{[]string{"status"}, a.statusCommand},
+		{[]string{"destroy", "rm"}, a.destroyCommand},
+		{[]string{"exec"}, a.execCommand},
+		{[]string{"shell"}, a.shellCommand},
+		{[]string{"cp"}, a.cpCommand},
+		{[]string{"ps"}, a.psCommand},
+		{[]string{"logs"}, a.logsCommand},
+		{[]string{"kill"}, a.killCommand},
+		{[]string{"doctor"}, a.doctorCommand},
+		{[]string{"version"}, a.versionCommand},
+		{[]string{"cleanup-orphans"}, a.cleanupOrphansCommand},
+		{[]string{"image"}, a.imageCommand},
+		{[]string{"serve"}, a.serveCommand},
+		{[]string{"config"}, a.configCommand},
+		{[]string{"launch"}, a.launchCommand},
+		{[]string{"receipts"}, a.receiptsCommand},
+		{[]string{"attach"}, a.attachCommand},
+		{[]string{"term"}, a.termCommand},
+		{[]string{"mcp"}, a.mcpCommand},
+		{[]string{"policy"}, a.policyCommand},
+		{[]string{"tools"}, a.toolsCommand},
+		{[]string{"chat"}, a.chatCommand},
+		{[]string{"mount"}, a.mountCommand},
+		{[]string{"umount"}, a.umountCommand},
+		{[]string{"snapshot"}, a.snapshotCommand},
+		{[]string{"label"}, a.labelCommand},
+		{[]string{"timeout"}, a.timeoutCommand},
+		{[]string{"pause"}, a.pauseCommand},
+		{[]string{"resume"}, a.resumeCommand},
+		{[]string{"fork"}, a.forkCommand},
+		{[]string{"port-forward"}, a.portForwardCommand},
+		{[]string{"url"}, a.urlCommand},
+		{[]string{"export"}, a.exportCommand},
+		{[]string{"import"}, a.importCommand},
+		{[]string{"diff"}, a.diffCommand},
+		{[]string{"stats"}, a.statsCommand},
+		{[]string{"events"}, a.eventsCommand},
+		{[]string{"keeper"}, a.keeperCommand},
+		{[]string{"token"}, a.tokenCommand},
+	}
 }
 
 // sandboxes returns the set of modes over the home directory.

@@ -42,12 +42,16 @@ func (a *App) connect(ctx context.Context, ref string, action gate.Action) (chan
 		if st.Status != sandbox.StatusRunning && st.Status != sandbox.StatusPaused { // the daemon resumes a paused one
 			return nil, nil, &sandbox.NotRunningError{ID: st.ID, Reason: "its status is " + string(st.Status)}
 		}
+		a.awaitSignals()
 		return &remoteChannel{n: api.Neuron(st.ID)}, st, nil
 	}
 	set, err := a.sandboxes()
 	if err != nil {
 		return nil, nil, err
 	}
+	// Finding a neuron here can change it: a deadline past due is
+	// enforced, a dead agent's records cleared.
+	a.awaitSignals()
 	m, st, err := set.Find(ctx, ref)
 	if err != nil {
 		return nil, nil, err
@@ -115,6 +119,7 @@ Stdin is forwarded when it is not a terminal, so in a "while read" loop give
 and prints its pid (see ps, logs, kill). There is no timeout unless --timeout.
 Ctrl-C (or SIGTERM, SIGHUP) kills the command in the neuron.`,
 		ValidArgsFunction: a.neuronArgs,
+		Annotations:       map[string]string{lateSignals: "in connect"},
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
 			c, st, err := a.connect(ctx, line.ID, gate.Exec)

@@ -512,9 +512,10 @@ func (a *App) doctorCommand() *cobra.Command {
 
 func (a *App) versionCommand() *cobra.Command {
 	return &cobra.Command{
-		Use:   "version",
-		Short: "Print the version",
-		Args:  cobra.NoArgs,
+		Use:         "version",
+		Short:       "Print the version",
+		Args:        cobra.NoArgs,
+		Annotations: map[string]string{lateSignals: "never: it changes nothing"},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			agent := "not embedded"
 			if len(a.AgentEmbedded) > 0 {

@@ -68,6 +68,7 @@ func (a *App) runFull(ctx context.Context, args []string) error {
 	if a.FullProgram == nil {
 		return fmt.Errorf("this nsys-cortex is the light program and knows no full one")
 	}
+	a.awaitSignals() // its first run unpacks it: a temporary file to remove
 	f, err := a.FullProgram()
 	if err != nil {
 		return err
