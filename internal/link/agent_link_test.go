@@ -5,6 +5,7 @@ package link_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"sync"
@@ -150,5 +151,70 @@ func TestHealthUsage(t *testing.T) {
 	}
 	if u := h.Usage; u == nil || u.Tasks < 2 || u.MemTotalBytes <= 0 || u.MemUsedBytes <= 0 || u.MemUsedBytes > u.MemTotalBytes {
 		t.Fatalf("usage: %+v", h.Usage)
+	}
+}
+
+// A socket is bound in a staging directory beside the channel
+// directories, kept from call to call: it is left empty, a channel
+// directory whose mode is changed gets it back, and a staging directory
+// that is not this user's private directory (a symlink, one others may
+// enter) is refused, not used.
+func TestListenStage(t *testing.T) {
+	base := shortTempDir(t)
+	chdir := filepath.Join(base, "ch")
+	listen := func() (*link.Link, error) { return link.Listen(filepath.Join(chdir, "h.sock"), link.Options{}) }
+	l, err := listen()
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	stage := filepath.Join(base, fmt.Sprintf(".listen-%d", os.Geteuid()))
+	if ents, err := os.ReadDir(stage); err != nil || len(ents) != 0 {
+		t.Fatalf("the stage after a listen: %v %v", ents, err)
+	}
+	for _, wrong := range []os.FileMode{0o755, 0o700 | os.ModeSetgid, 0o700 | os.ModeSticky} {
+		if err := os.Chmod(chdir, wrong); err != nil {
+			t.Fatal(err)
+		}
+		l, err = listen()
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.Close()
+		if st, err := os.Stat(chdir); err != nil || st.Mode() != os.ModeDir|0o700 {
+			t.Fatalf("the channel directory's mode %v was not set back: %v %v", wrong, st.Mode(), err)
+		}
+	}
+	// Another user's stage beside it (root's run on this home) is not
+	// this one's to use, nor in its way.
+	theirs := filepath.Join(base, fmt.Sprintf(".listen-%d", os.Geteuid()+1))
+	if err := os.Mkdir(theirs, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if l, err = listen(); err != nil {
+		t.Fatalf("with another user's stage beside it: %v", err)
+	}
+	l.Close()
+	if ents, _ := os.ReadDir(theirs); len(ents) != 0 {
+		t.Errorf("bound in another user's stage: %v", ents)
+	}
+	other := filepath.Join(base, "elsewhere")
+	os.Mkdir(other, 0o700)
+	for _, bad := range []func() error{
+		func() error { return os.Chmod(stage, 0o777) },
+		func() error { os.Remove(stage); return os.Symlink(other, stage) },
+	} {
+		os.RemoveAll(stage)
+		os.Mkdir(stage, 0o700)
+		if err := bad(); err != nil {
+			t.Fatal(err)
+		}
+		if l, err := listen(); err == nil {
+			l.Close()
+			t.Errorf("listened with the stage %s", stage)
+		}
+		if ents, _ := os.ReadDir(other); len(ents) != 0 {
+			t.Errorf("bound through the symlinked stage: %v", ents)
+		}
 	}
 }

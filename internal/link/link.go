@@ -2,10 +2,12 @@ package link
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/subtle"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
@@ -163,16 +165,21 @@ func Listen(path string, o Options) (*Link, error) {
 	if err := os.MkdirAll(dir, mode); err != nil {
 		return nil, fmt.Errorf("channel directory: %w", err)
 	}
-	if err := os.Chmod(dir, mode); err != nil {
-		return nil, fmt.Errorf("channel directory: %w", err)
+	// Its mode is set when it differs only: a chmod is a journalled write
+	// of the directory's inode, on every connection of every CLI call.
+	if fi, err := os.Lstat(dir); err != nil || fi.Mode() != fs.ModeDir|mode {
+		if err := os.Chmod(dir, mode); err != nil {
+			return nil, fmt.Errorf("channel directory: %w", err)
+		}
 	}
 	makeDoorbell(dir, o.Owner)
-	stage, err := os.MkdirTemp(filepath.Dir(dir), ".listen-")
+	stage, err := stageDir(filepath.Dir(dir))
 	if err != nil {
 		return nil, fmt.Errorf("listening on %s: %w", path, err)
 	}
-	defer os.RemoveAll(stage)
-	tmp := filepath.Join(stage, "s")
+	var rnd [8]byte
+	rand.Read(rnd[:])
+	tmp := filepath.Join(stage, fmt.Sprintf("%d-%x", os.Getpid(), rnd))
 	ln, err := protocol.ListenUnix(tmp)
 	if err != nil {
 		return nil, fmt.Errorf("listening on %s: %w", path, err)
@@ -180,6 +187,7 @@ func Listen(path string, o Options) (*Link, error) {
 	ln.SetUnlinkOnClose(false) // the socket is renamed; Close removes it by its final name
 	fail := func(err error) (*Link, error) {
 		ln.Close()
+		os.Remove(tmp)
 		return nil, err
 	}
 	if err := os.Chmod(tmp, 0o600); err != nil {
@@ -199,6 +207,33 @@ func Listen(path string, o Options) (*Link, error) {
 	l.wg.Add(1)
 	go l.acceptLoop()
 	return l, nil
+}
+
+// stageDir returns the directory beside the channel directories (in
+// parent, the host's) where Listen binds a socket and gives it its mode
+// and owner before it renames it into a channel directory: made once, kept
+// (a directory made and removed on every call cost a CLI call two
+// journalled inode changes, up to half a millisecond here), one per
+// effective uid (root's run on a user's home leaves the user's alone),
+// and refused unless it is a directory of that uid's that no one else may
+// enter.
+func stageDir(parent string) (string, error) {
+	p := filepath.Join(parent, fmt.Sprintf(".listen-%d", os.Geteuid()))
+	if err := os.Mkdir(p, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+		return "", err
+	}
+	fi, err := os.Lstat(p)
+	if err != nil {
+		return "", err
+	}
+	uid := -1
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		uid = int(st.Uid)
+	}
+	if !fi.IsDir() || uid != os.Geteuid() || fi.Mode().Perm()&0o077 != 0 {
+		return "", fmt.Errorf("%s is not a directory of uid %d that only it may use (%s, uid %d): remove it", p, os.Geteuid(), fi.Mode(), uid)
+	}
+	return p, nil
 }
 
 // linkID is who a link's agent is, and where it listens.
