@@ -26,7 +26,7 @@ test:
 # go.mod pins as a tool, so there is nothing to install.
 lint:
 	$(GO) vet ./...
-	$(GO) vet -tags cortex_light ./cmd/nsys-cortex ./internal/cli
+	$(GO) vet -tags cortex_light ./cmd/nsys-cortex ./internal/cli ./internal/archive
 	$(GO) tool staticcheck ./...
 
 # The fuzzers of docs/security.md's table, one after another, FUZZTIME each

@@ -36,7 +36,8 @@ go vet ./...
 # nsys-cortex as users get it: the light program carrying the full one
 # (internal/cli/split.go). Its start test (cmd/nsys-cortex) uses this build.
 step "the light build"
-go vet -tags cortex_light ./cmd/nsys-cortex ./internal/cli
+go vet -tags cortex_light ./cmd/nsys-cortex ./internal/cli ./internal/archive
+go test -count=1 -tags cortex_light ./internal/cli ./internal/archive
 split=$(mktemp -d /tmp/nsys-cortex-split.XXXXXX)
 cleanup+=("$split")
 scripts/build.sh "$split"

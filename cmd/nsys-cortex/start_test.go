@@ -188,6 +188,21 @@ func TestStartIsLight(t *testing.T) {
 	if again, _ := filepath.Glob(filepath.Join(home, "bin", "nsys-cortex-full-*")); !slices.Equal(again, unpacked) {
 		t.Errorf("unpacked again: %v, then %v", unpacked, again)
 	}
+	// export and import run the full program: the light one links no
+	// compression.
+	t.Setenv("NSYS_CORTEX_ALLOW_INSECURE_DEV", "1")
+	run(0, "create", "--mode", "process", "ex")
+	run(0, "exec", "ex", "--", "sh", "-c", "echo kept > f")
+	archive := filepath.Join(t.TempDir(), "ex.tar.zst")
+	run(0, "export", "ex", "-o", archive)
+	if out := run(0, "import", archive, "--id", "ex2"); !strings.Contains(out, "ex2") {
+		t.Errorf("import through the full program:\n%s", out)
+	}
+	run(0, "create", "--mode", "process", "ex2")
+	if out := run(0, "exec", "ex2", "--", "cat", "f"); out != "kept\n" {
+		t.Errorf("the imported neuron's file: %q", out)
+	}
+	run(0, "destroy", "--wipe", "ex", "ex2")
 }
 
 // BenchmarkCLI times whole nsys-cortex processes as a script runs them

@@ -1,3 +1,5 @@
+//go:build !cortex_light
+
 package archive
 
 import (

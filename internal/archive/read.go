@@ -17,7 +17,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/klauspost/compress/zstd"
 	"golang.org/x/sys/unix"
 )
 
@@ -41,9 +40,18 @@ const (
 // manifest says: every error Extract returns for one wraps it.
 var ErrBad = errors.New("the archive is damaged or altered")
 
+// errNotLinked is what a light build's archives answer (codec_light.go).
+var errNotLinked = errors.New("exports and imports are made by the full nsys-cortex program, not this light one: run nsys-cortex export or import")
+
+// decompressor is a stream being decompressed; Close releases it.
+type decompressor interface {
+	io.Reader
+	Close()
+}
+
 // Reader reads an archive: Open reads its record, Extract the rest.
 type Reader struct {
-	dec    *zstd.Decoder
+	dec    decompressor
 	tr     *tar.Reader
 	rec    Record
 	recSum string
@@ -52,13 +60,16 @@ type Reader struct {
 // Open starts reading an archive from r: it reads the record (the first
 // entry) and leaves the rest for Extract. Close releases the decoder.
 func Open(r io.Reader) (*Reader, error) {
-	dec, err := zstd.NewReader(r, zstd.WithDecoderMaxMemory(256<<20))
+	dec, err := decompress(r)
+	if errors.Is(err, errNotLinked) {
+		return nil, err
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: not a zstd stream: %v", ErrBad, err)
 	}
 	ar := &Reader{dec: dec, tr: tar.NewReader(dec)}
 	h, err := ar.tr.Next()
-	if errors.Is(err, zstd.ErrMagicMismatch) {
+	if notCompressed(err) {
 		dec.Close()
 		return nil, fmt.Errorf("%w: not zstd-compressed (an nsys-cortex export is a tar.zst)", ErrBad)
 	}

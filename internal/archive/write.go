@@ -33,7 +33,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/klauspost/compress/zstd"
 	"golang.org/x/sys/unix"
 
 	"github.com/nsys-cortex/cortex/internal/hostfs"
@@ -120,7 +119,7 @@ type Tree struct {
 // stopped). Sockets are left out; a device node other than an overlay
 // whiteout is an error.
 func Write(ctx context.Context, w io.Writer, rec Record, trees []Tree) (Stats, error) {
-	enc, err := zstd.NewWriter(w, zstd.WithEncoderLevel(zstd.SpeedFastest))
+	enc, err := compress(w)
 	if err != nil {
 		return Stats{}, err
 	}

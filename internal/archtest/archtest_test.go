@@ -220,7 +220,8 @@ func TestLightProgramLinksNothingHeavy(t *testing.T) {
 
 // heavyPackages are the module paths only the full program may link: the
 // chat's renderer, the LLM vendors' SDKs and what they pull in, MCP, FUSE,
-// metrics, SQLite, the HTTP API and the agent loop.
+// metrics, SQLite, the HTTP API, the agent loop, and the archives'
+// compression.
 var heavyPackages = []string{
 	"github.com/charmbracelet/glamour", "github.com/alecthomas/chroma", "github.com/microcosm-cc/bluemonday",
 	"github.com/anthropics", "github.com/openai", "google.golang.org/genai", "google.golang.org/grpc",
@@ -228,4 +229,5 @@ var heavyPackages = []string{
 	"github.com/prometheus", "modernc.org/sqlite", "go.yaml.in/yaml", "k8s.io", "sigs.k8s.io",
 	mod + "/internal/api", mod + "/internal/chatrun", mod + "/internal/loop", mod + "/internal/mcp",
 	mod + "/internal/tools", mod + "/internal/ctxsource", mod + "/internal/e2b",
+	"github.com/klauspost/compress", // the archives' zstd: export and import are the full program's
 }

@@ -1,3 +1,5 @@
+//go:build !cortex_light
+
 package cli
 
 import (
@@ -15,13 +17,14 @@ import (
 )
 
 // export and import (docs/export.md): a neuron as one archive, and back.
+// The light program runs the full one for them (split.go).
 
 func (a *App) exportCommand() *cobra.Command {
 	var out string
 	var snapshots bool
 	cmd := &cobra.Command{
 		Use:   "export ID [-o FILE|-]",
-		Short: "Write a neuron as one archive (tar + zstd)",
+		Short: shortExport,
 		Long: `export writes the neuron as one archive: its record (mode, policy, labels),
 its data and, with --snapshots, its snapshots, then a manifest with a
 SHA-256 of every file, which import checks before it uses anything. A
@@ -94,7 +97,7 @@ func (a *App) importCommand() *cobra.Command {
 	var id string
 	cmd := &cobra.Command{
 		Use:   "import FILE|- [--id NEW]",
-		Short: "Make a neuron from an archive export wrote",
+		Short: shortImport,
 		Long: `import reads an archive that export wrote (a file, or - for stdin) and makes
 its neuron, stopped, under its own id or --id NEW, in the mode it was
 made in; create starts it. Every entry is checked against the archive's

@@ -27,6 +27,8 @@ func (a *App) mcpCommand() *cobra.Command      { return a.delegated("mcp", short
 func (a *App) policyCommand() *cobra.Command   { return a.delegated("policy", shortPolicy) }
 func (a *App) toolsCommand() *cobra.Command    { return a.delegated("tools", shortTools) }
 func (a *App) snapshotCommand() *cobra.Command { return a.delegated("snapshot", shortSnapshot) }
+func (a *App) exportCommand() *cobra.Command   { return a.delegated("export", shortExport) }
+func (a *App) importCommand() *cobra.Command   { return a.delegated("import", shortImport) }
 
 func init() { passThrough = (*App).passThrough }
 
