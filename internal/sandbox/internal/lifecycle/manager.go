@@ -661,24 +661,35 @@ func (m *Manager) explain(id string, err error) error {
 
 // watchPID returns a channel closed when pid exits (or ctx ends), using a
 // pidfd so a process that is not our child can be watched without polling.
+// The pidfd waits in the runtime's poller, not in a thread of its own: a
+// CLI call that connects would otherwise start a thread for it (a clone
+// on its way to the agent) and wake it every 100 ms.
 func watchPID(ctx context.Context, pid int) <-chan struct{} {
 	done := make(chan struct{})
-	fd, err := unix.PidfdOpen(pid, 0)
+	fd, err := unix.PidfdOpen(pid, 0) // PIDFD_NONBLOCK is Linux 5.10's
 	if err != nil {
 		close(done) // no such process
 		return done
 	}
-	f := os.NewFile(uintptr(fd), "pidfd")
+	unix.SetNonblock(fd, true)
+	f := os.NewFile(uintptr(fd), "pidfd") // non-blocking: in the poller
+	rc, err := f.SyscallConn()
+	if err != nil {
+		f.Close()
+		close(done)
+		return done
+	}
+	stop := context.AfterFunc(ctx, func() { f.Close() }) // ends the wait below
 	go func() {
 		defer close(done)
 		defer f.Close()
-		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
-		for ctx.Err() == nil {
-			n, err := unix.Poll(fds, 100)
-			if n > 0 || (err != nil && !errors.Is(err, unix.EINTR)) {
-				return
-			}
-		}
+		defer stop()
+		// Readable once the process has exited; until then the poller
+		// waits for that (or for the close).
+		rc.Read(func(fd uintptr) bool {
+			n, err := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, 0)
+			return n > 0 || err != nil && !errors.Is(err, unix.EINTR)
+		})
 	}()
 	return done
 }
