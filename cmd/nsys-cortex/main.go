@@ -6,13 +6,13 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/signal"
 	"syscall"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/nsys-cortex/cortex/internal/agentbin"
 	"github.com/nsys-cortex/cortex/internal/cli"
+	"github.com/nsys-cortex/cortex/internal/cli/sigcatch"
 	"github.com/nsys-cortex/cortex/internal/fullbin"
 	"github.com/nsys-cortex/cortex/internal/layout"
 	"github.com/nsys-cortex/cortex/internal/protocol/boot"
@@ -41,21 +41,14 @@ func main() {
 	boot.CloseOnExec()
 	// SIGINT, SIGTERM and SIGHUP cancel what is running (the remote command
 	// is killed, temporary files are removed); the exit status then names
-	// the signal (128+N). signal.Notify starts a thread of its own and
-	// waits for it, a quarter of a millisecond here: it runs beside the
-	// command's start, and a command waits for it (App.AwaitSignals)
+	// the signal (128+N). They are caught from the program's start, beside
+	// it (sigcatch), and a command waits for that (App.AwaitSignals)
 	// before it changes anything.
 	ctx, cancel := context.WithCancelCause(context.Background())
-	notified := make(chan struct{})
-	go func() {
-		sigs := make(chan os.Signal, 1)
-		signal.Notify(sigs, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
-		close(notified)
-		cancel(cli.SignalCause{Signal: (<-sigs).(syscall.Signal)})
-	}()
+	sigcatch.Handle(func(s os.Signal) { cancel(cli.SignalCause{Signal: s.(syscall.Signal)}) })
 	app := &cli.App{
 		Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr,
-		AwaitSignals:  func() { <-notified },
+		AwaitSignals:  sigcatch.Await,
 		Version:       version,
 		Backends:      append([]sandbox.Backend{firecracker.Backend(), qemu.Backend(), docker.Backend(), nsbox.Backend(), process.Backend()}, fullModes()...),
 		AgentEmbedded: agentbin.Embedded(),

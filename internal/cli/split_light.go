@@ -6,11 +6,13 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/signal"
 	"strconv"
 	"syscall"
 
 	"github.com/spf13/cobra"
 
+	"github.com/nsys-cortex/cortex/internal/cli/sigcatch"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
 )
 
@@ -76,6 +78,10 @@ func (a *App) runFull(ctx context.Context, args []string) error {
 		return err
 	}
 	defer f.Close()
+	// From here a signal has its default action, as it will in the full
+	// program (execve resets what this one caught): caught now, it would
+	// be lost in the exec.
+	signal.Reset(sigcatch.Signals...)
 	if ctx.Err() != nil {
 		return interrupted(ctx, ctx.Err())
 	}
