@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -18,10 +17,11 @@ import (
 
 // Until SIGINT, SIGTERM and SIGHUP are caught (App.AwaitSignals), they end
 // the CLI where it stands. So a command waits for them before it changes
-// anything: `version` never, `exec` once it found the neuron (which
-// changes nothing) and before it connects, every other command before it
-// runs. The daemon here records the order of its requests and of the
-// wait.
+// anything: `version` never; `exec` through a daemon once the daemon found
+// the neuron and before it asks for the exec, and here before it looks
+// the neuron up (a lookup can enforce a deadline); every other command
+// before it runs. A daemon and a mode here record the order of what they
+// are asked and of the wait.
 func TestSignalsCaughtBeforeChanges(t *testing.T) {
 	configEnv(t)
 	var mu sync.Mutex
@@ -41,36 +41,31 @@ func TestSignalsCaughtBeforeChanges(t *testing.T) {
 		http.Error(w, `{"error":{"code":"INTERNAL","message":"recorded"}}`, http.StatusInternalServerError)
 	}))
 	defer srv.Close()
-	run := func(args ...string) []string {
+	run := func(a *App, args ...string) []string {
 		t.Helper()
 		mu.Lock()
 		order = nil
 		mu.Unlock()
-		var out bytes.Buffer
-		a := &App{Stdout: &out, Stderr: &out, Stdin: strings.NewReader(""), AwaitSignals: func() { note("signals") }}
-		a.Run(context.Background(), append([]string{"--api", srv.URL}, args...))
+		a.Stdout, a.Stderr, a.Stdin = io.Discard, io.Discard, strings.NewReader("")
+		a.AwaitSignals = func() { note("signals") }
+		a.Run(context.Background(), args)
 		mu.Lock()
 		defer mu.Unlock()
 		return slices.Clone(order)
 	}
-	if got := run("version"); len(got) != 0 {
+	if got := run(&App{}, "--api", srv.URL, "version"); len(got) != 0 {
 		t.Errorf("version: %q, want no wait and no request", got)
 	}
-	got := run("exec", "n1", "--", "true")
+	got := run(&App{}, "--api", srv.URL, "exec", "n1", "--", "true")
 	if len(got) < 3 || got[0] != "GET /v1/neurons/n1" || got[1] != "signals" || !strings.HasSuffix(got[2], "/exec") {
 		t.Errorf("exec: %q, want the neuron found, then the wait, then the exec", got)
 	}
-	if got := run("destroy", "n1"); len(got) < 2 || got[0] != "signals" {
+	if got := run(&App{}, "--api", srv.URL, "destroy", "n1"); len(got) < 2 || got[0] != "signals" {
 		t.Errorf("destroy: %q, want the wait first", got)
 	}
-	// Here, finding a neuron may change it (a deadline past due is
-	// enforced): exec waits before it looks.
-	order = nil
-	a := &App{Stdout: io.Discard, Stderr: io.Discard, Stdin: strings.NewReader(""), AwaitSignals: func() { note("signals") },
-		Backends: []sandbox.Backend{{Name: "rec", New: func(sandbox.Env) (sandbox.Manager, error) { return recording{note: note}, nil }}}}
-	a.Run(context.Background(), []string{"exec", "n1", "--", "true"})
-	if !slices.Equal(order, []string{"signals", "get n1", "connect n1"}) {
-		t.Errorf("local exec: %q, want the wait, then the find, then the connection", order)
+	local := &App{Backends: []sandbox.Backend{{Name: "rec", New: func(sandbox.Env) (sandbox.Manager, error) { return recording{note: note}, nil }}}}
+	if got := run(local, "exec", "n1", "--", "true"); !slices.Equal(got, []string{"signals", "get n1", "connect n1"}) {
+		t.Errorf("local exec: %q, want the wait, then the find, then the connection", got)
 	}
 	// Only those two say where they wait; a third must be added here.
 	var late []string

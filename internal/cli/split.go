@@ -5,12 +5,13 @@ import "context"
 // The commands below need the heavy parts of Cortex: the LLM vendors'
 // SDKs and the chat's renderer, the HTTP API with its metrics, MCP, FUSE
 // and SQLite; export and import, the archives' compression (zstd, whose
-// tables alone cost a command 0.2-0.3 ms of initialisation). Go initialises every package a program links before main
-// runs, so a program that links them pays for them on every command
-// (about 40 ms here). `make build` therefore makes nsys-cortex of two
-// programs in one file: the light one, which runs every other command and
-// starts in about a millisecond, and the full one, which it carries
-// compressed and runs for these (docs/decisions.md, "One file, two programs").
+// tables alone cost a command 0.2-0.3 ms of initialisation). Go
+// initialises every package a program links before main runs, so a
+// program that links them pays for them on every command (about 40 ms
+// here). `make build` therefore makes nsys-cortex of two programs in one
+// file: the light one, which runs every other command and starts in about
+// a millisecond, and the full one, which it carries compressed and runs
+// for these (docs/decisions.md, "One file, two programs").
 // A plain `go build` links everything into one program, as before.
 //
 // The full program's commands take their one-line help from here, so the
