@@ -162,12 +162,17 @@ func Listen(path string, o Options) (*Link, error) {
 	if o.Owner != nil {
 		mode = 0o755
 	}
-	if err := os.MkdirAll(dir, mode); err != nil {
-		return nil, fmt.Errorf("channel directory: %w", err)
+	// Made when it is not there, and its mode set when it differs only: a
+	// chmod is a journalled write of the directory's inode, on every
+	// connection of every CLI call.
+	fi, err := os.Lstat(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		if err := os.MkdirAll(dir, mode); err != nil {
+			return nil, fmt.Errorf("channel directory: %w", err)
+		}
+		fi, err = os.Lstat(dir)
 	}
-	// Its mode is set when it differs only: a chmod is a journalled write
-	// of the directory's inode, on every connection of every CLI call.
-	if fi, err := os.Lstat(dir); err != nil || fi.Mode() != fs.ModeDir|mode {
+	if err != nil || fi.Mode() != fs.ModeDir|mode {
 		if err := os.Chmod(dir, mode); err != nil {
 			return nil, fmt.Errorf("channel directory: %w", err)
 		}
