@@ -147,25 +147,24 @@ func start(t T, core kubernetes.Interface, ag agents.Interface, cfg kube.Config,
 			}
 		}
 	})
-	pw, err := core.CoreV1().Pods(namespace).Watch(ctx, metav1.ListOptions{})
-	k.follow(pw, err, func(ev watch.Event) {
+	k.follow(core.CoreV1().Pods(namespace).Watch, func(ev watch.Event) {
 		pod, isPod := ev.Object.(*corev1.Pod)
 		switch {
 		case !isPod:
-		case ev.Type == watch.Added:
-			k.run(ctx, pod)
 		case ev.Type == watch.Deleted:
 			k.stop(pod.Name)
-		case ev.Type == watch.Modified && pod.DeletionTimestamp != nil:
+		case pod.DeletionTimestamp != nil:
 			k.stop(pod.Name)
 			zero := int64(0)
 			core.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
+		case ev.Type == watch.Added && !k.runs(pod.Name):
+			// (Added again, by a watch begun anew, it runs already.)
+			k.run(ctx, pod)
 		}
 	})
 	// The cluster's pvc-protection: a claim marked for deletion goes once
 	// no pod uses it.
-	cw, err := core.CoreV1().PersistentVolumeClaims(namespace).Watch(ctx, metav1.ListOptions{})
-	k.follow(cw, err, func(ev watch.Event) {
+	k.follow(core.CoreV1().PersistentVolumeClaims(namespace).Watch, func(ev watch.Event) {
 		pvc, isPVC := ev.Object.(*corev1.PersistentVolumeClaim)
 		switch {
 		case !isPVC:
@@ -185,8 +184,7 @@ func start(t T, core kubernetes.Interface, ag agents.Interface, cfg kube.Config,
 		}
 	})
 	if ag != nil {
-		sw, err := ag.AgentsV1beta1().Sandboxes(namespace).Watch(ctx, metav1.ListOptions{})
-		k.follow(sw, err, func(ev watch.Event) {
+		k.follow(ag.AgentsV1beta1().Sandboxes(namespace).Watch, func(ev watch.Event) {
 			if sb, isSB := ev.Object.(*sbv1.Sandbox); isSB {
 				k.reconcile(ctx, sb, ev.Type)
 			}
@@ -195,27 +193,75 @@ func start(t T, core kubernetes.Interface, ag agents.Interface, cfg kube.Config,
 	return k
 }
 
-// follow runs f for each event of w until the test ends.
-func (k *Kubelet) follow(w watch.Interface, err error, f func(watch.Event)) {
+// follow runs f for each event of the watches open makes, until the
+// test ends. The first is open when follow returns. The API server ends
+// a watch when it likes (a consumer it finds too slow, a timeout), and a
+// kubelet that stopped there would leave pods running and deleted
+// objects unreleased: the next watch goes on from the last version seen,
+// or, that one too old, from the objects as they are (each ADDED again).
+func (k *Kubelet) follow(open func(context.Context, metav1.ListOptions) (watch.Interface, error), f func(watch.Event)) {
+	w, err := open(k.ctx, metav1.ListOptions{})
 	if err != nil {
 		k.t.Fatal(err)
 	}
 	k.wg.Add(1)
 	go func() {
 		defer k.wg.Done()
-		defer w.Stop()
+		version := ""
 		for {
-			select {
-			case <-k.ctx.Done():
-				return
-			case ev, ok := <-w.ResultChan():
-				if !ok {
+			version = k.drain(w, version, f)
+			for {
+				if k.ctx.Err() != nil {
 					return
 				}
-				f(ev)
+				if w, err = open(k.ctx, metav1.ListOptions{ResourceVersion: version}); err == nil {
+					break
+				}
+				if apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
+					version = ""
+				}
+				select {
+				case <-k.ctx.Done():
+				case <-time.After(50 * time.Millisecond):
+				}
 			}
 		}
 	}()
+}
+
+// drain hands f the events of w until it ends, and returns the version
+// to go on from: the last one seen, or "" when the server says that
+// version is gone.
+func (k *Kubelet) drain(w watch.Interface, version string, f func(watch.Event)) string {
+	defer w.Stop()
+	for {
+		select {
+		case <-k.ctx.Done():
+			return version
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				return version
+			}
+			if ev.Type == watch.Error {
+				if st, isStatus := ev.Object.(*metav1.Status); isStatus && (st.Code == 410 || st.Reason == metav1.StatusReasonExpired || st.Reason == metav1.StatusReasonGone) {
+					return ""
+				}
+				return version
+			}
+			if o, isObj := ev.Object.(metav1.Object); isObj && o.GetResourceVersion() != "" {
+				version = o.GetResourceVersion()
+			}
+			f(ev)
+		}
+	}
+}
+
+// runs says whether this kubelet runs pod name's agent.
+func (k *Kubelet) runs(name string) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	_, ok := k.stops[name]
+	return ok
 }
 
 // release lets a claim marked for deletion go once no pod mounts it,
@@ -300,8 +346,7 @@ func (k *Kubelet) reconcile(ctx context.Context, sb *sbv1.Sandbox, et watch.Even
 // its pod and home), until the test ends.
 func (k *Kubelet) CollectClaims(ext extclient.Interface) {
 	ctx := k.ctx
-	w, err := ext.ExtensionsV1beta1().SandboxClaims(k.cfg.Namespace).Watch(ctx, metav1.ListOptions{})
-	k.follow(w, err, func(ev watch.Event) {
+	k.follow(ext.ExtensionsV1beta1().SandboxClaims(k.cfg.Namespace).Watch, func(ev watch.Event) {
 		c, isClaim := ev.Object.(*extv1.SandboxClaim)
 		if !isClaim || ev.Type != watch.Deleted {
 			return
