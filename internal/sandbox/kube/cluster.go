@@ -81,8 +81,12 @@ func OwnedBy(sb *sbv1.Sandbox, c *extv1.SandboxClaim) bool {
 }
 
 // Adopted is the name of the Sandbox claim c holds ("" none yet): its
-// status's, else the annotation the controller writes first.
+// status's, else the annotation the controller writes first; "" for no
+// claim (nil).
 func Adopted(c *extv1.SandboxClaim) string {
+	if c == nil {
+		return ""
+	}
 	if n := c.Status.SandboxStatus.Name; n != "" {
 		return n
 	}
@@ -367,44 +371,77 @@ type objects struct {
 	pod   *corev1.Pod   // nil: none
 }
 
-// read is Observe, with the objects it read.
+// read reads neuron id's objects: its claim, and the Sandbox and pod of
+// the name a neuron has unless a claim holds a warm Sandbox for it, all
+// at once (one round trip); then, where a claim holds one, that
+// Sandbox's and its pod.
 func (c *Cluster) read(ctx context.Context, id string, known, wasReady bool) (objects, error) {
-	var v objects
-	var err error
-	var owned *sbv1.Sandbox
-	if v.name, v.claim, owned, err = c.resolve(ctx, id); err != nil {
+	cfg := c.Config.Defaults()
+	v := objects{name: ObjectName(id)}
+	var claimErr error
+	var wg sync.WaitGroup
+	if c.Claims != nil {
+		wg.Go(func() {
+			cl, err := c.Claims.ExtensionsV1beta1().SandboxClaims(cfg.Namespace).Get(ctx, v.name, metav1.GetOptions{})
+			switch {
+			case err == nil:
+				v.claim = cl
+			case !apierrors.IsNotFound(err):
+				claimErr = explain(err, "get", "sandboxclaims.extensions.agents.x-k8s.io", cfg.Namespace)
+			}
+		})
+	}
+	sb, pod, err := c.readNamed(ctx, v.name)
+	wg.Wait()
+	if claimErr != nil {
+		return v, claimErr
+	}
+	if err != nil {
 		return v, err
 	}
+	v.sb, v.pod = sb, pod
+	if a := Adopted(v.claim); a != "" && a != v.name && c.Agents != nil {
+		sb, pod, err := c.readNamed(ctx, a)
+		if err != nil {
+			return v, err
+		}
+		if sb != nil && OwnedBy(sb, v.claim) {
+			v.name, v.sb, v.pod = a, sb, pod
+		}
+	}
+	v.Observed, err = c.observed(ctx, v, known, wasReady)
+	return v, err
+}
+
+// readNamed reads the Sandbox (where the cluster serves them) and the
+// pod named name at once; nil for each that is not there.
+func (c *Cluster) readNamed(ctx context.Context, name string) (*sbv1.Sandbox, *corev1.Pod, error) {
 	cfg := c.Config.Defaults()
-	name := v.name
-	// The Sandbox and the pod at once: one round trip.
+	var sb *sbv1.Sandbox
 	var sbErr error
 	var wg sync.WaitGroup
-	if owned != nil {
-		v.sb = owned
-	} else if c.Agents != nil {
+	if c.Agents != nil {
 		wg.Go(func() {
 			got, err := c.Agents.AgentsV1beta1().Sandboxes(cfg.Namespace).Get(ctx, name, metav1.GetOptions{})
 			switch {
 			case err == nil:
-				v.sb = got
+				sb = got
 			case !apierrors.IsNotFound(err):
 				sbErr = explain(err, "get", "sandboxes.agents.x-k8s.io", cfg.Namespace)
 			}
 		})
 	}
-	got, err := c.Core.CoreV1().Pods(cfg.Namespace).Get(ctx, name, metav1.GetOptions{})
+	pod, err := c.Core.CoreV1().Pods(cfg.Namespace).Get(ctx, name, metav1.GetOptions{})
 	wg.Wait()
 	switch {
 	case sbErr != nil:
-		return v, sbErr
-	case err == nil:
-		v.pod = got
-	case !apierrors.IsNotFound(err):
-		return v, explain(err, "get", "pods", cfg.Namespace)
+		return nil, nil, sbErr
+	case apierrors.IsNotFound(err):
+		return sb, nil, nil
+	case err != nil:
+		return nil, nil, explain(err, "get", "pods", cfg.Namespace)
 	}
-	v.Observed, err = c.observed(ctx, v, known, wasReady)
-	return v, err
+	return sb, pod, nil
 }
 
 // observed is the state of the neuron whose objects v holds.
