@@ -2,6 +2,7 @@ package kube_test
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"strings"
@@ -16,12 +17,15 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	sbv1 "sigs.k8s.io/agent-sandbox/api/v1beta1"
 	agents "sigs.k8s.io/agent-sandbox/clients/k8s/clientset/versioned"
 	extclient "sigs.k8s.io/agent-sandbox/clients/k8s/extensions/clientset/versioned"
 	extv1 "sigs.k8s.io/agent-sandbox/extensions/api/v1beta1"
 
 	"github.com/nsys-cortex/cortex/internal/labels"
 	"github.com/nsys-cortex/cortex/internal/link"
+	"github.com/nsys-cortex/cortex/internal/podtoken"
 	"github.com/nsys-cortex/cortex/internal/protocol"
 	"github.com/nsys-cortex/cortex/internal/sandbox"
 	"github.com/nsys-cortex/cortex/internal/sandbox/kube"
@@ -296,7 +300,86 @@ func warmEnv(t *testing.T, size int32) (*kube.Manager, kube.Config, kubernetes.I
 // pod, never reads a's files, and never relabels a (the adversarial
 // review's first finding; without the ownership check b read a's file).
 func TestWarmPoolForeignName(t *testing.T) {
-	m, cfg, _, _, ext := warmEnv(t, 1)
+	foreignSandbox(t, false, func(ctx context.Context, ext extclient.Interface, ag agents.Interface, cfg kube.Config, claim *extv1.SandboxClaim, nameA string) error {
+		b := fmt.Appendf(nil, `{"metadata":{"annotations":{%q:%q}}}`, extv1.AssignedSandboxNameAnnotation, nameA)
+		_, err := ext.ExtensionsV1beta1().SandboxClaims(cfg.Namespace).Patch(ctx, claim.Name, types.MergePatchType, b, metav1.PatchOptions{})
+		return err
+	})
+}
+
+// Neuron a's Sandbox labelled with b's claim's uid, the label a claiming
+// create watches Sandboxes by: the label narrows the watch, and only the
+// claim as the Sandbox's controller makes it b's: b is never linked to
+// a's pod, and is made on the Sandbox the pool gives it (a wait that
+// took the labelled one would fail: a's pod does not name b).
+func TestWarmPoolForeignLabel(t *testing.T) {
+	foreignSandbox(t, true, func(ctx context.Context, ext extclient.Interface, ag agents.Interface, cfg kube.Config, claim *extv1.SandboxClaim, nameA string) error {
+		b := fmt.Appendf(nil, `{"metadata":{"labels":{%q:%q}}}`, extv1.SandboxIDLabel, claim.UID)
+		_, err := ag.AgentsV1beta1().Sandboxes(cfg.Namespace).Patch(ctx, nameA, types.MergePatchType, b, metav1.PatchOptions{})
+		return err
+	})
+}
+
+// A Sandbox made by someone who may make Sandboxes (not claims), naming
+// the new claim as its controller and labelled with its uid, the moment
+// the claim is made: the claim never names it, so the host does not take
+// it, does not label it as the neuron's, and makes the neuron on the
+// Sandbox the pool gives it (the review's finding on the Sandbox watch:
+// it took the forged one, labelled it and gave its pod the neuron's
+// environment).
+func TestWarmPoolForgedOwner(t *testing.T) {
+	m, cfg, _, ag, ext := warmEnv(t, 1)
+	ctx := context.Background()
+	if _, err := m.Create(ctx, "first", sandbox.CreateOptions{BootTimeout: 30 * time.Second}); err != nil { // makes the pool
+		t.Fatal(err)
+	}
+	warmReady(t, ext, cfg, 1)
+	w, err := ext.ExtensionsV1beta1().SandboxClaims(cfg.Namespace).Watch(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", kube.ObjectName("v")).String()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	forged := make(chan error, 1)
+	go func() {
+		for ev := range w.ResultChan() {
+			c, ok := ev.Object.(*extv1.SandboxClaim)
+			if !ok || ev.Type != watch.Added {
+				continue
+			}
+			sb := &sbv1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: "forged", Namespace: cfg.Namespace,
+				Labels:          map[string]string{extv1.SandboxIDLabel: string(c.UID)},
+				OwnerReferences: []metav1.OwnerReference{{APIVersion: extv1.GroupVersion.String(), Kind: "SandboxClaim", Name: c.Name, UID: c.UID, Controller: ptr.To(true)}}},
+				Spec: sbv1.SandboxSpec{SandboxBlueprint: kube.Template(cfg, podtoken.Fingerprint(m.Key.Public().(ed25519.PublicKey))).Spec.SandboxBlueprint}}
+			_, err := ag.AgentsV1beta1().Sandboxes(cfg.Namespace).Create(ctx, sb, metav1.CreateOptions{})
+			forged <- err
+			return
+		}
+	}()
+	_, cerr := m.Create(ctx, "v", sandbox.CreateOptions{BootTimeout: 30 * time.Second, Env: []string{"SECRET=s3cr3t"}})
+	if err := <-forged; err != nil {
+		t.Fatalf("forging a Sandbox of v's claim: %v", err)
+	}
+	if cerr != nil {
+		t.Fatalf("neuron v: %v", cerr)
+	}
+	if name, _, err := m.Cluster.Resolve(ctx, "v"); err != nil || name == "forged" {
+		t.Fatalf("neuron v resolves to %q (%v)", name, err)
+	}
+	got, err := ag.AgentsV1beta1().Sandboxes(cfg.Namespace).Get(ctx, "forged", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id := got.Labels[kube.LabelID]; id != "" {
+		t.Fatalf("the forged Sandbox was labelled as neuron %q's", id)
+	}
+}
+
+// foreignSandbox makes neuron a, writes a file in it, and creates neuron
+// b while inject points b's claim, the moment it is made, at a's Sandbox
+// (nameA); b must not be linked to a's pod, read a's file or relabel a,
+// and, where made says so, must be made.
+func foreignSandbox(t *testing.T, made bool, inject func(ctx context.Context, ext extclient.Interface, ag agents.Interface, cfg kube.Config, claim *extv1.SandboxClaim, nameA string) error) {
+	m, cfg, _, ag, ext := warmEnv(t, 1)
 	ctx := context.Background()
 	boot := sandbox.CreateOptions{BootTimeout: 30 * time.Second, Labels: labels.Set{"tenant": "alice"}}
 	if _, err := m.Create(ctx, "a", boot); err != nil {
@@ -323,10 +406,8 @@ func TestWarmPoolForeignName(t *testing.T) {
 	injected := make(chan error, 1)
 	go func() {
 		for ev := range w.ResultChan() {
-			if ev.Type == watch.Added {
-				b := fmt.Appendf(nil, `{"metadata":{"annotations":{%q:%q}}}`, extv1.AssignedSandboxNameAnnotation, nameA)
-				_, err := claims.Patch(ctx, kube.ObjectName("b"), types.MergePatchType, b, metav1.PatchOptions{})
-				injected <- err
+			if claim, ok := ev.Object.(*extv1.SandboxClaim); ok && ev.Type == watch.Added {
+				injected <- inject(ctx, ext, ag, cfg, claim, nameA)
 				return
 			}
 		}
@@ -335,7 +416,10 @@ func TestWarmPoolForeignName(t *testing.T) {
 	bOpts.Labels = labels.Set{"tenant": "mallory"}
 	_, cerr := m.Create(ctx, "b", bOpts)
 	if err := <-injected; err != nil {
-		t.Fatalf("naming a's Sandbox on b's claim: %v", err)
+		t.Fatalf("pointing b's claim at a's Sandbox: %v", err)
+	}
+	if made && cerr != nil {
+		t.Fatalf("neuron b: %v", cerr)
 	}
 	if cerr == nil {
 		if nameB, _, _ := m.Cluster.Resolve(ctx, "b"); nameB == nameA {

@@ -6,12 +6,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	labelsel "k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/util/retry"
@@ -239,16 +242,21 @@ func (m *Manager) createClaimed(ctx context.Context, n Neuron, boot time.Duratio
 	bctx, cancel := context.WithTimeout(ctx, boot)
 	defer cancel()
 	// A cold create of the id made meanwhile (Cluster.raced, the other
-	// way round): one of the two gives way.
-	sbs := m.Cluster.Agents.AgentsV1beta1().Sandboxes(cfg.Namespace)
-	if other, gerr := sbs.Get(bctx, ObjectName(n.ID), metav1.GetOptions{}); gerr == nil && !OwnedBy(other, made) {
-		err = errdefs.New(errdefs.Busy, fmt.Sprintf("neuron %s is being created by another create (Sandbox %s/%s): try again", n.ID, cfg.Namespace, other.Name))
-	} else if gerr != nil && !apierrors.IsNotFound(gerr) {
-		err = explain(gerr, "get", "sandboxes.agents.x-k8s.io", cfg.Namespace)
-	}
-	var sb *sbv1.Sandbox
-	if err == nil {
-		sb, err = m.awaitAdopted(bctx, n.ID, made.UID, boot)
+	// way round): one of the two gives way. Asked beside the wait for
+	// the adoption, which it ends when it finds one.
+	actx, stopAdopt := context.WithCancel(bctx)
+	raced := make(chan error, 1)
+	go func() {
+		err := m.racedClaim(bctx, n.ID, made)
+		if err != nil {
+			stopAdopt()
+		}
+		raced <- err
+	}()
+	sb, err := m.awaitAdopted(actx, n.ID, made, boot)
+	stopAdopt()
+	if rerr := <-raced; rerr != nil {
+		sb, err = nil, rerr
 	}
 	if err == nil {
 		// The labels while the agent is dialled: neither waits for the
@@ -320,35 +328,177 @@ var claimFailures = map[string]bool{
 	"EnvVarsInjectionRejected": true, "VolumeClaimTemplatesError": true,
 }
 
-// awaitAdopted waits until neuron id's claim, of uid, holds a Sandbox of
-// its own (the claim its controller: a name on the claim alone is a
-// candidate agent-sandbox may take back), and returns it.
-func (m *Manager) awaitAdopted(ctx context.Context, id string, uid types.UID, boot time.Duration) (*sbv1.Sandbox, error) {
+// racedClaim says BUSY when a Sandbox of neuron id's name is there and
+// is not claim made's: a cold create of the id made it meanwhile.
+func (m *Manager) racedClaim(ctx context.Context, id string, made *extv1.SandboxClaim) error {
+	ns := m.Cluster.Config.Defaults().Namespace
+	other, err := m.Cluster.Agents.AgentsV1beta1().Sandboxes(ns).Get(ctx, ObjectName(id), metav1.GetOptions{})
+	switch {
+	case err == nil && !OwnedBy(other, made):
+		return errdefs.New(errdefs.Busy, fmt.Sprintf("neuron %s is being created by another create (Sandbox %s/%s): try again", id, ns, other.Name))
+	case err != nil && !apierrors.IsNotFound(err) && ctx.Err() == nil:
+		return explain(err, "get", "sandboxes.agents.x-k8s.io", ns)
+	}
+	return nil
+}
+
+// awaitAdopted waits until neuron id's claim holds a Sandbox of its own,
+// and returns it. A Sandbox is the claim's when the claim names it (only
+// agent-sandbox's controller writes that: the annotation, then the
+// status) and is its controller (an owner reference, which anyone who
+// may make a Sandbox may write): a name alone is a candidate the
+// controller may take back, and a reference alone may be forged. Two
+// watches, at once: the Sandboxes labelled with the claim's uid
+// (agents.x-k8s.io/claim-uid, which the controller writes in the one
+// patch that makes the claim their controller), and the claim, which
+// also shows what keeps the controller from giving it one, and its
+// deletion. The Sandbox watch only speeds the wait: its failure leaves
+// the claim's to decide, as it did before that watch (from the status's
+// name, read back).
+func (m *Manager) awaitAdopted(ctx context.Context, id string, claim *extv1.SandboxClaim, boot time.Duration) (*sbv1.Sandbox, error) {
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type result struct {
+		sb   *sbv1.Sandbox
+		done bool
+		err  error
+	}
+	seen := &adoption{owned: map[string]*sbv1.Sandbox{}}
+	var why atomic.Pointer[string]
+	fromSandboxes, fromClaim := make(chan result, 1), make(chan result, 1)
+	go func() {
+		sb, done, err := m.watchAdoption(wctx, claim, seen)
+		fromSandboxes <- result{sb, done, err}
+	}()
+	go func() {
+		sb, done, err := m.watchClaim(wctx, id, claim, seen, &why)
+		fromClaim <- result{sb, done, err}
+	}()
+	var r result
+	waitSandboxes, waitClaim := true, true
+	select {
+	case r = <-fromClaim:
+		waitClaim = false
+	case r = <-fromSandboxes:
+		waitSandboxes = false
+		if !r.done {
+			r, waitClaim = <-fromClaim, false
+		}
+	}
+	cancel()
+	if waitSandboxes {
+		<-fromSandboxes
+	}
+	if waitClaim {
+		<-fromClaim
+	}
+	switch {
+	case r.done || r.err != nil:
+		return r.sb, r.err
+	case errors.Is(ctx.Err(), context.Canceled):
+		return nil, fmt.Errorf("neuron %s: waiting for its SandboxClaim to hold a Sandbox: %w", id, ctx.Err())
+	}
+	reason := "agent-sandbox's controller has not answered it (is its extensions controller running?)"
+	if w := why.Load(); w != nil {
+		reason = *w
+	}
+	ns := m.Cluster.Config.Defaults().Namespace
+	return nil, errdefs.New(errdefs.Timeout, fmt.Sprintf("neuron %s's SandboxClaim %s/%s held no Sandbox within %v: %s", id, ns, ObjectName(id), boot, reason))
+}
+
+// adoption is what awaitAdopted's watches have seen: the claim, and the
+// Sandboxes it controls that are not being deleted, each as last seen.
+type adoption struct {
+	mu    sync.Mutex
+	claim *extv1.SandboxClaim
+	owned map[string]*sbv1.Sandbox
+}
+
+// sawClaim records claim c and returns the Sandbox it now holds, if any.
+func (a *adoption) sawClaim(c *extv1.SandboxClaim) *sbv1.Sandbox {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.claim = c
+	return a.held()
+}
+
+// sawSandbox records sb, controlled by the claim or not (gone), and
+// returns the Sandbox the claim now holds, if any.
+func (a *adoption) sawSandbox(sb *sbv1.Sandbox, gone bool) *sbv1.Sandbox {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if gone {
+		delete(a.owned, sb.Name)
+	} else {
+		a.owned[sb.Name] = sb
+	}
+	return a.held()
+}
+
+// held is the Sandbox the claim names and controls (nil: none yet).
+func (a *adoption) held() *sbv1.Sandbox {
+	if n := Adopted(a.claim); n != "" {
+		return a.owned[n]
+	}
+	return nil
+}
+
+// watchAdoption follows the Sandboxes labelled with claim's uid until the
+// claim, as its own watch last saw it, names one it controls.
+func (m *Manager) watchAdoption(ctx context.Context, claim *extv1.SandboxClaim, seen *adoption) (*sbv1.Sandbox, bool, error) {
+	ns := m.Cluster.Config.Defaults().Namespace
+	sbs := m.Cluster.Agents.AgentsV1beta1().Sandboxes(ns)
+	sel := labelsel.SelectorFromSet(labelsel.Set{extv1.SandboxIDLabel: string(claim.UID)}).String()
+	var sb *sbv1.Sandbox
+	done, err := follow(ctx, func() (watch.Interface, error) {
+		w, err := sbs.Watch(ctx, metav1.ListOptions{LabelSelector: sel})
+		return w, explainIf(err, "watch", "sandboxes.agents.x-k8s.io", ns)
+	}, nil, func(ev watch.Event) (bool, error) {
+		got, isSandbox := ev.Object.(*sbv1.Sandbox)
+		if !isSandbox {
+			return false, nil
+		}
+		sb = seen.sawSandbox(got, ev.Type == watch.Deleted || !OwnedBy(got, claim) || got.DeletionTimestamp != nil)
+		return sb != nil, nil
+	})
+	return sb, done, err
+}
+
+// watchClaim follows neuron id's claim until it names a Sandbox it
+// controls (done: one the Sandbox watch saw, or the one its status
+// names, read back), it is deleted or replaced, or its controller says
+// it cannot give it one (an error); why is what keeps it waiting.
+func (m *Manager) watchClaim(ctx context.Context, id string, claim *extv1.SandboxClaim, seen *adoption, why *atomic.Pointer[string]) (*sbv1.Sandbox, bool, error) {
 	cfg := m.Cluster.Config.Defaults()
 	claims := m.Cluster.Claims.ExtensionsV1beta1().SandboxClaims(cfg.Namespace)
-	why := "agent-sandbox's controller has not answered it (is its extensions controller running?)"
 	sbs := m.Cluster.Agents.AgentsV1beta1().Sandboxes(cfg.Namespace)
 	check := func(c *extv1.SandboxClaim) (*sbv1.Sandbox, error) {
-		if c.UID != uid {
+		if c.UID != claim.UID {
 			return nil, errdefs.New(errdefs.NotRunning, fmt.Sprintf("neuron %s's SandboxClaim was replaced while it was being created", id))
 		}
-		if a := Adopted(c); a != "" {
+		if sb := seen.sawClaim(c); sb != nil {
+			return sb, nil
+		}
+		// The status's name, written once the Sandbox is the claim's.
+		if a := c.Status.SandboxStatus.Name; a != "" {
 			sb, err := sbs.Get(ctx, a, metav1.GetOptions{})
-			if err == nil && OwnedBy(sb, c) {
+			if err == nil && OwnedBy(sb, c) && sb.DeletionTimestamp == nil {
 				return sb, nil
 			}
-			if err != nil && !apierrors.IsNotFound(err) {
+			if err != nil && !apierrors.IsNotFound(err) && ctx.Err() == nil {
 				return nil, explain(err, "get", "sandboxes.agents.x-k8s.io", cfg.Namespace)
 			}
-			why = "Sandbox " + a + " is named on it and not yet its own"
+			w := "Sandbox " + a + " is named on it and not yet its own"
+			why.Store(&w)
 		}
 		for _, cond := range c.Status.Conditions {
 			if cond.Type != string(sbv1.SandboxConditionReady) || cond.Status == metav1.ConditionTrue {
 				continue
 			}
-			why = cond.Reason + ": " + cond.Message
+			w := cond.Reason + ": " + cond.Message
+			why.Store(&w)
 			if claimFailures[cond.Reason] {
-				return nil, errdefs.New(errdefs.Unavailable, fmt.Sprintf("neuron %s's SandboxClaim %s/%s cannot be given a Sandbox: %s (nsys-cortex doctor; docs/kube.md, \"Warm pools\")", id, cfg.Namespace, c.Name, why))
+				return nil, errdefs.New(errdefs.Unavailable, fmt.Sprintf("neuron %s's SandboxClaim %s/%s cannot be given a Sandbox: %s (nsys-cortex doctor; docs/kube.md, \"Warm pools\")", id, cfg.Namespace, c.Name, w))
 			}
 		}
 		return nil, nil
@@ -371,10 +521,7 @@ func (m *Manager) awaitAdopted(ctx context.Context, id string, uid types.UID, bo
 		sb, err = check(c)
 		return sb != nil, err
 	})
-	if done || err != nil {
-		return sb, err
-	}
-	return nil, errdefs.New(errdefs.Timeout, fmt.Sprintf("neuron %s's SandboxClaim %s/%s held no Sandbox within %v: %s", id, cfg.Namespace, ObjectName(id), boot, why))
+	return sb, done, err
 }
 
 // labelClaimed gives Sandbox sb, which neuron n's claim holds, the
