@@ -180,25 +180,37 @@ func heap() int64 {
 
 // BenchmarkWarmClaims is issue 24's warm-claim run: a warm pool of 50
 // (agent-sandbox's controllers and kubesim, in this process), then
-// NSYS_CORTEX_KUBE_CLAIMS creates (default 100) started 20 a second
+// NSYS_CORTEX_KUBE_CLAIMS creates (default 50) started 20 a second
 // whatever the ones before are doing, each a SandboxClaim on the pool,
 // timed to the create's return (the agent connected) and to its first
 // command's answer; then, as the baseline in the same run, a fifth as
-// many cold creates (a neuron with an environment of its own, which no
-// claim serves) at the same rate. Reported: p50 and p99 of each, the
-// claims the pool answered warm, and the ratio of the p50s. Run it once:
-// -bench WarmClaims -benchtime 1x.
+// many cold creates (a neuron with a memory limit of its own, which no
+// claim serves: a claimed pod's resources are the template's) at the
+// same rate. agent-sandbox's controller refills the pool at most
+// NSYS_CORTEX_KUBE_REFILL_RATE Sandboxes a second (default 5, its
+// --sandbox-warm-pool-max-refill-rate, as docs/kube.md advises; 0: its
+// default, unpaced). Reported: p50 and p99 of each, the claims the pool
+// answered warm, the ratio of the p50s, and the refill rate. Run it
+// once: -bench WarmClaims -benchtime 1x.
 func BenchmarkWarmClaims(b *testing.B) {
-	n := 100
+	n := 50
 	if v, err := strconv.Atoi(os.Getenv("NSYS_CORTEX_KUBE_CLAIMS")); err == nil && v > 0 {
 		n = v
+	}
+	refill := 5.0
+	if v := os.Getenv("NSYS_CORTEX_KUBE_REFILL_RATE"); v != "" {
+		r, err := strconv.ParseFloat(v, 64)
+		if err != nil || r < 0 {
+			b.Fatalf("NSYS_CORTEX_KUBE_REFILL_RATE=%q: want a number of Sandboxes a second, 0 for unpaced", v)
+		}
+		refill = r
 	}
 	const poolSize, rate = 50, 20
 	rc := cluster.Start(b, cluster.Options{Sandboxes: true, Quiet: true})
 	core := kubernetes.NewForConfigOrDie(rc)
 	ag := cluster.Agents(rc)
 	ext := cluster.Extensions(rc)
-	cluster.StartController(b, rc)
+	cluster.Controller{MaxRefillRate: refill}.Start(b, rc)
 	ctx := context.Background()
 	for i := range b.N {
 		cfg := kube.Config{OpenNetwork: true, Image: "registry.example/nsys-cortex-neuron:1", Namespace: fmt.Sprintf("warm-%d", i), WarmPool: poolSize}.Defaults()
@@ -251,7 +263,10 @@ func BenchmarkWarmClaims(b *testing.B) {
 		b.StopTimer()
 		after := m.ClaimStats()
 		cold := max(n/5, 1)
-		coldCreated, coldFirst := run("c", cold, sandbox.CreateOptions{BootTimeout: time.Minute, Env: []string{"COLD=1"}})
+		coldCreated, coldFirst := run("c", cold, sandbox.CreateOptions{BootTimeout: time.Minute, Limits: sandbox.Limits{MemoryBytes: 256 << 20}})
+		if got := m.ClaimStats(); got.Warm != after.Warm || got.Cold != after.Cold {
+			b.Fatalf("the cold baseline went to the pool: %+v after the claims, %+v after it", after, got)
+		}
 		ids := []string{"w-first"}
 		for j := range n {
 			ids = append(ids, fmt.Sprintf("w%d", j))
@@ -271,5 +286,6 @@ func BenchmarkWarmClaims(b *testing.B) {
 		b.ReportMetric(float64(pct(warmCreated, 50))/float64(pct(coldCreated, 50)), "claim/cold-p50")
 		b.ReportMetric(float64(after.Warm-before.Warm), "answered-warm")
 		b.ReportMetric(float64(n), "claims")
+		b.ReportMetric(refill, "refill-per-s")
 	}
 }

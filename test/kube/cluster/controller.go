@@ -35,8 +35,20 @@ func (noTracing) IsRecording(context.Context) bool                    { return f
 // from the pinned module) in this process against rc, until the test
 // ends: the Sandbox's, and its extensions' (SandboxTemplate,
 // SandboxWarmPool, SandboxClaim), as its controller runs them with
-// --extensions.
-func StartController(t T, rc *rest.Config) {
+// --extensions and its other flags' defaults.
+func StartController(t T, rc *rest.Config) { Controller{}.Start(t, rc) }
+
+// Controller is what agent-sandbox-controller's flags set that a test
+// sets otherwise; the zero value is their defaults.
+type Controller struct {
+	// MaxRefillRate is --sandbox-warm-pool-max-refill-rate: the warm
+	// pool's replacements made at most this many a second (0: as fast as
+	// the pool empties).
+	MaxRefillRate float64
+}
+
+// Start is StartController with c's flags.
+func (c Controller) Start(t T, rc *rest.Config) {
 	t.Helper()
 	ctrl.SetLogger(logr.Discard()) // its logs are the API server's business here
 	rc = rest.CopyConfig(rc)
@@ -60,8 +72,8 @@ func StartController(t T, rc *rest.Config) {
 	// Each with the workers agent-sandbox-controller's flags default to.
 	type reconciler interface{ SetupWithManager(ctrl.Manager, int) error }
 	for r, workers := range map[reconciler]int{
-		&controllers.SandboxReconciler{Client: mgr.GetClient(), Scheme: scheme, Recorder: mgr.GetEventRecorder("sandbox-controller"), Tracer: noTracing{}}: 100,
-		&extctrl.SandboxWarmPoolReconciler{Client: mgr.GetClient(), Scheme: scheme, Recorder: mgr.GetEventRecorder("sandboxwarmpool-controller")}:          1,
+		&controllers.SandboxReconciler{Client: mgr.GetClient(), Scheme: scheme, Recorder: mgr.GetEventRecorder("sandbox-controller"), Tracer: noTracing{}}:                        100,
+		&extctrl.SandboxWarmPoolReconciler{Client: mgr.GetClient(), Scheme: scheme, Recorder: mgr.GetEventRecorder("sandboxwarmpool-controller"), MaxRefillRate: c.MaxRefillRate}: 1,
 		&extctrl.SandboxClaimReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Scheme: scheme,
 			WarmSandboxQueue: queue.NewSimpleSandboxQueue(), Recorder: mgr.GetEventRecorder("sandboxclaim-controller"), Tracer: noTracing{}}: 50,
 		&extctrl.SandboxTemplateReconciler{Client: mgr.GetClient(), Scheme: scheme, Recorder: mgr.GetEventRecorder("sandboxtemplate-controller"), Tracer: noTracing{}}: 1,
