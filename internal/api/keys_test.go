@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -154,18 +155,44 @@ func TestKeysTenants(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(b)
 	}
-	var stalls []*io.PipeWriter
-	stallDone := make(chan int, 2)
-	for i := range 2 {
+	// Two stalled uploads of a's, each started again if the key's limit
+	// turned it away (a probe below held the other slot as it came);
+	// closed at the end whatever happens, so no connection outlives the
+	// test.
+	stalls := make([]*io.PipeWriter, 2)
+	stallDone := make(chan int, 4) // the index of an upload that ended
+	stallStatus := make([]int, 2)
+	var statusMu sync.Mutex
+	stall := func(i int) {
 		pr, pw := io.Pipe()
-		stalls = append(stalls, pw)
+		stalls[i] = pw
 		go func() {
 			status, _ := importAs("a", fmt.Sprintf("stall%d", i), pr)
-			stallDone <- status
+			statusMu.Lock()
+			stallStatus[i] = status
+			statusMu.Unlock()
+			stallDone <- i
 		}()
 		go pw.Write(archBytes[:len(archBytes)/2])
 	}
+	t.Cleanup(func() {
+		for _, pw := range stalls {
+			pw.CloseWithError(errors.New("the test ended"))
+		}
+	})
+	stall(0)
+	stall(1)
 	if !waittest.Until(10*time.Second, func() bool {
+		for len(stallDone) > 0 {
+			i := <-stallDone
+			statusMu.Lock()
+			status := stallStatus[i]
+			statusMu.Unlock()
+			if status != http.StatusTooManyRequests {
+				t.Fatalf("stalled upload %d ended: %d", i, status)
+			}
+			stall(i)
+		}
 		status, _ := importAs("a", "third", strings.NewReader("not an archive"))
 		return status == http.StatusTooManyRequests
 	}) {
