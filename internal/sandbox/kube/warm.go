@@ -256,6 +256,11 @@ func (m *Manager) createClaimed(ctx context.Context, n Neuron, boot time.Duratio
 	sb, err := m.awaitAdopted(actx, n.ID, made, boot)
 	stopAdopt()
 	if rerr := <-raced; rerr != nil {
+		if sb != nil && sb.Name != ObjectName(n.ID) {
+			// Held already: undone with the claim, and waited for (never
+			// the name the cold create holds).
+			name = sb.Name
+		}
 		sb, err = nil, rerr
 	}
 	if err == nil {
@@ -265,11 +270,13 @@ func (m *Manager) createClaimed(ctx context.Context, n Neuron, boot time.Duratio
 		labelled := make(chan error, 1)
 		go func() { labelled <- m.labelClaimed(bctx, sb, made, n) }()
 		st, err = m.await(ctx, n.ID, name, sb.UID, boot)
-		if err == nil {
-			err = m.adoptClaimed(bctx, n)
-		}
+		// The environment goes to the pod's agent only once the labels
+		// hold, which they do only while the Sandbox is the claim's.
 		if lerr := <-labelled; lerr != nil && err == nil {
 			err = lerr
+		}
+		if err == nil {
+			err = m.adoptClaimed(bctx, n)
 		}
 		if err != nil { // the link made, if any, goes with the claim
 			m.mu.Lock()
@@ -435,6 +442,13 @@ func (a *adoption) sawSandbox(sb *sbv1.Sandbox, gone bool) *sbv1.Sandbox {
 	return a.held()
 }
 
+// forgetSandboxes forgets the Sandboxes seen.
+func (a *adoption) forgetSandboxes() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	clear(a.owned)
+}
+
 // held is the Sandbox the claim names and controls (nil: none yet).
 func (a *adoption) held() *sbv1.Sandbox {
 	if n := Adopted(a.claim); n != "" {
@@ -451,6 +465,9 @@ func (m *Manager) watchAdoption(ctx context.Context, claim *extv1.SandboxClaim, 
 	sel := labelsel.SelectorFromSet(labelsel.Set{extv1.SandboxIDLabel: string(claim.UID)}).String()
 	var sb *sbv1.Sandbox
 	done, err := follow(ctx, func() (watch.Interface, error) {
+		// A watch begun again (from no version) shows the Sandboxes as
+		// they are: what the last one saw may be gone since.
+		seen.forgetSandboxes()
 		w, err := sbs.Watch(ctx, metav1.ListOptions{LabelSelector: sel})
 		return w, explainIf(err, "watch", "sandboxes.agents.x-k8s.io", ns)
 	}, nil, func(ev watch.Event) (bool, error) {
