@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -371,46 +370,35 @@ func (m *Manager) awaitAdopted(ctx context.Context, id string, claim *extv1.Sand
 		err  error
 	}
 	seen := &adoption{owned: map[string]*sbv1.Sandbox{}}
-	var why atomic.Pointer[string]
+	why := "agent-sandbox's controller has not answered it (is its extensions controller running?)"
 	fromSandboxes, fromClaim := make(chan result, 1), make(chan result, 1)
-	go func() {
+	var wg sync.WaitGroup
+	wg.Go(func() {
 		sb, done, err := m.watchAdoption(wctx, claim, seen)
 		fromSandboxes <- result{sb, done, err}
-	}()
-	go func() {
+	})
+	wg.Go(func() {
 		sb, done, err := m.watchClaim(wctx, id, claim, seen, &why)
 		fromClaim <- result{sb, done, err}
-	}()
+	})
 	var r result
-	waitSandboxes, waitClaim := true, true
 	select {
 	case r = <-fromClaim:
-		waitClaim = false
 	case r = <-fromSandboxes:
-		waitSandboxes = false
 		if !r.done {
-			r, waitClaim = <-fromClaim, false
+			r = <-fromClaim
 		}
 	}
 	cancel()
-	if waitSandboxes {
-		<-fromSandboxes
-	}
-	if waitClaim {
-		<-fromClaim
-	}
+	wg.Wait() // both watches stopped; why is the claim watch's last word
 	switch {
 	case r.done || r.err != nil:
 		return r.sb, r.err
 	case errors.Is(ctx.Err(), context.Canceled):
 		return nil, fmt.Errorf("neuron %s: waiting for its SandboxClaim to hold a Sandbox: %w", id, ctx.Err())
 	}
-	reason := "agent-sandbox's controller has not answered it (is its extensions controller running?)"
-	if w := why.Load(); w != nil {
-		reason = *w
-	}
 	ns := m.Cluster.Config.Defaults().Namespace
-	return nil, errdefs.New(errdefs.Timeout, fmt.Sprintf("neuron %s's SandboxClaim %s/%s held no Sandbox within %v: %s", id, ns, ObjectName(id), boot, reason))
+	return nil, errdefs.New(errdefs.Timeout, fmt.Sprintf("neuron %s's SandboxClaim %s/%s held no Sandbox within %v: %s", id, ns, ObjectName(id), boot, why))
 }
 
 // adoption is what awaitAdopted's watches have seen: the claim, and the
@@ -485,7 +473,7 @@ func (m *Manager) watchAdoption(ctx context.Context, claim *extv1.SandboxClaim, 
 // controls (done: one the Sandbox watch saw, or the one its status
 // names, read back), it is deleted or replaced, or its controller says
 // it cannot give it one (an error); why is what keeps it waiting.
-func (m *Manager) watchClaim(ctx context.Context, id string, claim *extv1.SandboxClaim, seen *adoption, why *atomic.Pointer[string]) (*sbv1.Sandbox, bool, error) {
+func (m *Manager) watchClaim(ctx context.Context, id string, claim *extv1.SandboxClaim, seen *adoption, why *string) (*sbv1.Sandbox, bool, error) {
 	cfg := m.Cluster.Config.Defaults()
 	claims := m.Cluster.Claims.ExtensionsV1beta1().SandboxClaims(cfg.Namespace)
 	sbs := m.Cluster.Agents.AgentsV1beta1().Sandboxes(cfg.Namespace)
@@ -505,17 +493,15 @@ func (m *Manager) watchClaim(ctx context.Context, id string, claim *extv1.Sandbo
 			if err != nil && !apierrors.IsNotFound(err) && ctx.Err() == nil {
 				return nil, explain(err, "get", "sandboxes.agents.x-k8s.io", cfg.Namespace)
 			}
-			w := "Sandbox " + a + " is named on it and not yet its own"
-			why.Store(&w)
+			*why = "Sandbox " + a + " is named on it and not yet its own"
 		}
 		for _, cond := range c.Status.Conditions {
 			if cond.Type != string(sbv1.SandboxConditionReady) || cond.Status == metav1.ConditionTrue {
 				continue
 			}
-			w := cond.Reason + ": " + cond.Message
-			why.Store(&w)
+			*why = cond.Reason + ": " + cond.Message
 			if claimFailures[cond.Reason] {
-				return nil, errdefs.New(errdefs.Unavailable, fmt.Sprintf("neuron %s's SandboxClaim %s/%s cannot be given a Sandbox: %s (nsys-cortex doctor; docs/kube.md, \"Warm pools\")", id, cfg.Namespace, c.Name, w))
+				return nil, errdefs.New(errdefs.Unavailable, fmt.Sprintf("neuron %s's SandboxClaim %s/%s cannot be given a Sandbox: %s (nsys-cortex doctor; docs/kube.md, \"Warm pools\")", id, cfg.Namespace, c.Name, *why))
 			}
 		}
 		return nil, nil

@@ -230,7 +230,7 @@ func (k *Kubelet) follow(open func(context.Context, metav1.ListOptions) (watch.I
 				if w, err = open(k.ctx, metav1.ListOptions{ResourceVersion: version}); err == nil {
 					break
 				}
-				if apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
+				if expired(err) {
 					version = ""
 				}
 				began = time.Time{}
@@ -253,7 +253,7 @@ func (k *Kubelet) drain(w watch.Interface, version string, f func(watch.Event)) 
 				return version
 			}
 			if ev.Type == watch.Error {
-				if st, isStatus := ev.Object.(*metav1.Status); isStatus && (st.Code == 410 || st.Reason == metav1.StatusReasonExpired || st.Reason == metav1.StatusReasonGone) {
+				if expired(apierrors.FromObject(ev.Object)) {
 					return ""
 				}
 				return version
@@ -265,6 +265,10 @@ func (k *Kubelet) drain(w watch.Interface, version string, f func(watch.Event)) 
 		}
 	}
 }
+
+// expired says whether err is the API server's answer to a watch from a
+// version it no longer has.
+func expired(err error) bool { return apierrors.IsResourceExpired(err) || apierrors.IsGone(err) }
 
 // runs says whether this kubelet runs pod name's agent.
 func (k *Kubelet) runs(name string) bool {
