@@ -334,27 +334,14 @@ func TestWarmPoolForgedOwner(t *testing.T) {
 		t.Fatal(err)
 	}
 	warmReady(t, ext, cfg, 1)
-	w, err := ext.ExtensionsV1beta1().SandboxClaims(cfg.Namespace).Watch(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", kube.ObjectName("v")).String()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Stop()
-	forged := make(chan error, 1)
-	go func() {
-		for ev := range w.ResultChan() {
-			c, ok := ev.Object.(*extv1.SandboxClaim)
-			if !ok || ev.Type != watch.Added {
-				continue
-			}
-			sb := &sbv1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: "forged", Namespace: cfg.Namespace,
-				Labels:          map[string]string{extv1.SandboxIDLabel: string(c.UID)},
-				OwnerReferences: []metav1.OwnerReference{{APIVersion: extv1.GroupVersion.String(), Kind: "SandboxClaim", Name: c.Name, UID: c.UID, Controller: ptr.To(true)}}},
-				Spec: sbv1.SandboxSpec{SandboxBlueprint: kube.Template(cfg, podtoken.Fingerprint(m.Key.Public().(ed25519.PublicKey))).Spec.SandboxBlueprint}}
-			_, err := ag.AgentsV1beta1().Sandboxes(cfg.Namespace).Create(ctx, sb, metav1.CreateOptions{})
-			forged <- err
-			return
-		}
-	}()
+	forged := onClaimMade(t, ext, cfg, "v", func(c *extv1.SandboxClaim) error {
+		sb := &sbv1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: "forged", Namespace: cfg.Namespace,
+			Labels:          map[string]string{extv1.SandboxIDLabel: string(c.UID)},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: extv1.GroupVersion.String(), Kind: "SandboxClaim", Name: c.Name, UID: c.UID, Controller: ptr.To(true)}}},
+			Spec: sbv1.SandboxSpec{SandboxBlueprint: kube.Template(cfg, podtoken.Fingerprint(m.Key.Public().(ed25519.PublicKey))).Spec.SandboxBlueprint}}
+		_, err := ag.AgentsV1beta1().Sandboxes(cfg.Namespace).Create(ctx, sb, metav1.CreateOptions{})
+		return err
+	})
 	_, cerr := m.Create(ctx, "v", sandbox.CreateOptions{BootTimeout: 30 * time.Second, Env: []string{"SECRET=s3cr3t"}})
 	if err := <-forged; err != nil {
 		t.Fatalf("forging a Sandbox of v's claim: %v", err)
@@ -372,6 +359,28 @@ func TestWarmPoolForgedOwner(t *testing.T) {
 	if id := got.Labels[kube.LabelID]; id != "" {
 		t.Fatalf("the forged Sandbox was labelled as neuron %q's", id)
 	}
+}
+
+// onClaimMade runs f on neuron id's claim the moment it is made (its
+// ADDED event), on a watch opened before onClaimMade returns; f's answer
+// comes on the channel, once.
+func onClaimMade(t *testing.T, ext extclient.Interface, cfg kube.Config, id string, f func(*extv1.SandboxClaim) error) <-chan error {
+	t.Helper()
+	w, err := ext.ExtensionsV1beta1().SandboxClaims(cfg.Namespace).Watch(context.Background(), metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", kube.ObjectName(id)).String()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.Stop)
+	answer := make(chan error, 1)
+	go func() {
+		for ev := range w.ResultChan() {
+			if c, ok := ev.Object.(*extv1.SandboxClaim); ok && ev.Type == watch.Added {
+				answer <- f(c)
+				return
+			}
+		}
+	}()
+	return answer
 }
 
 // foreignSandbox makes neuron a, writes a file in it, and creates neuron
@@ -397,21 +406,9 @@ func foreignSandbox(t *testing.T, made bool, inject func(ctx context.Context, ex
 		t.Fatal(err)
 	}
 	warmReady(t, ext, cfg, 1)
-	claims := ext.ExtensionsV1beta1().SandboxClaims(cfg.Namespace)
-	w, err := claims.Watch(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", kube.ObjectName("b")).String()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Stop()
-	injected := make(chan error, 1)
-	go func() {
-		for ev := range w.ResultChan() {
-			if claim, ok := ev.Object.(*extv1.SandboxClaim); ok && ev.Type == watch.Added {
-				injected <- inject(ctx, ext, ag, cfg, claim, nameA)
-				return
-			}
-		}
-	}()
+	injected := onClaimMade(t, ext, cfg, "b", func(claim *extv1.SandboxClaim) error {
+		return inject(ctx, ext, ag, cfg, claim, nameA)
+	})
 	bOpts := boot
 	bOpts.Labels = labels.Set{"tenant": "mallory"}
 	_, cerr := m.Create(ctx, "b", bOpts)
