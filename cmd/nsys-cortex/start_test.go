@@ -271,8 +271,9 @@ func benchCLI(b *testing.B, bin, floor, mode string, copies bool) {
 	cmds := [][]string{{"/bin/true"}, {floor}, {bin, "version"}, {bin, "exec", "b000", "--", "/bin/true"}, {bin, "list"}}
 	if copies {
 		// cp-in and cp-out replace the file the iteration before made (an
-		// atomic replace: on ext4 the rename starts the new file's
-		// writeback); cp-out-new and cp-in-new make a file that was not
+		// atomic replace: on ext4 the rename starts the writeback of a
+		// file whose blocks were not allocated ahead, link.reserve);
+		// cp-out-new and cp-in-new make a file that was not
 		// there (cp-out-new's is removed once timed). The order is
 		// part of the figures: whatever comes after a copy pays for its
 		// writeback, and a sync between them (as Suite/File64M has) made

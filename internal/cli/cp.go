@@ -37,7 +37,9 @@ is the path as the neuron sees it (in process mode it must lie inside the
 workdir). Copying into an existing directory puts the source inside it;
 otherwise the destination's directory must exist. "-" is stdin (as SRC) or
 stdout (as DST), for a single file. An interrupted copy leaves the
-destination as it was.
+destination as it was. Like cp(1), it does not wait for the disk: a copy
+that must survive a power loss or a crash of the host right after it is
+followed by sync (on the host, or "nsys-cortex exec ID -- sync").
 
 The destination you name is resolved as you wrote it; everything the copy
 makes below it is made without following any symlink, so a link a neuron

@@ -431,6 +431,7 @@ func (c *Client) ReadRangeTo(ctx context.Context, p string, off, n int64, w io.W
 		buf := chunkPool.Get().(*[]byte)
 		res, body, err := c.readChunk(ctx, p, off, *buf)
 		if err == nil {
+			reserveFresh(w, int64(len(body)))
 			_, err = w.Write(body)
 		}
 		chunkPool.Put(buf)
@@ -488,6 +489,7 @@ func (c *Client) ReadRangeTo(ctx context.Context, p string, off, n int64, w io.W
 		queue = queue[1:]
 		err := pd.err
 		if err == nil {
+			reserveFresh(w, int64(len(pd.body)))
 			_, err = w.Write(pd.body)
 			total += int64(len(pd.body))
 		}
@@ -661,12 +663,32 @@ func copyRange(ctx context.Context, f *os.File, p string, off, end int64, w io.W
 		return 0, errFallback
 	}
 	wf, _ := w.(*os.File)
-	var total int64
+	// Into a Fresh file, each step's blocks are allocated just before the
+	// step is copied: whatever the neuron's file says it holds (a size,
+	// blocks it can punch out meanwhile), nothing is reserved more than a
+	// step ahead of the data.
+	at, fresh := int64(0), false
+	if ff, ok := w.(Fresh); ok {
+		wf = ff.File
+		at, fresh = atEnd(wf)
+	}
+	var total, reserved int64
+	if fresh {
+		defer func() {
+			if total < reserved {
+				wf.Truncate(at + total) // the blocks reserved past what came go back
+			}
+		}()
+	}
 	for total < end-off {
 		if ctx.Err() != nil {
 			return total, ctxError(protocol.CmdFileRead, ctx)
 		}
 		step := min(copyStep, end-off-total)
+		if fresh {
+			reserve(wf, at+total, step)
+			reserved = total + step
+		}
 		n, err := int64(0), errNoKernelCopy
 		if wf != nil {
 			n, err = copyFiles(wf, f, step)

@@ -96,10 +96,82 @@ var errNoKernelCopy = errors.New("no kernel copy between these files")
 // errFallback says the host view cannot do this copy and the channel must.
 var errFallback = errors.New("not through the host view")
 
-// copyInto writes first, then the rest of src, into f: an *os.File source
-// goes kernel to kernel (copy_file_range or splice). A cancelled ctx ends
-// the copy at its next read.
+// copyInto writes first, then the rest of src, into f, the empty file an
+// upload fills: an *os.File source goes kernel to kernel (copy_file_range
+// or splice). The blocks of what src is known to hold are allocated first
+// (reserve), and given back if it ends early. A cancelled ctx ends the
+// copy at its next read.
 func copyInto(ctx context.Context, f *os.File, first []byte, src io.Reader) (int64, error) {
+	want := int64(len(first)) + knownLen(src)
+	at, ok := atEnd(f) // the agent's file: at 0, unless it moved the offset it shares
+	if ok {
+		reserve(f, at, want)
+	}
+	n, err := copyAll(ctx, f, first, src)
+	if ok && n < want {
+		// The source ended early, or the copy failed: the blocks reserved
+		// past what came go back.
+		if terr := f.Truncate(at + n); err == nil {
+			err = terr
+		}
+	}
+	return n, err
+}
+
+// reserve is reserveBlocks; tests watch it.
+var reserve = reserveBlocks
+
+// Fresh marks a file its caller has just made, empty, for a copy to fill
+// (cp's temporary file on the host): a copy out of a neuron into it
+// allocates its blocks a step ahead of the data (reserve), and gives back
+// what a copy cut short did not fill. Only such a file: a caller's other
+// files (a shell's redirection of stdout, shared with other writers) are
+// written to, never allocated or truncated.
+type Fresh struct{ *os.File }
+
+// reserveFresh reserves the blocks of the next n bytes written to w when
+// it is a Fresh file.
+func reserveFresh(w io.Writer, n int64) {
+	if ff, ok := w.(Fresh); ok {
+		if at, ok := atEnd(ff.File); ok {
+			reserve(ff.File, at, n)
+		}
+	}
+}
+
+// knownLen is how many bytes src holds when that is known before reading
+// it (bytes in memory, a regular file), else 0. A file counts no more than
+// the blocks it has: a sparse file's holes reserve nothing where it goes.
+func knownLen(src io.Reader) int64 {
+	switch s := src.(type) {
+	case *bytes.Reader:
+		return int64(s.Len())
+	case *os.File:
+		var st unix.Stat_t
+		if unix.Fstat(int(s.Fd()), &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
+			return 0
+		}
+		off, err := s.Seek(0, io.SeekCurrent)
+		if err != nil || off > st.Size {
+			return 0
+		}
+		return min(st.Size-off, st.Blocks*512)
+	}
+	return 0
+}
+
+// atEnd returns where the next write to f goes when f is a regular file
+// written at its end.
+func atEnd(f *os.File) (int64, bool) {
+	var st unix.Stat_t
+	if unix.Fstat(int(f.Fd()), &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return 0, false
+	}
+	off, err := f.Seek(0, io.SeekCurrent)
+	return off, err == nil && off == st.Size
+}
+
+func copyAll(ctx context.Context, f *os.File, first []byte, src io.Reader) (int64, error) {
 	w, err := f.Write(first)
 	n := int64(w)
 	if err != nil {

@@ -5,8 +5,10 @@ package link
 import (
 	"context"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -157,4 +159,164 @@ func inoOf(t *testing.T, p string) uint64 {
 		t.Fatal(err)
 	}
 	return st.Ino
+}
+
+// allocated is how many bytes of disk f's blocks take.
+func allocated(t *testing.T, f *os.File) int64 {
+	t.Helper()
+	var st syscall.Stat_t
+	if err := syscall.Fstat(int(f.Fd()), &st); err != nil {
+		t.Fatal(err)
+	}
+	return st.Blocks * 512
+}
+
+// reservable skips the test when dir's filesystem cannot allocate blocks
+// ahead of the data.
+func reservable(t *testing.T, dir string) {
+	t.Helper()
+	f, err := os.Create(filepath.Join(dir, "probe"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	reserve(f, 0, 4<<20)
+	if allocated(t, f) < 4<<20 {
+		t.Skip("this filesystem does not allocate ahead (fallocate)")
+	}
+}
+
+// reservation is one call of reserve, with f's size at the time.
+type reservation struct {
+	file           string
+	off, size, was int64
+}
+
+// watchReserve records every reservation made until the test ends, and
+// makes it.
+func watchReserve(t *testing.T) *[]reservation {
+	var got []reservation
+	prev := reserve
+	reserve = func(f *os.File, off, size int64) {
+		st, err := f.Stat()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, reservation{filepath.Base(f.Name()), off, size, st.Size()})
+		prev(f, off, size)
+	}
+	t.Cleanup(func() { reserve = prev })
+	return &got
+}
+
+// A copy allocates the blocks it is about to fill (an upload renamed over
+// a file then does not start ext4's writeback at the rename), only in a
+// file made for it, at its end, never more than a step ahead of the data
+// whatever the neuron's file claims, and gives back what it did not fill.
+func TestCopyReserves(t *testing.T) {
+	dir := t.TempDir()
+	reservable(t, dir)
+	data := strings.Repeat("0123456789abcdef", 3<<20/16) // 3 MiB
+	src := filepath.Join(dir, "src")
+	if err := os.WriteFile(src, []byte(data), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	open := func(t *testing.T) *os.File {
+		f, err := os.Open(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { f.Close() })
+		return f
+	}
+	create := func(t *testing.T, name string) *os.File {
+		f, err := os.Create(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { f.Close() })
+		return f
+	}
+	same := func(t *testing.T, f *os.File, want string) {
+		t.Helper()
+		if got, _ := os.ReadFile(f.Name()); string(got) != want {
+			t.Fatalf("%s holds %d bytes, not the %d copied", f.Name(), len(got), len(want))
+		}
+		if a := allocated(t, f); a > int64(len(want))+64<<10 {
+			t.Fatalf("%s holds %d bytes of disk for %d bytes of data", f.Name(), a, len(want))
+		}
+	}
+
+	t.Run("upload", func(t *testing.T) {
+		got := watchReserve(t)
+		in := open(t)
+		in.Seek(1<<20, 0) // what the first chunk carried is not read again
+		dst := create(t, "upload")
+		n, err := copyInto(context.Background(), dst, []byte(data[:1<<20]), in)
+		if err != nil || n != int64(len(data)) {
+			t.Fatalf("copyInto: %d, %v", n, err)
+		}
+		same(t, dst, data)
+		if want := []reservation{{"upload", 0, int64(len(data)), 0}}; !slices.Equal(*got, want) {
+			t.Fatalf("reserved %+v, want %+v", *got, want)
+		}
+	})
+
+	t.Run("sparse", func(t *testing.T) {
+		f := create(t, "sparse")
+		if err := f.Truncate(1 << 40); err != nil { // a terabyte of holes
+			t.Fatal(err)
+		}
+		if _, err := f.WriteAt([]byte(data), 0); err != nil {
+			t.Fatal(err)
+		}
+		if got := knownLen(f); got < int64(len(data)) || got > int64(len(data))+1<<20 {
+			t.Fatalf("a 1 TiB file with 3 MiB of data counts %d bytes", got)
+		}
+	})
+
+	t.Run("ends early", func(t *testing.T) {
+		// The first MiB came through the channel; the neuron's file was
+		// said to end at 20 MiB and holds 3. A step at most is reserved,
+		// at the file's end, and what the step did not fill goes back.
+		got := watchReserve(t)
+		dst := create(t, "short")
+		reserveFresh(Fresh{dst}, 1<<20)
+		if _, err := dst.Write([]byte(data[:1<<20])); err != nil {
+			t.Fatal(err)
+		}
+		n, err := copyRange(context.Background(), open(t), "/src", 1<<20, 20<<20, Fresh{dst})
+		if err != nil || n != int64(len(data))-1<<20 {
+			t.Fatalf("copyRange: %d, %v", n, err)
+		}
+		same(t, dst, data)
+		if len(*got) != 2 || (*got)[0] != (reservation{"short", 0, 1 << 20, 0}) {
+			t.Fatalf("reserved %+v", *got)
+		}
+		if r := (*got)[1]; r.off != r.was || r.off != 1<<20 || r.size > copyStep {
+			t.Fatalf("a step reserved %+v: not at the file's end, or more than a step", r)
+		}
+	})
+
+	t.Run("not made for it", func(t *testing.T) {
+		// A caller's own file (stdout redirected to a sparse image) is
+		// written at its end; nothing is reserved in it, nothing cut.
+		got := watchReserve(t)
+		dst := create(t, "image")
+		if err := dst.Truncate(64 << 20); err != nil {
+			t.Fatal(err)
+		}
+		dst.Seek(0, io.SeekEnd)
+		reserveFresh(dst, 1<<20)
+		n, err := copyRange(context.Background(), open(t), "/src", 0, 20<<20, dst)
+		if err != nil || n != int64(len(data)) {
+			t.Fatalf("copyRange: %d, %v", n, err)
+		}
+		if len(*got) != 0 {
+			t.Fatalf("reserved %+v in a file the copy did not make", *got)
+		}
+		if st, _ := dst.Stat(); st.Size() != 64<<20+int64(len(data)) {
+			t.Fatalf("the caller's file is %d bytes after the copy", st.Size())
+		}
+	})
 }

@@ -282,7 +282,7 @@ func receiveFile(ctx context.Context, src Location, dir *hostfs.Dir, name string
 	if err != nil {
 		return err
 	}
-	_, err = src.Client.ReadFileTo(ctx, src.Path, tmp)
+	_, err = src.Client.ReadFileTo(ctx, src.Path, link.Fresh{File: tmp})
 	if err == nil {
 		err = tmp.Chmod(mode.Perm())
 	}
