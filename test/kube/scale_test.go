@@ -289,3 +289,67 @@ func BenchmarkWarmClaims(b *testing.B) {
 		b.ReportMetric(refill, "refill-per-s")
 	}
 }
+
+// BenchmarkConnect times what a new host process (a CLI call in kube
+// mode) pays to reach a running neuron: Connect (the neuron's objects
+// read, its pod checked and dialled, the hello) and one exec of true,
+// from a Manager of its own each time, for three neurons: one a claim
+// started cold (so named as its claim), one a claim that took a warm
+// Sandbox (named as the pool's), and one that no claim holds (a create
+// with limits, which no warm Sandbox serves).
+func BenchmarkConnect(b *testing.B) {
+	rc := cluster.Start(b, cluster.Options{Sandboxes: true, Quiet: true})
+	core := kubernetes.NewForConfigOrDie(rc)
+	ag := cluster.Agents(rc)
+	ext := cluster.Extensions(rc)
+	cluster.StartController(b, rc)
+	cfg := kube.Config{OpenNetwork: true, Image: "registry.example/nsys-cortex-neuron:1", WarmPool: 1}.Defaults()
+	cluster.Prepare(b, core, cfg)
+	kubesim.StartBeside(b, core, ag, cfg).CollectClaims(ext)
+	m := hostManager(b, rc, core, cfg)
+	defer m.Close()
+	ctx := context.Background()
+	boot := sandbox.CreateOptions{BootTimeout: time.Minute}
+	if _, err := m.Create(ctx, "first", boot); err != nil {
+		b.Fatal(err)
+	}
+	if !waittest.Until(time.Minute, func() bool {
+		p, err := ext.ExtensionsV1beta1().SandboxWarmPools(cfg.Namespace).Get(ctx, kube.WarmPoolName, metav1.GetOptions{})
+		return err == nil && p.Status.ReadyReplicas >= 1
+	}) {
+		b.Fatal("the warm pool had no ready Sandbox within a minute")
+	}
+	if _, err := m.Create(ctx, "pooled", boot); err != nil {
+		b.Fatal(err)
+	}
+	if name, _, err := m.Cluster.Resolve(ctx, "pooled"); err != nil || name == kube.ObjectName("pooled") {
+		b.Fatalf("pooled runs in %q (%v), not a warm Sandbox", name, err)
+	}
+	cold := boot
+	cold.Limits.MemoryBytes = 256 << 20
+	if _, err := m.Create(ctx, "unclaimed", cold); err != nil {
+		b.Fatal(err)
+	}
+	ids := []string{"first", "pooled", "unclaimed"}
+	took := make([][]time.Duration, len(ids))
+	b.ResetTimer()
+	for range b.N {
+		for i, id := range ids {
+			fresh := &kube.Manager{Cluster: m.Cluster, Key: m.Key}
+			start := time.Now()
+			c, err := fresh.Connect(ctx, id)
+			if err == nil {
+				_, err = c.Exec(ctx, &link.ExecRequest{Command: protocol.Command{Argv: []string{"true"}}})
+			}
+			took[i] = append(took[i], time.Since(start))
+			fresh.Close()
+			if err != nil {
+				b.Fatalf("%s: %v", id, err)
+			}
+		}
+	}
+	b.StopTimer()
+	for i, id := range ids {
+		b.ReportMetric(ms(pct(took[i], 50)), id+"-p50-ms")
+	}
+}
