@@ -313,12 +313,7 @@ func BenchmarkConnect(b *testing.B) {
 	if _, err := m.Create(ctx, "first", boot); err != nil {
 		b.Fatal(err)
 	}
-	if !waittest.Until(time.Minute, func() bool {
-		p, err := ext.ExtensionsV1beta1().SandboxWarmPools(cfg.Namespace).Get(ctx, kube.WarmPoolName, metav1.GetOptions{})
-		return err == nil && p.Status.ReadyReplicas >= 1
-	}) {
-		b.Fatal("the warm pool had no ready Sandbox within a minute")
-	}
+	warmReady(b, ext, cfg, 1)
 	if _, err := m.Create(ctx, "pooled", boot); err != nil {
 		b.Fatal(err)
 	}

@@ -35,7 +35,7 @@ import (
 )
 
 // warmReady waits until the namespace's warm pool has n ready Sandboxes.
-func warmReady(t *testing.T, ext extclient.Interface, cfg kube.Config, n int32) {
+func warmReady(t testing.TB, ext extclient.Interface, cfg kube.Config, n int32) {
 	t.Helper()
 	waittest.For(t, 60*time.Second, "the warm pool to have its neurons ready", func() bool {
 		p, err := ext.ExtensionsV1beta1().SandboxWarmPools(cfg.Namespace).Get(context.Background(), kube.WarmPoolName, metav1.GetOptions{})

@@ -363,8 +363,8 @@ func (c *Cluster) Observe(ctx context.Context, id string, known, wasReady bool) 
 // objects are a neuron's objects as one read found them, and its state.
 type objects struct {
 	Observed
-	// name and claim are what Resolve found (claim nil: no claim holds
-	// the neuron).
+	// name and claim are what Resolve would find: the name of the
+	// neuron's Sandbox and pod, and its claim (nil: no claim holds it).
 	name  string
 	claim *extv1.SandboxClaim
 	sb    *sbv1.Sandbox // nil: none (or the pods path)
