@@ -21,6 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
@@ -293,7 +294,7 @@ func (m *Manager) await(ctx context.Context, id, name string, owner types.UID, b
 		last = Observe(nil, pod, true, false)
 		switch last.Phase {
 		case Running:
-			if !ofNeuron(id, pod, owner) {
+			if !ofNeuron(id, pod, m.Cluster.Agents != nil, owner) {
 				// Not yet known as the neuron's: connect once it is.
 				last.Reason = "its pod does not name the neuron yet"
 				return nil, nil, false
@@ -477,8 +478,8 @@ func (m *Manager) connect(ctx context.Context, id string, pod *corev1.Pod, owner
 // trust key): a SandboxTemplate or Sandbox someone changed does not get
 // this host's tokens.
 func (m *Manager) checkPod(id string, pod *corev1.Pod, owner types.UID) (*boot.EgressTunnelSecrets, error) {
-	if !ofNeuron(id, pod, owner) {
-		return nil, errdefs.New(errdefs.NotRunning, fmt.Sprintf("neuron %s's pod %s/%s names neuron %q", id, pod.Namespace, pod.Name, podNeuron(pod)))
+	if !ofNeuron(id, pod, m.Cluster.Agents != nil, owner) {
+		return nil, errdefs.New(errdefs.NotRunning, fmt.Sprintf("neuron %s's pod %s/%s names neuron %q, or its Sandbox does not control it", id, pod.Namespace, pod.Name, podNeuron(pod)))
 	}
 	if a := agentID(pod); a != "" && a != id {
 		return nil, errdefs.New(errdefs.NotRunning, fmt.Sprintf("neuron %s's pod %s/%s runs the agent of neuron %q", id, pod.Namespace, pod.Name, a))
@@ -521,15 +522,34 @@ func (m *Manager) checkPod(id string, pod *corev1.Pod, owner types.UID) (*boot.E
 // annotation, names id; or, the annotation not there yet, the pod's
 // controller is owner, the Sandbox id's claim holds (Resolve checked that
 // chain: the claim n-<id>, its Sandbox, the Sandbox's pod).
-func ofNeuron(id string, pod *corev1.Pod, owner types.UID) bool {
+func ofNeuron(id string, pod *corev1.Pod, sandboxes bool, owner types.UID) bool {
+	if sandboxes && !ofSandbox(pod, owner) {
+		return false
+	}
 	switch got := podNeuron(pod); {
 	case got == id:
 		return true
 	case got != "" || owner == "":
 		return false
 	}
+	return true // a pod of the warm pool, whose Sandbox the claim holds
+}
+
+// ofSandbox says whether pod is one an agent-sandbox Sandbox named as
+// the pod (and, when owner is set, of that uid) controls: the only pods
+// the host takes where the cluster serves Sandboxes. A label or
+// annotation alone is anyone's who may make a pod, and so is an owner
+// reference of another group, which agent-sandbox's controller adopts
+// all the same (it compares uids); an owner reference in its group only
+// the hosts and that controller may write where deploy/kubernetes's
+// admission policy holds (docs/security.md, "kube").
+func ofSandbox(pod *corev1.Pod, owner types.UID) bool {
 	ref := metav1.GetControllerOf(pod)
-	return ref != nil && ref.Kind == "Sandbox" && ref.UID == owner
+	if ref == nil {
+		return false
+	}
+	gv, err := schema.ParseGroupVersion(ref.APIVersion)
+	return err == nil && gv.Group == sbv1.GroupVersion.Group && ref.Kind == "Sandbox" && ref.Name == pod.Name && (owner == "" || ref.UID == owner)
 }
 
 // agentID is the neuron id the agent of pod answers as: its --id flag

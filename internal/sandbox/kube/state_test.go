@@ -7,6 +7,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	sbv1 "sigs.k8s.io/agent-sandbox/api/v1beta1"
 
 	"github.com/nsys-cortex/cortex/internal/sandbox"
@@ -132,5 +134,49 @@ func TestDeadlineObserved(t *testing.T) {
 	pod.Annotations[AnnotationDeadline] = "not a time"
 	if o := Observe(nil, pod, false, false); o.Deadline != nil {
 		t.Errorf("a deadline that does not parse: %+v", o)
+	}
+}
+
+// Which pod the host takes as a neuron's (ofNeuron): where the cluster
+// serves Sandboxes, only one its Sandbox, named as the pod, controls
+// (and, for a claimed neuron, the Sandbox of the uid the claim holds),
+// whatever its labels or annotations say; on the fallback path, the pod
+// that names the neuron. The review's forgeries of 12-07, each made by
+// someone who may make pods: a pod under the neuron's name with its
+// annotation and no owner, and one with a controller of another group
+// that agent-sandbox's controller adopts by uid.
+func TestOfNeuron(t *testing.T) {
+	const uid = "uid-of-n-a"
+	sandboxRef := func(apiVersion, name, uid string) func(*corev1.Pod) {
+		return func(p *corev1.Pod) {
+			p.OwnerReferences = []metav1.OwnerReference{{APIVersion: apiVersion, Kind: "Sandbox", Name: name, UID: types.UID(uid), Controller: ptr.To(true)}}
+		}
+	}
+	labelled := func(p *corev1.Pod) { p.Labels = map[string]string{LabelID: "a"} }
+	annotated := func(p *corev1.Pod) { p.Annotations = map[string]string{LabelID: "a"} }
+	ours := sandboxRef(sbv1.GroupVersion.String(), "n-a", uid)
+	for _, c := range []struct {
+		what      string
+		pod       *corev1.Pod
+		sandboxes bool
+		owner     types.UID
+		want      bool
+	}{
+		{"its Sandbox's, labelled", podWith(corev1.PodRunning, labelled, ours), true, "", true},
+		{"its claim's Sandbox's, unlabelled", podWith(corev1.PodRunning, ours), true, uid, true},
+		{"its claim's Sandbox's, annotated", podWith(corev1.PodRunning, annotated, ours), true, uid, true},
+		{"labelled, no owner", podWith(corev1.PodRunning, labelled), true, "", false},
+		{"annotated, no owner", podWith(corev1.PodRunning, annotated), true, uid, false},
+		{"a controller of another group", podWith(corev1.PodRunning, labelled, sandboxRef("x.example/v1", "n-a", uid)), true, uid, false},
+		{"another Sandbox's", podWith(corev1.PodRunning, labelled, sandboxRef(sbv1.GroupVersion.String(), "n-b", uid)), true, "", false},
+		{"a Sandbox of another uid", podWith(corev1.PodRunning, labelled, sandboxRef(sbv1.GroupVersion.String(), "n-a", "other")), true, uid, false},
+		{"its Sandbox's, naming another neuron", podWith(corev1.PodRunning, ours, func(p *corev1.Pod) { p.Labels = map[string]string{LabelID: "b"} }), true, uid, false},
+		{"its Sandbox's, naming none, no claim", podWith(corev1.PodRunning, ours), true, "", false},
+		{"the fallback's, labelled", podWith(corev1.PodRunning, labelled), false, "", true},
+		{"the fallback's, unlabelled", podWith(corev1.PodRunning), false, "", false},
+	} {
+		if got := ofNeuron("a", c.pod, c.sandboxes, c.owner); got != c.want {
+			t.Errorf("%s: taken %v, want %v", c.what, got, c.want)
+		}
 	}
 }

@@ -342,7 +342,9 @@ func (k *Kubelet) reconcile(ctx context.Context, sb *sbv1.Sandbox, et watch.Even
 			Spec: *ct.Spec.DeepCopy()}
 		k.core.CoreV1().PersistentVolumeClaims(sb.Namespace).Create(ctx, pvc, metav1.CreateOptions{}) // an existing claim stays
 	}
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: sb.Name, Namespace: sb.Namespace, Labels: sb.Spec.PodTemplate.ObjectMeta.Labels},
+	// Controlled by its Sandbox, as the controller makes it.
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: sb.Name, Namespace: sb.Namespace, Labels: sb.Spec.PodTemplate.ObjectMeta.Labels,
+		OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(sb, sbv1.GroupVersion.WithKind("Sandbox"))}},
 		Spec: *sb.Spec.PodTemplate.Spec.DeepCopy()}
 	// The controller makes the claims of the Sandbox's templates; the pod
 	// mounts them by the name it gives them.
