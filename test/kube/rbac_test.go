@@ -1,7 +1,6 @@
 package kube_test
 
 import (
-	"bytes"
 	"context"
 	"os"
 	"slices"
@@ -39,9 +38,13 @@ func TestDeployedRole(t *testing.T) {
 }
 
 // TestDeployedRoleWarmPool: the deployed Role grants what warm pools
-// take (the claims, the pool and its template): TestWarmPool's scenario
-// with the host's Manager as the deployed identity, agent-sandbox's
-// controllers as the cluster's.
+// take (the claims, the pool and its template), and the deployed
+// admission policy lets the hosts and agent-sandbox's controller do
+// all they do: TestWarmPool's scenario with the host's Manager as the
+// deployed identity, agent-sandbox's controllers as the ServiceAccount
+// the policy names, under the policy. Then, as anyone else the
+// namespace's RBAC lets write those objects, each write the policy is
+// there to stop is refused (forgeries).
 func TestDeployedRoleWarmPool(t *testing.T) {
 	rc := cluster.Start(t, cluster.Options{Sandboxes: true, RBAC: true, Quiet: true})
 	admin := kubernetes.NewForConfigOrDie(rc)
@@ -49,8 +52,13 @@ func TestDeployedRoleWarmPool(t *testing.T) {
 	cluster.Prepare(t, admin, cfg)
 	sa := applyRBAC(t, admin, cfg.Namespace, nil)
 	hostCfg := as(rc, cfg.Namespace, sa)
+	ctrlCfg := controllerIdentity(t, admin, rc)
+	applyAdmission(t, admin)
+	tenant := tenantIdentity(t, admin, rc, cfg.Namespace)
 	awaitGrant(t, kubernetes.NewForConfigOrDie(hostCfg), cfg.Namespace)
-	warmPool(t, rc, hostCfg, cfg)
+	awaitPolicy(t, kubernetes.NewForConfigOrDie(tenant), cfg.Namespace)
+	m := warmPool(t, collectorIdentity(t, admin, rc), ctrlCfg, hostCfg, cfg)
+	forgeries(t, tenant, m, "cold", "w1")
 }
 
 func deployedRole(t *testing.T, sandboxes bool) {
@@ -202,18 +210,10 @@ func as(rc *rest.Config, ns, sa string) *rest.Config {
 // in namespace ns, and returns the ServiceAccount's name.
 func applyRBAC(t *testing.T, admin kubernetes.Interface, ns string, edit func(*rbacv1.Role)) string {
 	t.Helper()
-	const file = "../../deploy/kubernetes/rbac.yaml"
-	b, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx := context.Background()
 	var sa string
-	for _, doc := range bytes.Split(b, []byte("\n---\n")) {
-		obj, _, err := scheme.Codecs.UniversalDeserializer().Decode(doc, nil, nil)
-		if err != nil {
-			t.Fatalf("%s: %v", file, err)
-		}
+	for _, obj := range deployDocs(t, "rbac.yaml") {
+		var err error
 		switch o := obj.(type) {
 		case *corev1.ServiceAccount:
 			o.Namespace, sa = ns, o.Name
@@ -231,14 +231,14 @@ func applyRBAC(t *testing.T, admin kubernetes.Interface, ns string, edit func(*r
 			}
 			_, err = admin.RbacV1().RoleBindings(ns).Create(ctx, o, metav1.CreateOptions{})
 		default:
-			t.Fatalf("%s: unexpected %T", file, obj)
+			t.Fatalf("rbac.yaml: unexpected %T", obj)
 		}
 		if err != nil {
 			t.Fatal(err)
 		}
 	}
 	if sa == "" {
-		t.Fatalf("%s holds no ServiceAccount", file)
+		t.Fatal("rbac.yaml holds no ServiceAccount")
 	}
 	return sa
 }

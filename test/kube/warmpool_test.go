@@ -56,17 +56,18 @@ func TestWarmPool(t *testing.T) {
 	rc := cluster.Start(t, cluster.Options{Sandboxes: true, Quiet: true})
 	cfg := kube.Config{OpenNetwork: true, Image: "registry.example/nsys-cortex-neuron:1", WarmPool: 2}.Defaults()
 	cluster.Prepare(t, kubernetes.NewForConfigOrDie(rc), cfg)
-	warmPool(t, rc, rc, cfg)
+	warmPool(t, rc, rc, rc, cfg)
 }
 
 // warmPool runs TestWarmPool's scenario on the cluster rc reaches, whose
-// namespace is prepared: agent-sandbox's controllers and the simulated
-// kubelet as rc's identity, the host's Manager as hostRC's.
-func warmPool(t *testing.T, rc, hostRC *rest.Config, cfg kube.Config) {
+// namespace is prepared: the simulated kubelet as rc's identity,
+// agent-sandbox's controllers as ctrlRC's, the host's Manager as
+// hostRC's. It returns the Manager, its neurons left running.
+func warmPool(t *testing.T, rc, ctrlRC, hostRC *rest.Config, cfg kube.Config) *kube.Manager {
 	core := kubernetes.NewForConfigOrDie(rc)
 	ag := cluster.Agents(rc)
 	ext := cluster.Extensions(rc)
-	cluster.StartController(t, rc)
+	cluster.StartController(t, ctrlRC)
 	boxedKubelet(t, func() *kubesim.Kubelet { return kubesim.StartBeside(t, core, ag, cfg) }).CollectClaims(ext)
 	m := manager(t, kubernetes.NewForConfigOrDie(hostRC), cluster.Agents(hostRC), cfg)
 	m.Cluster.Claims = cluster.Extensions(hostRC)
@@ -276,6 +277,7 @@ func warmPool(t *testing.T, rc, hostRC *rest.Config, cfg kube.Config) {
 	if name, claim, err := m.Cluster.Resolve(ctx, "cold"); err != nil || claim != nil || name != kube.ObjectName("cold") {
 		t.Fatalf("a create with limits: Sandbox %s, claim %v, %v", name, claim, err)
 	}
+	return m
 }
 
 // warmEnv is a cluster with agent-sandbox's controllers, kubesim beside

@@ -12,9 +12,12 @@ import (
 	"strings"
 	"testing"
 
+	admissionv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	kjson "k8s.io/apimachinery/pkg/runtime/serializer/json"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -135,6 +138,10 @@ func TestDeployManifests(t *testing.T) {
 	ns := Config{}.Defaults().Namespace
 	var role *rbacv1.Role
 	var dep *appsv1.Deployment
+	var nsObj *corev1.Namespace
+	var hostSA string
+	var policy *admissionv1.ValidatingAdmissionPolicy
+	var binding *admissionv1.ValidatingAdmissionPolicyBinding
 	for f, list := range objs {
 		for _, o := range list {
 			switch o := o.(type) {
@@ -142,9 +149,20 @@ func TestDeployManifests(t *testing.T) {
 				t.Errorf("%s: a cluster-wide grant", f)
 			case *rbacv1.Role:
 				role = o
+			case *rbacv1.RoleBinding:
+				for _, sub := range o.Subjects {
+					hostSA = sub.Name
+				}
 			case *appsv1.Deployment:
 				dep = o
 			case *corev1.Namespace:
+				nsObj = o
+				continue
+			case *admissionv1.ValidatingAdmissionPolicy:
+				policy = o
+				continue
+			case *admissionv1.ValidatingAdmissionPolicyBinding:
+				binding = o
 				continue
 			}
 			if m, ok := o.(interface{ GetNamespace() string }); ok {
@@ -154,8 +172,32 @@ func TestDeployManifests(t *testing.T) {
 			}
 		}
 	}
-	if role == nil || dep == nil {
-		t.Fatalf("no Role or Deployment in %s", deployDir)
+	if role == nil || dep == nil || nsObj == nil {
+		t.Fatalf("no Role, Deployment or Namespace in %s", deployDir)
+	}
+	// The admission policy (test/kube's TestDeployedRoleWarmPool runs
+	// it): bound, denying, to the neurons' namespace by its name (the
+	// label the API server sets), failing closed, and trusting the
+	// Role's ServiceAccount.
+	if policy == nil || binding == nil {
+		t.Fatalf("no ValidatingAdmissionPolicy and binding in %s", deployDir)
+	}
+	if policy.Spec.FailurePolicy == nil || *policy.Spec.FailurePolicy != admissionv1.Fail {
+		t.Errorf("the admission policy fails open: %v", policy.Spec.FailurePolicy)
+	}
+	sel, err := metav1.LabelSelectorAsSelector(binding.Spec.MatchResources.NamespaceSelector)
+	if binding.Spec.PolicyName != policy.Name || !slices.Equal(binding.Spec.ValidationActions, []admissionv1.ValidationAction{admissionv1.Deny}) ||
+		err != nil || sel.Empty() || !sel.Matches(labels.Set{corev1.LabelMetadataName: nsObj.Name}) || sel.Matches(labels.Set{corev1.LabelMetadataName: "other"}) {
+		t.Errorf("the admission policy's binding %+v does not deny in namespace %s alone: %v", binding.Spec, nsObj.Name, err)
+	}
+	trusted := ""
+	for _, v := range policy.Spec.Variables {
+		if v.Name == "trusted" {
+			trusted = v.Expression
+		}
+	}
+	if hostSA == "" || !strings.Contains(trusted, "'system:serviceaccount:' + request.namespace + ':"+hostSA+"'") {
+		t.Errorf("the admission policy does not trust the host's ServiceAccount %q: %q", hostSA, trusted)
 	}
 	want := map[string][]string{
 		"agents.x-k8s.io/sandboxes":                   {"create", "delete", "get", "list", "patch", "watch"},
