@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
@@ -221,12 +220,7 @@ func BenchmarkWarmClaims(b *testing.B) {
 		if _, err := m.Create(ctx, "w-first", sandbox.CreateOptions{BootTimeout: time.Minute}); err != nil {
 			b.Fatal(err)
 		}
-		if !waittest.Until(3*time.Minute, func() bool {
-			p, err := ext.ExtensionsV1beta1().SandboxWarmPools(cfg.Namespace).Get(ctx, kube.WarmPoolName, metav1.GetOptions{})
-			return err == nil && p.Status.ReadyReplicas >= poolSize
-		}) {
-			b.Fatalf("the warm pool did not have %d ready within 3 minutes", poolSize)
-		}
+		warmReady(b, ext, cfg, poolSize)
 		before := m.ClaimStats()
 		run := func(prefix string, count int, opts sandbox.CreateOptions) (created, first []time.Duration) {
 			created, first = make([]time.Duration, count), make([]time.Duration, count)

@@ -34,10 +34,11 @@ import (
 	"github.com/nsys-cortex/cortex/test/kube/cluster"
 )
 
-// warmReady waits until the namespace's warm pool has n ready Sandboxes.
+// warmReady waits until the namespace's warm pool has n ready Sandboxes:
+// a minute, and more for a large pool (3 minutes for 50).
 func warmReady(t testing.TB, ext extclient.Interface, cfg kube.Config, n int32) {
 	t.Helper()
-	waittest.For(t, 60*time.Second, "the warm pool to have its neurons ready", func() bool {
+	waittest.For(t, time.Minute+time.Duration(n)*2400*time.Millisecond, "the warm pool to have its neurons ready", func() bool {
 		p, err := ext.ExtensionsV1beta1().SandboxWarmPools(cfg.Namespace).Get(context.Background(), kube.WarmPoolName, metav1.GetOptions{})
 		return err == nil && p.Status.ReadyReplicas >= n
 	})
