@@ -234,11 +234,23 @@ func forgeries(t *testing.T, tenantRC *rest.Config, m *kube.Manager, cold, w1 st
 	withKey.Spec.Volumes = []corev1.Volume{{Name: "key", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "nsys-cortex-signing-key"}}}}
 	withHome := forgedPod(ns, "with-home", nil, nil)
 	withHome.Spec.Volumes = []corev1.Volume{{Name: "home", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "home-" + kube.ObjectName(cold)}}}}
+	withEnv := forgedPod(ns, "with-env", nil, nil)
+	withEnv.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "K", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+		LocalObjectReference: corev1.LocalObjectReference{Name: "nsys-cortex-signing-key"}, Key: "signing.key"}}}}
+	withEnvFrom := forgedPod(ns, "with-env-from", nil, nil)
+	withEnvFrom.Spec.Containers[0].EnvFrom = []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "nsys-cortex-api"}}}}
+	withEphemeral := forgedPod(ns, "home", nil, nil) // its volume n-<id> would be the claim home-n-<id>
+	withEphemeral.Spec.Volumes = []corev1.Volume{{Name: kube.ObjectName("next"), VolumeSource: corev1.VolumeSource{Ephemeral: &corev1.EphemeralVolumeSource{
+		VolumeClaimTemplate: &corev1.PersistentVolumeClaimTemplate{Spec: corev1.PersistentVolumeClaimSpec{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}}}}}}}
 	for what, p := range map[string]*corev1.Pod{
-		"making a pod as the hosts' ServiceAccount": asHost,
-		"making a pod labelled as a host":           forgedPod(ns, "like-host", map[string]string{"app.kubernetes.io/name": "nsys-cortex"}, nil),
-		"making a pod with the hosts' signing key":  withKey,
-		"making a pod with a neuron's home":         withHome,
+		"making a pod with the hosts' signing key in its environment": withEnv,
+		"making a pod with the API token's Secret in its environment": withEnvFrom,
+		"making a pod with an ephemeral volume (a claim of any name)": withEphemeral,
+		"making a pod as the hosts' ServiceAccount":                   asHost,
+		"making a pod labelled as a host":                             forgedPod(ns, "like-host", map[string]string{"app.kubernetes.io/name": "nsys-cortex"}, nil),
+		"making a pod with the hosts' signing key":                    withKey,
+		"making a pod with a neuron's home":                           withHome,
 	} {
 		_, err := core.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{DryRun: dryRun})
 		refused(what, err)
@@ -276,6 +288,10 @@ func forgeries(t *testing.T, tenantRC *rest.Config, m *kube.Manager, cold, w1 st
 	refused("making a neuron's home ahead of it", err)
 	_, err = core.CoreV1().PersistentVolumeClaims(ns).Create(ctx, pvc("mine", map[string]string{sbv1.SandboxAdoptableLabel: "true"}), metav1.CreateOptions{DryRun: dryRun})
 	refused("making a claim any Sandbox may adopt", err)
+	clone := pvc("clone", nil)
+	clone.Spec.DataSource = &corev1.TypedLocalObjectReference{Kind: "PersistentVolumeClaim", Name: "home-" + kube.ObjectName(cold)}
+	_, err = core.CoreV1().PersistentVolumeClaims(ns).Create(ctx, clone, metav1.CreateOptions{DryRun: dryRun})
+	refused("cloning a neuron's home", err)
 	_, err = core.CoreV1().PersistentVolumeClaims(ns).Patch(ctx, "home-"+kube.ObjectName(cold), types.MergePatchType, []byte(`{"metadata":{"ownerReferences":null}}`), metav1.PatchOptions{DryRun: dryRun})
 	refused("taking a neuron's home from its Sandbox", err)
 

@@ -257,6 +257,11 @@ func (c *Cluster) createPod(ctx context.Context, cfg Config, n Neuron) error {
 		// A wipe's: the claim goes once nothing uses it (the cluster's
 		// pvc-protection), and a pod on it now would get no home.
 		return errdefs.New(errdefs.Busy, fmt.Sprintf("the home of neuron %s (%s/%s) is being deleted by a wipe: create it again once it is gone", n.ID, cfg.Namespace, pvc.Name))
+	} else if err == nil && (old.Labels[LabelID] != n.ID || old.Labels[LabelManaged] != managedBy || len(old.OwnerReferences) != 0) {
+		// Not one this mode made (someone else's, made ahead of the
+		// neuron under its name): the neuron does not start on it.
+		return errdefs.New(errdefs.Permission, fmt.Sprintf("the claim %s/%s where neuron %s's home would be was not made by kube mode (labels %v, %d owners): "+
+			"it is not used as a home; remove it, or create the neuron under another id", cfg.Namespace, pvc.Name, n.ID, old.Labels, len(old.OwnerReferences)))
 	} else if apierrors.IsNotFound(err) {
 		if _, err := claims.Create(ctx, pvc, metav1.CreateOptions{}); err != nil {
 			return explain(err, "create", "persistentvolumeclaims", cfg.Namespace)

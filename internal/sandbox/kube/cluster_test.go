@@ -234,3 +234,37 @@ func TestCheckPodEgress(t *testing.T) {
 		}
 	}
 }
+
+// On the fallback path a stopped neuron's home is its claim, kept; a
+// claim under that name that kube mode did not make (someone's, made
+// ahead of the neuron, perhaps by the cluster's controller for a pod's
+// ephemeral volume of that name; the adversarial review of 12-07) is
+// not used as the neuron's home, and no pod is made on it.
+func TestFallbackRefusesAForeignHome(t *testing.T) {
+	for _, c := range []struct {
+		what   string
+		labels map[string]string
+		owners []metav1.OwnerReference
+		ok     bool
+	}{
+		{"kube mode's", map[string]string{LabelID: "a", LabelManaged: managedBy}, nil, true},
+		{"unlabelled", nil, nil, false},
+		{"another neuron's", map[string]string{LabelID: "b", LabelManaged: managedBy}, nil, false},
+		{"labelled, owned by a pod", map[string]string{LabelID: "a", LabelManaged: managedBy}, []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: "home", UID: "u"}}, false},
+	} {
+		core := fake.NewClientset()
+		cl := &Cluster{Core: core, Config: testConfig}
+		if _, err := core.CoreV1().PersistentVolumeClaims("nsys-cortex").Create(ctx, &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{
+			Name: HomeClaimName("a"), Namespace: "nsys-cortex", Labels: c.labels, OwnerReferences: c.owners}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		err := cl.Create(ctx, Neuron{ID: "a"})
+		pods, _ := core.CoreV1().Pods("nsys-cortex").List(ctx, metav1.ListOptions{})
+		switch {
+		case c.ok && (err != nil || len(pods.Items) != 1):
+			t.Errorf("%s: %v, %d pods", c.what, err, len(pods.Items))
+		case !c.ok && (!errdefs.Of(err).Is(errdefs.Permission) || !strings.Contains(err.Error(), "home-n-a") || len(pods.Items) != 0):
+			t.Errorf("%s: %v, %d pods; want PERMISSION naming the claim, and no pod", c.what, err, len(pods.Items))
+		}
+	}
+}
