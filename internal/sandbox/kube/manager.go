@@ -518,10 +518,12 @@ func (m *Manager) checkPod(id string, pod *corev1.Pod, owner types.UID) (*boot.E
 	return &sec, nil
 }
 
-// ofNeuron says whether pod is neuron id's: its label, or its claim's
-// annotation, names id; or, the annotation not there yet, the pod's
-// controller is owner, the Sandbox id's claim holds (Resolve checked that
-// chain: the claim n-<id>, its Sandbox, the Sandbox's pod).
+// ofNeuron says whether pod is neuron id's: where the cluster serves
+// Sandboxes (sandboxes), only a pod its Sandbox controls (ofSandbox);
+// then its label, or its claim's annotation, names id; or, the
+// annotation not there yet, the pod's controller is owner, the Sandbox
+// id's claim holds (Resolve checked that chain: the claim n-<id>, its
+// Sandbox, the Sandbox's pod).
 func ofNeuron(id string, pod *corev1.Pod, sandboxes bool, owner types.UID) bool {
 	if sandboxes && !ofSandbox(pod, owner) {
 		return false
