@@ -81,8 +81,9 @@ func controllerIdentity(t *testing.T, admin kubernetes.Interface, rc *rest.Confi
 
 // collectorIdentity is rc as the cluster's garbage collector runs (the
 // controller manager's ServiceAccount for it), as which kubesim stands in
-// for it: the admission policy lets it, and it alone, let go of owners
-// and finalizers.
+// for it and for a node: the admission policy lets the cluster's own
+// identities, and no other but the hosts and the controller, let go of
+// owners and finalizers and write pods' status.
 func collectorIdentity(t *testing.T, admin kubernetes.Interface, rc *rest.Config) *rest.Config {
 	t.Helper()
 	return clusterAdminAs(t, admin, rc, "kube-system", "generic-garbage-collector")
@@ -110,9 +111,10 @@ func clusterAdminAs(t *testing.T, admin kubernetes.Interface, rc *rest.Config, n
 }
 
 // tenantIdentity is rc as someone the namespace's RBAC lets write what
-// neurons are made of (Sandboxes, their claims, templates and pools,
-// and pods), as an operator might grant a team: the identity the
-// admission policy is there to stop.
+// neurons and hosts are made of (Sandboxes, their claims, templates and
+// pools, pods and their status, claims, ConfigMaps, Secrets, tokens),
+// as an operator might grant a team: the identity the admission policy
+// is there to stop.
 func tenantIdentity(t *testing.T, admin kubernetes.Interface, rc *rest.Config, ns string) *rest.Config {
 	t.Helper()
 	ctx := context.Background()
@@ -169,7 +171,8 @@ func forgedPod(ns, name string, labels map[string]string, owners []metav1.OwnerR
 // forgeries tries, as tenant, every write the admission policy forbids
 // on the neurons m made (cold is one made without a claim, w1 one that
 // a claim holds): each must be refused by the policy (RBAC lets tenant
-// make it), and a pod that names no neuron must still be allowed.
+// make it), and a pod, a claim, a Secret and ConfigMaps that are no
+// neuron's or host's must still be allowed.
 func forgeries(t *testing.T, tenantRC *rest.Config, m *kube.Manager, cold, w1 string) {
 	t.Helper()
 	ctx := context.Background()
@@ -183,7 +186,7 @@ func forgeries(t *testing.T, tenantRC *rest.Config, m *kube.Manager, cold, w1 st
 		}
 	}
 
-	// Pods agent-sandbox would adopt, or that name a neuron or a Sandbox.
+	// A pod that is none of the forgeries below: allowed.
 	if _, err := core.CoreV1().Pods(ns).Create(ctx, forgedPod(ns, "plain", map[string]string{"app": "mine"}, nil), metav1.CreateOptions{DryRun: dryRun}); err != nil {
 		t.Fatalf("a pod that names no neuron, as another identity: %v", err)
 	}
@@ -199,61 +202,59 @@ func forgeries(t *testing.T, tenantRC *rest.Config, m *kube.Manager, cold, w1 st
 	if pod.Labels[nameHash] == "" || pod.Labels[kube.LabelID] != cold {
 		t.Fatalf("neuron %s's pod is labelled %v", cold, pod.Labels)
 	}
-	for what, labels := range map[string]map[string]string{
-		"a pod any Sandbox may adopt":         {sbv1.SandboxAdoptableLabel: "true"},
-		"a pod with a Sandbox's name hash":    {nameHash: pod.Labels[nameHash]},
-		"a pod that names a neuron":           {kube.LabelID: cold},
-		"a pod in the role of a neuron's":     {kube.LabelRole: "neuron"},
-		"a pod with a label of agent-sandbox": {"agents.x-k8s.io/anything": "x"},
-	} {
-		_, err := core.CoreV1().Pods(ns).Create(ctx, forgedPod(ns, "forged", labels, nil), metav1.CreateOptions{DryRun: dryRun})
-		refused("making "+what, err)
-	}
 	owner := []metav1.OwnerReference{{APIVersion: sbv1.GroupVersion.String(), Kind: "Sandbox", Name: sbCold.Name, UID: sbCold.UID, Controller: ptr.To(true)}}
-	_, err = core.CoreV1().Pods(ns).Create(ctx, forgedPod(ns, "forged", nil, owner), metav1.CreateOptions{DryRun: dryRun})
-	refused("making a pod a Sandbox owns", err)
-	// The review's second round: a Sandbox's uid under another group
-	// (agent-sandbox's controller compares uids), an annotation the host
-	// read as the neuron's, and a name the host looks pods up by.
-	owner[0].APIVersion = "x.example/v1"
-	_, err = core.CoreV1().Pods(ns).Create(ctx, forgedPod(ns, "forged", nil, owner), metav1.CreateOptions{DryRun: dryRun})
-	refused("making a pod a Sandbox of another group owns", err)
-	annotated := forgedPod(ns, "forged", nil, nil)
-	annotated.Annotations = map[string]string{kube.LabelID: cold}
-	_, err = core.CoreV1().Pods(ns).Create(ctx, annotated, metav1.CreateOptions{DryRun: dryRun})
-	refused("making a pod annotated as a neuron's", err)
-	for _, name := range []string{kube.ObjectName("stopped"), kube.WarmPoolName + "-abcde"} {
-		_, err = core.CoreV1().Pods(ns).Create(ctx, forgedPod(ns, name, nil, nil), metav1.CreateOptions{DryRun: dryRun})
-		refused("making a pod named "+name, err)
+	foreignOwner := []metav1.OwnerReference{owner[0]}
+	foreignOwner[0].APIVersion = "x.example/v1"
+	podWith := func(name string, f func(*corev1.Pod)) *corev1.Pod {
+		p := forgedPod(ns, name, nil, nil)
+		f(p)
+		return p
 	}
-	// Pods that would act as a host: its ServiceAccount, its label (the
-	// neurons' policies let it in), its signing key.
-	asHost := forgedPod(ns, "as-host", nil, nil)
-	asHost.Spec.ServiceAccountName = "nsys-cortex"
-	withKey := forgedPod(ns, "with-key", nil, nil)
-	withKey.Spec.Volumes = []corev1.Volume{{Name: "key", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "nsys-cortex-signing-key"}}}}
-	withHome := forgedPod(ns, "with-home", nil, nil)
-	withHome.Spec.Volumes = []corev1.Volume{{Name: "home", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "home-" + kube.ObjectName(cold)}}}}
-	withEnv := forgedPod(ns, "with-env", nil, nil)
-	withEnv.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "K", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
-		LocalObjectReference: corev1.LocalObjectReference{Name: "nsys-cortex-signing-key"}, Key: "signing.key"}}}}
-	withEnvFrom := forgedPod(ns, "with-env-from", nil, nil)
-	withEnvFrom.Spec.Containers[0].EnvFrom = []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "nsys-cortex-api"}}}}
-	withEphemeral := forgedPod(ns, "home", nil, nil) // its volume n-<id> would be the claim home-n-<id>
-	withEphemeral.Spec.Volumes = []corev1.Volume{{Name: kube.ObjectName("next"), VolumeSource: corev1.VolumeSource{Ephemeral: &corev1.EphemeralVolumeSource{
-		VolumeClaimTemplate: &corev1.PersistentVolumeClaimTemplate{Spec: corev1.PersistentVolumeClaimSpec{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}}}}}}}
+	volume := func(v corev1.VolumeSource) func(*corev1.Pod) {
+		return func(p *corev1.Pod) {
+			p.Spec.Volumes = []corev1.Volume{{Name: kube.ObjectName("next"), VolumeSource: v}}
+		}
+	}
+	oneGi := corev1.PersistentVolumeClaimSpec{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+		Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}}
 	for what, p := range map[string]*corev1.Pod{
-		"making a pod with the hosts' signing key in its environment": withEnv,
-		"making a pod with the API token's Secret in its environment": withEnvFrom,
-		"making a pod with an ephemeral volume (a claim of any name)": withEphemeral,
-		"making a pod as the hosts' ServiceAccount":                   asHost,
-		"making a pod labelled as a host":                             forgedPod(ns, "like-host", map[string]string{"app.kubernetes.io/name": "nsys-cortex"}, nil),
-		"making a pod with the hosts' signing key":                    withKey,
-		"making a pod with a neuron's home":                           withHome,
+		// Pods agent-sandbox would adopt, or that name a neuron or a
+		// Sandbox.
+		"a pod any Sandbox may adopt":         forgedPod(ns, "forged", map[string]string{sbv1.SandboxAdoptableLabel: "true"}, nil),
+		"a pod with a Sandbox's name hash":    forgedPod(ns, "forged", map[string]string{nameHash: pod.Labels[nameHash]}, nil),
+		"a pod that names a neuron":           forgedPod(ns, "forged", map[string]string{kube.LabelID: cold}, nil),
+		"a pod in the role of a neuron's":     forgedPod(ns, "forged", map[string]string{kube.LabelRole: "neuron"}, nil),
+		"a pod with a label of agent-sandbox": forgedPod(ns, "forged", map[string]string{"agents.x-k8s.io/anything": "x"}, nil),
+		"a pod a Sandbox owns":                forgedPod(ns, "forged", nil, owner),
+		// The review's second round: a Sandbox's uid under another group
+		// (agent-sandbox's controller compares uids), an annotation the
+		// host read as the neuron's, and names the host looks pods up by.
+		"a pod a Sandbox of another group owns":       forgedPod(ns, "forged", nil, foreignOwner),
+		"a pod annotated as a neuron's":               podWith("forged", func(p *corev1.Pod) { p.Annotations = map[string]string{kube.LabelID: cold} }),
+		"a pod named " + kube.ObjectName("stopped"):   forgedPod(ns, kube.ObjectName("stopped"), nil, nil),
+		"a pod named " + kube.WarmPoolName + "-abcde": forgedPod(ns, kube.WarmPoolName+"-abcde", nil, nil),
+		// Pods that would act as a host (its ServiceAccount, its label,
+		// which the neurons' policies let in, its Secrets) or reach a
+		// neuron's home; the third review's: Secrets in the environment,
+		// and an ephemeral volume, whose claim the cluster's controller
+		// would make as <pod>-<volume>, here home-n-next.
+		"a pod as the hosts' ServiceAccount": podWith("as-host", func(p *corev1.Pod) { p.Spec.ServiceAccountName = "nsys-cortex" }),
+		"a pod labelled as a host":           forgedPod(ns, "like-host", map[string]string{"app.kubernetes.io/name": "nsys-cortex"}, nil),
+		"a pod with the hosts' signing key":  podWith("with-key", volume(corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "nsys-cortex-signing-key"}})),
+		"a pod with a neuron's home": podWith("with-home", volume(corev1.VolumeSource{
+			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "home-" + kube.ObjectName(cold)}})),
+		"a pod with the hosts' signing key in its environment": podWith("with-env", func(p *corev1.Pod) {
+			p.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "K", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+				LocalObjectReference: corev1.LocalObjectReference{Name: "nsys-cortex-signing-key"}, Key: "signing.key"}}}}
+		}),
+		"a pod with the API token's Secret in its environment": podWith("with-env-from", func(p *corev1.Pod) {
+			p.Spec.Containers[0].EnvFrom = []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "nsys-cortex-api"}}}}
+		}),
+		"a pod with an ephemeral volume (a claim of any name)": podWith("home", volume(corev1.VolumeSource{Ephemeral: &corev1.EphemeralVolumeSource{
+			VolumeClaimTemplate: &corev1.PersistentVolumeClaimTemplate{Spec: oneGi}}})),
 	} {
 		_, err := core.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{DryRun: dryRun})
-		refused(what, err)
+		refused("making "+what, err)
 	}
 	// The hosts' token, minted; the trust key and the network's verdict.
 	_, err = core.CoreV1().ServiceAccounts(ns).CreateToken(ctx, "nsys-cortex", &authv1.TokenRequest{Spec: authv1.TokenRequestSpec{}}, metav1.CreateOptions{DryRun: dryRun})
@@ -277,9 +278,7 @@ func forgeries(t *testing.T, tenantRC *rest.Config, m *kube.Manager, cold, w1 st
 	// Homes: one made ahead under a neuron's name, or one agent-sandbox
 	// would adopt; a neuron's, taken from its Sandbox.
 	pvc := func(name string, labels map[string]string) *corev1.PersistentVolumeClaim {
-		return &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: labels},
-			Spec: corev1.PersistentVolumeClaimSpec{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-				Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}}}
+		return &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: labels}, Spec: *oneGi.DeepCopy()}
 	}
 	if _, err := core.CoreV1().PersistentVolumeClaims(ns).Create(ctx, pvc("data", nil), metav1.CreateOptions{DryRun: dryRun}); err != nil {
 		t.Fatalf("a claim that is no neuron's home, as another identity: %v", err)

@@ -2,7 +2,6 @@ package kube_test
 
 import (
 	"context"
-	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -12,7 +11,6 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	agents "sigs.k8s.io/agent-sandbox/clients/k8s/clientset/versioned"
@@ -163,14 +161,10 @@ func deployedRole(t *testing.T, sandboxes bool) {
 
 	// The shared API keys: the base's Secret, read and rewritten by the
 	// host; no other Secret.
-	b, err := os.ReadFile("../../deploy/kubernetes/api-keys.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	obj, _, err := scheme.Codecs.UniversalDeserializer().Decode(b, nil, nil)
-	sec, ok := obj.(*corev1.Secret)
-	if err != nil || !ok {
-		t.Fatalf("api-keys.yaml: %T %v", obj, err)
+	docs := deployDocs(t, "api-keys.yaml")
+	sec, ok := docs[0].(*corev1.Secret)
+	if len(docs) != 1 || !ok {
+		t.Fatalf("api-keys.yaml: %d objects, the first a %T", len(docs), docs[0])
 	}
 	if _, err := admin.CoreV1().Secrets(cfg.Namespace).Create(context.Background(), sec, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
