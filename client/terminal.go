@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/coder/websocket"
 )
@@ -48,6 +49,11 @@ type Terminal struct {
 	err    error
 	msgs   chan []byte
 	done   chan struct{}
+
+	closeOnce sync.Once
+	closeErr  error
+	closing   chan struct{} // closed by Close: output is dropped from then
+	detached  chan struct{} // closed when the daemon says it let go
 }
 
 // Terminal opens a terminal.
@@ -97,7 +103,8 @@ func (n *NeuronClient) Terminal(ctx context.Context, o TerminalOptions) (*Termin
 	}
 	ws.SetReadLimit(4 << 20)
 	tctx, cancel := context.WithCancel(context.Background())
-	t := &Terminal{ws: ws, ctx: tctx, cancel: cancel, msgs: make(chan []byte, 64), done: make(chan struct{})}
+	t := &Terminal{ws: ws, ctx: tctx, cancel: cancel, msgs: make(chan []byte, 64), done: make(chan struct{}),
+		closing: make(chan struct{}), detached: make(chan struct{})}
 	// The first message says which process it is.
 	typ, data, err := ws.Read(ctx)
 	var m TermMessage
@@ -140,6 +147,7 @@ func (t *Terminal) readLoop() {
 			t.mu.Unlock()
 			select {
 			case t.msgs <- data:
+			case <-t.closing: // nobody reads it now
 			case <-t.ctx.Done():
 				return
 			}
@@ -157,6 +165,12 @@ func (t *Terminal) readLoop() {
 			t.exit = &m
 		case "error":
 			t.err = APIError{Code: m.Code, Message: m.Message, Status: m.Code.HTTPStatus()}.Typed()
+		case "detached":
+			select {
+			case <-t.detached: // said twice
+			default:
+				close(t.detached)
+			}
 		}
 		t.mu.Unlock()
 	}
@@ -237,11 +251,42 @@ func (t *Terminal) Discard() {
 	}()
 }
 
+// detachWait bounds how long Close waits for the daemon to let the
+// terminal go before it closes the connection regardless.
+const detachWait = 5 * time.Second
+
 // Close closes the connection; the terminal keeps running (attach again
-// with its PID).
+// with its PID). It first tells the daemon to let the terminal go and
+// waits until it has, so that when Close returns the terminal has no
+// writer left of this attachment's: attaching again at once is not
+// refused (OWNED_ELSEWHERE). A daemon that does not answer within
+// detachWait, or says nothing of it, is closed on regardless.
 func (t *Terminal) Close() error {
-	err := t.ws.Close(websocket.StatusNormalClosure, "")
-	t.cancel()
-	<-t.done
-	return err
+	t.closeOnce.Do(func() {
+		close(t.closing)
+		ctx, cancel := context.WithTimeout(t.ctx, detachWait)
+		b, _ := json.Marshal(TermMessage{Type: "detach"})
+		if t.ws.Write(ctx, websocket.MessageText, b) == nil {
+			select {
+			case <-t.detached:
+				// The daemon closes the connection next.
+				select {
+				case <-t.done:
+				case <-ctx.Done():
+				}
+			case <-t.done:
+			case <-ctx.Done():
+			}
+		}
+		cancel()
+		select {
+		case <-t.done: // the daemon closed it
+			t.ws.CloseNow()
+		default:
+			t.closeErr = t.ws.Close(websocket.StatusNormalClosure, "")
+		}
+		t.cancel()
+		<-t.done
+	})
+	return t.closeErr
 }

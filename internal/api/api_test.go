@@ -667,6 +667,37 @@ func TestTerminalWritersAndWatchers(t *testing.T) {
 	}
 }
 
+// A writer that closes its attachment has let the terminal go when
+// Close returns: attaching again at once is never refused as the
+// writer's own (a race the close handshake lost before the server let
+// go of the lock).
+func TestTerminalReattachAfterClose(t *testing.T) {
+	d := newDaemon(t, api.Options{TermLocks: t.TempDir()})
+	n := d.create(t, "ra")
+	ctx := context.Background()
+	term, err := n.Terminal(ctx, cortex.TerminalOptions{Command: cortex.Command{Argv: []string{"sh"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := term.PID
+	for i := range 40 {
+		if err := term.Close(); err != nil {
+			t.Fatalf("close %d: %v", i, err)
+		}
+		if term, err = n.Terminal(ctx, cortex.TerminalOptions{PID: pid}); err != nil {
+			t.Fatalf("attach %d right after the last one closed: %v", i, err)
+		}
+	}
+	if _, err := term.Write([]byte("exit 4\n")); err != nil {
+		t.Fatal(err)
+	}
+	term.Discard()
+	if code, _, err := term.Wait(); err != nil || code != 4 {
+		t.Fatalf("exit: %d %v", code, err)
+	}
+	term.Close()
+}
+
 func TestReviewRegressions(t *testing.T) {
 	d := newDaemon(t, api.Options{Token: "tok"})
 	n := d.create(t, "rr")

@@ -119,9 +119,9 @@ func (s *Server) terminal(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	var lock *term.WriterLock
 	if !watch && s.opts.TermLocks != "" {
-		lock, err := term.LockWriter(s.opts.TermLocks, r.PathValue("id"), info.ID)
-		if err != nil {
+		if lock, err = term.LockWriter(s.opts.TermLocks, r.PathValue("id"), info.ID); err != nil {
 			fail(err) // another writer holds it: OWNED_ELSEWHERE, by its class
 			return
 		}
@@ -134,7 +134,7 @@ func (s *Server) terminal(w http.ResponseWriter, r *http.Request) {
 	inputDone := make(chan struct{})
 	go func() {
 		defer close(inputDone)
-		err := s.termInput(ctx, ws, c, info.PID, watch)
+		err := s.termInput(ctx, ws, c, info.PID, watch, lock)
 		cancel(err)
 	}()
 	res, err := c.PtyFollow(ctx, info.PID, offset, !watch, func(stream string, off int64, p []byte) error {
@@ -160,6 +160,8 @@ func (s *Server) terminal(w http.ResponseWriter, r *http.Request) {
 		fail(cause)
 	case ctx.Err() != nil && errors.Is(cause, errStopping):
 		fail(errStopping)
+	case ctx.Err() != nil && errors.Is(cause, errDetached):
+		ws.Close(websocket.StatusNormalClosure, "detached")
 	case ctx.Err() != nil: // the client went
 		ws.Close(websocket.StatusGoingAway, "")
 	default:
@@ -171,6 +173,9 @@ func (s *Server) terminal(w http.ResponseWriter, r *http.Request) {
 
 // errInputFailed wraps a failure to deliver the client's input.
 var errInputFailed = errors.New("the terminal did not take the input")
+
+// errDetached: the client let the terminal go ("detach"), and was told.
+var errDetached = errors.New("the client detached")
 
 func headerHas(h http.Header, name, token string) bool {
 	for _, v := range h.Values(name) {
@@ -184,9 +189,13 @@ func headerHas(h http.Header, name, token string) bool {
 }
 
 // termInput forwards the client's frames: binary is typed into the
-// terminal (not for a watcher); text is a resize or a close. It returns
-// why it stopped (nil: the client went).
-func (s *Server) termInput(ctx context.Context, ws *websocket.Conn, c *link.Client, pid int, watch bool) error {
+// terminal (not for a watcher); text is a resize, a close or a detach. It
+// returns why it stopped (nil: the client went). A detach releases lock
+// (the writer's; nil for a watcher) before it answers "detached", so a
+// client that waits for that answer may attach again at once: the close
+// handshake alone would tell it the connection is gone before the
+// handler has let the lock go.
+func (s *Server) termInput(ctx context.Context, ws *websocket.Conn, c *link.Client, pid int, watch bool, lock *term.WriterLock) error {
 	for {
 		typ, data, err := ws.Read(ctx)
 		if err != nil {
@@ -219,8 +228,13 @@ func (s *Server) termInput(ctx context.Context, ws *websocket.Conn, c *link.Clie
 			c.PtyClose(ctx, pid) // the output stream then ends with the exit
 		case m.Type == "resize" || m.Type == "close":
 			// a watcher does not steer the terminal
+		case m.Type == "detach":
+			lock.Release()
+			b, _ := json.Marshal(cortex.TermMessage{Type: "detached"})
+			ws.Write(ctx, websocket.MessageText, b)
+			return errDetached
 		default:
-			ws.Close(websocket.StatusUnsupportedData, "unknown message type "+m.Type+": send resize or close")
+			ws.Close(websocket.StatusUnsupportedData, "unknown message type "+m.Type+": send resize, close or detach")
 			return nil
 		}
 	}
