@@ -152,10 +152,12 @@ func chatOnATerminal(t *testing.T, c *cli) {
 		case req == "sleep please" && step == 0:
 			return toolCall("s1", "bash", map[string]any{"command": sleep})
 		}
-		return text("answer to " + req + " from " + body["model"].(string))
+		return text(fmt.Sprintf("answer to %s from %v", req, body["model"]))
 	}}
 	srv := httptest.NewServer(fake)
-	defer srv.Close()
+	// Closed after the chat is killed (cleanups run last first): the
+	// server's Close waits for the chat's connections.
+	t.Cleanup(srv.Close)
 	r := c.onPty(t, 100, 40, "chat", "agent1", "--provider", "openai", "--model", "fake", "--base-url", srv.URL+"/v1")
 	at := r.after(t, 0, "Type a request", false)
 

@@ -30,7 +30,10 @@ func (f *fakeOpenAI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var body map[string]any
-	json.NewDecoder(r.Body).Decode(&body)
+	if err := json.NewDecoder(r.Body).Decode(&body); err != nil || body == nil {
+		http.Error(w, fmt.Sprintf(`{"error":{"message":"the fake could not decode the body: %v","type":"invalid_request_error"}}`, err), 400)
+		return
+	}
 	f.mu.Lock()
 	f.bodies = append(f.bodies, body)
 	n := len(f.bodies)
