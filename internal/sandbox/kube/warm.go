@@ -237,7 +237,7 @@ func (m *Manager) createClaimed(ctx context.Context, n Neuron, boot time.Duratio
 	} else if err != nil {
 		return nil, explain(err, "create", "sandboxclaims.extensions.agents.x-k8s.io", cfg.Namespace)
 	}
-	name := ""
+	var held *sbv1.Sandbox // the claim's Sandbox, once it holds one
 	bctx, cancel := context.WithTimeout(ctx, boot)
 	defer cancel()
 	// A cold create of the id made meanwhile (Cluster.raced, the other
@@ -258,17 +258,17 @@ func (m *Manager) createClaimed(ctx context.Context, n Neuron, boot time.Duratio
 		if sb != nil && sb.Name != ObjectName(n.ID) {
 			// Held already: undone with the claim, and waited for (never
 			// the name the cold create holds).
-			name = sb.Name
+			held = sb
 		}
 		sb, err = nil, rerr
 	}
 	if err == nil {
 		// The labels while the agent is dialled: neither waits for the
 		// other.
-		name, warm = sb.Name, sb.Name != ObjectName(n.ID)
+		held, warm = sb, sb.Name != ObjectName(n.ID)
 		labelled := make(chan error, 1)
 		go func() { labelled <- m.labelClaimed(bctx, sb, made, n) }()
-		st, err = m.await(ctx, n.ID, name, sb.UID, boot)
+		st, err = m.await(ctx, n.ID, sb.Name, sb.UID, boot)
 		// The environment goes to the pod's agent only once the labels
 		// hold, which they do only while the Sandbox is the claim's.
 		if lerr := <-labelled; lerr != nil && err == nil {
@@ -285,7 +285,7 @@ func (m *Manager) createClaimed(ctx context.Context, n Neuron, boot time.Duratio
 		}
 	}
 	if err != nil {
-		if uerr := m.undoClaim(ctx, n.ID, made, name); uerr != nil {
+		if uerr := m.undoClaim(ctx, n.ID, made, held); uerr != nil {
 			err = errors.Join(err, fmt.Errorf("and undoing the create: %w", uerr))
 		}
 		return nil, err
@@ -300,10 +300,13 @@ func (m *Manager) createClaimed(ctx context.Context, n Neuron, boot time.Duratio
 }
 
 // undoClaim removes what a claiming create of neuron id made, and only
-// that: its claim (made), and the Sandbox name it holds (none: "") with
+// that: its claim (made), and the Sandbox it holds (held; nil: none) with
 // its home and pod, which the claim's garbage collection would take too.
 // Not Wipe: a cold create of the id racing this one keeps what it made.
-func (m *Manager) undoClaim(ctx context.Context, id string, made *extv1.SandboxClaim, name string) error {
+// The Sandbox goes only if it is still held's (its uid), and the home
+// only if held controls it: a Sandbox made again under the name meanwhile
+// keeps both.
+func (m *Manager) undoClaim(ctx context.Context, id string, made *extv1.SandboxClaim, held *sbv1.Sandbox) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 60*time.Second)
 	defer cancel()
 	cfg := m.Cluster.Config.Defaults()
@@ -312,19 +315,40 @@ func (m *Manager) undoClaim(ctx context.Context, id string, made *extv1.SandboxC
 	if err != nil && !apierrors.IsNotFound(err) {
 		return explain(err, "delete", "sandboxclaims.extensions.agents.x-k8s.io", cfg.Namespace)
 	}
-	if name == "" {
+	if held == nil {
 		return nil // the cluster's garbage collector takes what the claim came to hold
 	}
+	name, sbUID := held.Name, held.UID
 	fg := metav1.DeletePropagationForeground
-	err = m.Cluster.Agents.AgentsV1beta1().Sandboxes(cfg.Namespace).Delete(ctx, name, metav1.DeleteOptions{PropagationPolicy: &fg})
-	if err != nil && !apierrors.IsNotFound(err) {
+	err = m.Cluster.Agents.AgentsV1beta1().Sandboxes(cfg.Namespace).Delete(ctx, name, metav1.DeleteOptions{PropagationPolicy: &fg, Preconditions: &metav1.Preconditions{UID: &sbUID}})
+	switch {
+	case apierrors.IsConflict(err):
+		return nil // another Sandbox of the name: not this create's, nor is its home
+	case err != nil && !apierrors.IsNotFound(err):
 		return explain(err, "delete", "sandboxes.agents.x-k8s.io", cfg.Namespace)
 	}
-	err = m.Cluster.Core.CoreV1().PersistentVolumeClaims(cfg.Namespace).Delete(ctx, homeClaimOf(name), metav1.DeleteOptions{})
-	if err != nil && !apierrors.IsNotFound(err) {
-		return explain(err, "delete", "persistentvolumeclaims", cfg.Namespace)
+	pvcs := m.Cluster.Core.CoreV1().PersistentVolumeClaims(cfg.Namespace)
+	home, err := pvcs.Get(ctx, homeClaimOf(name), metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		return explain(err, "get", "persistentvolumeclaims", cfg.Namespace)
+	case !controlledBy(home, sbUID):
+		return m.awaitGone(ctx, id, name) // a home of another's: neither taken nor waited for
+	default:
+		homeUID := home.UID
+		err = pvcs.Delete(ctx, home.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &homeUID}})
+		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			return explain(err, "delete", "persistentvolumeclaims", cfg.Namespace)
+		}
 	}
 	return m.awaitEnded(ctx, id, name, true)
+}
+
+// controlledBy says whether obj's controller is the object of uid.
+func controlledBy(obj metav1.Object, uid types.UID) bool {
+	ref := metav1.GetControllerOf(obj)
+	return ref != nil && ref.UID == uid
 }
 
 // claimFailures are the reasons of a claim's Ready condition that the
