@@ -135,19 +135,21 @@ func (t *Terminal) readLoop() {
 		typ, data, err := t.ws.Read(t.ctx)
 		if err != nil {
 			t.mu.Lock()
-			if t.exit == nil && t.err == nil && websocket.CloseStatus(err) != websocket.StatusNormalClosure {
-				t.err = err
+			if t.exit == nil && t.err == nil && websocket.CloseStatus(err) != websocket.StatusNormalClosure && !t.isClosing() {
+				t.err = err // not the end of a connection Close ends
 			}
 			t.mu.Unlock()
 			return
 		}
 		if typ == websocket.MessageBinary {
-			t.mu.Lock()
-			t.offset += int64(len(data))
-			t.mu.Unlock()
+			// Count only what Read can still return: Offset is where to
+			// attach again without losing output.
 			select {
 			case t.msgs <- data:
-			case <-t.closing: // nobody reads it now
+				t.mu.Lock()
+				t.offset += int64(len(data))
+				t.mu.Unlock()
+			case <-t.closing: // nobody reads it now; not counted
 			case <-t.ctx.Done():
 				return
 			}
@@ -160,7 +162,11 @@ func (t *Terminal) readLoop() {
 		t.mu.Lock()
 		switch m.Type {
 		case "gap":
-			t.offset = m.Offset // output before it is gone
+			select {
+			case <-t.closing: // output before it was dropped, not lost
+			default:
+				t.offset = m.Offset // output before it is gone
+			}
 		case "exit":
 			t.exit = &m
 		case "error":
@@ -251,6 +257,16 @@ func (t *Terminal) Discard() {
 	}()
 }
 
+// isClosing says whether Close has begun.
+func (t *Terminal) isClosing() bool {
+	select {
+	case <-t.closing:
+		return true
+	default:
+		return false
+	}
+}
+
 // detachWait bounds how long Close waits for the daemon to let the
 // terminal go before it closes the connection regardless.
 const detachWait = 5 * time.Second
@@ -278,12 +294,17 @@ func (t *Terminal) Close() error {
 			case <-ctx.Done():
 			}
 		}
+		expired := ctx.Err() == context.DeadlineExceeded
 		cancel()
 		select {
 		case <-t.done: // the daemon closed it
 			t.ws.CloseNow()
 		default:
-			t.closeErr = t.ws.Close(websocket.StatusNormalClosure, "")
+			if expired { // a daemon that has not answered in detachWait: no second wait
+				t.closeErr = t.ws.CloseNow()
+			} else {
+				t.closeErr = t.ws.Close(websocket.StatusNormalClosure, "")
+			}
 		}
 		t.cancel()
 		<-t.done

@@ -698,6 +698,64 @@ func TestTerminalReattachAfterClose(t *testing.T) {
 	term.Close()
 }
 
+// Offset after Close counts only output this attachment delivered:
+// attaching again from it repeats nothing and skips nothing, though
+// Close drops what arrives while it waits for the daemon to let go.
+func TestTerminalOffsetAfterClose(t *testing.T) {
+	d := newDaemon(t, api.Options{TermLocks: t.TempDir()})
+	n := d.create(t, "off")
+	ctx := context.Background()
+	term, err := n.Terminal(ctx, cortex.TerminalOptions{Command: cortex.Command{Shell: "i=0; while [ $i -lt 300000 ]; do echo L$i; i=$((i+1)); done; sleep 100"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got bytes.Buffer
+	buf := make([]byte, 4096)
+	for got.Len() < 20000 {
+		k, err := term.Read(buf)
+		got.Write(buf[:k])
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	term.Close()
+	for { // what was queued before the Close
+		k, err := term.Read(buf)
+		got.Write(buf[:k])
+		if err != nil {
+			break
+		}
+	}
+	if off := term.Offset(); off != int64(got.Len()) {
+		t.Fatalf("Offset() is %d, but %d bytes were delivered", off, got.Len())
+	}
+	again, err := n.Terminal(ctx, cortex.TerminalOptions{PID: term.PID, Offset: term.Offset()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer again.Close()
+	var more bytes.Buffer
+	for !bytes.Contains(more.Bytes(), []byte("\n")) {
+		k, err := again.Read(buf)
+		more.Write(buf[:k])
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The line cut at the end of what was delivered goes on where it was.
+	lines := strings.Split(got.String(), "\n")
+	cut := lines[len(lines)-1] + strings.SplitN(more.String(), "\n", 2)[0]
+	last := strings.TrimSpace(lines[len(lines)-2])
+	var a, b int
+	if _, err := fmt.Sscanf(last, "L%d", &a); err != nil {
+		t.Fatalf("the last whole line delivered: %q", last)
+	}
+	if _, err := fmt.Sscanf(strings.TrimSpace(cut), "L%d", &b); err != nil || b != a+1 {
+		t.Fatalf("after L%d the attachment from Offset() goes on with %q", a, cut)
+	}
+	again.Kill()
+}
+
 func TestReviewRegressions(t *testing.T) {
 	d := newDaemon(t, api.Options{Token: "tok"})
 	n := d.create(t, "rr")
