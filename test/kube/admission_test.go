@@ -172,8 +172,12 @@ func forgedPod(ns, name string, labels map[string]string, owners []metav1.OwnerR
 // on the neurons m made (cold is one made without a claim, w1 one that
 // a claim holds): each must be refused by the policy (RBAC lets tenant
 // make it), and a pod, a claim, a Secret and ConfigMaps that are no
-// neuron's or host's must still be allowed.
-func forgeries(t *testing.T, tenantRC *rest.Config, m *kube.Manager, cold, w1 string) {
+// neuron's or host's must still be allowed. Where the hosts have a
+// namespace of their own, their token and Secrets there must be
+// forbidden to tenant; adminRC then makes a ServiceAccount of the hosts'
+// name in the neurons', as a host of one namespace has, for the rules
+// on it.
+func forgeries(t *testing.T, adminRC, tenantRC *rest.Config, m *kube.Manager, cold, w1 string) {
 	t.Helper()
 	ctx := context.Background()
 	ns := m.Cluster.Config.Namespace
@@ -183,6 +187,31 @@ func forgeries(t *testing.T, tenantRC *rest.Config, m *kube.Manager, cold, w1 st
 		t.Helper()
 		if !byPolicy(err) {
 			t.Errorf("%s, as another identity: %v; want the admission policy's refusal", what, err)
+		}
+	}
+
+	if hosts := m.Cluster.Config.Defaults().HostNamespace; hosts != ns {
+		// The hosts' ServiceAccount and Secrets are in their namespace,
+		// where this identity is granted nothing.
+		_, err := core.CoreV1().ServiceAccounts(hosts).CreateToken(ctx, "nsys-cortex", &authv1.TokenRequest{}, metav1.CreateOptions{DryRun: dryRun})
+		if !apierrors.IsForbidden(err) {
+			t.Errorf("minting the hosts' token in their namespace %s, as another identity: %v; want it forbidden", hosts, err)
+		}
+		if _, err := core.CoreV1().Secrets(hosts).List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
+			t.Errorf("listing the hosts' Secrets in their namespace %s, as another identity: %v; want it forbidden", hosts, err)
+		}
+		// Nor may it name itself the hosts: the label the policy reads is
+		// the Namespace's, which a namespace's Role cannot grant.
+		label := fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, kube.LabelHostsNamespace, ns)
+		if _, err := core.CoreV1().Namespaces().Patch(ctx, ns, types.MergePatchType, []byte(label), metav1.PatchOptions{DryRun: dryRun}); !apierrors.IsForbidden(err) {
+			t.Errorf("relabelling the neurons' Namespace, as another identity: %v; want it forbidden", err)
+		}
+		// A ServiceAccount of the hosts' name here, as a host of one
+		// namespace has (kube.host_namespace unset): the policy's rules
+		// for it are tried on it below.
+		admin := kubernetes.NewForConfigOrDie(adminRC)
+		if _, err := admin.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "nsys-cortex"}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatal(err)
 		}
 	}
 

@@ -46,23 +46,23 @@ func TestDeployedRole(t *testing.T) {
 func TestDeployedRoleWarmPool(t *testing.T) {
 	rc := cluster.Start(t, cluster.Options{Sandboxes: true, RBAC: true, Quiet: true})
 	admin := kubernetes.NewForConfigOrDie(rc)
-	cfg := kube.Config{OpenNetwork: true, Image: "registry.example/nsys-cortex-neuron:1", Namespace: "nsys-cortex", WarmPool: 2}.Defaults()
+	cfg := kube.Config{OpenNetwork: true, Image: "registry.example/nsys-cortex-neuron:1", Namespace: deployNeurons, HostNamespace: deployHosts, WarmPool: 2}.Defaults()
 	cluster.Prepare(t, admin, cfg)
-	sa := applyRBAC(t, admin, cfg.Namespace, nil)
-	hostCfg := as(rc, cfg.Namespace, sa)
+	sa := applyRBAC(t, admin, cfg, nil)
+	hostCfg := as(rc, cfg.HostNamespace, sa)
 	ctrlCfg := controllerIdentity(t, admin, rc)
 	applyAdmission(t, admin)
 	tenant := tenantIdentity(t, admin, rc, cfg.Namespace)
 	awaitGrant(t, kubernetes.NewForConfigOrDie(hostCfg), cfg.Namespace)
 	awaitPolicy(t, kubernetes.NewForConfigOrDie(tenant), cfg.Namespace)
 	m := warmPool(t, collectorIdentity(t, admin, rc), ctrlCfg, hostCfg, cfg)
-	forgeries(t, tenant, m, "cold", "w1")
+	forgeries(t, rc, tenant, m, "cold", "w1")
 }
 
 func deployedRole(t *testing.T, sandboxes bool) {
 	rc := cluster.Start(t, cluster.Options{Sandboxes: sandboxes, RBAC: true, Quiet: true})
 	admin := kubernetes.NewForConfigOrDie(rc)
-	cfg := kube.Config{OpenNetwork: true, Image: "registry.example/nsys-cortex-neuron:1", Namespace: "nsys-cortex"}
+	cfg := kube.Config{OpenNetwork: true, Image: "registry.example/nsys-cortex-neuron:1", Namespace: deployNeurons, HostNamespace: deployHosts}
 	cluster.Prepare(t, admin, cfg)
 	// On the pods path, the Role as an operator without
 	// kube.chat_sessions applies it: without the rule for the sessions'
@@ -75,8 +75,8 @@ func deployedRole(t *testing.T, sandboxes bool) {
 			})
 		}
 	}
-	sa := applyRBAC(t, admin, cfg.Namespace, edit)
-	hostCfg := as(rc, cfg.Namespace, sa)
+	sa := applyRBAC(t, admin, cfg, edit)
+	hostCfg := as(rc, cfg.HostNamespace, sa)
 	host := kubernetes.NewForConfigOrDie(hostCfg)
 	awaitGrant(t, host, cfg.Namespace)
 	// The identity is held to the Role: what it does not grant is refused.
@@ -87,6 +87,7 @@ func deployedRole(t *testing.T, sandboxes bool) {
 	// by the one without the sessions' rule, saying what to grant.
 	t.Setenv("NSYS_CORTEX_KUBE_IMAGE", cfg.Image)
 	t.Setenv("NSYS_CORTEX_KUBE_NAMESPACE", cfg.Namespace)
+	t.Setenv("NSYS_CORTEX_KUBE_HOST_NAMESPACE", cfg.HostNamespace)
 	t.Setenv("NSYS_CORTEX_KUBE_ALLOW_OPEN_NETWORK", "true")
 	t.Setenv("NSYS_CORTEX_KUBE_CHAT_SESSIONS", "true")
 	t.Setenv("NSYS_CORTEX_KUBE_KUBECONFIG", writeKubeconfig(t, hostCfg))
@@ -108,10 +109,10 @@ func deployedRole(t *testing.T, sandboxes bool) {
 	}
 	if sandboxes {
 		// Chat sessions (kube.chat_sessions), as two replicas keep them.
-		chatSessions(t, host, metadata.NewForConfigOrDie(hostCfg), cfg.Namespace)
+		chatSessions(t, host, metadata.NewForConfigOrDie(hostCfg), cfg.HostNamespace)
 	} else {
 		// Without that rule no Secret but the API keys' is the host's.
-		other := &kube.SecretKeys{Core: host, Namespace: cfg.Namespace, Name: "nsys-cortex-api"}
+		other := &kube.SecretKeys{Core: host, Namespace: cfg.HostNamespace, Name: "nsys-cortex-api"}
 		if _, _, err := other.Load(); err == nil || !strings.Contains(err.Error(), "forbids get on secrets") {
 			t.Errorf("the host reading another Secret: %v, want it forbidden", err)
 		}
@@ -152,7 +153,7 @@ func deployedRole(t *testing.T, sandboxes bool) {
 		t.Fatalf("doctor with kube.port_forward has no port-forward check: %+v", c.Items)
 		return sandbox.CheckItem{}
 	}
-	if it := forwarding(hostCfg); it.OK || !strings.Contains(it.Detail, "may not create pods/portforward in namespace nsys-cortex") {
+	if it := forwarding(hostCfg); it.OK || !strings.Contains(it.Detail, "may not create pods/portforward in namespace "+cfg.Namespace) {
 		t.Errorf("doctor as the deployed host, with kube.port_forward: %+v", it)
 	}
 	if it := forwarding(rc); !it.OK {
@@ -166,10 +167,10 @@ func deployedRole(t *testing.T, sandboxes bool) {
 	if len(docs) != 1 || !ok {
 		t.Fatalf("api-keys.yaml: %d objects, the first a %T", len(docs), docs[0])
 	}
-	if _, err := admin.CoreV1().Secrets(cfg.Namespace).Create(context.Background(), sec, metav1.CreateOptions{}); err != nil {
+	if _, err := admin.CoreV1().Secrets(cfg.HostNamespace).Create(context.Background(), sec, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	keys := &kube.SecretKeys{Core: host, Namespace: cfg.Namespace, Name: sec.Name}
+	keys := &kube.SecretKeys{Core: host, Namespace: cfg.HostNamespace, Name: sec.Name}
 	if err := keys.Change(func(b []byte) ([]byte, error) { return append(b, "{}"...), nil }); err != nil {
 		t.Fatalf("the host writing the shared keys: %v", err)
 	}
@@ -199,31 +200,46 @@ func as(rc *rest.Config, ns, sa string) *rest.Config {
 	return c
 }
 
-// applyRBAC creates, as the administrator, the ServiceAccount, Role (as
-// edit changes it, when not nil) and RoleBinding of deploy/kubernetes
-// in namespace ns, and returns the ServiceAccount's name.
-func applyRBAC(t *testing.T, admin kubernetes.Interface, ns string, edit func(*rbacv1.Role)) string {
+// The namespaces deploy/kubernetes makes: the neurons' and the hosts'.
+const deployNeurons, deployHosts = "nsys-cortex-neurons", "nsys-cortex"
+
+// applyRBAC creates, as the administrator, the ServiceAccount, Roles (as
+// edit changes them, when not nil) and RoleBindings of deploy/kubernetes,
+// in cfg's namespaces where the files name the deployed ones, and returns
+// the ServiceAccount's name.
+func applyRBAC(t *testing.T, admin kubernetes.Interface, cfg kube.Config, edit func(*rbacv1.Role)) string {
 	t.Helper()
 	ctx := context.Background()
+	cfg = cfg.Defaults()
+	in := func(deployed string) string {
+		switch deployed {
+		case deployNeurons:
+			return cfg.Namespace
+		case deployHosts:
+			return cfg.HostNamespace
+		}
+		t.Fatalf("rbac.yaml: an object in namespace %q", deployed)
+		return ""
+	}
 	var sa string
 	for _, obj := range deployDocs(t, "rbac.yaml") {
 		var err error
 		switch o := obj.(type) {
 		case *corev1.ServiceAccount:
-			o.Namespace, sa = ns, o.Name
-			_, err = admin.CoreV1().ServiceAccounts(ns).Create(ctx, o, metav1.CreateOptions{})
+			o.Namespace, sa = in(o.Namespace), o.Name
+			_, err = admin.CoreV1().ServiceAccounts(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
 		case *rbacv1.Role:
-			o.Namespace = ns
+			o.Namespace = in(o.Namespace)
 			if edit != nil {
 				edit(o)
 			}
-			_, err = admin.RbacV1().Roles(ns).Create(ctx, o, metav1.CreateOptions{})
+			_, err = admin.RbacV1().Roles(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
 		case *rbacv1.RoleBinding:
-			o.Namespace = ns
+			o.Namespace = in(o.Namespace)
 			for i := range o.Subjects {
-				o.Subjects[i].Namespace = ns
+				o.Subjects[i].Namespace = in(o.Subjects[i].Namespace)
 			}
-			_, err = admin.RbacV1().RoleBindings(ns).Create(ctx, o, metav1.CreateOptions{})
+			_, err = admin.RbacV1().RoleBindings(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
 		default:
 			t.Fatalf("rbac.yaml: unexpected %T", obj)
 		}

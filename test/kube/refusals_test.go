@@ -53,13 +53,13 @@ func TestRefusals(t *testing.T) {
 		refused(t, manager(t, admin, ag, cfg), admin, ag, cfg, errdefs.Capacity, "exceeded quota", "raise the quota")
 
 		cfg = prepared(t, admin, ag, "rbac")
-		sa := applyRBAC(t, admin, cfg.Namespace, func(r *rbacv1.Role) {
+		sa := applyRBAC(t, admin, cfg, func(r *rbacv1.Role) {
 			for i := range r.Rules {
 				r.Rules[i].Verbs = slices.DeleteFunc(r.Rules[i].Verbs, func(v string) bool { return v == "create" && slices.Contains(r.Rules[i].Resources, "sandboxes") })
 			}
 		})
 		kubesim.Start(t, admin, ag, cfg)
-		host := as(rc, cfg.Namespace, sa)
+		host := as(rc, cfg.Defaults().HostNamespace, sa)
 		awaitGrant(t, kubernetes.NewForConfigOrDie(host), cfg.Namespace)
 		refused(t, manager(t, kubernetes.NewForConfigOrDie(host), cluster.Agents(host), cfg), admin, ag, cfg,
 			errdefs.Permission, "forbids create on sandboxes.agents.x-k8s.io", "deploy/kubernetes/rbac.yaml")

@@ -45,6 +45,7 @@ import (
 const (
 	EnvImage        = "NSYS_CORTEX_KUBE_IMAGE"
 	EnvNamespace    = "NSYS_CORTEX_KUBE_NAMESPACE"
+	EnvHostNS       = "NSYS_CORTEX_KUBE_HOST_NAMESPACE"
 	EnvRuntimeClass = "NSYS_CORTEX_KUBE_RUNTIME_CLASS"
 	EnvStorageClass = "NSYS_CORTEX_KUBE_STORAGE_CLASS"
 	EnvHomeSize     = "NSYS_CORTEX_KUBE_HOME_SIZE"
@@ -82,10 +83,11 @@ type Settings struct {
 func SettingsFromEnv(home string) (Settings, error) {
 	s := Settings{
 		Config: Config{
-			Namespace:    os.Getenv(EnvNamespace),
-			Image:        os.Getenv(EnvImage),
-			RuntimeClass: os.Getenv(EnvRuntimeClass),
-			StorageClass: os.Getenv(EnvStorageClass),
+			Namespace:     os.Getenv(EnvNamespace),
+			HostNamespace: os.Getenv(EnvHostNS),
+			Image:         os.Getenv(EnvImage),
+			RuntimeClass:  os.Getenv(EnvRuntimeClass),
+			StorageClass:  os.Getenv(EnvStorageClass),
 		},
 		Kubeconfig: os.Getenv(EnvKubeconfig),
 		SigningKey: os.Getenv(EnvSigningKey),
@@ -135,6 +137,11 @@ func SettingsFromEnv(home string) (Settings, error) {
 func CheckConfig(c Config) error {
 	if err := CheckName(c.Namespace); err != nil {
 		return &sandbox.InvalidError{Reason: fmt.Sprintf("kube.namespace %q: %v", c.Namespace, err)}
+	}
+	if c.HostNamespace != "" {
+		if err := CheckName(c.HostNamespace); err != nil {
+			return &sandbox.InvalidError{Reason: fmt.Sprintf("kube.host_namespace %q: %v", c.HostNamespace, err)}
+		}
 	}
 	if c.RuntimeClass != "" {
 		if err := CheckName(c.RuntimeClass); err != nil {
@@ -533,13 +540,13 @@ func SelfCheck(ctx context.Context, env sandbox.Env) sandbox.Check {
 	rcs := runtimeClasses(ctx, cl, s.Config.RuntimeClass)
 	adm := admitted(ctx, cl, s.Config)
 	c.Items = append(c.Items, rcs, adm)
-	keys, shared := sharedKeys(cl, s.Config.Namespace)
+	keys, shared := sharedKeys(cl, s.Config.HostNamespace)
 	if shared {
 		c.Items = append(c.Items, keys)
 	}
 	chats := sandbox.CheckItem{OK: true}
 	if on, _ := strconv.ParseBool(os.Getenv(EnvChatSessions)); on {
-		chats = chatSessionsItem(ctx, cl, s.Config.Namespace)
+		chats = chatSessionsItem(ctx, cl, s.Config.HostNamespace)
 		c.Items = append(c.Items, chats)
 	}
 	fwd := sandbox.CheckItem{OK: true}

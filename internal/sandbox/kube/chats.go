@@ -87,8 +87,9 @@ type SecretSessions struct {
 }
 
 // SecretSessionsFromEnv is the store EnvChatSessions turns on, reached
-// as kube mode reaches its cluster (kube.kubeconfig, kube.namespace);
-// nil when it is off.
+// as kube mode reaches its cluster (kube.kubeconfig), in the hosts'
+// namespace (kube.host_namespace, else kube.namespace); nil when it is
+// off.
 func SecretSessionsFromEnv() (*SecretSessions, error) {
 	on, err := strconv.ParseBool(cmp.Or(os.Getenv(EnvChatSessions), "false"))
 	if err != nil {
@@ -97,7 +98,10 @@ func SecretSessionsFromEnv() (*SecretSessions, error) {
 	if !on {
 		return nil, nil
 	}
-	ns := Config{Namespace: os.Getenv(EnvNamespace)}.Defaults().Namespace
+	ns, err := hostNamespaceFromEnv()
+	if err != nil {
+		return nil, fmt.Errorf("kube.chat_sessions: %w", err)
+	}
 	rc, err := RESTConfig(os.Getenv(EnvKubeconfig))
 	if err != nil {
 		return nil, fmt.Errorf("kube.chat_sessions: %w", err)

@@ -15,6 +15,7 @@ import (
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -27,6 +28,10 @@ import (
 
 // deployDir is the kustomize base that installs kube mode.
 const deployDir = "../../../deploy/kubernetes"
+
+// deployConfig is the namespaces deploy/kubernetes installs: the
+// neurons' and the hosts'.
+var deployConfig = Config{Namespace: "nsys-cortex-neurons", HostNamespace: "nsys-cortex"}
 
 // deployObjects decodes every object of every file the kustomization
 // lists, as the API server would (an unknown kind or field fails).
@@ -43,8 +48,8 @@ func deployObjects(t *testing.T) map[string][]runtime.Object {
 	if err := yaml.Unmarshal(b, &kust); err != nil {
 		t.Fatal(err)
 	}
-	if kust.Namespace != (Config{}).Defaults().Namespace {
-		t.Errorf("the kustomization's namespace is %q", kust.Namespace)
+	if kust.Namespace != "" {
+		t.Errorf("the kustomization puts every object in namespace %q: the hosts' and the neurons' are two", kust.Namespace)
 	}
 	files, _ := filepath.Glob(filepath.Join(deployDir, "*.yaml"))
 	var want []string
@@ -103,8 +108,8 @@ func onlyComments(doc []byte) bool {
 func TestDeployNetworkPolicies(t *testing.T) {
 	var buf bytes.Buffer
 	buf.WriteString("# Made by kube.NetworkPolicies (go test ./internal/sandbox/kube -run TestDeployNetworkPolicies -update).\n")
-	buf.WriteString("# Every connection of a neuron pod is denied but those in from Cortex's pods on the agent port.\n")
-	for i, np := range NetworkPolicies(Config{}) {
+	buf.WriteString("# Every connection of a neuron pod is denied but those in from Cortex's pods, of the hosts' namespace, on the agent port.\n")
+	for i, np := range NetworkPolicies(deployConfig) {
 		b, err := yaml.Marshal(np)
 		if err != nil {
 			t.Fatal(err)
@@ -135,28 +140,39 @@ const apiKeysSecret = "nsys-cortex-api-keys"
 
 func TestDeployManifests(t *testing.T) {
 	objs := deployObjects(t)
-	ns := Config{}.Defaults().Namespace
-	var role *rbacv1.Role
+	neurons, hosts := deployConfig.Namespace, deployConfig.HostNamespace
+	roles := map[string]*rbacv1.Role{}
 	var dep *appsv1.Deployment
-	var nsObj *corev1.Namespace
+	namespaces := map[string]*corev1.Namespace{}
 	var hostSA string
 	var policy *admissionv1.ValidatingAdmissionPolicy
 	var binding *admissionv1.ValidatingAdmissionPolicyBinding
 	for f, list := range objs {
 		for _, o := range list {
+			// Where each object must be: what the neurons are made of and
+			// the rights over it in theirs; the hosts and their Secrets
+			// in the hosts'.
+			want := hosts
 			switch o := o.(type) {
 			case *rbacv1.ClusterRole, *rbacv1.ClusterRoleBinding:
 				t.Errorf("%s: a cluster-wide grant", f)
 			case *rbacv1.Role:
-				role = o
+				roles[o.Namespace] = o
+				want = o.Namespace
 			case *rbacv1.RoleBinding:
 				for _, sub := range o.Subjects {
+					if sub.Kind != rbacv1.ServiceAccountKind || sub.Namespace != hosts || hostSA != "" && sub.Name != hostSA {
+						t.Errorf("%s: RoleBinding %s/%s grants %+v, not the hosts' ServiceAccount", f, o.Namespace, o.Name, sub)
+					}
 					hostSA = sub.Name
 				}
+				want = o.Namespace
+			case *networkingv1.NetworkPolicy:
+				want = neurons
 			case *appsv1.Deployment:
 				dep = o
 			case *corev1.Namespace:
-				nsObj = o
+				namespaces[o.Name] = o
 				continue
 			case *admissionv1.ValidatingAdmissionPolicy:
 				policy = o
@@ -165,15 +181,18 @@ func TestDeployManifests(t *testing.T) {
 				binding = o
 				continue
 			}
-			if m, ok := o.(interface{ GetNamespace() string }); ok {
-				if _, isNS := o.(*corev1.Namespace); !isNS && m.GetNamespace() != ns {
-					t.Errorf("%s: an object in namespace %q", f, m.GetNamespace())
-				}
+			if m, ok := o.(interface{ GetNamespace() string }); ok && m.GetNamespace() != want {
+				t.Errorf("%s: %T %s in namespace %q, want %q", f, o, o.(metav1.Object).GetName(), m.GetNamespace(), want)
 			}
 		}
 	}
-	if role == nil || dep == nil || nsObj == nil {
-		t.Fatalf("no Role, Deployment or Namespace in %s", deployDir)
+	if len(roles) != 2 || roles[neurons] == nil || roles[hosts] == nil || dep == nil || namespaces[neurons] == nil || namespaces[hosts] == nil {
+		t.Fatalf("not a Role in each of %s and %s, a Deployment, and both Namespaces in %s", neurons, hosts, deployDir)
+	}
+	// The admission policy finds the hosts' ServiceAccount by this label,
+	// which only cluster administrators may write.
+	if got := namespaces[neurons].Labels[LabelHostsNamespace]; got != hosts {
+		t.Errorf("the neurons' Namespace names the hosts' as %q, want %q", got, hosts)
 	}
 	// The admission policy (test/kube's TestDeployedRoleWarmPool runs
 	// it): bound, denying, to the neurons' namespace by its name (the
@@ -187,19 +206,19 @@ func TestDeployManifests(t *testing.T) {
 	}
 	sel, err := metav1.LabelSelectorAsSelector(binding.Spec.MatchResources.NamespaceSelector)
 	if binding.Spec.PolicyName != policy.Name || !slices.Equal(binding.Spec.ValidationActions, []admissionv1.ValidationAction{admissionv1.Deny}) ||
-		err != nil || sel.Empty() || !sel.Matches(labels.Set{corev1.LabelMetadataName: nsObj.Name}) || sel.Matches(labels.Set{corev1.LabelMetadataName: "other"}) {
-		t.Errorf("the admission policy's binding %+v does not deny in namespace %s alone: %v", binding.Spec, nsObj.Name, err)
+		err != nil || sel.Empty() || !sel.Matches(labels.Set{corev1.LabelMetadataName: neurons}) || sel.Matches(labels.Set{corev1.LabelMetadataName: hosts}) {
+		t.Errorf("the admission policy's binding %+v does not deny in namespace %s alone: %v", binding.Spec, neurons, err)
 	}
-	trusted := ""
+	vars := map[string]string{}
 	for _, v := range policy.Spec.Variables {
-		if v.Name == "trusted" {
-			trusted = v.Expression
-		}
+		vars[v.Name] = v.Expression
 	}
-	if hostSA == "" || !strings.Contains(trusted, "'system:serviceaccount:' + request.namespace + ':"+hostSA+"'") {
-		t.Errorf("the admission policy does not trust the host's ServiceAccount %q: %q", hostSA, trusted)
+	if hostSA == "" || !strings.Contains(vars["trusted"], "'system:serviceaccount:' + variables.hosts + ':"+hostSA+"'") ||
+		!strings.Contains(vars["hosts"], "namespaceObject.metadata.?labels[?'"+LabelHostsNamespace+"']") {
+		t.Errorf("the admission policy does not trust the host's ServiceAccount %q of the namespace the label names: %q, %q", hostSA, vars["trusted"], vars["hosts"])
 	}
-	want := map[string][]string{
+	// What each Role grants, in its namespace.
+	wantNeurons := map[string][]string{
 		"agents.x-k8s.io/sandboxes":                   {"create", "delete", "get", "list", "patch", "watch"},
 		"extensions.agents.x-k8s.io/sandboxclaims":    {"create", "delete", "get", "list", "patch", "watch"},
 		"extensions.agents.x-k8s.io/sandboxtemplates": {"create", "get", "update"},
@@ -207,14 +226,25 @@ func TestDeployManifests(t *testing.T) {
 		"/pods":                   {"create", "delete", "get", "list", "watch"},
 		"/persistentvolumeclaims": {"create", "delete", "get", "list", "watch"},
 		"/configmaps":             {"create", "get"},
+		// One ConfigMap by name: the network probe's verdict, rewritten.
+		"/configmaps/" + ProbeConfigMap: {"update"},
+	}
+	wantHosts := map[string][]string{
 		// One Secret by name: the shared API keys.
 		"/secrets/" + apiKeysSecret: {"get", "update"},
 		// The chat sessions' Secrets (kube.chat_sessions), which RBAC
 		// cannot name before they are made.
 		"/secrets": {"create", "delete", "get", "list", "patch"},
-		// One ConfigMap by name: the network probe's verdict, rewritten.
-		"/configmaps/" + ProbeConfigMap: {"update"},
 	}
+	checkRole(t, roles[neurons], wantNeurons)
+	checkRole(t, roles[hosts], wantHosts)
+	checkHost(t, dep)
+}
+
+// checkRole checks that role grants exactly want (group/resource[/name]
+// to its verbs, sorted).
+func checkRole(t *testing.T, role *rbacv1.Role, want map[string][]string) {
+	t.Helper()
 	got := map[string][]string{}
 	for _, r := range role.Rules {
 		for _, g := range r.APIGroups {
@@ -236,14 +266,20 @@ func TestDeployManifests(t *testing.T) {
 		slices.Sort(got[k])
 	}
 	if len(got) != len(want) {
-		t.Errorf("the Role grants %v, want %v", got, want)
+		t.Errorf("the Role of %s grants %v, want %v", role.Namespace, got, want)
 	}
 	for k, v := range want {
 		if !slices.Equal(got[k], v) {
-			t.Errorf("the Role grants %s %v, want %v", k, got[k], v)
+			t.Errorf("the Role of %s grants %s %v, want %v", role.Namespace, k, got[k], v)
 		}
 	}
+}
 
+// checkHost checks the hosts' Deployment: its pods hardened, probed,
+// labelled as the neurons' NetworkPolicies expect, given the signing key
+// from a Secret, and told the two namespaces.
+func checkHost(t *testing.T, dep *appsv1.Deployment) {
+	t.Helper()
 	pod := dep.Spec.Template
 	if pod.Labels[LabelHost] != hostName || pod.Labels[LabelRole] != "" {
 		t.Errorf("the host's pods are labelled %v: the neurons' policies take connections from %s=%s without %s", pod.Labels, LabelHost, hostName, LabelRole)
@@ -275,6 +311,12 @@ func TestDeployManifests(t *testing.T) {
 	}
 	if env["NSYS_CORTEX_MODE"].Value != Mode || env[EnvImage].Value == "" {
 		t.Errorf("the host is not in kube mode: %+v", c.Env)
+	}
+	if env[EnvNamespace].Value != deployConfig.Namespace {
+		t.Errorf("the host's neurons are in %s=%q, want %q", EnvNamespace, env[EnvNamespace].Value, deployConfig.Namespace)
+	}
+	if f := env[EnvHostNS].ValueFrom; f == nil || f.FieldRef == nil || f.FieldRef.FieldPath != "metadata.namespace" {
+		t.Errorf("the host's own namespace is not its pod's: %s=%+v", EnvHostNS, env[EnvHostNS])
 	}
 	if tok := env["NSYS_CORTEX_API_TOKEN"]; tok.Value != "" || tok.ValueFrom == nil || tok.ValueFrom.SecretKeyRef == nil {
 		t.Errorf("the API token is not from a Secret: %+v", tok)

@@ -38,7 +38,8 @@ type SecretKeys struct {
 }
 
 // SecretKeysFromEnv is the Secret EnvAPIKeys names, reached as kube mode
-// reaches its cluster (kube.kubeconfig, kube.namespace); nil when
+// reaches its cluster (kube.kubeconfig), in the hosts' namespace
+// (kube.host_namespace, else kube.namespace); nil when
 // EnvAPIKeys is unset.
 func SecretKeysFromEnv() (*SecretKeys, error) {
 	name := os.Getenv(EnvAPIKeys)
@@ -48,7 +49,10 @@ func SecretKeysFromEnv() (*SecretKeys, error) {
 	if err := CheckName(name); err != nil {
 		return nil, fmt.Errorf("kube.api_keys %q: %v", name, err)
 	}
-	ns := Config{Namespace: os.Getenv(EnvNamespace)}.Defaults().Namespace
+	ns, err := hostNamespaceFromEnv()
+	if err != nil {
+		return nil, fmt.Errorf("kube.api_keys: %w", err)
+	}
 	rc, err := RESTConfig(os.Getenv(EnvKubeconfig))
 	if err != nil {
 		return nil, fmt.Errorf("kube.api_keys: %w", err)
@@ -154,4 +158,14 @@ func (s *SecretKeys) change(data string, fn func([]byte) ([]byte, error)) error 
 		return nil
 	}
 	return errdefs.New(errdefs.Unavailable, fmt.Sprintf("%s changed under every one of 10 tries to write it", s.Where()))
+}
+
+// hostNamespaceFromEnv is the hosts' namespace the environment sets
+// (EnvHostNS, else EnvNamespace, else the default), checked.
+func hostNamespaceFromEnv() (string, error) {
+	c := Config{Namespace: os.Getenv(EnvNamespace), HostNamespace: os.Getenv(EnvHostNS)}.Defaults()
+	if err := CheckConfig(c); err != nil {
+		return "", err
+	}
+	return c.HostNamespace, nil
 }

@@ -65,6 +65,13 @@ const (
 type Config struct {
 	// Namespace holds the neurons (kube.namespace).
 	Namespace string
+	// HostNamespace is where the hosts run and keep what is theirs
+	// alone: the shared API keys' Secret and the chat sessions' Secrets
+	// (kube.host_namespace; "": Namespace). Apart from Namespace, a pod
+	// made in the neurons' namespace, by whoever may make one there, can
+	// mount none of the hosts' Secrets, and the neurons' NetworkPolicies
+	// take connections only from host pods of this namespace.
+	HostNamespace string
 	// Image is the neuron image: a root filesystem with the agent at
 	// AgentPath (kube.image; nsys-cortex image build makes one).
 	Image string
@@ -106,6 +113,9 @@ const AgentPath = "/usr/local/bin/cortex-agent"
 func (c Config) Defaults() Config {
 	if c.Namespace == "" {
 		c.Namespace = "nsys-cortex"
+	}
+	if c.HostNamespace == "" {
+		c.HostNamespace = c.Namespace
 	}
 	if c.AgentPort == 0 {
 		c.AgentPort = 7070
@@ -566,8 +576,14 @@ func (c Config) Check() error {
 }
 
 // LabelHost marks Cortex's own pods (the host Deployment's), the only
-// ones a neuron pod takes connections from.
+// ones a neuron pod takes connections from (of the hosts' namespace).
 const LabelHost = "app.kubernetes.io/name"
+
+// LabelHostsNamespace, on the neurons' Namespace, names the hosts'
+// (deploy/kubernetes): the admission policy trusts the ServiceAccount
+// nsys-cortex of that namespace. Only cluster administrators may label
+// a Namespace.
+const LabelHostsNamespace = "neuron.nsys-cortex/hosts"
 
 // hostName is LabelHost's value on Cortex's pods.
 const hostName = "nsys-cortex"
@@ -596,11 +612,15 @@ func NetworkPolicies(cfg Config) []*networkingv1.NetworkPolicy {
 		PodSelector: neurons,
 		PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
 		Ingress: []networkingv1.NetworkPolicyIngressRule{{
-			// Cortex's pods, and never a neuron's, whatever its labels.
-			From: []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{
-				MatchLabels:      map[string]string{LabelHost: hostName},
-				MatchExpressions: []metav1.LabelSelectorRequirement{{Key: LabelRole, Operator: metav1.LabelSelectorOpDoesNotExist}},
-			}}},
+			// Cortex's pods, in the hosts' namespace, and never a
+			// neuron's, whatever its labels.
+			From: []networkingv1.NetworkPolicyPeer{{
+				NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: cfg.HostNamespace}},
+				PodSelector: &metav1.LabelSelector{
+					MatchLabels:      map[string]string{LabelHost: hostName},
+					MatchExpressions: []metav1.LabelSelectorRequirement{{Key: LabelRole, Operator: metav1.LabelSelectorOpDoesNotExist}},
+				},
+			}},
 			Ports: []networkingv1.NetworkPolicyPort{{Protocol: &tcp, Port: &agentPort}},
 		}},
 	}}
