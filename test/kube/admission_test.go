@@ -174,9 +174,10 @@ func forgedPod(ns, name string, labels map[string]string, owners []metav1.OwnerR
 // make it), and a pod, a claim, a Secret and ConfigMaps that are no
 // neuron's or host's must still be allowed. Where the hosts have a
 // namespace of their own, their token and Secrets there must be
-// forbidden to tenant; adminRC then makes a ServiceAccount of the hosts'
-// name in the neurons', as a host of one namespace has, for the rules
-// on it.
+// forbidden to tenant, and a grant there (as adminRC makes one) must
+// make no pod with their key or as them; adminRC then makes a
+// ServiceAccount of the hosts' name in the neurons', as a host of one
+// namespace has, for the rules on it.
 func forgeries(t *testing.T, adminRC, tenantRC *rest.Config, m *kube.Manager, cold, w1 string) {
 	t.Helper()
 	ctx := context.Background()
@@ -200,16 +201,21 @@ func forgeries(t *testing.T, adminRC, tenantRC *rest.Config, m *kube.Manager, co
 		if _, err := core.CoreV1().Secrets(hosts).List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
 			t.Errorf("listing the hosts' Secrets in their namespace %s, as another identity: %v; want it forbidden", hosts, err)
 		}
-		// Nor may it name itself the hosts: the label the policy reads is
-		// the Namespace's, which a namespace's Role cannot grant.
-		label := fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, kube.LabelHostsNamespace, ns)
-		if _, err := core.CoreV1().Namespaces().Patch(ctx, ns, types.MergePatchType, []byte(label), metav1.PatchOptions{DryRun: dryRun}); !apierrors.IsForbidden(err) {
-			t.Errorf("relabelling the neurons' Namespace, as another identity: %v; want it forbidden", err)
+		// The policy acts in the hosts' namespace too: a grant left there
+		// (from an install of one namespace) makes no pod that mounts the
+		// hosts' signing key or runs as them.
+		admin := kubernetes.NewForConfigOrDie(adminRC)
+		left := kubernetes.NewForConfigOrDie(tenantIdentity(t, admin, adminRC, hosts))
+		withKey, asHost := forgedPod(hosts, "with-key", nil, nil), forgedPod(hosts, "as-host", nil, nil)
+		withKey.Spec.Volumes = []corev1.Volume{{Name: "k", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "nsys-cortex-signing-key"}}}}
+		asHost.Spec.ServiceAccountName = "nsys-cortex"
+		for what, p := range map[string]*corev1.Pod{"the signing key": withKey, "the hosts' ServiceAccount": asHost} {
+			_, err := left.CoreV1().Pods(hosts).Create(ctx, p, metav1.CreateOptions{DryRun: dryRun})
+			refused("making a pod in the hosts' namespace with "+what, err)
 		}
 		// A ServiceAccount of the hosts' name here, as a host of one
 		// namespace has (kube.host_namespace unset): the policy's rules
 		// for it are tried on it below.
-		admin := kubernetes.NewForConfigOrDie(adminRC)
 		if _, err := admin.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "nsys-cortex"}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 			t.Fatal(err)
 		}

@@ -579,12 +579,6 @@ func (c Config) Check() error {
 // ones a neuron pod takes connections from (of the hosts' namespace).
 const LabelHost = "app.kubernetes.io/name"
 
-// LabelHostsNamespace, on the neurons' Namespace, names the hosts'
-// (deploy/kubernetes): the admission policy trusts the ServiceAccount
-// nsys-cortex of that namespace. Only cluster administrators may label
-// a Namespace.
-const LabelHostsNamespace = "neuron.nsys-cortex/hosts"
-
 // hostName is LabelHost's value on Cortex's pods.
 const hostName = "nsys-cortex"
 

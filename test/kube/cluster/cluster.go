@@ -193,20 +193,16 @@ func Prepare(t T, core kubernetes.Interface, cfg kube.Config) {
 	t.Helper()
 	ctx := context.Background()
 	cfg = cfg.Defaults()
-	neurons := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: cfg.Namespace}}
-	if cfg.HostNamespace != cfg.Namespace {
-		// Two, as deploy/kubernetes makes them: the neurons' names the
-		// hosts' (for its admission policy).
-		neurons.Labels = map[string]string{kube.LabelHostsNamespace: cfg.HostNamespace}
-		if _, err := core.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: cfg.HostNamespace}}, metav1.CreateOptions{}); err != nil {
+	// One namespace, or two as deploy/kubernetes makes them (the
+	// neurons', the hosts'), each with the ServiceAccount a cluster's
+	// controller would make.
+	for _, ns := range slices.Compact([]string{cfg.Namespace, cfg.HostNamespace}) {
+		if _, err := core.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-	}
-	if _, err := core.CoreV1().Namespaces().Create(ctx, neurons, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := core.CoreV1().ServiceAccounts(cfg.Namespace).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
+		if _, err := core.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if cfg.RuntimeClass != "" {
 		if _, err := core.NodeV1().RuntimeClasses().Create(ctx, &nodev1.RuntimeClass{ObjectMeta: metav1.ObjectMeta{Name: cfg.RuntimeClass}, Handler: "runsc"}, metav1.CreateOptions{}); err != nil {
