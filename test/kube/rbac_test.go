@@ -201,7 +201,7 @@ func as(rc *rest.Config, ns, sa string) *rest.Config {
 }
 
 // The namespaces deploy/kubernetes makes: the neurons' and the hosts'.
-const deployNeurons, deployHosts = "nsys-cortex-neurons", "nsys-cortex"
+const deployNeurons, deployHosts = "nsys-cortex", "nsys-cortex-hosts"
 
 // applyRBAC creates, as the administrator, the ServiceAccount, Roles (as
 // edit changes them, when not nil) and RoleBindings of deploy/kubernetes,

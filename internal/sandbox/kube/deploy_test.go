@@ -31,7 +31,7 @@ const deployDir = "../../../deploy/kubernetes"
 
 // deployConfig is the namespaces deploy/kubernetes installs: the
 // neurons' and the hosts'.
-var deployConfig = Config{Namespace: "nsys-cortex-neurons", HostNamespace: "nsys-cortex"}
+var deployConfig = Config{Namespace: "nsys-cortex", HostNamespace: "nsys-cortex-hosts"}
 
 // deployObjects decodes every object of every file the kustomization
 // lists, as the API server would (an unknown kind or field fails).
