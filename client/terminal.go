@@ -3,6 +3,7 @@ package cortex
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -294,7 +295,7 @@ func (t *Terminal) Close() error {
 			case <-ctx.Done():
 			}
 		}
-		expired := ctx.Err() == context.DeadlineExceeded
+		expired := errors.Is(ctx.Err(), context.DeadlineExceeded)
 		cancel()
 		select {
 		case <-t.done: // the daemon closed it
