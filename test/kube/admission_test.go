@@ -300,6 +300,12 @@ func forgeries(t *testing.T, adminRC, tenantRC *rest.Config, m *kube.Manager, co
 	if _, err := core.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "mine", Namespace: ns}}, metav1.CreateOptions{DryRun: dryRun}); err != nil {
 		t.Fatalf("a Secret of one's own, as another identity: %v", err)
 	}
+	if m.Cluster.Config.Defaults().HostNamespace != ns {
+		// The hosts' Secrets' names, planted where the neurons are (a
+		// command given kube.namespace alone would read keys there).
+		_, err = core.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "nsys-cortex-api-keys", Namespace: ns}}, metav1.CreateOptions{DryRun: dryRun})
+		refused("making a Secret of the hosts' name in the neurons' namespace", err)
+	}
 	// (The trust ConfigMap is immutable: it can only be made again.)
 	for _, name := range []string{m.Cluster.Config.Defaults().TrustConfigMap, kube.ProbeConfigMap} {
 		_, err = core.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name + "-x", Namespace: ns}}, metav1.CreateOptions{DryRun: dryRun})
