@@ -201,9 +201,9 @@ func forgeries(t *testing.T, adminRC, tenantRC *rest.Config, m *kube.Manager, co
 		if _, err := core.CoreV1().Secrets(hosts).List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
 			t.Errorf("listing the hosts' Secrets in their namespace %s, as another identity: %v; want it forbidden", hosts, err)
 		}
-		// The policy acts in the hosts' namespace too: a grant left there
-		// (from an install of one namespace) makes no pod that mounts the
-		// hosts' signing key or runs as them.
+		// The policy acts in the hosts' namespace too, as a second layer:
+		// a grant of pods there makes none that mounts the hosts' signing
+		// key or runs as them.
 		admin := kubernetes.NewForConfigOrDie(adminRC)
 		left := kubernetes.NewForConfigOrDie(tenantIdentity(t, admin, adminRC, hosts))
 		withKey, asHost := forgedPod(hosts, "with-key", nil, nil), forgedPod(hosts, "as-host", nil, nil)
