@@ -356,6 +356,30 @@ func (m *Manager) Connect(ctx context.Context, id string) (*link.Client, error) 
 	if err := validID(id); err != nil {
 		return nil, err
 	}
+	// A create of this process that began after connect's look for one
+	// holds the lock connect then finds taken: not another's, so look
+	// again (and wait for it). Bounded: a create is marked before it
+	// takes the lock and holds the neuron before it is unmarked.
+	for try := 0; ; try++ {
+		c, err := m.connect(ctx, id)
+		var oe *sandbox.OwnedElsewhereError
+		if try < 3 && errors.As(err, &oe) && m.ownsHere(id) {
+			continue
+		}
+		return c, err
+	}
+}
+
+// ownsHere says whether this process is creating neuron id or holds it.
+func (m *Manager) ownsHere(id string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	_, starting := m.starting[id]
+	return starting || m.neurons[id] != nil
+}
+
+// connect is Connect, once.
+func (m *Manager) connect(ctx context.Context, id string) (*link.Client, error) {
 	// A create of this process holds the neuron's lock until it is done:
 	// wait for it (its neuron is held then) instead of calling this
 	// process "another" that owns it.
