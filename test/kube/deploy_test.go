@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -18,7 +19,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	kjson "k8s.io/apimachinery/pkg/runtime/serializer/json"
@@ -34,15 +34,15 @@ import (
 	"github.com/nsys-cortex/cortex/test/kube/cluster"
 )
 
-// TestDeployKustomized: deploy/kubernetes as kustomize builds it (the
-// library `kubectl apply -k` runs), as shipped and with its two
+// TestDeployKustomized: deploy/kubernetes as kustomize builds it (its
+// library, of which kubectl bundles a version for apply -k), as shipped and with its two
 // namespaces renamed the way its kustomization says to. Each build must
 // put every namespaced object in the namespace it belongs to and name
 // the other namespace wherever it must, and a real API server must take
 // all of it (its validation compiles the admission policy's CEL). Then
 // the policy, bound under those names, must refuse a tenant's Sandbox
 // in the neurons' namespace and let the hosts' ServiceAccount, from the
-// hosts' namespace, make one.
+// hosts' namespace, make one; and hold in the hosts' namespace too.
 //
 // "swapped" gives the neurons the hosts' old name and the hosts the
 // neurons': every object moves, and a replacement that picked its
@@ -62,15 +62,43 @@ func TestDeployKustomized(t *testing.T) {
 				// The other cases' names are each other's: only here
 				// does a name left behind show in the output itself.
 				for _, o := range objs {
-					b, _ := yaml.Marshal(o)
-					if bytes.Contains(b, []byte(deployHosts)) || bytes.Contains(b, []byte("namespace: "+deployNeurons+"\n")) {
-						t.Errorf("%s still names a namespace of the base:\n%s", objName(o), b)
-					}
+					leftBehind(t, o)
 				}
 			}
 			applyKustomized(t, objs, c.neurons, c.hosts)
 		})
 	}
+}
+
+// leftBehind fails t for each value of o that names a namespace of the
+// base: the hosts' old name anywhere; the neurons', nsys-cortex, which
+// is also the hosts' ServiceAccount's and the app's name, as any value
+// but a name or those labels.
+func leftBehind(t *testing.T, o runtime.Object) {
+	t.Helper()
+	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var walk func(path, key string, v any)
+	walk = func(path, key string, v any) {
+		switch v := v.(type) {
+		case map[string]any:
+			for k, e := range v {
+				walk(path+"."+k, k, e)
+			}
+		case []any:
+			for i, e := range v {
+				walk(fmt.Sprintf("%s[%d]", path, i), key, e)
+			}
+		case string:
+			names := key == "name" || key == "serviceAccountName" || key == "app.kubernetes.io/name" || key == "app.kubernetes.io/managed-by"
+			if strings.Contains(v, deployHosts) || v == deployNeurons && !names {
+				t.Errorf("%s: %s is %q, a namespace of the base", objName(o), path, v)
+			}
+		}
+	}
+	walk("", "", u)
 }
 
 // kustomized builds deploy/kubernetes, in memory, with its Namespaces
@@ -220,6 +248,9 @@ func checkPlaced(t *testing.T, objs []runtime.Object, neurons, hosts string) {
 		"*v1.Service nsys-cortex":               hosts,
 		"*v1.NetworkPolicy neurons-deny-all":    neurons,
 		"*v1.NetworkPolicy neurons-from-cortex": neurons,
+		// Cluster-wide.
+		"*v1.ValidatingAdmissionPolicy nsys-cortex-neurons":        "",
+		"*v1.ValidatingAdmissionPolicyBinding nsys-cortex-neurons": "",
 	}
 	seen := map[string]bool{}
 	var namespaces []string
@@ -238,13 +269,11 @@ func checkPlaced(t *testing.T, objs []runtime.Object, neurons, hosts string) {
 			if i := slices.IndexFunc(o.Spec.Variables, func(v admissionv1.Variable) bool { return v.Name == "hosts" }); i < 0 || o.Spec.Variables[i].Expression != want {
 				t.Errorf("the admission policy's hosts variable: %+v, want %s", o.Spec.Variables, want)
 			}
-			continue
 		case *admissionv1.ValidatingAdmissionPolicyBinding:
 			sel := o.Spec.MatchResources.NamespaceSelector
 			if sel == nil || len(sel.MatchLabels) != 0 || len(sel.MatchExpressions) != 1 || !slices.Equal(sel.MatchExpressions[0].Values, []string{neurons, hosts}) {
 				t.Errorf("the admission policy's binding acts in %+v, want the namespaces %s and %s", sel, neurons, hosts)
 			}
-			continue
 		case *rbacv1.RoleBinding:
 			for _, s := range o.Subjects {
 				if s.Namespace != hosts {
@@ -252,17 +281,28 @@ func checkPlaced(t *testing.T, objs []runtime.Object, neurons, hosts string) {
 				}
 			}
 		case *appsv1.Deployment:
-			env := o.Spec.Template.Spec.Containers[0].Env
+			var env []corev1.EnvVar
+			for _, c := range o.Spec.Template.Spec.Containers {
+				if c.Name == "serve" {
+					env = c.Env
+				}
+			}
 			if i := slices.IndexFunc(env, func(e corev1.EnvVar) bool { return e.Name == "NSYS_CORTEX_KUBE_NAMESPACE" }); i < 0 || env[i].Value != neurons {
 				t.Errorf("the hosts' NSYS_CORTEX_KUBE_NAMESPACE: %+v, want %s", env, neurons)
 			}
 		case *networkingv1.NetworkPolicy:
+			peers := 0
 			for _, in := range o.Spec.Ingress {
 				for _, p := range in.From {
-					if p.NamespaceSelector == nil || p.NamespaceSelector.MatchLabels["kubernetes.io/metadata.name"] != hosts {
+					if peers++; p.NamespaceSelector == nil || p.NamespaceSelector.MatchLabels["kubernetes.io/metadata.name"] != hosts {
 						t.Errorf("NetworkPolicy %s takes connections from namespaces %+v, want %s's alone", o.Name, p.NamespaceSelector, hosts)
 					}
 				}
+			}
+			// An ingress rule with no peer takes connections from
+			// everywhere.
+			if o.Name == "neurons-from-cortex" && (peers == 0 || len(o.Spec.Ingress) != 1) {
+				t.Errorf("NetworkPolicy %s: ingress %+v, want one rule, from the hosts", o.Name, o.Spec.Ingress)
 			}
 		}
 		want, ok := where[key]
@@ -292,6 +332,7 @@ func applyKustomized(t *testing.T, objs []runtime.Object, neurons, hosts string)
 	admin := kubernetes.NewForConfigOrDie(rc)
 	ctx := context.Background()
 	// The Namespaces first: everything else is made in them.
+	objs = slices.Clone(objs)
 	slices.SortStableFunc(objs, func(a, b runtime.Object) int {
 		_, na := a.(*corev1.Namespace)
 		_, nb := b.(*corev1.Namespace)
@@ -358,14 +399,29 @@ func applyKustomized(t *testing.T, objs []runtime.Object, neurons, hosts string)
 		t.Errorf("the hosts' ServiceAccount of %s making a Sandbox in %s: %v", hosts, neurons, err)
 	}
 	// The hosts' own Role, in theirs: the API keys' Secret is theirs to
-	// read, and no Secret of the neurons'.
+	// read.
 	const keys = "nsys-cortex-api-keys"
 	hc := kubernetes.NewForConfigOrDie(host)
 	waittest.For(t, 10*time.Second, "the hosts' Role in "+hosts+" to take effect", func() bool {
 		_, err := hc.CoreV1().Secrets(hosts).Get(ctx, keys, metav1.GetOptions{})
 		return err == nil
 	})
-	if _, err := hc.CoreV1().Secrets(neurons).List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
-		t.Errorf("the hosts listing the Secrets of the neurons' namespace: %v, want it forbidden", err)
+	// The policy in the hosts' namespace, and its hosts variable: a
+	// tenant there may make Secrets named as Cortex's (operators make
+	// theirs) but no pod that mounts one; in the neurons' namespace a
+	// tenant may make no such Secret.
+	inHosts := kubernetes.NewForConfigOrDie(tenantIdentity(t, admin, rc, hosts))
+	awaitPolicy(t, inHosts, hosts)
+	pod := forgedPod(hosts, "mounts-keys", nil, nil)
+	pod.Spec.Volumes = []corev1.Volume{{Name: "keys", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: keys}}}}
+	if _, err := inHosts.CoreV1().Pods(hosts).Create(ctx, pod, metav1.CreateOptions{DryRun: dryRun}); !byPolicy(err) {
+		t.Errorf("a tenant of %s making a pod that mounts %s: %v, want it refused by %s", hosts, keys, err, admissionPolicy)
+	}
+	named := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "nsys-cortex-operator"}}
+	if _, err := inHosts.CoreV1().Secrets(hosts).Create(ctx, named, metav1.CreateOptions{DryRun: dryRun}); err != nil {
+		t.Errorf("a tenant of %s making Secret %s there: %v", hosts, named.Name, err)
+	}
+	if _, err := kubernetes.NewForConfigOrDie(tenant).CoreV1().Secrets(neurons).Create(ctx, named, metav1.CreateOptions{DryRun: dryRun}); !byPolicy(err) {
+		t.Errorf("a tenant of %s making Secret %s there: %v, want it refused by %s", neurons, named.Name, err, admissionPolicy)
 	}
 }
