@@ -132,6 +132,12 @@ func (n *NeuronClient) Terminal(ctx context.Context, o TerminalOptions) (*Termin
 func (t *Terminal) readLoop() {
 	defer close(t.done)
 	defer close(t.msgs)
+	// From the first output Close keeps from Read, none after it is
+	// delivered or counted either: what Read returns, and Offset counts,
+	// stays one unbroken run of the output (a select with both cases
+	// ready picks either, so without this some later frames got through
+	// after one was dropped, and Offset fell behind what Read returned).
+	held := false
 	for {
 		typ, data, err := t.ws.Read(t.ctx)
 		if err != nil {
@@ -145,12 +151,16 @@ func (t *Terminal) readLoop() {
 		if typ == websocket.MessageBinary {
 			// Count only what Read can still return: Offset is where to
 			// attach again without losing output.
+			if held = held || t.isClosing(); held {
+				continue // nobody reads it now; not counted
+			}
 			select {
 			case t.msgs <- data:
 				t.mu.Lock()
 				t.offset += int64(len(data))
 				t.mu.Unlock()
-			case <-t.closing: // nobody reads it now; not counted
+			case <-t.closing:
+				held = true
 			case <-t.ctx.Done():
 				return
 			}
@@ -163,10 +173,10 @@ func (t *Terminal) readLoop() {
 		t.mu.Lock()
 		switch m.Type {
 		case "gap":
-			select {
-			case <-t.closing: // output before it was dropped, not lost
-			default:
-				t.offset = m.Offset // output before it is gone
+			// Output before it is gone; after Close, output was not
+			// lost but left unread, and nothing more is delivered.
+			if held = held || t.isClosing(); !held {
+				t.offset = m.Offset
 			}
 		case "exit":
 			t.exit = &m
