@@ -206,6 +206,7 @@ func forgeries(t *testing.T, adminRC, tenantRC *rest.Config, m *kube.Manager, co
 		// key or runs as them.
 		admin := kubernetes.NewForConfigOrDie(adminRC)
 		left := kubernetes.NewForConfigOrDie(tenantIdentity(t, admin, adminRC, hosts))
+		awaitPolicy(t, left, hosts) // and the grant: RBAC reads through a cache
 		withKey, asHost := forgedPod(hosts, "with-key", nil, nil), forgedPod(hosts, "as-host", nil, nil)
 		withKey.Spec.Volumes = []corev1.Volume{{Name: "k", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "nsys-cortex-signing-key"}}}}
 		asHost.Spec.ServiceAccountName = "nsys-cortex"
