@@ -138,8 +138,9 @@ func (a *Agent) procAttach(req *request) (any, []byte, error) {
 // keeps going until every stream has ended (the process exited and its
 // output was drained) or the request is cancelled.
 func replay(req *request, streams []*attachStream, follow bool) error {
+	var burst int64 // what the last round of sends carried
 	for {
-		progressed := false
+		progressed, sent := false, int64(0)
 		wake := make([]<-chan struct{}, 0, len(streams))
 		for _, s := range streams {
 			wake = append(wake, s.r.Wait())
@@ -153,7 +154,7 @@ func replay(req *request, streams []*attachStream, follow bool) error {
 				if err := req.send(s.name, start, data); err != nil {
 					return err
 				}
-				progressed = true
+				progressed, sent = true, sent+int64(len(data))
 			}
 			s.off = start + int64(len(data))
 			s.eof = eof
@@ -162,6 +163,7 @@ func replay(req *request, streams []*attachStream, follow bool) error {
 			}
 		}
 		if progressed {
+			burst = sent
 			continue
 		}
 		done := true
@@ -174,31 +176,40 @@ func replay(req *request, streams []*attachStream, follow bool) error {
 		if err := waitAny(req, wake); err != nil {
 			return err
 		}
-		gather(req, streams)
+		gather(req, streams, burst)
 	}
 }
 
-// A follower woken by a little output waits a moment for more before it
+// A follower woken while output streams waits a moment for more before it
 // sends (gatherWait, while less than gatherMin is there): a program that
 // writes fast writes a PTY's 4 KiB at a time, and each event costs a hop
 // through the channel on both sides, where one larger event costs about
-// the same. A person typing waits gatherWait longer for an echo.
-// Measured (BenchmarkAttachThroughput, 64 MiB through a PTY, beside the
-// raw read in the same run): attach went from 0.63-0.70 of the raw read
-// to 0.75-0.82 with 300 µs (0.64-0.78 with 100 µs; docs/benchmarks.md).
+// the same. Output streams when the last round of sends carried at least
+// streamBurst, or the wake found at least streamReady waiting (a PTY read
+// of a fast writer is near 4 KiB); an echo or a prompt is neither, and
+// goes at once. Measured (docs/benchmarks.md): gathering at every wake
+// for 300 µs held each echo about 1 ms (a short timer fires late here):
+// 1.44 ms p50 against 0.24 now; 64 MiB through a PTY went from 0.69-0.84
+// of the raw read in the same runs to 0.81-0.87.
 const (
-	gatherMin  = 32 << 10
-	gatherWait = 300 * time.Microsecond
+	gatherMin   = 64 << 10
+	gatherWait  = time.Millisecond
+	streamBurst = 16 << 10
+	streamReady = 2 << 10
 )
 
-// gather waits up to gatherWait while the streams hold less than gatherMin
+// gather waits up to gatherWait while output streams (burst: what the
+// last round of sends carried) and the streams hold less than gatherMin
 // past their offsets.
-func gather(req *request, streams []*attachStream) {
-	ready := int64(0)
+func gather(req *request, streams []*attachStream, burst int64) {
+	ready, enough := int64(0), int64(gatherMin)
 	for _, s := range streams {
 		ready += max(0, s.r.End()-s.off)
+		// A paced writer stops at a full ring: never wait for more than
+		// half of the smallest one holds.
+		enough = min(enough, int64(len(s.r.buf))/2)
 	}
-	if ready >= gatherMin {
+	if !gathers(ready, burst, enough) {
 		return
 	}
 	t := time.NewTimer(gatherWait)
@@ -207,6 +218,13 @@ func gather(req *request, streams []*attachStream) {
 	case <-t.C:
 	case <-req.ctx.Done():
 	}
+}
+
+// gathers says whether a follower that finds ready bytes waiting, after a
+// round of sends that carried burst, waits for more (enough: what it
+// sends without waiting, at most gatherMin).
+func gathers(ready, burst, enough int64) bool {
+	return ready < enough && (burst >= streamBurst || ready >= streamReady)
 }
 
 // waitAny blocks until one of chans is closed or the request ends.

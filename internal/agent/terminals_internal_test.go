@@ -67,3 +67,29 @@ func TestKeptTerminalsLoad(t *testing.T) {
 		seen[pid] = true
 	}
 }
+
+// A follower waits for more output only while output streams: an echo or
+// a prompt after a quiet spell goes at once, a fast writer's PTY reads
+// are gathered, and a follower that already has enough (at most half a
+// small ring, which a paced writer fills and stops at) never waits.
+func TestGathersOnlyWhileStreaming(t *testing.T) {
+	for _, c := range []struct {
+		ready, burst, enough int64
+		want                 bool
+	}{
+		{1, 0, gatherMin, false},   // a key's echo
+		{200, 1, gatherMin, false}, // a prompt after an echo
+		{streamReady - 1, streamBurst - 1, gatherMin, false},
+		{streamReady, 0, gatherMin, true},       // a near-full PTY read after a quiet spell
+		{1, streamBurst, gatherMin, true},       // the tail of a stream
+		{4 << 10, 64 << 10, gatherMin, true},    // a stream
+		{gatherMin, 64 << 10, gatherMin, false}, // enough to send
+		{gatherMin + 1, 0, gatherMin, false},
+		{8 << 10, 64 << 10, 8 << 10, false}, // half of a 16 KiB ring
+		{4 << 10, 64 << 10, 8 << 10, true},
+	} {
+		if got := gathers(c.ready, c.burst, c.enough); got != c.want {
+			t.Errorf("gathers(ready %d, burst %d, enough %d) = %v, want %v", c.ready, c.burst, c.enough, got, c.want)
+		}
+	}
+}
