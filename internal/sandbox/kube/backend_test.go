@@ -23,6 +23,7 @@ import (
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	nodev1 "k8s.io/api/node/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -208,6 +209,10 @@ func fakeAPIServer(t *testing.T, sandboxes bool, namespace string) string {
 				Items: []nodev1.RuntimeClass{{ObjectMeta: metav1.ObjectMeta{Name: "gvisor"}, Handler: "runsc"}}})
 		case r.URL.Path == "/api/v1/namespaces/"+namespace+"/pods":
 			json.NewEncoder(w).Encode(&corev1.PodList{TypeMeta: metav1.TypeMeta{Kind: "PodList", APIVersion: "v1"}})
+		case r.URL.Path == "/apis/rbac.authorization.k8s.io/v1/namespaces/"+namespace+"/rolebindings":
+			// Nothing granted in the namespace (test/kube's
+			// TestDoctorHostGrants drives the grants' check on real RBAC).
+			json.NewEncoder(w).Encode(&rbacv1.RoleBindingList{TypeMeta: metav1.TypeMeta{Kind: "RoleBindingList", APIVersion: "rbac.authorization.k8s.io/v1"}})
 		case r.URL.Path == "/apis/agents.x-k8s.io/v1beta1" && sandboxes:
 			json.NewEncoder(w).Encode(&metav1.APIResourceList{TypeMeta: metav1.TypeMeta{Kind: "APIResourceList", APIVersion: "v1"},
 				GroupVersion: "agents.x-k8s.io/v1beta1", APIResources: []metav1.APIResource{{Name: "sandboxes", Kind: "Sandbox", Namespaced: true}}})

@@ -249,6 +249,10 @@ func TestDeployManifests(t *testing.T) {
 		// The chat sessions' Secrets (kube.chat_sessions), which RBAC
 		// cannot name before they are made.
 		"/secrets": {"create", "delete", "get", "list", "patch"},
+		// doctor: who else the RoleBindings there grant what reaches the
+		// hosts' Secrets or identity.
+		"rbac.authorization.k8s.io/rolebindings":         {"list"},
+		"authorization.k8s.io/localsubjectaccessreviews": {"create"},
 	}
 	checkRole(t, roles[neurons], wantNeurons)
 	checkRole(t, roles[hosts], wantHosts)
