@@ -163,6 +163,13 @@ func awaitPolicy(t *testing.T, tenant kubernetes.Interface, ns string) {
 	})
 }
 
+// asUser is rc impersonating user in groups.
+func asUser(rc *rest.Config, user string, groups ...string) *rest.Config {
+	c := rest.CopyConfig(rc)
+	c.Impersonate = rest.ImpersonationConfig{UserName: user, Groups: groups}
+	return c
+}
+
 func forgedPod(ns, name string, labels map[string]string, owners []metav1.OwnerReference) *corev1.Pod {
 	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: labels, OwnerReferences: owners},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "agent", Image: "registry.example/mallory:1"}}}}
@@ -291,6 +298,36 @@ func forgeries(t *testing.T, adminRC, tenantRC *rest.Config, m *kube.Manager, co
 	} {
 		_, err := core.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{DryRun: dryRun})
 		refused("making "+what, err)
+	}
+	// The same pods made by the cluster's controllers for a workload
+	// someone may make here (a StatefulSet n-squat's pod n-squat-0 takes
+	// neuron squat-0's name; a Deployment's pod mounts a home): refused
+	// too, while a workload's pod that looks like nothing of Cortex's,
+	// and the hosts' own Deployment's pods in the hosts' namespace, are
+	// made.
+	sts := kubernetes.NewForConfigOrDie(asUser(adminRC, "system:serviceaccount:kube-system:statefulset-controller",
+		"system:serviceaccounts", "system:serviceaccounts:kube-system", "system:authenticated"))
+	rs := kubernetes.NewForConfigOrDie(asUser(adminRC, "system:serviceaccount:kube-system:replicaset-controller",
+		"system:serviceaccounts", "system:serviceaccounts:kube-system", "system:authenticated"))
+	for what, p := range map[string]*corev1.Pod{
+		"a StatefulSet's pod named " + kube.ObjectName("squat-0"): forgedPod(ns, kube.ObjectName("squat-0"), map[string]string{"app": "squat"}, nil),
+		"a Deployment's pod with a neuron's home": podWith("web-5d4f-x", volume(corev1.VolumeSource{
+			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "home-" + kube.ObjectName(cold)}})),
+		"a Deployment's pod as the hosts' ServiceAccount": podWith("web-5d4f-y", func(p *corev1.Pod) { p.Spec.ServiceAccountName = "nsys-cortex" }),
+	} {
+		_, err := sts.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{DryRun: dryRun})
+		refused("the cluster's controller making "+what, err)
+	}
+	if _, err := sts.CoreV1().Pods(ns).Create(ctx, forgedPod(ns, "web-0", map[string]string{"app": "web"}, nil), metav1.CreateOptions{DryRun: dryRun}); err != nil {
+		t.Errorf("the cluster's controller making a StatefulSet's pod web-0, which looks like nothing of Cortex's: %v", err)
+	}
+	if hosts := m.Cluster.Config.Defaults().HostNamespace; hosts != ns {
+		p := forgedPod(hosts, "nsys-cortex-7c9d-z", map[string]string{"app.kubernetes.io/name": "nsys-cortex"}, nil)
+		p.Spec.ServiceAccountName = "nsys-cortex"
+		p.Spec.Volumes = []corev1.Volume{{Name: "key", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "nsys-cortex-signing-key"}}}}
+		if _, err := rs.CoreV1().Pods(hosts).Create(ctx, p, metav1.CreateOptions{DryRun: dryRun}); err != nil {
+			t.Errorf("the cluster's controller making a pod of the hosts' Deployment in %s: %v", hosts, err)
+		}
 	}
 	// The hosts' token, minted; the trust key and the network's verdict.
 	_, err = core.CoreV1().ServiceAccounts(ns).CreateToken(ctx, "nsys-cortex", &authv1.TokenRequest{Spec: authv1.TokenRequestSpec{}}, metav1.CreateOptions{DryRun: dryRun})
