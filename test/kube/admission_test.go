@@ -321,6 +321,49 @@ func forgeries(t *testing.T, adminRC, tenantRC *rest.Config, m *kube.Manager, co
 	if _, err := sts.CoreV1().Pods(ns).Create(ctx, forgedPod(ns, "web-0", map[string]string{"app": "web"}, nil), metav1.CreateOptions{DryRun: dryRun}); err != nil {
 		t.Errorf("the cluster's controller making a StatefulSet's pod web-0, which looks like nothing of Cortex's: %v", err)
 	}
+	// A StatefulSet's claim templates: a claim under a neuron's home's
+	// name (claim template home of StatefulSet n-squat), and one copied
+	// from a home.
+	home := "home-" + kube.ObjectName(cold)
+	for what, c := range map[string]*corev1.PersistentVolumeClaim{
+		"a claim named home-" + kube.ObjectName("squat-0"): {ObjectMeta: metav1.ObjectMeta{Name: "home-" + kube.ObjectName("squat-0"), Namespace: ns}, Spec: *oneGi.DeepCopy()},
+		"a claim copied from " + home: {ObjectMeta: metav1.ObjectMeta{Name: "data-x-0", Namespace: ns}, Spec: func() corev1.PersistentVolumeClaimSpec {
+			sp := *oneGi.DeepCopy()
+			sp.DataSource = &corev1.TypedLocalObjectReference{Kind: "PersistentVolumeClaim", Name: home}
+			return sp
+		}()},
+	} {
+		_, err := sts.CoreV1().PersistentVolumeClaims(ns).Create(ctx, c, metav1.CreateOptions{DryRun: dryRun})
+		refused("the cluster's controller making "+what, err)
+	}
+	// Adoption: a ReplicaSet's controller taking a neuron's pod, a
+	// StatefulSet's giving its home an owner; the pod's status, and the
+	// volume binder's note on the home, are still the cluster's to write.
+	adopt := `{"metadata":{"ownerReferences":[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"squat","uid":"0b5c2f1e-1111-4222-8333-444455556666","controller":true}]}}`
+	_, err = rs.CoreV1().Pods(ns).Patch(ctx, kube.ObjectName(cold), types.MergePatchType, []byte(adopt), metav1.PatchOptions{DryRun: dryRun})
+	refused("the cluster's controller adopting neuron "+cold+"'s pod", err)
+	_, err = rs.CoreV1().Pods(ns).Patch(ctx, kube.ObjectName(cold), types.MergePatchType, []byte(`{"metadata":{"labels":{"app":"squat"}}}`), metav1.PatchOptions{DryRun: dryRun})
+	refused("the cluster's controller relabelling neuron "+cold+"'s pod", err)
+	nodes := kubernetes.NewForConfigOrDie(asUser(adminRC, "system:serviceaccount:kube-system:node-controller",
+		"system:serviceaccounts", "system:serviceaccounts:kube-system", "system:authenticated"))
+	if _, err := nodes.CoreV1().Pods(ns).Patch(ctx, kube.ObjectName(cold), types.MergePatchType, []byte(`{"status":{"message":"node unreachable"}}`),
+		metav1.PatchOptions{DryRun: dryRun}, "status"); err != nil {
+		t.Errorf("the cluster's node controller writing neuron %s's pod's status: %v", cold, err)
+	}
+	binder := kubernetes.NewForConfigOrDie(asUser(adminRC, "system:serviceaccount:kube-system:persistent-volume-binder",
+		"system:serviceaccounts", "system:serviceaccounts:kube-system", "system:authenticated"))
+	if c, err := binder.CoreV1().PersistentVolumeClaims(ns).Get(ctx, home, metav1.GetOptions{}); err != nil {
+		t.Errorf("the volume binder reading neuron %s's home: %v", cold, err)
+	} else {
+		owned := c.DeepCopy()
+		owned.OwnerReferences = append(owned.OwnerReferences, metav1.OwnerReference{APIVersion: "apps/v1", Kind: "StatefulSet", Name: "n-squat", UID: "0b5c2f1e-1111-4222-8333-444455556667"})
+		_, err := binder.CoreV1().PersistentVolumeClaims(ns).Update(ctx, owned, metav1.UpdateOptions{DryRun: dryRun})
+		refused("the cluster's controller giving neuron "+cold+"'s home an owner", err)
+		metav1.SetMetaDataAnnotation(&c.ObjectMeta, "pv.kubernetes.io/bind-completed", "yes")
+		if _, err := binder.CoreV1().PersistentVolumeClaims(ns).Update(ctx, c, metav1.UpdateOptions{DryRun: dryRun}); err != nil {
+			t.Errorf("the volume binder noting neuron %s's home bound: %v", cold, err)
+		}
+	}
 	if hosts := m.Cluster.Config.Defaults().HostNamespace; hosts != ns {
 		p := forgedPod(hosts, "nsys-cortex-7c9d-z", map[string]string{"app.kubernetes.io/name": "nsys-cortex"}, nil)
 		p.Spec.ServiceAccountName = "nsys-cortex"
@@ -328,6 +371,10 @@ func forgeries(t *testing.T, adminRC, tenantRC *rest.Config, m *kube.Manager, co
 		if _, err := rs.CoreV1().Pods(hosts).Create(ctx, p, metav1.CreateOptions{DryRun: dryRun}); err != nil {
 			t.Errorf("the cluster's controller making a pod of the hosts' Deployment in %s: %v", hosts, err)
 		}
+		// A neuron's marks are refused there too (where an operator keeps
+		// hosts and neurons in one namespace, that is the neurons').
+		_, err := sts.CoreV1().Pods(hosts).Create(ctx, forgedPod(hosts, kube.ObjectName("squat-0"), nil, nil), metav1.CreateOptions{DryRun: dryRun})
+		refused("the cluster's controller making a pod named "+kube.ObjectName("squat-0")+" in the hosts' namespace", err)
 	}
 	// The hosts' token, minted; the trust key and the network's verdict.
 	_, err = core.CoreV1().ServiceAccounts(ns).CreateToken(ctx, "nsys-cortex", &authv1.TokenRequest{Spec: authv1.TokenRequestSpec{}}, metav1.CreateOptions{DryRun: dryRun})
