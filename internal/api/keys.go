@@ -123,6 +123,11 @@ func (s *Server) importSlot(w http.ResponseWriter, r *http.Request) (release fun
 		l.importing = map[string]int{}
 	}
 	if l.importing[name] >= importsPerKey {
+		// The upload is not read: closing the connection sends the answer
+		// now. (Kept open, net/http reads up to 256 KiB of what is left
+		// before it answers, so an uploader that sends slowly, or stalls,
+		// would wait for its 429 as long.)
+		w.Header().Set("Connection", "close")
 		rateLimited(w, 5*time.Second, fmt.Sprintf("%s has %d imports in flight, the most it may: wait for one to end", who, importsPerKey))
 		return nil, false
 	}

@@ -155,15 +155,17 @@ func TestKeysTenants(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(b)
 	}
-	// Two stalled uploads of a's, each started again if the key's limit
-	// turned it away (a probe below held the other slot as it came);
-	// closed at the end whatever happens, so no connection outlives the
-	// test.
-	stalls := make([]*io.PipeWriter, 2)
-	stallDone := make(chan int, 4) // the index of an upload that ended
-	stallStatus := make([]int, 2)
+	// Three stalled uploads of a's at once: whichever two reach the daemon
+	// first hold the key's two slots for as long as they stall, and the
+	// third is told to wait, at once. (A probe that ends quickly, tried
+	// until it was turned away, raced the stalls for the slots it held
+	// for a moment, and under load lost for 30 s.) Each is closed at the
+	// end whatever happens, so no connection outlives the test.
+	stalls := make([]*io.PipeWriter, 3)
+	stallDone := make(chan int, 3) // the index of an upload that ended
+	stallStatus := make([]int, 3)
 	var statusMu sync.Mutex
-	stall := func(i int) {
+	for i := range stalls {
 		pr, pw := io.Pipe()
 		stalls[i] = pw
 		go func() {
@@ -180,25 +182,15 @@ func TestKeysTenants(t *testing.T) {
 			pw.CloseWithError(errors.New("the test ended"))
 		}
 	})
-	stall(0)
-	stall(1)
-	// 30 s: under CI's race run on two cores, with every package's tests
-	// beside it, 10 s ran out once before both stalls held their slots.
-	if !waittest.Until(30*time.Second, func() bool {
-		for len(stallDone) > 0 {
-			i := <-stallDone
-			statusMu.Lock()
-			status := stallStatus[i]
-			statusMu.Unlock()
-			if status != http.StatusTooManyRequests {
-				t.Fatalf("stalled upload %d ended: %d", i, status)
-			}
-			stall(i)
-		}
-		status, _ := importAs("a", "third", strings.NewReader("not an archive"))
-		return status == http.StatusTooManyRequests
-	}) {
-		t.Fatal("a third import by a key with two stalled ones was not told to wait")
+	third := waittest.Recv(t, 30*time.Second, "one of three stalled imports by one key to be turned away", stallDone)
+	statusMu.Lock()
+	status := stallStatus[third]
+	statusMu.Unlock()
+	if status != http.StatusTooManyRequests {
+		t.Fatalf("of three stalled imports by one key, one ended with %d, want 429 (the key's two slots held by the others)", status)
+	}
+	if status, _ := importAs("a", "fourth", strings.NewReader("not an archive")); status != http.StatusTooManyRequests {
+		t.Fatalf("a fourth import by a key with two stalled ones: %d, want 429", status)
 	}
 	if status, body := importAs("b", "b-beside", bytes.NewReader(archBytes)); status != http.StatusCreated {
 		t.Fatalf("b's import beside a's stalled ones: %d %s", status, body)
@@ -207,7 +199,7 @@ func TestKeysTenants(t *testing.T) {
 		pw.CloseWithError(errors.New("the uploader went away"))
 	}
 	for range 2 {
-		<-stallDone
+		waittest.Recv(t, 30*time.Second, "the stalled imports to end", stallDone)
 	}
 	if !waittest.Until(10*time.Second, func() bool {
 		status, _ := importAs("a", "a-after", bytes.NewReader(archBytes))
