@@ -126,7 +126,7 @@ func tenantIdentity(t *testing.T, admin kubernetes.Interface, rc *rest.Config, n
 	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: sa, Namespace: ns}, Rules: []rbacv1.PolicyRule{
 		{APIGroups: []string{sbv1.GroupVersion.Group}, Resources: []string{"sandboxes"}, Verbs: verbs},
 		{APIGroups: []string{extv1.GroupVersion.Group}, Resources: []string{"sandboxclaims", "sandboxclaims/status", "sandboxtemplates", "sandboxwarmpools"}, Verbs: verbs},
-		{APIGroups: []string{""}, Resources: []string{"pods", "pods/ephemeralcontainers", "pods/status", "persistentvolumeclaims", "configmaps", "secrets", "serviceaccounts/token"}, Verbs: verbs},
+		{APIGroups: []string{""}, Resources: []string{"pods", "pods/ephemeralcontainers", "pods/status", "pods/resize", "persistentvolumeclaims", "configmaps", "secrets", "serviceaccounts/token"}, Verbs: verbs},
 	}}
 	if _, err := admin.RbacV1().Roles(ns).Create(ctx, role, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -170,9 +170,16 @@ func asUser(rc *rest.Config, user string, groups ...string) *rest.Config {
 	return c
 }
 
+// forgedPod is a pod that Pod Security's "restricted" profile admits
+// (namespace.yaml sets it), so that what refuses a forgery is the policy.
 func forgedPod(ns, name string, labels map[string]string, owners []metav1.OwnerReference) *corev1.Pod {
 	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: labels, OwnerReferences: owners},
-		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "agent", Image: "registry.example/mallory:1"}}}}
+		Spec: corev1.PodSpec{
+			SecurityContext: &corev1.PodSecurityContext{RunAsNonRoot: ptr.To(true), RunAsUser: ptr.To(int64(1000)),
+				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}},
+			Containers: []corev1.Container{{Name: "agent", Image: "registry.example/mallory:1", SecurityContext: &corev1.SecurityContext{
+				AllowPrivilegeEscalation: ptr.To(false), Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}}}},
+		}}
 }
 
 // forgeries tries, as tenant, every write the admission policy forbids
@@ -344,6 +351,24 @@ func forgeries(t *testing.T, adminRC, tenantRC *rest.Config, m *kube.Manager, co
 	refused("the cluster's controller adopting neuron "+cold+"'s pod", err)
 	_, err = rs.CoreV1().Pods(ns).Patch(ctx, kube.ObjectName(cold), types.MergePatchType, []byte(`{"metadata":{"labels":{"app":"squat"}}}`), metav1.PatchOptions{DryRun: dryRun})
 	refused("the cluster's controller relabelling neuron "+cold+"'s pod", err)
+	// A neuron's Sandbox's status written, or its home's owner renamed
+	// (the garbage collector would take the home for an orphan), as the
+	// garbage collector's identity, which may write anything. (pods/resize,
+	// which the policy holds as it holds pods, cannot be tried here: the
+	// API server refuses it for a pod on a node without support for it,
+	// before admission.)
+	gc := asUser(adminRC, "system:serviceaccount:kube-system:generic-garbage-collector",
+		"system:serviceaccounts", "system:serviceaccounts:kube-system", "system:authenticated")
+	_, err = cluster.Agents(gc).AgentsV1beta1().Sandboxes(ns).Patch(ctx, kube.ObjectName(cold), types.MergePatchType,
+		[]byte(`{"status":{"podIPs":["10.9.9.9"]}}`), metav1.PatchOptions{DryRun: dryRun}, "status")
+	refused("the cluster's garbage collector writing neuron "+cold+"'s Sandbox's status", err)
+	if c, err := kubernetes.NewForConfigOrDie(gc).CoreV1().PersistentVolumeClaims(ns).Get(ctx, home, metav1.GetOptions{}); err != nil || len(c.OwnerReferences) == 0 {
+		t.Errorf("neuron %s's home, read as the garbage collector: %v (owners %v)", cold, err, c)
+	} else {
+		c.OwnerReferences[0].Name += "-gone"
+		_, err := kubernetes.NewForConfigOrDie(gc).CoreV1().PersistentVolumeClaims(ns).Update(ctx, c, metav1.UpdateOptions{DryRun: dryRun})
+		refused("the cluster's garbage collector renaming the owner of neuron "+cold+"'s home", err)
+	}
 	nodes := kubernetes.NewForConfigOrDie(asUser(adminRC, "system:serviceaccount:kube-system:node-controller",
 		"system:serviceaccounts", "system:serviceaccounts:kube-system", "system:authenticated"))
 	if _, err := nodes.CoreV1().Pods(ns).Patch(ctx, kube.ObjectName(cold), types.MergePatchType, []byte(`{"status":{"message":"node unreachable"}}`),

@@ -30,6 +30,8 @@ import (
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/yaml"
 
+	"github.com/nsys-cortex/cortex/internal/sandbox"
+	"github.com/nsys-cortex/cortex/internal/sandbox/kube"
 	"github.com/nsys-cortex/cortex/internal/waittest"
 	"github.com/nsys-cortex/cortex/test/kube/cluster"
 )
@@ -423,5 +425,63 @@ func applyKustomized(t *testing.T, objs []runtime.Object, neurons, hosts string)
 	}
 	if _, err := kubernetes.NewForConfigOrDie(tenant).CoreV1().Secrets(neurons).Create(ctx, named, metav1.CreateOptions{DryRun: dryRun}); !byPolicy(err) {
 		t.Errorf("a tenant of %s making Secret %s there: %v, want it refused by %s", neurons, named.Name, err, admissionPolicy)
+	}
+	// The same by a generated name: the policy reads the name made.
+	generated := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{GenerateName: "nsys-cortex-"}}
+	if _, err := kubernetes.NewForConfigOrDie(tenant).CoreV1().Secrets(neurons).Create(ctx, generated, metav1.CreateOptions{DryRun: dryRun}); !byPolicy(err) {
+		t.Errorf("a tenant of %s making a Secret named nsys-cortex-<random> there: %v, want it refused by %s", neurons, err, admissionPolicy)
+	}
+	trusted := kubernetes.NewForConfigOrDie(controllerIdentity(t, admin, rc))
+	awaitGrant(t, trusted, neurons)
+	podSecurity(t, trusted, objs, neurons, hosts)
+}
+
+// podSecurity: Pod Security's "restricted" profile, which namespace.yaml
+// sets on both namespaces, admits every pod Cortex makes (a neuron's, as
+// a Sandbox's template or a pod of its own; the network probe's two; the
+// hosts' Deployment's), and refuses one that is not restricted. Asked
+// of the API server as an identity the admission policy trusts (admin),
+// so that Pod Security is what answers.
+func podSecurity(t *testing.T, admin kubernetes.Interface, objs []runtime.Object, neurons, hosts string) {
+	t.Helper()
+	ctx := context.Background()
+	cfg := kube.Config{Namespace: neurons, HostNamespace: hosts, Image: "registry.example/nsys-cortex-neuron:1"}.Defaults()
+	n := kube.Neuron{ID: "restricted", Env: []string{"A=b"}, Limits: sandbox.Limits{MemoryBytes: 256 << 20, CPUs: 1}}
+	own, _, err := kube.Fallback(cfg, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	egress := n
+	egress.Egress = []string{"example.com"}
+	withEgress, _, err := kube.Fallback(cfg, egress)
+	if err != nil {
+		t.Fatal(err)
+	}
+	template := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "as-template"}, Spec: kube.PodSpec(cfg, n, "home-restricted")}
+	pods := map[string]*corev1.Pod{
+		"a neuron's pod": own, "a neuron's pod with egress": withEgress, "a Sandbox's pod": template,
+		"the network probe's pod": kube.ProbePod(cfg, "probe"), "the network probe's control": kube.ControlPod(cfg, "control"),
+	}
+	for what, p := range pods {
+		p.Namespace = neurons
+		if _, err := admin.CoreV1().Pods(neurons).Create(ctx, p, metav1.CreateOptions{DryRun: dryRun}); err != nil {
+			t.Errorf("%s in %s, under Pod Security: %v", what, neurons, err)
+		}
+	}
+	for _, o := range objs {
+		if d, ok := o.(*appsv1.Deployment); ok {
+			p := &corev1.Pod{ObjectMeta: *d.Spec.Template.ObjectMeta.DeepCopy(), Spec: *d.Spec.Template.Spec.DeepCopy()}
+			p.Name, p.Namespace = "host", hosts
+			if _, err := admin.CoreV1().Pods(hosts).Create(ctx, p, metav1.CreateOptions{DryRun: dryRun}); err != nil {
+				t.Errorf("the hosts' pod in %s, under Pod Security: %v", hosts, err)
+			}
+		}
+	}
+	for _, ns := range []string{neurons, hosts} {
+		p := forgedPod(ns, "on-the-node", nil, nil)
+		p.Spec.HostPID = true
+		if _, err := admin.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{DryRun: dryRun}); err == nil || !strings.Contains(err.Error(), "violates PodSecurity") {
+			t.Errorf("a pod in the node's process namespace in %s: %v, want Pod Security's refusal", ns, err)
+		}
 	}
 }
