@@ -549,15 +549,7 @@ func SelfCheck(ctx context.Context, env sandbox.Env) sandbox.Check {
 		chats = chatSessionsItem(ctx, cl, s.Config.HostNamespace)
 		c.Items = append(c.Items, chats)
 	}
-	// The grants' reviews, as many as a hundred a subject bound in the
-	// hosts' namespace, go at the API server's pace, not a host's.
-	rrc := rest.CopyConfig(rc)
-	rrc.QPS, rrc.Burst, rrc.RateLimiter = 1000, 1000, nil
-	var reviews kubernetes.Interface = cl.Core
-	if c, err := kubernetes.NewForConfig(rrc); err == nil {
-		reviews = c
-	}
-	grants := hostGrantsItem(ctx, cl, reviews, s.Config.HostNamespace)
+	grants := hostGrantsItem(ctx, cl, rc, s.Config.HostNamespace)
 	c.Items = append(c.Items, grants)
 	fwd := sandbox.CheckItem{OK: true}
 	if s.PortForward {

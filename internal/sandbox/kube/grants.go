@@ -15,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/nsys-cortex/cortex/internal/sandbox"
 )
@@ -119,15 +120,15 @@ const maxSubjects = 16
 const grantsWait = 30 * time.Second
 
 // hostGrantsItem looks at whom the RoleBindings of the hosts' namespace
-// grant anything, and asks the API server (LocalSubjectAccessReview)
-// whether any of them may do what hostRisks lists there. Not asked
-// about: this identity, and the namespace's own ServiceAccounts (only a
-// pod there or a token of theirs, both risks asked about, can use them).
+// grant anything, and asks the API server (LocalSubjectAccessReview,
+// through a client of rc's at the API server's pace, not a host's:
+// about 150 reviews a subject) whether any of them may do what hostRisks
+// lists there. Not asked about: the hosts' ServiceAccount (hostsOwn).
 // Grants that are no RoleBinding of the namespace (ClusterRoleBindings, a
 // cloud's IAM, the nodes' kubelets) are not visible to a host that holds
 // no cluster-wide grant; the detail says so. The item fails when it
 // cannot look.
-func hostGrantsItem(ctx context.Context, cl *Cluster, reviews kubernetes.Interface, namespace string) sandbox.CheckItem {
+func hostGrantsItem(ctx context.Context, cl *Cluster, rc *rest.Config, namespace string) sandbox.CheckItem {
 	it := sandbox.CheckItem{Name: "grants in the hosts' namespace " + namespace}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), grantsWait)
 	defer cancel()
@@ -162,7 +163,7 @@ func hostGrantsItem(ctx context.Context, cl *Cluster, reviews kubernetes.Interfa
 		for _, sub := range b.Subjects {
 			user, groups, name := subjectIdentity(sub, b.Namespace)
 			switch {
-			case hostsOwn(sub, b.Namespace, namespace, self):
+			case hostsOwn(sub, user, namespace, self):
 				own++
 				continue
 			case seen[name]:
@@ -176,6 +177,14 @@ func hostGrantsItem(ctx context.Context, cl *Cluster, reviews kubernetes.Interfa
 	if len(subjects) > maxSubjects {
 		found = append(found, fmt.Sprintf("%d subjects, more than the %d doctor asks about (kubectl -n %s get rolebindings -o wide)", len(subjects), maxSubjects, namespace))
 		subjects = subjects[:maxSubjects]
+	}
+	var reviews kubernetes.Interface = cl.Core
+	if len(subjects) > 0 {
+		rrc := rest.CopyConfig(rc)
+		rrc.QPS, rrc.Burst, rrc.RateLimiter = 1000, 1000, nil
+		if c, err := kubernetes.NewForConfig(rrc); err == nil {
+			reviews = c
+		}
 	}
 	results := make([][]string, len(subjects))
 	errs := make([]error, len(subjects))
@@ -211,20 +220,14 @@ func hostGrantsItem(ctx context.Context, cl *Cluster, reviews kubernetes.Interfa
 	return it
 }
 
-// hostsOwn says whether subject sub of a RoleBinding in ns is the hosts'
-// ServiceAccount in namespace: the base's name, or doctor's own identity
-// (self) when that is a ServiceAccount there. Any other account there, and
-// the group of all of them, are asked about: code that is not the hosts'
-// may run as them.
-func hostsOwn(sub rbacv1.Subject, ns, namespace, self string) bool {
-	if sub.Kind != rbacv1.ServiceAccountKind {
-		return false
-	}
-	if sub.Namespace != "" {
-		ns = sub.Namespace
-	}
-	user := "system:serviceaccount:" + ns + ":" + sub.Name
-	return ns == namespace && (sub.Name == hostAccount || user == self)
+// hostsOwn says whether subject sub of a RoleBinding, user as
+// subjectIdentity names it, is the hosts' ServiceAccount in namespace:
+// the base's name, or doctor's own identity (self) when that is a
+// ServiceAccount there. Any other account there, and the group of all of
+// them, are asked about: code that is not the hosts' may run as them.
+func hostsOwn(sub rbacv1.Subject, user, namespace, self string) bool {
+	return sub.Kind == rbacv1.ServiceAccountKind && strings.HasPrefix(user, "system:serviceaccount:"+namespace+":") &&
+		(sub.Name == hostAccount || user == self)
 }
 
 // riskNames are the names each nameKind asks about.
