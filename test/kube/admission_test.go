@@ -163,13 +163,6 @@ func awaitPolicy(t *testing.T, tenant kubernetes.Interface, ns string) {
 	})
 }
 
-// asUser is rc impersonating user in groups.
-func asUser(rc *rest.Config, user string, groups ...string) *rest.Config {
-	c := rest.CopyConfig(rc)
-	c.Impersonate = rest.ImpersonationConfig{UserName: user, Groups: groups}
-	return c
-}
-
 // forgedPod is a pod that Pod Security's "restricted" profile admits
 // (namespace.yaml sets it), so that what refuses a forgery is the policy.
 func forgedPod(ns, name string, labels map[string]string, owners []metav1.OwnerReference) *corev1.Pod {
@@ -312,10 +305,8 @@ func forgeries(t *testing.T, adminRC, tenantRC *rest.Config, m *kube.Manager, co
 	// too, while a workload's pod that looks like nothing of Cortex's,
 	// and the hosts' own Deployment's pods in the hosts' namespace, are
 	// made.
-	sts := kubernetes.NewForConfigOrDie(asUser(adminRC, "system:serviceaccount:kube-system:statefulset-controller",
-		"system:serviceaccounts", "system:serviceaccounts:kube-system", "system:authenticated"))
-	rs := kubernetes.NewForConfigOrDie(asUser(adminRC, "system:serviceaccount:kube-system:replicaset-controller",
-		"system:serviceaccounts", "system:serviceaccounts:kube-system", "system:authenticated"))
+	sts := kubernetes.NewForConfigOrDie(as(adminRC, "kube-system", "statefulset-controller"))
+	rs := kubernetes.NewForConfigOrDie(as(adminRC, "kube-system", "replicaset-controller"))
 	for what, p := range map[string]*corev1.Pod{
 		"a StatefulSet's pod named " + kube.ObjectName("squat-0"): forgedPod(ns, kube.ObjectName("squat-0"), map[string]string{"app": "squat"}, nil),
 		"a Deployment's pod with a neuron's home": podWith("web-5d4f-x", volume(corev1.VolumeSource{
@@ -357,8 +348,7 @@ func forgeries(t *testing.T, adminRC, tenantRC *rest.Config, m *kube.Manager, co
 	// which the policy holds as it holds pods, cannot be tried here: the
 	// API server refuses it for a pod on a node without support for it,
 	// before admission.)
-	gc := asUser(adminRC, "system:serviceaccount:kube-system:generic-garbage-collector",
-		"system:serviceaccounts", "system:serviceaccounts:kube-system", "system:authenticated")
+	gc := as(adminRC, "kube-system", "generic-garbage-collector")
 	_, err = cluster.Agents(gc).AgentsV1beta1().Sandboxes(ns).Patch(ctx, kube.ObjectName(cold), types.MergePatchType,
 		[]byte(`{"status":{"podIPs":["10.9.9.9"]}}`), metav1.PatchOptions{DryRun: dryRun}, "status")
 	refused("the cluster's garbage collector writing neuron "+cold+"'s Sandbox's status", err)
@@ -369,14 +359,12 @@ func forgeries(t *testing.T, adminRC, tenantRC *rest.Config, m *kube.Manager, co
 		_, err := kubernetes.NewForConfigOrDie(gc).CoreV1().PersistentVolumeClaims(ns).Update(ctx, c, metav1.UpdateOptions{DryRun: dryRun})
 		refused("the cluster's garbage collector renaming the owner of neuron "+cold+"'s home", err)
 	}
-	nodes := kubernetes.NewForConfigOrDie(asUser(adminRC, "system:serviceaccount:kube-system:node-controller",
-		"system:serviceaccounts", "system:serviceaccounts:kube-system", "system:authenticated"))
+	nodes := kubernetes.NewForConfigOrDie(as(adminRC, "kube-system", "node-controller"))
 	if _, err := nodes.CoreV1().Pods(ns).Patch(ctx, kube.ObjectName(cold), types.MergePatchType, []byte(`{"status":{"message":"node unreachable"}}`),
 		metav1.PatchOptions{DryRun: dryRun}, "status"); err != nil {
 		t.Errorf("the cluster's node controller writing neuron %s's pod's status: %v", cold, err)
 	}
-	binder := kubernetes.NewForConfigOrDie(asUser(adminRC, "system:serviceaccount:kube-system:persistent-volume-binder",
-		"system:serviceaccounts", "system:serviceaccounts:kube-system", "system:authenticated"))
+	binder := kubernetes.NewForConfigOrDie(as(adminRC, "kube-system", "persistent-volume-binder"))
 	if c, err := binder.CoreV1().PersistentVolumeClaims(ns).Get(ctx, home, metav1.GetOptions{}); err != nil {
 		t.Errorf("the volume binder reading neuron %s's home: %v", cold, err)
 	} else {
